@@ -1,0 +1,38 @@
+package fanout
+
+import "context"
+
+// Handler receives every publication of the channels a node subscribed to,
+// in offset order per channel. It must not block.
+type Handler interface {
+	HandlePublication(p Publication)
+}
+
+// Recovery is the answer to a resume request.
+type Recovery struct {
+	// Publications after the asked position, in order, when Recovered.
+	Publications []Publication
+	// Top is the channel's current position (offset 0 when empty).
+	Top Position
+	// Recovered is false when the history no longer holds everything after
+	// the asked position or the epoch changed; then Publications is empty
+	// and the client must refresh authoritative state.
+	Recovered bool
+}
+
+// Broker is the contract between the outbox Worker, the gateway and a
+// message transport (in-memory for one node, Redis for many).
+type Broker interface {
+	// Publish appends msg to its channel's history and fans it out to every
+	// node's handler. It returns once the broker accepted the message.
+	Publish(ctx context.Context, msg Message) (Publication, error)
+	// Recover returns what was published on key after since.
+	Recover(ctx context.Context, key Key, since Position) (Recovery, error)
+	// Subscribe and Unsubscribe declare this node's interest in a channel,
+	// so multi-node brokers only carry what the node needs. The Hub calls
+	// them on its first and last local subscriber.
+	Subscribe(ctx context.Context, key Key) error
+	Unsubscribe(ctx context.Context, key Key) error
+	// Ping reports whether the broker answers (for /readyz).
+	Ping(ctx context.Context) error
+}

@@ -1,0 +1,11 @@
+// Package subscriptions names channels and decides who may subscribe to them.
+//
+// A channel name is segment("/"segment)*, each segment 1–64 bytes of
+// [A-Za-z0-9_.:@-], at most 255 bytes in all. A tenant id follows the segment
+// rules. A channel always lives inside one tenant: the pair (tenant, name) is
+// its identity, and nothing in this package lets a name reach another tenant.
+//
+// Grants are patterns over channel names: "*" matches one segment, "**"
+// matches one or more trailing segments and may only be last, "{sub}"
+// expands to the token's subject. Both stand for whole segments only.
+package subscriptions

@@ -1,0 +1,95 @@
+package subscriptions
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Grant is one compiled channel pattern.
+type Grant struct {
+	segs []string // literal segment, "*" or "**"; {sub} already expanded
+}
+
+// CompileGrant parses pattern and expands {sub} to subject. The subject must
+// itself be a valid segment for a pattern using {sub} to compile.
+func CompileGrant(pattern, subject string) (Grant, error) {
+	if pattern == "" {
+		return Grant{}, fmt.Errorf("%w: empty pattern", ErrInvalidGrant)
+	}
+	if len(pattern) > MaxChannelLen {
+		return Grant{}, fmt.Errorf("%w: pattern longer than %d bytes", ErrInvalidGrant, MaxChannelLen)
+	}
+	parts := strings.Split(pattern, "/")
+	g := Grant{segs: make([]string, 0, len(parts))}
+	for i, p := range parts {
+		switch p {
+		case "**":
+			if i != len(parts)-1 {
+				return Grant{}, fmt.Errorf("%w: %q: ** may only be the last segment", ErrInvalidGrant, trunc(pattern))
+			}
+		case "*":
+		case "{sub}":
+			if err := validSegment(subject); err != nil {
+				return Grant{}, fmt.Errorf("%w: %q: subject cannot stand as a segment: %v", ErrInvalidGrant, trunc(pattern), err)
+			}
+			p = subject
+		default:
+			if err := validSegment(p); err != nil {
+				return Grant{}, fmt.Errorf("%w: %q: %v", ErrInvalidGrant, trunc(pattern), err)
+			}
+		}
+		g.segs = append(g.segs, p)
+	}
+	return g, nil
+}
+
+// Match reports whether channel (already validated) matches the grant.
+func (g Grant) Match(channel string) bool {
+	i := 0
+	for _, want := range g.segs {
+		if want == "**" {
+			return i < len(channel) // one or more segments remain
+		}
+		if i > len(channel) {
+			return false
+		}
+		end := strings.IndexByte(channel[i:], '/')
+		var seg string
+		if end < 0 {
+			seg, end = channel[i:], len(channel)
+		} else {
+			seg, end = channel[i:i+end], i+end
+		}
+		if seg == "" || (want != "*" && want != seg) {
+			return false
+		}
+		i = end + 1
+	}
+	return i == len(channel)+1
+}
+
+// Grants is a compiled set of patterns; the zero value allows nothing.
+type Grants []Grant
+
+// CompileGrants compiles every pattern, failing on the first bad one.
+func CompileGrants(patterns []string, subject string) (Grants, error) {
+	gs := make(Grants, 0, len(patterns))
+	for _, p := range patterns {
+		g, err := CompileGrant(p, subject)
+		if err != nil {
+			return nil, err
+		}
+		gs = append(gs, g)
+	}
+	return gs, nil
+}
+
+// Allows reports whether any grant matches channel.
+func (gs Grants) Allows(channel string) bool {
+	for _, g := range gs {
+		if g.Match(channel) {
+			return true
+		}
+	}
+	return false
+}
