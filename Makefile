@@ -1,0 +1,38 @@
+# Herald — make targets. `make help` lists them.
+GO        ?= go
+PKGS      ?= ./...
+GOFLAGS_TEST ?= -race -count=1 -timeout 12m
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: help run build test test-go test-js lint fuzz bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+
+run: ## run Herald on the embedded SQLite store and the in-memory broker
+	$(GO) run ./cmd/herald serve
+
+build: ## build bin/herald
+	$(GO) build -o bin/herald ./cmd/herald
+
+test: ## start/install PostgreSQL and Redis if needed, then run every test with -race
+	bash scripts/test-services.sh
+	$(GO) vet $(PKGS)
+	$(GO) test $(GOFLAGS_TEST) $(PKGS)
+	@if [ -f clientjs/package.json ]; then $(MAKE) --no-print-directory test-js; fi
+
+test-js: ## the JS client's tests (node --test)
+	cd clientjs && node --test
+
+lint: ## go vet and staticcheck
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+fuzz: ## run each fuzz target for FUZZTIME (default 20s)
+	bash scripts/fuzz.sh $${FUZZTIME:-20s}
+
+bench: ## benchmarks (numbers go to docs/performance.md)
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean: ## remove build output and the local data directory
+	rm -rf bin herald-data

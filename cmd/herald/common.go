@@ -1,0 +1,96 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// storeSettings select the outbox store.
+type storeSettings struct {
+	DatabaseURL string
+	DataDir     string
+}
+
+func (s *storeSettings) register(st *settings) {
+	st.String(&s.DataDir, "data-dir", "./herald-data", "directory for the embedded store and the development secret")
+	st.String(&s.DatabaseURL, "database-url", "", "outbox store: postgres://… selects PostgreSQL; empty = embedded SQLite file <data-dir>/herald.db")
+}
+
+// url is the effective store URL.
+func (s *storeSettings) url() string {
+	if s.DatabaseURL != "" {
+		return s.DatabaseURL
+	}
+	return filepath.Join(s.DataDir, "herald.db")
+}
+
+func (s *storeSettings) isPostgres() bool {
+	u := s.url()
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// logSettings configure log/slog.
+type logSettings struct {
+	Level  string
+	Format string
+}
+
+func (l *logSettings) register(st *settings) {
+	st.String(&l.Level, "log-level", "info", "debug, info, warn or error")
+	st.String(&l.Format, "log-format", "text", "text or json")
+}
+
+func (l *logSettings) logger(w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(l.Level)); err != nil {
+		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, l.Level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch l.Format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, l.Format)
+}
+
+const devSecretFile = "dev-hmac-secret"
+
+// devSecret returns the development HMAC secret kept in dataDir, creating
+// it when create is set. created reports whether this call made it.
+func devSecret(dataDir string, create bool) (secret string, created bool, err error) {
+	path := filepath.Join(dataDir, devSecretFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		s := strings.TrimSpace(string(b))
+		if s == "" {
+			return "", false, fmt.Errorf("development secret %s is empty; delete it to make a new one", path)
+		}
+		return s, false, nil
+	}
+	if !os.IsNotExist(err) {
+		return "", false, fmt.Errorf("read development secret: %w", err)
+	}
+	if !create {
+		return "", false, fmt.Errorf("no --jwt-hmac-secret given and no development secret at %s (start `herald serve` once, or pass --jwt-hmac-secret)", path)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", false, fmt.Errorf("generate development secret: %w", err)
+	}
+	s := hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", false, fmt.Errorf("create data directory: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+		return "", false, fmt.Errorf("write development secret: %w", err)
+	}
+	return s, true, nil
+}

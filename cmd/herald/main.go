@@ -1,0 +1,94 @@
+// Command herald is the Herald realtime notification gateway: one binary
+// with subcommands to serve, run the outbox Worker, manage the schema, stage
+// notifications, mint development tokens and operate the outbox.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the gateway and (unless --feed=false) the outbox Worker", runServe},
+		{"feed", "run only the outbox Worker", runFeed},
+		{"migrate", "apply the outbox schema", runMigrate},
+		{"publish", "stage one notification in the outbox", runPublish},
+		{"token", "mint a development token with the configured HMAC secret", runToken},
+		{"outbox", "operate the outbox: stats, list, replay, purge", runOutbox},
+		{"revoke", "revoke a session (sid) or token (jti); list revocations", runRevoke},
+		{"version", "print the version", runVersion},
+	}
+}
+
+// errUsage marks errors whose message is enough; no stack of help text.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "herald %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "herald %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "herald: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Herald — realtime notifications from a transactional outbox.")
+	fmt.Fprintln(w, "\nUsage: herald <command> [flags]   (herald <command> -h for its flags)")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+}
+
+func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: version takes no arguments", errUsage)
+	}
+	fmt.Fprintf(stdout, "herald %s\n", version)
+	return nil
+}

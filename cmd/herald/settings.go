@@ -1,0 +1,248 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// setting is one configuration knob: a flag, its HERALD_<NAME> environment
+// variable and its key in the config file. Precedence: flag, environment,
+// config file, default.
+type setting struct {
+	name  string
+	usage string
+	value flag.Value
+}
+
+// settings collects the knobs of one subcommand.
+type settings struct {
+	fs   *flag.FlagSet
+	list []setting
+	cfg  *string // the --config flag
+}
+
+func newSettings(cmd string) *settings {
+	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
+	s := &settings{fs: fs}
+	s.cfg = fs.String("config", "", "config file (JSON object whose keys are these flag names); none is read unless named (env HERALD_CONFIG)")
+	return s
+}
+
+func envName(flagName string) string {
+	return "HERALD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func (s *settings) add(name, usage string, v flag.Value) {
+	s.fs.Var(v, name, usage+" (env "+envName(name)+")")
+	s.list = append(s.list, setting{name: name, usage: usage, value: v})
+}
+
+func (s *settings) String(p *string, name, def, usage string) {
+	*p = def
+	s.add(name, usage, (*stringValue)(p))
+}
+
+func (s *settings) Bool(p *bool, name string, def bool, usage string) {
+	*p = def
+	s.add(name, usage, (*boolValue)(p))
+}
+
+func (s *settings) Int(p *int, name string, def int, usage string) {
+	*p = def
+	s.add(name, usage, (*intValue)(p))
+}
+
+func (s *settings) Int64(p *int64, name string, def int64, usage string) {
+	*p = def
+	s.add(name, usage, (*int64Value)(p))
+}
+
+func (s *settings) Duration(p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	s.add(name, usage, (*durationValue)(p))
+}
+
+func (s *settings) StringList(p *[]string, name, usage string) {
+	s.add(name, usage, (*listValue)(p))
+}
+
+// parse applies the config file, then the environment, then the flags.
+func (s *settings) parse(args []string) error {
+	// Flags first, to learn --config and which flags were set explicitly.
+	if err := s.fs.Parse(args); err != nil {
+		return err
+	}
+	explicit := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	cfgPath := *s.cfg
+	if !explicit["config"] {
+		cfgPath = os.Getenv("HERALD_CONFIG")
+	}
+	if cfgPath != "" {
+		if err := s.applyFile(cfgPath, explicit); err != nil {
+			return err
+		}
+	}
+	for _, st := range s.list {
+		if explicit[st.name] {
+			continue
+		}
+		if v, ok := os.LookupEnv(envName(st.name)); ok {
+			if err := st.value.Set(v); err != nil {
+				return fmt.Errorf("config: %s=%q: %v", envName(st.name), v, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *settings) applyFile(path string, explicit map[string]bool) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: read %s: %w", path, err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("config: %s: not a JSON object: %v", path, err)
+	}
+	known := map[string]setting{}
+	for _, st := range s.list {
+		known[st.name] = st
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		st, ok := known[k]
+		if !ok {
+			return fmt.Errorf("config: %s: unknown key %q (keys are flag names, e.g. \"listen\")", path, k)
+		}
+		if explicit[k] || os.Getenv(envName(k)) != "" {
+			continue
+		}
+		if err := setFromJSON(st.value, raw[k]); err != nil {
+			return fmt.Errorf("config: %s: key %q: %v", path, k, err)
+		}
+	}
+	return nil
+}
+
+func setFromJSON(v flag.Value, raw json.RawMessage) error {
+	if lv, ok := v.(*listValue); ok {
+		var items []string
+		if err := json.Unmarshal(raw, &items); err == nil {
+			*lv = items
+			return nil
+		}
+	}
+	var str string
+	if err := json.Unmarshal(raw, &str); err == nil {
+		return v.Set(str)
+	}
+	var any any
+	if err := json.Unmarshal(raw, &any); err != nil {
+		return err
+	}
+	switch x := any.(type) {
+	case bool:
+		return v.Set(strconv.FormatBool(x))
+	case float64:
+		return v.Set(strconv.FormatFloat(x, 'f', -1, 64))
+	}
+	return errors.New("want a string, number, boolean or list of strings")
+}
+
+type stringValue string
+
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *stringValue) String() string     { return string(*v) }
+
+type boolValue bool
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true or false")
+	}
+	*v = boolValue(b)
+	return nil
+}
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }
+
+type intValue int
+
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("want an integer")
+	}
+	*v = intValue(n)
+	return nil
+}
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+
+type int64Value int64
+
+func (v *int64Value) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*v = int64Value(n)
+	return nil
+}
+func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
+
+// parseBytes accepts plain integers and KiB/MiB/GiB suffixes.
+func parseBytes(s string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suf string
+		m   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if strings.HasSuffix(s, u.suf) {
+			s, mult = strings.TrimSuffix(s, u.suf), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("want an integer, optionally with KiB, MiB or GiB")
+	}
+	return n * mult, nil
+}
+
+type durationValue time.Duration
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as 30s or 5m")
+	}
+	*v = durationValue(d)
+	return nil
+}
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+
+type listValue []string
+
+// Set accepts one value per flag use, or a comma-separated list.
+func (v *listValue) Set(s string) error {
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*v = append(*v, p)
+		}
+	}
+	return nil
+}
+func (v *listValue) String() string { return strings.Join(*v, ",") }
