@@ -9,8 +9,8 @@ STATICCHECK_VERSION ?= v0.8.2
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
 
-run: ## run Herald on the embedded SQLite store and the in-memory broker
-	$(GO) run ./cmd/herald serve
+run: build ## run Herald on the embedded SQLite store and the in-memory broker
+	bin/herald serve
 
 build: ## build bin/herald
 	$(GO) build -o bin/herald ./cmd/herald

@@ -35,4 +35,32 @@ type Broker interface {
 	Unsubscribe(ctx context.Context, key Key) error
 	// Ping reports whether the broker answers (for /readyz).
 	Ping(ctx context.Context) error
+	// Start begins handing this node's publications to h (normally the
+	// Hub) until ctx ends or Stop is called. Publish works before Start:
+	// it still appends to the history. A second Start fails.
+	Start(ctx context.Context, h Handler) error
+	// Stop ends the broker's background work and releases its resources.
+	// It is safe to call twice and before Start.
+	Stop()
+}
+
+// PreparedHandler is implemented by a Handler that can take a publication
+// whose envelope is already encoded (the Hub does). A broker that receives
+// envelopes from elsewhere (RedisBroker) hands them over with
+// HandlePrepared, so the envelope is encoded once per cluster rather than
+// once per node. It must not block.
+type PreparedHandler interface {
+	HandlePrepared(p *Prepared)
+}
+
+// Resyncer is implemented by a Handler that wants to know when the broker
+// may have lost publications of a channel in transit to this node: after
+// RedisBroker's pub/sub connection was lost and re-established, it calls
+// HandleResync once for every channel this node is subscribed to, after the
+// new subscription is confirmed. The publications are not lost from the
+// history: a receiver resumes with Recover from the last position it
+// delivered (the Hub forwards the call to subscribers that implement
+// ResyncSubscriber). It must not block. The in-memory broker never calls it.
+type Resyncer interface {
+	HandleResync(key Key)
 }

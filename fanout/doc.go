@@ -5,4 +5,17 @@
 // keeps a bounded history per channel, and tells every node's Hub about it.
 // The Hub hands each publication, encoded once, to the local subscribers of
 // its channel with a non-blocking enqueue; it never waits on a client.
+//
+// MemoryBroker serves a single node. RedisBroker serves many: one Lua
+// script per publication appends to the channel's Redis stream and
+// publishes on its pub/sub channel, and each node holds one pub/sub
+// connection for the channels its connections follow. Wiring:
+//
+//	broker, _ := fanout.NewRedisBroker(fanout.RedisConfig{URL: url})
+//	hub, _ := fanout.NewHub(broker, fanout.HubConfig{})
+//	_ = broker.Start(ctx, hub)
+//	defer broker.Stop()
+//
+// Every publication reaches a client as its SPEC §6 envelope (see
+// Prepared), one compact JSON line.
 package fanout

@@ -26,6 +26,8 @@ type settings struct {
 	fs   *flag.FlagSet
 	list []setting
 	cfg  *string // the --config flag
+	// afterParse run once every source has been applied.
+	afterParse []func()
 }
 
 func newSettings(cmd string) *settings {
@@ -99,6 +101,9 @@ func (s *settings) parse(args []string) error {
 				return fmt.Errorf("config: %s=%q: %v", envName(st.name), v, err)
 			}
 		}
+	}
+	for _, f := range s.afterParse {
+		f()
 	}
 	return nil
 }

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/outboxfeed"
+)
+
+// brokerSettings select and tune the broker.
+type brokerSettings struct {
+	RedisURL     string
+	RedisPrefix  string
+	RedisSharded bool
+	HistorySize  int
+	HistoryTTL   time.Duration
+	MaxChannels  int
+}
+
+func (b *brokerSettings) register(st *settings) {
+	st.String(&b.RedisURL, "redis-url", "", "redis://… selects the Redis broker (many nodes); empty = in-memory broker (one node)")
+	st.String(&b.RedisPrefix, "redis-key-prefix", fanout.DefaultRedisKeyPrefix, "prefix of every Redis key and pub/sub channel Herald uses")
+	st.Bool(&b.RedisSharded, "redis-sharded", false, "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7); all nodes must agree")
+	st.Int(&b.HistorySize, "history-size", fanout.DefaultHistorySize, "publications kept per channel for resume")
+	st.Duration(&b.HistoryTTL, "history-ttl", fanout.DefaultHistoryTTL, "how long an idle channel keeps its history and epoch")
+	st.Int(&b.MaxChannels, "max-channels", fanout.DefaultMaxChannels, "channels with history kept by the in-memory broker")
+}
+
+func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fanout.Broker, string, error) {
+	if b.RedisURL == "" {
+		m, err := fanout.NewMemoryBroker(fanout.MemoryConfig{
+			HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL, MaxChannels: b.MaxChannels,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("config: --history-size/--history-ttl/--max-channels: %w", err)
+		}
+		return m, "in-memory", nil
+	}
+	r, err := fanout.NewRedisBroker(fanout.RedisConfig{
+		URL: b.RedisURL, KeyPrefix: b.RedisPrefix, HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL,
+		Sharded: b.RedisSharded, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("config: --redis-url: %w", err)
+	}
+	return r, "redis", nil
+}
+
+// workerSettings tune the outbox Worker.
+type workerSettings struct {
+	Types         string
+	BatchSize     int
+	Concurrency   int
+	PollInterval  time.Duration
+	Lease         time.Duration
+	MaxAttempts   int
+	MaxAge        time.Duration
+	NotifyTrigger bool
+}
+
+func (w *workerSettings) register(st *settings) {
+	st.String(&w.Types, "types", "", "notification-type registry JSON file; empty = every type accepted at any schema_version ≥ 1")
+	st.Int(&w.BatchSize, "outbox-batch-size", 500, "records claimed per batch")
+	st.Int(&w.Concurrency, "outbox-concurrency", 32, "channels published in parallel within a batch")
+	st.Duration(&w.PollInterval, "outbox-poll-interval", 500*time.Millisecond, "how often the Worker polls when no wake-up arrives")
+	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed record; an expired lease returns it to pending")
+	st.Int(&w.MaxAttempts, "outbox-max-attempts", 10, "failed attempts before a record is dead-lettered")
+	st.Duration(&w.MaxAge, "outbox-max-age", 24*time.Hour, "age after which a failing record is dead-lettered")
+}
+
+func (w *workerSettings) registerTrigger(st *settings) {
+	st.Bool(&w.NotifyTrigger, "outbox-notify", true, "PostgreSQL: install the NOTIFY trigger that wakes the Worker (off = polling only)")
+}
+
+func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (outboxfeed.WorkerConfig, error) {
+	var registry *outboxfeed.Registry
+	if w.Types != "" {
+		r, err := outboxfeed.LoadRegistry(w.Types)
+		if err != nil {
+			return outboxfeed.WorkerConfig{}, fmt.Errorf("config: --types: %w", err)
+		}
+		registry = r
+	}
+	return outboxfeed.WorkerConfig{
+		BatchSize: w.BatchSize, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
+		LeaseDuration: w.Lease, MaxAttempts: w.MaxAttempts, MaxAge: w.MaxAge,
+		Registry: registry, Logger: log, Registerer: reg,
+	}, nil
+}
+
+// newRegistry is the Prometheus registry of one process.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// openStore opens and migrates the outbox store.
+func openStore(ctx context.Context, s storeSettings, notifyTrigger bool, log *slog.Logger) (outboxfeed.Store, error) {
+	st, err := outboxfeed.Open(ctx, outboxfeed.Config{
+		DatabaseURL: s.url(), DisableNotifyTrigger: !notifyTrigger, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := st.Migrate(mctx); err != nil {
+		return nil, errors.Join(err, st.Close())
+	}
+	return st, nil
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/heraldgw/herald/outboxfeed"
+)
+
+func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	st := newSettings("publish")
+	st.fs.SetOutput(stderr)
+	var (
+		store               storeSettings
+		logs                logSettings
+		n                   outboxfeed.Notification
+		data, freshness, id string
+	)
+	store.register(st)
+	logs.register(st)
+	st.String(&n.TenantID, "tenant", "", "tenant id (required)")
+	st.String(&n.Channel, "channel", "", "channel name (required)")
+	st.String(&n.Type, "type", "", "notification type, [a-z0-9_.-] (required)")
+	st.Int(&n.SchemaVersion, "schema-version", 1, "schema version of the payload (≥ 1)")
+	st.String(&data, "data", "", "payload: any JSON value (required)")
+	st.String(&freshness, "freshness", "", `freshness object; empty = {"mode":"immediate"}`)
+	st.String(&id, "id", "", "message id (uuid); empty = generated")
+	st.String(&n.Kind, "kind", outboxfeed.KindNotification, "record kind")
+	if err := st.parse(args); err != nil {
+		return err
+	}
+	if st.fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
+	}
+	if data == "" {
+		return fmt.Errorf("%w: --data is required (a JSON value such as '{\"status\":\"paid\"}')", errUsage)
+	}
+	if !json.Valid([]byte(data)) {
+		return fmt.Errorf("%w: --data is not valid JSON", errUsage)
+	}
+	n.Payload = json.RawMessage(data)
+	if freshness != "" {
+		n.Freshness = json.RawMessage(freshness)
+	}
+	n.ID = id
+	if err := n.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	log, err := logs.logger(stderr)
+	if err != nil {
+		return err
+	}
+	// The embedded store is created on first use; a PostgreSQL schema is the
+	// operator's (herald migrate), and its NOTIFY trigger setting is not ours
+	// to change here.
+	var s outboxfeed.Store
+	if store.isPostgres() {
+		s, err = outboxfeed.Open(ctx, outboxfeed.Config{DatabaseURL: store.url(), Logger: log})
+	} else {
+		s, err = openStore(ctx, store, false, log)
+	}
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	got, err := s.StageOne(ctx, n)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, got)
+	return nil
+}

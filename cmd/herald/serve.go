@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/clientjs"
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway"
+	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// authSettings select the token key sources.
+type authSettings struct {
+	HMACSecret string
+	JWKS       string
+	Issuer     string
+	Audience   string
+}
+
+func (a *authSettings) register(st *settings) {
+	st.String(&a.HMACSecret, "jwt-hmac-secret", "", "HS256/384/512 key (raw bytes of the string); serve with no key source generates a development secret in --data-dir")
+	st.String(&a.JWKS, "jwks", "", "JWKS URL or file for RS/PS/ES/EdDSA keys")
+	st.String(&a.Issuer, "jwt-issuer", "", "required iss claim; empty = not checked")
+	st.String(&a.Audience, "jwt-audience", "", "required aud claim; empty = not checked")
+}
+
+type serveOptions struct {
+	store  storeSettings
+	broker brokerSettings
+	worker workerSettings
+	auth   authSettings
+	log    logSettings
+	gw     gateway.Config
+	feed   bool
+}
+
+func (o *serveOptions) register(st *settings) {
+	o.store.register(st)
+	o.broker.register(st)
+	o.worker.register(st)
+	o.worker.registerTrigger(st)
+	o.auth.register(st)
+	o.log.register(st)
+	registerGateway(st, &o.gw)
+	st.Bool(&o.feed, "feed", true, "also run the outbox Worker in this process (false = pure edge node)")
+}
+
+// registerGateway exposes the gateway's bounds as settings.
+func registerGateway(st *settings, c *gateway.Config) {
+	var accessTokenQuery bool
+	st.String(&c.Listen, "listen", gateway.DefaultListen, "HTTP listen address")
+	st.Int(&c.MaxConnections, "max-connections", gateway.DefaultMaxConnections, "concurrent realtime connections per host")
+	st.Int(&c.MaxSubscriptions, "max-subscriptions", gateway.DefaultMaxSubscriptions, "channels per connection")
+	st.Int(&c.QueueMaxBytes, "queue-max-bytes", gateway.DefaultQueueMaxBytes, "per-connection send queue bound in bytes; beyond it the client is disconnected as slow")
+	st.Int(&c.QueueMaxMessages, "queue-max-messages", gateway.DefaultQueueMaxMessages, "per-connection send queue bound in messages; beyond it the client is disconnected as slow")
+	st.Duration(&c.WriteTimeout, "write-timeout", gateway.DefaultWriteTimeout, "deadline for writing one batch to a client")
+	st.Duration(&c.HeartbeatInterval, "heartbeat-interval", gateway.DefaultHeartbeatInterval, "SSE comment heartbeat / WebSocket ping interval")
+	st.Duration(&c.ClientTimeout, "client-timeout", gateway.DefaultClientTimeout, "how long a client may stay silent before it is disconnected")
+	st.Duration(&c.SSERetry, "sse-retry", gateway.DefaultSSERetry, "reconnect delay sent in the SSE retry: field")
+	st.Bool(&accessTokenQuery, "access-token-query", true, "accept the access_token query parameter (never logged)")
+	st.String(&c.CookieName, "cookie-name", gateway.DefaultCookieName, "cookie a token is read from")
+	st.Duration(&c.ShutdownReconnectDelay, "shutdown-reconnect-delay", gateway.DefaultShutdownReconnectDelay, "largest jittered reconnect delay told to clients on shutdown")
+	st.afterParse = append(st.afterParse, func() { c.DisableAccessTokenQuery = !accessTokenQuery })
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	st := newSettings("serve")
+	st.fs.SetOutput(stderr)
+	var o serveOptions
+	o.register(st)
+	if err := st.parse(args); err != nil {
+		return err
+	}
+	if st.fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
+	}
+	log, err := o.log.logger(stderr)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, o, log, stdout)
+}
+
+func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writer) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reg := newRegistry()
+
+	devMode := false
+	if o.auth.HMACSecret == "" && o.auth.JWKS == "" {
+		secret, created, err := devSecret(o.store.DataDir, true)
+		if err != nil {
+			return err
+		}
+		o.auth.HMACSecret, devMode = secret, true
+		path := filepath.Join(o.store.DataDir, devSecretFile)
+		log.Warn("NO TOKEN KEY CONFIGURED: using a DEVELOPMENT HMAC secret; do not use it in production (set --jwt-hmac-secret or --jwks)",
+			"file", path, "created", created)
+	}
+	verifier, err := auth.NewVerifier(auth.Config{
+		HMACSecret: []byte(o.auth.HMACSecret), JWKS: o.auth.JWKS, Issuer: o.auth.Issuer, Audience: o.auth.Audience,
+		Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return fmt.Errorf("config: --jwt-hmac-secret/--jwks: %w", err)
+	}
+	if err := verifier.Start(ctx); err != nil {
+		return err
+	}
+	defer verifier.Stop()
+
+	store, err := openStore(ctx, o.store, o.worker.NotifyTrigger, log)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	broker, brokerName, err := o.broker.open(log, reg)
+	if err != nil {
+		return err
+	}
+	defer broker.Stop()
+	hub, err := fanout.NewHub(broker, fanout.HubConfig{Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	if err := broker.Start(ctx, hub); err != nil {
+		return err
+	}
+
+	outboxCheck := store.Ping
+	if o.feed {
+		wcfg, err := o.worker.config(log, reg)
+		if err != nil {
+			return err
+		}
+		worker, err := outboxfeed.NewWorker(store, broker, wcfg)
+		if err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		if err := worker.Start(ctx); err != nil {
+			return err
+		}
+		defer worker.Stop()
+		outboxCheck = func(ctx context.Context) error {
+			if err := worker.Readiness(); err != nil {
+				return err
+			}
+			return store.Ping(ctx)
+		}
+	}
+
+	srv, err := gateway.New(o.gw, gateway.Deps{
+		Verifier:   verifier,
+		Authorizer: &subscriptions.Authorizer{},
+		Broker:     broker,
+		Hub:        hub,
+		ReadyChecks: []gateway.ReadyCheck{
+			{Name: "outbox", Check: outboxCheck},
+			{Name: "broker", Check: broker.Ping},
+		},
+		Logger: log, Registerer: reg, Gatherer: reg,
+		ClientJS: clientjs.FS,
+	})
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	defer srv.Stop()
+
+	storeName := "SQLite " + o.store.url()
+	if o.store.isPostgres() {
+		storeName = "PostgreSQL"
+	}
+	banner(stdout, "http://"+srv.Addr(), storeName, brokerName, o, devMode)
+	log.Info("herald serving", "addr", srv.Addr(), "store", storeName, "broker", brokerName, "feed", o.feed, "version", version)
+
+	<-ctx.Done()
+	log.Info("herald stopping")
+	return nil
+}
+
+// banner tells a newcomer where Herald listens, how to mint a token and how
+// to publish.
+func banner(w io.Writer, base, store, broker string, o serveOptions, devMode bool) {
+	self := "herald"
+	if a := os.Args[0]; strings.HasPrefix(a, "./") || strings.HasPrefix(a, "bin/") {
+		self = a
+	}
+	fmt.Fprintf(w, "Herald %s listening on %s (store: %s, broker: %s, worker: %v)\n", version, base, store, broker, o.feed)
+	fmt.Fprintf(w, "  mint a token:  TOKEN=$(%s token --tenant acme --sub u1 --subscribe 'orders/*' --ttl 1h)\n", self)
+	fmt.Fprintf(w, "  open a stream: curl -N -H \"Authorization: Bearer $TOKEN\" '%s/v1/sse?channel=orders/1'\n", base)
+	fmt.Fprintf(w, "  publish:       %s publish --tenant acme --channel orders/1 --type order.updated --data '{\"status\":\"paid\"}'\n", self)
+	if devMode {
+		tok, err := auth.MintHS256([]byte(o.auth.HMACSecret), auth.Claims{
+			Subject: "demo", Tenant: "acme", Subscribe: []string{"orders/*"}, ExpiresAt: time.Now().Add(24 * time.Hour),
+		})
+		if err == nil {
+			fmt.Fprintf(w, "  demo page:     %s/?channel=orders/1&token=%s\n", base, tok)
+		}
+	} else {
+		fmt.Fprintf(w, "  demo page:     %s/\n", base)
+	}
+}

@@ -1,0 +1,25 @@
+package fanout
+
+import "errors"
+
+var (
+	// ErrInvalidMessage is wrapped by every Publish error caused by the
+	// message itself (bad key, empty id or type, data that is not JSON).
+	// Retrying such a message cannot succeed.
+	ErrInvalidMessage = errors.New("invalid message")
+	// ErrInvalidKey is wrapped when a tenant or channel name is not valid.
+	ErrInvalidKey = errors.New("invalid key")
+	// ErrInvalidEnvelope is wrapped by DecodeEnvelope errors.
+	ErrInvalidEnvelope = errors.New("invalid envelope")
+	// ErrInvalidConfig is wrapped by every configuration error.
+	ErrInvalidConfig = errors.New("invalid config")
+	// ErrInvalidSubscriber is returned by Hub.Subscribe for a nil or
+	// non-comparable Subscriber.
+	ErrInvalidSubscriber = errors.New("invalid subscriber")
+	// ErrNotStarted is returned by RedisBroker.Subscribe before Start.
+	ErrNotStarted = errors.New("not started")
+	// ErrAlreadyStarted is returned by a second Start.
+	ErrAlreadyStarted = errors.New("already started")
+	// ErrStopped is returned by calls made after Stop.
+	ErrStopped = errors.New("stopped")
+)

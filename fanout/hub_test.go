@@ -1,0 +1,416 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// chanSub is a subscriber with a bounded queue: Deliver never blocks and
+// drops (counting) when the queue is full, as a connection would.
+type chanSub struct {
+	ch      chan *Prepared
+	dropped atomic.Int64
+	resyncs chan Key
+}
+
+func newChanSub(size int) *chanSub {
+	return &chanSub{ch: make(chan *Prepared, size), resyncs: make(chan Key, 16)}
+}
+
+func (s *chanSub) Deliver(p *Prepared) {
+	select {
+	case s.ch <- p:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+func (s *chanSub) drain() []*Prepared {
+	var out []*Prepared
+	for {
+		select {
+		case p := <-s.ch:
+			out = append(out, p)
+		default:
+			return out
+		}
+	}
+}
+
+// resyncSub is a chanSub that also wants resync notices.
+type resyncSub struct{ *chanSub }
+
+func (s resyncSub) Resync(k Key) { s.resyncs <- k }
+
+// countingBroker wraps a MemoryBroker and records Subscribe/Unsubscribe.
+type countingBroker struct {
+	*MemoryBroker
+	mu         sync.Mutex
+	subscribed map[Key]bool
+	subs       int
+	unsubs     int
+	failNext   error
+}
+
+func (c *countingBroker) Subscribe(ctx context.Context, key Key) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.failNext; err != nil {
+		c.failNext = nil
+		return err
+	}
+	if c.subscribed[key] {
+		return fmt.Errorf("%v subscribed twice", key)
+	}
+	c.subscribed[key] = true
+	c.subs++
+	return nil
+}
+
+func (c *countingBroker) Unsubscribe(ctx context.Context, key Key) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.subscribed[key] {
+		return fmt.Errorf("%v unsubscribed while not subscribed", key)
+	}
+	delete(c.subscribed, key)
+	c.unsubs++
+	return nil
+}
+
+type hubFixture struct {
+	broker *countingBroker
+	hub    *Hub
+	reg    *prometheus.Registry
+}
+
+func newHubFixture(t *testing.T) hubFixture {
+	t.Helper()
+	mb := newTestMemoryBroker(t, MemoryConfig{})
+	cb := &countingBroker{MemoryBroker: mb, subscribed: make(map[Key]bool)}
+	reg := prometheus.NewRegistry()
+	hub, err := NewHub(cb, HubConfig{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mb.Start(testCtx(t), hub); err != nil {
+		t.Fatal(err)
+	}
+	return hubFixture{broker: cb, hub: hub, reg: reg}
+}
+
+func (f hubFixture) subscribe(t testing.TB, key Key, s Subscriber) {
+	t.Helper()
+	if err := f.hub.Subscribe(testCtx(t), key, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHubFanOutEncodesOnce(t *testing.T) {
+	t.Parallel()
+	f := newHubFixture(t)
+	key := Key{"acme", "room"}
+	subs := make([]*chanSub, 1000)
+	for i := range subs {
+		subs[i] = newChanSub(16)
+		f.subscribe(t, key, subs[i])
+	}
+	other := newChanSub(16)
+	f.subscribe(t, Key{"other", "room"}, other)
+	for i := range 10 {
+		mustPublish(t, f.broker, msg(key, fmt.Sprintf("m%d", i)))
+	}
+	first := subs[0].drain()
+	if len(first) != 10 {
+		t.Fatalf("subscriber got %d publications, want 10", len(first))
+	}
+	for _, s := range subs[1:] {
+		got := s.drain()
+		if len(got) != 10 {
+			t.Fatalf("subscriber got %d publications, want 10", len(got))
+		}
+		for i := range got {
+			if got[i] != first[i] {
+				t.Fatal("subscribers got different *Prepared for one publication: encoded more than once")
+			}
+		}
+	}
+	for i, p := range first {
+		if p.Position().Offset != uint64(i+1) {
+			t.Fatalf("delivery %d has offset %d", i, p.Position().Offset)
+		}
+		d, err := DecodeEnvelope(p.JSON())
+		if err != nil || d.ID != fmt.Sprintf("m%d", i) {
+			t.Fatalf("envelope %d: %v %+v", i, err, d)
+		}
+	}
+	if n := len(other.drain()); n != 0 {
+		t.Fatalf("another tenant's subscriber got %d publications", n)
+	}
+	if f.hub.Channels() != 2 || f.hub.Subscriptions() != 1001 {
+		t.Fatalf("counts: channels %d subscriptions %d", f.hub.Channels(), f.hub.Subscriptions())
+	}
+	if v := testutil.ToFloat64(f.hub.m.deliveries); v != 10000 {
+		t.Fatalf("herald_hub_deliveries_total = %v, want 10000", v)
+	}
+	if v := testutil.ToFloat64(f.hub.m.publications); v != 10 {
+		t.Fatalf("herald_hub_publications_total = %v, want 10", v)
+	}
+	if n, err := testutil.GatherAndCount(f.reg, "herald_hub_channels", "herald_hub_subscriptions",
+		"herald_hub_publications_total", "herald_hub_deliveries_total", "herald_hub_resyncs_total"); err != nil || n != 5 {
+		t.Fatalf("registered metrics: %d, %v", n, err)
+	}
+}
+
+// TestHubSlowSubscriberDoesNotHoldOthers: a subscriber whose queue is full
+// drops; everyone else gets every publication, and Publish never waits.
+func TestHubSlowSubscriberDoesNotHoldOthers(t *testing.T) {
+	t.Parallel()
+	f := newHubFixture(t)
+	key := Key{"acme", "feed"}
+	slow := newChanSub(1) // never drained
+	f.subscribe(t, key, slow)
+	fast := make([]*chanSub, 50)
+	for i := range fast {
+		fast[i] = newChanSub(500)
+		f.subscribe(t, key, fast[i])
+	}
+	const n = 500
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			mustPublish(t, f.broker, msg(key, fmt.Sprintf("m%d", i)))
+		}
+	}()
+	select {
+	case <-done:
+	case <-testCtx(t).Done():
+		t.Fatal("publishing blocked behind a slow subscriber")
+	}
+	for _, s := range fast {
+		if got := len(s.drain()); got != n || s.dropped.Load() != 0 {
+			t.Fatalf("fast subscriber got %d (dropped %d), want %d", got, s.dropped.Load(), n)
+		}
+	}
+	if got := len(slow.drain()); got != 1 || slow.dropped.Load() != n-1 {
+		t.Fatalf("slow subscriber kept %d and dropped %d", got, slow.dropped.Load())
+	}
+}
+
+// TestHubUnsubscribeDuringPublish churns subscribers while another
+// goroutine publishes; a steady subscriber must still see every offset in
+// order, and the broker subscription must track the Hub's.
+func TestHubUnsubscribeDuringPublish(t *testing.T) {
+	t.Parallel()
+	f := newHubFixture(t)
+	key := Key{"acme", "churn"}
+	steady := newChanSub(4000)
+	f.subscribe(t, key, steady)
+
+	const n = 2000
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Go(func() {
+			// Each churner also cycles a key of its own through first/last.
+			own := Key{"acme", fmt.Sprintf("own-%d", w)}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s := newChanSub(8)
+				for _, k := range []Key{key, own} {
+					if err := f.hub.Subscribe(ctx, k, s); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				for _, k := range []Key{key, own} {
+					if err := f.hub.Unsubscribe(ctx, k, s); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	for i := range n {
+		mustPublish(t, f.broker, msg(key, fmt.Sprintf("m%d", i)))
+	}
+	close(stop)
+	wg.Wait()
+
+	got := steady.drain()
+	if len(got) != n {
+		t.Fatalf("steady subscriber got %d, want %d", len(got), n)
+	}
+	for i, p := range got {
+		if p.Position().Offset != uint64(i+1) {
+			t.Fatalf("delivery %d has offset %d", i, p.Position().Offset)
+		}
+	}
+	if f.hub.Channels() != 1 || f.hub.Subscriptions() != 1 {
+		t.Fatalf("counts after churn: channels %d subscriptions %d", f.hub.Channels(), f.hub.Subscriptions())
+	}
+	f.broker.mu.Lock()
+	defer f.broker.mu.Unlock()
+	if len(f.broker.subscribed) != 1 || !f.broker.subscribed[key] {
+		t.Fatalf("broker subscriptions after churn: %v", f.broker.subscribed)
+	}
+}
+
+// TestHubPerChannelOrder publishes on several channels at once; every
+// subscriber sees its channel's offsets in order.
+func TestHubPerChannelOrder(t *testing.T) {
+	t.Parallel()
+	f := newHubFixture(t)
+	const channels, n = 4, 300
+	subs := make([]*chanSub, channels)
+	for c := range channels {
+		subs[c] = newChanSub(n)
+		f.subscribe(t, Key{"acme", fmt.Sprintf("c%d", c)}, subs[c])
+	}
+	var wg sync.WaitGroup
+	for c := range channels {
+		for range 2 {
+			wg.Go(func() {
+				for i := range n / 2 {
+					mustPublish(t, f.broker, msg(Key{"acme", fmt.Sprintf("c%d", c)}, fmt.Sprint(i)))
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for c, s := range subs {
+		got := s.drain()
+		if len(got) != n {
+			t.Fatalf("channel %d: got %d", c, len(got))
+		}
+		for i, p := range got {
+			if p.Position().Offset != uint64(i+1) || p.Key().Channel != fmt.Sprintf("c%d", c) {
+				t.Fatalf("channel %d delivery %d: %v %v", c, i, p.Key(), p.Position())
+			}
+		}
+	}
+}
+
+func TestHubBrokerSubscriptionFollowsFirstAndLast(t *testing.T) {
+	t.Parallel()
+	f := newHubFixture(t)
+	key := Key{"acme", "x"}
+	a, b := newChanSub(1), newChanSub(1)
+	f.subscribe(t, key, a)
+	f.subscribe(t, key, a) // no-op
+	f.subscribe(t, key, b)
+	if f.broker.subs != 1 || f.hub.Subscriptions() != 2 {
+		t.Fatalf("after two subscribers: broker subs %d, hub subscriptions %d", f.broker.subs, f.hub.Subscriptions())
+	}
+	ctx := testCtx(t)
+	if err := f.hub.Unsubscribe(ctx, key, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.hub.Unsubscribe(ctx, key, a); err != nil { // not subscribed: no-op
+		t.Fatal(err)
+	}
+	if f.broker.unsubs != 0 {
+		t.Fatal("broker unsubscribed while a subscriber remains")
+	}
+	if err := f.hub.Unsubscribe(ctx, key, b); err != nil {
+		t.Fatal(err)
+	}
+	if f.broker.unsubs != 1 || f.hub.Channels() != 0 || f.hub.Subscriptions() != 0 {
+		t.Fatalf("after last: broker unsubs %d, channels %d, subscriptions %d", f.broker.unsubs, f.hub.Channels(), f.hub.Subscriptions())
+	}
+	if err := f.hub.Unsubscribe(ctx, Key{"acme", "never"}, a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHubBrokerSubscribeFailure(t *testing.T) {
+	t.Parallel()
+	f := newHubFixture(t)
+	key := Key{"acme", "x"}
+	boom := errors.New("boom")
+	f.broker.failNext = boom
+	s := newChanSub(4)
+	if err := f.hub.Subscribe(testCtx(t), key, s); !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want boom", err)
+	}
+	if f.hub.Channels() != 0 || f.hub.Subscriptions() != 0 {
+		t.Fatal("failed subscription was counted")
+	}
+	mustPublish(t, f.broker, msg(key, "m1"))
+	if len(s.drain()) != 0 {
+		t.Fatal("failed subscriber received a publication")
+	}
+	f.subscribe(t, key, s)
+	if f.broker.subs != 1 {
+		t.Fatalf("broker subs = %d after retry", f.broker.subs)
+	}
+}
+
+type funcSub func(*Prepared)
+
+func (f funcSub) Deliver(p *Prepared) { f(p) }
+
+func TestHubRejectsBadSubscribers(t *testing.T) {
+	t.Parallel()
+	f := newHubFixture(t)
+	for _, s := range []Subscriber{nil, funcSub(func(*Prepared) {})} {
+		if err := f.hub.Subscribe(testCtx(t), Key{"acme", "x"}, s); !errors.Is(err, ErrInvalidSubscriber) {
+			t.Errorf("%T: err = %v, want ErrInvalidSubscriber", s, err)
+		}
+	}
+	if _, err := NewHub(nil, HubConfig{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil broker: %v", err)
+	}
+}
+
+func TestHubResync(t *testing.T) {
+	t.Parallel()
+	f := newHubFixture(t)
+	key := Key{"acme", "x"}
+	wants := resyncSub{newChanSub(1)}
+	plain := newChanSub(1)
+	f.subscribe(t, key, wants)
+	f.subscribe(t, key, plain)
+	f.hub.HandleResync(key)
+	f.hub.HandleResync(Key{"acme", "nobody"})
+	select {
+	case k := <-wants.resyncs:
+		if k != key {
+			t.Fatalf("resync for %v", k)
+		}
+	default:
+		t.Fatal("ResyncSubscriber not told")
+	}
+	if len(plain.resyncs) != 0 || len(wants.resyncs) != 0 {
+		t.Fatal("unexpected resync notices")
+	}
+	if v := testutil.ToFloat64(f.hub.m.resyncs); v != 1 {
+		t.Fatalf("herald_hub_resyncs_total = %v", v)
+	}
+}
+
+func TestHubMetricsRegistrationConflict(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	mb := newTestMemoryBroker(t, MemoryConfig{})
+	if _, err := NewHub(mb, HubConfig{Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewHub(mb, HubConfig{Registerer: reg}); err == nil {
+		t.Fatal("second hub on one registry: want a registration error")
+	}
+}

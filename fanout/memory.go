@@ -1,0 +1,220 @@
+package fanout
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MemoryBroker is the broker of a single node: every channel's stream
+// lives in this process and is lost on restart (a restarted node has new
+// epochs, so resuming clients are told to refresh).
+//
+// Publish holds the channel's lock while it assigns the offset, appends to
+// the history and calls the Handler, so per channel the delivery order is
+// the offset order.
+type MemoryBroker struct {
+	cfg MemoryConfig
+	now func() time.Time // replaced by tests
+
+	mu       sync.RWMutex
+	channels map[Key]*memStream
+
+	handler atomic.Pointer[Handler]
+	svc     service
+}
+
+var _ Broker = (*MemoryBroker)(nil)
+
+// NewMemoryBroker returns a broker for one node.
+func NewMemoryBroker(cfg MemoryConfig) (*MemoryBroker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &MemoryBroker{cfg: cfg, now: time.Now, channels: make(map[Key]*memStream)}, nil
+}
+
+// Start hands every later publication to h, synchronously inside Publish,
+// until Stop; until ctx ends or Stop it also sweeps expired channels in the
+// background.
+func (b *MemoryBroker) Start(ctx context.Context, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("fanout: memory broker start: handler is nil")
+	}
+	return b.svc.start(ctx, "memory broker start", func() { b.handler.Store(&h) }, b.sweepLoop)
+}
+
+// Stop stops the sweeper and detaches the handler; the history stays
+// readable. Safe to call twice and before Start.
+func (b *MemoryBroker) Stop() {
+	b.svc.stop(nil)
+	b.handler.Store(nil)
+}
+
+// Publish assigns msg the next offset of its channel, appends it to the
+// history and hands it to the handler (when started).
+func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
+	if err := ctx.Err(); err != nil {
+		return Publication{}, fmt.Errorf("fanout: publish: %w", err)
+	}
+	now := b.now()
+	pub, err := newPublication(msg, now)
+	if err != nil {
+		return Publication{}, err
+	}
+	nowNs, ttl := now.UnixNano(), int64(b.cfg.HistoryTTL)
+	for {
+		s := b.stream(pub.Key, nowNs)
+		s.mu.Lock()
+		if s.evicted {
+			s.mu.Unlock()
+			continue
+		}
+		s.expireIfIdle(nowNs, ttl)
+		s.top++
+		s.lastActive.Store(nowNs)
+		pub.Position = Position{Offset: s.top, Epoch: s.epoch}
+		s.append(pub, b.cfg.HistorySize)
+		if h := b.handler.Load(); h != nil {
+			(*h).HandlePublication(pub)
+		}
+		s.mu.Unlock()
+		return pub, nil
+	}
+}
+
+// Recover returns the publications of key after since, when the history
+// still holds all of them and the epoch matches. A channel never seen
+// before is created with a fresh epoch and top offset 0, so a client that
+// subscribed to an empty channel can later resume from {0, epoch}.
+func (b *MemoryBroker) Recover(ctx context.Context, key Key, since Position) (Recovery, error) {
+	if err := ctx.Err(); err != nil {
+		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
+	}
+	if err := validateKey(key); err != nil {
+		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
+	}
+	nowNs := b.now().UnixNano()
+	for {
+		s := b.stream(key, nowNs)
+		s.mu.Lock()
+		if s.evicted {
+			s.mu.Unlock()
+			continue
+		}
+		s.expireIfIdle(nowNs, int64(b.cfg.HistoryTTL))
+		r := s.recover(since)
+		s.mu.Unlock()
+		return r, nil
+	}
+}
+
+// Subscribe is a no-op: on one node every publication reaches the handler.
+func (b *MemoryBroker) Subscribe(ctx context.Context, key Key) error {
+	if err := validateKey(key); err != nil {
+		return fmt.Errorf("fanout: subscribe: %w", err)
+	}
+	return nil
+}
+
+// Unsubscribe is a no-op, as Subscribe.
+func (b *MemoryBroker) Unsubscribe(ctx context.Context, key Key) error { return nil }
+
+// Ping always succeeds.
+func (b *MemoryBroker) Ping(ctx context.Context) error { return nil }
+
+// Channels returns how many channels have a stream (history or epoch).
+func (b *MemoryBroker) Channels() int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return len(b.channels)
+}
+
+// stream returns key's stream, creating it (and evicting beyond
+// MaxChannels) when missing.
+func (b *MemoryBroker) stream(key Key, nowNs int64) *memStream {
+	b.mu.RLock()
+	s := b.channels[key]
+	b.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s = b.channels[key]; s != nil {
+		return s
+	}
+	if len(b.channels) >= b.cfg.MaxChannels {
+		b.evictLocked(nowNs)
+	}
+	s = newMemStream(nowNs)
+	b.channels[key] = s
+	return s
+}
+
+// evictLocked drops expired channels and then, while the map is still at
+// MaxChannels, the idlest ~1% of it, so the scan's cost is shared by many
+// creations. Caller holds b.mu for writing.
+func (b *MemoryBroker) evictLocked(nowNs int64) {
+	b.sweepLocked(nowNs)
+	if len(b.channels) < b.cfg.MaxChannels {
+		return
+	}
+	type idle struct {
+		key  Key
+		last int64
+	}
+	all := make([]idle, 0, len(b.channels))
+	for k, s := range b.channels {
+		all = append(all, idle{k, s.lastActive.Load()})
+	}
+	slices.SortFunc(all, func(a, c idle) int { return cmp.Compare(a.last, c.last) })
+	n := max(1, b.cfg.MaxChannels/100, len(b.channels)-b.cfg.MaxChannels+1)
+	for _, v := range all[:min(n, len(all))] {
+		b.dropLocked(v.key)
+	}
+}
+
+// sweepLocked drops the channels idle longer than HistoryTTL. Caller holds
+// b.mu for writing.
+func (b *MemoryBroker) sweepLocked(nowNs int64) {
+	ttl := int64(b.cfg.HistoryTTL)
+	for k, s := range b.channels {
+		if nowNs-s.lastActive.Load() > ttl {
+			b.dropLocked(k)
+		}
+	}
+}
+
+// dropLocked removes key's stream, marking it so a goroutine holding it
+// looks the key up again. Caller holds b.mu for writing.
+func (b *MemoryBroker) dropLocked(key Key) {
+	s := b.channels[key]
+	s.mu.Lock()
+	s.evicted = true
+	s.mu.Unlock()
+	delete(b.channels, key)
+}
+
+// sweepLoop frees expired channels every min(HistoryTTL, 1 minute); an
+// expired channel is also started over when it is next used, so the sweep
+// only returns memory.
+func (b *MemoryBroker) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(min(b.cfg.HistoryTTL, time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			b.mu.Lock()
+			b.sweepLocked(b.now().UnixNano())
+			b.mu.Unlock()
+		}
+	}
+}

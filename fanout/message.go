@@ -1,0 +1,78 @@
+package fanout
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// validateKey checks both names of a key; every broker and the Redis key
+// layout rely on them (no '/' in a tenant, no braces or newlines anywhere).
+func validateKey(k Key) error {
+	if err := subscriptions.ValidateTenant(k.Tenant); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
+	}
+	if err := subscriptions.ValidateChannel(k.Channel); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
+	}
+	return nil
+}
+
+// newPublication validates msg and returns a publication that owns its
+// bytes: Data and Freshness are compacted into fresh memory, so a caller
+// that reuses its buffers cannot change the history. A zero Time becomes
+// now. The position is left for the broker to assign.
+func newPublication(msg Message, now time.Time) (Publication, error) {
+	if err := validateKey(msg.Key); err != nil {
+		return Publication{}, fmt.Errorf("fanout: publish: %w: %v", ErrInvalidMessage, err)
+	}
+	if msg.ID == "" {
+		return Publication{}, fmt.Errorf("fanout: publish: %w: id is empty", ErrInvalidMessage)
+	}
+	if msg.Type == "" {
+		return Publication{}, fmt.Errorf("fanout: publish: %w: type is empty", ErrInvalidMessage)
+	}
+	data, err := compactCopy(msg.Data)
+	if err != nil {
+		return Publication{}, fmt.Errorf("fanout: publish: %w: data is not valid JSON: %v", ErrInvalidMessage, err)
+	}
+	msg.Data = data
+	if msg.Freshness != nil {
+		f, err := compactCopy(msg.Freshness)
+		if err != nil {
+			return Publication{}, fmt.Errorf("fanout: publish: %w: freshness is not valid JSON: %v", ErrInvalidMessage, err)
+		}
+		msg.Freshness = f
+	}
+	if msg.Time.IsZero() {
+		msg.Time = now
+	}
+	msg.Time = msg.Time.UTC()
+	return Publication{Message: msg}, nil
+}
+
+// compactCopy validates raw and returns a compacted copy.
+func compactCopy(raw json.RawMessage) (json.RawMessage, error) {
+	out, ok := appendCompactJSON(make([]byte, 0, len(raw)), raw)
+	if !ok {
+		// Ask encoding/json for a precise reason (position and cause).
+		if err := json.Unmarshal(raw, new(json.RawMessage)); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("invalid JSON")
+	}
+	return out, nil
+}
+
+// newEpoch returns a fresh random epoch: 16 hex digits, which need no JSON
+// escaping (the Redis publish script splices the epoch in unescaped).
+func newEpoch() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,288 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisBroker is the broker of a multi-node deployment: every channel's
+// stream lives in Redis, and every publication reaches the nodes
+// subscribed to its channel through Redis pub/sub.
+//
+// Publish runs one Lua script that assigns the offset, appends to the
+// stream and publishes, so the history and the fan-out cannot diverge.
+// Each node holds one pub/sub connection; Subscribe and Unsubscribe add and
+// remove its channels. When that connection is lost, publications sent
+// meanwhile are missed by this node (not by the history): after the
+// reconnect the broker calls the handler's HandleResync (see Resyncer) for
+// every subscribed channel.
+//
+// With Sharded set, a Redis Cluster routes commands by the channel's hash
+// tag; this broker's single connection suits a single server (Redis ≥ 7
+// for Sharded), a replicated primary, or a proxy in front of a cluster.
+type RedisBroker struct {
+	cfg    RedisConfig
+	client *redis.Client
+	log    *slog.Logger
+	logs   *rateLimitedLog
+
+	pubCmd      string        // PUBLISH or SPUBLISH
+	topicPrefix string        // KeyPrefix + "{"
+	done        chan struct{} // closed by Stop
+
+	// mu guards the pub/sub state below.
+	mu      sync.Mutex
+	ps      *redis.PubSub
+	topics  map[string]*topicState
+	pending map[string]int // SUBSCRIBE commands written, not yet confirmed
+
+	handler   Handler
+	prepared  PreparedHandler // handler as PreparedHandler, or nil
+	resyncer  Resyncer        // handler as Resyncer, or nil
+	svc       service
+	closeOnce sync.Once
+	closed    atomic.Bool
+
+	m redisMetrics
+}
+
+// topicState is one subscribed pub/sub channel.
+type topicState struct {
+	key       Key
+	ready     chan struct{} // closed when Redis confirmed the subscription
+	confirmed bool
+}
+
+var _ Broker = (*RedisBroker)(nil)
+
+// NewRedisBroker returns a broker on the Redis at cfg.URL. It does not
+// connect: Ping does, and so do Publish, Recover and Start.
+func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
+	cfg = cfg.withDefaults()
+	opt, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	b := &RedisBroker{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		logs:        newRateLimitedLog(cfg.Logger, 10*time.Second),
+		pubCmd:      "PUBLISH",
+		topicPrefix: cfg.KeyPrefix + "{",
+		done:        make(chan struct{}),
+		topics:      make(map[string]*topicState),
+		pending:     make(map[string]int),
+		m:           newRedisMetrics(),
+	}
+	if cfg.Sharded {
+		b.pubCmd = "SPUBLISH"
+	}
+	if cfg.Registerer != nil {
+		if err := b.m.register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("fanout: new redis broker: register metrics: %w", err)
+		}
+	}
+	b.client = redis.NewClient(opt)
+	return b, nil
+}
+
+// Publish appends msg to its channel's stream and publishes it, atomically.
+func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
+	if b.closed.Load() {
+		return Publication{}, wrapf("publish", ErrStopped)
+	}
+	pub, err := newPublication(msg, time.Now())
+	if err != nil {
+		return Publication{}, err
+	}
+	buf := make([]byte, 0, envelopeSizeHint(&pub))
+	buf = appendEnvelopeHead(buf, &pub)
+	head := len(buf)
+	buf = appendEnvelopeTail(buf, &pub)
+	name := b.name(pub.Key)
+	res, err := publishScript.Run(ctx, b.client,
+		[]string{name + ":meta", name + ":stream"},
+		newEpoch(), buf[:head], buf[head:], b.cfg.HistorySize, b.cfg.HistoryTTL.Milliseconds(),
+		b.topic(pub.Key), pub.Key.Tenant, b.pubCmd,
+	).Slice()
+	if err != nil {
+		return Publication{}, fmt.Errorf("fanout: publish %s: %w", pub.Key, err)
+	}
+	if len(res) != 2 {
+		return Publication{}, fmt.Errorf("fanout: publish %s: unexpected script reply %v", pub.Key, res)
+	}
+	offset, ok1 := res[0].(int64)
+	epoch, ok2 := res[1].(string)
+	if !ok1 || !ok2 || offset < 1 {
+		return Publication{}, fmt.Errorf("fanout: publish %s: unexpected script reply %v", pub.Key, res)
+	}
+	pub.Position = Position{Offset: uint64(offset), Epoch: epoch}
+	return pub, nil
+}
+
+// Recover returns the publications of key after since, when the stream
+// still holds all of them and the epoch matches.
+func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position) (Recovery, error) {
+	if b.closed.Load() {
+		return Recovery{}, wrapf("recover", ErrStopped)
+	}
+	if err := validateKey(key); err != nil {
+		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
+	}
+	name := b.name(key)
+	res, err := recoverScript.Run(ctx, b.client,
+		[]string{name + ":meta", name + ":stream"},
+		newEpoch(), b.cfg.HistoryTTL.Milliseconds(), since.Epoch,
+		strconv.FormatUint(since.Offset, 10), b.cfg.HistorySize,
+	).Slice()
+	if err != nil {
+		return Recovery{}, fmt.Errorf("fanout: recover %s: %w", key, err)
+	}
+	if len(res) != 3 {
+		return Recovery{}, fmt.Errorf("fanout: recover %s: unexpected script reply", key)
+	}
+	epoch, ok1 := res[0].(string)
+	top, ok2 := res[1].(int64)
+	entries, ok3 := res[2].([]any)
+	if !ok1 || !ok2 || !ok3 || top < 0 {
+		return Recovery{}, fmt.Errorf("fanout: recover %s: unexpected script reply", key)
+	}
+	r := Recovery{Top: Position{Offset: uint64(top), Epoch: epoch}}
+	if since.Epoch != epoch || since.Offset > r.Top.Offset {
+		return r, nil
+	}
+	missing := r.Top.Offset - since.Offset
+	if uint64(len(entries)) != missing {
+		// Trimmed (or the stream holds more than our HistorySize): the
+		// first publication after since is gone.
+		return r, nil
+	}
+	pubs := make([]Publication, 0, len(entries))
+	for i, e := range entries {
+		p, err := decodeStreamEntry(e)
+		if err != nil {
+			return Recovery{}, fmt.Errorf("fanout: recover %s: %w", key, err)
+		}
+		if p.Offset != since.Offset+uint64(i)+1 || p.Epoch != epoch {
+			return r, nil
+		}
+		p.Key = key
+		pubs = append(pubs, p)
+	}
+	r.Publications = pubs
+	r.Recovered = true
+	return r, nil
+}
+
+// decodeStreamEntry decodes one XRANGE entry: [id, [field, value, …]].
+func decodeStreamEntry(e any) (Publication, error) {
+	pair, ok := e.([]any)
+	if !ok || len(pair) != 2 {
+		return Publication{}, fmt.Errorf("%w: stream entry is not [id, fields]", ErrInvalidEnvelope)
+	}
+	fields, ok := pair[1].([]any)
+	if !ok {
+		return Publication{}, fmt.Errorf("%w: stream entry fields", ErrInvalidEnvelope)
+	}
+	for i := 0; i+1 < len(fields); i += 2 {
+		if f, _ := fields[i].(string); f == "e" {
+			v, _ := fields[i+1].(string)
+			return DecodeEnvelope([]byte(v))
+		}
+	}
+	return Publication{}, fmt.Errorf("%w: stream entry has no envelope", ErrInvalidEnvelope)
+}
+
+// Ping sends PING.
+func (b *RedisBroker) Ping(ctx context.Context) error {
+	if b.closed.Load() {
+		return wrapf("redis ping", ErrStopped)
+	}
+	if err := b.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("fanout: redis ping: %w", err)
+	}
+	return nil
+}
+
+// Stop closes the pub/sub connection, waits for the receive loop and closes
+// the client. Safe to call twice and before Start; every later call fails
+// with ErrStopped.
+func (b *RedisBroker) Stop() {
+	b.svc.stop(func() {
+		close(b.done)
+		b.mu.Lock()
+		if b.ps != nil {
+			_ = b.ps.Close()
+		}
+		b.mu.Unlock()
+	})
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		_ = b.client.Close()
+	})
+}
+
+// name is the common start of key's Redis names: prefix{tenant/channel}.
+func (b *RedisBroker) name(k Key) string {
+	return b.topicPrefix + k.Tenant + "/" + k.Channel + "}"
+}
+
+// topic is key's pub/sub channel name.
+func (b *RedisBroker) topic(k Key) string { return b.name(k) + ":pub" }
+
+// keyOfTopic parses a pub/sub channel name back into its key; ok is false
+// for a name this broker did not make.
+func (b *RedisBroker) keyOfTopic(topic string) (Key, bool) {
+	rest, ok := strings.CutPrefix(topic, b.topicPrefix)
+	if !ok {
+		return Key{}, false
+	}
+	rest, ok = strings.CutSuffix(rest, "}:pub")
+	if !ok {
+		return Key{}, false
+	}
+	tenant, channel, ok := strings.Cut(rest, "/")
+	return Key{Tenant: tenant, Channel: channel}, ok
+}
+
+// redisMetrics are the RedisBroker's Prometheus metrics.
+type redisMetrics struct {
+	messages     prometheus.Counter
+	decodeErrors prometheus.Counter
+	reconnects   prometheus.Counter
+}
+
+func newRedisMetrics() redisMetrics {
+	return redisMetrics{
+		messages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_redis_pubsub_messages_total",
+			Help: "Publications received on this node's Redis pub/sub connection.",
+		}),
+		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_redis_pubsub_decode_errors_total",
+			Help: "Pub/sub messages dropped because they could not be decoded.",
+		}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_redis_pubsub_reconnects_total",
+			Help: "Times this node's Redis pub/sub connection was lost (each followed by a resync of its channels).",
+		}),
+	}
+}
+
+func (m redisMetrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.messages, m.decodeErrors, m.reconnects} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

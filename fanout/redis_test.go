@@ -1,0 +1,547 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+func newTestRedisBroker(t *testing.T, cfg RedisConfig) *RedisBroker {
+	t.Helper()
+	b, err := NewRedisBroker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	return b
+}
+
+// redisNode is one gateway node: a RedisBroker started with a Hub.
+type redisNode struct {
+	broker *RedisBroker
+	hub    *Hub
+}
+
+func newRedisNode(t *testing.T, cfg RedisConfig) redisNode {
+	t.Helper()
+	b := newTestRedisBroker(t, cfg)
+	hub, err := NewHub(b, HubConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background(), hub); err != nil {
+		t.Fatal(err)
+	}
+	return redisNode{broker: b, hub: hub}
+}
+
+// rawRedis is a plain client for poking at the broker's keys.
+func rawRedis(t *testing.T, url string) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// receive waits for n deliveries to s.
+func receive(t *testing.T, s *chanSub, n int) []*Prepared {
+	t.Helper()
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	out := make([]*Prepared, 0, n)
+	for len(out) < n {
+		select {
+		case p := <-s.ch:
+			out = append(out, p)
+		case <-timeout.C:
+			t.Fatalf("received %d of %d publications", len(out), n)
+		}
+	}
+	return out
+}
+
+func TestRedisBrokerRecover(t *testing.T) {
+	t.Parallel()
+	testRecoverCases(t, func(t *testing.T) Broker {
+		url, prefix := testenv.Redis(t)
+		return newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: 3})
+	})
+}
+
+func TestRedisConfig(t *testing.T) {
+	t.Parallel()
+	got := RedisConfig{URL: "redis://x"}.withDefaults()
+	if got.KeyPrefix != "herald:" || got.HistorySize != 1000 || got.HistoryTTL != 24*time.Hour ||
+		got.HealthCheckInterval != 5*time.Second || got.Sharded {
+		t.Fatalf("defaults: %+v", got)
+	}
+	for _, cfg := range []RedisConfig{
+		{},
+		{URL: "http://host"},
+		{URL: "redis://localhost", KeyPrefix: "a{b}:"},
+		{URL: "redis://localhost", HistorySize: -1},
+		{URL: "redis://localhost", HistoryTTL: -time.Second},
+		{URL: "redis://localhost", HealthCheckInterval: time.Millisecond},
+	} {
+		if _, err := NewRedisBroker(cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: err = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	_, err := NewRedisBroker(RedisConfig{URL: "redis://user:s3cret@host:port/0"})
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("bad URL error must not quote the password: %v", err)
+	}
+}
+
+// testTwoNodes: node A publishes, node B's subscriber receives in order the
+// very bytes A encoded, and B can recover what A published.
+func testTwoNodes(t *testing.T, sharded bool) {
+	url, prefix := testenv.Redis(t)
+	cfg := RedisConfig{URL: url, KeyPrefix: prefix, Sharded: sharded, HealthCheckInterval: 50 * time.Millisecond}
+	a, b := newRedisNode(t, cfg), newRedisNode(t, cfg)
+	key := Key{"acme", "orders/1"}
+	sub := newChanSub(1000)
+	if err := b.hub.Subscribe(testCtx(t), key, sub); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	sent := make([]Publication, n)
+	for i := range n {
+		m := msg(key, fmt.Sprintf("m%d", i))
+		m.Data = json.RawMessage(fmt.Sprintf(`{"n": %d, "text": "line\nbreak \u2028"}`, i))
+		sent[i] = mustPublish(t, a.broker, m)
+	}
+	got := receive(t, sub, n)
+	for i, p := range got {
+		if p.Position() != sent[i].Position || p.Key() != key {
+			t.Fatalf("delivery %d at %v %v, sent at %v", i, p.Key(), p.Position(), sent[i].Position)
+		}
+		if want := NewPrepared(sent[i]).JSON(); string(p.JSON()) != string(want) {
+			t.Fatalf("delivery %d envelope\n got %s\nwant %s", i, p.JSON(), want)
+		}
+	}
+	r := mustRecover(t, b.broker, key, Position{0, sent[0].Epoch})
+	if !r.Recovered || len(r.Publications) != n {
+		t.Fatalf("node B recover: recovered %v, %d publications", r.Recovered, len(r.Publications))
+	}
+	for i, p := range r.Publications {
+		if p.ID != sent[i].ID || p.Position != sent[i].Position || p.Key != key || !p.Time.Equal(sent[i].Time) ||
+			string(p.Data) != string(sent[i].Data) || string(NewPrepared(p).JSON()) != string(NewPrepared(sent[i]).JSON()) {
+			t.Fatalf("recovered %d: %+v, sent %+v", i, p, sent[i])
+		}
+	}
+	// After unsubscribing, B hears nothing more of the channel.
+	if err := b.hub.Unsubscribe(testCtx(t), key, sub); err != nil {
+		t.Fatal(err)
+	}
+	mustPublish(t, a.broker, msg(key, "late"))
+	marker := newChanSub(1)
+	if err := b.hub.Subscribe(testCtx(t), Key{"acme", "marker"}, marker); err != nil {
+		t.Fatal(err)
+	}
+	mustPublish(t, a.broker, msg(Key{"acme", "marker"}, "marker"))
+	receive(t, marker, 1) // pub/sub is ordered: "late" would have come first
+	if len(sub.drain()) != 0 {
+		t.Fatal("unsubscribed node still received publications")
+	}
+	for _, node := range []redisNode{a, b} {
+		if v := testutil.ToFloat64(node.broker.m.reconnects); v != 0 {
+			t.Fatalf("reconnects = %v on a healthy connection pinged every 50ms", v)
+		}
+	}
+}
+
+func TestRedisTwoNodes(t *testing.T) {
+	t.Parallel()
+	testTwoNodes(t, false)
+}
+
+func TestRedisTwoNodesSharded(t *testing.T) {
+	t.Parallel()
+	testTwoNodes(t, true)
+}
+
+// pubsubClientID finds the id of the pub/sub connection named name.
+func pubsubClientID(t *testing.T, c *redis.Client, name string) string {
+	t.Helper()
+	list, err := c.ClientList(testCtx(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(list, "\n") {
+		if !strings.Contains(line, " name="+name+" ") || !strings.Contains(line, "flags=P") {
+			continue
+		}
+		for field := range strings.SplitSeq(line, " ") {
+			if id, ok := strings.CutPrefix(field, "id="); ok {
+				return id
+			}
+		}
+	}
+	t.Fatalf("no pub/sub client named %s in CLIENT LIST", name)
+	return ""
+}
+
+func TestRedisResyncAfterClientKill(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	name := "herald-test-" + testenv.Suffix()
+	node := newRedisNode(t, RedisConfig{URL: url + "?client_name=" + name, KeyPrefix: prefix})
+	publisher := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	key := Key{"acme", "kill"}
+	sub := resyncSub{newChanSub(100)}
+	if err := node.hub.Subscribe(testCtx(t), key, sub); err != nil {
+		t.Fatal(err)
+	}
+	first := mustPublish(t, publisher, msg(key, "before"))
+	receive(t, sub.chanSub, 1)
+
+	raw := rawRedis(t, url)
+	id := pubsubClientID(t, raw, name)
+	// Only this test's connection: other tests share the server.
+	if n, err := raw.Do(testCtx(t), "CLIENT", "KILL", "ID", id, "TYPE", "pubsub").Int(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL: %d, %v", n, err)
+	}
+	select {
+	case k := <-sub.resyncs:
+		if k != key {
+			t.Fatalf("resync for %v", k)
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("no resync after the pub/sub connection was killed")
+	}
+	if v := testutil.ToFloat64(node.broker.m.reconnects); v != 1 {
+		t.Fatalf("herald_redis_pubsub_reconnects_total = %v, want 1", v)
+	}
+	// The subscription is live again, and recovery fills any gap.
+	after := mustPublish(t, publisher, msg(key, "after"))
+	if got := receive(t, sub.chanSub, 1); got[0].Position() != after.Position {
+		t.Fatalf("after reconnect got %v, want %v", got[0].Position(), after.Position)
+	}
+	r := mustRecover(t, node.broker, key, first.Position)
+	if !r.Recovered || !equalOffsets(offsets(r.Publications), 2) {
+		t.Fatalf("recover after resync: %+v", r)
+	}
+}
+
+// freezingProxy forwards TCP to Redis until frozen: then the connections
+// open at that moment stop carrying bytes without closing (a half-open
+// link), while new connections work.
+type freezingProxy struct {
+	ln     net.Listener
+	target string
+	frozen chan struct{} // closed by freeze
+	conns  chan net.Conn
+}
+
+func newFreezingProxy(t *testing.T, target string) *freezingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezingProxy{ln: ln, target: target, frozen: make(chan struct{}), conns: make(chan net.Conn, 64)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		close(p.conns)
+		for c := range p.conns {
+			_ = c.Close()
+		}
+	})
+	return p
+}
+
+func (p *freezingProxy) serve(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.conns <- c
+	p.conns <- up
+	select {
+	case <-p.frozen:
+		// Opened after the freeze: forward normally.
+		go pipe(up, c, nil)
+		go pipe(c, up, nil)
+	default:
+		go pipe(up, c, p.frozen)
+		go pipe(c, up, p.frozen)
+	}
+}
+
+// pipe copies src to dst; once frozen is closed it keeps reading but
+// forwards nothing.
+func pipe(dst, src net.Conn, frozen chan struct{}) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+		if frozen != nil {
+			select {
+			case <-frozen:
+				continue
+			default:
+			}
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			_ = src.Close()
+			return
+		}
+	}
+}
+
+// TestRedisSilentConnectionReplaced: a pub/sub connection that stops
+// answering (no RST, no FIN) is pinged, then replaced, and its channels
+// resynced.
+func TestRedisSilentConnectionReplaced(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFreezingProxy(t, opt.Addr)
+	proxied := strings.Replace(url, opt.Addr, proxy.ln.Addr().String(), 1)
+	node := newRedisNode(t, RedisConfig{URL: proxied, KeyPrefix: prefix, HealthCheckInterval: 100 * time.Millisecond})
+	publisher := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	key := Key{"acme", "silent"}
+	sub := resyncSub{newChanSub(100)}
+	if err := node.hub.Subscribe(testCtx(t), key, sub); err != nil {
+		t.Fatal(err)
+	}
+	mustPublish(t, publisher, msg(key, "before"))
+	receive(t, sub.chanSub, 1)
+
+	close(proxy.frozen)
+	select {
+	case <-sub.resyncs:
+	case <-testCtx(t).Done():
+		t.Fatal("silent connection was not replaced")
+	}
+	after := mustPublish(t, publisher, msg(key, "after"))
+	// "before" may not come again; the next delivery is the new one.
+	if got := receive(t, sub.chanSub, 1); got[0].Position() != after.Position {
+		t.Fatalf("after replacement got %v, want %v", got[0].Position(), after.Position)
+	}
+}
+
+func TestRedisEpochChangesWhenHistoryLost(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	raw := rawRedis(t, url)
+
+	t.Run("stream deleted", func(t *testing.T) {
+		b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+		key := Key{"acme", "lost"}
+		var last Publication
+		for i := range 3 {
+			last = mustPublish(t, b, msg(key, fmt.Sprint(i)))
+		}
+		if err := raw.Del(testCtx(t), prefix+"{acme/lost}:stream").Err(); err != nil {
+			t.Fatal(err)
+		}
+		r := mustRecover(t, b, key, Position{1, last.Epoch})
+		if r.Recovered || r.Top.Epoch == last.Epoch || r.Top.Offset != 0 {
+			t.Fatalf("recover after the stream was lost: %+v", r)
+		}
+		p := mustPublish(t, b, msg(key, "new"))
+		if p.Offset != 1 || p.Epoch != r.Top.Epoch {
+			t.Fatalf("publication after loss at %v, want 1 in %s", p.Position, r.Top.Epoch)
+		}
+	})
+
+	t.Run("both keys deleted", func(t *testing.T) {
+		b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+		key := Key{"acme", "flushed"}
+		old := mustPublish(t, b, msg(key, "1"))
+		if err := raw.Del(testCtx(t), prefix+"{acme/flushed}:stream", prefix+"{acme/flushed}:meta").Err(); err != nil {
+			t.Fatal(err)
+		}
+		p := mustPublish(t, b, msg(key, "2"))
+		if p.Offset != 1 || p.Epoch == old.Epoch {
+			t.Fatalf("publication after flush at %v (old %v)", p.Position, old.Position)
+		}
+		if r := mustRecover(t, b, key, old.Position); r.Recovered || r.Top != p.Position {
+			t.Fatalf("recover from the old epoch: %+v", r)
+		}
+	})
+
+	t.Run("TTL expiry", func(t *testing.T) {
+		b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistoryTTL: 150 * time.Millisecond})
+		key := Key{"acme", "ttl"}
+		old := mustPublish(t, b, msg(key, "1"))
+		for _, k := range []string{prefix + "{acme/ttl}:stream", prefix + "{acme/ttl}:meta"} {
+			if ttl := raw.PTTL(testCtx(t), k).Val(); ttl <= 0 || ttl > 150*time.Millisecond {
+				t.Fatalf("PTTL %s = %v, want (0, 150ms]", k, ttl)
+			}
+		}
+		ctx := testCtx(t)
+		for raw.Exists(ctx, prefix+"{acme/ttl}:meta").Val() != 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("keys did not expire")
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		r := mustRecover(t, b, key, old.Position)
+		if r.Recovered || r.Top.Epoch == old.Epoch {
+			t.Fatalf("recover after expiry: %+v", r)
+		}
+	})
+}
+
+func TestRedisHistoryTrimmedExactly(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: 5})
+	key := Key{"acme", "trim"}
+	for i := range 200 {
+		mustPublish(t, b, msg(key, fmt.Sprint(i)))
+	}
+	if n := rawRedis(t, url).XLen(testCtx(t), prefix+"{acme/trim}:stream").Val(); n != 5 {
+		t.Fatalf("XLEN = %d, want 5", n)
+	}
+}
+
+func TestRedisPingFailsOnClosedPort(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	b := newTestRedisBroker(t, RedisConfig{URL: "redis://" + addr + "/0?dial_timeout=1s&max_retries=-1"})
+	if err := b.Ping(testCtx(t)); err == nil {
+		t.Fatal("ping of a closed port succeeded")
+	}
+	// Subscribe waits for the connection until its context ends, then
+	// leaves nothing behind.
+	if err := b.Start(context.Background(), newRecorder()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := b.Subscribe(ctx, Key{"acme", "x"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("subscribe without Redis: %v", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.topics) != 0 {
+		t.Fatalf("topics left after a failed subscribe: %v", b.topics)
+	}
+}
+
+func TestRedisLifecycle(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	key := Key{"acme", "life"}
+	if err := b.Subscribe(testCtx(t), key); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("subscribe before start: %v", err)
+	}
+	if p := mustPublish(t, b, msg(key, "early")); p.Offset != 1 {
+		t.Fatalf("publish before start: %v", p.Position)
+	}
+	if err := b.Ping(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder() // a plain Handler, not a PreparedHandler
+	if err := b.Start(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background(), newRecorder()); !errors.Is(err, ErrAlreadyStarted) {
+		t.Fatalf("second start: %v", err)
+	}
+	if err := b.Subscribe(testCtx(t), key); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Subscribe(testCtx(t), key); err != nil { // already subscribed
+		t.Fatal(err)
+	}
+	live := mustPublish(t, b, msg(key, "live"))
+	got := rec.waitFor(t, "the live publication", func(p []Publication) bool { return len(p) == 1 })
+	if got[0].Key != key || got[0].Position != live.Position || got[0].ID != "live" {
+		t.Fatalf("handler got %+v, want %+v", got[0], live)
+	}
+	b.Stop()
+	b.Stop()
+	if _, err := b.Publish(testCtx(t), msg(key, "late")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("publish after stop: %v", err)
+	}
+	if err := b.Subscribe(testCtx(t), key); !errors.Is(err, ErrStopped) {
+		t.Fatalf("subscribe after stop: %v", err)
+	}
+	if err := b.Ping(testCtx(t)); !errors.Is(err, ErrStopped) {
+		t.Fatalf("ping after stop: %v", err)
+	}
+
+	never := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	never.Stop()
+	if err := never.Start(context.Background(), newRecorder()); !errors.Is(err, ErrStopped) {
+		t.Fatalf("start after stop: %v", err)
+	}
+}
+
+// TestRedisDecodeErrorsCounted: foreign or forged messages on a channel's
+// topic are dropped and counted; the channel keeps working.
+func TestRedisDecodeErrorsCounted(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	node := newRedisNode(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	key := Key{"acme", "noise"}
+	sub := newChanSub(10)
+	if err := node.hub.Subscribe(testCtx(t), key, sub); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawRedis(t, url)
+	topic := prefix + "{acme/noise}:pub"
+	forged := "other\n" + string(NewPrepared(Publication{
+		Message:  msg(Key{"other", "noise"}, "forged"),
+		Position: Position{1, "e"},
+	}).JSON())
+	for _, payload := range []string{"no newline", "acme\n{not json", forged} {
+		if err := raw.Publish(testCtx(t), topic, payload).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := mustPublish(t, node.broker, msg(key, "good"))
+	if got := receive(t, sub, 1); got[0].Position() != good.Position {
+		t.Fatalf("got %v, want %v", got[0].Position(), good.Position)
+	}
+	if v := testutil.ToFloat64(node.broker.m.decodeErrors); v != 3 {
+		t.Fatalf("herald_redis_pubsub_decode_errors_total = %v, want 3", v)
+	}
+	if v := testutil.ToFloat64(node.broker.m.messages); v != 4 {
+		t.Fatalf("herald_redis_pubsub_messages_total = %v, want 4", v)
+	}
+}

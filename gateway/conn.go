@@ -1,0 +1,381 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
+)
+
+// finalWriteTimeout bounds writing the last event of a closing connection.
+const finalWriteTimeout = 2 * time.Second
+
+// sink is what a transport gives the connection core: buffered writes of the
+// transport's frames, a flush, and a deadline. Only the connection's writer
+// calls its methods, except abort.
+type sink interface {
+	// setDeadline sets the deadline of the writes and flush that follow.
+	setDeadline(t time.Time) error
+	// publication buffers one publication; pos already includes it.
+	publication(p *fanout.Prepared, pos *positions) error
+	// heartbeat buffers a keep-alive frame.
+	heartbeat() error
+	// final buffers the last frames of a connection closed for r, telling the
+	// client whether and when (delay) to reconnect.
+	final(r Reason, delay time.Duration) error
+	// flush sends what is buffered.
+	flush() error
+	// abort interrupts a write blocked on the client. Any goroutine may call
+	// it; the frame being written is lost, so nothing more is written after.
+	abort()
+}
+
+// Conn is one realtime connection, whatever its transport. The hub delivers
+// to it through Deliver, which never blocks; one writer drains its queue.
+type Conn struct {
+	srv       *Server
+	id        uint64
+	transport string
+	claims    *auth.Claims
+	queue     *sendQueue
+	pos       *positions // writer only
+	keys      []fanout.Key
+	opened    time.Time
+	remote    string
+
+	deliveries interface{ Add(float64) } // herald_deliveries_total{transport}
+
+	abortMu sync.Mutex
+	abortFn func()
+
+	resyncMu   sync.Mutex
+	resyncKeys []fanout.Key
+	resyncCh   chan struct{} // capacity 1: "resyncKeys is not empty"
+
+	closeOnce sync.Once
+	done      chan struct{}
+	reason    Reason        // set before done is closed
+	delay     time.Duration // reconnect delay to announce; set before done is closed
+}
+
+func (s *Server) newConn(transport string, claims *auth.Claims, remote string) *Conn {
+	return &Conn{
+		srv:       s,
+		id:        s.nextConnID.Add(1),
+		transport: transport,
+		claims:    claims,
+		queue:     newSendQueue(s.cfg.QueueMaxBytes, s.cfg.QueueMaxMessages),
+		pos:       newPositions(claims.Tenant, 4),
+		opened:    time.Now(),
+		remote:    remote,
+		done:      make(chan struct{}),
+		resyncCh:  make(chan struct{}, 1),
+
+		deliveries: s.metrics.deliveries.WithLabelValues(transport),
+	}
+}
+
+var _ fanout.ResyncSubscriber = (*Conn)(nil)
+
+// Deliver implements fanout.Subscriber: a non-blocking enqueue. A full queue
+// closes the connection with ReasonSlow.
+func (c *Conn) Deliver(p *fanout.Prepared) {
+	if c.queue.push(p) == pushFull {
+		c.srv.metrics.queueDropped.Inc()
+		c.Close(ReasonSlow, 0)
+	}
+}
+
+// Resync implements fanout.ResyncSubscriber: publications of key may have
+// been lost on their way to this node. It never blocks; the writer recovers
+// the channel from the last position it wrote and drops repeats by offset,
+// or closes the connection with ReasonInsufficientState when the history
+// cannot fill the gap.
+func (c *Conn) Resync(key fanout.Key) {
+	if key.Tenant != c.claims.Tenant {
+		return
+	}
+	c.resyncMu.Lock()
+	if !slices.Contains(c.resyncKeys, key) {
+		c.resyncKeys = append(c.resyncKeys, key)
+	}
+	c.resyncMu.Unlock()
+	select {
+	case c.resyncCh <- struct{}{}:
+	default:
+	}
+}
+
+// Close ends the connection for r, announcing delay as the reconnect delay
+// where the transport can still say so. The first call decides the reason;
+// later calls do nothing. It never blocks.
+func (c *Conn) Close(r Reason, delay time.Duration) {
+	c.closeOnce.Do(func() {
+		c.reason, c.delay = r, delay
+		c.queue.close()
+		close(c.done)
+		if r.Code == ReasonSlow.Code {
+			c.abortMu.Lock()
+			if c.abortFn != nil {
+				c.abortFn()
+			}
+			c.abortMu.Unlock()
+		}
+	})
+}
+
+// Done is closed once the connection is closing; Reason is then valid.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Reason is why the connection closed; valid once Done is closed.
+func (c *Conn) Reason() Reason {
+	<-c.done
+	return c.reason
+}
+
+func (c *Conn) closed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// setAbort installs the transport's abort before the connection can be
+// closed as slow; setAbort(nil) before the transport's writer is gone waits
+// for an abort in progress, so none reaches a finished response.
+func (c *Conn) setAbort(f func()) {
+	c.abortMu.Lock()
+	c.abortFn = f
+	c.abortMu.Unlock()
+}
+
+// subscription is the outcome of subscribing a connection to one channel.
+type subscription struct {
+	channel string
+	// recovered is true when since was given and the history held every
+	// publication after it; pubs then holds them, in order.
+	recovered bool
+	pubs      []fanout.Publication
+	// top is the channel's position when the subscription began.
+	top fanout.Position
+}
+
+// noEpoch is an epoch no broker produces: recovering from it yields the
+// channel's top and no publications.
+const noEpoch = "\x00herald-live"
+
+// subscribe subscribes the connection to channel on the hub and only then
+// asks the broker for history, so a publication is either in the recovered
+// history, in the queue, or in both (the writer drops the repeat); never in
+// neither. since == nil starts live. The writer must not run concurrently.
+func (c *Conn) subscribe(ctx context.Context, channel string, since *fanout.Position) (subscription, error) {
+	key := fanout.Key{Tenant: c.claims.Tenant, Channel: channel}
+	if err := c.srv.deps.Hub.Subscribe(ctx, key, c); err != nil {
+		return subscription{}, err
+	}
+	c.keys = append(c.keys, key)
+	ask := fanout.Position{Epoch: noEpoch}
+	if since != nil {
+		ask = *since
+	}
+	rec, err := c.srv.deps.Broker.Recover(ctx, key, ask)
+	if err != nil {
+		return subscription{}, err
+	}
+	sub := subscription{channel: channel, top: rec.Top}
+	if since != nil && rec.Recovered {
+		sub.recovered, sub.pubs = true, rec.Publications
+		c.pos.add(channel, *since)
+	} else {
+		c.pos.add(channel, rec.Top)
+	}
+	return sub, nil
+}
+
+// unsubscribeAll removes the connection from the hub.
+func (c *Conn) unsubscribeAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, k := range c.keys {
+		if err := c.srv.deps.Hub.Unsubscribe(ctx, k, c); err != nil {
+			c.srv.connLog.Log(slog.LevelWarn, "gateway: unsubscribe failed",
+				slog.Uint64("conn", c.id), slog.String("channel", k.Channel), slog.String("error", err.Error()))
+		}
+	}
+	c.keys = nil
+}
+
+// writer drains the connection's queue into s until the connection closes
+// or ctx (the client's request) ends: it takes everything queued, writes it
+// as one batch under one deadline, and flushes only when the queue is empty.
+// It also writes heartbeats and closes the connection when its token
+// expires. On exit it writes the final frames when the stream is intact.
+func (c *Conn) writer(ctx context.Context, s sink) {
+	cfg := &c.srv.cfg
+	heartbeat := time.NewTicker(cfg.HeartbeatInterval)
+	defer heartbeat.Stop()
+	var expired <-chan time.Time // nil: the token has no expiry
+	if !c.claims.ExpiresAt.IsZero() {
+		expiry := time.NewTimer(time.Until(c.claims.ExpiresAt))
+		defer expiry.Stop()
+		expired = expiry.C
+	}
+
+	var batch []*fanout.Prepared
+	intact := true
+	for intact && !c.closed() {
+		var err error
+		select {
+		case <-ctx.Done():
+			c.Close(ReasonClientClosed, 0)
+			return
+		case <-c.done:
+		case <-c.queue.ready:
+			batch, err = c.drain(s, batch)
+		case <-c.resyncCh:
+			err = c.resync(ctx, s)
+		case <-heartbeat.C:
+			if err = s.setDeadline(time.Now().Add(cfg.WriteTimeout)); err == nil {
+				if err = s.heartbeat(); err == nil {
+					err = s.flush()
+				}
+			}
+		case <-expired:
+			c.Close(ReasonTokenExpired, 0)
+		}
+		if err != nil {
+			intact = false
+			c.Close(writeErrorReason(ctx, err), 0)
+		}
+	}
+	if !intact || !c.reason.tellsClient() {
+		return
+	}
+	t := min(cfg.WriteTimeout, finalWriteTimeout)
+	if s.setDeadline(time.Now().Add(t)) == nil && s.final(c.reason, c.delay) == nil {
+		_ = s.flush()
+	}
+}
+
+// drain writes batches until the queue is empty, then flushes.
+func (c *Conn) drain(s sink, spare []*fanout.Prepared) ([]*fanout.Prepared, error) {
+	written := false
+	for !c.closed() {
+		batch := c.queue.take(spare)
+		spare = batch
+		if len(batch) == 0 {
+			if written {
+				return spare, s.flush()
+			}
+			return spare, nil
+		}
+		if err := s.setDeadline(time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
+			return spare, err
+		}
+		n := 0
+		for _, p := range batch {
+			if !c.pos.admit(p.Key(), p.Position()) {
+				continue
+			}
+			if err := s.publication(p, c.pos); err != nil {
+				return spare, err
+			}
+			n++
+		}
+		c.queue.release(batch)
+		if n > 0 {
+			c.deliveries.Add(float64(n))
+			written = true
+		}
+	}
+	return spare, nil
+}
+
+// resync recovers every channel Resync named from the last position written
+// to the client.
+func (c *Conn) resync(ctx context.Context, s sink) error {
+	c.resyncMu.Lock()
+	keys := c.resyncKeys
+	c.resyncKeys = nil
+	c.resyncMu.Unlock()
+	written := false
+	for _, key := range keys {
+		i, ok := c.pos.index[key.Channel]
+		if !ok {
+			continue
+		}
+		rec, err := c.srv.deps.Broker.Recover(ctx, key, c.pos.entries[i].pos)
+		if err != nil && ctx.Err() != nil {
+			c.Close(ReasonClientClosed, 0)
+			return nil
+		}
+		if err != nil {
+			c.srv.connLog.Log(slog.LevelError, "gateway: resync recover failed",
+				slog.Uint64("conn", c.id), slog.String("channel", key.Channel), slog.String("error", err.Error()))
+			c.Close(ReasonServerError, 0)
+			return nil
+		}
+		if !rec.Recovered {
+			c.Close(ReasonInsufficientState, 0)
+			return nil
+		}
+		if len(rec.Publications) == 0 {
+			continue
+		}
+		if err := s.setDeadline(time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
+			return err
+		}
+		n, err := c.writeRecovered(s, rec.Publications)
+		if err != nil {
+			return err
+		}
+		written = written || n > 0
+	}
+	if written {
+		return s.flush()
+	}
+	return nil
+}
+
+// writeRecovered buffers the recovered publications the client does not
+// have yet, in order, and returns how many it wrote.
+func (c *Conn) writeRecovered(s sink, pubs []fanout.Publication) (int, error) {
+	n := 0
+	for i := range pubs {
+		p := &pubs[i]
+		if !c.pos.admit(p.Key, p.Position) {
+			continue
+		}
+		if err := s.publication(fanout.NewPrepared(*p), c.pos); err != nil {
+			c.deliveries.Add(float64(n))
+			return n, err
+		}
+		n++
+	}
+	c.deliveries.Add(float64(n))
+	return n, nil
+}
+
+// writeErrorReason classifies a failed write.
+func writeErrorReason(ctx context.Context, err error) Reason {
+	switch {
+	case ctx.Err() != nil:
+		return ReasonClientClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return ReasonWriteTimeout
+	}
+	return ReasonClientClosed
+}
+
+// tellsClient reports whether a connection closed for r gets a final event.
+func (r Reason) tellsClient() bool {
+	return r.Code != ReasonClientClosed.Code && r.Code != ReasonWriteTimeout.Code
+}

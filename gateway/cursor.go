@@ -1,0 +1,237 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/heraldgw/herald/fanout"
+)
+
+// A cursor is the opaque resume position of a stream: for every channel of
+// the stream, the epoch and offset of the last publication written (or the
+// channel's position when the stream began). It is carried as the SSE id.
+//
+// Format, version 1 (base64url without padding of):
+//
+//	byte     version (1)
+//	uvarint  number of distinct epochs E
+//	E times: uvarint length, epoch bytes (at most 255)
+//	uvarint  number of entries N
+//	N times: 4 bytes  FNV-1a 32 of "tenant/channel", big endian
+//	         uvarint  index of the entry's epoch in the epoch table
+//	         uvarint  offset
+//
+// Channels are identified only by the hash, so a cursor made for another
+// tenant or another channel list maps nothing (those channels start live),
+// and epochs shared by many channels are stored once.
+const (
+	cursorVersion    = 1
+	maxCursorLen     = 16 << 10 // encoded characters
+	maxCursorEntries = 4096
+	maxEpochLen      = 255
+)
+
+// cursorEntry is one channel's position in a cursor.
+type cursorEntry struct {
+	hash uint32
+	pos  fanout.Position
+}
+
+// channelHash identifies a channel inside a cursor.
+func channelHash(key fanout.Key) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key.Tenant))
+	_, _ = h.Write([]byte{'/'})
+	_, _ = h.Write([]byte(key.Channel))
+	return h.Sum32()
+}
+
+// cursor is a parsed resume position.
+type cursor []cursorEntry
+
+// lookup returns the position stored for key.
+func (c cursor) lookup(key fanout.Key) (fanout.Position, bool) {
+	h := channelHash(key)
+	for _, e := range c {
+		if e.hash == h {
+			return e.pos, true
+		}
+	}
+	return fanout.Position{}, false
+}
+
+// appendCursor appends the binary (not yet base64) form of entries to dst.
+// epochs is scratch space reused between calls.
+func appendCursor(dst []byte, entries []cursorEntry, epochs []string) ([]byte, []string) {
+	epochs = epochs[:0]
+	for _, e := range entries {
+		if indexOf(epochs, e.pos.Epoch) < 0 {
+			epochs = append(epochs, e.pos.Epoch)
+		}
+	}
+	dst = append(dst, cursorVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(epochs)))
+	for _, ep := range epochs {
+		if len(ep) > maxEpochLen {
+			ep = ep[:maxEpochLen] // never produced by a sane broker; keeps the cursor parseable
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(ep)))
+		dst = append(dst, ep...)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(entries)))
+	for _, e := range entries {
+		dst = binary.BigEndian.AppendUint32(dst, e.hash)
+		dst = binary.AppendUvarint(dst, uint64(indexOf(epochs, e.pos.Epoch)))
+		dst = binary.AppendUvarint(dst, e.pos.Offset)
+	}
+	return dst, epochs
+}
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// cursorEncoder encodes a connection's cursors into reused buffers, so
+// writing an id costs no allocation once the buffers have grown.
+type cursorEncoder struct {
+	raw    []byte
+	text   []byte
+	epochs []string
+}
+
+// encode returns the textual cursor of entries; the bytes are valid until
+// the next call.
+func (e *cursorEncoder) encode(entries []cursorEntry) []byte {
+	e.raw, e.epochs = appendCursor(e.raw[:0], entries, e.epochs)
+	n := base64.RawURLEncoding.EncodedLen(len(e.raw))
+	if cap(e.text) < n {
+		e.text = make([]byte, n)
+	}
+	e.text = e.text[:n]
+	base64.RawURLEncoding.Encode(e.text, e.raw)
+	return e.text
+}
+
+// parseCursor decodes a textual cursor. It never panics.
+func parseCursor(s string) (cursor, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("gateway: %w: "+format, append([]any{ErrBadCursor}, a...)...)
+	}
+	if s == "" {
+		return nil, bad("empty")
+	}
+	if len(s) > maxCursorLen {
+		return nil, bad("longer than %d characters", maxCursorLen)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, bad("not base64url: %v", err)
+	}
+	r := cursorReader{b: raw}
+	if v := r.byte(); r.err == nil && v != cursorVersion {
+		return nil, bad("unknown version %d", v)
+	}
+	nEpochs := r.count("epoch count", maxCursorEntries)
+	epochs := make([]string, 0, min(nEpochs, 64))
+	for i := 0; i < nEpochs && r.err == nil; i++ {
+		n := r.count("epoch length", maxEpochLen)
+		epochs = append(epochs, string(r.bytes(n)))
+	}
+	nEntries := r.count("entry count", maxCursorEntries)
+	entries := make(cursor, 0, min(nEntries, 128))
+	for i := 0; i < nEntries && r.err == nil; i++ {
+		var e cursorEntry
+		e.hash = r.uint32()
+		idx := r.count("epoch index", maxCursorEntries)
+		e.pos.Offset = r.uvarint()
+		if r.err != nil {
+			break
+		}
+		if idx >= len(epochs) {
+			return nil, bad("entry %d names epoch %d of %d", i, idx, len(epochs))
+		}
+		e.pos.Epoch = epochs[idx]
+		for _, prev := range entries {
+			if prev.hash == e.hash {
+				return nil, bad("entry %d repeats a channel", i)
+			}
+		}
+		entries = append(entries, e)
+	}
+	if r.err != nil {
+		return nil, bad("%v", r.err)
+	}
+	if len(r.b) != 0 {
+		return nil, bad("%d trailing bytes", len(r.b))
+	}
+	return entries, nil
+}
+
+// cursorReader consumes a byte slice; the first failure sticks in err.
+type cursorReader struct {
+	b   []byte
+	err error
+}
+
+func (r *cursorReader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) < 1 {
+		r.err = fmt.Errorf("truncated")
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *cursorReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = fmt.Errorf("truncated or overlong number")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *cursorReader) count(what string, limit int) int {
+	v := r.uvarint()
+	if r.err == nil && v > uint64(limit) {
+		r.err = fmt.Errorf("%s %d exceeds %d", what, v, limit)
+		return 0
+	}
+	return int(v)
+}
+
+func (r *cursorReader) bytes(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if len(r.b) < n {
+		r.err = fmt.Errorf("truncated")
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *cursorReader) uint32() uint32 {
+	b := r.bytes(4)
+	if r.err != nil {
+		return 0
+	}
+	return binary.BigEndian.Uint32(b)
+}

@@ -1,0 +1,16 @@
+// Package gateway is Herald's HTTP server: the SSE transport (and, later, the
+// WebSocket one), health and readiness probes, Prometheus metrics and the
+// demo page.
+//
+// Every stream is a connection (conn.go) with one bounded send queue
+// (queue.go) that the fan-out hub fills with a non-blocking enqueue, and one
+// writer that drains it, writes a batch and flushes only when the queue is
+// empty. A connection that falls behind its bound is closed with the reason
+// "slow"; every close has a typed Reason (reasons.go) that is a metric label,
+// a log field and, where the stream can still carry it, a final "disconnect"
+// event telling the client whether and when to reconnect.
+//
+// A stream's resume position is an opaque cursor (cursor.go) covering every
+// channel of the stream; a client that presents it gets every missed
+// publication in order, or is told recovered:false and nothing partial.
+package gateway

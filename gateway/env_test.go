@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+var testSecret = []byte("gateway-test-secret")
+
+// testEnv is a gateway on 127.0.0.1:0 over a real MemoryBroker and Hub.
+type testEnv struct {
+	t      *testing.T
+	srv    *Server
+	base   string
+	broker *fanout.MemoryBroker
+	hub    *fanout.Hub
+	reg    *prometheus.Registry
+	client *http.Client
+	logs   *syncBuffer
+}
+
+type envOptions struct {
+	cfg         Config
+	history     int
+	readyChecks []ReadyCheck
+	deps        func(*Deps)
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newEnv(t *testing.T, o envOptions) *testEnv {
+	t.Helper()
+	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.history})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := broker.Start(context.Background(), hub); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Stop)
+
+	logs := &syncBuffer{}
+	reg := prometheus.NewRegistry()
+	cfg := o.cfg
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	deps := Deps{
+		Verifier:    auth.NewHMACVerifier(testSecret, 0),
+		Authorizer:  &subscriptions.Authorizer{},
+		Broker:      broker,
+		Hub:         hub,
+		ReadyChecks: o.readyChecks,
+		Logger:      slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Registerer:  reg,
+	}
+	if o.deps != nil {
+		o.deps(&deps)
+	}
+	srv, err := New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{DisableKeepAlives: true}
+	e := &testEnv{
+		t: t, srv: srv, base: "http://" + srv.Addr(), broker: broker, hub: hub, reg: reg,
+		client: &http.Client{Transport: tr}, logs: logs,
+	}
+	t.Cleanup(func() {
+		srv.Stop()
+		tr.CloseIdleConnections()
+	})
+	return e
+}
+
+// token mints a token for tenant and subject with grants, valid for an hour.
+func (e *testEnv) token(tenant, sub string, grants ...string) string {
+	e.t.Helper()
+	return e.tokenExp(tenant, sub, time.Now().Add(time.Hour), grants...)
+}
+
+func (e *testEnv) tokenExp(tenant, sub string, exp time.Time, grants ...string) string {
+	e.t.Helper()
+	tok, err := auth.MintHS256(testSecret, auth.Claims{
+		Subject: sub, Tenant: tenant, Subscribe: grants, ExpiresAt: exp,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tok
+}
+
+// request is one GET to the gateway.
+type request struct {
+	path   string
+	query  url.Values
+	bearer string
+	// authorization is a raw Authorization header (instead of bearer).
+	authorization string
+	cookie        string
+	lastID        string
+}
+
+func (e *testEnv) do(r request) (*http.Response, context.CancelFunc) {
+	e.t.Helper()
+	u := e.base + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	if r.authorization != "" {
+		req.Header.Set("Authorization", r.authorization)
+	}
+	if r.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+r.bearer)
+	}
+	if r.cookie != "" {
+		req.AddCookie(&http.Cookie{Name: DefaultCookieName, Value: r.cookie})
+	}
+	if r.lastID != "" {
+		req.Header.Set("Last-Event-ID", r.lastID)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		cancel()
+		e.t.Fatalf("GET %s: %v", r.path, err)
+	}
+	return resp, cancel
+}
+
+// open starts a stream that must be accepted.
+func (e *testEnv) open(r request) *sseStream {
+	e.t.Helper()
+	if r.path == "" {
+		r.path = "/v1/sse"
+	}
+	resp, cancel := e.do(r)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		e.t.Fatalf("GET %s: status %d: %s", r.path, resp.StatusCode, b)
+	}
+	s := newSSEStream(resp, cancel)
+	e.t.Cleanup(s.close)
+	return s
+}
+
+// stream opens /v1/sse for channels with a bearer token and reads up to
+// the subscribed events.
+func (e *testEnv) stream(token string, channels ...string) *sseStream {
+	e.t.Helper()
+	s := e.open(request{bearer: token, query: url.Values{"channel": channels}})
+	if ev := s.next(e.t, 5*time.Second); ev.Retry == "" {
+		e.t.Fatalf("first block is not the retry field: %+v", ev)
+	}
+	for range channels {
+		s.subscribed(e.t)
+	}
+	return s
+}
+
+// refused does a request that must be refused with status and code.
+func (e *testEnv) refused(r request, status int, code string) string {
+	e.t.Helper()
+	if r.path == "" {
+		r.path = "/v1/sse"
+	}
+	resp, cancel := e.do(r)
+	defer cancel()
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != status {
+		e.t.Fatalf("GET %s?%s: status %d, want %d: %s", r.path, r.query.Encode(), resp.StatusCode, status, b)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		e.t.Fatalf("Content-Type %q, want application/json", ct)
+	}
+	var body errorBody
+	if err := json.Unmarshal(b, &body); err != nil {
+		e.t.Fatalf("body %s: %v", b, err)
+	}
+	if body.Error.Code != code || body.Error.Message == "" {
+		e.t.Fatalf("error %+v, want code %q and a message", body.Error, code)
+	}
+	return body.Error.Message
+}
+
+// publish publishes one message and returns its publication.
+func (e *testEnv) publish(tenant, channel string, data string) fanout.Publication {
+	e.t.Helper()
+	p, err := e.broker.Publish(context.Background(), fanout.Message{
+		ID:            fmt.Sprintf("m-%d", time.Now().UnixNano()),
+		Key:           fanout.Key{Tenant: tenant, Channel: channel},
+		Type:          "order.updated",
+		SchemaVersion: 1,
+		Data:          json.RawMessage(data),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// counter reads the value of one counter or gauge series.
+func (e *testEnv) counter(m prometheus.Metric) float64 {
+	e.t.Helper()
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		e.t.Fatal(err)
+	}
+	switch {
+	case out.Counter != nil:
+		return out.Counter.GetValue()
+	case out.Gauge != nil:
+		return out.Gauge.GetValue()
+	}
+	e.t.Fatalf("not a counter or gauge: %v", m.Desc())
+	return 0
+}
+
+// get fetches path and returns status and body.
+func (e *testEnv) get(path string) (int, http.Header, string) {
+	e.t.Helper()
+	resp, cancel := e.do(request{path: path})
+	defer cancel()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func q(kv ...string) url.Values {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Add(kv[i], kv[i+1])
+	}
+	return v
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// mintWith mints a valid-looking token with another secret.
+func mintWith(secret []byte, tenant string) (string, error) {
+	return auth.MintHS256(secret, auth.Claims{
+		Subject: "u1", Tenant: tenant, Subscribe: []string{"**"}, ExpiresAt: time.Now().Add(time.Hour),
+	})
+}
+
+func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }

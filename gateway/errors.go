@@ -1,0 +1,14 @@
+package gateway
+
+import "errors"
+
+var (
+	// ErrBadCursor is wrapped by every resume-cursor parse error.
+	ErrBadCursor = errors.New("bad cursor")
+	// ErrInvalidConfig is wrapped by every Config or Deps validation error.
+	ErrInvalidConfig = errors.New("invalid config")
+	// ErrStarted is returned by Start on a server that was already started.
+	ErrStarted = errors.New("server already started")
+	// ErrStopped is returned by Start on a server that was stopped.
+	ErrStopped = errors.New("server stopped")
+)

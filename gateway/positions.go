@@ -1,0 +1,72 @@
+package gateway
+
+import "github.com/heraldgw/herald/fanout"
+
+// positions tracks, for every channel of one connection, the position of
+// the last publication written to it (or where its subscription began). It
+// filters out what the client already has, and is the content of the
+// stream's cursor. Only the connection's writer touches it.
+type positions struct {
+	tenant  string
+	entries []cursorEntry // in subscription order; the cursor's entries
+	index   map[string]int
+	names   []string // channel of entries[i]
+}
+
+func newPositions(tenant string, capacity int) *positions {
+	return &positions{
+		tenant:  tenant,
+		entries: make([]cursorEntry, 0, capacity),
+		index:   make(map[string]int, capacity),
+		names:   make([]string, 0, capacity),
+	}
+}
+
+// add starts tracking channel at pos. It reports false if the channel is
+// already tracked.
+func (ps *positions) add(channel string, pos fanout.Position) bool {
+	if _, ok := ps.index[channel]; ok {
+		return false
+	}
+	ps.index[channel] = len(ps.entries)
+	ps.entries = append(ps.entries, cursorEntry{
+		hash: channelHash(fanout.Key{Tenant: ps.tenant, Channel: channel}),
+		pos:  pos,
+	})
+	ps.names = append(ps.names, channel)
+	return true
+}
+
+// remove stops tracking channel.
+func (ps *positions) remove(channel string) {
+	i, ok := ps.index[channel]
+	if !ok {
+		return
+	}
+	delete(ps.index, channel)
+	ps.entries = append(ps.entries[:i], ps.entries[i+1:]...)
+	ps.names = append(ps.names[:i], ps.names[i+1:]...)
+	for j := i; j < len(ps.names); j++ {
+		ps.index[ps.names[j]] = j
+	}
+}
+
+// admit reports whether the publication of key at pos should be written:
+// its channel is tracked and it is newer than what the client has (a later
+// offset in the same epoch, or any offset in a new epoch). An admitted
+// publication advances the channel's position.
+func (ps *positions) admit(key fanout.Key, pos fanout.Position) bool {
+	if key.Tenant != ps.tenant {
+		return false
+	}
+	i, ok := ps.index[key.Channel]
+	if !ok {
+		return false
+	}
+	cur := &ps.entries[i].pos
+	if pos.Epoch == cur.Epoch && pos.Offset <= cur.Offset {
+		return false
+	}
+	*cur = pos
+	return true
+}

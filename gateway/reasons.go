@@ -1,0 +1,65 @@
+package gateway
+
+import "net/http"
+
+// Reason says why a connection was closed or a stream refused. Its Code is a
+// metric label, a log field, the "reason" of the final disconnect event and
+// the error code of a refused request.
+type Reason struct {
+	// Code is a stable snake_case identifier.
+	Code string
+	// Reconnect tells the client whether reconnecting can succeed without
+	// changing anything (a fresh token counts as changing something).
+	Reconnect bool
+	// Status is the HTTP status of a request refused for this reason.
+	Status int
+	// Message describes the reason to a human.
+	Message string
+}
+
+// String returns Code.
+func (r Reason) String() string { return r.Code }
+
+// The reasons a connection ends or a stream is refused.
+var (
+	// ReasonShutdown: the server is stopping; reconnect after the delay given
+	// in the disconnect event (to another node behind the load balancer).
+	ReasonShutdown = Reason{"shutdown", true, http.StatusServiceUnavailable, "server is shutting down"}
+	// ReasonSlow: the client fell behind its send-queue bound; reconnect
+	// with the last cursor to recover what was missed from history.
+	ReasonSlow = Reason{"slow", true, 0, "client fell behind its send queue bound"}
+	// ReasonTokenExpired: the token expired (at connect or during the
+	// stream); fetch a fresh token, then reconnect.
+	ReasonTokenExpired = Reason{"token_expired", true, http.StatusUnauthorized, "token expired"}
+	// ReasonUnauthorized: no token, or one that does not verify. Do not
+	// reconnect with the same credentials.
+	ReasonUnauthorized = Reason{"unauthorized", false, http.StatusUnauthorized, "missing or invalid token"}
+	// ReasonForbidden: a requested channel is not allowed. Do not reconnect
+	// with the same channels.
+	ReasonForbidden = Reason{"forbidden", false, http.StatusForbidden, "channel not allowed"}
+	// ReasonBadRequest: a malformed request (channel name, channel count,
+	// cursor). Do not reconnect with the same request.
+	ReasonBadRequest = Reason{"bad_request", false, http.StatusBadRequest, "bad request"}
+	// ReasonTooManyConnections: the host is at its connection bound;
+	// reconnect after a backoff.
+	ReasonTooManyConnections = Reason{"too_many_connections", true, http.StatusServiceUnavailable, "too many connections on this host"}
+	// ReasonServerError: an internal failure (broker or authorizer error);
+	// reconnect after a backoff.
+	ReasonServerError = Reason{"server_error", true, http.StatusInternalServerError, "internal server error"}
+	// ReasonInsufficientState: publications were lost on their way to this
+	// node and the history no longer holds them; reconnect with the last
+	// cursor (the stream then says recovered:false for the channel).
+	ReasonInsufficientState = Reason{"insufficient_state", true, 0, "publications were lost and the history cannot fill the gap"}
+	// ReasonClientClosed: the client went away. Nothing is sent.
+	ReasonClientClosed = Reason{"client_closed", true, 0, "client closed the connection"}
+	// ReasonWriteTimeout: a batch could not be written within WriteTimeout
+	// (a stalled network or client); reconnect with the last cursor.
+	ReasonWriteTimeout = Reason{"write_timeout", true, 0, "write timed out"}
+)
+
+// Reasons lists every Reason, for docs and for pre-creating metric series.
+var Reasons = []Reason{
+	ReasonShutdown, ReasonSlow, ReasonTokenExpired, ReasonUnauthorized,
+	ReasonForbidden, ReasonBadRequest, ReasonTooManyConnections,
+	ReasonServerError, ReasonInsufficientState, ReasonClientClosed, ReasonWriteTimeout,
+}

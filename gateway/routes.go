@@ -1,0 +1,135 @@
+package gateway
+
+import (
+	"io/fs"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes builds the gateway's handler.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/sse", methods(s.handleSSE, http.MethodGet))
+	mux.Handle("/healthz", methods(s.handleHealthz, http.MethodGet, http.MethodHead))
+	mux.Handle("/readyz", methods(s.handleReadyz, http.MethodGet, http.MethodHead))
+	mux.Handle("/metrics", methods(s.handleMetrics(), http.MethodGet, http.MethodHead))
+	mux.Handle("/client/herald.js", methods(s.handleClientJS, http.MethodGet, http.MethodHead))
+	mux.Handle("/{$}", methods(handleDemo, http.MethodGet, http.MethodHead))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such path")
+	})
+	return s.countRequests(mux)
+}
+
+// methods answers 405 with a JSON body to any method but allowed.
+func methods(h http.HandlerFunc, allowed ...string) http.Handler {
+	allow := ""
+	for i, m := range allowed {
+		if i > 0 {
+			allow += ", "
+		}
+		allow += m
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, m := range allowed {
+			if r.Method == m {
+				h(w, r)
+				return
+			}
+		}
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use "+allow)
+	})
+}
+
+func (s *Server) handleMetrics() http.HandlerFunc {
+	if s.gatherer == nil {
+		return func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, "not_found", "metrics are not configured on this server")
+		}
+	}
+	h := promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}})
+	return h.ServeHTTP
+}
+
+// slogPrinter adapts the server's logger to promhttp's error log.
+type slogPrinter struct{ s *Server }
+
+// Println logs one promhttp error.
+func (p slogPrinter) Println(v ...any) {
+	p.s.log.Error("gateway: metrics exposition failed", "error", v)
+}
+
+func (s *Server) handleClientJS(w http.ResponseWriter, r *http.Request) {
+	if s.deps.ClientJS == nil {
+		writeError(w, http.StatusNotFound, "not_found", "the client library is not bundled with this server")
+		return
+	}
+	b, err := fs.ReadFile(s.deps.ClientJS, "herald.js")
+	if err != nil {
+		writeError(w, http.StatusNotFound, "not_found", "the client library is not bundled with this server")
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/javascript; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b)
+	}
+}
+
+// countRequests counts every request by route and status when the status
+// is sent (so a stream counts when it starts).
+func (s *Server) countRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, s: s, path: routeLabel(r.URL.Path)}
+		next.ServeHTTP(rec, r)
+		if !rec.counted {
+			rec.count(http.StatusOK)
+		}
+	})
+}
+
+// statusRecorder counts the status of one response. It unwraps for
+// http.ResponseController, so deadlines and flushes reach the connection.
+type statusRecorder struct {
+	http.ResponseWriter
+	s       *Server
+	path    string
+	counted bool
+}
+
+func (r *statusRecorder) count(code int) {
+	r.counted = true
+	r.s.metrics.httpRequests.WithLabelValues(r.path, statusLabel(code)).Inc()
+}
+
+// WriteHeader counts the first final status and passes it on.
+func (r *statusRecorder) WriteHeader(code int) {
+	if !r.counted && code >= 200 {
+		r.count(code)
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Write counts an implicit 200 and passes b on.
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if !r.counted {
+		r.count(http.StatusOK)
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// FlushError flushes and reports failure (for http.ResponseController).
+func (r *statusRecorder) FlushError() error {
+	return http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+// Flush lets handlers that assert http.Flusher (promhttp) flush.
+func (r *statusRecorder) Flush() { _ = r.FlushError() }
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,279 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Server is the gateway: an http.Handler, and a service that runs it on
+// Config.Listen.
+type Server struct {
+	cfg      Config
+	deps     Deps
+	log      *slog.Logger
+	connLog  *rateLimitedLog
+	metrics  *metrics
+	gatherer prometheus.Gatherer
+	handler  http.Handler
+
+	slots      atomic.Int64 // connections holding a slot (MaxConnections)
+	nextConnID atomic.Uint64
+
+	mu        sync.Mutex
+	conns     map[*Conn]struct{}
+	draining  bool
+	drained   chan struct{} // closed once draining and conns is empty
+	httpSrv   *http.Server
+	ln        net.Listener
+	serveDone chan struct{}
+	stopCh    chan struct{}
+	watchDone chan struct{}
+	stopped   bool
+	stopOnce  sync.Once
+}
+
+// New returns a gateway for cfg and deps; zero Config fields take their
+// defaults. It registers the gateway's metrics with deps.Registerer.
+func New(cfg Config, deps Deps) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := deps.validate(); err != nil {
+		return nil, err
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	g := deps.Gatherer
+	if g == nil {
+		g, _ = deps.Registerer.(prometheus.Gatherer)
+	}
+	s := &Server{
+		cfg:      cfg,
+		deps:     deps,
+		log:      log,
+		connLog:  newRateLimitedLog(log, 10*time.Second, 20),
+		metrics:  m,
+		gatherer: g,
+		conns:    map[*Conn]struct{}{},
+		stopCh:   make(chan struct{}),
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Config returns the server's configuration with defaults filled in.
+func (s *Server) Config() Config { return s.cfg }
+
+// Handler returns the gateway's routes: GET /v1/sse, /healthz, /readyz,
+// /metrics, / (demo page) and /client/herald.js.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on Config.Listen and serves in the background until Stop,
+// or until ctx is done (which stops the server gracefully).
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return fmt.Errorf("gateway: start: %w", ErrStopped)
+	case s.httpSrv != nil:
+		return fmt.Errorf("gateway: start: %w", ErrStarted)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gateway: listen on %s: %w", s.cfg.Listen, err)
+	}
+	s.ln = ln
+	s.httpSrv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.serveDone = make(chan struct{})
+	s.watchDone = make(chan struct{})
+	go func() {
+		defer close(s.serveDone)
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("gateway: serve failed", slog.String("error", err.Error()))
+		}
+	}()
+	go func() {
+		defer close(s.watchDone)
+		select {
+		case <-ctx.Done():
+			s.stop()
+		case <-s.stopCh:
+		}
+	}()
+	s.log.Info("gateway: listening", slog.String("addr", ln.Addr().String()))
+	return nil
+}
+
+// Addr is the address the server listens on, or "" before Start.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Stop shuts the server down gracefully: it stops accepting connections,
+// sends every stream a disconnect event (reason "shutdown", reconnect after
+// a random delay up to Config.ShutdownReconnectDelay), waits up to
+// Config.ShutdownTimeout for streams and requests to finish, then closes
+// what remains. It is safe to call twice, and before Start.
+func (s *Server) Stop() {
+	s.stop()
+	s.mu.Lock()
+	watchDone := s.watchDone
+	s.mu.Unlock()
+	if watchDone != nil {
+		<-watchDone
+	}
+}
+
+func (s *Server) stop() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
+		s.draining = true
+		s.drained = make(chan struct{})
+		if len(s.conns) == 0 {
+			close(s.drained)
+		}
+		conns := make([]*Conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		srv, serveDone := s.httpSrv, s.serveDone
+		s.mu.Unlock()
+		close(s.stopCh)
+
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		shutdownDone := make(chan error, 1)
+		if srv != nil {
+			// Shutdown closes the listener at once, then waits for the
+			// streams below to end and their connections to go idle.
+			go func() { shutdownDone <- srv.Shutdown(ctx) }()
+		} else {
+			shutdownDone <- nil
+		}
+		for _, c := range conns {
+			c.Close(ReasonShutdown, s.reconnectJitter())
+		}
+		select {
+		case <-s.drained:
+		case <-ctx.Done():
+		}
+		if err := <-shutdownDone; err != nil && srv != nil {
+			s.log.Warn("gateway: graceful shutdown timed out; closing remaining connections",
+				slog.String("error", err.Error()))
+			_ = srv.Close()
+			// Closing the connections fails the streams' writes; give their
+			// handlers a moment to return.
+			select {
+			case <-s.drained:
+			case <-time.After(time.Second):
+			}
+		}
+		if srv != nil {
+			<-serveDone
+		}
+		s.log.Info("gateway: stopped", slog.Int("streams_closed", len(conns)))
+	})
+}
+
+// reconnectJitter is a random delay in [0, ShutdownReconnectDelay].
+func (s *Server) reconnectJitter() time.Duration {
+	return time.Duration(rand.Int64N(int64(s.cfg.ShutdownReconnectDelay) + 1))
+}
+
+// acquireSlot takes one of MaxConnections slots.
+func (s *Server) acquireSlot() bool {
+	if s.slots.Add(1) > int64(s.cfg.MaxConnections) {
+		s.slots.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Server) releaseSlot() { s.slots.Add(-1) }
+
+// register adds c to the live connections, unless the server is stopping.
+func (s *Server) register(c *Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) unregister(c *Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+	if s.draining && len(s.conns) == 0 {
+		select {
+		case <-s.drained:
+		default:
+			close(s.drained)
+		}
+	}
+}
+
+// opened counts and logs a connection whose stream starts.
+func (s *Server) opened(c *Conn) {
+	s.metrics.connections.WithLabelValues(c.transport).Inc()
+	s.metrics.connectionsTotal.WithLabelValues(c.transport).Inc()
+	s.connLog.Log(slog.LevelDebug, "gateway: connection opened", c.logAttrs()...)
+}
+
+// closed counts and logs a connection that ended.
+func (s *Server) closed(c *Conn) {
+	r := c.Reason()
+	s.metrics.connections.WithLabelValues(c.transport).Dec()
+	s.metrics.disconnects.WithLabelValues(c.transport, r.Code).Inc()
+	level := slog.LevelDebug
+	switch r.Code {
+	case ReasonSlow.Code, ReasonWriteTimeout.Code, ReasonServerError.Code:
+		level = slog.LevelWarn
+	}
+	attrs := append(c.logAttrs(),
+		slog.String("reason", r.Code),
+		slog.Duration("duration", time.Since(c.opened)))
+	s.connLog.Log(level, "gateway: connection closed", attrs...)
+}
+
+func (c *Conn) logAttrs() []slog.Attr {
+	return []slog.Attr{
+		slog.Uint64("conn", c.id),
+		slog.String("transport", c.transport),
+		slog.String("tenant", c.claims.Tenant),
+		slog.String("sub", c.claims.Subject),
+		slog.String("remote", c.remote),
+	}
+}
