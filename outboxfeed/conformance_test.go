@@ -1,0 +1,612 @@
+package outboxfeed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// harness is one fresh, migrated store plus the store-specific ways the
+// suite reaches around it.
+type harness struct {
+	store Store
+	// table is the outbox table's qualified name.
+	table string
+	// stage stages ns in one producer transaction on the producer's own
+	// connection (pgx.Tx + Stage, or *sql.Tx + StageSQL), committing or
+	// rolling it back.
+	stage func(t *testing.T, commit bool, ns ...Notification) []string
+	// exec runs one raw SQL statement.
+	exec func(ctx context.Context, sql string) error
+}
+
+// runConformance is the store conformance suite; setup returns a fresh
+// migrated store for each subtest.
+func runConformance(t *testing.T, setup func(t *testing.T) *harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h *harness)
+	}{
+		{"CommittedReachesPublisherRolledBackReachesNoOne", testCommitAndRollback},
+		{"StageValidatesFirst", testStageValidates},
+		{"ExpiredClaimReturnsToEligibleWork", testExpiredClaim},
+		{"LateUpdatesOfPausedWorkerAreRejected", testPausedWorkerLeaseLost},
+		{"PerChannelOrderAcrossTwoWorkers", testOrderTwoWorkers},
+		{"PermanentFailuresDeadLetter", testPermanentFailures},
+		{"UnknownTypeVersionDeadLetters", testRegistryNoReader},
+		{"RetryWithBackoffThenDeadLetter", testRetry},
+		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
+		{"StopReleasesLeases", testReleaseOnStop},
+		{"CheckConstraintsRejectImpossibleStates", testCheckConstraints},
+		{"WakeupDeliversWithoutPolling", testWakeup},
+		{"MigrateTwice", testMigrateTwice},
+		{"MetricsRegisteredAndRefreshed", testMetrics},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, setup(t))
+		})
+	}
+}
+
+func testCommitAndRollback(t *testing.T, h *harness) {
+	rec := newRecorder()
+	startWorker(t, h.store, rec, WorkerConfig{})
+	occurred := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+	n := Notification{
+		TenantID: "acme", Channel: "orders/1", Type: "order.updated", SchemaVersion: 2,
+		Payload:    json.RawMessage(`{"status":"paid","total":12.5}`),
+		Freshness:  json.RawMessage(`{"mode":"advisory","authority":"order-1"}`),
+		OccurredAt: occurred, Kind: KindIntegrationEvent,
+	}
+	rolledBack := h.stage(t, false, note("orders/1", `{"status":"ghost"}`))
+	ids := h.stage(t, true, n)
+	id := ids[0]
+	rec.waitFor(t, 5*time.Second, "the committed record", func() bool { _, ok := rec.byID(id); return ok })
+	msg, _ := rec.byID(id)
+	if msg.Key != (fanout.Key{Tenant: "acme", Channel: "orders/1"}) || msg.Type != "order.updated" || msg.SchemaVersion != 2 {
+		t.Fatalf("message = %+v", msg)
+	}
+	if !msg.Time.Equal(occurred) {
+		t.Fatalf("Time = %v, want occurred_at %v", msg.Time, occurred)
+	}
+	if !jsonEqual(t, msg.Data, n.Payload) || !jsonEqual(t, msg.Freshness, n.Freshness) {
+		t.Fatalf("Data %s / Freshness %s differ from what was staged", msg.Data, msg.Freshness)
+	}
+	eventually(t, 5*time.Second, "state dispatched", func() bool {
+		_, ok := stateOf(t, h.store, id).(Dispatched)
+		return ok
+	})
+	r := mustGet(t, h.store, id)
+	if d := r.State.(Dispatched); d.At.IsZero() || d.Attempt != 0 || r.Kind != KindIntegrationEvent {
+		t.Fatalf("dispatched record = %+v", r)
+	}
+	// Default freshness is delivered as {"mode":"immediate"}.
+	id2 := h.stage(t, true, note("orders/1", `[1,2]`))[0]
+	rec.waitFor(t, 5*time.Second, "the second record", func() bool { _, ok := rec.byID(id2); return ok })
+	msg2, _ := rec.byID(id2)
+	if !jsonEqual(t, msg2.Freshness, fanout.ImmediateFreshness) || !jsonEqual(t, msg2.Data, json.RawMessage(`[1,2]`)) {
+		t.Fatalf("second message = %+v", msg2)
+	}
+	if got := rec.channel(msg.Key); len(got) != 2 || got[0] != id || got[1] != id2 {
+		t.Fatalf("channel saw %v, want only the two committed records", got)
+	}
+	if _, err := h.store.Get(context.Background(), rolledBack[0]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("rolled-back record: Get err = %v, want ErrNotFound", err)
+	}
+}
+
+func testStageValidates(t *testing.T, h *harness) {
+	ctx := context.Background()
+	bad := []Notification{
+		note("bad channel", `{}`),
+		{TenantID: "acme", Channel: "c", Type: "Bad", SchemaVersion: 1, Payload: json.RawMessage(`{}`)},
+		{TenantID: "acme", Channel: "c", Type: "t", SchemaVersion: 0, Payload: json.RawMessage(`{}`)},
+		{TenantID: "acme", Channel: "c", Type: "t", SchemaVersion: 1, Payload: json.RawMessage(`{`)},
+		{ID: "not-a-uuid", TenantID: "acme", Channel: "c", Type: "t", SchemaVersion: 1, Payload: json.RawMessage(`{}`)},
+	}
+	for _, n := range bad {
+		if _, err := h.store.StageOne(ctx, n); err == nil {
+			t.Errorf("StageOne(%+v) succeeded", n)
+		}
+	}
+	st, err := h.store.Stats(ctx)
+	if err != nil || st.Pending != 0 {
+		t.Fatalf("stats = %+v, %v; want nothing staged", st, err)
+	}
+	id := "0190F0C4-1111-4222-8333-444455556666"
+	got, err := h.store.StageOne(ctx, Notification{ID: id, TenantID: "acme", Channel: "c", Type: "t", SchemaVersion: 1, Payload: json.RawMessage(`"x"`)})
+	if err != nil || got != strings.ToLower(id) {
+		t.Fatalf("StageOne with id = %q, %v; want the lower-case id", got, err)
+	}
+	if p, ok := stateOf(t, h.store, id).(Pending); !ok || p.Attempt != 0 || p.LastError != "" {
+		t.Fatalf("state = %#v, want fresh Pending", p)
+	}
+}
+
+func testExpiredClaim(t *testing.T, h *harness) {
+	ctx := context.Background()
+	id, err := h.store.StageOne(ctx, note("orders/1", `{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := h.store.Claim(ctx, "worker-a", 10, time.Millisecond)
+	if err != nil || len(first) != 1 || first[0].ID != id {
+		t.Fatalf("claim = %v, %v", first, err)
+	}
+	p, ok := first[0].State.(Processing)
+	if !ok || p.LeaseOwner != "worker-a" || p.Fence != 1 {
+		t.Fatalf("claimed state = %#v", first[0].State)
+	}
+	var second []Record
+	eventually(t, 5*time.Second, "the expired claim to be claimable", func() bool {
+		second, err = h.store.Claim(ctx, "worker-b", 10, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(second) == 1
+	})
+	if second[0].ID != id || second[0].Fence != 2 || second[0].Attempt != 0 {
+		t.Fatalf("re-claimed = %+v, want same id, fence 2, attempt 0", second[0])
+	}
+	if p := stateOf(t, h.store, id).(Processing); p.LeaseOwner != "worker-b" || !p.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)) {
+		t.Fatalf("state = %#v", p)
+	}
+	if n, err := h.store.Complete(ctx, "worker-b", []Lease{second[0].Lease()}); n != 1 || err != nil {
+		t.Fatalf("complete by current owner = %d, %v", n, err)
+	}
+}
+
+func testPausedWorkerLeaseLost(t *testing.T, h *harness) {
+	ctx := context.Background()
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	rec := newRecorder()
+	rec.before = func(_ context.Context, msg fanout.Message) error {
+		switch calls.Add(1) {
+		case 1: // paused past its lease; ignores ctx like a stopped process
+			close(entered)
+			<-gate
+			return nil
+		case 2:
+			<-gate
+			return Retryable(errors.New("late failure"))
+		}
+		return nil
+	}
+	w := startWorker(t, h.store, rec, WorkerConfig{LeaseDuration: 200 * time.Millisecond, PublishTimeout: 100 * time.Millisecond, Concurrency: 2})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release) // runs before the Worker's Stop, even on failure
+	ids := h.stage(t, true, note("orders/1", `{"n":1}`), note("orders/2", `{"n":2}`))
+	id1, id2 := ids[0], ids[1]
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("worker never published")
+	}
+	eventually(t, 5*time.Second, "both records in publish", func() bool { return calls.Load() >= 2 })
+	var taken []Record
+	eventually(t, 5*time.Second, "worker-b to take the expired leases over", func() bool {
+		got, err := h.store.Claim(ctx, "worker-b", 10, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, got...)
+		return len(taken) == 2
+	})
+	release()
+	eventually(t, 5*time.Second, "two lease_lost outcomes", func() bool {
+		return testutil.ToFloat64(w.m.leaseLost) == 2
+	})
+	if s, r := testutil.ToFloat64(w.m.success), testutil.ToFloat64(w.m.retry); s != 0 || r != 0 {
+		t.Fatalf("success %v retry %v, want 0: the stale worker's updates must change nothing", s, r)
+	}
+	for _, r := range taken {
+		p, ok := stateOf(t, h.store, r.ID).(Processing)
+		if !ok || p.LeaseOwner != "worker-b" || p.Fence != r.Fence || p.Attempt != 0 {
+			t.Fatalf("%s: state = %#v, want worker-b's untouched claim", r.ID, p)
+		}
+		stale := Lease{ID: r.ID, Fence: r.Fence - 1}
+		if n, err := h.store.Complete(ctx, w.Owner(), []Lease{stale}); n != 0 || err != nil {
+			t.Fatalf("stale complete = %d, %v", n, err)
+		}
+		if ok, err := h.store.Retry(ctx, w.Owner(), stale, 0, "x"); ok || err != nil {
+			t.Fatalf("stale retry = %v, %v", ok, err)
+		}
+		if ok, err := h.store.DeadLetter(ctx, w.Owner(), stale, "x"); ok || err != nil {
+			t.Fatalf("stale dead-letter = %v, %v", ok, err)
+		}
+		if n, err := h.store.Release(ctx, w.Owner(), []Lease{stale}); n != 0 || err != nil {
+			t.Fatalf("stale release = %d, %v", n, err)
+		}
+		// The right fence with the wrong owner is refused too.
+		if n, err := h.store.Complete(ctx, w.Owner(), []Lease{r.Lease()}); n != 0 || err != nil {
+			t.Fatalf("wrong-owner complete = %d, %v", n, err)
+		}
+	}
+	if n, err := h.store.Complete(ctx, "worker-b", []Lease{taken[0].Lease(), taken[1].Lease()}); n != 2 || err != nil {
+		t.Fatalf("current owner's complete = %d, %v", n, err)
+	}
+	for _, id := range []string{id1, id2} {
+		if _, ok := stateOf(t, h.store, id).(Dispatched); !ok {
+			t.Fatalf("%s not dispatched", id)
+		}
+	}
+}
+
+func testOrderTwoWorkers(t *testing.T, h *harness) {
+	const channels, perChannel, txSize = 12, 30, 18
+	rec := newRecorder()
+	rec.before = func(context.Context, fanout.Message) error {
+		time.Sleep(50 * time.Microsecond) // a network hop, so batches overlap
+		return nil
+	}
+	cfg := WorkerConfig{BatchSize: 25, Concurrency: 4, PollInterval: 5 * time.Millisecond}
+	startWorker(t, h.store, rec, cfg)
+	startWorker(t, h.store, rec, cfg)
+	want := map[fanout.Key][]string{}
+	var batch []Notification
+	flush := func() {
+		ids := h.stage(t, true, batch...)
+		for i, n := range batch {
+			k := fanout.Key{Tenant: n.TenantID, Channel: n.Channel}
+			want[k] = append(want[k], ids[i])
+		}
+		batch = batch[:0]
+	}
+	for i := range perChannel {
+		for c := range channels {
+			tenant := "acme"
+			if c%3 == 0 {
+				tenant = "globex" // same channel name, another tenant
+			}
+			batch = append(batch, Notification{TenantID: tenant, Channel: fmt.Sprintf("orders/%d", c/2),
+				Type: "order.updated", SchemaVersion: 1, Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+			if len(batch) == txSize {
+				flush()
+			}
+		}
+	}
+	flush()
+	total := 0
+	for _, ids := range want {
+		total += len(ids)
+	}
+	rec.waitFor(t, 30*time.Second, "every record", func() bool { return rec.count() >= total })
+	for k, ids := range want {
+		got := rec.channel(k)
+		if fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("channel %v: published order\n%v\nwant staged order\n%v", k, got, ids)
+		}
+	}
+	if rec.count() != total {
+		t.Fatalf("published %d, want %d (no duplicates without crashes)", rec.count(), total)
+	}
+	eventually(t, 10*time.Second, "all dispatched", func() bool {
+		st, err := h.store.Stats(context.Background())
+		return err == nil && st.Pending == 0
+	})
+}
+
+func testPermanentFailures(t *testing.T, h *harness) {
+	ctx := context.Background()
+	badChannel := "0190f0c4-0000-4000-8000-000000000001"
+	badTenant := "0190f0c4-0000-4000-8000-000000000002"
+	for _, q := range []string{
+		fmt.Sprintf(`INSERT INTO %s (id, tenant_id, channel, type, schema_version, payload) VALUES ('%s', 'acme', 'orders/bad channel!', 'order.updated', 1, '{}')`, h.table, badChannel),
+		fmt.Sprintf(`INSERT INTO %s (id, tenant_id, channel, type, schema_version, payload) VALUES ('%s', 'ac/me', 'orders/1', 'order.updated', 1, '{}')`, h.table, badTenant),
+	} {
+		if err := h.exec(ctx, q); err != nil {
+			t.Fatalf("raw insert: %v", err)
+		}
+	}
+	rec := newRecorder()
+	rec.before = func(_ context.Context, msg fanout.Message) error {
+		if msg.Type == "poison.type" {
+			return Permanent(errors.New("rejected by target"))
+		}
+		return nil
+	}
+	w := startWorker(t, h.store, rec, WorkerConfig{})
+	poison := h.stage(t, true, Notification{TenantID: "acme", Channel: "orders/1", Type: "poison.type", SchemaVersion: 1, Payload: json.RawMessage(`{}`)})[0]
+	good := h.stage(t, true, note("orders/1", `{"ok":true}`))[0]
+	rec.waitFor(t, 5*time.Second, "the good record after the poison one", func() bool { _, ok := rec.byID(good); return ok })
+	for id, want := range map[string]string{badChannel: "invalid channel", badTenant: "invalid tenant_id", poison: "rejected by target"} {
+		eventually(t, 5*time.Second, "dead letter "+id, func() bool {
+			_, ok := stateOf(t, h.store, id).(DeadLetter)
+			return ok
+		})
+		dl := stateOf(t, h.store, id).(DeadLetter)
+		if !strings.Contains(dl.Reason, want) || dl.Attempts != 1 || dl.At.IsZero() {
+			t.Fatalf("%s: dead letter = %#v, want reason containing %q after 1 attempt", id, dl, want)
+		}
+	}
+	eventually(t, 5*time.Second, "3 dead_letter outcomes", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 3 })
+	st, err := h.store.Stats(ctx)
+	if err != nil || st.DeadLetter != 3 {
+		t.Fatalf("stats = %+v, %v", st, err)
+	}
+}
+
+func testRegistryNoReader(t *testing.T, h *harness) {
+	reg, err := ParseRegistry([]byte(`{"order.updated": {"versions": [1, 2]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	startWorker(t, h.store, rec, WorkerConfig{Registry: reg})
+	v3 := note("orders/1", `{"v":3}`)
+	v3.SchemaVersion = 3
+	other := note("orders/1", `{}`)
+	other.Type = "invoice.paid"
+	ids := h.stage(t, true, note("orders/1", `{"v":1}`), v3, other, note("orders/1", `{"v":1}`))
+	rec.waitFor(t, 5*time.Second, "the readable records", func() bool { return rec.count() == 2 })
+	if got := rec.channel(fanout.Key{Tenant: "acme", Channel: "orders/1"}); fmt.Sprint(got) != fmt.Sprint([]string{ids[0], ids[3]}) {
+		t.Fatalf("published %v, want %v", got, []string{ids[0], ids[3]})
+	}
+	for i, want := range map[int]string{1: "no reader for order.updated v3", 2: "no reader for invoice.paid v1"} {
+		eventually(t, 5*time.Second, "dead letter", func() bool {
+			_, ok := stateOf(t, h.store, ids[i]).(DeadLetter)
+			return ok
+		})
+		if dl := stateOf(t, h.store, ids[i]).(DeadLetter); dl.Reason != want {
+			t.Fatalf("reason = %q, want %q", dl.Reason, want)
+		}
+	}
+}
+
+func testRetry(t *testing.T, h *harness) {
+	var flaky atomic.Int32
+	rec := newRecorder()
+	rec.before = func(_ context.Context, msg fanout.Message) error {
+		switch msg.Type {
+		case "flaky.type":
+			if flaky.Add(1) <= 2 {
+				return Retryable(errors.New("target busy"))
+			}
+		case "always.fails":
+			return Retryable(errors.New("target busy"))
+		}
+		return nil
+	}
+	w := startWorker(t, h.store, rec, WorkerConfig{MaxAttempts: 3})
+	flakyN, failsN := note("orders/1", `{"n":1}`), note("orders/2", `{}`)
+	flakyN.Type, failsN.Type = "flaky.type", "always.fails"
+	ids := h.stage(t, true, flakyN, note("orders/1", `{"n":2}`), failsN)
+	rec.waitFor(t, 10*time.Second, "both orders/1 records", func() bool {
+		return len(rec.channel(fanout.Key{Tenant: "acme", Channel: "orders/1"})) == 2
+	})
+	if got := rec.channel(fanout.Key{Tenant: "acme", Channel: "orders/1"}); got[0] != ids[0] || got[1] != ids[1] {
+		t.Fatalf("order across a retry: got %v, want %v", got, ids[:2])
+	}
+	eventually(t, 10*time.Second, "the failing record dead-lettered", func() bool {
+		_, ok := stateOf(t, h.store, ids[2]).(DeadLetter)
+		return ok
+	})
+	dl := stateOf(t, h.store, ids[2]).(DeadLetter)
+	if dl.Attempts != 3 || dl.Reason != "gave up after 3 attempts: target busy" {
+		t.Fatalf("dead letter = %#v", dl)
+	}
+	eventually(t, 5*time.Second, "flaky record dispatched", func() bool {
+		_, ok := stateOf(t, h.store, ids[0]).(Dispatched)
+		return ok
+	})
+	if d := stateOf(t, h.store, ids[0]).(Dispatched); d.Attempt != 2 {
+		t.Fatalf("flaky record attempts = %d, want 2", d.Attempt)
+	}
+	if r := testutil.ToFloat64(w.m.retry); r != 4 {
+		t.Fatalf("retry outcomes = %v, want 4 (2 flaky + 2 before giving up)", r)
+	}
+}
+
+func testBrokerOutage(t *testing.T, h *harness) {
+	var down atomic.Bool
+	down.Store(true)
+	rec := newRecorder()
+	rec.before = func(context.Context, fanout.Message) error {
+		if down.Load() {
+			return errBrokerDown
+		}
+		return nil
+	}
+	w := startWorker(t, h.store, rec, WorkerConfig{MaxAttempts: 1})
+	ids := h.stage(t, true, note("orders/1", `{"n":1}`), note("orders/2", `{"n":2}`), note("orders/1", `{"n":3}`))
+	rec.waitFor(t, 5*time.Second, "several failed publishes", func() bool { return rec.callCount() >= 6 })
+	for _, id := range ids {
+		r := mustGet(t, h.store, id)
+		switch r.State.(type) {
+		case Pending, Processing:
+		default:
+			t.Fatalf("%s: state %s during a broker outage", id, r.State.Name())
+		}
+		if r.Attempt != 0 {
+			t.Fatalf("%s: attempt %d, want 0: a broker outage burns no attempt", id, r.Attempt)
+		}
+	}
+	down.Store(false)
+	rec.waitFor(t, 5*time.Second, "delivery after the outage", func() bool { return rec.count() == 3 })
+	if got := rec.channel(fanout.Key{Tenant: "acme", Channel: "orders/1"}); got[0] != ids[0] || got[1] != ids[2] {
+		t.Fatalf("order after outage = %v", got)
+	}
+	for _, id := range ids {
+		eventually(t, 5*time.Second, "dispatched", func() bool {
+			d, ok := stateOf(t, h.store, id).(Dispatched)
+			return ok && d.Attempt == 0
+		})
+	}
+	if r, d := testutil.ToFloat64(w.m.retry), testutil.ToFloat64(w.m.deadLettered); r != 0 || d != 0 {
+		t.Fatalf("retry %v dead_letter %v during a broker outage, want 0", r, d)
+	}
+}
+
+func testReleaseOnStop(t *testing.T, h *harness) {
+	entered := make(chan struct{})
+	var calls atomic.Int32
+	rec := newRecorder()
+	rec.before = func(ctx context.Context, _ fanout.Message) error {
+		if calls.Add(1) == 2 {
+			close(entered)
+			<-ctx.Done() // an in-flight publish cut off by Stop
+			return ctx.Err()
+		}
+		return nil
+	}
+	w := startWorker(t, h.store, rec, WorkerConfig{})
+	ids := h.stage(t, true, note("orders/1", `{"n":1}`), note("orders/1", `{"n":2}`), note("orders/1", `{"n":3}`))
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("second publish never started")
+	}
+	w.Stop()
+	w.Stop()
+	if err := w.Start(context.Background()); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+	}
+	if w.Ready() {
+		t.Fatal("a stopped worker reports ready")
+	}
+	if _, ok := stateOf(t, h.store, ids[0]).(Dispatched); !ok {
+		t.Fatalf("the record published before Stop is %s, want dispatched", stateOf(t, h.store, ids[0]).Name())
+	}
+	for _, id := range ids[1:] {
+		p, ok := stateOf(t, h.store, id).(Pending)
+		if !ok || p.Attempt != 0 {
+			t.Fatalf("%s after Stop = %#v, want released to Pending with attempt 0", id, stateOf(t, h.store, id))
+		}
+	}
+	// Stop before Start is fine too.
+	idle, err := NewWorker(h.store, rec, WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle.Stop()
+}
+
+func testCheckConstraints(t *testing.T, h *harness) {
+	ctx := context.Background()
+	id, err := h.store.StageOne(ctx, note("orders/1", `{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	where := fmt.Sprintf(" WHERE id = '%s'", id)
+	for _, set := range []string{
+		"state = 'processing'",                                  // no lease
+		"state = 'processing', lease_owner = 'w'",               // no expiry
+		"lease_owner = 'w'",                                     // pending with a lease owner
+		"state = 'dispatched'",                                  // no dispatched_at
+		"dispatched_at = occurred_at",                           // pending with dispatched_at
+		"state = 'dead_letter', dead_lettered_at = occurred_at", // no last_error
+		"state = 'dead_letter', last_error = 'x'",               // no dead_lettered_at
+		"state = 'lost'",
+		"attempt = -1",
+		"schema_version = 0",
+		"type = 'Order Updated'",
+		"kind = 'email'",
+		`freshness = '{"mode":"advisory"}'`,
+	} {
+		if err := h.exec(ctx, "UPDATE "+h.table+" SET "+set+where); err == nil {
+			t.Errorf("UPDATE SET %s was accepted", set)
+		}
+	}
+	if _, ok := stateOf(t, h.store, id).(Pending); !ok {
+		t.Fatal("record changed state")
+	}
+	// A consistent transition by hand is accepted.
+	if err := h.exec(ctx, "UPDATE "+h.table+" SET state = 'dead_letter', dead_lettered_at = occurred_at, last_error = 'by hand'"+where); err != nil {
+		t.Fatalf("valid transition refused: %v", err)
+	}
+	if dl, ok := stateOf(t, h.store, id).(DeadLetter); !ok || dl.Reason != "by hand" {
+		t.Fatalf("state = %#v", stateOf(t, h.store, id))
+	}
+	// Plain SQL producers get the column defaults, id included.
+	plain := "0190f0c4-0000-4000-8000-0000000000aa"
+	if err := h.exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, tenant_id, channel, type, schema_version, payload) VALUES ('%s', 'acme', 'orders/9', 'order.updated', 1, '{"a":1}')`, h.table, plain)); err != nil {
+		t.Fatal(err)
+	}
+	r := mustGet(t, h.store, plain)
+	if r.Kind != KindNotification || !jsonEqual(t, r.Freshness, fanout.ImmediateFreshness) || time.Since(r.OccurredAt) > time.Minute {
+		t.Fatalf("defaults = %+v", r)
+	}
+	if err := h.exec(ctx, fmt.Sprintf(`INSERT INTO %s (tenant_id, channel, type, schema_version, payload) VALUES ('acme', 'orders/9', 'order.updated', 1, '{}')`, h.table)); err != nil {
+		t.Fatalf("insert without id: %v", err)
+	}
+}
+
+func testWakeup(t *testing.T, h *harness) {
+	rec := newRecorder()
+	w := startWorker(t, h.store, rec, WorkerConfig{PollInterval: 10 * time.Second})
+	eventually(t, 5*time.Second, "worker ready", w.Ready)
+	for i := range 3 {
+		start := time.Now()
+		id, err := h.store.StageOne(context.Background(), note("orders/1", fmt.Sprintf(`{"i":%d}`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.waitFor(t, 2*time.Second, "a woken delivery", func() bool { _, ok := rec.byID(id); return ok })
+		t.Logf("record %d delivered %v after staging", i, time.Since(start))
+	}
+}
+
+func testMigrateTwice(t *testing.T, h *harness) {
+	ctx := context.Background()
+	id, err := h.store.StageOne(ctx, note("orders/1", `{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := h.store.Migrate(ctx); err != nil {
+			t.Fatalf("migrate again: %v", err)
+		}
+	}
+	if _, ok := stateOf(t, h.store, id).(Pending); !ok {
+		t.Fatal("record lost by a repeated Migrate")
+	}
+}
+
+func testMetrics(t *testing.T, h *harness) {
+	reg := prometheus.NewRegistry()
+	rec := newRecorder()
+	ctx := context.Background()
+	old := note("orders/1", `{}`)
+	old.OccurredAt = time.Now().Add(-time.Hour)
+	if _, err := h.store.StageOne(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	rec.before = func(context.Context, fanout.Message) error { return errBrokerDown }
+	w := startWorker(t, h.store, rec, WorkerConfig{Registerer: reg})
+	eventually(t, 5*time.Second, "gauges refreshed", func() bool {
+		return testutil.ToFloat64(w.m.pending) == 1 && testutil.ToFloat64(w.m.oldestAge) >= 3500 &&
+			testutil.ToFloat64(w.m.storeUp) == 1
+	})
+	if _, err := NewWorker(h.store, rec, WorkerConfig{Registerer: reg}); err == nil {
+		t.Fatal("a second worker registered the same metrics without error")
+	}
+	w.Stop()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"herald_outbox_pending", "herald_outbox_dead_letter", "herald_outbox_oldest_pending_age_seconds",
+		"herald_outbox_attempts", "herald_outbox_dispatch_duration_seconds", "herald_outbox_outcomes_total", "herald_outbox_store_up"} {
+		if !names[n] {
+			t.Errorf("metric %s not registered", n)
+		}
+	}
+}

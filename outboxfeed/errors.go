@@ -1,0 +1,22 @@
+package outboxfeed
+
+import "errors"
+
+// Sentinel errors. Wrapped errors carry the detail; test with errors.Is.
+var (
+	// ErrNotFound is returned by Get for an id no record has.
+	ErrNotFound = errors.New("outboxfeed: record not found")
+	// ErrInvalidConfig wraps every configuration error.
+	ErrInvalidConfig = errors.New("outboxfeed: invalid config")
+	// ErrInvalidRegistry wraps every type-registry error.
+	ErrInvalidRegistry = errors.New("outboxfeed: invalid type registry")
+	// ErrNotReady is what Worker.Readiness reports while the outbox store
+	// does not answer or before the Worker first reached it.
+	ErrNotReady = errors.New("outboxfeed: outbox store not ready")
+	// ErrCorruptRecord is returned when a stored row's columns match none
+	// of the lifecycle states (the CHECK constraints make this impossible
+	// unless they were removed by hand).
+	ErrCorruptRecord = errors.New("outboxfeed: record matches no lifecycle state")
+	// ErrStopped is returned by Worker.Start after Stop.
+	ErrStopped = errors.New("outboxfeed: worker stopped")
+)

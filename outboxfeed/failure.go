@@ -1,0 +1,106 @@
+package outboxfeed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// Publisher is what the Worker needs from a broker; fanout brokers satisfy
+// it. Publish returns once the broker accepted msg.
+type Publisher interface {
+	Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error)
+}
+
+// A publish error is, by default, a broker outage: the record is given back
+// without burning an attempt and the Worker backs off. A Publisher marks a
+// failure that belongs to one message with Retryable or Permanent; an error
+// wrapping fanout.ErrInvalidMessage is permanent too.
+type messageError struct {
+	err       error
+	permanent bool
+}
+
+func (e *messageError) Error() string { return e.err.Error() }
+func (e *messageError) Unwrap() error { return e.err }
+
+// Retryable marks err as a failure of this one message (not of the
+// broker): the record is retried with backoff, burning an attempt, and
+// dead-lettered once the retry bound is reached.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &messageError{err: err}
+}
+
+// Permanent marks err as a failure no retry can clear: the record is
+// dead-lettered at once.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &messageError{err: err, permanent: true}
+}
+
+// failureClass is how the Worker treats a failed publish.
+type failureClass int
+
+const (
+	failureOutage failureClass = iota
+	failureRetry
+	failurePermanent
+)
+
+func classify(err error) failureClass {
+	if errors.Is(err, fanout.ErrInvalidMessage) {
+		return failurePermanent // the broker refused the message itself
+	}
+	var me *messageError
+	if errors.As(err, &me) {
+		if me.permanent {
+			return failurePermanent
+		}
+		return failureRetry
+	}
+	return failureOutage
+}
+
+// toMessage turns a claimed record into a broker message, or returns the
+// permanent reason it cannot be delivered (dead-letter reason).
+func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
+	if err := subscriptions.ValidateTenant(r.TenantID); err != nil {
+		return fanout.Message{}, fmt.Errorf("invalid tenant_id: %v", err)
+	}
+	if err := subscriptions.ValidateChannel(r.Channel); err != nil {
+		return fanout.Message{}, fmt.Errorf("invalid channel: %v", err)
+	}
+	if err := ValidateType(r.Type); err != nil {
+		return fanout.Message{}, err
+	}
+	if err := reg.Reader(r.Type, r.SchemaVersion); err != nil {
+		return fanout.Message{}, err
+	}
+	if len(r.Payload) == 0 || !json.Valid(r.Payload) {
+		return fanout.Message{}, errors.New("payload is not decodable JSON")
+	}
+	freshness := r.Freshness
+	if len(freshness) == 0 {
+		freshness = fanout.ImmediateFreshness
+	} else if err := ValidateFreshness(freshness); err != nil {
+		return fanout.Message{}, err
+	}
+	return fanout.Message{
+		ID:            r.ID,
+		Key:           fanout.Key{Tenant: r.TenantID, Channel: r.Channel},
+		Type:          r.Type,
+		SchemaVersion: r.SchemaVersion,
+		Time:          r.OccurredAt,
+		Freshness:     freshness,
+		Data:          r.Payload,
+	}, nil
+}

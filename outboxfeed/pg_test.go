@@ -1,0 +1,220 @@
+package outboxfeed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// newPGStore opens and migrates a store on a fresh database.
+func newPGStore(t *testing.T, cfg Config) (*PGStore, string) {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	cfg.DatabaseURL = url
+	s, err := OpenPG(context.Background(), cfg)
+	testenv.Must(t, err, "open postgres store")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.Migrate(context.Background()), "migrate")
+	return s, url
+}
+
+func pgHarness(t *testing.T) *harness {
+	s, _ := newPGStore(t, Config{})
+	return &harness{
+		store: s,
+		table: "herald.outbox",
+		stage: func(t *testing.T, commit bool, ns ...Notification) []string {
+			t.Helper()
+			ctx := context.Background()
+			tx, err := s.Pool().Begin(ctx)
+			testenv.Must(t, err, "begin")
+			defer func() { _ = tx.Rollback(ctx) }()
+			ids := make([]string, len(ns))
+			for i, n := range ns {
+				ids[i], err = Stage(ctx, tx, n)
+				testenv.Must(t, err, "stage")
+			}
+			if commit {
+				testenv.Must(t, tx.Commit(ctx), "commit")
+			}
+			return ids
+		},
+		exec: func(ctx context.Context, sql string) error {
+			_, err := s.Pool().Exec(ctx, sql)
+			return err
+		},
+	}
+}
+
+func TestPostgresConformance(t *testing.T) {
+	runConformance(t, pgHarness)
+}
+
+func TestPostgresStageNotificationFunction(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	pool := s.Pool()
+	var plain string
+	err := pool.QueryRow(ctx, `SELECT herald.stage_notification('acme', 'orders/1', 'order.updated', 1, '{"status":"paid"}')`).Scan(&plain)
+	testenv.Must(t, err, "stage_notification without id/freshness")
+	r := mustGet(t, s, plain)
+	if r.TenantID != "acme" || r.Channel != "orders/1" || r.Type != "order.updated" || r.SchemaVersion != 1 ||
+		!jsonEqual(t, r.Payload, json.RawMessage(`{"status":"paid"}`)) || !jsonEqual(t, r.Freshness, json.RawMessage(`{"mode":"immediate"}`)) {
+		t.Fatalf("record = %+v", r)
+	}
+	if _, ok := r.State.(Pending); !ok {
+		t.Fatalf("state = %#v", r.State)
+	}
+	const id = "0190f0c4-2222-4333-8444-555566667777"
+	var got string
+	err = pool.QueryRow(ctx, `SELECT herald.stage_notification('acme', 'orders/2', 'order.updated', 2, '[1]',
+		id => $1, freshness => '{"mode":"advisory","authority":"order-2"}')`, id).Scan(&got)
+	testenv.Must(t, err, "stage_notification with id and freshness")
+	if got != id {
+		t.Fatalf("returned %q, want %q", got, id)
+	}
+	if r := mustGet(t, s, id); !jsonEqual(t, r.Freshness, json.RawMessage(`{"mode":"advisory","authority":"order-2"}`)) || r.SchemaVersion != 2 {
+		t.Fatalf("record = %+v", r)
+	}
+	// Positional id only, inside a producer's transaction that rolls back.
+	tx, err := pool.Begin(ctx)
+	testenv.Must(t, err, "begin")
+	var rolled string
+	testenv.Must(t, tx.QueryRow(ctx, `SELECT herald.stage_notification('acme', 'orders/3', 't', 1, '{}', gen_random_uuid())`).Scan(&rolled), "stage in tx")
+	testenv.Must(t, tx.Rollback(ctx), "rollback")
+	if _, err := s.Get(ctx, rolled); err == nil {
+		t.Fatal("a rolled-back stage_notification left a record")
+	}
+	var overloads int
+	testenv.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = 'herald' AND p.proname = 'stage_notification'`).Scan(&overloads), "count functions")
+	if overloads != 1 {
+		t.Fatalf("%d stage_notification functions, want exactly 1", overloads)
+	}
+	if err := pool.QueryRow(ctx, `SELECT herald.stage_notification('acme', 'orders/1', 'Bad Type', 1, '{}')`).Scan(&got); err == nil {
+		t.Fatal("stage_notification accepted an invalid type")
+	}
+}
+
+func hasNotifyTrigger(t *testing.T, s *PGStore) bool {
+	t.Helper()
+	var has bool
+	testenv.Must(t, s.Pool().QueryRow(context.Background(), pgHasNotifyTrigger).Scan(&has), "query trigger")
+	return has
+}
+
+func TestPostgresNotifyTriggerSetting(t *testing.T) {
+	t.Parallel()
+	s, url := newPGStore(t, Config{})
+	if !hasNotifyTrigger(t, s) {
+		t.Fatal("default Migrate did not install the notify trigger")
+	}
+	opened, err := Open(context.Background(), Config{DatabaseURL: url, DisableNotifyTrigger: true})
+	testenv.Must(t, err, "open")
+	defer opened.Close()
+	off, ok := opened.(*PGStore)
+	if !ok {
+		t.Fatalf("Open chose %T for a postgres:// URL", opened)
+	}
+	testenv.Must(t, off.Migrate(context.Background()), "migrate without trigger")
+	if hasNotifyTrigger(t, s) {
+		t.Fatal("Migrate with DisableNotifyTrigger left the trigger")
+	}
+	// Without the trigger, StageOne of the same store still wakes its
+	// Workers; records from elsewhere are found by polling.
+	rec := newRecorder()
+	startWorker(t, off, rec, WorkerConfig{PollInterval: 10 * time.Second})
+	id, err := off.StageOne(context.Background(), note("orders/1", `{}`))
+	testenv.Must(t, err, "stage")
+	rec.waitFor(t, 2*time.Second, "in-process wake-up", func() bool { _, ok := rec.byID(id); return ok })
+	testenv.Must(t, s.Migrate(context.Background()), "migrate with trigger")
+	if !hasNotifyTrigger(t, s) {
+		t.Fatal("Migrate did not reinstall the trigger")
+	}
+}
+
+// The listener runs on its own connection and comes back after it is
+// killed, draining what was staged meanwhile.
+func TestPostgresListenerReconnects(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	rec := newRecorder()
+	w := startWorker(t, s, rec, WorkerConfig{PollInterval: 10 * time.Second})
+	eventually(t, 5*time.Second, "worker ready", w.Ready)
+	ctx := context.Background()
+	listenerPIDs := func() []int32 {
+		rows, err := s.Pool().Query(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'herald-listener'`)
+		testenv.Must(t, err, "query listener")
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		testenv.Must(t, err, "collect")
+		return pids
+	}
+	eventually(t, 5*time.Second, "listener connected", func() bool { return len(listenerPIDs()) == 1 })
+	old := listenerPIDs()[0]
+	_, err := s.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, old)
+	testenv.Must(t, err, "terminate listener")
+	// Staged while the listener may be down: the post-LISTEN drain finds it.
+	id, err := s.StageOne(ctx, note("orders/1", `{"after":"kill"}`))
+	testenv.Must(t, err, "stage")
+	rec.waitFor(t, 3*time.Second, "delivery after the listener reconnected", func() bool { _, ok := rec.byID(id); return ok })
+	eventually(t, 5*time.Second, "a new listener", func() bool {
+		p := listenerPIDs()
+		return len(p) == 1 && p[0] != old
+	})
+	id2, err := s.StageOne(ctx, note("orders/1", `{"second":true}`))
+	testenv.Must(t, err, "stage")
+	rec.waitFor(t, 2*time.Second, "notified delivery on the new listener", func() bool { _, ok := rec.byID(id2); return ok })
+}
+
+// A store outage: readiness turns false, store_up 0, nothing is dispatched
+// or retried, and the Worker resumes by itself.
+func TestPostgresStoreOutage(t *testing.T) {
+	t.Parallel()
+	s, url := newPGStore(t, Config{})
+	dbName := url[strings.LastIndex(url, "/")+1:]
+	if i := strings.IndexByte(dbName, '?'); i >= 0 {
+		dbName = dbName[:i]
+	}
+	admin, err := pgx.Connect(context.Background(), testenv.BaseDatabaseURL())
+	testenv.Must(t, err, "connect admin")
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	setAllowed := func(allowed bool) {
+		t.Helper()
+		_, err := admin.Exec(context.Background(), fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %t`, dbName, allowed))
+		testenv.Must(t, err, "alter database")
+		if !allowed {
+			_, err = admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName)
+			testenv.Must(t, err, "terminate backends")
+		}
+	}
+	t.Cleanup(func() { setAllowed(true) })
+
+	rec := newRecorder()
+	w := startWorker(t, s, rec, WorkerConfig{})
+	eventually(t, 5*time.Second, "worker ready", w.Ready)
+	if w.Readiness() != nil || testutil.ToFloat64(w.m.storeUp) != 1 {
+		t.Fatalf("readiness %v store_up %v", w.Readiness(), testutil.ToFloat64(w.m.storeUp))
+	}
+	setAllowed(false)
+	eventually(t, 10*time.Second, "worker unready", func() bool { return !w.Ready() })
+	if err := w.Readiness(); err == nil || testutil.ToFloat64(w.m.storeUp) != 0 {
+		t.Fatalf("during the outage: readiness %v store_up %v", err, testutil.ToFloat64(w.m.storeUp))
+	}
+	setAllowed(true)
+	eventually(t, 10*time.Second, "worker ready again", w.Ready)
+	id, err := s.StageOne(context.Background(), note("orders/1", `{"after":"outage"}`))
+	testenv.Must(t, err, "stage")
+	rec.waitFor(t, 5*time.Second, "dispatch resumed", func() bool { _, ok := rec.byID(id); return ok })
+	if r, d := testutil.ToFloat64(w.m.retry), testutil.ToFloat64(w.m.deadLettered); r != 0 || d != 0 {
+		t.Fatalf("a store outage touched messages: retry %v dead_letter %v", r, d)
+	}
+}

@@ -1,0 +1,108 @@
+package outboxfeed
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/heraldgw/herald/internal/testenv"
+)
+
+func newSQLiteStore(t *testing.T) *SQLiteStore {
+	t.Helper()
+	s, err := OpenSQLite(context.Background(), Config{DatabaseURL: filepath.Join(t.TempDir(), "herald.db")})
+	testenv.Must(t, err, "open sqlite store")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.Migrate(context.Background()), "migrate")
+	return s
+}
+
+func sqliteHarness(t *testing.T) *harness {
+	s := newSQLiteStore(t)
+	// The producer writes through a connection of its own, as an
+	// application sharing the file would.
+	producer, err := sql.Open("sqlite", "file:"+s.Path()+"?_pragma=busy_timeout(5000)&_txlock=immediate")
+	testenv.Must(t, err, "open producer connection")
+	t.Cleanup(func() { _ = producer.Close() })
+	return &harness{
+		store: s,
+		table: "outbox",
+		stage: func(t *testing.T, commit bool, ns ...Notification) []string {
+			t.Helper()
+			ctx := context.Background()
+			tx, err := producer.BeginTx(ctx, nil)
+			testenv.Must(t, err, "begin")
+			defer func() { _ = tx.Rollback() }()
+			ids := make([]string, len(ns))
+			for i, n := range ns {
+				ids[i], err = StageSQL(ctx, tx, n)
+				testenv.Must(t, err, "stage")
+			}
+			if commit {
+				testenv.Must(t, tx.Commit(), "commit")
+			}
+			return ids
+		},
+		exec: func(ctx context.Context, q string) error {
+			_, err := s.DB().ExecContext(ctx, q)
+			return err
+		},
+	}
+}
+
+func TestSQLiteConformance(t *testing.T) {
+	runConformance(t, sqliteHarness)
+}
+
+func TestSQLiteOpen(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	ctx := context.Background()
+	st, err := Open(ctx, Config{DatabaseURL: "sqlite://" + filepath.Join(dir, "h.db")})
+	testenv.Must(t, err, "open")
+	defer st.Close()
+	s, ok := st.(*SQLiteStore)
+	if !ok {
+		t.Fatalf("Open chose %T for a sqlite:// URL", st)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("data directory not created: %v", err)
+	}
+	var mode string
+	testenv.Must(t, s.DB().QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode), "journal_mode")
+	if mode != "wal" {
+		t.Fatalf("journal_mode = %q, want wal", mode)
+	}
+	testenv.Must(t, s.Migrate(ctx), "migrate")
+	var version int
+	testenv.Must(t, s.DB().QueryRowContext(ctx, "SELECT max(version) FROM schema_migrations").Scan(&version), "migrations table")
+	if version != len(sqliteMigrations) {
+		t.Fatalf("schema version %d, want %d", version, len(sqliteMigrations))
+	}
+	for _, bad := range []string{":memory:", "sqlite://", "file:?mode=memory", "x.db?cache=shared"} {
+		if _, err := Open(ctx, Config{DatabaseURL: bad}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+}
+
+func TestSQLitePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"herald-data/herald.db":       "herald-data/herald.db",
+		"sqlite:///var/lib/herald.db": "/var/lib/herald.db",
+		"sqlite://rel/herald.db":      "rel/herald.db",
+		"file:/tmp/h.db?cache=shared": "/tmp/h.db",
+		"file:data/h.db":              "data/h.db",
+	} {
+		got, q, err := sqlitePath(in)
+		if err != nil || got != want {
+			t.Errorf("sqlitePath(%q) = %q, %v; want %q", in, got, err, want)
+		}
+		if in == "file:/tmp/h.db?cache=shared" && q.Get("cache") != "shared" {
+			t.Errorf("query of %q lost: %v", in, q)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package outboxfeed
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+)
+
+// Store is an outbox store: PostgreSQL (PGStore) or embedded SQLite
+// (SQLiteStore). Every update of a claimed record is conditional on the
+// lease owner and fence, so a Worker that lost its lease changes nothing.
+type Store interface {
+	// Migrate applies the schema migrations not yet applied; running it
+	// again is harmless.
+	Migrate(ctx context.Context) error
+	// StageOne stages n in a transaction of its own (for `herald publish`
+	// and tools; producers stage inside their business transaction with
+	// Stage or StageSQL). It returns the message id.
+	StageOne(ctx context.Context, n Notification) (string, error)
+	// Claim first returns expired claims to pending, then claims up to
+	// limit due pending records for owner under a lease of the given
+	// duration, skipping every channel that has a record in processing or
+	// an earlier pending record not yet due. Records come back in seq order
+	// with their new fence, all in state Processing.
+	Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Record, error)
+	// Complete marks dispatched the leases owner still holds (state
+	// processing, same owner and fence) and returns how many matched.
+	Complete(ctx context.Context, owner string, leases []Lease) (int, error)
+	// Retry returns a held lease to pending with attempt+1, the given
+	// delay before the next attempt and lastError. It reports whether the
+	// lease was still held.
+	Retry(ctx context.Context, owner string, l Lease, delay time.Duration, lastError string) (bool, error)
+	// DeadLetter moves a held lease to dead_letter with attempt+1 and
+	// reason as last_error. It reports whether the lease was still held.
+	DeadLetter(ctx context.Context, owner string, l Lease, reason string) (bool, error)
+	// Release gives held leases back to pending without burning an attempt
+	// and returns how many were still held.
+	Release(ctx context.Context, owner string, leases []Lease) (int, error)
+	// Get loads one record by id (ErrNotFound if none).
+	Get(ctx context.Context, id string) (Record, error)
+	// Stats counts the backlog, cheaply (partial indexes).
+	Stats(ctx context.Context) (Stats, error)
+	// Wakeups returns a channel that receives a value when new records may
+	// be waiting, including once after each (re)connection of the
+	// notification listener so the caller drains the backlog. Signals
+	// coalesce; the channel is closed once ctx is done and the listener
+	// has stopped.
+	Wakeups(ctx context.Context) <-chan struct{}
+	// Ping reports whether the store answers.
+	Ping(ctx context.Context) error
+	// Close releases the store's connections.
+	Close() error
+}
+
+// Stats is a snapshot of the backlog.
+type Stats struct {
+	// Pending counts records not yet dispatched (pending or processing).
+	Pending int64
+	// DeadLetter counts dead-lettered records.
+	DeadLetter int64
+	// OldestPending is the occurred_at of the record at the head of the
+	// line: the first pending record in seq order or the oldest one in
+	// processing, whichever is older; zero when there is none.
+	OldestPending time.Time
+}
+
+// maxErrorLen bounds a stored last_error.
+const maxErrorLen = 2000
+
+func truncateError(s string) string {
+	if len(s) <= maxErrorLen {
+		return s
+	}
+	return s[:maxErrorLen] + "…"
+}
+
+// sortBySeq orders claimed records by seq (RETURNING has no order).
+func sortBySeq(rs []Record) {
+	slices.SortFunc(rs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
+}

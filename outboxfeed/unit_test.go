@@ -1,0 +1,213 @@
+package outboxfeed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRegistry(t *testing.T) {
+	r, err := ParseRegistry([]byte(`{"order.updated": {"versions": [2, 1, 2]}, "invoice.paid": {"versions": [3], "schemas": {}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := range []struct {
+		typ string
+		v   int
+	}{{"order.updated", 1}, {"order.updated", 2}, {"invoice.paid", 3}} {
+		if err := r.Reader(ok.typ, ok.v); err != nil {
+			t.Errorf("Reader(%s, %d) = %v", ok.typ, ok.v, err)
+		}
+	}
+	for _, c := range []struct {
+		typ  string
+		v    int
+		want string
+	}{{"order.updated", 3, "no reader for order.updated v3"}, {"order.created", 1, "no reader for order.created v1"}, {"invoice.paid", 0, "no reader for invoice.paid v0"}} {
+		if err := r.Reader(c.typ, c.v); err == nil || err.Error() != c.want {
+			t.Errorf("Reader(%s, %d) = %v, want %q", c.typ, c.v, err, c.want)
+		}
+	}
+	if got := r.Types()["order.updated"]; len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Errorf("versions = %v, want [1 2]", got)
+	}
+	var none *Registry
+	if err := none.Reader("anything", 7); err != nil {
+		t.Errorf("nil registry refused: %v", err)
+	}
+	if err := none.Reader("anything", 0); err == nil {
+		t.Error("nil registry accepted version 0")
+	}
+	for _, bad := range []string{``, `[]`, `null`, `{"Order": {"versions": [1]}}`, `{"a": {}}`, `{"a": {"versions": []}}`, `{"a": {"versions": [0]}}`, `{"a": {"versions": "1"}}`} {
+		if _, err := ParseRegistry([]byte(bad)); !errors.Is(err, ErrInvalidRegistry) {
+			t.Errorf("ParseRegistry(%q) = %v, want ErrInvalidRegistry", bad, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "types.json")
+	if err := os.WriteFile(path, []byte(`{"order.updated": {"versions": [1]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := LoadRegistry(path); err != nil || r.Reader("order.updated", 1) != nil {
+		t.Fatalf("LoadRegistry = %v", err)
+	}
+	if _, err := LoadRegistry(path + ".missing"); !errors.Is(err, ErrInvalidRegistry) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestBackoffBounds(t *testing.T) {
+	base, limit := 10*time.Millisecond, 80*time.Millisecond
+	for attempt := 1; attempt <= 12; attempt++ {
+		ceiling := expDelay(attempt, base, limit)
+		if want := min(limit, base<<(attempt-1)); ceiling != want {
+			t.Fatalf("expDelay(%d) = %v, want %v", attempt, ceiling, want)
+		}
+		for range 200 {
+			if d := retryDelay(attempt, base, limit); d < 0 || d > ceiling {
+				t.Fatalf("retryDelay(%d) = %v outside [0, %v]", attempt, d, ceiling)
+			}
+			if d := outageDelay(attempt, base, limit); d < ceiling/2 || d > ceiling {
+				t.Fatalf("outageDelay(%d) = %v outside [%v, %v]", attempt, d, ceiling/2, ceiling)
+			}
+		}
+	}
+	if d := expDelay(1000, time.Second, time.Minute); d != time.Minute {
+		t.Fatalf("large attempt = %v, want the cap", d)
+	}
+	if retryDelay(3, 0, 0) != 0 {
+		t.Fatal("zero base must give zero delay")
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	l := newLogLimiter(time.Hour)
+	if ok, _ := l.allow("a"); !ok {
+		t.Fatal("first line held back")
+	}
+	for range 3 {
+		if ok, _ := l.allow("a"); ok {
+			t.Fatal("repeated line let through")
+		}
+	}
+	if ok, _ := l.allow("b"); !ok {
+		t.Fatal("another key held back")
+	}
+	l.last["a"] = time.Now().Add(-2 * time.Hour)
+	if ok, n := l.allow("a"); !ok || n != 3 {
+		t.Fatalf("after the interval: ok %v suppressed %d, want true 3", ok, n)
+	}
+}
+
+func TestToMessagePermanentFailures(t *testing.T) {
+	good := Record{ID: "id", TenantID: "acme", Channel: "orders/1", Type: "order.updated", SchemaVersion: 1,
+		Payload: json.RawMessage(`{"a":1}`), OccurredAt: time.Unix(100, 0)}
+	msg, err := toMessage(&good, nil)
+	if err != nil || msg.ID != "id" || msg.Key.Tenant != "acme" || string(msg.Freshness) != `{"mode":"immediate"}` || !msg.Time.Equal(good.OccurredAt) {
+		t.Fatalf("toMessage = %+v, %v", msg, err)
+	}
+	for name, c := range map[string]struct {
+		mut  func(r *Record)
+		want string
+	}{
+		"tenant":    {func(r *Record) { r.TenantID = "a b" }, "invalid tenant_id"},
+		"channel":   {func(r *Record) { r.Channel = "orders//1" }, "invalid channel"},
+		"type":      {func(r *Record) { r.Type = "Order" }, "type"},
+		"payload":   {func(r *Record) { r.Payload = json.RawMessage(`{"a":`) }, "payload is not decodable JSON"},
+		"empty":     {func(r *Record) { r.Payload = nil }, "payload is not decodable JSON"},
+		"freshness": {func(r *Record) { r.Freshness = json.RawMessage(`{"mode":"later"}`) }, "freshness"},
+		"version":   {func(r *Record) { r.SchemaVersion = 0 }, "no reader for order.updated v0"},
+	} {
+		r := good
+		c.mut(&r)
+		if _, err := toMessage(&r, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", name, err, c.want)
+		}
+	}
+}
+
+func TestStateColumnsRefuseImpossibleRows(t *testing.T) {
+	owner, msg := "w", "boom"
+	now := time.Now()
+	for name, c := range map[string]stateColumns{
+		"processing without lease": {state: StateProcessing},
+		"pending with lease":       {state: StatePending, leaseOwner: &owner, leaseExpiresAt: &now},
+		"dispatched without time":  {state: StateDispatched},
+		"dead letter no reason":    {state: StateDeadLetter, deadLetteredAt: &now},
+		"dead letter with lease":   {state: StateDeadLetter, deadLetteredAt: &now, lastError: &msg, leaseOwner: &owner},
+		"unknown":                  {state: "lost"},
+	} {
+		if s, err := c.toState(); !errors.Is(err, ErrCorruptRecord) {
+			t.Errorf("%s: toState = %#v, %v; want ErrCorruptRecord", name, s, err)
+		}
+	}
+	s, err := (&stateColumns{state: StateDeadLetter, deadLetteredAt: &now, lastError: &msg, attempt: 4}).toState()
+	if dl, ok := s.(DeadLetter); err != nil || !ok || dl.Reason != "boom" || dl.Attempts != 4 || dl.Name() != "dead_letter" {
+		t.Fatalf("dead letter = %#v, %v", s, err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for name, c := range map[string]struct {
+		cfg  WorkerConfig
+		want string
+	}{
+		"batch":       {WorkerConfig{BatchSize: -1}, "BatchSize -1"},
+		"concurrency": {WorkerConfig{Concurrency: -2}, "Concurrency -2"},
+		"attempts":    {WorkerConfig{MaxAttempts: -1}, "MaxAttempts"},
+		"publish":     {WorkerConfig{LeaseDuration: time.Second, PublishTimeout: 2 * time.Second}, "shorter than LeaseDuration"},
+		"retry":       {WorkerConfig{RetryBaseDelay: time.Minute, RetryMaxDelay: time.Second}, "RetryBaseDelay"},
+		"poll":        {WorkerConfig{PollInterval: -time.Second}, "PollInterval"},
+	} {
+		err := c.cfg.withDefaults().validate()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrInvalidConfig mentioning %q", name, err, c.want)
+		}
+	}
+	d := WorkerConfig{}.withDefaults()
+	if d.BatchSize != 500 || d.MaxAttempts != 10 || d.MaxAge != 24*time.Hour || d.PollInterval != time.Second || d.Owner == "" {
+		t.Fatalf("defaults = %+v", d)
+	}
+	if err := d.validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	short := WorkerConfig{LeaseDuration: 4 * time.Second}.withDefaults()
+	if short.PublishTimeout != 2*time.Second || short.validate() != nil {
+		t.Fatalf("a short lease gets PublishTimeout %v", short.PublishTimeout)
+	}
+	if _, err := NewWorker(nil, nil, WorkerConfig{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("NewWorker(nil, nil) = %v", err)
+	}
+	if err := (Config{MaxConns: -1}).validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("store config: %v", err)
+	}
+	if !IsPostgresURL("postgresql://h/db") || !IsPostgresURL("postgres://h/db") || IsPostgresURL("herald.db") {
+		t.Fatal("IsPostgresURL")
+	}
+}
+
+func TestSettleContextOutlivesStopBriefly(t *testing.T) {
+	w := &Worker{cfg: WorkerConfig{LeaseDuration: time.Hour, ShutdownTimeout: 50 * time.Millisecond}}
+	ctx, stop := context.WithCancel(context.Background())
+	wctx, done := w.settleContext(ctx, time.Now())
+	defer done()
+	stop()
+	if wctx.Err() != nil {
+		t.Fatal("outcomes must still be writable right after Stop")
+	}
+	select {
+	case <-wctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("settle context outlived ShutdownTimeout after Stop")
+	}
+	// Without Stop it lasts until the lease deadline.
+	wctx2, done2 := w.settleContext(context.Background(), time.Now())
+	defer done2()
+	if dl, ok := wctx2.Deadline(); !ok || time.Until(dl) < 59*time.Minute {
+		t.Fatalf("deadline = %v, want the lease deadline", dl)
+	}
+}

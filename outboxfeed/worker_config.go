@@ -1,0 +1,147 @@
+package outboxfeed
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// WorkerConfig tunes a Worker. The zero value is valid.
+type WorkerConfig struct {
+	// Owner is the lease owner this Worker writes into claimed records.
+	// Default: "<hostname>-<pid>-<random hex>".
+	Owner string
+	// BatchSize is the most records one claim takes. Default: 500.
+	BatchSize int
+	// Concurrency is how many channels of one batch are published in
+	// parallel (records of one channel are always published one after
+	// another). Default: 32.
+	Concurrency int
+	// PollInterval is how long an idle Worker waits for a wake-up before
+	// claiming anyway (wake-ups are a latency hint; polling is the truth).
+	// Default: 1s.
+	PollInterval time.Duration
+	// LeaseDuration is how long a claim stays with this Worker before
+	// another may take it back. Default: 30s.
+	LeaseDuration time.Duration
+	// PublishTimeout bounds one Publish call; it must be shorter than
+	// LeaseDuration. Default: 10s, or half of LeaseDuration if that is
+	// shorter.
+	PublishTimeout time.Duration
+	// MaxAttempts is how many failed attempts a record gets before it is
+	// dead-lettered. Default: 10.
+	MaxAttempts int
+	// MaxAge is how long after occurred_at a failing record keeps being
+	// retried; the first failure after it dead-letters the record.
+	// Default: 24h.
+	MaxAge time.Duration
+	// RetryBaseDelay and RetryMaxDelay bound the retry backoff: attempt n
+	// waits a uniformly random time in [0, min(max, base·2^(n-1))] (full
+	// jitter). Defaults: 1s and 5m.
+	RetryBaseDelay time.Duration
+	RetryMaxDelay  time.Duration
+	// OutageBaseDelay and OutageMaxDelay bound the backoff while the store
+	// or the broker is unavailable (exponential, half jittered).
+	// Defaults: 100ms and 30s.
+	OutageBaseDelay time.Duration
+	OutageMaxDelay  time.Duration
+	// StatsInterval is how often the backlog gauges are refreshed with a
+	// count query. Default: 10s.
+	StatsInterval time.Duration
+	// ShutdownTimeout bounds the final writes on Stop (completing what was
+	// published, releasing the rest). Default: 5s.
+	ShutdownTimeout time.Duration
+	// Registry lists the readable (type, schema_version) pairs. Default:
+	// nil, every type at any version ≥ 1.
+	Registry *Registry
+	// Logger receives Worker events; outage logs are rate-limited to one
+	// per LogEvery. Default: discard.
+	Logger *slog.Logger
+	// LogEvery is the rate limit of repeated outage logs. Default: 30s.
+	LogEvery time.Duration
+	// Registerer receives the herald_outbox_* metrics. Default: nil, not
+	// registered.
+	Registerer prometheus.Registerer
+}
+
+func (c WorkerConfig) withDefaults() WorkerConfig {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Owner == "" {
+		c.Owner = defaultOwner()
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 32
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	def(&c.PollInterval, time.Second)
+	def(&c.LeaseDuration, 30*time.Second)
+	def(&c.PublishTimeout, min(10*time.Second, c.LeaseDuration/2))
+	def(&c.MaxAge, 24*time.Hour)
+	def(&c.RetryBaseDelay, time.Second)
+	def(&c.RetryMaxDelay, 5*time.Minute)
+	def(&c.OutageBaseDelay, 100*time.Millisecond)
+	def(&c.OutageMaxDelay, 30*time.Second)
+	def(&c.StatsInterval, 10*time.Second)
+	def(&c.ShutdownTimeout, 5*time.Second)
+	def(&c.LogEvery, 30*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c WorkerConfig) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.BatchSize < 1:
+		return bad("BatchSize %d: must be ≥ 1", c.BatchSize)
+	case c.Concurrency < 1:
+		return bad("Concurrency %d: must be ≥ 1", c.Concurrency)
+	case c.MaxAttempts < 1:
+		return bad("MaxAttempts %d: must be ≥ 1", c.MaxAttempts)
+	case c.LeaseDuration < time.Millisecond:
+		return bad("LeaseDuration %v: must be ≥ 1ms", c.LeaseDuration)
+	case c.PublishTimeout <= 0 || c.PublishTimeout >= c.LeaseDuration:
+		return bad("PublishTimeout %v: must be positive and shorter than LeaseDuration %v", c.PublishTimeout, c.LeaseDuration)
+	case c.RetryBaseDelay < 0 || c.RetryMaxDelay < c.RetryBaseDelay:
+		return bad("RetryBaseDelay %v / RetryMaxDelay %v: want 0 ≤ base ≤ max", c.RetryBaseDelay, c.RetryMaxDelay)
+	case c.OutageBaseDelay <= 0 || c.OutageMaxDelay < c.OutageBaseDelay:
+		return bad("OutageBaseDelay %v / OutageMaxDelay %v: want 0 < base ≤ max", c.OutageBaseDelay, c.OutageMaxDelay)
+	}
+	for name, d := range map[string]time.Duration{
+		"PollInterval": c.PollInterval, "MaxAge": c.MaxAge, "StatsInterval": c.StatsInterval,
+		"ShutdownTimeout": c.ShutdownTimeout, "LogEvery": c.LogEvery,
+	} {
+		if d < 0 {
+			return bad("%s %v: must not be negative", name, d)
+		}
+	}
+	return nil
+}
+
+// defaultOwner is "<hostname>-<pid>-<8 random hex digits>".
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "herald"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
