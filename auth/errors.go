@@ -10,4 +10,27 @@ var (
 	ErrExpired = errors.New("token expired")
 	// ErrNoKey means no key source is configured or no key matched.
 	ErrNoKey = errors.New("no verification key")
+
+	// ErrInvalidTicket wraps every ticket redemption failure.
+	ErrInvalidTicket = errors.New("invalid ticket")
+	// ErrTicketUsed is wrapped (with ErrInvalidTicket) when a ticket was
+	// already redeemed.
+	ErrTicketUsed = errors.New("ticket already used")
+	// ErrTicketUnknown is wrapped (with ErrInvalidTicket) when a ticket was
+	// never issued, is malformed, or has expired.
+	ErrTicketUnknown = errors.New("ticket unknown or expired")
+	// ErrTicketsFull means the in-memory ticket store holds its maximum of
+	// live tickets.
+	ErrTicketsFull = errors.New("too many live tickets")
+
+	// ErrInvalidRevocation wraps every rejected Revocation.
+	ErrInvalidRevocation = errors.New("invalid revocation")
 )
+
+// trunc keeps error messages short when input is hostile or huge.
+func trunc(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,8 +1,8 @@
 package auth
 
 import (
-	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -52,63 +52,39 @@ func MintHS256(secret []byte, c Claims) (string, error) {
 	return s, nil
 }
 
-// HMACVerifier verifies HS256/384/512 tokens signed with one secret.
+// HMACVerifier verifies HS256/384/512 tokens signed with one secret. It
+// is a Verifier configured with only that secret, kept for callers of the
+// first API; every Verifier method is available on it.
 type HMACVerifier struct {
-	secret []byte
-	parser *jwt.Parser
+	*Verifier
 }
 
-// NewHMACVerifier returns a verifier for secret, with leeway for clock skew.
+// NewHMACVerifier returns a verifier for secret, with leeway for clock
+// skew (zero means none, as before Config existed). An empty secret gives a
+// verifier that rejects every token with ErrNoKey.
 func NewHMACVerifier(secret []byte, leeway time.Duration) *HMACVerifier {
-	return &HMACVerifier{
-		secret: secret,
-		parser: jwt.NewParser(
-			jwt.WithValidMethods([]string{"HS256", "HS384", "HS512"}),
-			jwt.WithExpirationRequired(),
-			jwt.WithLeeway(leeway),
-		),
+	if leeway <= 0 {
+		leeway = -1 // Config: negative means no leeway
 	}
+	cfg := Config{
+		HMACSecret: secret,
+		Leeway:     leeway,
+		Algorithms: slices.Clone(hmacAlgorithms),
+	}.withDefaults()
+	return &HMACVerifier{Verifier: newVerifier(cfg, nil)}
 }
 
 // Verify checks token's signature and claims and returns what Herald needs.
 func (v *HMACVerifier) Verify(token string) (*Claims, error) {
-	var jc jwtClaims
-	_, err := v.parser.ParseWithClaims(token, &jc, func(*jwt.Token) (any, error) {
-		if len(v.secret) == 0 {
-			return nil, ErrNoKey
-		}
-		return v.secret, nil
-	})
-	if err != nil {
-		return nil, wrapJWTError(err)
-	}
-	return jc.toClaims()
-}
-
-func wrapJWTError(err error) error {
-	switch {
-	case errors.Is(err, jwt.ErrTokenExpired):
-		return fmt.Errorf("auth: %w: %w", ErrInvalidToken, ErrExpired)
-	case errors.Is(err, jwt.ErrTokenMalformed):
-		return fmt.Errorf("auth: %w: malformed", ErrInvalidToken)
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		return fmt.Errorf("auth: %w: signature does not verify", ErrInvalidToken)
-	case errors.Is(err, jwt.ErrTokenUnverifiable):
-		return fmt.Errorf("auth: %w: unverifiable (algorithm or key not accepted)", ErrInvalidToken)
-	case errors.Is(err, jwt.ErrTokenNotValidYet):
-		return fmt.Errorf("auth: %w: not valid yet (nbf)", ErrInvalidToken)
-	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return fmt.Errorf("auth: %w: exp is required", ErrInvalidToken)
-	}
-	return fmt.Errorf("auth: %w: %v", ErrInvalidToken, err)
+	return v.Verifier.Verify(token)
 }
 
 func (jc *jwtClaims) toClaims() (*Claims, error) {
 	if jc.Subject == "" {
-		return nil, fmt.Errorf("auth: %w: sub is required", ErrInvalidToken)
+		return nil, fmt.Errorf("%w: sub is required", ErrInvalidToken)
 	}
 	if jc.Herald == nil || jc.Herald.Tenant == "" {
-		return nil, fmt.Errorf("auth: %w: herald.tenant is required", ErrInvalidToken)
+		return nil, fmt.Errorf("%w: herald.tenant is required", ErrInvalidToken)
 	}
 	c := &Claims{
 		Subject:   jc.Subject,

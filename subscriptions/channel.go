@@ -21,6 +21,19 @@ func segmentByteOK(c byte) bool {
 	return false
 }
 
+// segmentOK is validSegment without the error, for the matching path.
+func segmentOK(s string) bool {
+	if len(s) == 0 || len(s) > MaxSegmentLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !segmentByteOK(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 func validSegment(s string) error {
 	if len(s) == 0 {
 		return fmt.Errorf("empty segment")

@@ -8,4 +8,11 @@
 // Grants are patterns over channel names: "*" matches one segment, "**"
 // matches one or more trailing segments and may only be last, "{sub}"
 // expands to the token's subject. Both stand for whole segments only.
+//
+// Authorizer decides a subscription in this order: (a) a grant in the
+// connection token, (b) a subscription token naming exactly the channel
+// with the connection's sub and tenant, (c) the authorization webhook,
+// whose answers are cached per (tenant, subject, channel) for their TTL and
+// which fails closed. The tenant is always the connection's own: a Request
+// carries no tenant of its own.
 package subscriptions

@@ -43,15 +43,19 @@ func CompileGrant(pattern, subject string) (Grant, error) {
 	return g, nil
 }
 
-// Match reports whether channel (already validated) matches the grant.
+// Match reports whether channel matches the grant. A channel that is not
+// a valid name (see ValidateChannel) never matches, whatever the pattern.
 func (g Grant) Match(channel string) bool {
+	if len(channel) == 0 || len(channel) > MaxChannelLen {
+		return false
+	}
 	i := 0
 	for _, want := range g.segs {
-		if want == "**" {
-			return i < len(channel) // one or more segments remain
-		}
 		if i > len(channel) {
-			return false
+			return false // channel has fewer segments than the pattern
+		}
+		if want == "**" {
+			return i < len(channel) && validSegments(channel[i:])
 		}
 		end := strings.IndexByte(channel[i:], '/')
 		var seg string
@@ -60,12 +64,31 @@ func (g Grant) Match(channel string) bool {
 		} else {
 			seg, end = channel[i:i+end], i+end
 		}
-		if seg == "" || (want != "*" && want != seg) {
+		if want == "*" {
+			if !segmentOK(seg) {
+				return false
+			}
+		} else if want != seg { // want is a valid literal, so seg is too
 			return false
 		}
 		i = end + 1
 	}
 	return i == len(channel)+1
+}
+
+// validSegments reports whether s is one or more valid "/"-separated
+// segments.
+func validSegments(s string) bool {
+	for {
+		end := strings.IndexByte(s, '/')
+		if end < 0 {
+			return segmentOK(s)
+		}
+		if !segmentOK(s[:end]) {
+			return false
+		}
+		s = s[end+1:]
+	}
 }
 
 // Grants is a compiled set of patterns; the zero value allows nothing.

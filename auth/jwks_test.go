@@ -1,0 +1,346 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func writeRaw(t testing.TB, doc string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// jwksServer serves a JWK Set that the test can swap, counting fetches.
+type jwksServer struct {
+	*httptest.Server
+	doc     atomic.Pointer[[]byte]
+	fail    atomic.Bool
+	fetches atomic.Int64
+}
+
+func newJWKSServer(t *testing.T, keys ...testKey) *jwksServer {
+	t.Helper()
+	s := &jwksServer{}
+	s.set(t, keys...)
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.fetches.Add(1)
+		if s.fail.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		_, _ = w.Write(*s.doc.Load())
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *jwksServer) set(t *testing.T, keys ...testKey) {
+	b := jwksJSON(t, keys...)
+	s.doc.Store(&b)
+}
+
+// eventually retries f until it returns nil or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, within, err)
+		}
+		<-tick.C
+	}
+}
+
+func TestJWKSRotationFromURLWithoutRestart(t *testing.T) {
+	a := newTestKey(t, "RS256", "key-a", 0)
+	b := newTestKey(t, "ES256", "key-b", 0)
+	srv := newJWKSServer(t, a)
+	v, err := NewVerifier(Config{JWKS: srv.URL + "/jwks.json", JWKSRefresh: time.Hour, JWKSMinRefresh: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	if err := v.Start(context.Background()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	c := baseClaims("alice", "acme")
+	tokA, tokB := signWith(t, a, c), signWith(t, b, c)
+	if _, err := v.Verify(tokA); err != nil {
+		t.Fatalf("key a before rotation: %v", err)
+	}
+	if _, err := v.Verify(tokB); err == nil {
+		t.Fatal("key b verified before it was published")
+	}
+	srv.set(t, b) // rotate: a withdrawn, b published
+	eventually(t, 5*time.Second, "unknown kid reloads the set", func() error {
+		_, err := v.Verify(tokB)
+		return err
+	})
+	eventually(t, 5*time.Second, "withdrawn key stops verifying", func() error {
+		if _, err := v.Verify(tokA); err == nil {
+			return fmt.Errorf("key a still verifies")
+		} else if !strings.Contains(err.Error(), "unknown kid") {
+			return err
+		}
+		return nil
+	})
+}
+
+func TestJWKSServiceLoopReloads(t *testing.T) {
+	a := newTestKey(t, "EdDSA", "key-a", 0)
+	srv := newJWKSServer(t, a)
+	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: 30 * time.Millisecond, JWKSMinRefresh: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Start(context.Background()); err != nil {
+		t.Fatalf("second Start: %v", err)
+	}
+	eventually(t, 5*time.Second, "the loop fetches on its interval", func() error {
+		if n := srv.fetches.Load(); n < 3 {
+			return fmt.Errorf("%d fetches", n)
+		}
+		return nil
+	})
+	v.Stop()
+	v.Stop()
+	n := srv.fetches.Load()
+	time.Sleep(100 * time.Millisecond) // three intervals: nothing may fetch after Stop
+	if got := srv.fetches.Load(); got != n {
+		t.Fatalf("fetched %d times after Stop", got-n)
+	}
+}
+
+func TestJWKSUnknownKidIsRateLimited(t *testing.T) {
+	a := newTestKey(t, "ES384", "key-a", 0)
+	srv := newJWKSServer(t, a)
+	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: time.Hour, JWKSMinRefresh: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	if err := v.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		k := newTestKey(t, "ES384", fmt.Sprintf("random-%d", i), 0)
+		_, err := v.Verify(signWith(t, k, baseClaims("alice", "acme")))
+		if err == nil || !errors.Is(err, ErrNoKey) || !strings.Contains(err.Error(), "unknown kid") {
+			t.Fatalf("want unknown kid, got %v", err)
+		}
+	}
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("50 unknown kids caused %d fetches, want 1 (the first load)", n)
+	}
+}
+
+func TestJWKSLazyLoadAndOutage(t *testing.T) {
+	a := newTestKey(t, "PS256", "key-a", 1)
+	srv := newJWKSServer(t, a)
+	srv.fail.Store(true)
+	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: 40 * time.Millisecond, JWKSMinRefresh: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	tok := signWith(t, a, baseClaims("alice", "acme"))
+	if _, err := v.Verify(tok); err == nil || !strings.Contains(err.Error(), "key set unavailable") {
+		t.Fatalf("JWKS down and never loaded: want key set unavailable, got %v", err)
+	}
+	srv.fail.Store(false)
+	eventually(t, 5*time.Second, "lazy load without Start once the JWKS answers", func() error {
+		_, err := v.Verify(tok)
+		return err
+	})
+	srv.fail.Store(true)
+	before := srv.fetches.Load()
+	eventually(t, 5*time.Second, "stale set triggers a reload attempt", func() error {
+		if _, err := v.Verify(tok); err != nil {
+			return fmt.Errorf("a failed reload dropped the keys: %w", err)
+		}
+		if srv.fetches.Load() == before {
+			return fmt.Errorf("no reload attempt yet")
+		}
+		return nil
+	})
+}
+
+func TestJWKSStartReportsFirstLoadFailure(t *testing.T) {
+	srv := newJWKSServer(t)
+	srv.fail.Store(true)
+	v, err := NewVerifier(Config{JWKS: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	if err := v.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "HTTP status 503") {
+		t.Fatalf("want the fetch failure, got %v", err)
+	}
+}
+
+func TestJWKSFetchTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSFetchTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	start := time.Now()
+	err = v.Start(context.Background())
+	if err == nil {
+		t.Fatal("a hanging JWKS must fail the first load")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("fetch took %s, want about the 100ms timeout", d)
+	}
+}
+
+func TestJWKSFileRotation(t *testing.T) {
+	a := newTestKey(t, "ES256", "file-a", 0)
+	b := newTestKey(t, "RS384", "file-b", 1)
+	path := writeJWKS(t, "", a)
+	v, err := NewVerifier(Config{JWKS: "file://" + path, JWKSRefresh: time.Hour, JWKSMinRefresh: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	c := baseClaims("alice", "acme")
+	if _, err := v.Verify(signWith(t, a, c)); err != nil {
+		t.Fatalf("file key: %v", err)
+	}
+	writeJWKS(t, path, a, b)
+	eventually(t, 5*time.Second, "file reload on unknown kid", func() error {
+		_, err := v.Verify(signWith(t, b, c))
+		return err
+	})
+}
+
+func TestParseJWKSSkipsUnusableKeys(t *testing.T) {
+	small, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := newTestKey(t, "EdDSA", "good", 0)
+	ec := newTestKey(t, "ES256", "off-curve", 0)
+	ec.jwk["y"] = ec.jwk["x"]
+	encKey := newTestKey(t, "RS256", "enc", 0)
+	encKey.jwk["use"] = "enc"
+	mismatch := newTestKey(t, "ES256", "mismatch", 0)
+	mismatch.jwk["alg"] = "RS256"
+	bad := []map[string]string{
+		{"kty": "RSA", "kid": "small", "n": b64u(small.N.Bytes()), "e": b64u(big.NewInt(int64(small.E)).Bytes())},
+		{"kty": "RSA", "kid": "even-e", "n": encKey.jwk["n"], "e": b64u([]byte{2})},
+		ec.jwk, encKey.jwk, mismatch.jwk,
+		{"kty": "oct", "kid": "empty", "k": ""},
+		{"kty": "OKP", "kid": "x448", "crv": "X448", "x": good.jwk["x"]},
+		{"kty": "OKP", "kid": "short", "crv": "Ed25519", "x": b64u([]byte{1, 2, 3})},
+		{"kty": "EC", "kid": "p224", "crv": "P-224", "x": "AA", "y": "AA"},
+		{"kty": "XYZ", "kid": "odd"},
+		{"kty": "oct", "kid": "padded", "k": "AAAA=="},
+	}
+	keys := append([]map[string]string{good.jwk}, bad...)
+	doc, err := json.Marshal(map[string]any{"keys": keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, skipped, err := parseJWKS(doc)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if ks.len() != 1 || len(ks.byKID["good"]) != 1 {
+		t.Fatalf("want only the good key, got %d keys: %v", ks.len(), skipped)
+	}
+	if len(skipped) != len(bad) {
+		t.Fatalf("want %d skipped, got %d: %v", len(bad), len(skipped), skipped)
+	}
+}
+
+func TestJWKSStaleReloadDoesNotStallOthers(t *testing.T) {
+	a := newTestKey(t, "ES256", "key-a", 0)
+	hanging := make(chan struct{}, 4)
+	release := make(chan struct{})
+	var hang atomic.Bool
+	doc := jwksJSON(t, a)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() {
+			hanging <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		_, _ = w.Write(doc)
+	}))
+	defer srv.Close()
+	defer close(release)
+	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: 20 * time.Millisecond, JWKSMinRefresh: time.Millisecond, JWKSFetchTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	tok := signWith(t, a, baseClaims("alice", "acme"))
+	if _, err := v.Verify(tok); err != nil {
+		t.Fatal(err)
+	}
+	hang.Store(true)
+	eventually(t, 5*time.Second, "the set goes stale", func() error {
+		if !v.jwks.stale() {
+			return errors.New("fresh")
+		}
+		return nil
+	})
+	first := make(chan error, 1)
+	go func() { _, err := v.Verify(tok); first <- err }()
+	select {
+	case <-hanging:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reload attempt")
+	}
+	t0 := time.Now()
+	if _, err := v.Verify(tok); err != nil {
+		t.Fatalf("verify with stale keys during a reload: %v", err)
+	}
+	if d := time.Since(t0); d > 200*time.Millisecond {
+		t.Fatalf("verify waited %s for another caller's reload", d)
+	}
+	release <- struct{}{}
+	if err := <-first; err != nil {
+		t.Fatalf("the reloading caller: %v", err)
+	}
+}

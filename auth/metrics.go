@@ -1,0 +1,94 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// authMetrics holds the auth collectors; a nil *authMetrics records nothing.
+type authMetrics struct {
+	verifyOK, verifyExpired, verifyInvalid prometheus.Counter
+	jwksOK, jwksError                      prometheus.Counter
+	jwksKeys                               prometheus.Gauge
+}
+
+// newAuthMetrics registers the collectors with reg; nil reg gives nil.
+// Collectors already registered by another Verifier are shared.
+func newAuthMetrics(reg prometheus.Registerer) (*authMetrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	verify := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_auth_token_verifications_total",
+		Help: "Token verifications by result (ok, expired, invalid).",
+	}, []string{"result"})
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_auth_jwks_reloads_total",
+		Help: "JWKS loads by result (ok, error).",
+	}, []string{"result"})
+	keys := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "herald_auth_jwks_keys",
+		Help: "Usable keys in the last JWKS loaded.",
+	})
+	var err error
+	if verify, err = register(reg, verify); err != nil {
+		return nil, err
+	}
+	if reloads, err = register(reg, reloads); err != nil {
+		return nil, err
+	}
+	if keys, err = register(reg, keys); err != nil {
+		return nil, err
+	}
+	return &authMetrics{
+		verifyOK:      verify.WithLabelValues("ok"),
+		verifyExpired: verify.WithLabelValues("expired"),
+		verifyInvalid: verify.WithLabelValues("invalid"),
+		jwksOK:        reloads.WithLabelValues("ok"),
+		jwksError:     reloads.WithLabelValues("error"),
+		jwksKeys:      keys,
+	}, nil
+}
+
+// register registers c, or returns the collector already registered
+// under the same description.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, fmt.Errorf("auth: register metrics: %w", err)
+	}
+	return c, nil
+}
+
+func (m *authMetrics) verifyResult(err error) {
+	if m == nil {
+		return
+	}
+	switch {
+	case err == nil:
+		m.verifyOK.Inc()
+	case errors.Is(err, ErrExpired):
+		m.verifyExpired.Inc()
+	default:
+		m.verifyInvalid.Inc()
+	}
+}
+
+func (m *authMetrics) jwksResult(ok bool, keys int) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.jwksOK.Inc()
+		m.jwksKeys.Set(float64(keys))
+		return
+	}
+	m.jwksError.Inc()
+}

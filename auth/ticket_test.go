@@ -1,0 +1,237 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+// fakeClock is a settable clock for MemoryTickets.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func newTestRedis(t *testing.T) (redis.UniversalClient, string) {
+	t.Helper()
+	url, prefix := testenv.Redis(t)
+	opt, err := redis.ParseURL(url)
+	testenv.Must(t, err, "redis url")
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, prefix
+}
+
+// ticketIssuers gives each implementation with two handles ("nodes")
+// sharing one backing store where the implementation allows it.
+func ticketIssuers() map[string]func(t *testing.T, cfg TicketConfig) (TicketIssuer, TicketIssuer) {
+	return map[string]func(t *testing.T, cfg TicketConfig) (TicketIssuer, TicketIssuer){
+		"memory": func(t *testing.T, cfg TicketConfig) (TicketIssuer, TicketIssuer) {
+			s, err := NewMemoryTickets(cfg)
+			testenv.Must(t, err, "memory tickets")
+			return s, s
+		},
+		"redis": func(t *testing.T, cfg TicketConfig) (TicketIssuer, TicketIssuer) {
+			rdb, prefix := newTestRedis(t)
+			cfg.Prefix = prefix
+			a, err := NewRedisTickets(rdb, cfg)
+			testenv.Must(t, err, "redis tickets")
+			rdb2, _ := newTestRedis(t)
+			b, err := NewRedisTickets(rdb2, cfg)
+			testenv.Must(t, err, "redis tickets, second node")
+			return a, b
+		},
+	}
+}
+
+func TestTicketsSingleUse(t *testing.T) {
+	ctx := context.Background()
+	for name, open := range ticketIssuers() {
+		t.Run(name, func(t *testing.T) {
+			issuer, redeemer := open(t, TicketConfig{})
+			c := baseClaims("alice", "acme")
+			c.ExpiresAt = time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			c.IssuedAt = time.Now().Truncate(time.Millisecond)
+			ticket, err := issuer.Issue(ctx, &c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ticket) != ticketLen {
+				t.Fatalf("ticket %q: want %d characters", ticket, ticketLen)
+			}
+			c.Subscribe[0] = "changed-after-issue"
+			got, err := redeemer.Redeem(ctx, ticket)
+			if err != nil {
+				t.Fatalf("redeem: %v", err)
+			}
+			if got.Subject != "alice" || got.Tenant != "acme" || got.SessionID != "sess-1" || got.TokenID != "tok-1" ||
+				!slices.Equal(got.Subscribe, []string{"orders/*", "users/{sub}/**"}) ||
+				!got.ExpiresAt.Equal(c.ExpiresAt) || !got.IssuedAt.Equal(c.IssuedAt) {
+				t.Fatalf("redeemed claims differ: %+v", got)
+			}
+			_, err = redeemer.Redeem(ctx, ticket)
+			if !errors.Is(err, ErrInvalidTicket) || !errors.Is(err, ErrTicketUsed) {
+				t.Fatalf("second redeem: want ErrTicketUsed, got %v", err)
+			}
+			other, _ := newTicket()
+			for _, bad := range []string{other, "", "short", ticket + "x", ticket[:ticketLen-1] + "="} {
+				if _, err := redeemer.Redeem(ctx, bad); !errors.Is(err, ErrTicketUnknown) {
+					t.Fatalf("redeem %q: want ErrTicketUnknown, got %v", bad, err)
+				}
+			}
+		})
+	}
+}
+
+func TestTicketsConcurrentRedeemOnce(t *testing.T) {
+	ctx := context.Background()
+	for name, open := range ticketIssuers() {
+		t.Run(name, func(t *testing.T) {
+			issuer, redeemer := open(t, TicketConfig{})
+			c := baseClaims("alice", "acme")
+			ticket, err := issuer.Issue(ctx, &c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wins atomic.Int32
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					if _, err := redeemer.Redeem(ctx, ticket); err == nil {
+						wins.Add(1)
+					} else if !errors.Is(err, ErrTicketUsed) {
+						t.Errorf("loser: want ErrTicketUsed, got %v", err)
+					}
+				})
+			}
+			wg.Wait()
+			if wins.Load() != 1 {
+				t.Fatalf("%d redemptions succeeded, want exactly 1", wins.Load())
+			}
+		})
+	}
+}
+
+func TestTicketsRefuseBadClaims(t *testing.T) {
+	ctx := context.Background()
+	for name, open := range ticketIssuers() {
+		t.Run(name, func(t *testing.T) {
+			issuer, _ := open(t, TicketConfig{})
+			expired := baseClaims("alice", "acme")
+			expired.ExpiresAt = time.Now().Add(-time.Second)
+			if _, err := issuer.Issue(ctx, &expired); !errors.Is(err, ErrExpired) {
+				t.Fatalf("expired claims: want ErrExpired, got %v", err)
+			}
+			sub := baseClaims("alice", "acme")
+			sub.Channel = "orders/1"
+			if _, err := issuer.Issue(ctx, &sub); err == nil {
+				t.Fatal("subscription-token claims must not buy a ticket")
+			}
+			if _, err := issuer.Issue(ctx, nil); err == nil {
+				t.Fatal("nil claims must be refused")
+			}
+		})
+	}
+}
+
+func TestMemoryTicketsExpiryAndBound(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	s, err := NewMemoryTickets(TicketConfig{TTL: 10 * time.Second, MaxTickets: 3, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := baseClaims("alice", "acme")
+	c.ExpiresAt = clock.Now().Add(time.Hour)
+	var tickets []string
+	for range 3 {
+		tk, err := s.Issue(ctx, &c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	if _, err := s.Issue(ctx, &c); !errors.Is(err, ErrTicketsFull) {
+		t.Fatalf("fourth ticket: want ErrTicketsFull, got %v", err)
+	}
+	clock.Advance(9 * time.Second)
+	if _, err := s.Redeem(ctx, tickets[0]); err != nil {
+		t.Fatalf("redeem within TTL: %v", err)
+	}
+	clock.Advance(time.Second)
+	if _, err := s.Redeem(ctx, tickets[1]); !errors.Is(err, ErrTicketUnknown) {
+		t.Fatalf("redeem at TTL: want ErrTicketUnknown, got %v", err)
+	}
+	if s.Len() != 0 {
+		t.Fatalf("expired tickets not swept: %d held", s.Len())
+	}
+	if _, err := s.Issue(ctx, &c); err != nil {
+		t.Fatalf("issue after sweep: %v", err)
+	}
+
+	// A ticket never outlives the token behind it.
+	short := baseClaims("alice", "acme")
+	short.ExpiresAt = clock.Now().Add(2 * time.Second)
+	tk, err := s.Issue(ctx, &short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second)
+	if _, err := s.Redeem(ctx, tk); !errors.Is(err, ErrTicketUnknown) {
+		t.Fatalf("ticket past its token's exp: want ErrTicketUnknown, got %v", err)
+	}
+
+	for _, bad := range []TicketConfig{{TTL: time.Hour}, {MaxTickets: -1}} {
+		if _, err := NewMemoryTickets(bad); err == nil {
+			t.Fatalf("config %+v must be refused", bad)
+		}
+	}
+}
+
+func TestRedisTicketsExpire(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := newTestRedis(t)
+	s, err := NewRedisTickets(rdb, TicketConfig{TTL: 100 * time.Millisecond, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := baseClaims("alice", "acme")
+	tk, err := s.Issue(ctx, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ticketKey(tk)
+	if ttl := rdb.PTTL(ctx, prefix+"ticket:"+key).Val(); ttl <= 0 || ttl > 100*time.Millisecond {
+		t.Fatalf("ticket key TTL %s, want (0, 100ms]", ttl)
+	}
+	eventually(t, 5*time.Second, "ticket key expires in Redis", func() error {
+		if rdb.Exists(ctx, prefix+"ticket:"+key).Val() != 0 {
+			return errors.New("still there")
+		}
+		return nil
+	})
+	if _, err := s.Redeem(ctx, tk); !errors.Is(err, ErrTicketUnknown) {
+		t.Fatalf("expired ticket: want ErrTicketUnknown, got %v", err)
+	}
+	// The used marker keeps the ticket's expiry.
+	tk2, _ := s.Issue(ctx, &c)
+	if _, err := s.Redeem(ctx, tk2); err != nil {
+		t.Fatal(err)
+	}
+	key2, _ := ticketKey(tk2)
+	if ttl := rdb.PTTL(ctx, prefix+"ticket:"+key2).Val(); ttl <= 0 {
+		t.Fatalf("used marker has no expiry (PTTL %s)", ttl)
+	}
+}

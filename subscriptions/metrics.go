@@ -1,0 +1,116 @@
+package subscriptions
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics holds the subscription collectors; a nil *metrics records nothing.
+type metrics struct {
+	decisions                              map[Source]prometheus.Counter
+	denied                                 prometheus.Counter
+	webhookAllow, webhookDeny, webhookFail prometheus.Counter
+	webhookCacheHits                       prometheus.Counter
+	webhookSeconds                         prometheus.Observer
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_subscriptions_decisions_total",
+		Help: "Subscription authorization decisions by result: grant, sub_token, webhook (allowed by), or denied.",
+	}, []string{"result"})
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_subscriptions_webhook_calls_total",
+		Help: "Authorization webhook calls by result: allow, deny, error (failed closed).",
+	}, []string{"result"})
+	hits := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "herald_subscriptions_webhook_cache_hits_total",
+		Help: "Webhook answers served from the cache.",
+	})
+	seconds := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "herald_subscriptions_webhook_duration_seconds",
+		Help:    "Duration of authorization webhook calls.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
+	})
+	var err error
+	if decisions, err = register(reg, decisions); err != nil {
+		return nil, err
+	}
+	if calls, err = register(reg, calls); err != nil {
+		return nil, err
+	}
+	if hits, err = register(reg, hits); err != nil {
+		return nil, err
+	}
+	if seconds, err = register(reg, seconds); err != nil {
+		return nil, err
+	}
+	return &metrics{
+		decisions: map[Source]prometheus.Counter{
+			SourceGrant:    decisions.WithLabelValues(string(SourceGrant)),
+			SourceSubToken: decisions.WithLabelValues(string(SourceSubToken)),
+			SourceWebhook:  decisions.WithLabelValues(string(SourceWebhook)),
+		},
+		denied:           decisions.WithLabelValues("denied"),
+		webhookAllow:     calls.WithLabelValues("allow"),
+		webhookDeny:      calls.WithLabelValues("deny"),
+		webhookFail:      calls.WithLabelValues("error"),
+		webhookCacheHits: hits,
+		webhookSeconds:   seconds,
+	}, nil
+}
+
+// register registers c, or returns the collector already registered under
+// the same description.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, fmt.Errorf("subscriptions: register metrics: %w", err)
+	}
+	return c, nil
+}
+
+func (m *metrics) decision(d Decision) {
+	if m == nil {
+		return
+	}
+	if !d.Allowed {
+		m.denied.Inc()
+		return
+	}
+	if c, ok := m.decisions[d.Source]; ok {
+		c.Inc()
+	}
+}
+
+func (m *metrics) webhookCacheHit() {
+	if m != nil {
+		m.webhookCacheHits.Inc()
+	}
+}
+
+func (m *metrics) webhookResult(allow bool, err error, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.webhookSeconds.Observe(d.Seconds())
+	switch {
+	case err != nil:
+		m.webhookFail.Inc()
+	case allow:
+		m.webhookAllow.Inc()
+	default:
+		m.webhookDeny.Inc()
+	}
+}
