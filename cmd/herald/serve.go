@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/clientjs"
@@ -20,10 +23,13 @@ import (
 
 // authSettings select the token key sources.
 type authSettings struct {
-	HMACSecret string
-	JWKS       string
-	Issuer     string
-	Audience   string
+	HMACSecret        string
+	JWKS              string
+	Issuer            string
+	Audience          string
+	WebhookURL        string
+	WebhookAuthHeader string
+	WebhookTimeout    time.Duration
 }
 
 func (a *authSettings) register(st *settings) {
@@ -31,6 +37,25 @@ func (a *authSettings) register(st *settings) {
 	st.String(&a.JWKS, "jwks", "", "JWKS URL or file for RS/PS/ES/EdDSA keys")
 	st.String(&a.Issuer, "jwt-issuer", "", "required iss claim; empty = not checked")
 	st.String(&a.Audience, "jwt-audience", "", "required aud claim; empty = not checked")
+	st.String(&a.WebhookURL, "authz-webhook", "", "authorization webhook URL (POST {tenant,subject,channel}); empty = none")
+	st.String(&a.WebhookAuthHeader, "authz-webhook-authorization", "", "Authorization header value sent to the webhook")
+	st.Duration(&a.WebhookTimeout, "authz-webhook-timeout", subscriptions.DefaultWebhookTimeout, "bound on one webhook call; a slow or failed call denies")
+}
+
+// authorizer builds the subscription authorizer.
+func (a *authSettings) authorizer(v *auth.Verifier, rs auth.RevocationStore, log *slog.Logger, reg prometheus.Registerer) (*subscriptions.Authorizer, error) {
+	cfg := subscriptions.Config{
+		SubTokens: v, Revocations: rs, WebhookURL: a.WebhookURL, WebhookTimeout: a.WebhookTimeout,
+		Logger: log, Registerer: reg,
+	}
+	if a.WebhookAuthHeader != "" {
+		cfg.WebhookHeader = http.Header{"Authorization": []string{a.WebhookAuthHeader}}
+	}
+	az, err := subscriptions.NewAuthorizer(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("config: --authz-webhook: %w", err)
+	}
+	return az, nil
 }
 
 type serveOptions struct {
@@ -118,6 +143,16 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	}
 	defer verifier.Stop()
 
+	revocations, revWhere, closeRevocations, err := openRevocations(ctx, o.store, o.broker)
+	if err != nil {
+		return err
+	}
+	defer closeRevocations()
+	authorizer, err := o.auth.authorizer(verifier, revocations, log, reg)
+	if err != nil {
+		return err
+	}
+
 	store, err := openStore(ctx, o.store, o.worker.NotifyTrigger, log)
 	if err != nil {
 		return err
@@ -161,7 +196,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 
 	srv, err := gateway.New(o.gw, gateway.Deps{
 		Verifier:   verifier,
-		Authorizer: &subscriptions.Authorizer{},
+		Authorizer: authorizer,
 		Broker:     broker,
 		Hub:        hub,
 		ReadyChecks: []gateway.ReadyCheck{
@@ -184,7 +219,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 		storeName = "PostgreSQL"
 	}
 	banner(stdout, "http://"+srv.Addr(), storeName, brokerName, o, devMode)
-	log.Info("herald serving", "addr", srv.Addr(), "store", storeName, "broker", brokerName, "feed", o.feed, "version", version)
+	log.Info("herald serving", "addr", srv.Addr(), "store", storeName, "broker", brokerName, "revocations", revWhere, "feed", o.feed, "version", version)
 
 	<-ctx.Done()
 	log.Info("herald stopping")
