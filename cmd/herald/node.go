@@ -25,12 +25,17 @@ type brokerSettings struct {
 }
 
 func (b *brokerSettings) register(st *settings) {
-	st.String(&b.RedisURL, "redis-url", "", "redis://… selects the Redis broker (many nodes); empty = in-memory broker (one node)")
-	st.String(&b.RedisPrefix, "redis-key-prefix", fanout.DefaultRedisKeyPrefix, "prefix of every Redis key and pub/sub channel Herald uses")
-	st.Bool(&b.RedisSharded, "redis-sharded", false, "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7); all nodes must agree")
+	b.registerRedis(st)
 	st.Int(&b.HistorySize, "history-size", fanout.DefaultHistorySize, "publications kept per channel for resume")
 	st.Duration(&b.HistoryTTL, "history-ttl", fanout.DefaultHistoryTTL, "how long an idle channel keeps its history and epoch")
 	st.Int(&b.MaxChannels, "max-channels", fanout.DefaultMaxChannels, "channels with history kept by the in-memory broker")
+}
+
+// registerRedis registers only the Redis connection settings.
+func (b *brokerSettings) registerRedis(st *settings) {
+	st.String(&b.RedisURL, "redis-url", "", "redis://… selects the Redis broker (many nodes); empty = in-memory broker (one node)")
+	st.String(&b.RedisPrefix, "redis-key-prefix", fanout.DefaultRedisKeyPrefix, "prefix of every Redis key and pub/sub channel Herald uses")
+	st.Bool(&b.RedisSharded, "redis-sharded", false, "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7); all nodes must agree")
 }
 
 func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fanout.Broker, string, error) {

@@ -25,7 +25,7 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		forTime          time.Duration
 	)
 	store.register(st)
-	broker.register(st)
+	broker.registerRedis(st)
 	st.String(&sid, "sid", "", "revoke every token of this session id")
 	st.String(&jti, "jti", "", "revoke the token with this id")
 	st.String(&reason, "reason", "", "why (kept for operators)")

@@ -75,8 +75,15 @@ func (s *settings) StringList(p *[]string, name, usage string) {
 	s.add(name, usage, (*listValue)(p))
 }
 
+// describeSettings, when set (by the settings-doc test), receives every
+// command's settings before they are parsed.
+var describeSettings func(*settings)
+
 // parse applies the config file, then the environment, then the flags.
 func (s *settings) parse(args []string) error {
+	if describeSettings != nil {
+		describeSettings(s)
+	}
 	// Flags first, to learn --config and which flags were set explicitly.
 	if err := s.fs.Parse(args); err != nil {
 		return err
