@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"time"
 )
@@ -68,6 +69,43 @@ type Config struct {
 	// final event and for in-flight requests to finish before closing the
 	// remaining connections. Default 10s.
 	ShutdownTimeout time.Duration
+
+	// AllowedOrigins lists the browser origins, besides the request's own
+	// host, that may open a WebSocket (the defence against cross-site
+	// WebSocket hijacking). Each entry is a host pattern ("app.example.com",
+	// "*.example.com") or, when it holds "://", a scheme://host pattern,
+	// matched case-insensitively with path.Match; "*" allows every origin.
+	// A request without an Origin header (not a browser) is always allowed.
+	// Default none: same host only.
+	AllowedOrigins []string
+
+	// MaxMessageSize bounds one WebSocket message a client sends, in bytes;
+	// a larger message closes the connection with message_too_big (close
+	// code 4503). Must be at least 1024. Default 65536 (64 KiB).
+	MaxMessageSize int
+
+	// MaxInflight bounds the requests (subscribe, publish, refresh) one
+	// WebSocket connection may have running at once; a request beyond it is
+	// answered with the error too_many_requests and the connection stays
+	// open. Default 16.
+	MaxInflight int
+
+	// ConnectTimeout is how long a new WebSocket connection may take to
+	// send its connect frame; past it the connection is closed with the
+	// reason timeout (close code 4005). Default 10s.
+	ConnectTimeout time.Duration
+
+	// ConnectAttemptsPerIP is the sustained rate, per second, of new SSE and
+	// WebSocket connections one client address may open (a token bucket per
+	// IPv4 address or IPv6 /64). An attempt beyond it is answered 429 with
+	// Retry-After before any authentication. Negative disables the limit
+	// (behind a proxy every client shares the proxy's address; limit there).
+	// Default 20.
+	ConnectAttemptsPerIP float64
+
+	// ConnectAttemptsBurst is how many connection attempts one address may
+	// make at once before ConnectAttemptsPerIP applies. Default 40.
+	ConnectAttemptsBurst int
 }
 
 // Defaults of Config, exported for docs and the CLI.
@@ -84,6 +122,11 @@ const (
 	DefaultCookieName             = "herald_token"
 	DefaultShutdownReconnectDelay = 5 * time.Second
 	DefaultShutdownTimeout        = 10 * time.Second
+	DefaultMaxMessageSize         = 64 << 10
+	DefaultMaxInflight            = 16
+	DefaultConnectTimeout         = 10 * time.Second
+	DefaultConnectAttemptsPerIP   = 20.0
+	DefaultConnectAttemptsBurst   = 40
 )
 
 // withDefaults returns c with every zero field set to its default.
@@ -115,6 +158,13 @@ func (c Config) withDefaults() Config {
 	setStr(&c.CookieName, DefaultCookieName)
 	setDur(&c.ShutdownReconnectDelay, DefaultShutdownReconnectDelay)
 	setDur(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setInt(&c.MaxMessageSize, DefaultMaxMessageSize)
+	setInt(&c.MaxInflight, DefaultMaxInflight)
+	setDur(&c.ConnectTimeout, DefaultConnectTimeout)
+	if c.ConnectAttemptsPerIP == 0 {
+		c.ConnectAttemptsPerIP = DefaultConnectAttemptsPerIP
+	}
+	setInt(&c.ConnectAttemptsBurst, DefaultConnectAttemptsBurst)
 	return c
 }
 
@@ -134,6 +184,9 @@ func (c Config) validate() error {
 		{"MaxSubscriptions", c.MaxSubscriptions},
 		{"QueueMaxBytes", c.QueueMaxBytes},
 		{"QueueMaxMessages", c.QueueMaxMessages},
+		{"MaxMessageSize", c.MaxMessageSize},
+		{"MaxInflight", c.MaxInflight},
+		{"ConnectAttemptsBurst", c.ConnectAttemptsBurst},
 	}
 	for _, p := range positive {
 		if p.v < 0 {
@@ -153,6 +206,7 @@ func (c Config) validate() error {
 		{"ClientTimeout", c.ClientTimeout},
 		{"ShutdownReconnectDelay", c.ShutdownReconnectDelay},
 		{"ShutdownTimeout", c.ShutdownTimeout},
+		{"ConnectTimeout", c.ConnectTimeout},
 	}
 	for _, d := range durations {
 		if d.v < 0 {
@@ -161,6 +215,15 @@ func (c Config) validate() error {
 	}
 	if c.ClientTimeout <= c.HeartbeatInterval {
 		return bad("ClientTimeout (%s) must exceed HeartbeatInterval (%s)", c.ClientTimeout, c.HeartbeatInterval)
+	}
+	if c.MaxMessageSize < 1024 {
+		return bad("MaxMessageSize must be at least 1024 so a connect frame fits, got %d", c.MaxMessageSize)
+	}
+	if math.IsNaN(c.ConnectAttemptsPerIP) || math.IsInf(c.ConnectAttemptsPerIP, 0) {
+		return bad("ConnectAttemptsPerIP must be a finite number (negative disables the limit), got %v", c.ConnectAttemptsPerIP)
+	}
+	if err := validateOrigins(c.AllowedOrigins); err != nil {
+		return bad("%v", err)
 	}
 	if c.SSERetry < time.Millisecond {
 		return bad("SSERetry must be at least 1ms, got %s", c.SSERetry)

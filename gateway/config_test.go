@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"errors"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +20,10 @@ func TestConfigDefaults(t *testing.T) {
 		QueueMaxBytes: 1 << 20, QueueMaxMessages: 1024, WriteTimeout: 10 * time.Second,
 		HeartbeatInterval: 15 * time.Second, SSERetry: 2 * time.Second, ClientTimeout: time.Minute,
 		CookieName: "herald_token", ShutdownReconnectDelay: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
+		MaxMessageSize: 64 << 10, MaxInflight: 16, ConnectTimeout: 10 * time.Second,
+		ConnectAttemptsPerIP: 20, ConnectAttemptsBurst: 40,
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
 	}
 	if err := c.validate(); err != nil {
@@ -42,6 +46,13 @@ func TestConfigValidate(t *testing.T) {
 		"retry":           {Config{SSERetry: time.Microsecond}, "SSERetry"},
 		"cookie":          {Config{CookieName: "a b"}, "CookieName"},
 		"shutdown delay":  {Config{ShutdownReconnectDelay: -1}, "ShutdownReconnectDelay"},
+		"message size":    {Config{MaxMessageSize: 100}, "MaxMessageSize must be at least 1024"},
+		"inflight":        {Config{MaxInflight: -1}, "MaxInflight must be positive"},
+		"connect timeout": {Config{ConnectTimeout: -time.Second}, "ConnectTimeout"},
+		"attempts burst":  {Config{ConnectAttemptsBurst: -2}, "ConnectAttemptsBurst"},
+		"attempts rate":   {Config{ConnectAttemptsPerIP: math.Inf(1)}, "ConnectAttemptsPerIP must be a finite number"},
+		"origin empty":    {Config{AllowedOrigins: []string{""}}, "AllowedOrigins[0] is empty"},
+		"origin pattern":  {Config{AllowedOrigins: []string{"ok.example", "[bad"}}, "AllowedOrigins[1] \"[bad\" is not a valid pattern"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -51,6 +51,14 @@ type Conn struct {
 
 	deliveries interface{ Add(float64) } // herald_deliveries_total{transport}
 
+	// wake, when set (WebSocket), is called after a publication was queued,
+	// after Resync and once on Close, so the transport can start its writer
+	// on demand. It must not block. Set before the connection is shared.
+	wake func()
+	// kill, when set (WebSocket), tears the connection down at once; Stop
+	// calls it on connections that outlive ShutdownTimeout.
+	kill func()
+
 	abortMu sync.Mutex
 	abortFn func()
 
@@ -86,9 +94,14 @@ var _ fanout.ResyncSubscriber = (*Conn)(nil)
 // Deliver implements fanout.Subscriber: a non-blocking enqueue. A full queue
 // closes the connection with ReasonSlow.
 func (c *Conn) Deliver(p *fanout.Prepared) {
-	if c.queue.push(p) == pushFull {
+	switch c.queue.push(p) {
+	case pushFull:
 		c.srv.metrics.queueDropped.Inc()
 		c.Close(ReasonSlow, 0)
+	case pushed:
+		if c.wake != nil {
+			c.wake()
+		}
 	}
 }
 
@@ -110,6 +123,9 @@ func (c *Conn) Resync(key fanout.Key) {
 	case c.resyncCh <- struct{}{}:
 	default:
 	}
+	if c.wake != nil {
+		c.wake()
+	}
 }
 
 // Close ends the connection for r, announcing delay as the reconnect delay
@@ -121,13 +137,26 @@ func (c *Conn) Close(r Reason, delay time.Duration) {
 		c.queue.close()
 		close(c.done)
 		if r.Code == ReasonSlow.Code {
+			c.srv.metrics.limit(limitQueue)
 			c.abortMu.Lock()
 			if c.abortFn != nil {
 				c.abortFn()
 			}
 			c.abortMu.Unlock()
 		}
+		if c.wake != nil {
+			c.wake()
+		}
 	})
+}
+
+// hardClose closes the connection for r and, where the transport can,
+// tears it down at once without waiting for a final frame.
+func (c *Conn) hardClose(r Reason) {
+	c.Close(r, 0)
+	if c.kill != nil {
+		c.kill()
+	}
 }
 
 // Done is closed once the connection is closing; Reason is then valid.

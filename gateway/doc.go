@@ -1,6 +1,6 @@
-// Package gateway is Herald's HTTP server: the SSE transport (and, later, the
-// WebSocket one), health and readiness probes, Prometheus metrics and the
-// demo page.
+// Package gateway is Herald's HTTP server: the SSE transport, the herald.v1
+// WebSocket transport (ws.go; the protocol is docs/protocol.md), health and
+// readiness probes, Prometheus metrics and the demo page.
 //
 // Every stream is a connection (conn.go) with one bounded send queue
 // (queue.go) that the fan-out hub fills with a non-blocking enqueue, and one
@@ -9,6 +9,9 @@
 // "slow"; every close has a typed Reason (reasons.go) that is a metric label,
 // a log field and, where the stream can still carry it, a final "disconnect"
 // event telling the client whether and when to reconnect.
+//
+// The WebSocket's writer is started on demand and exits when the queues are
+// empty, so an idle connection holds only its reader goroutine.
 //
 // A stream's resume position is an opaque cursor (cursor.go) covering every
 // channel of the stream; a client that presents it gets every missed

@@ -3,6 +3,8 @@ package gateway
 import "errors"
 
 var (
+	// ErrBadFrame is wrapped by every WebSocket client-frame decode error.
+	ErrBadFrame = errors.New("bad frame")
 	// ErrBadCursor is wrapped by every resume-cursor parse error.
 	ErrBadCursor = errors.New("bad cursor")
 	// ErrInvalidConfig is wrapped by every Config or Deps validation error.

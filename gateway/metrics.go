@@ -22,7 +22,29 @@ type metrics struct {
 	deliveries       *prometheus.CounterVec
 	queueDropped     prometheus.Counter
 	httpRequests     *prometheus.CounterVec
+	limitRejections  *prometheus.CounterVec
+	wsRequests       *prometheus.CounterVec
 }
+
+// Labels of herald_limit_rejections_total: the bound that refused or closed.
+const (
+	limitConnections    = "connections"     // MaxConnections
+	limitConnectRate    = "connect_rate"    // ConnectAttemptsPerIP
+	limitMessageSize    = "message_size"    // MaxMessageSize
+	limitInflight       = "inflight"        // MaxInflight
+	limitSubscriptions  = "subscriptions"   // MaxSubscriptions
+	limitQueue          = "queue"           // QueueMaxBytes / QueueMaxMessages
+	limitClientTimeout  = "client_timeout"  // ClientTimeout
+	limitConnectTimeout = "connect_timeout" // ConnectTimeout
+)
+
+var limitLabels = []string{
+	limitConnections, limitConnectRate, limitMessageSize, limitInflight,
+	limitSubscriptions, limitQueue, limitClientTimeout, limitConnectTimeout,
+}
+
+// limit counts one rejection by the bound named limit.
+func (m *metrics) limit(limit string) { m.limitRejections.WithLabelValues(limit).Inc() }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -50,6 +72,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "herald_http_requests_total",
 			Help: "HTTP requests by route and status code; counted when the status is sent, so streams count when they start.",
 		}, []string{"path", "code"}),
+		limitRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_limit_rejections_total",
+			Help: "Requests refused and connections closed because a configured bound was exceeded, by bound.",
+		}, []string{"limit"}),
+		wsRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_ws_requests_total",
+			Help: "WebSocket requests answered, by op and outcome (ok or the error code).",
+		}, []string{"op", "code"}),
+	}
+	for _, l := range limitLabels {
+		m.limitRejections.WithLabelValues(l)
 	}
 	for _, t := range []string{transportSSE, transportWS} {
 		m.connections.WithLabelValues(t)
@@ -64,6 +97,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.connections, m.connectionsTotal, m.disconnects, m.deliveries, m.queueDropped, m.httpRequests,
+		m.limitRejections, m.wsRequests,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -89,7 +123,7 @@ func routeLabel(path string) string {
 // by themselves, any other as its class ("4xx").
 func statusLabel(code int) string {
 	switch code {
-	case 200, 204, 304, 400, 401, 403, 404, 405, 429, 500, 503:
+	case 101, 200, 204, 304, 400, 401, 403, 404, 405, 426, 429, 500, 503:
 		return strconv.Itoa(code)
 	}
 	if code < 100 || code > 599 {

@@ -55,6 +55,19 @@ var (
 	// ReasonWriteTimeout: a batch could not be written within WriteTimeout
 	// (a stalled network or client); reconnect with the last cursor.
 	ReasonWriteTimeout = Reason{"write_timeout", true, 0, "write timed out"}
+	// ReasonTimeout: a WebSocket client sent nothing within ClientTimeout,
+	// or no connect frame within ConnectTimeout; reconnect with backoff.
+	ReasonTimeout = Reason{"timeout", true, 0, "client sent nothing within the client timeout"}
+	// ReasonMessageTooBig: a WebSocket message exceeded MaxMessageSize. Do
+	// not reconnect to send the same message.
+	ReasonMessageTooBig = Reason{"message_too_big", false, 0, "message exceeds the maximum message size"}
+	// ReasonProtocolError: the client broke the herald.v1 protocol (a
+	// binary or non-UTF-8 message, a request before connect). Do not
+	// reconnect before fixing the client.
+	ReasonProtocolError = Reason{"protocol_error", false, http.StatusBadRequest, "protocol violation"}
+	// ReasonTooManyRequests: the client's address opened connections faster
+	// than ConnectAttemptsPerIP; reconnect after the Retry-After delay.
+	ReasonTooManyRequests = Reason{"too_many_requests", true, http.StatusTooManyRequests, "too many connection attempts from this address"}
 )
 
 // Reasons lists every Reason, for docs and for pre-creating metric series.
@@ -62,4 +75,5 @@ var Reasons = []Reason{
 	ReasonShutdown, ReasonSlow, ReasonTokenExpired, ReasonUnauthorized,
 	ReasonForbidden, ReasonBadRequest, ReasonTooManyConnections,
 	ReasonServerError, ReasonInsufficientState, ReasonClientClosed, ReasonWriteTimeout,
+	ReasonTimeout, ReasonMessageTooBig, ReasonProtocolError, ReasonTooManyRequests,
 }

@@ -10,7 +10,8 @@ import (
 // routes builds the gateway's handler.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/sse", methods(s.handleSSE, http.MethodGet))
+	mux.Handle("/v1/sse", methods(s.limitAttempts(s.handleSSE), http.MethodGet))
+	mux.Handle("/v1/ws", methods(s.limitAttempts(s.handleWS), http.MethodGet))
 	mux.Handle("/healthz", methods(s.handleHealthz, http.MethodGet, http.MethodHead))
 	mux.Handle("/readyz", methods(s.handleReadyz, http.MethodGet, http.MethodHead))
 	mux.Handle("/metrics", methods(s.handleMetrics(), http.MethodGet, http.MethodHead))
@@ -109,7 +110,7 @@ func (r *statusRecorder) count(code int) {
 
 // WriteHeader counts the first final status and passes it on.
 func (r *statusRecorder) WriteHeader(code int) {
-	if !r.counted && code >= 200 {
+	if !r.counted && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		r.count(code)
 	}
 	r.ResponseWriter.WriteHeader(code)

@@ -28,6 +28,7 @@ type Server struct {
 
 	slots      atomic.Int64 // connections holding a slot (MaxConnections)
 	nextConnID atomic.Uint64
+	attempts   *ipLimiter // ConnectAttemptsPerIP; nil when disabled
 
 	mu        sync.Mutex
 	conns     map[*Conn]struct{}
@@ -74,6 +75,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		conns:    map[*Conn]struct{}{},
 		stopCh:   make(chan struct{}),
 	}
+	if cfg.ConnectAttemptsPerIP > 0 {
+		s.attempts = newIPLimiter(cfg.ConnectAttemptsPerIP, cfg.ConnectAttemptsBurst, maxIPBuckets)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -81,8 +85,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // Config returns the server's configuration with defaults filled in.
 func (s *Server) Config() Config { return s.cfg }
 
-// Handler returns the gateway's routes: GET /v1/sse, /healthz, /readyz,
-// /metrics, / (demo page) and /client/herald.js.
+// Handler returns the gateway's routes: GET /v1/sse, /v1/ws, /healthz,
+// /readyz, /metrics, / (demo page) and /client/herald.js.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on Config.Listen and serves in the background until Stop,
@@ -191,6 +195,16 @@ func (s *Server) stop() {
 			s.log.Warn("gateway: graceful shutdown timed out; closing remaining connections",
 				slog.String("error", err.Error()))
 			_ = srv.Close()
+			// srv.Close does not reach hijacked (WebSocket) connections.
+			s.mu.Lock()
+			left := make([]*Conn, 0, len(s.conns))
+			for c := range s.conns {
+				left = append(left, c)
+			}
+			s.mu.Unlock()
+			for _, c := range left {
+				c.hardClose(ReasonShutdown)
+			}
 			// Closing the connections fails the streams' writes; give their
 			// handlers a moment to return.
 			select {
@@ -214,6 +228,7 @@ func (s *Server) reconnectJitter() time.Duration {
 func (s *Server) acquireSlot() bool {
 	if s.slots.Add(1) > int64(s.cfg.MaxConnections) {
 		s.slots.Add(-1)
+		s.metrics.limit(limitConnections)
 		return false
 	}
 	return true

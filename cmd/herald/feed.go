@@ -67,6 +67,11 @@ func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer w.Stop()
+	pruner, err := worker.startPruner(ctx, s, log, reg)
+	if err != nil {
+		return err
+	}
+	defer pruner.Stop()
 
 	addr := "(none)"
 	if listen != "" {

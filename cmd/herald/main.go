@@ -29,6 +29,7 @@ func commands() []command {
 		{"migrate", "apply the outbox schema", runMigrate},
 		{"publish", "stage one notification in the outbox", runPublish},
 		{"token", "mint a development token with the configured HMAC secret", runToken},
+		{"outbox", "operate the outbox: stats, list, replay, purge", runOutbox},
 		{"revoke", "revoke a session (sid) or token (jti); revoke list shows them", runRevoke},
 		{"version", "print the version", runVersion},
 	}

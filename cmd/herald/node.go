@@ -68,6 +68,7 @@ type workerSettings struct {
 	MaxAttempts   int
 	MaxAge        time.Duration
 	NotifyTrigger bool
+	Retention     time.Duration
 }
 
 func (w *workerSettings) register(st *settings) {
@@ -78,6 +79,19 @@ func (w *workerSettings) register(st *settings) {
 	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed record; an expired lease returns it to pending")
 	st.Int(&w.MaxAttempts, "outbox-max-attempts", 10, "failed attempts before a record is dead-lettered")
 	st.Duration(&w.MaxAge, "outbox-max-age", 24*time.Hour, "age after which a failing record is dead-lettered")
+	st.Duration(&w.Retention, "outbox-retention", outboxfeed.DefaultRetention, "dispatched records are deleted this long after dispatch, in small batches")
+}
+
+// startPruner runs the retention pruner beside the Worker.
+func (w *workerSettings) startPruner(ctx context.Context, store outboxfeed.Store, log *slog.Logger, reg prometheus.Registerer) (*outboxfeed.Pruner, error) {
+	p, err := outboxfeed.NewPruner(store, outboxfeed.PrunerConfig{Retention: w.Retention, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("config: --outbox-retention: %w", err)
+	}
+	if err := p.Start(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func (w *workerSettings) registerTrigger(st *settings) {

@@ -94,6 +94,12 @@ func registerGateway(st *settings, c *gateway.Config) {
 	st.Bool(&accessTokenQuery, "access-token-query", true, "accept the access_token query parameter (never logged)")
 	st.String(&c.CookieName, "cookie-name", gateway.DefaultCookieName, "cookie a token is read from")
 	st.Duration(&c.ShutdownReconnectDelay, "shutdown-reconnect-delay", gateway.DefaultShutdownReconnectDelay, "largest jittered reconnect delay told to clients on shutdown")
+	st.Int(&c.MaxMessageSize, "max-message-size", gateway.DefaultMaxMessageSize, "largest WebSocket message a client may send, in bytes; over it the connection is closed (message_too_big)")
+	st.Int(&c.MaxInflight, "max-inflight", gateway.DefaultMaxInflight, "parallel requests per WebSocket connection; more get too_many_requests")
+	st.Duration(&c.ConnectTimeout, "connect-timeout", gateway.DefaultConnectTimeout, "time a WebSocket client has to send connect")
+	st.Float(&c.ConnectAttemptsPerIP, "connect-attempts-per-ip", gateway.DefaultConnectAttemptsPerIP, "connection attempts per second per IPv4 address or IPv6 /64 (negative = unlimited); over it: 429")
+	st.Int(&c.ConnectAttemptsBurst, "connect-attempts-burst", gateway.DefaultConnectAttemptsBurst, "burst allowance of --connect-attempts-per-ip")
+	st.StringList(&c.AllowedOrigins, "allowed-origins", "Origin patterns allowed on /v1/ws besides the same host (\"*\" = any); cross-site WebSocket hijacking defence")
 	st.afterParse = append(st.afterParse, func() { c.DisableAccessTokenQuery = !accessTokenQuery })
 }
 
@@ -186,6 +192,11 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 			return err
 		}
 		defer worker.Stop()
+		pruner, err := o.worker.startPruner(ctx, store, log, reg)
+		if err != nil {
+			return err
+		}
+		defer pruner.Stop()
 		outboxCheck = func(ctx context.Context) error {
 			if err := worker.Readiness(); err != nil {
 				return err

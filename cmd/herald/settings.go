@@ -258,3 +258,20 @@ func (v *listValue) Set(s string) error {
 	return nil
 }
 func (v *listValue) String() string { return strings.Join(*v, ",") }
+
+func (s *settings) Float(p *float64, name string, def float64, usage string) {
+	*p = def
+	s.add(name, usage, (*floatValue)(p))
+}
+
+type floatValue float64
+
+func (v *floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("want a number")
+	}
+	*v = floatValue(f)
+	return nil
+}
+func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'f', -1, 64) }

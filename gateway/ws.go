@@ -1,0 +1,115 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+
+	"github.com/coder/websocket"
+
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
+)
+
+// The WebSocket transport (GET /v1/ws, subprotocol herald.v1; the protocol
+// is docs/protocol.md). Each connection has:
+//
+//   - a reader, the HTTP handler's goroutine, which owns the connection: it
+//     reads every frame (never under a deadline context, which would close
+//     the connection), answers connect, ping and unsubscribe itself, and
+//     starts a goroutine per subscribe, publish or refresh, at most
+//     MaxInflight at once;
+//   - a writer started on demand (wsConn.wake) whenever something is queued
+//     and gone again once the queues are empty, so an idle connection holds
+//     one goroutine. The writer is the only one to write data frames: it
+//     batches everything queued into messages of newline-separated frames,
+//     each message written under its own deadline, and it performs the
+//     subscriptions' hub and history work, so a subscription's reply, its
+//     recovered publications and its live ones leave in order;
+//   - timers instead of goroutines for the connect timeout, the client
+//     timeout, the server's pings and the token's expiry.
+
+// publisher is a broker that takes client publications (fanout.Broker).
+type publisher interface {
+	Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error)
+}
+
+// publisher returns Deps.Broker when it can publish: client publications
+// on interactive channels go through the broker (history and fan-out),
+// never through the outbox.
+func (s *Server) publisher() publisher {
+	p, _ := s.deps.Broker.(publisher)
+	return p
+}
+
+// handleWS serves GET /v1/ws: it checks the handshake (Upgrade, subprotocol
+// herald.v1, Origin) and the connection bound before upgrading, then runs
+// the connection until it ends.
+func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	if !offersToken(r.Header, "Upgrade", "websocket") {
+		w.Header().Set("Upgrade", "websocket")
+		writeError(w, http.StatusUpgradeRequired, ReasonBadRequest.Code,
+			"this endpoint speaks WebSocket: send an Upgrade: websocket request offering the subprotocol "+wsProtocol)
+		return
+	}
+	if !offersToken(r.Header, "Sec-WebSocket-Protocol", wsProtocol) {
+		s.refused(w, r, ReasonBadRequest, "the WebSocket subprotocol "+wsProtocol+
+			" is required: send Sec-WebSocket-Protocol: "+wsProtocol)
+		return
+	}
+	if !s.originAllowed(r) {
+		s.refused(w, r, ReasonForbidden, fmt.Sprintf(
+			"origin %q may not open a WebSocket on this server (AllowedOrigins)", trunc(r.Header.Get("Origin"), 100)))
+		return
+	}
+	if !s.acquireSlot() {
+		w.Header().Set("Retry-After", "1")
+		s.refused(w, r, ReasonTooManyConnections, "")
+		return
+	}
+	defer s.releaseSlot()
+
+	var hc httpCredentials
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		hc.err = fmt.Errorf("malformed query string: %v", err)
+	} else {
+		hc.token, hc.source, hc.err = s.credentials(r, query)
+	}
+
+	conn := s.newConn(transportWS, &auth.Claims{}, r.RemoteAddr)
+	wc := newWSConn(s, conn, hc)
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:       []string{wsProtocol},
+		InsecureSkipVerify: true, // originAllowed has checked the Origin
+		OnPingReceived: func(context.Context, []byte) bool {
+			wc.touch()
+			return true
+		},
+		OnPongReceived: func(context.Context, []byte) { wc.touch() },
+	})
+	if err != nil {
+		// Accept has answered the request.
+		s.connLog.Log(slog.LevelDebug, "gateway: websocket upgrade failed",
+			slog.String("remote", r.RemoteAddr), slog.String("error", err.Error()))
+		wc.cancel()
+		return
+	}
+	// From here on r.Context() must not be used: the connection is hijacked.
+	wc.attach(ws)
+	if !s.register(conn) {
+		conn.Close(ReasonShutdown, s.reconnectJitter())
+	}
+	defer s.unregister(conn)
+	wc.run()
+}
+
+// httpCredentials is the token the upgrade request carried, if any: a
+// connect frame without a token uses it.
+type httpCredentials struct {
+	token  string
+	source string
+	err    error // a malformed or refused credential
+}

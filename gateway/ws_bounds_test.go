@@ -1,0 +1,243 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestWSMessageTooBig: a message over MaxMessageSize closes with
+// message_too_big (4503); one at the bound is fine.
+func TestWSMessageTooBig(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{MaxMessageSize: 2048}})
+	c := e.connected("orders/*")
+	frame := func(size int) []byte {
+		b := []byte(`{"id":1,"op":"ping","pad":"`)
+		b = append(b, strings.Repeat("x", size-len(b)-2)...)
+		return append(b, '"', '}')
+	}
+	c.send(frame(2048))
+	c.ok(1, nil)
+	c.send(frame(2049))
+	d := c.closedWith("message_too_big", closeMessageTooBig)
+	if d.Reconnect || !strings.Contains(d.Message, "2048") {
+		t.Fatalf("disconnect %+v", d)
+	}
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitMessageSize)); n != 1 {
+		t.Fatalf("herald_limit_rejections_total{message_size} = %v", n)
+	}
+	// A much larger one (many frames' worth) is cut off the same way.
+	c = e.connected("orders/*")
+	c.send(frame(1 << 20))
+	c.closedWith("message_too_big", closeMessageTooBig)
+	e.connected("orders/*").subscribe("orders/1", nil)
+}
+
+// TestWSClientTimeout: a client that answers no ping is closed with
+// timeout (4005); one that answers stays.
+func TestWSClientTimeout(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: 100 * time.Millisecond, ClientTimeout: 400 * time.Millisecond}})
+	silent := e.connected("orders/*")
+	live := e.dialWS(dialOpts{})
+	res := live.connect(e.wsToken("u1", []string{"orders/*"}, nil))
+	if res.PingIntervalMS != 100 || res.PongTimeoutMS != 300 {
+		t.Fatalf("connect result %+v", res)
+	}
+	// The live client answers every ping with a pong.
+	done := make(chan struct{})
+	pongs := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { pongs <- n }()
+		for {
+			select {
+			case f, ok := <-live.frames:
+				if !ok {
+					return
+				}
+				if f.Push == "ping" {
+					n++
+					_ = live.conn.Write(context.Background(), websocket.MessageText, []byte(`{"op":"pong"}`))
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	d := silent.closedWith("timeout", closeTimeout)
+	if !d.Reconnect {
+		t.Fatalf("disconnect %+v", d)
+	}
+	<-time.After(500 * time.Millisecond) // longer than the client timeout
+	close(done)
+	if n := <-pongs; n < 3 {
+		t.Fatalf("the live client answered %d pings", n)
+	}
+	live.ok(live.request(opPing, nil), nil)
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitClientTimeout)); n != 1 {
+		t.Fatalf("herald_limit_rejections_total{client_timeout} = %v", n)
+	}
+}
+
+// TestWSConnectTimeout: no connect frame within ConnectTimeout closes
+// with timeout (4005).
+func TestWSConnectTimeout(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{ConnectTimeout: 200 * time.Millisecond}})
+	c := e.dialWS(dialOpts{})
+	d := c.closedWith("timeout", closeTimeout)
+	if !strings.Contains(d.Message, "connect") {
+		t.Fatalf("disconnect %+v", d)
+	}
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitConnectTimeout)); n != 1 {
+		t.Fatalf("herald_limit_rejections_total{connect_timeout} = %v", n)
+	}
+	e.connected("orders/*").subscribe("orders/1", nil)
+}
+
+// TestWSHandshakeRefusals: the handshakes refused before the upgrade, each
+// with its status and JSON error.
+func TestWSHandshakeRefusals(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{AllowedOrigins: []string{"app.example.com", "https://*.trusted.test"}}})
+	refused := func(t *testing.T, o dialOpts, status int, code string) {
+		t.Helper()
+		_, resp, err := e.tryDialWS(o)
+		if err == nil || resp == nil || resp.StatusCode != status {
+			t.Fatalf("dial = %v, %+v; want status %d", err, resp, status)
+		}
+		var body errorBody
+		b, _ := io.ReadAll(resp.Body)
+		if json.Unmarshal(b, &body) != nil || body.Error.Code != code || body.Error.Message == "" {
+			t.Fatalf("body %s, want code %q", b, code)
+		}
+	}
+	t.Run("no subprotocol", func(t *testing.T) {
+		refused(t, dialOpts{subprotocol: []string{}}, http.StatusBadRequest, "bad_request")
+	})
+	t.Run("other subprotocol", func(t *testing.T) {
+		refused(t, dialOpts{subprotocol: []string{"herald.v2", "chat"}}, http.StatusBadRequest, "bad_request")
+	})
+	t.Run("foreign origin", func(t *testing.T) {
+		refused(t, dialOpts{header: http.Header{"Origin": {"https://evil.example"}}}, http.StatusForbidden, "forbidden")
+	})
+	t.Run("scheme mismatch", func(t *testing.T) {
+		refused(t, dialOpts{header: http.Header{"Origin": {"http://a.trusted.test"}}}, http.StatusForbidden, "forbidden")
+	})
+	t.Run("allowed origins", func(t *testing.T) {
+		for _, origin := range []string{"https://app.example.com", "https://x.trusted.test", "http://" + e.srv.Addr()} {
+			c := e.dialWS(dialOpts{header: http.Header{"Origin": {origin}}})
+			c.connect(e.wsToken("u1", nil, nil))
+		}
+	})
+	t.Run("not an upgrade", func(t *testing.T) {
+		status, _, body := e.get("/v1/ws")
+		if status != http.StatusUpgradeRequired || !strings.Contains(body, wsProtocol) {
+			t.Fatalf("GET /v1/ws = %d %s", status, body)
+		}
+	})
+	if n := e.counter(e.srv.metrics.httpRequests.WithLabelValues("/v1/ws", "101")); n != 3 {
+		t.Fatalf("herald_http_requests_total{/v1/ws,101} = %v", n)
+	}
+}
+
+// TestWSAllowAnyOrigin: "*" lets every origin in.
+func TestWSAllowAnyOrigin(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{AllowedOrigins: []string{"*"}}})
+	c := e.dialWS(dialOpts{header: http.Header{"Origin": {"https://anywhere.example"}}})
+	c.connect(e.wsToken("u1", nil, nil))
+}
+
+// TestWSMaxConnections: a handshake beyond MaxConnections is refused with
+// 503 before the upgrade.
+func TestWSMaxConnections(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{MaxConnections: 1}})
+	c := e.connected("orders/*")
+	_, resp, err := e.tryDialWS(dialOpts{})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("dial beyond the bound = %v, %+v", err, resp)
+	}
+	c.close()
+	eventually(t, 5*time.Second, "the slot to be free", func() bool { return e.srv.slots.Load() == 0 })
+	e.connected("orders/*")
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitConnections)); n != 1 {
+		t.Fatalf("herald_limit_rejections_total{connections} = %v", n)
+	}
+}
+
+// TestConnectAttemptsPerIP: both transports refuse connection attempts
+// beyond the per-address rate with 429 and Retry-After.
+func TestConnectAttemptsPerIP(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{ConnectAttemptsPerIP: 0.5, ConnectAttemptsBurst: 3}})
+	tok := e.token("acme", "u1", "orders/*")
+	e.stream(tok, "orders/1")                                                  // 1
+	e.dialWS(dialOpts{}).connect(tok)                                          // 2
+	e.refused(request{bearer: "bad"}, http.StatusUnauthorized, "unauthorized") // 3: a refused one counts too
+	msg := e.refused(request{bearer: tok, query: q("channel", "orders/1")}, http.StatusTooManyRequests, "too_many_requests")
+	if !strings.Contains(msg, "too many connection attempts") {
+		t.Fatalf("message %q", msg)
+	}
+	_, resp, err := e.tryDialWS(dialOpts{})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("ws dial = %v, %+v; want 429", err, resp)
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "2" {
+		t.Fatalf("Retry-After %q, want 2 (one token at 0.5/s)", ra)
+	}
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitConnectRate)); n != 2 {
+		t.Fatalf("herald_limit_rejections_total{connect_rate} = %v", n)
+	}
+	// Other routes are not limited.
+	if status, _, _ := e.get("/healthz"); status != http.StatusOK {
+		t.Fatalf("/healthz = %d", status)
+	}
+}
+
+func TestIPLimiter(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newIPLimiter(2, 2, 3)
+	l.now = func() time.Time { return now }
+	a := netip.MustParseAddr("10.0.0.1")
+	for i := range 2 {
+		if ok, _ := l.allow(a); !ok {
+			t.Fatalf("attempt %d refused within the burst", i)
+		}
+	}
+	ok, wait := l.allow(a)
+	if ok || wait != 500*time.Millisecond {
+		t.Fatalf("beyond the burst: %v, wait %s", ok, wait)
+	}
+	now = now.Add(500 * time.Millisecond)
+	if ok, _ := l.allow(a); !ok {
+		t.Fatal("refused after refilling one token")
+	}
+	// The map stays bounded: refilled buckets go first, then any.
+	for i := range 10 {
+		if ok, _ := l.allow(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})); !ok {
+			t.Fatalf("new address %d refused", i)
+		}
+		if len(l.buckets) > 3 {
+			t.Fatalf("%d buckets, bound 3", len(l.buckets))
+		}
+	}
+}
+
+func TestClientAddr(t *testing.T) {
+	for remote, want := range map[string]string{
+		"192.0.2.7:5000":             "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::",
+		"[::ffff:192.0.2.9]:1":       "192.0.2.9",
+		"[fe80::1%eth0]:80":          "fe80::",
+		"not an address":             "",
+	} {
+		got, ok := clientAddr(&http.Request{RemoteAddr: remote})
+		if (want == "") == ok || ok && got.String() != want {
+			t.Errorf("clientAddr(%q) = %v, %v; want %q", remote, got, ok, want)
+		}
+	}
+}

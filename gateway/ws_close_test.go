@@ -1,0 +1,238 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/heraldgw/herald/fanout"
+)
+
+// TestWSCloseCodeTable: every Reason has a close code in the range that
+// says what the client does, and no two reasons share one.
+func TestWSCloseCodeTable(t *testing.T) {
+	seen := map[websocket.StatusCode]string{}
+	for _, r := range Reasons {
+		code := closeCode(r)
+		switch {
+		case r.Code == ReasonTokenExpired.Code:
+			if code < 4100 || code > 4199 {
+				t.Errorf("%s: code %d, want 4100–4199 (refresh the token, then reconnect)", r.Code, code)
+			}
+		case r.Reconnect:
+			if code < 4000 || code > 4099 {
+				t.Errorf("%s: code %d, want 4000–4099 (reconnect)", r.Code, code)
+			}
+		default:
+			if code < 4500 || code > 4599 {
+				t.Errorf("%s: code %d, want 4500–4599 (do not reconnect)", r.Code, code)
+			}
+		}
+		if other, dup := seen[code]; dup {
+			t.Errorf("%s and %s share close code %d", r.Code, other, code)
+		}
+		seen[code] = r.Code
+	}
+	if got := closeCode(Reason{Code: "future_retry", Reconnect: true}); got != closeReconnect {
+		t.Errorf("unknown reconnecting reason: %d", got)
+	}
+	if got := closeCode(Reason{Code: "future_final"}); got != closeNoReconnect {
+		t.Errorf("unknown final reason: %d", got)
+	}
+}
+
+func TestWSConnectRefusals(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	t.Run("unauthorized", func(t *testing.T) {
+		c := e.dialWS(dialOpts{})
+		c.fails(c.request(opConnect, map[string]any{"token": "not-a-jwt"}), codeUnauthorized)
+		d := c.closedWith("unauthorized", closeUnauthorized)
+		if d.Reconnect || d.Message == "" {
+			t.Fatalf("disconnect %+v", d)
+		}
+	})
+	t.Run("no token", func(t *testing.T) {
+		c := e.dialWS(dialOpts{})
+		c.fails(c.request(opConnect, nil), codeUnauthorized)
+		c.closedWith("unauthorized", closeUnauthorized)
+	})
+	t.Run("token expired", func(t *testing.T) {
+		c := e.dialWS(dialOpts{})
+		c.fails(c.request(opConnect, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), codeTokenExpired)
+		d := c.closedWith("token_expired", closeTokenExpired)
+		if !d.Reconnect {
+			t.Fatalf("disconnect %+v", d)
+		}
+	})
+	t.Run("request before connect", func(t *testing.T) {
+		c := e.dialWS(dialOpts{})
+		c.ok(c.request(opPing, nil), nil) // ping is fine before connect
+		c.request(opSubscribe, map[string]any{"channel": "orders/1"})
+		d := c.closedWith("protocol_error", closeProtocolError)
+		if !strings.Contains(d.Message, "connect") {
+			t.Fatalf("disconnect %+v", d)
+		}
+	})
+	// The server is unharmed.
+	c := e.connected("orders/*")
+	c.subscribe("orders/1", nil)
+	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 1 {
+		t.Fatalf("herald_connections{ws} = %v", n)
+	}
+}
+
+// TestWSTokenExpiresDuringConnection: the connection ends with
+// token_expired (4100) when its token expires without a refresh.
+func TestWSTokenExpiresDuringConnection(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c := e.dialWS(dialOpts{})
+	c.connect(e.mint("u1", time.Now().Add(2*time.Second), []string{"orders/*"}, nil))
+	c.subscribe("orders/1", nil)
+	d := c.closedWith("token_expired", closeTokenExpired)
+	if !d.Reconnect {
+		t.Fatalf("disconnect %+v", d)
+	}
+	eventually(t, 5*time.Second, "the disconnect to be counted", func() bool {
+		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "token_expired")) == 1
+	})
+}
+
+// TestWSSlowCloseCode: a client whose queue overflows while no write is
+// under way gets the slow disconnect push and close code 4001.
+func TestWSSlowCloseCode(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{QueueMaxBytes: 1024}})
+	c := e.connected("orders/*")
+	c.subscribe("orders/1", nil)
+	e.publish("acme", "orders/1", `"`+strings.Repeat("x", 2048)+`"`) // larger than the whole queue
+	d := c.closedWith("slow", closeSlow)
+	if !d.Reconnect {
+		t.Fatalf("disconnect %+v", d)
+	}
+	eventually(t, 5*time.Second, "the slow disconnect to be counted", func() bool {
+		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "slow")) == 1 &&
+			e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitQueue)) == 1
+	})
+}
+
+// failingRecoverer fails Recover while fail is set.
+type failingRecoverer struct {
+	Recoverer
+	fail atomic.Bool
+}
+
+func (f *failingRecoverer) Recover(ctx context.Context, key fanout.Key, since fanout.Position) (fanout.Recovery, error) {
+	if f.fail.Load() {
+		return fanout.Recovery{}, errors.New("history unavailable")
+	}
+	return f.Recoverer.Recover(ctx, key, since)
+}
+
+func (f *failingRecoverer) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
+	return f.Recoverer.(publisher).Publish(ctx, msg)
+}
+
+// TestWSResync: publications lost on their way to this node are recovered
+// in order; a gap the history cannot fill closes with insufficient_state
+// (4003); a history that does not answer closes with server_error (4002).
+func TestWSResync(t *testing.T) {
+	var rec *failingRecoverer
+	e := newEnv(t, envOptions{history: 5, deps: func(d *Deps) {
+		rec = &failingRecoverer{Recoverer: d.Broker}
+		d.Broker = rec
+	}})
+	key := fanout.Key{Tenant: "acme", Channel: "orders/1"}
+	c := e.connected("orders/*")
+	c.subscribe("orders/1", nil)
+	// A subscribe whose history does not answer fails with server_error.
+	rec.fail.Store(true)
+	c.fails(c.request(opSubscribe, map[string]any{"channel": "orders/2"}), codeServerError)
+	rec.fail.Store(false)
+	c.subscribe("orders/2", nil)
+
+	e.publish("acme", "orders/1", `1`)
+	c.pub()
+	e.broker.Stop() // detaches the hub: what follows is lost in transit
+	e.publish("acme", "orders/1", `2`)
+	e.publish("acme", "orders/1", `3`)
+	e.hub.HandleResync(key)
+	for i := 2; i <= 3; i++ {
+		if p := c.pub(); p.Offset != uint64(i) {
+			t.Fatalf("offset %d, want %d", p.Offset, i)
+		}
+	}
+	for i := 4; i <= 10; i++ {
+		e.publish("acme", "orders/1", itoa(uint64(i)))
+	}
+	e.hub.HandleResync(key)
+	d := c.closedWith("insufficient_state", closeInsufficientState)
+	if !d.Reconnect {
+		t.Fatalf("disconnect %+v", d)
+	}
+
+	c = e.connected("orders/*")
+	c.subscribe("orders/1", nil)
+	rec.fail.Store(true)
+	e.hub.HandleResync(key)
+	c.closedWith("server_error", closeServerError)
+}
+
+// TestWSProtocolViolations: binary and non-UTF-8 messages close with
+// protocol_error (4504); the server stays healthy.
+func TestWSProtocolViolations(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for name, send := range map[string]func(c *wsClient) error{
+		"binary": func(c *wsClient) error {
+			return c.conn.Write(context.Background(), websocket.MessageBinary, []byte(`{"id":1,"op":"ping"}`))
+		},
+		"invalid utf-8": func(c *wsClient) error {
+			return c.conn.Write(context.Background(), websocket.MessageText, []byte("{\"id\":1,\"op\":\"ping\",\"x\":\"\xff\xfe\"}"))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := e.connected("orders/*")
+			if err := send(c); err != nil {
+				t.Fatal(err)
+			}
+			d := c.closedWith("protocol_error", closeProtocolError)
+			if d.Reconnect || d.Message == "" {
+				t.Fatalf("disconnect %+v", d)
+			}
+		})
+	}
+	c := e.connected("orders/*")
+	c.subscribe("orders/1", nil)
+	eventually(t, 5*time.Second, "two protocol_error disconnects", func() bool {
+		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "protocol_error")) == 2
+	})
+}
+
+// TestWSGracefulShutdown: Stop tells every connection to reconnect after
+// a jittered delay, then closes with 4000.
+func TestWSGracefulShutdown(t *testing.T) {
+	delay := 300 * time.Millisecond
+	e := newEnv(t, envOptions{cfg: Config{ShutdownReconnectDelay: delay}})
+	clients := []*wsClient{e.connected("orders/*"), e.connected("orders/*"), e.dialWS(dialOpts{})}
+	clients[0].subscribe("orders/1", nil)
+	clients[1].subscribe("orders/1", nil)
+	e.srv.Stop()
+	for i, c := range clients {
+		d := c.closedWith("shutdown", closeShutdown)
+		if !d.Reconnect || d.DelayMS < 0 || d.DelayMS > delay.Milliseconds() {
+			t.Fatalf("client %d: disconnect %+v, want reconnect within %s", i, d, delay)
+		}
+	}
+	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "shutdown")); n != 2 {
+		t.Fatalf("herald_disconnects_total{ws,shutdown} = %v (the unconnected one is not counted)", n)
+	}
+	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 0 {
+		t.Fatalf("herald_connections{ws} = %v after Stop", n)
+	}
+	if _, _, err := e.tryDialWS(dialOpts{}); err == nil {
+		t.Fatal("the server still accepts WebSockets after Stop")
+	}
+}

@@ -1,0 +1,324 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// wsConn is the WebSocket side of one Conn.
+type wsConn struct {
+	srv *Server
+	c   *Conn
+	cfg *Config
+	ws  *websocket.Conn
+	hc  httpCredentials
+
+	// ctx bounds the connection's requests and the writer's hub and broker
+	// calls; it is cancelled as soon as the connection closes. Reads and
+	// writes of frames never use it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	clientID  string
+	connected atomic.Bool
+	opened    bool // reader only: counted by Server.opened
+	claims    atomic.Pointer[auth.Claims]
+	pubGrants atomic.Pointer[publishGrants]
+
+	lastRecv atomic.Int64 // unix nanoseconds of the last frame received
+	inflight atomic.Int32
+	reqs     sync.WaitGroup
+
+	subsMu sync.Mutex
+	subs   map[string]*wsSub // every subscription, pending or done
+
+	refreshMu sync.Mutex // orders refreshes and expiry-timer resets
+
+	connectTimer *time.Timer
+	idleTimer    *time.Timer
+	pingTimer    *time.Timer // from connect
+	expiryTimer  *time.Timer // from connect, when the token expires
+
+	ctl       ctlQueue
+	writing   atomic.Bool // a writer runs, or the final frames were written
+	sink      wsSink
+	broken    bool          // writer only: a write failed, the stream is not intact
+	finalDone chan struct{} // closed once the writer closed the WebSocket
+}
+
+// wsSub is one subscription of a connection.
+type wsSub struct {
+	pending  bool   // the subscribe request is under way
+	subToken string // the subscription token it was allowed with, for rechecks
+}
+
+// publishGrants are the compiled publish grants of the current token.
+type publishGrants struct {
+	grants subscriptions.Grants
+	err    error // the token holds an invalid publish grant
+}
+
+// newWSConn prepares the WebSocket side of c; attach binds the socket.
+func newWSConn(s *Server, c *Conn, hc httpCredentials) *wsConn {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &wsConn{
+		srv: s, c: c, cfg: &s.cfg, hc: hc,
+		ctx: ctx, cancel: cancel,
+		clientID:  uuid.NewString(),
+		ctl:       ctlQueue{maxBytes: s.cfg.QueueMaxBytes, maxMsgs: s.cfg.QueueMaxMessages},
+		finalDone: make(chan struct{}),
+	}
+	w.sink.timeout = s.cfg.WriteTimeout
+	w.touch()
+	return w
+}
+
+// attach binds the accepted WebSocket; it runs before the connection is
+// shared with the server or a hub.
+func (w *wsConn) attach(ws *websocket.Conn) {
+	w.ws = ws
+	w.sink.ws = ws
+	w.c.wake = w.wake
+	w.c.kill = func() { _ = ws.CloseNow() }
+	w.c.setAbort(w.sink.abort)
+}
+
+// run reads frames until the connection ends, then waits for the writer's
+// final frames and for every request, and releases the subscriptions.
+func (w *wsConn) run() {
+	w.connectTimer = stoppedTimer(w.connectTimedOut)
+	w.connectTimer.Reset(w.cfg.ConnectTimeout)
+	w.idleTimer = stoppedTimer(w.checkIdle)
+	w.idleTimer.Reset(w.cfg.ClientTimeout)
+
+	w.c.Close(w.readLoop(), 0)
+	<-w.finalDone
+
+	w.connectTimer.Stop()
+	w.idleTimer.Stop()
+	if w.pingTimer != nil {
+		w.pingTimer.Stop()
+	}
+	if w.expiryTimer != nil {
+		w.expiryTimer.Stop()
+	}
+	w.cancel()
+	w.reqs.Wait()
+	w.c.setAbort(nil)
+	w.c.unsubscribeAll()
+	if w.opened {
+		w.srv.closed(w.c)
+	}
+}
+
+// stoppedTimer returns a timer for f that is not running; Reset starts it.
+// Assigning the timer before starting it keeps f from seeing a nil field.
+func stoppedTimer(f func()) *time.Timer {
+	t := time.AfterFunc(time.Hour, f)
+	t.Stop()
+	return t
+}
+
+// readBufs recycles the buffers client messages are read into.
+var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readLoop reads and handles frames until the connection must close, and
+// returns why.
+func (w *wsConn) readLoop() Reason {
+	for {
+		typ, rd, err := w.ws.Reader(context.Background())
+		if err != nil {
+			return w.readErrorReason()
+		}
+		buf := readBufs.Get().(*bytes.Buffer)
+		r := w.readMessage(typ, rd, buf)
+		if buf.Cap() <= 2*DefaultMaxMessageSize {
+			readBufs.Put(buf)
+		}
+		if r.Code != "" {
+			return r
+		}
+		if w.c.closed() {
+			return ReasonClientClosed // the reason is already set
+		}
+	}
+}
+
+// readMessage reads one message into buf and handles it. A non-empty
+// Reason closes the connection.
+func (w *wsConn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.Buffer) Reason {
+	max := w.cfg.MaxMessageSize
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(rd, int64(max)+1)); err != nil {
+		return w.readErrorReason()
+	}
+	w.touch()
+	if buf.Len() > max {
+		w.srv.metrics.limit(limitMessageSize)
+		return withMessage(ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", max))
+	}
+	if typ != websocket.MessageText {
+		return withMessage(ReasonProtocolError, wsProtocol+" uses text messages only; got a binary message")
+	}
+	if !utf8.Valid(buf.Bytes()) {
+		return withMessage(ReasonProtocolError, "a text message was not valid UTF-8")
+	}
+	return w.handle(buf.Bytes())
+}
+
+// readErrorReason says why a read failed: the client went away, unless a
+// write of ours missed its deadline and so dropped the connection.
+func (w *wsConn) readErrorReason() Reason {
+	if w.sink.timedOut.Load() {
+		return ReasonWriteTimeout
+	}
+	return ReasonClientClosed
+}
+
+// withMessage returns r with a specific message for the client.
+func withMessage(r Reason, msg string) Reason {
+	r.Message = msg
+	return r
+}
+
+// handle decodes and dispatches one client frame.
+func (w *wsConn) handle(msg []byte) Reason {
+	f, err := decodeFrame(msg)
+	if err != nil {
+		var fe *frameError
+		if !errors.As(err, &fe) {
+			fe = &frameError{code: codeBadRequest, message: err.Error()}
+		}
+		w.replyError(fe.id, opLabel(f.Op), fe.code, fe.message)
+		return Reason{}
+	}
+	if !w.connected.Load() && f.Op != opConnect && f.Op != opPing && f.Op != opPong {
+		return withMessage(ReasonProtocolError, fmt.Sprintf("%q before connect: the first request must be connect", f.Op))
+	}
+	switch f.Op {
+	case opConnect:
+		w.connect(&f)
+	case opPing:
+		w.reply(f.ID, opPing, wsEmpty{})
+	case opPong:
+		// Any frame proves the client alive; touch has run.
+	case opUnsubscribe:
+		w.unsubscribe(&f)
+	case opSubscribe, opPublish, opRefresh:
+		w.spawn(&f)
+	}
+	return Reason{}
+}
+
+// opLabel bounds the op metric label.
+func opLabel(op string) string {
+	for _, o := range wsOps {
+		if o == op {
+			return op
+		}
+	}
+	return "invalid"
+}
+
+// spawn runs a request in its own goroutine, unless MaxInflight requests
+// are running already.
+func (w *wsConn) spawn(f *clientFrame) {
+	if w.inflight.Add(1) > int32(w.cfg.MaxInflight) {
+		w.inflight.Add(-1)
+		w.srv.metrics.limit(limitInflight)
+		w.replyError(f.ID, f.Op, codeTooManyRequests, fmt.Sprintf(
+			"more than %d requests in flight: wait for replies before sending more", w.cfg.MaxInflight))
+		return
+	}
+	req := *f
+	w.reqs.Add(1)
+	go func() {
+		defer w.reqs.Done()
+		switch req.Op {
+		case opSubscribe:
+			w.subscribe(&req)
+		case opPublish:
+			w.publish(&req)
+		case opRefresh:
+			w.refresh(&req)
+		}
+	}()
+}
+
+// touch records that the client sent something.
+func (w *wsConn) touch() { w.lastRecv.Store(time.Now().UnixNano()) }
+
+// checkIdle closes a connection silent for ClientTimeout; otherwise it
+// looks again when that could first happen.
+func (w *wsConn) checkIdle() {
+	if w.c.closed() {
+		return
+	}
+	idle := time.Since(time.Unix(0, w.lastRecv.Load()))
+	if idle >= w.cfg.ClientTimeout {
+		w.srv.metrics.limit(limitClientTimeout)
+		w.c.Close(withMessage(ReasonTimeout, fmt.Sprintf(
+			"nothing received for %s (answer every ping with a pong)", w.cfg.ClientTimeout)), 0)
+		return
+	}
+	w.idleTimer.Reset(w.cfg.ClientTimeout - idle)
+}
+
+// connectTimedOut closes a connection that sent no connect frame in time.
+func (w *wsConn) connectTimedOut() {
+	if w.connected.Load() || w.c.closed() {
+		return
+	}
+	w.srv.metrics.limit(limitConnectTimeout)
+	w.c.Close(withMessage(ReasonTimeout, fmt.Sprintf("no connect frame within %s", w.cfg.ConnectTimeout)), 0)
+}
+
+// ping queues the server's application-level ping and re-arms itself.
+func (w *wsConn) ping() {
+	if w.c.closed() {
+		return
+	}
+	w.enqueue(wsItem{kind: itemPing})
+	w.pingTimer.Reset(w.cfg.HeartbeatInterval)
+}
+
+// expire closes the connection when its current token has expired; a
+// refresh that raced with the timer keeps it open.
+func (w *wsConn) expire() {
+	if c := w.claims.Load(); c != nil && time.Now().Before(c.ExpiresAt) {
+		return
+	}
+	w.c.Close(ReasonTokenExpired, 0)
+}
+
+// reply queues a success reply.
+func (w *wsConn) reply(id uint64, op string, result any) {
+	w.srv.metrics.wsRequests.WithLabelValues(op, "ok").Inc()
+	w.enqueue(wsItem{kind: itemFrame, frame: encodeResult(id, result)})
+}
+
+// replyError queues an error reply.
+func (w *wsConn) replyError(id uint64, op, code, message string) {
+	w.srv.metrics.wsRequests.WithLabelValues(op, code).Inc()
+	w.enqueue(wsItem{kind: itemFrame, frame: encodeError(id, code, message)})
+}
+
+// logError logs a failure of this connection, rate limited.
+func (w *wsConn) logError(msg string, err error, attrs ...slog.Attr) {
+	attrs = append(attrs, slog.Uint64("conn", w.c.id), slog.String("error", err.Error()))
+	w.srv.connLog.Log(slog.LevelError, msg, attrs...)
+}

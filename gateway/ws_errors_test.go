@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// gateAuthorizer wraps an Authorizer: a channel under "slow/" waits for
+// release (or the request's end), one under "fail/" fails.
+type gateAuthorizer struct {
+	Authorizer
+	release chan struct{}
+	waiting atomic.Int32
+}
+
+func newGateAuthorizer() *gateAuthorizer {
+	return &gateAuthorizer{Authorizer: &subscriptions.Authorizer{}, release: make(chan struct{})}
+}
+
+func (a *gateAuthorizer) Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error) {
+	switch {
+	case strings.HasPrefix(r.Channel, "slow/"):
+		a.waiting.Add(1)
+		select {
+		case <-a.release:
+		case <-ctx.Done():
+			return subscriptions.Decision{}, ctx.Err()
+		}
+	case strings.HasPrefix(r.Channel, "fail/"):
+		return subscriptions.Decision{}, errors.New("authorizer down")
+	}
+	return a.Authorizer.Authorize(ctx, r)
+}
+
+// TestWSErrorReplies: every malformed or refused request gets its typed
+// error reply and the connection stays healthy.
+func TestWSErrorReplies(t *testing.T) {
+	authz := newGateAuthorizer()
+	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
+	c := e.connected("orders/*", "fail/*")
+
+	noID := map[string]string{
+		`{not json`:                   codeBadRequest,
+		`[1,2]`:                       codeBadRequest,
+		`"ping"`:                      codeBadRequest,
+		`{"op":"ping"}`:               codeBadRequest,
+		`{"id":-1,"op":"ping"}`:       codeBadRequest,
+		`{"id":"x","op":"ping"}`:      codeBadRequest,
+		`{"id":1.5,"op":"ping"}`:      codeBadRequest,
+		`{"id":0,"op":"subscribe"}`:   codeBadRequest,
+		`{"op":"ping","id":3}garbage`: codeBadRequest,
+	}
+	for frame, code := range noID {
+		c.send(frame)
+		f := c.next(5 * time.Second)
+		if f.Push != "" || f.ID != 0 || f.Error == nil || f.Error.Code != code || f.Error.Message == "" ||
+			strings.Contains(f.Raw, `"id"`) {
+			t.Fatalf("%s: got %s, want a %s error without id", frame, f.Raw, code)
+		}
+	}
+	withID := map[string]string{
+		`{"id":5,"op":"dance"}`:                     codeNotFound,
+		`{"id":6}`:                                  codeBadRequest,
+		`{"id":7,"op":"subscribe"}`:                 codeBadRequest,
+		`{"id":8,"op":"subscribe","channel":"a b"}`: codeBadRequest,
+		`{"id":9,"op":"subscribe","channel":7}`:     codeBadRequest,
+		`{"id":10,"op":"subscribe","channel":"orders/1","since":{"offset":1}}`:                 codeBadRequest,
+		`{"id":11,"op":"unsubscribe","channel":"orders/1"}`:                                    codeNotSubscribed,
+		`{"id":12,"op":"subscribe","channel":"secret/1"}`:                                      codeForbidden,
+		`{"id":13,"op":"connect","token":"x"}`:                                                 codeBadRequest,
+		`{"id":14,"op":"subscribe","channel":"fail/1"}`:                                        codeServerError,
+		`{"id":15,"op":"refresh"}`:                                                             codeBadRequest,
+		`{"id":16,"op":"publish","channel":"orders/1","type":"t","schema_version":1,"data":1}`: codeForbidden,
+	}
+	for frame, code := range withID {
+		c.send(frame)
+		f := c.next(5 * time.Second)
+		if f.Push != "" || f.ID == 0 || !strings.Contains(frame, `"id":`+itoa(f.ID)) {
+			t.Fatalf("%s: got %s, want the reply to its id", frame, f.Raw)
+		}
+		if f.Error == nil || f.Error.Code != code || f.Error.Message == "" || f.Error.Temporary != wsErrorCodes[code] {
+			t.Fatalf("%s: got %s, want error %s", frame, f.Raw, code)
+		}
+	}
+	c.subscribe("orders/1", nil)
+	c.fails(c.request(opSubscribe, map[string]any{"channel": "orders/1"}), codeAlreadySubscribed)
+	// Unknown fields are ignored.
+	c.ok(c.request(opPing, map[string]any{"future": []int{1, 2}}), nil)
+
+	// Still healthy: it receives what is published.
+	pub := e.publish("acme", "orders/1", `1`)
+	if p := c.pub(); p.Offset != pub.Offset {
+		t.Fatalf("got %+v", p)
+	}
+	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues("invalid", codeBadRequest)); n < 1 {
+		t.Fatalf("herald_ws_requests_total{invalid,bad_request} = %v", n)
+	}
+}
+
+func itoa(n uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// TestWSTooManyRequests: requests beyond MaxInflight are answered
+// too_many_requests at once; the running ones complete and the connection
+// goes on.
+func TestWSTooManyRequests(t *testing.T) {
+	authz := newGateAuthorizer()
+	e := newEnv(t, envOptions{cfg: Config{MaxInflight: 2}, deps: func(d *Deps) { d.Authorizer = authz }})
+	c := e.connected("slow/*", "orders/*")
+	a := c.request(opSubscribe, map[string]any{"channel": "slow/1"})
+	b := c.request(opSubscribe, map[string]any{"channel": "slow/2"})
+	eventually(t, 5*time.Second, "two requests in flight", func() bool { return authz.waiting.Load() == 2 })
+	over := c.request(opSubscribe, map[string]any{"channel": "orders/1"})
+	c.fails(over, codeTooManyRequests)
+	// Cheap requests are not invocations: ping still answers.
+	c.ok(c.request(opPing, nil), nil)
+	close(authz.release)
+	got := map[uint64]bool{}
+	for range 2 {
+		f := c.next(5 * time.Second)
+		if f.Error != nil {
+			t.Fatalf("in-flight request failed: %s", f.Raw)
+		}
+		got[f.ID] = true
+	}
+	if !got[a] || !got[b] {
+		t.Fatalf("replies %v, want %d and %d", got, a, b)
+	}
+	c.subscribe("orders/1", nil)
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitInflight)); n != 1 {
+		t.Fatalf("herald_limit_rejections_total{inflight} = %v", n)
+	}
+}
+
+// TestWSTooManySubscriptions: subscriptions beyond MaxSubscriptions are
+// refused; unsubscribing makes room.
+func TestWSTooManySubscriptions(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{MaxSubscriptions: 2}})
+	c := e.connected("orders/*")
+	c.subscribe("orders/1", nil)
+	c.subscribe("orders/2", nil)
+	c.fails(c.request(opSubscribe, map[string]any{"channel": "orders/3"}), codeTooManySubscriptions)
+	c.ok(c.request(opUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
+	c.subscribe("orders/3", nil)
+	pub := e.publish("acme", "orders/3", `3`)
+	if p := c.pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
+		t.Fatalf("got %+v", p)
+	}
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitSubscriptions)); n != 1 {
+		t.Fatalf("herald_limit_rejections_total{subscriptions} = %v", n)
+	}
+}
+
+// TestWSUnsubscribeWhileSubscribing: a subscription still being made
+// cannot be ended yet.
+func TestWSUnsubscribeWhileSubscribing(t *testing.T) {
+	authz := newGateAuthorizer()
+	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
+	c := e.connected("slow/*")
+	id := c.request(opSubscribe, map[string]any{"channel": "slow/1"})
+	eventually(t, 5*time.Second, "the subscribe to be authorizing", func() bool { return authz.waiting.Load() == 1 })
+	msg := c.fails(c.request(opUnsubscribe, map[string]any{"channel": "slow/1"}), codeNotSubscribed).Message
+	if !strings.Contains(msg, "wait for its reply") {
+		t.Fatalf("message %q", msg)
+	}
+	c.fails(c.request(opSubscribe, map[string]any{"channel": "slow/1"}), codeAlreadySubscribed)
+	close(authz.release)
+	c.ok(id, nil)
+	c.ok(c.request(opUnsubscribe, map[string]any{"channel": "slow/1"}), nil)
+}

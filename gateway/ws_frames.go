@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// Client operations of the herald.v1 protocol.
+const (
+	opConnect     = "connect"
+	opSubscribe   = "subscribe"
+	opUnsubscribe = "unsubscribe"
+	opPublish     = "publish"
+	opRefresh     = "refresh"
+	opPing        = "ping"
+	opPong        = "pong"
+)
+
+// wsOps lists every op, for metric series.
+var wsOps = []string{opConnect, opSubscribe, opUnsubscribe, opPublish, opRefresh, opPing}
+
+// Error codes of herald.v1 error replies (docs/protocol.md lists them).
+const (
+	codeBadRequest           = "bad_request"
+	codeUnauthorized         = "unauthorized"
+	codeTokenExpired         = "token_expired"
+	codeForbidden            = "forbidden"
+	codeNotFound             = "not_found"
+	codeTooManyRequests      = "too_many_requests"
+	codeTooManySubscriptions = "too_many_subscriptions"
+	codeAlreadySubscribed    = "already_subscribed"
+	codeNotSubscribed        = "not_subscribed"
+	codeServerError          = "server_error"
+)
+
+// wsErrorCodes maps every error code to whether it is temporary: true when
+// the same request may succeed if retried later, unchanged.
+var wsErrorCodes = map[string]bool{
+	codeBadRequest:           false,
+	codeUnauthorized:         false,
+	codeTokenExpired:         false,
+	codeForbidden:            false,
+	codeNotFound:             false,
+	codeTooManyRequests:      true,
+	codeTooManySubscriptions: false,
+	codeAlreadySubscribed:    false,
+	codeNotSubscribed:        false,
+	codeServerError:          true,
+}
+
+// maxEpochBytes bounds the epoch a client may send in since.
+const maxEpochBytes = 255
+
+// clientFrame is one decoded client→server frame. Unknown fields are
+// ignored, so clients may send fields of later protocol versions.
+type clientFrame struct {
+	ID            uint64          `json:"id"`
+	Op            string          `json:"op"`
+	Token         string          `json:"token"`
+	Channel       string          `json:"channel"`
+	Since         *wsPosition     `json:"since"`
+	Type          string          `json:"type"`
+	SchemaVersion int             `json:"schema_version"`
+	Data          json.RawMessage `json:"data"`
+}
+
+// wsPosition is a channel position on the wire.
+type wsPosition struct {
+	Offset uint64 `json:"offset"`
+	Epoch  string `json:"epoch"`
+}
+
+// frameError is why a client frame was refused: the error reply's code and
+// message, and the request id when the frame held a readable one.
+type frameError struct {
+	id      uint64
+	code    string
+	message string
+}
+
+func (e *frameError) Error() string {
+	return fmt.Sprintf("gateway: %s: %s: %s", ErrBadFrame, e.code, e.message)
+}
+
+// Unwrap makes every frameError match ErrBadFrame.
+func (e *frameError) Unwrap() error { return ErrBadFrame }
+
+func badFrame(id uint64, code, format string, a ...any) *frameError {
+	return &frameError{id: id, code: code, message: fmt.Sprintf(format, a...)}
+}
+
+// decodeFrame decodes and validates one client frame: a JSON object with a
+// known op, a positive id (except pong) and the fields its op needs. It
+// never panics; every error is a *frameError, returned with the frame's id
+// and op when they could be read.
+func decodeFrame(b []byte) (clientFrame, error) {
+	var f clientFrame
+	if err := json.Unmarshal(b, &f); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			// A well-formed object with a mistyped field: the id may still be
+			// readable (it is, unless the id itself is the bad field).
+			id := f.ID
+			if te.Field == "id" {
+				id = 0
+			}
+			return clientFrame{}, badFrame(id, codeBadRequest, "field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return clientFrame{}, badFrame(0, codeBadRequest, "not a JSON object: %v", err)
+	}
+	switch f.Op {
+	case "":
+		return clientFrame{}, badFrame(f.ID, codeBadRequest, "op is missing")
+	case opPong:
+		return f, nil
+	case opConnect, opSubscribe, opUnsubscribe, opPublish, opRefresh, opPing:
+	default:
+		return clientFrame{}, badFrame(f.ID, codeNotFound, "unknown op %q", trunc(f.Op, 32))
+	}
+	if f.ID == 0 {
+		return clientFrame{Op: f.Op}, badFrame(0, codeBadRequest, "id must be a positive integer")
+	}
+	if err := validateOp(&f); err != nil {
+		return clientFrame{ID: f.ID, Op: f.Op}, err
+	}
+	return f, nil
+}
+
+// validateOp checks the fields f.Op needs.
+func validateOp(f *clientFrame) error {
+	switch f.Op {
+	case opSubscribe, opUnsubscribe, opPublish:
+		if f.Channel == "" {
+			return badFrame(f.ID, codeBadRequest, "channel is missing")
+		}
+		if err := subscriptions.ValidateChannel(f.Channel); err != nil {
+			return badFrame(f.ID, codeBadRequest, "%v", err)
+		}
+	}
+	switch f.Op {
+	case opSubscribe:
+		if f.Since != nil && (f.Since.Epoch == "" || len(f.Since.Epoch) > maxEpochBytes) {
+			return badFrame(f.ID, codeBadRequest, "since.epoch must be 1–%d bytes", maxEpochBytes)
+		}
+	case opPublish:
+		if err := validateType(f.Type); err != nil {
+			return badFrame(f.ID, codeBadRequest, "%v", err)
+		}
+		if f.SchemaVersion < 1 {
+			return badFrame(f.ID, codeBadRequest, "schema_version must be an integer ≥ 1")
+		}
+		if len(f.Data) == 0 {
+			return badFrame(f.ID, codeBadRequest, "data is missing (any JSON value, null included)")
+		}
+	case opRefresh:
+		if f.Token == "" {
+			return badFrame(f.ID, codeBadRequest, "token is missing")
+		}
+	}
+	return nil
+}
+
+// maxTypeLen bounds a notification type name (as the outbox does).
+const maxTypeLen = 128
+
+// validateType checks a notification type name: 1–128 of [a-z0-9_.-].
+func validateType(t string) error {
+	if t == "" || len(t) > maxTypeLen {
+		return fmt.Errorf("type must be 1–%d bytes of [a-z0-9_.-]", maxTypeLen)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return fmt.Errorf("type %q: byte %q is not one of [a-z0-9_.-]", trunc(t, 64), c)
+		}
+	}
+	return nil
+}
+
+// jsonKind names a Go kind the way a JSON user would.
+func jsonKind(kind string) string {
+	switch kind {
+	case "uint64", "int", "int64", "uint", "uint32", "int32":
+		return "an integer"
+	case "string":
+		return "a string"
+	case "struct", "ptr", "map":
+		return "an object"
+	case "slice":
+		return "a JSON value"
+	}
+	return "of another type"
+}
+
+// trunc keeps echoed client input short.
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// FuzzDecodeFrame: the client frame decoder never panics; it either
+// returns a frame that satisfies its op's rules or a typed error whose
+// reply is valid JSON with a documented code.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, seed := range []string{
+		`{"id":1,"op":"connect","token":"eyJ.x.y"}`,
+		`{"id":2,"op":"subscribe","channel":"orders/1"}`,
+		`{"id":3,"op":"subscribe","channel":"orders/1","since":{"offset":7,"epoch":"e1"},"token":"t"}`,
+		`{"id":4,"op":"unsubscribe","channel":"orders/1"}`,
+		`{"id":5,"op":"publish","channel":"rooms/lobby","type":"chat.message","schema_version":1,"data":{"text":"hi"}}`,
+		`{"id":6,"op":"refresh","token":"t"}`,
+		`{"id":7,"op":"ping"}`,
+		`{"op":"pong"}`,
+		`{"id":8,"op":"dance"}`,
+		`{"id":"9","op":"ping"}`,
+		`{"id":-1,"op":"ping"}`,
+		`{"id":1e3,"op":"ping"}`,
+		`{"id":18446744073709551616,"op":"ping"}`,
+		`{"id":1,"op":"subscribe","channel":"a//b"}`,
+		`{"id":1,"op":"subscribe","channel":"orders/1","since":{"offset":-1,"epoch":""}}`,
+		`{"id":1,"op":"publish","channel":"x","type":"T","schema_version":0}`,
+		`{"id":1,"op":"ping","op":"connect"}`,
+		`[]`, `null`, `{}`, `{`, `"x"`, ``, "{\"id\":1,\"op\":\"ping\",\"x\":\"\xff\"}",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := decodeFrame(b)
+		if err != nil {
+			var fe *frameError
+			if !errors.As(err, &fe) || !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("error %v (%T) is not a *frameError wrapping ErrBadFrame", err, err)
+			}
+			if _, known := wsErrorCodes[fe.code]; !known || fe.message == "" {
+				t.Fatalf("error code %q message %q", fe.code, fe.message)
+			}
+			if reply := encodeError(fe.id, fe.code, fe.message); !json.Valid(reply) {
+				t.Fatalf("error reply is not JSON: %q", reply)
+			}
+			return
+		}
+		if fr.Op != opPong && fr.ID == 0 {
+			t.Fatalf("frame %+v accepted without id", fr)
+		}
+		switch fr.Op {
+		case opConnect, opPing, opPong:
+		case opSubscribe, opUnsubscribe:
+			if subscriptions.ValidateChannel(fr.Channel) != nil {
+				t.Fatalf("invalid channel %q accepted", fr.Channel)
+			}
+			if fr.Since != nil && (fr.Since.Epoch == "" || len(fr.Since.Epoch) > maxEpochBytes) {
+				t.Fatalf("since %+v accepted", fr.Since)
+			}
+		case opPublish:
+			if subscriptions.ValidateChannel(fr.Channel) != nil || validateType(fr.Type) != nil ||
+				fr.SchemaVersion < 1 || !json.Valid(fr.Data) {
+				t.Fatalf("publish %+v accepted", fr)
+			}
+		case opRefresh:
+			if fr.Token == "" {
+				t.Fatal("refresh without token accepted")
+			}
+		default:
+			t.Fatalf("op %q accepted", fr.Op)
+		}
+	})
+}

@@ -1,0 +1,252 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// idleClientsEnv, when set in a test binary's environment, makes it the
+// client process of an idle-memory measurement: "<ws url> <n> <token>".
+// The clients live in their own process so the server's memory is
+// measured alone.
+const idleClientsEnv = "HERALD_TEST_IDLE_CLIENTS"
+
+// runIdleClients opens n connections, connects each and subscribes it to
+// one of ten channels, prints "ready", and keeps them open until its
+// standard input closes.
+func runIdleClients(spec string) int {
+	parts := strings.Fields(spec)
+	if len(parts) != 3 {
+		fmt.Fprintf(os.Stderr, "%s: want \"<url> <n> <token>\", got %q\n", idleClientsEnv, spec)
+		return 2
+	}
+	n, err := strconv.Atoi(parts[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	conns := make([]*websocket.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.CloseNow()
+		}
+	}()
+	for i := range n {
+		c, err := openIdleClient(hc, parts[0], parts[2], i)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "client %d: %v\n", i, err)
+			return 1
+		}
+		conns = append(conns, c)
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+func openIdleClient(hc *http.Client, url, token string, i int) (*websocket.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{wsProtocol}, HTTPClient: hc})
+	if err != nil {
+		return nil, err
+	}
+	msg := fmt.Sprintf(`{"id":1,"op":"connect","token":%q}`, token)
+	if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		return nil, err
+	}
+	msg = fmt.Sprintf(`{"id":2,"op":"subscribe","channel":"orders/%d"}`, i%10)
+	if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		return nil, err
+	}
+	for replies := 0; replies < 2; {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+			if !bytes.Contains(line, []byte(`"result"`)) {
+				return nil, fmt.Errorf("unexpected frame %s", line)
+			}
+			replies++
+		}
+	}
+	return c, nil
+}
+
+// idleMeasure is the server-side cost of one idle connection.
+type idleMeasure struct {
+	bytesPerConn      float64 // live heap + goroutine stacks
+	goroutinesPerConn float64
+}
+
+// memInUse is the live heap plus goroutine stacks after a full collection.
+func memInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc + m.StackInuse
+}
+
+// measureIdle runs a gateway, has a child process open n idle connected
+// and subscribed WebSocket connections to it, and measures what they cost
+// the server.
+func measureIdle(tb testing.TB, n int) idleMeasure {
+	tb.Helper()
+	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := broker.Start(context.Background(), hub); err != nil {
+		tb.Fatal(err)
+	}
+	defer broker.Stop()
+	srv, err := New(Config{
+		Listen: "127.0.0.1:0", ConnectAttemptsPerIP: -1, HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
+	}, Deps{
+		Verifier: auth.NewHMACVerifier(testSecret, 0), Authorizer: &subscriptions.Authorizer{},
+		Broker: broker, Hub: hub, Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	defer srv.Stop()
+	tok, err := mintClaims("u1", "acme", time.Now().Add(time.Hour), []string{"orders/*"}, nil, "")
+	if err != nil {
+		tb.Fatal(err)
+	}
+
+	memBefore := memInUse()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=ws://%s/v1/ws %d %s", idleClientsEnv, srv.Addr(), n, tok))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		_ = stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			tb.Errorf("client process: %v", err)
+		}
+	}()
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		ready <- line
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case line := <-ready:
+		if strings.TrimSpace(line) != "ready" {
+			tb.Fatalf("client process said %q", line)
+		}
+	case <-time.After(2 * time.Minute):
+		tb.Fatal("client process not ready after 2 minutes")
+	}
+	gauge := srv.metrics.connections.WithLabelValues(transportWS)
+	var readers, writers int
+	eventually(tb, 10*time.Second, "every connection to be open and its writer gone", func() bool {
+		readers, writers = wsGoroutines()
+		return gaugeValue(gauge) == float64(n) && readers == n && writers == 0
+	})
+	memAfter := memInUse()
+	return idleMeasure{
+		bytesPerConn:      (float64(memAfter) - float64(memBefore)) / float64(n),
+		goroutinesPerConn: float64(readers+writers) / float64(n),
+	}
+}
+
+// wsGoroutines counts the goroutines running WebSocket readers and
+// writers.
+func wsGoroutines() (readers, writers int) {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		switch {
+		case bytes.Contains(g, []byte("gateway.(*wsConn).writeLoop(")):
+			writers++
+		case bytes.Contains(g, []byte("gateway.(*wsConn).run(")):
+			readers++
+		}
+	}
+	return readers, writers
+}
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetGauge().GetValue()
+}
+
+// TestWSIdleConnectionCost: an idle connected and subscribed WebSocket
+// costs the server one goroutine (no writer while idle) and a bounded
+// amount of memory.
+func TestWSIdleConnectionCost(t *testing.T) {
+	const n = 200
+	m := measureIdle(t, n)
+	t.Logf("%d idle connections: %.0f bytes/conn (heap + stacks), %.2f goroutines/conn", n, m.bytesPerConn, m.goroutinesPerConn)
+	if m.goroutinesPerConn != 1 {
+		t.Fatalf("%.2f goroutines per idle connection, want 1", m.goroutinesPerConn)
+	}
+	if limit := 64 << 10; m.bytesPerConn > float64(limit) {
+		t.Fatalf("%.0f bytes per idle connection, bound %d", m.bytesPerConn, limit)
+	}
+}
+
+// BenchmarkIdleConnMemory reports what 1,000 idle WebSocket connections
+// cost the server, per connection. Run it with -benchtime 1x.
+func BenchmarkIdleConnMemory(b *testing.B) {
+	var m idleMeasure
+	for range b.N {
+		m = measureIdle(b, 1000)
+	}
+	b.ReportMetric(m.bytesPerConn, "bytes/conn")
+	b.ReportMetric(m.goroutinesPerConn, "goroutines/conn")
+}

@@ -1,0 +1,306 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+// connect authenticates the connection (reader goroutine). A failure is
+// answered with an error reply, then the connection closes.
+func (w *wsConn) connect(f *clientFrame) {
+	if w.connected.Load() {
+		w.replyError(f.ID, opConnect, codeBadRequest, "already connected: send connect once per connection")
+		return
+	}
+	token, source := f.Token, "connect frame"
+	if token == "" {
+		if w.hc.err != nil {
+			w.refuseConnect(f.ID, codeUnauthorized, ReasonUnauthorized, w.hc.err.Error())
+			return
+		}
+		token, source = w.hc.token, w.hc.source
+	}
+	if token == "" {
+		w.refuseConnect(f.ID, codeUnauthorized, ReasonUnauthorized, fmt.Sprintf(
+			"no token: put it in the connect frame's token field, or send it with the upgrade request "+
+				"(Authorization: Bearer, the %s cookie or the access_token query parameter)", w.cfg.CookieName))
+		return
+	}
+	claims, err := w.srv.deps.Verifier.Verify(token)
+	switch {
+	case errors.Is(err, auth.ErrExpired):
+		w.refuseConnect(f.ID, codeTokenExpired, ReasonTokenExpired, "token expired ("+source+"): fetch a fresh one")
+		return
+	case err != nil:
+		w.refuseConnect(f.ID, codeUnauthorized, ReasonUnauthorized, "token from "+source+" does not verify: "+err.Error())
+		return
+	}
+
+	w.c.claims = claims
+	w.c.pos = newPositions(claims.Tenant, 4)
+	w.adopt(claims)
+	w.connected.Store(true)
+	w.connectTimer.Stop()
+	if !claims.ExpiresAt.IsZero() {
+		w.expiryTimer = stoppedTimer(w.expire)
+		w.expiryTimer.Reset(time.Until(claims.ExpiresAt))
+	}
+	w.pingTimer = stoppedTimer(w.ping)
+	w.pingTimer.Reset(w.cfg.HeartbeatInterval)
+	w.opened = true
+	w.srv.opened(w.c)
+	w.reply(f.ID, opConnect, wsConnectResult{
+		Client:         w.clientID,
+		Protocol:       wsProtocol,
+		PingIntervalMS: w.cfg.HeartbeatInterval.Milliseconds(),
+		PongTimeoutMS:  (w.cfg.ClientTimeout - w.cfg.HeartbeatInterval).Milliseconds(),
+		ExpiresAt:      unixOrZero(claims.ExpiresAt),
+		Limits: wsLimits{
+			MaxMessageSize:   w.cfg.MaxMessageSize,
+			MaxSubscriptions: w.cfg.MaxSubscriptions,
+			MaxInflight:      w.cfg.MaxInflight,
+		},
+	})
+}
+
+// refuseConnect answers a failed connect and closes the connection for r.
+func (w *wsConn) refuseConnect(id uint64, code string, r Reason, msg string) {
+	w.replyError(id, opConnect, code, msg)
+	w.c.Close(withMessage(r, msg), 0)
+}
+
+// adopt makes claims the connection's current token.
+func (w *wsConn) adopt(claims *auth.Claims) {
+	g, err := subscriptions.CompileGrants(claims.Publish, claims.Subject)
+	w.pubGrants.Store(&publishGrants{grants: g, err: err})
+	w.claims.Store(claims)
+}
+
+func unixOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
+}
+
+// subscribe authorizes a subscription (request goroutine) and hands it to
+// the writer, which subscribes on the hub, recovers and replies.
+func (w *wsConn) subscribe(f *clientFrame) {
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			w.inflight.Add(-1)
+		}
+	}()
+	ch := f.Channel
+	w.subsMu.Lock()
+	if _, ok := w.subs[ch]; ok {
+		w.subsMu.Unlock()
+		w.replyError(f.ID, opSubscribe, codeAlreadySubscribed, fmt.Sprintf("already subscribed to %q", ch))
+		return
+	}
+	if len(w.subs) >= w.cfg.MaxSubscriptions {
+		w.subsMu.Unlock()
+		w.srv.metrics.limit(limitSubscriptions)
+		w.replyError(f.ID, opSubscribe, codeTooManySubscriptions, fmt.Sprintf(
+			"at most %d subscriptions per connection: unsubscribe from one first", w.cfg.MaxSubscriptions))
+		return
+	}
+	if w.subs == nil {
+		w.subs = make(map[string]*wsSub)
+	}
+	w.subs[ch] = &wsSub{pending: true, subToken: f.Token}
+	w.subsMu.Unlock()
+
+	claims := w.claims.Load()
+	d, err := w.srv.deps.Authorizer.Authorize(w.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+	switch {
+	case w.ctx.Err() != nil:
+		w.forget(ch)
+		return
+	case errors.Is(err, subscriptions.ErrInvalidName):
+		w.forget(ch)
+		w.replyError(f.ID, opSubscribe, codeBadRequest, err.Error())
+		return
+	case err != nil:
+		w.forget(ch)
+		w.logError("gateway: authorize failed", err, slog.String("tenant", claims.Tenant))
+		w.replyError(f.ID, opSubscribe, codeServerError, "cannot authorize the subscription now; retry later")
+		return
+	case !d.Allowed:
+		w.forget(ch)
+		msg := d.Reason
+		if msg == "" {
+			msg = fmt.Sprintf("channel %q is not allowed", ch)
+		}
+		w.replyError(f.ID, opSubscribe, codeForbidden, msg)
+		return
+	}
+	op := &wsSubOp{id: f.ID, channel: ch}
+	if f.Since != nil {
+		op.since = &fanout.Position{Offset: f.Since.Offset, Epoch: f.Since.Epoch}
+	}
+	if w.enqueue(wsItem{kind: itemSubscribe, sub: op}) {
+		handedOff = true
+	} else {
+		w.forget(ch)
+	}
+}
+
+// forget drops a subscription that did not come about.
+func (w *wsConn) forget(ch string) {
+	w.subsMu.Lock()
+	delete(w.subs, ch)
+	w.subsMu.Unlock()
+}
+
+// subscribed marks a pending subscription done.
+func (w *wsConn) subscribed(ch string) {
+	w.subsMu.Lock()
+	if s, ok := w.subs[ch]; ok {
+		s.pending = false
+	}
+	w.subsMu.Unlock()
+}
+
+// unsubscribe ends a subscription (reader goroutine); the writer leaves the
+// hub and replies, after which no publication of the channel follows.
+func (w *wsConn) unsubscribe(f *clientFrame) {
+	w.subsMu.Lock()
+	s, ok := w.subs[f.Channel]
+	switch {
+	case !ok:
+		w.subsMu.Unlock()
+		w.replyError(f.ID, opUnsubscribe, codeNotSubscribed, fmt.Sprintf("not subscribed to %q", f.Channel))
+		return
+	case s.pending:
+		w.subsMu.Unlock()
+		w.replyError(f.ID, opUnsubscribe, codeNotSubscribed, fmt.Sprintf(
+			"the subscription to %q is still being made: wait for its reply", f.Channel))
+		return
+	}
+	delete(w.subs, f.Channel)
+	w.subsMu.Unlock()
+	w.enqueue(wsItem{kind: itemUnsubscribe, sub: &wsSubOp{id: f.ID, channel: f.Channel}})
+}
+
+// revoke ends a subscription from the server's side with an unsubscribed
+// push carrying r (a revoked grant, a lost history). It does nothing when
+// the channel is not, or not yet, subscribed.
+func (w *wsConn) revoke(ch string, r Reason) {
+	w.subsMu.Lock()
+	s, ok := w.subs[ch]
+	if !ok || s.pending {
+		w.subsMu.Unlock()
+		return
+	}
+	delete(w.subs, ch)
+	w.subsMu.Unlock()
+	w.enqueue(wsItem{kind: itemRevoke, sub: &wsSubOp{channel: ch, reason: r}})
+}
+
+// publish publishes a client message on an interactive channel the
+// token's publish grants allow (request goroutine).
+func (w *wsConn) publish(f *clientFrame) {
+	defer w.inflight.Add(-1)
+	claims, pg := w.claims.Load(), w.pubGrants.Load()
+	switch {
+	case pg.err != nil:
+		w.replyError(f.ID, opPublish, codeForbidden, "the token holds an invalid publish grant: "+pg.err.Error())
+		return
+	case !pg.grants.Allows(f.Channel):
+		w.replyError(f.ID, opPublish, codeForbidden, fmt.Sprintf("no publish grant for channel %q", f.Channel))
+		return
+	}
+	p := w.srv.publisher()
+	if p == nil {
+		w.replyError(f.ID, opPublish, codeForbidden, "publishing is not available on this server")
+		return
+	}
+	pub, err := p.Publish(w.ctx, fanout.Message{
+		ID:            uuid.NewString(),
+		Key:           fanout.Key{Tenant: claims.Tenant, Channel: f.Channel},
+		Type:          f.Type,
+		SchemaVersion: f.SchemaVersion,
+		Time:          time.Now(),
+		Data:          f.Data,
+	})
+	switch {
+	case w.ctx.Err() != nil:
+		return
+	case errors.Is(err, fanout.ErrInvalidMessage):
+		w.replyError(f.ID, opPublish, codeBadRequest, err.Error())
+		return
+	case err != nil:
+		w.logError("gateway: client publish failed", err, slog.String("tenant", claims.Tenant))
+		w.replyError(f.ID, opPublish, codeServerError, "the broker did not accept the publication; retry later")
+		return
+	}
+	w.reply(f.ID, opPublish, wsPublishResult{ID: pub.ID, Offset: pub.Offset, Epoch: pub.Epoch})
+}
+
+// refresh replaces the connection's token with a fresh one for the same
+// subject and tenant (request goroutine), then re-checks every
+// subscription against it: one the new token no longer allows ends with
+// an unsubscribed push.
+func (w *wsConn) refresh(f *clientFrame) {
+	defer w.inflight.Add(-1)
+	claims, err := w.srv.deps.Verifier.Verify(f.Token)
+	switch {
+	case errors.Is(err, auth.ErrExpired):
+		w.replyError(f.ID, opRefresh, codeTokenExpired, "the new token has expired already")
+		return
+	case err != nil:
+		w.replyError(f.ID, opRefresh, codeUnauthorized, "the new token does not verify: "+err.Error())
+		return
+	}
+	cur := w.claims.Load()
+	if claims.Subject != cur.Subject || claims.Tenant != cur.Tenant {
+		w.replyError(f.ID, opRefresh, codeForbidden,
+			"the new token is for another subject or tenant: open a new connection with it")
+		return
+	}
+	w.refreshMu.Lock()
+	w.adopt(claims)
+	if w.expiryTimer != nil && !claims.ExpiresAt.IsZero() {
+		w.expiryTimer.Reset(time.Until(claims.ExpiresAt))
+	}
+	w.refreshMu.Unlock()
+	w.reply(f.ID, opRefresh, wsRefreshResult{ExpiresAt: unixOrZero(claims.ExpiresAt)})
+	w.recheck(claims)
+}
+
+// recheck re-authorizes every subscription with claims.
+func (w *wsConn) recheck(claims *auth.Claims) {
+	type entry struct{ channel, subToken string }
+	w.subsMu.Lock()
+	list := make([]entry, 0, len(w.subs))
+	for ch, s := range w.subs {
+		if !s.pending {
+			list = append(list, entry{ch, s.subToken})
+		}
+	}
+	w.subsMu.Unlock()
+	for _, e := range list {
+		d, err := w.srv.deps.Authorizer.Authorize(w.ctx, subscriptions.Request{
+			Claims: claims, Channel: e.channel, SubToken: e.subToken,
+		})
+		switch {
+		case w.ctx.Err() != nil:
+			return
+		case err != nil:
+			w.logError("gateway: re-authorize after refresh failed; keeping the subscription", err,
+				slog.String("channel", e.channel))
+		case !d.Allowed:
+			w.revoke(e.channel, withMessage(ReasonForbidden, d.Reason))
+		}
+	}
+}

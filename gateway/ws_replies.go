@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// wsProtocol is the WebSocket subprotocol a client must offer.
+const wsProtocol = "herald.v1"
+
+// Server→client frames that never change, shared by every connection.
+var (
+	// pubPrefix starts a publication push; the envelope follows without its
+	// opening brace: {"push":"pub","id":…,"channel":…,…}.
+	pubPrefix = []byte(`{"push":"pub",`)
+	// wsPingFrame is the server's application-level ping.
+	wsPingFrame = []byte(`{"push":"ping"}`)
+)
+
+// wsReply answers one request: {"id":…,"result":…} or {"id":…,"error":…}.
+// id is omitted when the request's id could not be read.
+type wsReply struct {
+	ID     uint64         `json:"id,omitempty"`
+	Result any            `json:"result,omitempty"`
+	Error  *wsErrorDetail `json:"error,omitempty"`
+}
+
+// wsErrorDetail is the error of a refused request.
+type wsErrorDetail struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Temporary bool   `json:"temporary"`
+}
+
+// wsEmpty is the result of requests that return nothing ({}).
+type wsEmpty struct{}
+
+// wsConnectResult is the result of connect.
+type wsConnectResult struct {
+	Client         string   `json:"client"`
+	Protocol       string   `json:"protocol"`
+	PingIntervalMS int64    `json:"ping_interval_ms"`
+	PongTimeoutMS  int64    `json:"pong_timeout_ms"`
+	ExpiresAt      int64    `json:"expires_at"`
+	Limits         wsLimits `json:"limits"`
+}
+
+// wsLimits announces the bounds a client must respect.
+type wsLimits struct {
+	MaxMessageSize   int `json:"max_message_size"`
+	MaxSubscriptions int `json:"max_subscriptions"`
+	MaxInflight      int `json:"max_inflight"`
+}
+
+// wsSubscribeResult is the result of subscribe.
+type wsSubscribeResult struct {
+	Channel   string `json:"channel"`
+	Recovered bool   `json:"recovered"`
+	Offset    uint64 `json:"offset"`
+	Epoch     string `json:"epoch"`
+}
+
+// wsPublishResult is the result of publish.
+type wsPublishResult struct {
+	ID     string `json:"id"`
+	Offset uint64 `json:"offset"`
+	Epoch  string `json:"epoch"`
+}
+
+// wsRefreshResult is the result of refresh.
+type wsRefreshResult struct {
+	ExpiresAt int64 `json:"expires_at"`
+}
+
+// wsUnsubscribedPush tells the client the server ended one subscription.
+type wsUnsubscribedPush struct {
+	Push        string `json:"push"` // "unsubscribed"
+	Channel     string `json:"channel"`
+	Reason      string `json:"reason"`
+	Resubscribe bool   `json:"resubscribe"`
+	Message     string `json:"message,omitempty"`
+}
+
+// wsDisconnectPush is the last frame before the server closes.
+type wsDisconnectPush struct {
+	Push      string `json:"push"` // "disconnect"
+	Reason    string `json:"reason"`
+	Reconnect bool   `json:"reconnect"`
+	DelayMS   int64  `json:"delay_ms"`
+	Message   string `json:"message,omitempty"`
+}
+
+// encodeResult encodes a success reply.
+func encodeResult(id uint64, result any) []byte {
+	return mustJSON(wsReply{ID: id, Result: result})
+}
+
+// encodeError encodes an error reply with code and message.
+func encodeError(id uint64, code, message string) []byte {
+	return mustJSON(wsReply{ID: id, Error: &wsErrorDetail{
+		Code: code, Message: message, Temporary: wsErrorCodes[code],
+	}})
+}
+
+// encodeDisconnect encodes the disconnect push for r.
+func encodeDisconnect(r Reason, delay time.Duration) []byte {
+	return mustJSON(wsDisconnectPush{
+		Push: "disconnect", Reason: r.Code, Reconnect: r.Reconnect,
+		DelayMS: delay.Milliseconds(), Message: r.Message,
+	})
+}
+
+// mustJSON marshals values built from strings and numbers only, which
+// cannot fail; a failure would be a programming error, answered with a
+// server_error frame rather than a panic.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte(`{"error":{"code":"server_error","message":"cannot encode the reply","temporary":true}}`)
+	}
+	return b
+}

@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/heraldgw/herald/fanout"
+)
+
+const (
+	// wsBatchBytes is the size at which a batch message is written even
+	// though more is queued: messages stay small enough for mobile clients'
+	// receive limits (often 1 MiB).
+	wsBatchBytes = 64 << 10
+	// wsBigFrame is the size from which a frame is written as a message of
+	// its own, straight from its shared bytes, instead of being copied
+	// into the batch buffer.
+	wsBigFrame = 16 << 10
+)
+
+// batchBufs recycles batch buffers: a connection holds one only while its
+// writer runs.
+var batchBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 4096)
+	return &b
+}}
+
+// wsSink writes herald.v1 frames to a WebSocket (the writer's sink). Frames
+// are batched into one text message, separated by "\n", and written when
+// the batch is full or the queues are empty; each message is written under
+// its own deadline. Only the writer calls it, except abort.
+type wsSink struct {
+	ws      *websocket.Conn
+	timeout time.Duration // WriteTimeout, per message
+	limit   time.Time     // when set, no write may last beyond it
+	buf     []byte        // the batch; nil while the writer is idle
+	bufp    *[]byte       // the pooled slice buf came from
+
+	// timedOut is set, before the WebSocket library drops the connection,
+	// when a write missed its deadline; the reader then knows why its read
+	// failed.
+	timedOut atomic.Bool
+
+	mu     sync.Mutex
+	cancel context.CancelFunc // of the write under way
+	grace  *time.Timer        // set by abort: cancels the write under way
+}
+
+var _ sink = (*wsSink)(nil)
+
+// setDeadline bounds the writes that follow by t (the zero time: only
+// by the per-message timeout).
+func (s *wsSink) setDeadline(t time.Time) error {
+	s.limit = t
+	return nil
+}
+
+// publication buffers {"push":"pub", followed by the shared envelope
+// without its opening brace: the envelope is never re-encoded.
+func (s *wsSink) publication(p *fanout.Prepared, _ *positions) error {
+	env := p.JSON()
+	if len(env) < 2 || env[0] != '{' {
+		return nil // not an envelope; Prepared never produces one
+	}
+	return s.frame(pubPrefix, env[1:])
+}
+
+// heartbeat buffers the server's ping.
+func (s *wsSink) heartbeat() error { return s.frame(nil, wsPingFrame) }
+
+// final buffers the disconnect push.
+func (s *wsSink) final(r Reason, delay time.Duration) error {
+	return s.frame(nil, encodeDisconnect(r, delay))
+}
+
+// frame buffers the frame head+body, writing the batch first when the
+// frame would overflow it; a big frame becomes a message of its own.
+func (s *wsSink) frame(head, body []byte) error {
+	n := len(head) + len(body)
+	if n >= wsBigFrame {
+		if err := s.flush(); err != nil {
+			return err
+		}
+		return s.write(func(ctx context.Context) error {
+			mw, err := s.ws.Writer(ctx, websocket.MessageText)
+			if err != nil {
+				return err
+			}
+			if len(head) > 0 {
+				if _, err := mw.Write(head); err != nil {
+					return err
+				}
+			}
+			if _, err := mw.Write(body); err != nil {
+				return err
+			}
+			return mw.Close()
+		})
+	}
+	if len(s.buf) > 0 && len(s.buf)+1+n > wsBatchBytes {
+		if err := s.flush(); err != nil {
+			return err
+		}
+	}
+	if s.buf == nil {
+		s.bufp = batchBufs.Get().(*[]byte)
+		s.buf = (*s.bufp)[:0]
+	}
+	if len(s.buf) > 0 {
+		s.buf = append(s.buf, '\n')
+	}
+	s.buf = append(s.buf, head...)
+	s.buf = append(s.buf, body...)
+	return nil
+}
+
+// flush writes the batch as one message.
+func (s *wsSink) flush() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	err := s.write(func(ctx context.Context) error {
+		return s.ws.Write(ctx, websocket.MessageText, s.buf)
+	})
+	s.buf = s.buf[:0]
+	return err
+}
+
+// write runs one message write under its deadline; abort can cancel it.
+// Either way the context ends and the WebSocket library closes the
+// connection.
+func (s *wsSink) write(f func(ctx context.Context) error) error {
+	wait := s.timeout
+	if !s.limit.IsZero() {
+		wait = min(wait, time.Until(s.limit))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.AfterFunc(wait, func() {
+		s.timedOut.Store(true)
+		cancel()
+	})
+	defer deadline.Stop()
+	s.mu.Lock()
+	s.cancel = cancel
+	s.mu.Unlock()
+	err := f(ctx)
+	s.mu.Lock()
+	s.cancel = nil
+	if s.grace != nil {
+		s.grace.Stop()
+		s.grace = nil
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// abort is called when the connection is closed as slow: a write under
+// way gets finalWriteTimeout more to finish (a slow but live client then
+// still receives its disconnect push and close code), after which it is
+// cancelled, which makes the WebSocket library drop the connection (a
+// stalled client). Either way the publications it holds are released
+// within that time, not WriteTimeout.
+func (s *wsSink) abort() {
+	s.mu.Lock()
+	if s.cancel != nil && s.grace == nil {
+		s.grace = time.AfterFunc(finalWriteTimeout, s.cancel)
+	}
+	s.mu.Unlock()
+}
+
+// release returns the batch buffer to the pool.
+func (s *wsSink) release() {
+	if s.buf == nil {
+		return
+	}
+	if cap(s.buf) <= 2*wsBatchBytes {
+		*s.bufp = s.buf[:0]
+		batchBufs.Put(s.bufp)
+	}
+	s.buf, s.bufp = nil, nil
+}

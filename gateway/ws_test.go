@@ -1,0 +1,220 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/subscriptions"
+)
+
+func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour}})
+	c := e.dialWS(dialOpts{})
+	if got := c.conn.Subprotocol(); got != wsProtocol {
+		t.Fatalf("negotiated subprotocol %q", got)
+	}
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	res := c.connect(e.mint("u1", exp, []string{"orders/*"}, nil))
+	want := wsConnectResult{
+		Client: res.Client, Protocol: wsProtocol, PingIntervalMS: 3600000, PongTimeoutMS: 3600000,
+		ExpiresAt: exp.Unix(), Limits: wsLimits{MaxMessageSize: 64 << 10, MaxSubscriptions: 128, MaxInflight: 16},
+	}
+	if res != want || len(res.Client) < 16 {
+		t.Fatalf("connect result %+v\nwant %+v", res, want)
+	}
+
+	sub := c.subscribe("orders/1", nil)
+	if sub.Recovered || sub.Offset != 0 || sub.Epoch == "" {
+		t.Fatalf("live subscribe = %+v", sub)
+	}
+	pub := e.publish("acme", "orders/1", `{"n":1}`)
+	f := c.next(5 * time.Second)
+	p := f.Pub
+	// The frame is the envelope behind {"push":"pub", without re-encoding.
+	if want := `{"push":"pub",` + string(fanout.NewPrepared(pub).JSON()[1:]); f.Raw != want {
+		t.Fatalf("frame %s\nwant  %s", f.Raw, want)
+	}
+	if p.ID != pub.ID || p.Channel != "orders/1" || p.Offset != 1 || p.Epoch != sub.Epoch ||
+		p.Type != "order.updated" || p.SchemaVersion != 1 || string(p.Data) != `{"n":1}` ||
+		string(p.Freshness) != `{"mode":"immediate"}` || p.Time.IsZero() {
+		t.Fatalf("publication %+v, published %+v", p, pub)
+	}
+
+	c.ok(c.request(opPing, nil), nil)
+	c.ok(c.request(opUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
+	e.publish("acme", "orders/1", `2`)
+	// Nothing of orders/1 follows the unsubscribe reply: the next frame is
+	// the reply to this ping.
+	c.ok(c.request(opPing, nil), nil)
+
+	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 1 {
+		t.Fatalf("herald_connections{ws} = %v", n)
+	}
+	c.close()
+	eventually(t, 5*time.Second, "the connection to be counted closed", func() bool {
+		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "client_closed")) == 1
+	})
+	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(opSubscribe, "ok")); n != 1 {
+		t.Fatalf("herald_ws_requests_total{subscribe,ok} = %v", n)
+	}
+}
+
+func TestWSConnectUsesUpgradeCredentials(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tok := e.wsToken("u1", []string{"orders/*"}, nil)
+	cases := map[string]dialOpts{
+		"header": {header: http.Header{"Authorization": {"Bearer " + tok}}},
+		"cookie": {header: http.Header{"Cookie": {DefaultCookieName + "=" + tok}}},
+		"query":  {query: "access_token=" + url.QueryEscape(tok)},
+	}
+	for name, o := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := e.dialWS(o)
+			c.connect("")
+			c.subscribe("orders/1", nil)
+		})
+	}
+	// A token in the connect frame wins over the upgrade request's.
+	c := e.dialWS(dialOpts{header: http.Header{"Authorization": {"Bearer not-a-token"}}})
+	c.connect(tok)
+	// A malformed Authorization header is reported at connect.
+	c = e.dialWS(dialOpts{header: http.Header{"Authorization": {"Basic abc"}}})
+	if msg := c.fails(c.request(opConnect, nil), codeUnauthorized).Message; !strings.Contains(msg, "Bearer") {
+		t.Fatalf("message %q", msg)
+	}
+	c.closedWith("unauthorized", closeUnauthorized)
+}
+
+func TestWSPublish(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	listener := e.connected("rooms/*")
+	listener.subscribe("rooms/lobby", nil)
+
+	c := e.dialWS(dialOpts{})
+	c.connect(e.wsToken("u2", nil, []string{"rooms/lobby", "rooms/{sub}"}))
+	var res wsPublishResult
+	c.ok(c.request(opPublish, map[string]any{
+		"channel": "rooms/lobby", "type": "chat.message", "schema_version": 2, "data": map[string]any{"text": "hi"},
+	}), &res)
+	if res.ID == "" || res.Offset != 1 || res.Epoch == "" {
+		t.Fatalf("publish result %+v", res)
+	}
+	p := listener.pub()
+	if p.ID != res.ID || p.Offset != 1 || p.Epoch != res.Epoch || p.Type != "chat.message" ||
+		p.SchemaVersion != 2 || string(p.Data) != `{"text":"hi"}` {
+		t.Fatalf("listener got %+v", p)
+	}
+	// The publication is in the channel's history (not in any outbox).
+	rec, err := e.broker.Recover(context.Background(), fanout.Key{Tenant: "acme", Channel: "rooms/lobby"},
+		fanout.Position{Epoch: res.Epoch})
+	if err != nil || !rec.Recovered || len(rec.Publications) != 1 || rec.Publications[0].ID != res.ID {
+		t.Fatalf("history = %+v, %v", rec, err)
+	}
+	// {sub} grants expand to the subject.
+	c.ok(c.request(opPublish, map[string]any{"channel": "rooms/u2", "type": "t", "schema_version": 1, "data": nil}), nil)
+
+	denied := c.fails(c.request(opPublish, map[string]any{
+		"channel": "rooms/other", "type": "t", "schema_version": 1, "data": 1,
+	}), codeForbidden)
+	if !strings.Contains(denied.Message, "no publish grant") {
+		t.Fatalf("message %q", denied.Message)
+	}
+	// The subscribe grant does not allow publishing.
+	listener.fails(listener.request(opPublish, map[string]any{
+		"channel": "rooms/lobby", "type": "t", "schema_version": 1, "data": 1,
+	}), codeForbidden)
+	for name, fields := range map[string]map[string]any{
+		"type":           {"channel": "rooms/lobby", "type": "Bad Type", "schema_version": 1, "data": 1},
+		"schema version": {"channel": "rooms/lobby", "type": "t", "schema_version": 0, "data": 1},
+		"data":           {"channel": "rooms/lobby", "type": "t", "schema_version": 1},
+		"channel":        {"channel": "rooms//x", "type": "t", "schema_version": 1, "data": 1},
+	} {
+		if msg := c.fails(c.request(opPublish, fields), codeBadRequest).Message; msg == "" {
+			t.Fatalf("%s: empty message", name)
+		}
+	}
+}
+
+func TestWSPublishWithoutPublisher(t *testing.T) {
+	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Broker = recoverOnly{d.Broker} }})
+	c := e.dialWS(dialOpts{})
+	c.connect(e.wsToken("u1", nil, []string{"**"}))
+	msg := c.fails(c.request(opPublish, map[string]any{
+		"channel": "rooms/lobby", "type": "t", "schema_version": 1, "data": 1,
+	}), codeForbidden).Message
+	if !strings.Contains(msg, "not available") {
+		t.Fatalf("message %q", msg)
+	}
+}
+
+// recoverOnly hides a broker's Publish.
+type recoverOnly struct{ Recoverer }
+
+func TestWSRefresh(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c := e.dialWS(dialOpts{})
+	oldExp := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	c.connect(e.mint("u1", oldExp, []string{"orders/*", "users/u1"}, nil))
+	c.subscribe("orders/1", nil)
+	c.subscribe("users/u1", nil)
+
+	// Another subject, an invalid token and an expired one are refused; the
+	// connection keeps its token.
+	c.fails(c.request(opRefresh, map[string]any{"token": e.wsToken("u2", []string{"**"}, nil)}), codeForbidden)
+	c.fails(c.request(opRefresh, map[string]any{"token": "garbage"}), codeUnauthorized)
+	c.fails(c.request(opRefresh, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), codeTokenExpired)
+	c.fails(c.request(opRefresh, nil), codeBadRequest)
+
+	// The new token keeps orders/* but drops users/u1: that subscription
+	// ends with an unsubscribed push, the other goes on.
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	var res wsRefreshResult
+	c.ok(c.request(opRefresh, map[string]any{"token": e.mint("u1", exp, []string{"orders/*"}, nil)}), &res)
+	if res.ExpiresAt != exp.Unix() {
+		t.Fatalf("refresh result %+v, want expires_at %d", res, exp.Unix())
+	}
+	f := c.next(5 * time.Second)
+	if f.Push != "unsubscribed" || f.Ctl.Channel != "users/u1" || f.Ctl.Reason != "forbidden" ||
+		f.Ctl.Resubscribe || f.Ctl.Message == "" {
+		t.Fatalf("want an unsubscribed push for users/u1, got %s", f.Raw)
+	}
+	e.publish("acme", "users/u1", `1`)
+	pub := e.publish("acme", "orders/1", `2`)
+	if p := c.pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+		t.Fatalf("got %+v", p)
+	}
+	// Once the old token's expiry has passed, the connection lives on.
+	<-time.After(time.Until(oldExp) + 300*time.Millisecond)
+	c.ok(c.request(opPing, nil), nil)
+	c.fails(c.request(opUnsubscribe, map[string]any{"channel": "users/u1"}), codeNotSubscribed)
+}
+
+func TestWSSubscriptionToken(t *testing.T) {
+	verifier, err := auth.NewVerifier(auth.Config{HMACSecret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authz, err := subscriptions.NewAuthorizer(subscriptions.Config{SubTokens: verifier})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
+	c := e.connected() // no subscribe grant at all
+	c.fails(c.request(opSubscribe, map[string]any{"channel": "docs/42"}), codeForbidden)
+	subTok, err := mintClaims("u1", "acme", time.Now().Add(time.Hour), nil, nil, "docs/42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.fails(c.request(opSubscribe, map[string]any{"channel": "docs/43", "token": subTok}), codeForbidden)
+	c.ok(c.request(opSubscribe, map[string]any{"channel": "docs/42", "token": subTok}), nil)
+	pub := e.publish("acme", "docs/42", `"x"`)
+	if p := c.pub(); p.Offset != pub.Offset {
+		t.Fatalf("got %+v", p)
+	}
+}

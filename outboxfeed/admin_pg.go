@@ -1,0 +1,300 @@
+package outboxfeed
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Admin returns the operator interface of the PostgreSQL store.
+func (s *PGStore) Admin() Admin { return pgAdmin{s} }
+
+type pgAdmin struct{ s *PGStore }
+
+func pgTime(t time.Time) any { return t }
+
+func whereClause(terms []string) string {
+	if len(terms) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(terms, " AND ")
+}
+
+// Stats counts in one read-only snapshot.
+func (a pgAdmin) Stats(ctx context.Context) (AdminStats, error) {
+	st := newAdminStats()
+	err := pgx.BeginTxFunc(ctx, a.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var oldest *time.Time
+		err := tx.QueryRow(ctx, `SELECT statement_timestamp(), least(
+	(SELECT occurred_at FROM herald.outbox WHERE state = 'pending' ORDER BY seq LIMIT 1),
+	(SELECT min(occurred_at) FROM herald.outbox WHERE state = 'processing'))`).Scan(&st.Now, &oldest)
+		if err != nil {
+			return err
+		}
+		if oldest != nil {
+			st.OldestPending = *oldest
+			st.OldestPendingAge = max(0, st.Now.Sub(*oldest))
+		}
+		rows, err := tx.Query(ctx, `SELECT state, kind, count(*) FROM herald.outbox GROUP BY state, kind`)
+		if err != nil {
+			return err
+		}
+		var state, kind string
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&state, &kind, &n}, func() error {
+			st.States[state] += n
+			st.Kinds[kind] += n
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT type, schema_version, count(*) FROM herald.outbox
+WHERE state = 'dead_letter' GROUP BY type, schema_version ORDER BY count(*) DESC, type, schema_version`)
+		if err != nil {
+			return err
+		}
+		var tc TypeCount
+		_, err = pgx.ForEachRow(rows, []any{&tc.Type, &tc.SchemaVersion, &tc.Count}, func() error {
+			st.DeadLetters = append(st.DeadLetters, tc)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return AdminStats{}, fmt.Errorf("outboxfeed: admin stats: %w", err)
+	}
+	return st, nil
+}
+
+func newAdminStats() AdminStats {
+	return AdminStats{
+		States: map[string]int64{StatePending: 0, StateProcessing: 0, StateDispatched: 0, StateDeadLetter: 0},
+		Kinds:  map[string]int64{},
+	}
+}
+
+// List reads one page in seq order.
+func (a pgAdmin) List(ctx context.Context, f Filter) (Page, error) {
+	f = f.withDefaults()
+	if err := f.validate(); err != nil {
+		return Page{}, err
+	}
+	args := &sqlArgs{pg: true}
+	terms := selection{typ: f.Type, schemaVersion: f.SchemaVersion, tenant: f.Tenant, channel: f.Channel, since: f.Since, until: f.Until}.terms(args, pgTime)
+	if f.State != "" {
+		terms = append(terms, stateTerm(f.State))
+	}
+	if f.After > 0 {
+		terms = append(terms, "seq > "+args.add(f.After))
+	}
+	q := `SELECT ` + pgRecordColumns + ` FROM herald.outbox` + whereClause(terms) + ` ORDER BY seq LIMIT ` + args.add(f.Limit)
+	rows, err := a.s.pool.Query(ctx, q, args.args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("outboxfeed: list: %w", err)
+	}
+	defer rows.Close()
+	var p Page
+	for rows.Next() {
+		r, err := scanPGRecord(rows)
+		if err != nil {
+			return Page{}, fmt.Errorf("outboxfeed: list: %w", err)
+		}
+		p.Records = append(p.Records, r)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("outboxfeed: list: %w", err)
+	}
+	if len(p.Records) == f.Limit {
+		p.Next = p.Records[len(p.Records)-1].Seq
+	}
+	return p, nil
+}
+
+// pgReplay moves one batch of selected dead letters back to pending and
+// audits each in outbox_replay, in one statement: the failure recorded is
+// the last_error the row had when it was locked.
+const pgReplay = `
+WITH picked AS (
+	SELECT id, last_error FROM herald.outbox
+	WHERE %s
+	ORDER BY seq LIMIT %s
+	FOR UPDATE
+), moved AS (
+	UPDATE herald.outbox o
+	SET state = 'pending', attempt = 0, next_attempt_at = now(),
+	    last_error = NULL, dead_lettered_at = NULL
+	FROM picked WHERE o.id = picked.id AND o.state = 'dead_letter'
+	RETURNING o.id, o.seq, picked.last_error AS failure
+), audit AS (
+	INSERT INTO herald.outbox_replay (message_id, actor, reason, failure)
+	SELECT id, %s::text, %s::text, failure FROM moved
+)
+SELECT id::text, seq FROM moved ORDER BY seq`
+
+// Replay replays batch after batch, walking seq forward so a record that
+// is dead-lettered again meanwhile is not replayed twice by one call.
+func (a pgAdmin) Replay(ctx context.Context, r ReplayRequest) (ReplayResult, error) {
+	r = r.withDefaults()
+	ids, err := r.validate()
+	if err != nil {
+		return ReplayResult{}, err
+	}
+	sel := selection{ids: ids, typ: r.Type, schemaVersion: r.SchemaVersion, since: r.Since, until: r.Until}
+	var res ReplayResult
+	var cursor int64
+	limited := false
+	for {
+		n := r.BatchSize
+		if r.Limit > 0 {
+			left := r.Limit - len(res.Replayed)
+			if left <= 0 {
+				limited = true
+				break
+			}
+			n = min(n, left)
+		}
+		got, last, err := a.replayBatch(ctx, sel, r.Actor, r.Reason, cursor, n)
+		if err != nil {
+			return res, fmt.Errorf("outboxfeed: replay (%d replayed before the error): %w", len(res.Replayed), err)
+		}
+		res.Replayed = append(res.Replayed, got...)
+		if len(got) < n {
+			break
+		}
+		cursor = last
+	}
+	if len(res.Replayed) > 0 {
+		a.s.wakeup.broadcast() // the Workers of this process; others get the NOTIFY
+	}
+	if len(ids) > 0 {
+		states, err := a.states(ctx, ids)
+		if err != nil {
+			return res, fmt.Errorf("outboxfeed: replay: %w", err)
+		}
+		res.Skipped = skips(ids, setOf(res.Replayed), states, limited)
+	}
+	return res, nil
+}
+
+func (a pgAdmin) replayBatch(ctx context.Context, sel selection, actor, reason string, after int64, n int) ([]string, int64, error) {
+	var ids []string
+	var last int64
+	err := pgx.BeginFunc(ctx, a.s.pool, func(tx pgx.Tx) error {
+		ids, last = ids[:0], 0
+		args := &sqlArgs{pg: true}
+		terms := append([]string{stateTerm(StateDeadLetter), "seq > " + args.add(after)}, sel.terms(args, pgTime)...)
+		q := fmt.Sprintf(pgReplay, strings.Join(terms, " AND "), args.add(n), args.add(actor), args.add(reason))
+		rows, err := tx.Query(ctx, q, args.args...)
+		if err != nil {
+			return err
+		}
+		var id string
+		var seq int64
+		if _, err := pgx.ForEachRow(rows, []any{&id, &seq}, func() error {
+			ids, last = append(ids, id), seq
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		// Delivered at commit; wakes the Workers of every process.
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, pgNotifyChannel)
+		return err
+	})
+	return ids, last, err
+}
+
+// states maps each existing id to its state.
+func (a pgAdmin) states(ctx context.Context, ids []string) (map[string]string, error) {
+	rows, err := a.s.pool.Query(ctx, `SELECT id::text, state FROM herald.outbox WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(ids))
+	var id, state string
+	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		out[id] = state
+		return nil
+	})
+	return out, err
+}
+
+func setOf(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// Purge deletes in batches, each its own short transaction; rows another
+// purger holds are skipped, not waited for.
+func (a pgAdmin) Purge(ctx context.Context, r PurgeRequest) (PurgeResult, error) {
+	r = r.withDefaults()
+	if err := r.validate(); err != nil {
+		return PurgeResult{}, err
+	}
+	var res PurgeResult
+	err := a.s.pool.QueryRow(ctx, `SELECT statement_timestamp() - $1::bigint * interval '1 microsecond'`,
+		r.OlderThan.Microseconds()).Scan(&res.Cutoff)
+	if err != nil {
+		return res, fmt.Errorf("outboxfeed: purge: %w", err)
+	}
+	col := purgeColumn(r.State)
+	args := &sqlArgs{pg: true}
+	terms := []string{stateTerm(r.State), col + " < " + args.add(res.Cutoff)}
+	if r.Type != "" {
+		terms = append(terms, "type = "+args.add(r.Type))
+	}
+	if r.SchemaVersion > 0 {
+		terms = append(terms, "schema_version = "+args.add(r.SchemaVersion))
+	}
+	cond := strings.Join(terms, " AND ")
+	if r.DryRun {
+		if err := a.s.pool.QueryRow(ctx, `SELECT count(*) FROM herald.outbox WHERE `+cond, args.args...).Scan(&res.Deleted); err != nil {
+			return res, fmt.Errorf("outboxfeed: purge (dry run): %w", err)
+		}
+		return res, nil
+	}
+	q := `DELETE FROM herald.outbox WHERE id IN (SELECT id FROM herald.outbox WHERE ` + cond +
+		` ORDER BY ` + col + ` LIMIT ` + args.add(r.BatchSize) + ` FOR UPDATE SKIP LOCKED)`
+	for {
+		tag, err := a.s.pool.Exec(ctx, q, args.args...)
+		if err != nil {
+			return res, fmt.Errorf("outboxfeed: purge (%d deleted before the error): %w", res.Deleted, err)
+		}
+		res.Batches++
+		res.Deleted += tag.RowsAffected()
+		if tag.RowsAffected() < int64(r.BatchSize) {
+			return res, nil
+		}
+	}
+}
+
+// Replays reads the audit rows of one message.
+func (a pgAdmin) Replays(ctx context.Context, messageID string) ([]ReplayEntry, error) {
+	if !validUUID(messageID) {
+		return nil, invalid("id %q is not a uuid", messageID)
+	}
+	rows, err := a.s.pool.Query(ctx, `SELECT message_id::text, actor, reason, replayed_at, failure
+FROM herald.outbox_replay WHERE message_id = $1::uuid ORDER BY id`, messageID)
+	if err != nil {
+		return nil, fmt.Errorf("outboxfeed: replays: %w", err)
+	}
+	var out []ReplayEntry
+	var e ReplayEntry
+	_, err = pgx.ForEachRow(rows, []any{&e.MessageID, &e.Actor, &e.Reason, &e.At, &e.Failure}, func() error {
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxfeed: replays: %w", err)
+	}
+	return out, nil
+}

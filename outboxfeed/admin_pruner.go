@@ -1,0 +1,182 @@
+package outboxfeed
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultRetention is how long dispatched records are kept by default.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// PrunerConfig tunes a Pruner. The zero value is valid.
+type PrunerConfig struct {
+	// Retention is how long a dispatched record is kept after its
+	// dispatched_at. Default: DefaultRetention (7 days).
+	Retention time.Duration
+	// BatchSize is how many records one delete transaction removes.
+	// Default: 1000.
+	BatchSize int
+	// Interval is the time between two prune runs (the first runs at
+	// Start). Default: 1m.
+	Interval time.Duration
+	// Logger receives prune results and failures; repeated failures are
+	// rate-limited to one per LogEvery. Default: discard.
+	Logger *slog.Logger
+	// LogEvery is the rate limit of repeated failure logs. Default: 30s.
+	LogEvery time.Duration
+	// Registerer receives herald_outbox_pruned_total. Default: nil, not
+	// registered.
+	Registerer prometheus.Registerer
+}
+
+func (c PrunerConfig) withDefaults() PrunerConfig {
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = defaultPurgeBatch
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Minute
+	}
+	if c.LogEvery == 0 {
+		c.LogEvery = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c PrunerConfig) validate() error {
+	switch {
+	case c.Retention < 0:
+		return fmt.Errorf("%w: Retention %v: must not be negative", ErrInvalidConfig, c.Retention)
+	case c.BatchSize < 1 || c.BatchSize > maxBatch:
+		return fmt.Errorf("%w: BatchSize %d: must be between 1 and %d", ErrInvalidConfig, c.BatchSize, maxBatch)
+	case c.Interval < 0:
+		return fmt.Errorf("%w: Interval %v: must not be negative", ErrInvalidConfig, c.Interval)
+	case c.LogEvery < 0:
+		return fmt.Errorf("%w: LogEvery %v: must not be negative", ErrInvalidConfig, c.LogEvery)
+	}
+	return nil
+}
+
+// Pruner deletes dispatched records older than the retention, every
+// Interval, in small batches (one short transaction each) so neither
+// producers nor Workers wait on it. Dead letters are never pruned: they
+// wait for an operator (Admin.Replay or Admin.Purge). It is a service:
+// Start once, Stop to end it; both are safe to call twice, and Stop before
+// Start. Several Pruners on one store are harmless.
+type Pruner struct {
+	admin  Admin
+	cfg    PrunerConfig
+	log    *slog.Logger
+	limit  *logLimiter
+	pruned prometheus.Counter
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewPruner builds a Pruner over store (which must have an Admin: both
+// PGStore and SQLiteStore do).
+func NewPruner(store Store, cfg PrunerConfig) (*Pruner, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: NewPruner needs a store", ErrInvalidConfig)
+	}
+	admin, err := AdminOf(store)
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pruned := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "herald_outbox_pruned_total",
+		Help: "Dispatched outbox records deleted by the retention Pruner.",
+	})
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(pruned); err != nil {
+			return nil, fmt.Errorf("outboxfeed: register pruner metrics: %w", err)
+		}
+	}
+	return &Pruner{
+		admin: admin, cfg: cfg, pruned: pruned,
+		log:   cfg.Logger.With("component", "outbox-pruner"),
+		limit: newLogLimiter(cfg.LogEvery),
+	}, nil
+}
+
+// Start runs a prune at once and then every Interval, until Stop or until
+// ctx ends. It returns at once.
+func (p *Pruner) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return ErrPrunerStopped
+	}
+	if p.started {
+		return nil
+	}
+	p.started = true
+	runCtx, cancel := context.WithCancel(ctx)
+	p.cancel, p.done = cancel, make(chan struct{})
+	go p.run(runCtx)
+	return nil
+}
+
+// Stop ends the Pruner; a batch in progress is cancelled (its transaction
+// rolls back whole).
+func (p *Pruner) Stop() {
+	p.mu.Lock()
+	p.stopped = true
+	cancel, done := p.cancel, p.done
+	p.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (p *Pruner) run(ctx context.Context) {
+	defer close(p.done)
+	t := time.NewTicker(max(p.cfg.Interval, time.Millisecond))
+	defer t.Stop()
+	for {
+		if _, err := p.Prune(ctx); err != nil && ctx.Err() == nil {
+			if ok, suppressed := p.limit.allow("prune"); ok {
+				p.log.Warn("outbox prune failed; retrying next interval", "err", err, "suppressed", suppressed)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Prune runs once: it deletes dispatched records older than the retention
+// and returns how many it deleted (also when it stopped on an error).
+func (p *Pruner) Prune(ctx context.Context) (int64, error) {
+	res, err := p.admin.Purge(ctx, PurgeRequest{
+		State: StateDispatched, OlderThan: p.cfg.Retention, BatchSize: p.cfg.BatchSize,
+	})
+	p.pruned.Add(float64(res.Deleted))
+	if res.Deleted > 0 {
+		p.log.Info("pruned dispatched outbox records", "deleted", res.Deleted, "batches", res.Batches,
+			"dispatched_before", res.Cutoff)
+	}
+	return res.Deleted, err
+}
