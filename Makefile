@@ -4,7 +4,7 @@ PKGS      ?= ./...
 GOFLAGS_TEST ?= -race -count=1 -timeout 12m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build test test-go test-js lint fuzz bench clean
+.PHONY: help run build test test-js lint fuzz bench bench-outbox clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -21,8 +21,8 @@ test: ## start/install PostgreSQL and Redis if needed, then run every test with 
 	$(GO) test $(GOFLAGS_TEST) $(PKGS)
 	@if [ -f clientjs/package.json ]; then $(MAKE) --no-print-directory test-js; fi
 
-test-js: ## the JS client's tests (node --test)
-	cd clientjs && node --test
+test-js: ## the JS client's tests (node --test) against a Herald built from this tree
+	bash scripts/test-js.sh
 
 lint: ## go vet and staticcheck
 	$(GO) vet $(PKGS)
@@ -33,6 +33,9 @@ fuzz: ## run each fuzz target for FUZZTIME (default 20s)
 
 bench: ## benchmarks (numbers go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+bench-outbox: ## outbox drain rate, commit→accept latency, producer commit rate (loadtest/outboxbench; ~2 min)
+	$(GO) run ./loadtest/outboxbench
 
 clean: ## remove build output and the local data directory
 	rm -rf bin herald-data

@@ -113,3 +113,6 @@ func (s *MemoryTickets) sweepLocked(now time.Time) {
 		s.head = 0
 	}
 }
+
+// TTL is the longest a ticket issued by s lives.
+func (s *MemoryTickets) TTL() time.Duration { return s.cfg.TTL }

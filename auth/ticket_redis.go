@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -88,3 +90,6 @@ func (s *RedisTickets) Redeem(ctx context.Context, ticket string) (*Claims, erro
 	}
 	return decodeTicketClaims([]byte(v))
 }
+
+// TTL is the longest a ticket issued by s lives.
+func (s *RedisTickets) TTL() time.Duration { return s.cfg.TTL }

@@ -14,23 +14,44 @@ import (
 	"github.com/heraldgw/herald/auth"
 )
 
+// openRedis connects to --redis-url for the state every node shares
+// (revocations, tickets); nil when no Redis is configured.
+func openRedis(ctx context.Context, b brokerSettings) (*redis.Client, error) {
+	if b.RedisURL == "" {
+		return nil, nil
+	}
+	opt, err := redis.ParseURL(b.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("config: --redis-url: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, errors.Join(fmt.Errorf("redis: %w", err), rdb.Close())
+	}
+	return rdb, nil
+}
+
+// openTickets keeps SSE tickets in Redis when there is one (any node may
+// redeem them), else in memory (one node).
+func openTickets(rdb *redis.Client, prefix string) (auth.TicketIssuer, error) {
+	if rdb != nil {
+		return auth.NewRedisTickets(rdb, auth.TicketConfig{Prefix: prefix})
+	}
+	return auth.NewMemoryTickets(auth.TicketConfig{})
+}
+
 // openRevocations opens the revocation list where the deployment keeps its
 // shared state: Redis when configured (every node sees it), else the
-// PostgreSQL outbox database, else the embedded SQLite file.
-func openRevocations(ctx context.Context, s storeSettings, b brokerSettings) (auth.RevocationStore, string, func() error, error) {
+// PostgreSQL outbox database, else the embedded SQLite file. rdb, when not
+// nil, is the Redis client to use; the caller closes it.
+func openRevocations(ctx context.Context, s storeSettings, b brokerSettings, rdb *redis.Client) (auth.RevocationStore, string, func() error, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	switch {
-	case b.RedisURL != "":
-		opt, err := redis.ParseURL(b.RedisURL)
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("config: --redis-url: %w", err)
-		}
-		rdb := redis.NewClient(opt)
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return nil, "", nil, errors.Join(fmt.Errorf("revocations: redis: %w", err), rdb.Close())
-		}
-		return auth.NewRedisRevocations(rdb, b.RedisPrefix), "redis", rdb.Close, nil
+	case rdb != nil:
+		return auth.NewRedisRevocations(rdb, b.RedisPrefix), "redis", func() error { return nil }, nil
 	case s.isPostgres():
 		pool, err := pgxpool.New(ctx, s.url())
 		if err != nil {

@@ -44,7 +44,14 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%w: --for must be positive", errUsage)
 		}
 	}
-	rs, where, closeFn, err := openRevocations(ctx, store, broker)
+	rdb, err := openRedis(ctx, broker)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
+		defer rdb.Close()
+	}
+	rs, where, closeFn, err := openRevocations(ctx, store, broker, rdb)
 	if err != nil {
 		return err
 	}

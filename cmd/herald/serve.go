@@ -85,7 +85,7 @@ func registerGateway(st *settings, c *gateway.Config) {
 	st.String(&c.Listen, "listen", gateway.DefaultListen, "HTTP listen address")
 	st.Int(&c.MaxConnections, "max-connections", gateway.DefaultMaxConnections, "concurrent realtime connections per host")
 	st.Int(&c.MaxSubscriptions, "max-subscriptions", gateway.DefaultMaxSubscriptions, "channels per connection")
-	st.Int(&c.QueueMaxBytes, "queue-max-bytes", gateway.DefaultQueueMaxBytes, "per-connection send queue bound in bytes; beyond it the client is disconnected as slow")
+	st.Bytes(&c.QueueMaxBytes, "queue-max-bytes", gateway.DefaultQueueMaxBytes, "per-connection send queue bound in bytes; beyond it the client is disconnected as slow")
 	st.Int(&c.QueueMaxMessages, "queue-max-messages", gateway.DefaultQueueMaxMessages, "per-connection send queue bound in messages; beyond it the client is disconnected as slow")
 	st.Duration(&c.WriteTimeout, "write-timeout", gateway.DefaultWriteTimeout, "deadline for writing one batch to a client")
 	st.Duration(&c.HeartbeatInterval, "heartbeat-interval", gateway.DefaultHeartbeatInterval, "SSE comment heartbeat / WebSocket ping interval")
@@ -94,11 +94,15 @@ func registerGateway(st *settings, c *gateway.Config) {
 	st.Bool(&accessTokenQuery, "access-token-query", true, "accept the access_token query parameter (never logged)")
 	st.String(&c.CookieName, "cookie-name", gateway.DefaultCookieName, "cookie a token is read from")
 	st.Duration(&c.ShutdownReconnectDelay, "shutdown-reconnect-delay", gateway.DefaultShutdownReconnectDelay, "largest jittered reconnect delay told to clients on shutdown")
-	st.Int(&c.MaxMessageSize, "max-message-size", gateway.DefaultMaxMessageSize, "largest WebSocket message a client may send, in bytes; over it the connection is closed (message_too_big)")
+	st.Bytes(&c.MaxMessageSize, "max-message-size", gateway.DefaultMaxMessageSize, "largest WebSocket message a client may send, in bytes; over it the connection is closed (message_too_big)")
 	st.Int(&c.MaxInflight, "max-inflight", gateway.DefaultMaxInflight, "parallel requests per WebSocket connection; more get too_many_requests")
 	st.Duration(&c.ConnectTimeout, "connect-timeout", gateway.DefaultConnectTimeout, "time a WebSocket client has to send connect")
 	st.Float(&c.ConnectAttemptsPerIP, "connect-attempts-per-ip", gateway.DefaultConnectAttemptsPerIP, "connection attempts per second per IPv4 address or IPv6 /64 (negative = unlimited); over it: 429")
 	st.Int(&c.ConnectAttemptsBurst, "connect-attempts-burst", gateway.DefaultConnectAttemptsBurst, "burst allowance of --connect-attempts-per-ip")
+	st.Duration(&c.RevalidateInterval, "revalidate-interval", gateway.DefaultRevalidateInterval, "how often every connection's token expiry, revocation and re-authorization are checked")
+	st.Duration(&c.RefreshAhead, "refresh-ahead", gateway.DefaultRefreshAhead, "how long before a token expires clients are asked for a fresh one (must exceed twice --revalidate-interval)")
+	st.Duration(&c.ExpiryGrace, "expiry-grace", gateway.DefaultExpiryGrace, "how long after expiry a WebSocket client may still refresh before it is closed")
+	st.Int(&c.MaxConnectionsPerUser, "max-connections-per-user", gateway.DefaultMaxConnectionsPerUser, "concurrent connections per tenant and subject on this host (negative = unlimited); over it: 429")
 	st.StringList(&c.AllowedOrigins, "allowed-origins", "Origin patterns allowed on /v1/ws besides the same host (\"*\" = any); cross-site WebSocket hijacking defence")
 	st.afterParse = append(st.afterParse, func() { c.DisableAccessTokenQuery = !accessTokenQuery })
 }
@@ -149,11 +153,22 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	}
 	defer verifier.Stop()
 
-	revocations, revWhere, closeRevocations, err := openRevocations(ctx, o.store, o.broker)
+	rdb, err := openRedis(ctx, o.broker)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
+		defer rdb.Close()
+	}
+	revocations, revWhere, closeRevocations, err := openRevocations(ctx, o.store, o.broker, rdb)
 	if err != nil {
 		return err
 	}
 	defer closeRevocations()
+	tickets, err := openTickets(rdb, o.broker.RedisPrefix)
+	if err != nil {
+		return fmt.Errorf("config: tickets: %w", err)
+	}
 	authorizer, err := o.auth.authorizer(verifier, revocations, log, reg)
 	if err != nil {
 		return err
@@ -206,10 +221,12 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	}
 
 	srv, err := gateway.New(o.gw, gateway.Deps{
-		Verifier:   verifier,
-		Authorizer: authorizer,
-		Broker:     broker,
-		Hub:        hub,
+		Verifier:    verifier,
+		Authorizer:  authorizer,
+		Revocations: revocations,
+		Tickets:     tickets,
+		Broker:      broker,
+		Hub:         hub,
 		ReadyChecks: []gateway.ReadyCheck{
 			{Name: "outbox", Check: outboxCheck},
 			{Name: "broker", Check: broker.Ping},

@@ -61,11 +61,6 @@ func (s *settings) Int(p *int, name string, def int, usage string) {
 	s.add(name, usage, (*intValue)(p))
 }
 
-func (s *settings) Int64(p *int64, name string, def int64, usage string) {
-	*p = def
-	s.add(name, usage, (*int64Value)(p))
-}
-
 func (s *settings) Duration(p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def
 	s.add(name, usage, (*durationValue)(p))
@@ -203,18 +198,6 @@ func (v *intValue) Set(s string) error {
 }
 func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
 
-type int64Value int64
-
-func (v *int64Value) Set(s string) error {
-	n, err := parseBytes(s)
-	if err != nil {
-		return err
-	}
-	*v = int64Value(n)
-	return nil
-}
-func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
-
 // parseBytes accepts plain integers and KiB/MiB/GiB suffixes.
 func parseBytes(s string) (int64, error) {
 	mult := int64(1)
@@ -275,3 +258,24 @@ func (v *floatValue) Set(s string) error {
 	return nil
 }
 func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'f', -1, 64) }
+
+// Bytes is an int setting that also accepts KiB, MiB and GiB suffixes.
+func (s *settings) Bytes(p *int, name string, def int, usage string) {
+	*p = def
+	s.add(name, usage, (*bytesValue)(p))
+}
+
+type bytesValue int
+
+func (v *bytesValue) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	if int64(int(n)) != n {
+		return fmt.Errorf("too large")
+	}
+	*v = bytesValue(n)
+	return nil
+}
+func (v *bytesValue) String() string { return strconv.Itoa(int(*v)) }

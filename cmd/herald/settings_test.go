@@ -60,6 +60,7 @@ func TestSettingsErrorsNameTheSetting(t *testing.T) {
 		{args: []string{"serve", "--max-connections", "many"}, want: "max-connections"},
 		{args: []string{"serve", "--heartbeat-interval", "5"}, want: "heartbeat-interval"},
 		{args: []string{"serve"}, env: [2]string{"HERALD_QUEUE_MAX_BYTES", "lots"}, want: "HERALD_QUEUE_MAX_BYTES"},
+		{args: []string{"serve", "--queue-max-bytes", "2XiB"}, want: "KiB, MiB or GiB"},
 		{args: []string{"serve", "--config", bad}, want: "not a JSON object"},
 		{args: []string{"serve", "--config", unknown}, want: `unknown key "lisen"`},
 		{args: []string{"serve", "--config", filepath.Join(dir, "missing.json")}, want: "missing.json"},
@@ -89,5 +90,18 @@ func TestSettingsErrorsNameTheSetting(t *testing.T) {
 				t.Fatalf("stderr %q does not mention %q", errOut.String(), c.want)
 			}
 		})
+	}
+}
+
+func TestBytesSetting(t *testing.T) {
+	for in, want := range map[string]int{"1024": 1024, "64KiB": 64 << 10, "2MiB": 2 << 20, "1GiB": 1 << 30} {
+		var v bytesValue
+		if err := v.Set(in); err != nil || int(v) != want {
+			t.Errorf("%q: got %d, %v; want %d", in, v, err, want)
+		}
+	}
+	var v bytesValue
+	if err := v.Set("1.5MiB"); err == nil {
+		t.Error("1.5MiB accepted")
 	}
 }

@@ -1,0 +1,157 @@
+package crashtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// privatePG is a PostgreSQL cluster of one test, so stopping it disturbs
+// nobody else.
+type privatePG struct {
+	bin     string // directory of initdb, pg_ctl, postgres
+	dir     string // owns data/, the socket and the log
+	data    string
+	port    int
+	asUser  string // run the binaries as this user ("" = as ourselves)
+	logFile string
+}
+
+// pgBinDir finds the newest /usr/lib/postgresql/<version>/bin with initdb.
+func pgBinDir(t *testing.T) string {
+	t.Helper()
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(matches) == 0 {
+		if p, err := exec.LookPath("initdb"); err == nil {
+			return filepath.Dir(p)
+		}
+		t.Fatal("no initdb under /usr/lib/postgresql/*/bin or on PATH: install the PostgreSQL server package")
+	}
+	sort.Slice(matches, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(matches[i]))))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(matches[j]))))
+		return vi > vj
+	})
+	return filepath.Dir(matches[0])
+}
+
+// freePort asks the kernel for a free TCP port on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startPrivatePG initdb's a cluster in a temporary directory (trust auth,
+// 127.0.0.1 on a free port, socket in the directory) and starts it. As
+// root, initdb and pg_ctl run as the postgres user, which owns the
+// directory. The cluster is stopped and removed when t ends.
+func startPrivatePG(t *testing.T) *privatePG {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "herald-crashtest-pg-")
+	if err != nil {
+		t.Fatalf("temp dir: %v", err)
+	}
+	pg := &privatePG{bin: pgBinDir(t), dir: dir, data: filepath.Join(dir, "data"), port: freePort(t),
+		logFile: filepath.Join(dir, "postgres.log")}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root, initdb needs the postgres user: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatalf("chown %s: %v", dir, err)
+		}
+		pg.asUser = "postgres"
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(pg.data, "postmaster.pid")); err == nil {
+			if err := pg.ctl("stop", "-m", "immediate"); err != nil {
+				t.Errorf("stop private PostgreSQL: %v", err)
+			}
+		}
+		if t.Failed() {
+			if b, err := os.ReadFile(pg.logFile); err == nil {
+				t.Logf("private PostgreSQL log (tail):\n%s", tailLines(string(b), 30))
+			}
+		}
+		_ = os.RemoveAll(dir)
+	})
+	if out, err := pg.run(time.Minute, "initdb", "-D", pg.data, "-U", "postgres", "--auth=trust",
+		"-E", "UTF8", "--no-sync"); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	if err := pg.ctl("start"); err != nil {
+		t.Fatalf("start private PostgreSQL: %v", err)
+	}
+	return pg
+}
+
+// URL is the connection URL of the cluster's postgres database.
+func (pg *privatePG) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", pg.port)
+}
+
+// ctl runs pg_ctl: "start" (waits until it accepts connections) or
+// "stop" with a mode.
+func (pg *privatePG) ctl(action string, extra ...string) error {
+	args := []string{action, "-D", pg.data, "-w", "-t", "30"}
+	if action == "start" {
+		args = append(args, "-l", pg.logFile, "-o", fmt.Sprintf(
+			"-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off", pg.port, pg.dir))
+	}
+	out, err := pg.run(45*time.Second, "pg_ctl", append(args, extra...)...)
+	if err != nil {
+		return fmt.Errorf("pg_ctl %s: %w\n%s", action, err, out)
+	}
+	return nil
+}
+
+// run runs a PostgreSQL binary, as pg.asUser when set.
+func (pg *privatePG) run(timeout time.Duration, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	path := filepath.Join(pg.bin, name)
+	var cmd *exec.Cmd
+	if pg.asUser != "" {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", pg.asUser, "--", path}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, path, args...)
+	}
+	cmd.Dir = pg.dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 2 * time.Second
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// tailLines is the last n lines of s.
+func tailLines(s string, n int) string {
+	b := []byte(s)
+	count := 0
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			count++
+			if count > n {
+				return string(b[i+1:])
+			}
+		}
+	}
+	return s
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// defaultDatabaseURL is the local test server (trust auth).
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// config is what one benchmark run does. Every field is a flag.
+type config struct {
+	// DatabaseURL names the server and a database to connect to while the
+	// benchmark creates (and later drops) its own. Default: defaultDatabaseURL.
+	DatabaseURL string
+	// Phases lists what to run, comma-separated: drain, latency,
+	// producers. Default: all three.
+	Phases string
+
+	// Records is how many records the drain phase stages before starting
+	// the Worker. Default: 200,000.
+	Records int
+	// Channels is how many channels the records spread over. Default: 1,000.
+	Channels int
+	// BatchSize is the Worker's claim batch in every phase. Default: 1,000.
+	BatchSize int
+	// Concurrency is the Worker's per-batch channel parallelism. Default: 32
+	// (the Worker's default).
+	Concurrency int
+
+	// Retained is how many already-dispatched rows the latency and
+	// producer phases start with, as a retention window keeps them (the
+	// planner then sees a table of production shape). 0 starts from an
+	// empty table. Default: 100,000.
+	Retained int
+
+	// Rate is the paced staging rate of the latency phase, records/s.
+	// Default: 1,000.
+	Rate int
+	// LatencyDuration is how long the latency phase stages. Default: 20s.
+	LatencyDuration time.Duration
+	// LatencyProducers is how many connections share the paced staging.
+	// Default: 16.
+	LatencyProducers int
+	// LatencyNotify keeps the NOTIFY wake-up trigger installed during the
+	// latency phase; false drops it, so the Worker finds records by
+	// polling every PollInterval. Default: true.
+	LatencyNotify bool
+	// PollInterval is the Worker's PollInterval in every phase. Default: 1s
+	// (the Worker's default).
+	PollInterval time.Duration
+
+	// Producers is how many concurrent single-row producers the producer
+	// phase runs. Default: 16.
+	Producers int
+	// ProducerDuration is how long each producer variant runs. Default: 10s.
+	ProducerDuration time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		DatabaseURL: defaultDatabaseURL, Phases: "drain,latency,producers",
+		Records: 200_000, Channels: 1_000, BatchSize: 1_000, Concurrency: 32, Retained: 100_000,
+		Rate: 1_000, LatencyDuration: 20 * time.Second, LatencyProducers: 16, LatencyNotify: true,
+		PollInterval: time.Second,
+		Producers:    16, ProducerDuration: 10 * time.Second,
+	}
+}
+
+func (c *config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, latency, producers")
+	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts")
+	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the records spread over")
+	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "Worker claim batch size")
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "Worker channels published in parallel per batch")
+	fs.IntVar(&c.Retained, "retained", c.Retained, "latency, producers: dispatched rows in the table at the start (0 = empty table)")
+	fs.IntVar(&c.Rate, "rate", c.Rate, "latency: paced staging rate, records/s")
+	fs.DurationVar(&c.LatencyDuration, "latency-duration", c.LatencyDuration, "latency: how long to stage")
+	fs.IntVar(&c.LatencyProducers, "latency-producers", c.LatencyProducers, "latency: connections sharing the paced staging")
+	fs.BoolVar(&c.LatencyNotify, "latency-notify", c.LatencyNotify, "latency: keep the NOTIFY wake-up trigger (false = the Worker polls every -poll-interval)")
+	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "Worker poll interval")
+	fs.IntVar(&c.Producers, "producers", c.Producers, "producers: concurrent single-row producers")
+	fs.DurationVar(&c.ProducerDuration, "producer-duration", c.ProducerDuration, "producers: how long each variant (trigger on / off) runs")
+}
+
+// phase reports whether name is among the phases to run.
+func (c *config) phase(name string) bool {
+	for p := range strings.SplitSeq(c.Phases, ",") {
+		if strings.TrimSpace(p) == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for p := range strings.SplitSeq(c.Phases, ",") {
+		switch strings.TrimSpace(p) {
+		case "drain", "latency", "producers":
+		default:
+			bad("-phases: unknown phase %q (want drain, latency, producers)", p)
+		}
+	}
+	if c.Records < 1 {
+		bad("-records %d: must be ≥ 1", c.Records)
+	}
+	if c.Retained < 0 {
+		bad("-retained %d: must be ≥ 0", c.Retained)
+	}
+	if c.Channels < 1 {
+		bad("-channels %d: must be ≥ 1", c.Channels)
+	}
+	if c.BatchSize < 1 {
+		bad("-batch-size %d: must be ≥ 1", c.BatchSize)
+	}
+	if c.Concurrency < 1 {
+		bad("-concurrency %d: must be ≥ 1", c.Concurrency)
+	}
+	if c.Rate < 1 || c.Rate > 1_000_000 {
+		bad("-rate %d: must be 1–1,000,000", c.Rate)
+	}
+	if c.LatencyDuration < time.Second {
+		bad("-latency-duration %v: must be ≥ 1s", c.LatencyDuration)
+	}
+	if c.LatencyProducers < 1 {
+		bad("-latency-producers %d: must be ≥ 1", c.LatencyProducers)
+	}
+	if c.PollInterval < time.Millisecond {
+		bad("-poll-interval %v: must be ≥ 1ms", c.PollInterval)
+	}
+	if c.Producers < 1 {
+		bad("-producers %d: must be ≥ 1", c.Producers)
+	}
+	if c.ProducerDuration < time.Second {
+		bad("-producer-duration %v: must be ≥ 1s", c.ProducerDuration)
+	}
+	return errors.Join(errs...)
+}

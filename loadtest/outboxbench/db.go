@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldgw/herald/outboxfeed"
+)
+
+// benchDB is the database the benchmark creates for itself.
+type benchDB struct {
+	admin string // URL of the database used to create and drop it
+	name  string
+	url   string
+}
+
+// createDB creates herald_bench_<random> next to the database of adminURL.
+func createDB(ctx context.Context, adminURL string) (*benchDB, error) {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("outboxbench: -database-url: %w", err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	db := &benchDB{admin: adminURL, name: "herald_bench_" + hex.EncodeToString(b[:])}
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("outboxbench: connect %s: %w", u.Redacted(), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+db.name); err != nil {
+		return nil, fmt.Errorf("outboxbench: create database: %w", err)
+	}
+	u.Path = "/" + db.name
+	db.url = u.String()
+	return db, nil
+}
+
+// drop removes the database, closing any connection still on it.
+func (db *benchDB) drop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db.admin)
+	if err != nil {
+		return fmt.Errorf("outboxbench: drop database %s: %w", db.name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db.name+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("outboxbench: drop database %s: %w", db.name, err)
+	}
+	return nil
+}
+
+// openStore opens the outbox store on the bench database, migrated, with
+// the NOTIFY trigger installed or dropped.
+func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*outboxfeed.PGStore, error) {
+	s, err := outboxfeed.OpenPG(ctx, outboxfeed.Config{DatabaseURL: db.url, DisableNotifyTrigger: !notifyTrigger})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openPool opens a pool of up to n connections for producers.
+func (db *benchDB) openPool(ctx context.Context, n int) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(db.url)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = int32(n)
+	pc.MinConns = int32(n)
+	pc.ConnConfig.RuntimeParams["application_name"] = "outboxbench-producer"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("outboxbench: producer pool: %w", err)
+	}
+	return pool, nil
+}
+
+// reset empties the outbox, stages retained already-dispatched rows over
+// channels, and refreshes the planner's statistics.
+func reset(ctx context.Context, pool *pgxpool.Pool, retained, channels int) error {
+	if _, err := pool.Exec(ctx, `TRUNCATE herald.outbox`); err != nil {
+		return fmt.Errorf("outboxbench: truncate: %w", err)
+	}
+	if retained > 0 {
+		_, err := pool.Exec(ctx, `INSERT INTO herald.outbox
+			(tenant_id, channel, type, schema_version, payload, state, dispatched_at, occurred_at)
+			SELECT $1, 'bench/c' || (g % $3), 'bench.record', 1,
+			       jsonb_build_object('n', g, 'note', 'retained record'), 'dispatched', now(), now() - interval '1 minute'
+			FROM generate_series(1, $2::int) g`, benchTenant, retained, channels)
+		if err != nil {
+			return fmt.Errorf("outboxbench: stage retained rows: %w", err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE herald.outbox`); err != nil {
+		return fmt.Errorf("outboxbench: analyze: %w", err)
+	}
+	return nil
+}
+
+// serverInfo describes the PostgreSQL server for the report.
+func serverInfo(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var version, fsync, syncCommit, sharedBuffers string
+	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('shared_buffers')`).
+		Scan(&version, &fsync, &syncCommit, &sharedBuffers)
+	if err != nil {
+		return "", fmt.Errorf("outboxbench: server settings: %w", err)
+	}
+	return fmt.Sprintf("PostgreSQL %s (fsync=%s, synchronous_commit=%s, shared_buffers=%s)",
+		version, fsync, syncCommit, sharedBuffers), nil
+}
+
+// countStates returns how many records are dispatched and how many are not.
+func countStates(ctx context.Context, pool *pgxpool.Pool) (dispatched, other int, err error) {
+	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'dispatched'),
+		count(*) FILTER (WHERE state <> 'dispatched') FROM herald.outbox`).Scan(&dispatched, &other)
+	if err != nil {
+		err = fmt.Errorf("outboxbench: count states: %w", err)
+	}
+	return dispatched, other, err
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldgw/herald/outboxfeed"
+)
+
+// latencyResult is the outcome of the latency phase.
+type latencyResult struct {
+	Rate      int           // target records/s
+	Notify    bool          // the NOTIFY trigger was installed
+	Committed int           // records committed
+	Elapsed   time.Duration // first to last commit
+	MaxLag    time.Duration // how far the pacer fell behind its schedule
+	Commit    quantiles     // COMMIT round trip of the producers
+	Accept    quantiles     // COMMIT returned → broker accepted
+	Early     int           // accepted before the producer saw its COMMIT return (counted as 0)
+}
+
+// commitMark is one producer's committed record.
+type commitMark struct {
+	id          string
+	committedAt time.Time
+	commitTook  time.Duration
+}
+
+// runLatency stages single-record transactions at cfg.Rate for
+// cfg.LatencyDuration while a Worker (woken by the NOTIFY trigger, or
+// polling when cfg.LatencyNotify is off) dispatches, and measures commit →
+// broker-accept latency per record.
+func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (latencyResult, error) {
+	res := latencyResult{Rate: cfg.Rate, Notify: cfg.LatencyNotify}
+	store, err := db.openStore(ctx, cfg.LatencyNotify)
+	if err != nil {
+		return res, err
+	}
+	defer store.Close()
+	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
+		return res, err
+	}
+	p, err := startPipeline(ctx, store, cfg, true)
+	if err != nil {
+		return res, err
+	}
+	defer p.stop()
+	if err := p.waitReady(ctx); err != nil {
+		return res, err
+	}
+	pool, err := db.openPool(ctx, cfg.LatencyProducers)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+
+	total := int(int64(cfg.Rate) * int64(cfg.LatencyDuration) / int64(time.Second))
+	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections\n", total, cfg.Rate, cfg.LatencyProducers)
+	marks, lag, err := pacedStage(ctx, pool, cfg, total)
+	if err != nil {
+		return res, err
+	}
+	res.MaxLag = lag
+	res.Committed = len(marks)
+	if len(marks) > 0 {
+		first, last := marks[0].committedAt, marks[0].committedAt
+		for _, m := range marks {
+			first, last = minTime(first, m.committedAt), maxTime(last, m.committedAt)
+		}
+		res.Elapsed = last.Sub(first)
+	}
+	err = pollUntil(ctx, time.Minute, 5*time.Millisecond, func() (bool, error) {
+		return p.pub.accepted.Load() >= int64(len(marks)), nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("outboxbench: latency: %d of %d records accepted: %w", p.pub.accepted.Load(), len(marks), err)
+	}
+	commits := make([]time.Duration, 0, len(marks))
+	accepts := make([]time.Duration, 0, len(marks))
+	for _, m := range marks {
+		commits = append(commits, m.commitTook)
+		at, ok := p.pub.acceptTime(m.id)
+		if !ok {
+			return res, fmt.Errorf("outboxbench: latency: record %s committed but never accepted", m.id)
+		}
+		d := at.Sub(m.committedAt)
+		if d < 0 {
+			res.Early++
+			d = 0
+		}
+		accepts = append(accepts, d)
+	}
+	res.Commit, res.Accept = summarize(commits), summarize(accepts)
+	fmt.Fprintf(progress, "latency: commit → accept p50 %s p99 %s p99.9 %s\n", ms(res.Accept.P50), ms(res.Accept.P99), ms(res.Accept.P999))
+	return res, nil
+}
+
+// pacedStage hands record numbers to the producers on a fixed schedule
+// and collects their commits. It returns the largest lag of the schedule.
+func pacedStage(ctx context.Context, pool *pgxpool.Pool, cfg config, total int) ([]commitMark, time.Duration, error) {
+	jobs := make(chan int, cfg.Rate)
+	results := make([][]commitMark, cfg.LatencyProducers)
+	errs := make([]error, cfg.LatencyProducers)
+	var wg sync.WaitGroup
+	for w := range cfg.LatencyProducers {
+		wg.Go(func() {
+			for k := range jobs {
+				if errs[w] != nil {
+					continue
+				}
+				m, err := stageOneTimed(ctx, pool, k, cfg.Channels)
+				if err != nil {
+					errs[w] = err
+					continue
+				}
+				results[w] = append(results[w], m)
+			}
+		})
+	}
+	interval := time.Second / time.Duration(cfg.Rate)
+	start := time.Now()
+	var lag time.Duration
+	for k := 0; k < total && ctx.Err() == nil; k++ {
+		due := start.Add(time.Duration(k) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		} else {
+			lag = max(lag, -d)
+		}
+		jobs <- k
+	}
+	close(jobs)
+	wg.Wait()
+	var marks []commitMark
+	for w := range results {
+		if errs[w] != nil {
+			return nil, lag, errs[w]
+		}
+		marks = append(marks, results[w]...)
+	}
+	return marks, lag, ctx.Err()
+}
+
+// stageOneTimed stages record k in its own transaction and times the COMMIT.
+func stageOneTimed(ctx context.Context, pool *pgxpool.Pool, k, channels int) (commitMark, error) {
+	n := outboxfeed.Notification{
+		ID: uuid.NewString(), TenantID: benchTenant, Channel: channelName(k % channels),
+		Type: "bench.record", SchemaVersion: 1,
+		Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"note":"outbox benchmark record"}`, k)),
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return commitMark{}, fmt.Errorf("outboxbench: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	if _, err := outboxfeed.Stage(ctx, tx, n); err != nil {
+		return commitMark{}, err
+	}
+	before := time.Now()
+	if err := tx.Commit(ctx); err != nil {
+		return commitMark{}, fmt.Errorf("outboxbench: commit: %w", err)
+	}
+	now := time.Now()
+	return commitMark{id: n.ID, committedAt: now, commitTook: now.Sub(before)}, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
