@@ -106,6 +106,37 @@ type Config struct {
 	// ConnectAttemptsBurst is how many connection attempts one address may
 	// make at once before ConnectAttemptsPerIP applies. Default 40.
 	ConnectAttemptsBurst int
+
+	// MaxConnectionsPerUser bounds the concurrent connections (both
+	// transports) of one subject of one tenant on this host. A connection
+	// beyond it is refused with 429 too_many_connections (a WebSocket whose
+	// upgrade request carries the credentials: before the upgrade; one
+	// authenticated by its connect frame: an error reply, then close code
+	// 4006). 0 means the default; negative means unlimited. Default 100.
+	MaxConnectionsPerUser int
+
+	// RevalidateInterval is the period of the revalidation timer: one ticker
+	// for the whole server that, on every tick, takes one snapshot of the
+	// revocation list (Deps.Revocations) and closes the connections it
+	// revokes, asks connections whose token nears its exp for a fresh one,
+	// closes those whose token ran out, and re-authorizes subscriptions
+	// whose decision has lapsed (subscription tokens, webhook answers).
+	// A revoked token or session is cut within it. Default 10s.
+	RevalidateInterval time.Duration
+
+	// RefreshAhead is how long before its token's exp a connection is asked
+	// for a fresh token: a WebSocket client gets a "refresh" push, an SSE
+	// stream a "reauth" event. Must exceed 2 × RevalidateInterval, so an SSE
+	// stream hears "reauth" at least one tick before it is closed.
+	// Default 60s.
+	RefreshAhead time.Duration
+
+	// ExpiryGrace is how long past its token's exp a WebSocket connection
+	// stays open waiting for a refresh; then it is closed with
+	// token_expired (close code 4100), within one RevalidateInterval. SSE
+	// streams are instead closed before exp, at the first tick within
+	// 2 × RevalidateInterval of it. Default 5s.
+	ExpiryGrace time.Duration
 }
 
 // Defaults of Config, exported for docs and the CLI.
@@ -127,7 +158,14 @@ const (
 	DefaultConnectTimeout         = 10 * time.Second
 	DefaultConnectAttemptsPerIP   = 20.0
 	DefaultConnectAttemptsBurst   = 40
+	DefaultMaxConnectionsPerUser  = 100
+	DefaultRevalidateInterval     = 10 * time.Second
+	DefaultRefreshAhead           = 60 * time.Second
+	DefaultExpiryGrace            = 5 * time.Second
 )
+
+// minRevalidateInterval is the shortest RevalidateInterval accepted.
+const minRevalidateInterval = 10 * time.Millisecond
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
@@ -165,6 +203,10 @@ func (c Config) withDefaults() Config {
 		c.ConnectAttemptsPerIP = DefaultConnectAttemptsPerIP
 	}
 	setInt(&c.ConnectAttemptsBurst, DefaultConnectAttemptsBurst)
+	setInt(&c.MaxConnectionsPerUser, DefaultMaxConnectionsPerUser)
+	setDur(&c.RevalidateInterval, DefaultRevalidateInterval)
+	setDur(&c.RefreshAhead, DefaultRefreshAhead)
+	setDur(&c.ExpiryGrace, DefaultExpiryGrace)
 	return c
 }
 
@@ -207,6 +249,9 @@ func (c Config) validate() error {
 		{"ShutdownReconnectDelay", c.ShutdownReconnectDelay},
 		{"ShutdownTimeout", c.ShutdownTimeout},
 		{"ConnectTimeout", c.ConnectTimeout},
+		{"RevalidateInterval", c.RevalidateInterval},
+		{"RefreshAhead", c.RefreshAhead},
+		{"ExpiryGrace", c.ExpiryGrace},
 	}
 	for _, d := range durations {
 		if d.v < 0 {
@@ -215,6 +260,13 @@ func (c Config) validate() error {
 	}
 	if c.ClientTimeout <= c.HeartbeatInterval {
 		return bad("ClientTimeout (%s) must exceed HeartbeatInterval (%s)", c.ClientTimeout, c.HeartbeatInterval)
+	}
+	if c.RevalidateInterval < minRevalidateInterval {
+		return bad("RevalidateInterval must be at least %s, got %s", minRevalidateInterval, c.RevalidateInterval)
+	}
+	if c.RefreshAhead <= 2*c.RevalidateInterval {
+		return bad("RefreshAhead (%s) must exceed 2 × RevalidateInterval (%s), so an SSE stream hears reauth before it is closed",
+			c.RefreshAhead, 2*c.RevalidateInterval)
 	}
 	if c.MaxMessageSize < 1024 {
 		return bad("MaxMessageSize must be at least 1024 so a connect frame fits, got %d", c.MaxMessageSize)

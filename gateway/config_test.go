@@ -22,6 +22,8 @@ func TestConfigDefaults(t *testing.T) {
 		CookieName: "herald_token", ShutdownReconnectDelay: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
 		MaxMessageSize: 64 << 10, MaxInflight: 16, ConnectTimeout: 10 * time.Second,
 		ConnectAttemptsPerIP: 20, ConnectAttemptsBurst: 40,
+		MaxConnectionsPerUser: 100, RevalidateInterval: 10 * time.Second, RefreshAhead: time.Minute,
+		ExpiryGrace: 5 * time.Second,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -51,6 +53,11 @@ func TestConfigValidate(t *testing.T) {
 		"connect timeout": {Config{ConnectTimeout: -time.Second}, "ConnectTimeout"},
 		"attempts burst":  {Config{ConnectAttemptsBurst: -2}, "ConnectAttemptsBurst"},
 		"attempts rate":   {Config{ConnectAttemptsPerIP: math.Inf(1)}, "ConnectAttemptsPerIP must be a finite number"},
+		"revalidate":      {Config{RevalidateInterval: time.Millisecond}, "RevalidateInterval must be at least 10ms"},
+		"revalidate neg":  {Config{RevalidateInterval: -time.Second}, "RevalidateInterval must be positive"},
+		"refresh ahead":   {Config{RevalidateInterval: time.Minute}, "RefreshAhead (1m0s) must exceed 2 × RevalidateInterval (2m0s)"},
+		"refresh neg":     {Config{RefreshAhead: -time.Second}, "RefreshAhead must be positive"},
+		"grace":           {Config{ExpiryGrace: -time.Second}, "ExpiryGrace must be positive"},
 		"origin empty":    {Config{AllowedOrigins: []string{""}}, "AllowedOrigins[0] is empty"},
 		"origin pattern":  {Config{AllowedOrigins: []string{"ok.example", "[bad"}}, "AllowedOrigins[1] \"[bad\" is not a valid pattern"},
 	}

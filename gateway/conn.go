@@ -29,6 +29,11 @@ type sink interface {
 	// final buffers the last frames of a connection closed for r, telling the
 	// client whether and when (delay) to reconnect.
 	final(r Reason, delay time.Duration) error
+	// refreshRequest buffers the request for a fresh token before exp.
+	refreshRequest(exp time.Time) error
+	// unsubscribed buffers the end of one subscription for r; pos no
+	// longer holds its channel.
+	unsubscribed(channel string, r Reason, pos *positions) error
 	// flush sends what is buffered.
 	flush() error
 	// abort interrupts a write blocked on the client. Any goroutine may call
@@ -65,6 +70,26 @@ type Conn struct {
 	resyncMu   sync.Mutex
 	resyncKeys []fanout.Key
 	resyncCh   chan struct{} // capacity 1: "resyncKeys is not empty"
+
+	// hooks lets the revalidation timer reach the transport; set before
+	// the connection is registered.
+	hooks connHooks
+	// revalMu guards the revalidation state below.
+	revalMu  sync.Mutex
+	askedExp time.Time           // the exp a fresh token was last asked for
+	rechecks map[string]*recheck // subscriptions whose authorization lapses
+
+	// ctl holds control events for the core writer (SSE): a reauth request
+	// or the end of one subscription. ctlCh is nil for transports with a
+	// writer of their own.
+	ctlMu sync.Mutex
+	ctl   []connCtl
+	ctlCh chan struct{} // capacity 1: "ctl is not empty"
+
+	// userKey is the user whose MaxConnectionsPerUser slot the connection
+	// holds, when hasUserSlot; only the connection's handler touches them.
+	userKey     string
+	hasUserSlot bool
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -245,18 +270,13 @@ func (c *Conn) unsubscribeAll() {
 // writer drains the connection's queue into s until the connection closes
 // or ctx (the client's request) ends: it takes everything queued, writes it
 // as one batch under one deadline, and flushes only when the queue is empty.
-// It also writes heartbeats and closes the connection when its token
-// expires. On exit it writes the final frames when the stream is intact.
+// It also writes heartbeats and the control events of the revalidation
+// timer (which also closes the connection when its token runs out). On
+// exit it writes the final frames when the stream is intact.
 func (c *Conn) writer(ctx context.Context, s sink) {
 	cfg := &c.srv.cfg
 	heartbeat := time.NewTicker(cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
-	var expired <-chan time.Time // nil: the token has no expiry
-	if !c.claims.ExpiresAt.IsZero() {
-		expiry := time.NewTimer(time.Until(c.claims.ExpiresAt))
-		defer expiry.Stop()
-		expired = expiry.C
-	}
 
 	var batch []*fanout.Prepared
 	intact := true
@@ -277,8 +297,8 @@ func (c *Conn) writer(ctx context.Context, s sink) {
 					err = s.flush()
 				}
 			}
-		case <-expired:
-			c.Close(ReasonTokenExpired, 0)
+		case <-c.ctlCh:
+			err = c.control(ctx, s)
 		}
 		if err != nil {
 			intact = false

@@ -38,6 +38,13 @@ type Hub interface {
 	Unsubscribe(ctx context.Context, key fanout.Key, s fanout.Subscriber) error
 }
 
+// RevocationSource gives the revalidation timer the live revocation list
+// (every auth.RevocationStore satisfies it).
+type RevocationSource interface {
+	// Snapshot returns every live revocation in one call.
+	Snapshot(ctx context.Context) (*auth.RevocationSet, error)
+}
+
 // ReadyCheck is one readiness probe for /readyz.
 type ReadyCheck struct {
 	// Name identifies the check in the /readyz answer, e.g. "outbox".
@@ -69,6 +76,18 @@ type Deps struct {
 	// ClientJS is the file system holding the browser client; the file
 	// "herald.js" in it is served at /client/herald.js. Default nil: 404.
 	ClientJS fs.FS
+	// Revocations is the revocation list: every RevalidateInterval the
+	// gateway takes one snapshot of it and closes the connections whose
+	// token (jti) or session (sid) it names; new connections and refreshes
+	// are checked against the last good snapshot. While it fails, the last
+	// good snapshot stays in force (fail open; see docs/security.md).
+	// Default nil: tokens are never revoked.
+	Revocations RevocationSource
+	// Tickets issues the single-use tickets of POST /v1/tickets and redeems
+	// the ticket query parameter of /v1/sse and /v1/ws (auth.MemoryTickets
+	// on one node, auth.RedisTickets across nodes). Default nil: tickets are
+	// off (POST /v1/tickets answers 404, a ticket parameter 401).
+	Tickets auth.TicketIssuer
 }
 
 func (d Deps) validate() error {

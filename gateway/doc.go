@@ -13,6 +13,12 @@
 // The WebSocket's writer is started on demand and exits when the queues are
 // empty, so an idle connection holds only its reader goroutine.
 //
+// One server-wide revalidation timer (revalidate.go) walks every
+// connection each Config.RevalidateInterval: it cuts revoked tokens and
+// sessions, asks for fresh tokens ahead of expiry and closes connections
+// whose token ran out, and re-authorizes subscriptions allowed by a
+// subscription token or the webhook, ending a withdrawn one alone.
+//
 // A stream's resume position is an opaque cursor (cursor.go) covering every
 // channel of the stream; a client that presents it gets every missed
 // publication in order, or is told recovered:false and nothing partial.

@@ -64,7 +64,7 @@ func (l *rateLimitedLog) Log(level slog.Level, msg string, attrs ...slog.Attr) {
 }
 
 // secretParams are query parameters whose values never reach a log.
-var secretParams = []string{"access_token", "ticket", "token"}
+var secretParams = []string{"access_token", "ticket", "token", "sub_token"}
 
 // redactURL returns u as a string with secret query values replaced.
 func redactURL(u *url.URL) string {

@@ -24,24 +24,45 @@ type metrics struct {
 	httpRequests     *prometheus.CounterVec
 	limitRejections  *prometheus.CounterVec
 	wsRequests       *prometheus.CounterVec
+	subsEnded        *prometheus.CounterVec
+	revalFailures    *prometheus.CounterVec
+	revocationsAt    prometheus.Gauge
+	tickets          *prometheus.CounterVec
 }
 
 // Labels of herald_limit_rejections_total: the bound that refused or closed.
 const (
-	limitConnections    = "connections"     // MaxConnections
-	limitConnectRate    = "connect_rate"    // ConnectAttemptsPerIP
-	limitMessageSize    = "message_size"    // MaxMessageSize
-	limitInflight       = "inflight"        // MaxInflight
-	limitSubscriptions  = "subscriptions"   // MaxSubscriptions
-	limitQueue          = "queue"           // QueueMaxBytes / QueueMaxMessages
-	limitClientTimeout  = "client_timeout"  // ClientTimeout
-	limitConnectTimeout = "connect_timeout" // ConnectTimeout
+	limitConnections    = "connections"          // MaxConnections
+	limitConnectRate    = "connect_rate"         // ConnectAttemptsPerIP
+	limitMessageSize    = "message_size"         // MaxMessageSize
+	limitInflight       = "inflight"             // MaxInflight
+	limitSubscriptions  = "subscriptions"        // MaxSubscriptions
+	limitQueue          = "queue"                // QueueMaxBytes / QueueMaxMessages
+	limitClientTimeout  = "client_timeout"       // ClientTimeout
+	limitConnectTimeout = "connect_timeout"      // ConnectTimeout
+	limitUserConns      = "connections_per_user" // MaxConnectionsPerUser
 )
 
 var limitLabels = []string{
 	limitConnections, limitConnectRate, limitMessageSize, limitInflight,
 	limitSubscriptions, limitQueue, limitClientTimeout, limitConnectTimeout,
+	limitUserConns,
 }
+
+// Labels of herald_revalidation_failures_total: the check that failed.
+const (
+	checkRevocations = "revocations" // taking the revocation snapshot
+	checkReauthorize = "reauthorize" // re-authorizing a subscription
+)
+
+// Labels of herald_tickets_total: what became of a ticket request.
+const (
+	ticketIssued   = "issued"
+	ticketRefused  = "refused"  // no, bad, expired or revoked token
+	ticketFailed   = "failed"   // the ticket store failed
+	ticketRedeemed = "redeemed" // a ticket opened a connection's credentials
+	ticketInvalid  = "invalid"  // unknown, expired or already used
+)
 
 // limit counts one rejection by the bound named limit.
 func (m *metrics) limit(limit string) { m.limitRejections.WithLabelValues(limit).Inc() }
@@ -80,6 +101,28 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "herald_ws_requests_total",
 			Help: "WebSocket requests answered, by op and outcome (ok or the error code).",
 		}, []string{"op", "code"}),
+		subsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_subscriptions_ended_total",
+			Help: "Subscriptions the server ended on its own while the connection stayed (a withdrawn grant, a webhook denial), by transport and reason.",
+		}, []string{"transport", "reason"}),
+		revalFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_revalidation_failures_total",
+			Help: "Revalidation checks that could not be made, by check: revocations (the snapshot failed; the last good one stays in force) or reauthorize (the authorizer failed; the subscription is ended).",
+		}, []string{"check"}),
+		revocationsAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_revocations_snapshot_timestamp_seconds",
+			Help: "Unix time of the last good revocation snapshot; 0 before the first. Alert when it falls behind: revocation fails open during a store outage.",
+		}),
+		tickets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_tickets_total",
+			Help: "Ticket requests and redemptions, by outcome: issued, refused, failed, redeemed, invalid.",
+		}, []string{"outcome"}),
+	}
+	for _, c := range []string{checkRevocations, checkReauthorize} {
+		m.revalFailures.WithLabelValues(c)
+	}
+	for _, o := range []string{ticketIssued, ticketRefused, ticketFailed, ticketRedeemed, ticketInvalid} {
+		m.tickets.WithLabelValues(o)
 	}
 	for _, l := range limitLabels {
 		m.limitRejections.WithLabelValues(l)
@@ -97,7 +140,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.connections, m.connectionsTotal, m.disconnects, m.deliveries, m.queueDropped, m.httpRequests,
-		m.limitRejections, m.wsRequests,
+		m.limitRejections, m.wsRequests, m.subsEnded, m.revalFailures, m.revocationsAt, m.tickets,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -113,7 +156,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // routeLabel maps a request path to the bounded set of path labels.
 func routeLabel(path string) string {
 	switch path {
-	case "/v1/sse", "/v1/ws", "/healthz", "/readyz", "/metrics", "/", "/client/herald.js":
+	case "/v1/sse", "/v1/ws", "/v1/tickets", "/healthz", "/readyz", "/metrics", "/", "/client/herald.js":
 		return path
 	}
 	return "other"

@@ -40,8 +40,9 @@ var (
 	// ReasonBadRequest: a malformed request (channel name, channel count,
 	// cursor). Do not reconnect with the same request.
 	ReasonBadRequest = Reason{"bad_request", false, http.StatusBadRequest, "bad request"}
-	// ReasonTooManyConnections: the host is at its connection bound;
-	// reconnect after a backoff.
+	// ReasonTooManyConnections: the host is at its connection bound
+	// (503), or the user at MaxConnectionsPerUser (429); reconnect after
+	// a backoff (having closed other connections, in the second case).
 	ReasonTooManyConnections = Reason{"too_many_connections", true, http.StatusServiceUnavailable, "too many connections on this host"}
 	// ReasonServerError: an internal failure (broker or authorizer error);
 	// reconnect after a backoff.
@@ -68,6 +69,16 @@ var (
 	// ReasonTooManyRequests: the client's address opened connections faster
 	// than ConnectAttemptsPerIP; reconnect after the Retry-After delay.
 	ReasonTooManyRequests = Reason{"too_many_requests", true, http.StatusTooManyRequests, "too many connection attempts from this address"}
+	// ReasonRevoked: the token (jti) or its session (sid) was revoked
+	// (herald revoke). Do not reconnect with the same token, and do not
+	// silently fetch another one: a revoked session means the user must
+	// sign in again, which the application decides.
+	ReasonRevoked = Reason{"revoked", false, http.StatusUnauthorized, "the token or its session was revoked"}
+	// ReasonAuthorizationUnavailable: the authorization webhook could not
+	// be asked (down, slow, or a bad answer), so a subscription that needs
+	// it was denied or ended. Subscribing again later may succeed: retry
+	// with backoff.
+	ReasonAuthorizationUnavailable = Reason{"authorization_unavailable", true, http.StatusServiceUnavailable, "the authorization webhook is unavailable"}
 )
 
 // Reasons lists every Reason, for docs and for pre-creating metric series.
@@ -76,4 +87,5 @@ var Reasons = []Reason{
 	ReasonForbidden, ReasonBadRequest, ReasonTooManyConnections,
 	ReasonServerError, ReasonInsufficientState, ReasonClientClosed, ReasonWriteTimeout,
 	ReasonTimeout, ReasonMessageTooBig, ReasonProtocolError, ReasonTooManyRequests,
+	ReasonRevoked, ReasonAuthorizationUnavailable,
 }

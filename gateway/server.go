@@ -28,7 +28,9 @@ type Server struct {
 
 	slots      atomic.Int64 // connections holding a slot (MaxConnections)
 	nextConnID atomic.Uint64
-	attempts   *ipLimiter // ConnectAttemptsPerIP; nil when disabled
+	attempts   *ipLimiter   // ConnectAttemptsPerIP; nil when disabled
+	users      *userLimiter // MaxConnectionsPerUser; nil when unlimited
+	reval      *revalidator
 
 	mu        sync.Mutex
 	conns     map[*Conn]struct{}
@@ -78,6 +80,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.ConnectAttemptsPerIP > 0 {
 		s.attempts = newIPLimiter(cfg.ConnectAttemptsPerIP, cfg.ConnectAttemptsBurst, maxIPBuckets)
 	}
+	s.users = newUserLimiter(cfg.MaxConnectionsPerUser)
+	s.reval = newRevalidator(s)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -85,12 +89,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // Config returns the server's configuration with defaults filled in.
 func (s *Server) Config() Config { return s.cfg }
 
-// Handler returns the gateway's routes: GET /v1/sse, /v1/ws, /healthz,
-// /readyz, /metrics, / (demo page) and /client/herald.js.
+// Handler returns the gateway's routes: GET /v1/sse, /v1/ws, POST
+// /v1/tickets, GET /healthz, /readyz, /metrics, / (demo page) and
+// /client/herald.js. A handler served without Start runs the revalidation
+// timer from its first connection until Stop.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on Config.Listen and serves in the background until Stop,
-// or until ctx is done (which stops the server gracefully).
+// or until ctx is done (which stops the server gracefully). It also starts
+// the revalidation timer (Config.RevalidateInterval).
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -128,6 +135,7 @@ func (s *Server) Start(ctx context.Context) error {
 		case <-s.stopCh:
 		}
 	}()
+	s.reval.start()
 	s.log.Info("gateway: listening", slog.String("addr", ln.Addr().String()))
 	return nil
 }
@@ -173,6 +181,9 @@ func (s *Server) stop() {
 		srv, serveDone := s.httpSrv, s.serveDone
 		s.mu.Unlock()
 		close(s.stopCh)
+		// Every stream is told "shutdown" now; the timer has nothing left to
+		// decide.
+		s.reval.stop()
 
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 		defer cancel()
@@ -244,7 +255,18 @@ func (s *Server) register(c *Conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	s.reval.start()
 	return true
+}
+
+// connList appends every live connection to buf and returns it.
+func (s *Server) connList(buf []*Conn) []*Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		buf = append(buf, c)
+	}
+	return buf
 }
 
 func (s *Server) unregister(c *Conn) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/heraldgw/herald/auth"
@@ -18,6 +19,10 @@ type sseRequest struct {
 	claims   *auth.Claims
 	channels []string
 	cursor   cursor // nil: start live
+	// subTokens maps a channel to the subscription token sent for it.
+	subTokens map[string]string
+	// decisions holds each channel's authorization, in channel order.
+	decisions []subscriptions.Decision
 }
 
 // handleSSE serves GET /v1/sse?channel=C&channel=D.
@@ -30,11 +35,23 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	defer s.releaseSlot()
 
 	req, reason, msg := s.parseSSE(r)
+	if (reason.Code == ReasonTokenExpired.Code || reason == reasonTicketInvalid) && acceptsEventStream(r) {
+		s.expiredStream(w, r, msg)
+		return
+	}
 	if reason.Code != "" {
 		s.refused(w, r, reason, msg)
 		return
 	}
 	conn := s.newConn(transportSSE, req.claims, r.RemoteAddr)
+	if !s.acquireUser(conn, req.claims) {
+		w.Header().Set("Retry-After", "1")
+		s.refused(w, r, s.userLimitReason(), "")
+		return
+	}
+	defer s.releaseUser(conn)
+	conn.hooks = sseHooks{conn}
+	conn.ctlCh = make(chan struct{}, 1)
 	if !s.register(conn) {
 		s.refused(w, r, ReasonShutdown, "")
 		return
@@ -62,6 +79,9 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			slog.Uint64("conn", conn.id), slog.String("error", err.Error()))
 		return
 	}
+	for i, ch := range req.channels {
+		conn.track(ch, req.subTokens[ch], req.decisions[i].RecheckAfter)
+	}
 	s.opened(conn)
 	defer s.closed(conn)
 
@@ -78,24 +98,54 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	conn.writer(r.Context(), sink)
 }
 
+// acceptsEventStream reports whether the client asked for an event stream
+// (EventSource always sends Accept: text/event-stream).
+func acceptsEventStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(strings.ToLower(v), "text/event-stream") {
+			return true
+		}
+	}
+	return false
+}
+
+// expiredStream answers an EventSource whose token has expired, or whose
+// ticket was used up (EventSource reconnects with the URL it has), with a
+// stream holding only "reauth" and "disconnect" (token_expired): a 401
+// would stop EventSource for good, while a fresh token or ticket fixes
+// this.
+func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	sink := newSSESink(w)
+	if sink.setDeadline(time.Now().Add(min(s.cfg.WriteTimeout, finalWriteTimeout))) == nil &&
+		sink.retry(s.cfg.SSERetry) == nil &&
+		sink.final(withMessage(ReasonTokenExpired, msg), 0) == nil {
+		_ = sink.flush()
+	}
+	_ = sink.setDeadline(time.Time{})
+	s.connLog.Log(slog.LevelDebug, "gateway: expired token answered with reauth",
+		slog.String("url", redactURL(r.URL)), slog.String("remote", r.RemoteAddr))
+}
+
 // parseSSE authenticates and validates the request, and authorizes every
 // channel. A refused request yields the reason and a message for the client.
 func (s *Server) parseSSE(r *http.Request) (sseRequest, Reason, string) {
 	query, queryErr := url.ParseQuery(r.URL.RawQuery)
-	token, source, err := s.credentials(r, query)
-	if err != nil {
-		return sseRequest{}, ReasonUnauthorized, err.Error()
-	}
-	if token == "" {
+	claims, source, reason, msg := s.requestClaims(r.Context(), r, query)
+	switch {
+	case reason.Code != "":
+		return sseRequest{}, reason, msg
+	case claims == nil:
 		return sseRequest{}, ReasonUnauthorized, fmt.Sprintf(
-			"no token: send Authorization: Bearer <token>, the %s cookie or the access_token query parameter", s.cfg.CookieName)
+			"no token: send Authorization: Bearer <token>, the %s cookie, a ticket (POST /v1/tickets) or the access_token query parameter", s.cfg.CookieName)
 	}
-	claims, err := s.deps.Verifier.Verify(token)
-	if err != nil {
-		if errors.Is(err, auth.ErrExpired) {
-			return sseRequest{}, ReasonTokenExpired, "token expired (" + source + ")"
-		}
-		return sseRequest{}, ReasonUnauthorized, "token from " + source + " does not verify: " + err.Error()
+	if reason, msg := s.admit(claims, source, 0); reason.Code != "" {
+		return sseRequest{}, reason, msg
 	}
 	if queryErr != nil {
 		return sseRequest{}, ReasonBadRequest, "malformed query string: " + queryErr.Error()
@@ -120,6 +170,22 @@ func (s *Server) parseSSE(r *http.Request) (sseRequest, Reason, string) {
 	if len(req.channels) == 0 {
 		return sseRequest{}, ReasonBadRequest, "no channel: name one or more with ?channel=<name>"
 	}
+	for i, tok := range query["sub_token"] {
+		ch, err := subTokenChannel(tok)
+		switch {
+		case err != nil:
+			return sseRequest{}, ReasonBadRequest, fmt.Sprintf("sub_token #%d: %v", i+1, err)
+		case !seen[ch]:
+			return sseRequest{}, ReasonBadRequest, fmt.Sprintf(
+				"sub_token #%d names channel %q, which the request does not name (add &channel=…)", i+1, trunc(ch, 255))
+		case req.subTokens[ch] != "":
+			return sseRequest{}, ReasonBadRequest, fmt.Sprintf("two sub_token parameters name channel %q", ch)
+		}
+		if req.subTokens == nil {
+			req.subTokens = map[string]string{}
+		}
+		req.subTokens[ch] = tok
+	}
 
 	raw := r.Header.Get("Last-Event-ID")
 	if raw == "" {
@@ -133,8 +199,11 @@ func (s *Server) parseSSE(r *http.Request) (sseRequest, Reason, string) {
 		req.cursor = c
 	}
 
+	req.decisions = make([]subscriptions.Decision, 0, len(req.channels))
 	for _, ch := range req.channels {
-		d, err := s.deps.Authorizer.Authorize(r.Context(), subscriptions.Request{Claims: claims, Channel: ch})
+		d, err := s.deps.Authorizer.Authorize(r.Context(), subscriptions.Request{
+			Claims: claims, Channel: ch, SubToken: req.subTokens[ch],
+		})
 		switch {
 		case errors.Is(err, subscriptions.ErrInvalidName):
 			return sseRequest{}, ReasonBadRequest, err.Error()
@@ -147,8 +216,9 @@ func (s *Server) parseSSE(r *http.Request) (sseRequest, Reason, string) {
 			if msg == "" {
 				msg = fmt.Sprintf("channel %q is not allowed", ch)
 			}
-			return sseRequest{}, ReasonForbidden, msg
+			return sseRequest{}, denialReason(d), msg
 		}
+		req.decisions = append(req.decisions, d)
 	}
 	return req, Reason{}, ""
 }

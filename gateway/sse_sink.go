@@ -93,6 +93,48 @@ type disconnectEvent struct {
 	Reconnect bool   `json:"reconnect"`
 	DelayMS   int64  `json:"delay_ms"`
 	Message   string `json:"message,omitempty"`
+	// ExpiresAt is the token's exp in Unix seconds, in a reauth event sent
+	// ahead of expiry.
+	ExpiresAt int64 `json:"expires_at,omitempty"`
+}
+
+// unsubscribedEvent is the data of an "unsubscribed" event: the server
+// ended one channel of the stream, the others go on.
+type unsubscribedEvent struct {
+	Channel     string `json:"channel"`
+	Reason      string `json:"reason"`
+	Resubscribe bool   `json:"resubscribe"`
+	Message     string `json:"message,omitempty"`
+}
+
+// reauthMessage tells an SSE client what to do on reauth.
+const reauthMessage = "the token expires soon: fetch a fresh token (or ticket) and open a new stream with last_event_id"
+
+// refreshRequest writes a "reauth" event ahead of the token's expiry; the
+// stream goes on until the server closes it, before exp.
+func (s *sseSink) refreshRequest(exp time.Time) error {
+	data, err := json.Marshal(disconnectEvent{
+		Reason: ReasonTokenExpired.Code, Reconnect: true, Message: reauthMessage, ExpiresAt: exp.Unix(),
+	})
+	if err != nil {
+		return err
+	}
+	s.buf = append(s.buf[:0], "event: reauth"...)
+	return s.event(data)
+}
+
+// unsubscribed writes an "unsubscribed" event carrying the cursor of the
+// channels left, so a reconnect resumes them.
+func (s *sseSink) unsubscribed(channel string, r Reason, pos *positions) error {
+	data, err := json.Marshal(unsubscribedEvent{
+		Channel: channel, Reason: r.Code, Resubscribe: r.Reconnect, Message: r.Message,
+	})
+	if err != nil {
+		return err
+	}
+	s.buf = append(s.buf[:0], "event: unsubscribed\nid: "...)
+	s.buf = append(s.buf, s.enc.encode(pos.entries)...)
+	return s.event(data)
 }
 
 // final writes "reauth" when the token expired, then "disconnect".

@@ -223,21 +223,6 @@ func TestSSEMaxConnections(t *testing.T) {
 	}
 }
 
-func TestSSETokenExpiryEndsStream(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	tok := e.tokenExp("acme", "u1", time.Now().Add(1500*time.Millisecond), "orders/*")
-	s := e.stream(tok, "orders/1")
-	r := s.control(t, "reauth")
-	if r.Reason != "token_expired" || !r.Reconnect {
-		t.Fatalf("reauth = %+v", r)
-	}
-	d := s.control(t, "disconnect")
-	if d.Reason != "token_expired" || !d.Reconnect {
-		t.Fatalf("disconnect = %+v", d)
-	}
-	s.waitEOF(t)
-}
-
 func TestSSEQueryMalformed(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	tok := e.token("acme", "u1", "orders/*")

@@ -29,7 +29,9 @@ import (
 //     subscriptions' hub and history work, so a subscription's reply, its
 //     recovered publications and its live ones leave in order;
 //   - timers instead of goroutines for the connect timeout, the client
-//     timeout, the server's pings and the token's expiry.
+//     timeout and the server's pings; the token's expiry, revocation and
+//     re-authorization are the server-wide revalidation timer's
+//     (revalidate.go), which reaches the connection through connHooks.
 
 // publisher is a broker that takes client publications (fanout.Broker).
 type publisher interface {
@@ -74,9 +76,15 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	var hc httpCredentials
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		hc.err = fmt.Errorf("malformed query string: %v", err)
+		hc.reason, hc.msg = ReasonBadRequest, fmt.Sprintf("malformed query string: %v", err)
 	} else {
-		hc.token, hc.source, hc.err = s.credentials(r, query)
+		hc.claims, hc.source, hc.reason, hc.msg = s.requestClaims(r.Context(), r, query)
+	}
+	if hc.claims != nil && s.users.full(userKey(hc.claims)) {
+		s.metrics.limit(limitUserConns)
+		w.Header().Set("Retry-After", "1")
+		s.refused(w, r, s.userLimitReason(), "")
+		return
 	}
 
 	conn := s.newConn(transportWS, &auth.Claims{}, r.RemoteAddr)
@@ -99,6 +107,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	// From here on r.Context() must not be used: the connection is hijacked.
 	wc.attach(ws)
+	conn.hooks = wc
 	if !s.register(conn) {
 		conn.Close(ReasonShutdown, s.reconnectJitter())
 	}
@@ -106,10 +115,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	wc.run()
 }
 
-// httpCredentials is the token the upgrade request carried, if any: a
-// connect frame without a token uses it.
+// httpCredentials is what the upgrade request carried, if anything: the
+// claims of its verified token or redeemed ticket, or why they were
+// refused. A connect frame without a token uses them.
 type httpCredentials struct {
-	token  string
+	claims *auth.Claims
 	source string
-	err    error // a malformed or refused credential
+	reason Reason // non-empty Code: the credential was refused
+	msg    string
 }

@@ -18,6 +18,7 @@ const (
 	closeTimeout            websocket.StatusCode = 4005
 	closeTooManyConnections websocket.StatusCode = 4006
 	closeTooManyRequests    websocket.StatusCode = 4007
+	closeAuthzUnavailable   websocket.StatusCode = 4008 // reserved: it ends single subscriptions, never a connection
 	closeReconnect          websocket.StatusCode = 4099 // any other reason with Reconnect
 	closeTokenExpired       websocket.StatusCode = 4100
 	closeBadRequest         websocket.StatusCode = 4500
@@ -25,26 +26,29 @@ const (
 	closeForbidden          websocket.StatusCode = 4502
 	closeMessageTooBig      websocket.StatusCode = 4503
 	closeProtocolError      websocket.StatusCode = 4504
+	closeRevoked            websocket.StatusCode = 4505
 	closeNoReconnect        websocket.StatusCode = 4599 // any other reason without Reconnect
 )
 
 // wsCloseCodes maps every Reason code to its close code. client_closed has
 // none: the client closed, so no close frame of ours carries it.
 var wsCloseCodes = map[string]websocket.StatusCode{
-	ReasonShutdown.Code:           closeShutdown,
-	ReasonSlow.Code:               closeSlow,
-	ReasonServerError.Code:        closeServerError,
-	ReasonInsufficientState.Code:  closeInsufficientState,
-	ReasonWriteTimeout.Code:       closeWriteTimeout,
-	ReasonTimeout.Code:            closeTimeout,
-	ReasonTooManyConnections.Code: closeTooManyConnections,
-	ReasonTooManyRequests.Code:    closeTooManyRequests,
-	ReasonTokenExpired.Code:       closeTokenExpired,
-	ReasonBadRequest.Code:         closeBadRequest,
-	ReasonUnauthorized.Code:       closeUnauthorized,
-	ReasonForbidden.Code:          closeForbidden,
-	ReasonMessageTooBig.Code:      closeMessageTooBig,
-	ReasonProtocolError.Code:      closeProtocolError,
+	ReasonShutdown.Code:                 closeShutdown,
+	ReasonSlow.Code:                     closeSlow,
+	ReasonServerError.Code:              closeServerError,
+	ReasonInsufficientState.Code:        closeInsufficientState,
+	ReasonWriteTimeout.Code:             closeWriteTimeout,
+	ReasonTimeout.Code:                  closeTimeout,
+	ReasonTooManyConnections.Code:       closeTooManyConnections,
+	ReasonTooManyRequests.Code:          closeTooManyRequests,
+	ReasonTokenExpired.Code:             closeTokenExpired,
+	ReasonBadRequest.Code:               closeBadRequest,
+	ReasonUnauthorized.Code:             closeUnauthorized,
+	ReasonForbidden.Code:                closeForbidden,
+	ReasonMessageTooBig.Code:            closeMessageTooBig,
+	ReasonProtocolError.Code:            closeProtocolError,
+	ReasonRevoked.Code:                  closeRevoked,
+	ReasonAuthorizationUnavailable.Code: closeAuthzUnavailable,
 }
 
 // closeCode is the close code announcing r.

@@ -86,22 +86,6 @@ func TestWSConnectRefusals(t *testing.T) {
 	}
 }
 
-// TestWSTokenExpiresDuringConnection: the connection ends with
-// token_expired (4100) when its token expires without a refresh.
-func TestWSTokenExpiresDuringConnection(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	c := e.dialWS(dialOpts{})
-	c.connect(e.mint("u1", time.Now().Add(2*time.Second), []string{"orders/*"}, nil))
-	c.subscribe("orders/1", nil)
-	d := c.closedWith("token_expired", closeTokenExpired)
-	if !d.Reconnect {
-		t.Fatalf("disconnect %+v", d)
-	}
-	eventually(t, 5*time.Second, "the disconnect to be counted", func() bool {
-		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "token_expired")) == 1
-	})
-}
-
 // TestWSSlowCloseCode: a client whose queue overflows while no write is
 // under way gets the slow disconnect push and close code 4001.
 func TestWSSlowCloseCode(t *testing.T) {

@@ -46,12 +46,9 @@ type wsConn struct {
 	subsMu sync.Mutex
 	subs   map[string]*wsSub // every subscription, pending or done
 
-	refreshMu sync.Mutex // orders refreshes and expiry-timer resets
-
 	connectTimer *time.Timer
 	idleTimer    *time.Timer
 	pingTimer    *time.Timer // from connect
-	expiryTimer  *time.Timer // from connect, when the token expires
 
 	ctl       ctlQueue
 	writing   atomic.Bool // a writer runs, or the final frames were written
@@ -83,6 +80,7 @@ func newWSConn(s *Server, c *Conn, hc httpCredentials) *wsConn {
 		finalDone: make(chan struct{}),
 	}
 	w.sink.timeout = s.cfg.WriteTimeout
+	w.sink.expiryGrace = s.cfg.ExpiryGrace
 	w.touch()
 	return w
 }
@@ -113,13 +111,11 @@ func (w *wsConn) run() {
 	if w.pingTimer != nil {
 		w.pingTimer.Stop()
 	}
-	if w.expiryTimer != nil {
-		w.expiryTimer.Stop()
-	}
 	w.cancel()
 	w.reqs.Wait()
 	w.c.setAbort(nil)
 	w.c.unsubscribeAll()
+	w.srv.releaseUser(w.c)
 	if w.opened {
 		w.srv.closed(w.c)
 	}
@@ -296,14 +292,22 @@ func (w *wsConn) ping() {
 	w.pingTimer.Reset(w.cfg.HeartbeatInterval)
 }
 
-// expire closes the connection when its current token has expired; a
-// refresh that raced with the timer keeps it open.
-func (w *wsConn) expire() {
-	if c := w.claims.Load(); c != nil && time.Now().Before(c.ExpiresAt) {
-		return
+// currentClaims implements connHooks: the claims of the current token,
+// nil before connect.
+func (w *wsConn) currentClaims() *auth.Claims {
+	if !w.connected.Load() {
+		return nil
 	}
-	w.c.Close(ReasonTokenExpired, 0)
+	return w.claims.Load()
 }
+
+// askRefresh implements connHooks: a refresh push.
+func (w *wsConn) askRefresh(exp time.Time) {
+	w.enqueue(wsItem{kind: itemRefresh, exp: exp})
+}
+
+// endSubscription implements connHooks: an unsubscribed push.
+func (w *wsConn) endSubscription(channel string, r Reason) { w.revoke(channel, r) }
 
 // reply queues a success reply.
 func (w *wsConn) reply(id uint64, op string, result any) {

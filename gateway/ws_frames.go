@@ -34,6 +34,9 @@ const (
 	codeAlreadySubscribed    = "already_subscribed"
 	codeNotSubscribed        = "not_subscribed"
 	codeServerError          = "server_error"
+	codeRevoked              = "revoked"
+	codeTooManyConnections   = "too_many_connections"
+	codeAuthzUnavailable     = "authorization_unavailable"
 )
 
 // wsErrorCodes maps every error code to whether it is temporary: true when
@@ -49,6 +52,9 @@ var wsErrorCodes = map[string]bool{
 	codeAlreadySubscribed:    false,
 	codeNotSubscribed:        false,
 	codeServerError:          true,
+	codeRevoked:              false,
+	codeTooManyConnections:   true,
+	codeAuthzUnavailable:     true,
 }
 
 // maxEpochBytes bounds the epoch a client may send in since.

@@ -129,6 +129,7 @@ func measureIdle(tb testing.TB, n int) idleMeasure {
 	defer broker.Stop()
 	srv, err := New(Config{
 		Listen: "127.0.0.1:0", ConnectAttemptsPerIP: -1, HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
+		MaxConnectionsPerUser: -1,
 	}, Deps{
 		Verifier: auth.NewHMACVerifier(testSecret, 0), Authorizer: &subscriptions.Authorizer{},
 		Broker: broker, Hub: hub, Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),

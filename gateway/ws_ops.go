@@ -20,27 +20,33 @@ func (w *wsConn) connect(f *clientFrame) {
 		w.replyError(f.ID, opConnect, codeBadRequest, "already connected: send connect once per connection")
 		return
 	}
-	token, source := f.Token, "connect frame"
-	if token == "" {
-		if w.hc.err != nil {
-			w.refuseConnect(f.ID, codeUnauthorized, ReasonUnauthorized, w.hc.err.Error())
+	var claims *auth.Claims
+	source := sourceFrame
+	switch {
+	case f.Token != "":
+		var reason Reason
+		var msg string
+		if claims, reason, msg = w.srv.verifyToken(f.Token, source); reason.Code != "" {
+			w.refuseConnect(f.ID, reason, msg)
 			return
 		}
-		token, source = w.hc.token, w.hc.source
-	}
-	if token == "" {
-		w.refuseConnect(f.ID, codeUnauthorized, ReasonUnauthorized, fmt.Sprintf(
+	case w.hc.reason.Code != "":
+		w.refuseConnect(f.ID, w.hc.reason, w.hc.msg)
+		return
+	case w.hc.claims != nil:
+		claims, source = w.hc.claims, w.hc.source
+	default:
+		w.refuseConnect(f.ID, ReasonUnauthorized, fmt.Sprintf(
 			"no token: put it in the connect frame's token field, or send it with the upgrade request "+
-				"(Authorization: Bearer, the %s cookie or the access_token query parameter)", w.cfg.CookieName))
+				"(Authorization: Bearer, the %s cookie, a ticket or the access_token query parameter)", w.cfg.CookieName))
 		return
 	}
-	claims, err := w.srv.deps.Verifier.Verify(token)
-	switch {
-	case errors.Is(err, auth.ErrExpired):
-		w.refuseConnect(f.ID, codeTokenExpired, ReasonTokenExpired, "token expired ("+source+"): fetch a fresh one")
+	if reason, msg := w.srv.admit(claims, source, w.cfg.ExpiryGrace); reason.Code != "" {
+		w.refuseConnect(f.ID, reason, msg)
 		return
-	case err != nil:
-		w.refuseConnect(f.ID, codeUnauthorized, ReasonUnauthorized, "token from "+source+" does not verify: "+err.Error())
+	}
+	if !w.srv.acquireUser(w.c, claims) {
+		w.refuseConnect(f.ID, w.srv.userLimitReason(), "")
 		return
 	}
 
@@ -49,10 +55,6 @@ func (w *wsConn) connect(f *clientFrame) {
 	w.adopt(claims)
 	w.connected.Store(true)
 	w.connectTimer.Stop()
-	if !claims.ExpiresAt.IsZero() {
-		w.expiryTimer = stoppedTimer(w.expire)
-		w.expiryTimer.Reset(time.Until(claims.ExpiresAt))
-	}
 	w.pingTimer = stoppedTimer(w.ping)
 	w.pingTimer.Reset(w.cfg.HeartbeatInterval)
 	w.opened = true
@@ -71,10 +73,23 @@ func (w *wsConn) connect(f *clientFrame) {
 	})
 }
 
-// refuseConnect answers a failed connect and closes the connection for r.
-func (w *wsConn) refuseConnect(id uint64, code string, r Reason, msg string) {
-	w.replyError(id, opConnect, code, msg)
+// refuseConnect answers a failed connect with the error code of r and
+// closes the connection for r.
+func (w *wsConn) refuseConnect(id uint64, r Reason, msg string) {
+	if msg == "" {
+		msg = r.Message
+	}
+	w.replyError(id, opConnect, wsErrorCode(r), msg)
 	w.c.Close(withMessage(r, msg), 0)
+}
+
+// wsErrorCode is the error code of a request refused for r: the reason's
+// own code when it is one, else server_error.
+func wsErrorCode(r Reason) string {
+	if _, ok := wsErrorCodes[r.Code]; ok {
+		return r.Code
+	}
+	return codeServerError
 }
 
 // adopt makes claims the connection's current token.
@@ -141,10 +156,10 @@ func (w *wsConn) subscribe(f *clientFrame) {
 		if msg == "" {
 			msg = fmt.Sprintf("channel %q is not allowed", ch)
 		}
-		w.replyError(f.ID, opSubscribe, codeForbidden, msg)
+		w.replyError(f.ID, opSubscribe, wsErrorCode(denialReason(d)), msg)
 		return
 	}
-	op := &wsSubOp{id: f.ID, channel: ch}
+	op := &wsSubOp{id: f.ID, channel: ch, subToken: f.Token, recheckAfter: d.RecheckAfter}
 	if f.Since != nil {
 		op.since = &fanout.Position{Offset: f.Since.Offset, Epoch: f.Since.Epoch}
 	}
@@ -189,6 +204,7 @@ func (w *wsConn) unsubscribe(f *clientFrame) {
 	}
 	delete(w.subs, f.Channel)
 	w.subsMu.Unlock()
+	w.c.untrack(f.Channel)
 	w.enqueue(wsItem{kind: itemUnsubscribe, sub: &wsSubOp{id: f.ID, channel: f.Channel}})
 }
 
@@ -204,6 +220,7 @@ func (w *wsConn) revoke(ch string, r Reason) {
 	}
 	delete(w.subs, ch)
 	w.subsMu.Unlock()
+	w.c.untrack(ch)
 	w.enqueue(wsItem{kind: itemRevoke, sub: &wsSubOp{channel: ch, reason: r}})
 }
 
@@ -250,16 +267,24 @@ func (w *wsConn) publish(f *clientFrame) {
 // refresh replaces the connection's token with a fresh one for the same
 // subject and tenant (request goroutine), then re-checks every
 // subscription against it: one the new token no longer allows ends with
-// an unsubscribed push.
+// an unsubscribed push. The revalidation timer reads the new token's exp
+// from then on.
 func (w *wsConn) refresh(f *clientFrame) {
 	defer w.inflight.Add(-1)
-	claims, err := w.srv.deps.Verifier.Verify(f.Token)
-	switch {
-	case errors.Is(err, auth.ErrExpired):
+	claims, reason, msg := w.srv.verifyToken(f.Token, "refresh")
+	if reason.Code == "" {
+		reason, msg = w.srv.admit(claims, "refresh", w.cfg.ExpiryGrace)
+	}
+	switch reason.Code {
+	case "":
+	case ReasonTokenExpired.Code:
 		w.replyError(f.ID, opRefresh, codeTokenExpired, "the new token has expired already")
 		return
-	case err != nil:
-		w.replyError(f.ID, opRefresh, codeUnauthorized, "the new token does not verify: "+err.Error())
+	case ReasonRevoked.Code:
+		w.replyError(f.ID, opRefresh, codeRevoked, msg)
+		return
+	default:
+		w.replyError(f.ID, opRefresh, codeUnauthorized, msg)
 		return
 	}
 	cur := w.claims.Load()
@@ -268,12 +293,7 @@ func (w *wsConn) refresh(f *clientFrame) {
 			"the new token is for another subject or tenant: open a new connection with it")
 		return
 	}
-	w.refreshMu.Lock()
 	w.adopt(claims)
-	if w.expiryTimer != nil && !claims.ExpiresAt.IsZero() {
-		w.expiryTimer.Reset(time.Until(claims.ExpiresAt))
-	}
-	w.refreshMu.Unlock()
 	w.reply(f.ID, opRefresh, wsRefreshResult{ExpiresAt: unixOrZero(claims.ExpiresAt)})
 	w.recheck(claims)
 }
@@ -293,14 +313,9 @@ func (w *wsConn) recheck(claims *auth.Claims) {
 		d, err := w.srv.deps.Authorizer.Authorize(w.ctx, subscriptions.Request{
 			Claims: claims, Channel: e.channel, SubToken: e.subToken,
 		})
-		switch {
-		case w.ctx.Err() != nil:
+		if w.ctx.Err() != nil {
 			return
-		case err != nil:
-			w.logError("gateway: re-authorize after refresh failed; keeping the subscription", err,
-				slog.String("channel", e.channel))
-		case !d.Allowed:
-			w.revoke(e.channel, withMessage(ReasonForbidden, d.Reason))
 		}
+		w.c.reauthorized(e.channel, e.subToken, nil, d, err)
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"time"
 
 	"github.com/heraldgw/herald/fanout"
 )
@@ -15,6 +16,7 @@ const (
 	itemSubscribe                     // subscribe on the hub, recover, reply
 	itemUnsubscribe                   // leave the hub, reply
 	itemRevoke                        // leave the hub, push "unsubscribed"
+	itemRefresh                       // push "refresh": a fresh token is due
 )
 
 // wsItem is one entry of a connection's control queue.
@@ -22,6 +24,7 @@ type wsItem struct {
 	kind  wsItemKind
 	frame []byte
 	sub   *wsSubOp
+	exp   time.Time // itemRefresh: the expiry of the current token
 }
 
 // wsSubOp is a subscription change for the writer to carry out.
@@ -30,6 +33,10 @@ type wsSubOp struct {
 	channel string
 	since   *fanout.Position // subscribe: resume position, nil = live
 	reason  Reason           // revoke: why
+	// subscribe: the subscription token and the authorization's lifetime
+	// (Decision.RecheckAfter; 0 = as long as the connection token).
+	subToken     string
+	recheckAfter time.Duration
 }
 
 // ctlQueue holds a connection's replies, pings and subscription changes in

@@ -81,6 +81,15 @@ type wsUnsubscribedPush struct {
 	Message     string `json:"message,omitempty"`
 }
 
+// wsRefreshPush asks the client for a fresh token (op refresh) before
+// expires_at; without one the connection is closed grace_ms after it.
+type wsRefreshPush struct {
+	Push        string `json:"push"` // "refresh"
+	ExpiresAt   int64  `json:"expires_at"`
+	ExpiresInMS int64  `json:"expires_in_ms"`
+	GraceMS     int64  `json:"grace_ms"`
+}
+
 // wsDisconnectPush is the last frame before the server closes.
 type wsDisconnectPush struct {
 	Push      string `json:"push"` // "disconnect"
@@ -107,6 +116,21 @@ func encodeDisconnect(r Reason, delay time.Duration) []byte {
 	return mustJSON(wsDisconnectPush{
 		Push: "disconnect", Reason: r.Code, Reconnect: r.Reconnect,
 		DelayMS: delay.Milliseconds(), Message: r.Message,
+	})
+}
+
+// encodeRefresh encodes the refresh push for a token expiring at exp.
+func encodeRefresh(exp time.Time, grace time.Duration) []byte {
+	return mustJSON(wsRefreshPush{
+		Push: "refresh", ExpiresAt: exp.Unix(),
+		ExpiresInMS: max(0, time.Until(exp).Milliseconds()), GraceMS: grace.Milliseconds(),
+	})
+}
+
+// encodeUnsubscribed encodes the push ending one subscription for r.
+func encodeUnsubscribed(channel string, r Reason) []byte {
+	return mustJSON(wsUnsubscribedPush{
+		Push: "unsubscribed", Channel: channel, Reason: r.Code, Resubscribe: r.Reconnect, Message: r.Message,
 	})
 }
 

@@ -34,11 +34,12 @@ var batchBufs = sync.Pool{New: func() any {
 // the batch is full or the queues are empty; each message is written under
 // its own deadline. Only the writer calls it, except abort.
 type wsSink struct {
-	ws      *websocket.Conn
-	timeout time.Duration // WriteTimeout, per message
-	limit   time.Time     // when set, no write may last beyond it
-	buf     []byte        // the batch; nil while the writer is idle
-	bufp    *[]byte       // the pooled slice buf came from
+	ws          *websocket.Conn
+	timeout     time.Duration // WriteTimeout, per message
+	expiryGrace time.Duration // ExpiryGrace, announced in refresh pushes
+	limit       time.Time     // when set, no write may last beyond it
+	buf         []byte        // the batch; nil while the writer is idle
+	bufp        *[]byte       // the pooled slice buf came from
 
 	// timedOut is set, before the WebSocket library drops the connection,
 	// when a write missed its deadline; the reader then knows why its read
@@ -75,6 +76,16 @@ func (s *wsSink) heartbeat() error { return s.frame(nil, wsPingFrame) }
 // final buffers the disconnect push.
 func (s *wsSink) final(r Reason, delay time.Duration) error {
 	return s.frame(nil, encodeDisconnect(r, delay))
+}
+
+// refreshRequest buffers the push asking for a fresh token before exp.
+func (s *wsSink) refreshRequest(exp time.Time) error {
+	return s.frame(nil, encodeRefresh(exp, s.expiryGrace))
+}
+
+// unsubscribed buffers the push ending one subscription.
+func (s *wsSink) unsubscribed(channel string, r Reason, _ *positions) error {
+	return s.frame(nil, encodeUnsubscribed(channel, r))
 }
 
 // frame buffers the frame head+body, writing the batch first when the

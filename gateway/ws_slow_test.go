@@ -86,7 +86,7 @@ func TestWSSlowSubscribers(t *testing.T) {
 	)
 	e := newEnv(t, envOptions{history: 64, cfg: Config{
 		QueueMaxBytes: maxBytes, QueueMaxMessages: maxMsgs, ConnectAttemptsPerIP: -1,
-		HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
+		HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour, MaxConnectionsPerUser: -1,
 	}})
 	ts := smallBufferServer(t, e)
 	base := "ws://" + ts.Listener.Addr().String()

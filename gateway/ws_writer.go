@@ -118,6 +118,8 @@ func (w *wsConn) handleItem(it *wsItem) error {
 		return w.sink.frame(nil, it.frame)
 	case itemPing:
 		return w.sink.heartbeat()
+	case itemRefresh:
+		return w.sink.refreshRequest(it.exp)
 	case itemSubscribe:
 		return w.doSubscribe(it.sub)
 	case itemUnsubscribe, itemRevoke:
@@ -150,6 +152,7 @@ func (w *wsConn) doSubscribe(op *wsSubOp) error {
 		w.srv.metrics.wsRequests.WithLabelValues(opSubscribe, codeServerError).Inc()
 		return w.sink.frame(nil, encodeError(op.id, codeServerError, "cannot subscribe now: the broker did not answer; retry later"))
 	}
+	c.track(op.channel, op.subToken, op.recheckAfter) // before the client may unsubscribe
 	w.subscribed(op.channel)
 	w.srv.metrics.wsRequests.WithLabelValues(opSubscribe, "ok").Inc()
 	err = w.sink.frame(nil, encodeResult(op.id, wsSubscribeResult{
@@ -176,10 +179,8 @@ func (w *wsConn) doUnsubscribe(op *wsSubOp, revoked bool) error {
 	}
 	c.pos.remove(op.channel)
 	if revoked {
-		return w.sink.frame(nil, mustJSON(wsUnsubscribedPush{
-			Push: "unsubscribed", Channel: op.channel, Reason: op.reason.Code,
-			Resubscribe: op.reason.Reconnect, Message: op.reason.Message,
-		}))
+		w.srv.metrics.subsEnded.WithLabelValues(c.transport, op.reason.Code).Inc()
+		return w.sink.unsubscribed(op.channel, op.reason, c.pos)
 	}
 	w.srv.metrics.wsRequests.WithLabelValues(opUnsubscribe, "ok").Inc()
 	return w.sink.frame(nil, encodeResult(op.id, wsEmpty{}))

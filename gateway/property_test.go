@@ -1,0 +1,236 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/fanout"
+)
+
+// The end-to-end authorization property: over random tenants, subjects,
+// grant patterns, channels and publications, every SSE and WebSocket
+// connection receives exactly the publications of its own tenant on the
+// channels its grants allow and it subscribed to — in publication order,
+// nothing more — and every subscription its grants do not allow is
+// refused. The expectation comes from refMatch, a matcher written here
+// from SPEC §4, independent of the subscriptions package.
+
+var (
+	propSegments = []string{"a", "b", "u1", "u2"}
+	propSubjects = []string{"u1", "u2"}
+	propTenants  = []string{"t1", "t2"}
+)
+
+// refMatch reports whether grant pattern, for subject sub, allows channel:
+// "*" is one segment, "**" (last only) one or more trailing segments,
+// "{sub}" the subject, anything else itself.
+func refMatch(pattern, sub, channel string) bool {
+	ps, cs := strings.Split(pattern, "/"), strings.Split(channel, "/")
+	for i, p := range ps {
+		if p == "**" {
+			return i == len(ps)-1 && len(cs) > i
+		}
+		if i >= len(cs) {
+			return false
+		}
+		switch p {
+		case "*":
+		case "{sub}":
+			if cs[i] != sub {
+				return false
+			}
+		default:
+			if cs[i] != p {
+				return false
+			}
+		}
+	}
+	return len(ps) == len(cs)
+}
+
+func propChannel(r *rand.Rand) string {
+	n := 1 + r.IntN(3)
+	segs := make([]string, n)
+	for i := range segs {
+		segs[i] = propSegments[r.IntN(len(propSegments))]
+	}
+	return strings.Join(segs, "/")
+}
+
+func propGrant(r *rand.Rand) string {
+	if r.IntN(10) == 0 {
+		return "**"
+	}
+	n := 1 + r.IntN(3)
+	segs := make([]string, n)
+	for i := range segs {
+		switch x := r.IntN(20); {
+		case i == n-1 && x < 4:
+			segs[i] = "**"
+		case x < 7:
+			segs[i] = "*"
+		case x < 10:
+			segs[i] = "{sub}"
+		default:
+			segs[i] = propSegments[r.IntN(len(propSegments))]
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// propConn is one random connection and what it must receive.
+type propConn struct {
+	ws       bool
+	tenant   string
+	sub      string
+	grants   []string
+	allowed  []string // subscribed
+	denied   []string // refused
+	sse      *sseStream
+	wsc      *wsClient
+	expected []string // message ids, in order
+}
+
+func (pc *propConn) allows(ch string) bool {
+	for _, g := range pc.grants {
+		if refMatch(g, pc.sub, ch) {
+			return true
+		}
+	}
+	return false
+}
+
+func (pc *propConn) String() string {
+	kind := "sse"
+	if pc.ws {
+		kind = "ws"
+	}
+	return fmt.Sprintf("%s %s/%s grants %q allowed %q denied %q", kind, pc.tenant, pc.sub, pc.grants, pc.allowed, pc.denied)
+}
+
+func TestAuthorizationProperty(t *testing.T) {
+	r := rand.New(rand.NewPCG(20250301, 5))
+	for iter := range 30 {
+		seed := r.Uint64()
+		t.Run(fmt.Sprint(iter), func(t *testing.T) {
+			propIteration(t, rand.New(rand.NewPCG(seed, 1)))
+		})
+	}
+}
+
+func propIteration(t *testing.T, r *rand.Rand) {
+	e := newEnv(t, envOptions{cfg: Config{ConnectAttemptsPerIP: -1}})
+	conns := make([]*propConn, 6)
+	for i := range conns {
+		pc := &propConn{
+			ws:     i%2 == 1,
+			tenant: propTenants[r.IntN(len(propTenants))],
+			sub:    propSubjects[r.IntN(len(propSubjects))],
+		}
+		for range 1 + r.IntN(3) {
+			pc.grants = append(pc.grants, propGrant(r))
+		}
+		var candidates []string
+		for range 2 + r.IntN(4) {
+			if ch := propChannel(r); !slices.Contains(candidates, ch) {
+				candidates = append(candidates, ch)
+			}
+		}
+		if !slices.ContainsFunc(candidates, pc.allows) {
+			pc.grants = append(pc.grants, candidates[0])
+		}
+		for _, ch := range candidates {
+			if pc.allows(ch) {
+				pc.allowed = append(pc.allowed, ch)
+			} else {
+				pc.denied = append(pc.denied, ch)
+			}
+		}
+		propOpen(t, e, pc)
+		conns[i] = pc
+	}
+
+	// Publications to random keys: half on channels some connection holds,
+	// in any tenant (the same name in another tenant is another channel).
+	var pubs []fanout.Publication
+	publish := func(tenant, channel string) {
+		p, err := e.broker.Publish(context.Background(), fanout.Message{
+			ID:  fmt.Sprintf("p%d", len(pubs)),
+			Key: fanout.Key{Tenant: tenant, Channel: channel}, Type: "prop.test", SchemaVersion: 1,
+			Data: json.RawMessage(`null`),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubs = append(pubs, p)
+	}
+	tenants := append(slices.Clone(propTenants), "t3")
+	for range 40 {
+		ch := propChannel(r)
+		if r.IntN(2) == 0 {
+			pc := conns[r.IntN(len(conns))]
+			ch = pc.allowed[r.IntN(len(pc.allowed))]
+		}
+		publish(tenants[r.IntN(len(tenants))], ch)
+	}
+	// A fence per connection: everything queued before it was written
+	// before it.
+	for _, pc := range conns {
+		publish(pc.tenant, pc.allowed[0])
+	}
+
+	for _, pc := range conns {
+		for _, p := range pubs {
+			if p.Key.Tenant == pc.tenant && slices.Contains(pc.allowed, p.Key.Channel) {
+				pc.expected = append(pc.expected, p.ID)
+			}
+		}
+		got := make([]string, 0, len(pc.expected))
+		for len(got) < len(pc.expected) {
+			if pc.ws {
+				got = append(got, pc.wsc.pub().ID)
+			} else {
+				_, p := pc.sse.publication(t)
+				got = append(got, p.ID)
+			}
+		}
+		if !slices.Equal(got, pc.expected) {
+			t.Fatalf("%v\nreceived %v\nexpected %v", pc, got, pc.expected)
+		}
+	}
+}
+
+// propOpen opens pc's connection, checking that each denied channel is
+// refused and each allowed one accepted.
+func propOpen(t *testing.T, e *testEnv, pc *propConn) {
+	t.Helper()
+	tok := e.token(pc.tenant, pc.sub, pc.grants...)
+	if pc.ws {
+		pc.wsc = e.dialWS(dialOpts{})
+		pc.wsc.connect(tok)
+		for _, ch := range pc.denied {
+			pc.wsc.fails(pc.wsc.request(opSubscribe, map[string]any{"channel": ch}), codeForbidden)
+		}
+		for _, ch := range pc.allowed {
+			pc.wsc.subscribe(ch, nil)
+		}
+		return
+	}
+	for _, ch := range pc.denied {
+		e.refused(request{bearer: tok, query: url.Values{"channel": append(slices.Clone(pc.allowed), ch)}}, 403, "forbidden")
+	}
+	pc.sse = e.open(request{bearer: tok, query: url.Values{"channel": pc.allowed}})
+	if ev := pc.sse.next(t, 5*time.Second); ev.Retry == "" {
+		t.Fatalf("first block %+v", ev)
+	}
+	for range pc.allowed {
+		pc.sse.subscribed(t)
+	}
+}

@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/heraldgw/herald/auth"
+)
+
+// ticketResponse is the answer of POST /v1/tickets.
+type ticketResponse struct {
+	// Ticket goes in ?ticket= of /v1/sse or /v1/ws; it is redeemable once.
+	Ticket string `json:"ticket"`
+	// ExpiresIn is how many whole seconds the ticket stays redeemable.
+	ExpiresIn int64 `json:"expires_in"`
+}
+
+// ticketTTL is the lifetime the ticket store gives tickets: its TTL()
+// when it has one, else auth's default.
+func (s *Server) ticketTTL() time.Duration {
+	if t, ok := s.deps.Tickets.(interface{ TTL() time.Duration }); ok {
+		return t.TTL()
+	}
+	return auth.DefaultTicketTTL
+}
+
+// handleTickets serves POST /v1/tickets: it exchanges the bearer token
+// (Authorization header or cookie, never the URL) for a single-use ticket
+// that lives seconds, bound to the token's tenant, subject and grants, so
+// an EventSource can authenticate without a long-lived token in its URL.
+func (s *Server) handleTickets(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Tickets == nil {
+		writeError(w, http.StatusNotFound, "not_found", "tickets are not enabled on this server")
+		return
+	}
+	refuse := func(reason Reason, msg string) {
+		s.metrics.tickets.WithLabelValues(ticketRefused).Inc()
+		s.refused(w, r, reason, msg)
+	}
+	token, source, err := s.headerCredentials(r)
+	switch {
+	case err != nil:
+		refuse(ReasonUnauthorized, err.Error())
+		return
+	case token == "":
+		refuse(ReasonUnauthorized, fmt.Sprintf(
+			"no token: send Authorization: Bearer <token> or the %s cookie (a token in the URL is not accepted here)", s.cfg.CookieName))
+		return
+	}
+	claims, reason, msg := s.verifyToken(token, source)
+	if reason.Code == "" {
+		reason, msg = s.admit(claims, source, 0)
+	}
+	if reason.Code != "" {
+		refuse(reason, msg)
+		return
+	}
+	ticket, err := s.deps.Tickets.Issue(r.Context(), claims)
+	if err != nil {
+		s.metrics.tickets.WithLabelValues(ticketFailed).Inc()
+		if errors.Is(err, auth.ErrTicketsFull) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, ReasonServerError.Code, "too many live tickets; retry shortly")
+			return
+		}
+		s.connLog.Log(slog.LevelError, "gateway: ticket issue failed",
+			slog.String("tenant", claims.Tenant), slog.String("error", err.Error()))
+		writeError(w, http.StatusInternalServerError, ReasonServerError.Code, "cannot issue a ticket now; retry later")
+		return
+	}
+	s.metrics.tickets.WithLabelValues(ticketIssued).Inc()
+	life := min(s.ticketTTL(), time.Until(claims.ExpiresAt))
+	writeJSON(w, http.StatusOK, ticketResponse{Ticket: ticket, ExpiresIn: max(0, int64(life/time.Second))})
+}
