@@ -147,7 +147,7 @@ func (c Config) validate() error {
 	if isURL(c.JWKS) {
 		u, err := url.Parse(c.JWKS)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("auth: config: JWKS URL does not parse as http(s)://host/...")
+			return fmt.Errorf("auth: config: JWKS URL does not parse as an http(s) URL with a host")
 		}
 	}
 	if len(c.Algorithms) > maxAlgorithmsConfigLength {
