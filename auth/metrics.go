@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/internal/promreg"
 )
 
 // authMetrics holds the auth collectors; a nil *authMetrics records nothing.
@@ -55,13 +57,8 @@ func newAuthMetrics(reg prometheus.Registerer) (*authMetrics, error) {
 // register registers c, or returns the collector already registered
 // under the same description.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
+	c, err := promreg.Register(reg, c)
+	if err != nil {
 		return c, fmt.Errorf("auth: register metrics: %w", err)
 	}
 	return c, nil

@@ -1,11 +1,12 @@
 package subscriptions
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/internal/promreg"
 )
 
 // metrics holds the subscription collectors; a nil *metrics records nothing.
@@ -66,16 +67,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, nil
 }
 
-// register registers c, or returns the collector already registered under
-// the same description.
+// register registers c, or returns the collector already registered
+// under the same description.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
+	c, err := promreg.Register(reg, c)
+	if err != nil {
 		return c, fmt.Errorf("subscriptions: register metrics: %w", err)
 	}
 	return c, nil
