@@ -13,7 +13,7 @@ var demoPage []byte
 
 // demoCSP keeps the demo page to itself: inline script and style, requests
 // to this origin only.
-const demoCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'"
+const demoCSP = "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'"
 
 func handleDemo(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()

@@ -1,0 +1,260 @@
+// The WebSocket transport (herald.v1) against a real `herald serve`.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { HeraldClient, HeraldError } from '../herald.js';
+import { Herald, TcpProxy, fastBackoff, recorder, republish, stateLog, waitUntil } from '../testutil/helpers.js';
+
+let herald;
+let proxy;
+const clients = [];
+
+before(async () => {
+  herald = await Herald.start();
+  proxy = await TcpProxy.start(herald.port);
+});
+
+after(async () => {
+  for (const c of clients) c.close();
+  await proxy?.close();
+  await herald?.destroy();
+});
+
+function client(opts) {
+  const c = new HeraldClient({ transport: 'ws', backoff: fastBackoff, ...opts });
+  clients.push(c);
+  return c;
+}
+
+test('ws: receives publications in offset order, drops a duplicate message id', async () => {
+  const token = await herald.token({ subscribe: ['orders/*'] });
+  const c = client({ url: herald.url, getToken: async () => token });
+  const r = recorder();
+  const sub = c.subscribe('orders/1', r.handlers);
+  const first = await sub.ready;
+  assert.equal(first.recovered, false);
+  assert.equal(c.state, 'connected');
+
+  const dup = randomUUID();
+  await herald.publish('orders/1', { status: 'paid' }, { id: dup });
+  await waitUntil(() => r.pubs.length === 1, 'the first publication');
+  await republish(herald, 'orders/1', { status: 'paid' }, dup); // the same record again: new offset, same id
+  const last = await herald.publish('orders/1', { status: 'shipped' });
+  await waitUntil(() => r.pubs.some((p) => p.id === last), 'the last publication');
+
+  assert.deepEqual(r.pubs.map((p) => p.id), [dup, last]);
+  assert.deepEqual(r.pubs.map((p) => p.offset), [1, 3]);
+  const p = r.pubs[0];
+  assert.equal(p.channel, 'orders/1');
+  assert.equal(p.type, 'order.updated');
+  assert.equal(p.schema_version, 1);
+  assert.deepEqual(p.data, { status: 'paid' });
+  assert.deepEqual(p.freshness, { mode: 'immediate' });
+  assert.equal(p.push, undefined);
+  assert.deepEqual(r.gaps, [], 'the duplicate advanced the position: no false gap');
+  assert.deepEqual(c.positions()['orders/1'], { offset: 3, epoch: p.epoch });
+  c.close();
+  assert.equal(c.state, 'closed');
+});
+
+test('ws: publish on a granted channel, typed errors on refused publish and subscribe', async () => {
+  const token = await herald.token({ subscribe: ['rooms/*'], publish: ['rooms/*'] });
+  const c = client({ url: herald.url, getToken: async () => token });
+  const r = recorder();
+  await c.subscribe('rooms/lobby', r.handlers).ready;
+
+  const res = await c.publish('rooms/lobby', 'chat.message', { text: 'hi' });
+  assert.equal(typeof res.id, 'string');
+  assert.ok(res.offset >= 1);
+  await waitUntil(() => r.pubs.some((p) => p.id === res.id), 'our own publication');
+  assert.deepEqual(r.pubs.find((p) => p.id === res.id).data, { text: 'hi' });
+
+  await assert.rejects(c.publish('orders/1', 'chat.message', { text: 'no' }), (e) => {
+    assert.ok(e instanceof HeraldError);
+    assert.equal(e.code, 'forbidden');
+    assert.equal(e.temporary, false);
+    assert.equal(e.op, 'publish');
+    return true;
+  });
+  await assert.rejects(c.publish('rooms/lobby', 'Bad Type!', 1), (e) => e.code === 'bad_request');
+
+  const denied = recorder();
+  const sub = c.subscribe('secret/1', denied.handlers);
+  await assert.rejects(sub.ready, (e) => e.code === 'forbidden' && e.op === 'subscribe');
+  assert.equal(sub.closed, true);
+  assert.equal(denied.errors.length, 1);
+  assert.equal(c.state, 'connected', 'a refused subscription leaves the connection up');
+
+  // A subscription token opens a channel no grant covers.
+  const viaToken = recorder();
+  const subTok = await herald.token({ channel: 'docs/9' });
+  await c.subscribe('docs/9', { ...viaToken.handlers, token: async () => subTok }).ready;
+  const doc = await herald.publish('docs/9', { rev: 1 });
+  await waitUntil(() => viaToken.pubs.some((p) => p.id === doc), 'publication on the subscription-token channel');
+
+  // Unsubscribe, then subscribe again: publications stop, then resume live.
+  const s2 = c.subscribe('rooms/other', recorder().handlers);
+  await s2.ready;
+  s2.unsubscribe();
+  const again = recorder();
+  await c.subscribe('rooms/other', again.handlers).ready;
+  const res2 = await c.publish('rooms/other', 'chat.message', { text: 'again' });
+  await waitUntil(() => again.pubs.some((p) => p.id === res2.id), 'publication after resubscribe');
+  c.close();
+});
+
+test('ws: resumes after the network drops, recovered with nothing lost', async () => {
+  const token = await herald.token({ subscribe: ['orders/*'] });
+  const states = stateLog();
+  const c = client({ url: proxy.url, getToken: async () => token, onStateChange: states.onStateChange });
+  const r = recorder();
+  await c.subscribe('orders/2', r.handlers).ready;
+  const a = await herald.publish('orders/2', { n: 1 });
+  await waitUntil(() => r.pubs.length === 1, 'first publication');
+
+  // A second client, straight to the server, sees what is published while
+  // the first is cut off.
+  const watcher = client({ url: herald.url, getToken: async () => token });
+  const w = recorder();
+  await watcher.subscribe('orders/2', w.handlers).ready;
+
+  proxy.hold(true);
+  proxy.cut();
+  await waitUntil(() => c.state === 'reconnecting', 'the client to notice the drop');
+  const b = await herald.publish('orders/2', { n: 2 });
+  const d = await herald.publish('orders/2', { n: 3 });
+  await waitUntil(() => w.pubs.length === 2, 'publications during the gap');
+  proxy.hold(false);
+
+  await waitUntil(() => r.pubs.length === 3, 'the missed publications');
+  assert.deepEqual(r.pubs.map((p) => p.id), [a, b, d]);
+  assert.deepEqual(r.pubs.map((p) => p.offset), [1, 2, 3]);
+  assert.deepEqual(r.gaps, []);
+  assert.equal(r.recovered.length, 1);
+  assert.equal(r.recovered[0].channel, 'orders/2');
+  const waits = states.filter((s) => s.state === 'reconnecting');
+  assert.ok(waits.length >= 1);
+  for (const s of waits) assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
+  c.close();
+  watcher.close();
+});
+
+test('ws: an expired token is replaced and the connection resumes; refresh keeps it up', async () => {
+  // An app that cannot refresh in time: asked for a token to refresh with,
+  // it has only the current one, so the server closes the connection with
+  // token_expired (4100) at expiry; the client then asks for a fresh token
+  // ({reason: "token_expired"}) and reconnects at once, resuming.
+  const reasons = [];
+  const states = stateLog();
+  let current = null;
+  const c = client({
+    url: herald.url,
+    refreshRatio: 0,
+    onStateChange: states.onStateChange,
+    getToken: async ({ reason }) => {
+      reasons.push(reason);
+      if (reason === 'refresh') return current;
+      current = await herald.token({ subscribe: ['orders/*'], ttl: reason === 'connect' ? '2s' : '1h' });
+      return current;
+    },
+  });
+  const r = recorder();
+  await c.subscribe('orders/3', r.handlers).ready;
+
+  // An app that refreshes: in-band at half the lifetime (or when the
+  // server asks), no reconnect.
+  const refreshReasons = [];
+  const rs = stateLog();
+  const c2 = client({
+    url: herald.url,
+    refreshRatio: 0.5,
+    onStateChange: rs.onStateChange,
+    getToken: async ({ reason }) => {
+      refreshReasons.push(reason);
+      return herald.token({ subscribe: ['orders/*'], ttl: refreshReasons.length === 1 ? '3s' : '1h' });
+    },
+  });
+  const r2 = recorder();
+  await c2.subscribe('orders/3', r2.handlers).ready;
+  const started = Date.now();
+
+  await waitUntil(() => reasons.includes('token_expired') && c.state === 'connected' && r.recovered.length === 1, 'reconnect with a fresh token', 20_000);
+  const expired = states.find((s) => s.state === 'reconnecting');
+  assert.equal(expired.closeCode, 4100);
+  assert.equal(expired.reason, 'token_expired');
+  assert.equal(expired.delayMs, 0, 'the first token_expired reconnects at once');
+  assert.equal(states.filter((s) => s.state === 'reconnecting').length, 1);
+
+  await waitUntil(() => refreshReasons.includes('refresh'), 'in-band refresh', 5000);
+  // Past the first token's expiry (3 s) the refreshed connection still delivers.
+  const wait = 3500 - (Date.now() - started);
+  if (wait > 0) await new Promise((res) => setTimeout(res, wait));
+  const id = await herald.publish('orders/3', { after: 'expiry' });
+  await waitUntil(() => r2.pubs.some((p) => p.id === id) && r.pubs.some((p) => p.id === id), 'publication after expiry');
+  assert.deepEqual(rs.filter((s) => s.state === 'reconnecting'), [], 'refresh needed no reconnect');
+  assert.equal(refreshReasons[0], 'connect');
+  assert.ok(refreshReasons.slice(1).every((x) => x === 'refresh'), JSON.stringify(refreshReasons));
+  c.close();
+  c2.close();
+});
+
+test('ws: a refused token closes for good (4501), no reconnect loop', async () => {
+  let calls = 0;
+  const states = stateLog();
+  const c = client({
+    url: herald.url,
+    onStateChange: states.onStateChange,
+    getToken: async () => {
+      calls++;
+      return 'not.a.jwt';
+    },
+  });
+  await assert.rejects(c.connect(), (e) => {
+    assert.ok(e instanceof HeraldError);
+    assert.equal(e.code, 'unauthorized');
+    assert.equal(e.closeCode, 4501);
+    return true;
+  });
+  assert.equal(c.state, 'closed');
+  assert.equal(c.lastError.code, 'unauthorized');
+  // Give a (wrong) reconnect time to happen: the backoff is at most 400 ms.
+  await new Promise((res) => setTimeout(res, 500));
+  assert.equal(calls, 1);
+  assert.deepEqual(states.map((s) => s.state), ['connecting', 'closed']);
+});
+
+test('ws: server restart: bounded reconnects, then onGap (new epoch) and live delivery', async () => {
+  const h = await Herald.start();
+  try {
+    const token = await h.token({ subscribe: ['orders/*'] });
+    const states = stateLog();
+    const c = client({ url: h.url, getToken: async () => token, onStateChange: states.onStateChange });
+    const r = recorder();
+    await c.subscribe('orders/4', r.handlers).ready;
+    await h.publish('orders/4', { n: 1 });
+    await waitUntil(() => r.pubs.length === 1, 'first publication');
+    const epoch1 = r.pubs[0].epoch;
+
+    await h.stop(); // graceful: disconnect push "shutdown" with a delay, close 4000
+    await waitUntil(() => states.filter((s) => s.state === 'reconnecting').length >= 3, 'a few refused reconnects');
+    await h.restart();
+    await waitUntil(() => r.gaps.length === 1, 'onGap after the restart');
+    assert.equal(r.gaps[0].channel, 'orders/4');
+    assert.equal(r.gaps[0].reason, 'epoch_changed');
+    assert.notEqual(r.gaps[0].epoch, epoch1);
+    assert.equal(c.state, 'connected');
+
+    const id = await h.publish('orders/4', { n: 2 });
+    await waitUntil(() => r.pubs.some((p) => p.id === id), 'live publication after the gap');
+
+    const waits = states.filter((s) => s.state === 'reconnecting');
+    assert.equal(waits[0].reason, 'shutdown');
+    assert.equal(waits[0].closeCode, 4000);
+    assert.ok(waits[0].delayMs <= Math.max(200, fastBackoff.maxMs));
+    for (const s of waits) assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
+    c.close();
+  } finally {
+    await h.destroy();
+  }
+});
