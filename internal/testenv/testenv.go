@@ -125,4 +125,3 @@ func Must(t testing.TB, err error, what string) {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
-
