@@ -420,3 +420,60 @@ func (s selection) terms(a *sqlArgs, ts func(time.Time) any) []string {
 func stateTerm(state string) string {
 	return "state = '" + state + "'"
 }
+
+// replayer is what the shared Replay loop needs from a store's admin.
+type replayer interface {
+	// replayBatch moves up to n selected dead letters after seq `after`
+	// back to pending in one transaction, auditing each, and returns their
+	// ids and the last seq.
+	replayBatch(ctx context.Context, sel selection, actor, reason string, after int64, n int) ([]string, int64, error)
+	// states returns the state of each existing id.
+	states(ctx context.Context, ids []string) (map[string]string, error)
+	// wake tells Workers that records became pending.
+	wake()
+}
+
+// replay replays batch after batch, walking seq forward so a record that
+// is dead-lettered again meanwhile is not replayed twice by one call.
+func replay(ctx context.Context, a replayer, r ReplayRequest) (ReplayResult, error) {
+	r = r.withDefaults()
+	ids, err := r.validate()
+	if err != nil {
+		return ReplayResult{}, err
+	}
+	sel := selection{ids: ids, typ: r.Type, schemaVersion: r.SchemaVersion, since: r.Since, until: r.Until}
+	var res ReplayResult
+	var cursor int64
+	limited := false
+	for {
+		n := r.BatchSize
+		if r.Limit > 0 {
+			left := r.Limit - len(res.Replayed)
+			if left <= 0 {
+				limited = true
+				break
+			}
+			n = min(n, left)
+		}
+		got, last, err := a.replayBatch(ctx, sel, r.Actor, r.Reason, cursor, n)
+		if err != nil {
+			return res, fmt.Errorf("outboxfeed: replay (%d replayed before the error): %w", len(res.Replayed), err)
+		}
+		res.Replayed = append(res.Replayed, got...)
+		if len(got) < n {
+			break
+		}
+		cursor = last
+	}
+	if len(res.Replayed) > 0 {
+		a.wake()
+	}
+	if len(ids) > 0 {
+		states, err := a.states(ctx, ids)
+		if err != nil {
+			return res, fmt.Errorf("outboxfeed: replay: %w", err)
+		}
+		res.Skipped = skips(ids, setOf(res.Replayed), states, limited)
+	}
+	return res, nil
+}

@@ -135,50 +135,14 @@ WITH picked AS (
 )
 SELECT id::text, seq FROM moved ORDER BY seq`
 
-// Replay replays batch after batch, walking seq forward so a record that
-// is dead-lettered again meanwhile is not replayed twice by one call.
+// Replay implements Admin.
 func (a pgAdmin) Replay(ctx context.Context, r ReplayRequest) (ReplayResult, error) {
-	r = r.withDefaults()
-	ids, err := r.validate()
-	if err != nil {
-		return ReplayResult{}, err
-	}
-	sel := selection{ids: ids, typ: r.Type, schemaVersion: r.SchemaVersion, since: r.Since, until: r.Until}
-	var res ReplayResult
-	var cursor int64
-	limited := false
-	for {
-		n := r.BatchSize
-		if r.Limit > 0 {
-			left := r.Limit - len(res.Replayed)
-			if left <= 0 {
-				limited = true
-				break
-			}
-			n = min(n, left)
-		}
-		got, last, err := a.replayBatch(ctx, sel, r.Actor, r.Reason, cursor, n)
-		if err != nil {
-			return res, fmt.Errorf("outboxfeed: replay (%d replayed before the error): %w", len(res.Replayed), err)
-		}
-		res.Replayed = append(res.Replayed, got...)
-		if len(got) < n {
-			break
-		}
-		cursor = last
-	}
-	if len(res.Replayed) > 0 {
-		a.s.wakeup.broadcast() // the Workers of this process; others get the NOTIFY
-	}
-	if len(ids) > 0 {
-		states, err := a.states(ctx, ids)
-		if err != nil {
-			return res, fmt.Errorf("outboxfeed: replay: %w", err)
-		}
-		res.Skipped = skips(ids, setOf(res.Replayed), states, limited)
-	}
-	return res, nil
+	return replay(ctx, a, r)
 }
+
+// wake tells this process's Workers; those of other processes get the
+// NOTIFY the replay statement sends.
+func (a pgAdmin) wake() { a.s.wakeup.broadcast() }
 
 func (a pgAdmin) replayBatch(ctx context.Context, sel selection, actor, reason string, after int64, n int) ([]string, int64, error) {
 	var ids []string

@@ -129,58 +129,28 @@ func (a sqliteAdmin) List(ctx context.Context, f Filter) (Page, error) {
 	return p, nil
 }
 
-// Replay replays batch after batch, walking seq forward so a record that
-// is dead-lettered again meanwhile is not replayed twice by one call.
+// Replay implements Admin.
 func (a sqliteAdmin) Replay(ctx context.Context, r ReplayRequest) (ReplayResult, error) {
-	r = r.withDefaults()
-	ids, err := r.validate()
-	if err != nil {
-		return ReplayResult{}, err
-	}
-	sel := selection{ids: ids, typ: r.Type, schemaVersion: r.SchemaVersion, since: r.Since, until: r.Until}
-	var res ReplayResult
-	var cursor int64
-	limited := false
-	for {
-		n := r.BatchSize
-		if r.Limit > 0 {
-			left := r.Limit - len(res.Replayed)
-			if left <= 0 {
-				limited = true
-				break
+	return replay(ctx, a, r)
+}
+
+// wake tells this process's Workers; those of other processes find the
+// replayed records by polling.
+func (a sqliteAdmin) wake() { a.s.wakeup.broadcast() }
+
+// states returns the state of each existing id.
+func (a sqliteAdmin) states(ctx context.Context, ids []string) (map[string]string, error) {
+	states := make(map[string]string, len(ids))
+	err := a.each(ctx, `SELECT id, state FROM outbox WHERE id IN (SELECT value FROM json_each(?))`, nil,
+		func(rows *sql.Rows) error {
+			var id, state string
+			if err := rows.Scan(&id, &state); err != nil {
+				return err
 			}
-			n = min(n, left)
-		}
-		got, last, err := a.replayBatch(ctx, sel, r.Actor, r.Reason, cursor, n)
-		if err != nil {
-			return res, fmt.Errorf("outboxfeed: replay (%d replayed before the error): %w", len(res.Replayed), err)
-		}
-		res.Replayed = append(res.Replayed, got...)
-		if len(got) < n {
-			break
-		}
-		cursor = last
-	}
-	if len(res.Replayed) > 0 {
-		a.s.wakeup.broadcast() // Workers of other processes find them by polling
-	}
-	if len(ids) > 0 {
-		states := make(map[string]string, len(ids))
-		err := a.each(ctx, `SELECT id, state FROM outbox WHERE id IN (SELECT value FROM json_each(?))`, nil,
-			func(rows *sql.Rows) error {
-				var id, state string
-				if err := rows.Scan(&id, &state); err != nil {
-					return err
-				}
-				states[id] = state
-				return nil
-			}, jsonStrings(ids))
-		if err != nil {
-			return res, fmt.Errorf("outboxfeed: replay: %w", err)
-		}
-		res.Skipped = skips(ids, setOf(res.Replayed), states, limited)
-	}
-	return res, nil
+			states[id] = state
+			return nil
+		}, jsonStrings(ids))
+	return states, err
 }
 
 // replayBatch moves up to n selected dead letters after seq `after` back
