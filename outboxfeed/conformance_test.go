@@ -28,6 +28,8 @@ type harness struct {
 	stage func(t *testing.T, commit bool, ns ...Notification) []string
 	// exec runs one raw SQL statement.
 	exec func(ctx context.Context, sql string) error
+	// hourLater is an SQL expression for next_attempt_at an hour from now.
+	hourLater string
 }
 
 // runConformance is the store conformance suite; setup returns a fresh
@@ -40,11 +42,13 @@ func runConformance(t *testing.T, setup func(t *testing.T) *harness) {
 		{"CommittedReachesPublisherRolledBackReachesNoOne", testCommitAndRollback},
 		{"StageValidatesFirst", testStageValidates},
 		{"ExpiredClaimReturnsToEligibleWork", testExpiredClaim},
+		{"ExpiredLeasesBurnAttemptsThenDeadLetter", testExpiredLeasesDeadLetter},
 		{"LateUpdatesOfPausedWorkerAreRejected", testPausedWorkerLeaseLost},
 		{"PerChannelOrderAcrossTwoWorkers", testOrderTwoWorkers},
 		{"PermanentFailuresDeadLetter", testPermanentFailures},
 		{"UnknownTypeVersionDeadLetters", testRegistryNoReader},
 		{"RetryWithBackoffThenDeadLetter", testRetry},
+		{"ChannelWaitingForRetryDoesNotHoldOthersBack", testBlockedHead},
 		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
 		{"StopReleasesLeases", testReleaseOnStop},
 		{"CheckConstraintsRejectImpossibleStates", testCheckConstraints},
@@ -141,7 +145,8 @@ func testExpiredClaim(t *testing.T, h *harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := h.store.Claim(ctx, "worker-a", 10, time.Millisecond)
+	later := h.stage(t, true, note("orders/1", `{"n":2}`))[0]
+	first, err := h.store.Claim(ctx, "worker-a", 1, time.Millisecond)
 	if err != nil || len(first) != 1 || first[0].ID != id {
 		t.Fatalf("claim = %v, %v", first, err)
 	}
@@ -155,17 +160,56 @@ func testExpiredClaim(t *testing.T, h *harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(second) == 1
+		return len(second) > 0
 	})
-	if second[0].ID != id || second[0].Fence != 2 || second[0].Attempt != 0 {
-		t.Fatalf("re-claimed = %+v, want same id, fence 2, attempt 0", second[0])
+	// The lost lease was a failed attempt; the channel's next record
+	// follows it in the same claim, in order.
+	if len(second) != 2 || second[0].ID != id || second[0].Fence != 2 || second[0].Attempt != 1 || second[1].ID != later {
+		t.Fatalf("re-claimed = %+v, want %s (fence 2, attempt 1) then %s", second, id, later)
 	}
-	if p := stateOf(t, h.store, id).(Processing); p.LeaseOwner != "worker-b" || !p.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)) {
+	if p := stateOf(t, h.store, id).(Processing); p.LeaseOwner != "worker-b" || p.Attempt != 1 || !p.LeaseExpiresAt.After(time.Now().Add(50*time.Minute)) {
 		t.Fatalf("state = %#v", p)
 	}
-	if n, err := h.store.Complete(ctx, "worker-b", []Lease{second[0].Lease()}); n != 1 || err != nil {
+	if n, err := h.store.Complete(ctx, "worker-b", []Lease{second[0].Lease(), second[1].Lease()}); n != 2 || err != nil {
 		t.Fatalf("complete by current owner = %d, %v", n, err)
 	}
+	if d := stateOf(t, h.store, id).(Dispatched); d.Attempt != 1 {
+		t.Fatalf("dispatched after a lost lease: attempt %d, want 1", d.Attempt)
+	}
+}
+
+// A record whose Worker dies (or stalls) every time it holds it — a
+// message that crashes the process — is dead-lettered once its lost leases
+// use up MaxAttempts, and never published by a Worker.
+func testExpiredLeasesDeadLetter(t *testing.T, h *harness) {
+	ctx := context.Background()
+	poison := h.stage(t, true, note("orders/1", `{"crashes":true}`), note("orders/1", `{"n":2}`))
+	for i := range 3 { // three crashed Workers: each claimed it and vanished
+		var got []Record
+		eventually(t, 5*time.Second, "a crashing worker's claim", func() bool {
+			var err error
+			got, err = h.store.Claim(ctx, fmt.Sprintf("crasher-%d", i), 1, time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(got) == 1
+		})
+		if got[0].ID != poison[0] || got[0].Attempt != i {
+			t.Fatalf("crasher %d claimed %s at attempt %d, want %s at %d", i, got[0].ID, got[0].Attempt, poison[0], i)
+		}
+	}
+	time.Sleep(2 * time.Millisecond) // the second crasher's lease runs out
+	rec := newRecorder()
+	w := startWorker(t, h.store, rec, WorkerConfig{MaxAttempts: 3})
+	rec.waitFor(t, 5*time.Second, "the record after the poison one", func() bool { _, ok := rec.byID(poison[1]); return ok })
+	dl, ok := stateOf(t, h.store, poison[0]).(DeadLetter)
+	if !ok || dl.Attempts != 3 || dl.Reason != "gave up after 3 attempts: lease of crasher-2 expired" {
+		t.Fatalf("poison record = %#v, want dead-lettered after 3 attempts", stateOf(t, h.store, poison[0]))
+	}
+	if _, ok := rec.byID(poison[0]); ok {
+		t.Fatal("the Worker published a record whose leases had used up its attempts")
+	}
+	eventually(t, 5*time.Second, "one dead_letter outcome", func() bool { return testutil.ToFloat64(w.m.deadLettered) == 1 })
 }
 
 func testPausedWorkerLeaseLost(t *testing.T, h *harness) {
@@ -204,6 +248,9 @@ func testPausedWorkerLeaseLost(t *testing.T, h *harness) {
 			t.Fatal(err)
 		}
 		taken = append(taken, got...)
+		for _, g := range got {
+			t.Logf("worker-b took %s fence %d attempt %d", g.ID, g.Fence, g.Attempt)
+		}
 		return len(taken) == 2
 	})
 	release()
@@ -215,7 +262,7 @@ func testPausedWorkerLeaseLost(t *testing.T, h *harness) {
 	}
 	for _, r := range taken {
 		p, ok := stateOf(t, h.store, r.ID).(Processing)
-		if !ok || p.LeaseOwner != "worker-b" || p.Fence != r.Fence || p.Attempt != 0 {
+		if !ok || p.LeaseOwner != "worker-b" || p.Fence != r.Fence || p.Attempt != 1 {
 			t.Fatalf("%s: state = %#v, want worker-b's untouched claim", r.ID, p)
 		}
 		stale := Lease{ID: r.ID, Fence: r.Fence - 1}
@@ -364,6 +411,32 @@ func testRegistryNoReader(t *testing.T, h *harness) {
 		if dl := stateOf(t, h.store, ids[i]).(DeadLetter); dl.Reason != want {
 			t.Fatalf("reason = %q, want %q", dl.Reason, want)
 		}
+	}
+}
+
+// A channel whose first record waits for its retry holds back its own
+// records only: other channels are claimed even when the waiting channel's
+// records fill many claim windows ahead of them.
+func testBlockedHead(t *testing.T, h *harness) {
+	ctx := context.Background()
+	slow := make([]Notification, 300)
+	for i := range slow {
+		slow[i] = note("orders/slow", fmt.Sprintf(`{"i":%d}`, i))
+	}
+	slowIDs := h.stage(t, true, slow...)
+	if err := h.exec(ctx, fmt.Sprintf(`UPDATE %s SET attempt = 1, last_error = 'target busy', next_attempt_at = %s WHERE id = '%s'`,
+		h.table, h.hourLater, slowIDs[0])); err != nil {
+		t.Fatal(err)
+	}
+	fast := h.stage(t, true, note("orders/fast", `{}`))[0]
+	rec := newRecorder()
+	startWorker(t, h.store, rec, WorkerConfig{BatchSize: 5})
+	rec.waitFor(t, 10*time.Second, "the other channel's record", func() bool { _, ok := rec.byID(fast); return ok })
+	if n := len(rec.channel(fanout.Key{Tenant: "acme", Channel: "orders/slow"})); n != 0 {
+		t.Fatalf("%d records of the waiting channel were published past its first", n)
+	}
+	if p, ok := stateOf(t, h.store, slowIDs[1]).(Pending); !ok || p.Attempt != 0 {
+		t.Fatalf("a record behind the waiting one is %#v, want untouched", stateOf(t, h.store, slowIDs[1]))
 	}
 }
 

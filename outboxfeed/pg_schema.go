@@ -29,8 +29,12 @@ CREATE TABLE herald.outbox (
 	seq              bigint      GENERATED ALWAYS AS IDENTITY,
 	tenant_id        text        NOT NULL,
 	channel          text        NOT NULL,
+	-- [a-z0-9_.-]{1,128}, without a regular expression: every CHECK runs
+	-- on every update of the row, and a regex match costs more than the
+	-- rest of a claim's row update.
 	type             text        NOT NULL
-		CONSTRAINT outbox_type_format CHECK (type ~ '^[a-z0-9_.-]{1,128}$'),
+		CONSTRAINT outbox_type_format CHECK (length(type) BETWEEN 1 AND 128
+			AND ltrim(type, 'abcdefghijklmnopqrstuvwxyz0123456789_.-') = ''),
 	schema_version   int         NOT NULL
 		CONSTRAINT outbox_schema_version_positive CHECK (schema_version >= 1),
 	payload          jsonb       NOT NULL,
@@ -64,26 +68,44 @@ CREATE TABLE herald.outbox (
 	CONSTRAINT outbox_dead_letter_columns CHECK (state <> 'dead_letter' OR (
 		dead_lettered_at IS NOT NULL AND last_error IS NOT NULL
 		AND lease_owner IS NULL AND lease_expires_at IS NULL AND dispatched_at IS NULL))
-);
+) WITH (fillfactor = 50);
 
--- Every index is paid for on each insert or state change (a state change
--- is never a HOT update), so there are few, and partial.
+-- Every index is paid for on each insert and on each update that is not
+-- HOT (heap-only: the new row version stays on its page and no index is
+-- touched). An update is HOT only when it changes no indexed column,
+-- columns of index predicates included, and the page has room — hence
+-- fillfactor 50 above: claiming a page of records (pending → processing)
+-- writes a second version of each. So no index mentions state, the lease
+-- columns, fence, attempt or next_attempt_at: claim, retry, release and
+-- lease takeover are all HOT. Completion and dead-lettering set
+-- dispatched_at / dead_lettered_at, leave the unresolved index and cost one
+-- index insert each (primary key plus their own index).
 --
--- Claim candidates in order; also the pending count and the head of line.
-CREATE INDEX outbox_claim_idx ON herald.outbox (seq) WHERE state = 'pending';
--- Records in processing, per channel: the claim's blocking probe, the
--- requeue of expired leases and the processing count (at most batch size
--- times the number of Workers rows).
-CREATE INDEX outbox_processing_channel_idx ON herald.outbox (tenant_id, channel)
-	WHERE state = 'processing';
--- Retries waiting for their time: the claim's other blocking probe. Only
--- a retry (attempt > 0) has a future next_attempt_at.
-CREATE INDEX outbox_retry_wait_idx ON herald.outbox (tenant_id, channel, next_attempt_at)
-	WHERE state = 'pending' AND attempt > 0;
--- Dead-letter count, listing and replay.
-CREATE INDEX outbox_dead_letter_idx ON herald.outbox (dead_lettered_at) WHERE state = 'dead_letter';
--- Retention pruning of dispatched records.
-CREATE INDEX outbox_dispatched_idx ON herald.outbox (dispatched_at) WHERE state = 'dispatched';
+-- Records not yet dispatched nor dead-lettered (pending and processing), in
+-- seq order: the claim walks it from the head; also the backlog count.
+CREATE INDEX outbox_unresolved_idx ON herald.outbox (seq)
+	WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL;
+-- Dead-letter count, listing and replay (queries must say
+-- dead_lettered_at IS NOT NULL to use it).
+CREATE INDEX outbox_dead_letter_idx ON herald.outbox (dead_lettered_at)
+	WHERE dead_lettered_at IS NOT NULL;
+-- Retention pruning of dispatched records (queries must say
+-- dispatched_at IS NOT NULL to use it).
+CREATE INDEX outbox_dispatched_idx ON herald.outbox (dispatched_at)
+	WHERE dispatched_at IS NOT NULL;
+
+-- The wake-up switch. The notify trigger sends a NOTIFY only while a
+-- Worker has armed it (armed_until in the future): NOTIFY serializes the
+-- commits of every transaction that sends one (PostgreSQL holds a global
+-- lock on the notification queue through each such commit), so producers
+-- must not send one while Workers are busy anyway. An idle Worker arms it
+-- (and keeps re-arming it while idle); a woken Worker disarms it; a Worker
+-- that died leaves it to expire.
+CREATE TABLE herald.outbox_wakeup (
+	id          boolean     PRIMARY KEY DEFAULT true CONSTRAINT outbox_wakeup_one_row CHECK (id),
+	armed_until timestamptz
+);
+INSERT INTO herald.outbox_wakeup DEFAULT VALUES;
 
 CREATE TABLE herald.outbox_replay (
 	id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -107,7 +129,9 @@ $fn$;
 
 CREATE FUNCTION herald.outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
-	PERFORM pg_notify('herald_outbox', '');
+	IF EXISTS (SELECT 1 FROM herald.outbox_wakeup WHERE armed_until > statement_timestamp()) THEN
+		PERFORM pg_notify('herald_outbox', '');
+	END IF;
 	RETURN NULL;
 END
 $fn$;

@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -149,91 +153,289 @@ const pgRecordColumns = `id::text, seq, tenant_id, channel, type, schema_version
 	occurred_at, kind, state, attempt, next_attempt_at, lease_owner, lease_expires_at, fence,
 	last_error, dispatched_at, dead_lettered_at`
 
-const pgRequeueExpired = `
-UPDATE herald.outbox
-SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,
-    last_error = 'lease of ' || lease_owner || ' expired'
-WHERE state = 'processing' AND lease_expires_at < statement_timestamp()`
-
-// pgClaim picks due pending records in seq order, skipping channels with a
-// record in processing or an earlier pending record not yet due. The two
-// checks are scalar subqueries on purpose: PostgreSQL runs them as one index
-// probe per candidate instead of planning an anti-join that, with stale
-// statistics, compares every candidate with every blocking row.
+// pgClaim claims in one statement, from a window of the oldest unresolved
+// records (pending or processing, in seq order, at most $4 of them):
+//
+//   - A record is ok when it is pending and due, or processing under an
+//     expired lease (taken over: the attempt that lease stood for failed).
+//   - A channel is busy while it has a record in processing under a live
+//     lease (whatever its seq), and stuck from its first record that is
+//     pending but not yet due (a retry waiting for its time).
+//   - A record is pickable when it is ok, its channel is not busy and no
+//     earlier record of its channel in the window is not ok (found for all
+//     channels at once by one hash aggregate). The first $2 pickable
+//     records in seq order are claimed; a channel's records are thus
+//     claimed as a prefix, in order.
+//
+// The window starts at the head of the line, so a record the window does
+// not reach has nothing earlier outside it. Taking an expired lease over
+// burns an attempt (attempt+1, last_error 'lease of <owner> expired'); when
+// that reaches $5 (> 0) the record is dead-lettered instead. Every update
+// re-checks its condition on the row's current version.
+//
+// The result always has one row per record claimed or dead-lettered, or
+// one row of NULL record columns, each led by what the Worker sizes its
+// next claims by (claimWindow): the window's size, the position in it of
+// the last record picked, how many of it are stuck behind retries, and how
+// many pickable records of channels not picked were left for others.
 const pgClaim = `
-WITH picked AS (
-	SELECT o.id FROM herald.outbox o
-	WHERE o.state = 'pending' AND o.next_attempt_at <= statement_timestamp()
-	  AND (SELECT true FROM herald.outbox b
-		WHERE b.tenant_id = o.tenant_id AND b.channel = o.channel AND b.state = 'processing'
-		LIMIT 1) IS NULL
-	  AND (SELECT true FROM herald.outbox b
-		WHERE b.tenant_id = o.tenant_id AND b.channel = o.channel AND b.state = 'pending'
-		  AND b.attempt > 0 AND b.next_attempt_at > statement_timestamp() AND b.seq < o.seq
-		LIMIT 1) IS NULL
-	ORDER BY o.seq
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
+WITH head AS MATERIALIZED (
+	SELECT ctid AS tid, seq, tenant_id, channel,
+	       CASE state WHEN 'pending' THEN next_attempt_at <= statement_timestamp()
+	                  ELSE lease_expires_at < statement_timestamp() END AS ok,
+	       state = 'processing' AND lease_expires_at >= statement_timestamp() AS busy,
+	       state = 'processing' AS takeover
+	FROM herald.outbox
+	WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL
+	ORDER BY seq
+	LIMIT $4
+), blocked AS MATERIALIZED (
+	SELECT tenant_id, channel, min(seq) AS stop, bool_or(busy) AS busy
+	FROM head WHERE NOT ok GROUP BY tenant_id, channel
+), pickable AS MATERIALIZED (
+	SELECT h.tid, h.seq, h.takeover, h.tenant_id, h.channel
+	FROM head h LEFT JOIN blocked b ON b.tenant_id = h.tenant_id AND b.channel = h.channel
+	WHERE h.ok AND (b.stop IS NULL OR (NOT b.busy AND h.seq < b.stop))
+), pick AS MATERIALIZED (
+	SELECT tid, seq, takeover, tenant_id, channel FROM pickable ORDER BY seq LIMIT $2
+), claimed AS (
+	UPDATE herald.outbox o
+	SET state = 'processing', lease_owner = $1,
+	    lease_expires_at = statement_timestamp() + $3::bigint * interval '1 microsecond',
+	    fence = o.fence + 1,
+	    attempt = o.attempt + CASE WHEN o.state = 'processing' THEN 1 ELSE 0 END,
+	    last_error = CASE WHEN o.state = 'processing' THEN 'lease of ' || o.lease_owner || ' expired' ELSE o.last_error END
+	FROM pick
+	WHERE o.ctid = pick.tid AND (
+	      (o.state = 'pending' AND o.next_attempt_at <= statement_timestamp())
+	   OR (o.state = 'processing' AND o.lease_expires_at < statement_timestamp()
+	       AND ($5 = 0 OR o.attempt + 1 < $5)))
+	RETURNING o.ctid::text AS place, ` + pgRecordColumnsQualified + `
+), exhausted AS (
+	UPDATE herald.outbox o
+	SET state = 'dead_letter', attempt = o.attempt + 1, dead_lettered_at = statement_timestamp(),
+	    last_error = 'gave up after ' || (o.attempt + 1) || ' attempts: lease of ' || o.lease_owner || ' expired',
+	    lease_owner = NULL, lease_expires_at = NULL
+	FROM pick
+	WHERE pick.takeover AND $5 > 0 AND o.ctid = pick.tid
+	  AND o.state = 'processing' AND o.lease_expires_at < statement_timestamp() AND o.attempt + 1 >= $5
+	RETURNING o.ctid::text AS place, ` + pgRecordColumnsQualified + `
+), done AS (
+	SELECT * FROM claimed UNION ALL SELECT * FROM exhausted
+), n AS (
+	SELECT (SELECT count(*) FROM head) AS scanned,
+	       (SELECT count(*) FROM head WHERE seq <= (SELECT max(seq) FROM pick)) AS depth,
+	       (SELECT count(*) FROM head h JOIN blocked b ON b.tenant_id = h.tenant_id AND b.channel = h.channel
+	        WHERE NOT b.busy AND h.seq >= b.stop) AS stuck,
+	       (SELECT count(*) FROM pickable p WHERE NOT EXISTS (
+	        SELECT 1 FROM pick k WHERE k.tenant_id = p.tenant_id AND k.channel = p.channel)) AS spare
 )
-UPDATE herald.outbox o
-SET state = 'processing', lease_owner = $1,
-    lease_expires_at = statement_timestamp() + $3::bigint * interval '1 microsecond',
-    fence = o.fence + 1
-FROM picked WHERE o.id = picked.id
-RETURNING ` + pgRecordColumnsQualified
+SELECT n.scanned, n.depth, n.stuck, n.spare, done.* FROM n LEFT JOIN done ON true`
 
 const pgRecordColumnsQualified = `o.id::text, o.seq, o.tenant_id, o.channel, o.type, o.schema_version,
 	o.payload, o.freshness, o.occurred_at, o.kind, o.state, o.attempt, o.next_attempt_at,
 	o.lease_owner, o.lease_expires_at, o.fence, o.last_error, o.dispatched_at, o.dead_lettered_at`
 
-// Claim requeues expired claims and claims a batch, in one short
-// transaction serialized with other claimers by an advisory lock.
+// pgLeaseMatch selects the rows whose lease $1 still holds among the ids $2
+// with the "id/fence" pairs $3: an index probe per id, then a hashed check
+// of the pair (robust to stale planner statistics, unlike a join).
+const pgLeaseMatch = `id = ANY($2::uuid[]) AND id::text || '/' || fence = ANY($3::text[])
+	AND lease_owner = $1 AND state = 'processing'`
+
+const pgComplete = `UPDATE herald.outbox
+SET state = 'dispatched', dispatched_at = statement_timestamp(), lease_owner = NULL, lease_expires_at = NULL
+WHERE ` + pgLeaseMatch
+
+// pgCompleteAt completes by row version ($4, from the claim) first — no
+// index lookup — then by id the leases whose row version moved (only an
+// operator's VACUUM FULL or CLUSTER moves a row nobody else updated).
+const pgCompleteAt = `
+WITH c AS (
+	SELECT * FROM unnest($4::tid[], $2::uuid[], $5::bigint[]) AS c(place, id, fence)
+), by_place AS (
+	UPDATE herald.outbox o
+	SET state = 'dispatched', dispatched_at = statement_timestamp(), lease_owner = NULL, lease_expires_at = NULL
+	FROM c
+	WHERE o.ctid = c.place AND o.id = c.id AND o.fence = c.fence AND o.lease_owner = $1 AND o.state = 'processing'
+	RETURNING o.id
+), by_id AS (
+	UPDATE herald.outbox
+	SET state = 'dispatched', dispatched_at = statement_timestamp(), lease_owner = NULL, lease_expires_at = NULL
+	WHERE (SELECT count(*) FROM by_place) < cardinality($2::uuid[])
+	  AND id = ANY(ARRAY(SELECT unnest($2::uuid[]) EXCEPT ALL SELECT id FROM by_place))
+	  AND id::text || '/' || fence = ANY($3::text[]) AND lease_owner = $1 AND state = 'processing'
+	RETURNING id
+)
+SELECT (SELECT count(*) FROM by_place) + (SELECT count(*) FROM by_id)`
+
+// pgArm arms the wake-up trigger until $1 µs from now; pgDisarm disarms it.
+const (
+	pgArm    = `UPDATE herald.outbox_wakeup SET armed_until = statement_timestamp() + $1::bigint * interval '1 microsecond'`
+	pgDisarm = `UPDATE herald.outbox_wakeup SET armed_until = NULL WHERE armed_until IS NOT NULL`
+)
+
+// Claim claims a batch (taking over expired leases, each burning an
+// attempt) in one short transaction serialized with other claimers by an
+// advisory lock. When the head of the line is mostly stuck behind retries
+// not yet due, it looks further down the line (see Worker.resizeWindow).
 func (s *PGStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Record, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
+	req := claimRequest{owner: owner, limit: limit, lease: lease, window: defaultWindow(limit)}
 	var out []Record
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		out = out[:0]
-		b := &pgx.Batch{}
+	for {
+		res, err := s.claimCycle(ctx, req)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res.claimed...)
+		got := len(res.claimed) + len(res.exhausted)
+		req.limit -= got
+		if req.limit <= 0 || res.scanned < req.window || 2*res.stuck < res.scanned-got || req.window >= limit*maxWindowFactor {
+			return out, nil
+		}
+		req.window = min(4*req.window, limit*maxWindowFactor)
+	}
+}
+
+// claimCycle completes req.complete and claims the next batch in one
+// implicit transaction, sent as one pipelined round trip.
+func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult, error) {
+	var res claimResult
+	if req.limit <= 0 && len(req.complete) == 0 {
+		return res, nil
+	}
+	b := &pgx.Batch{}
+	// The claim's plan does not depend on its parameters: plan it once per
+	// connection, not at each of the first executions.
+	if req.asyncCommit {
+		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)`)
+	} else {
+		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
+	}
+	completeAt := len(req.complete) > 0 && len(req.completeAt) == len(req.complete)
+	switch {
+	case completeAt:
+		ids, pairs := leaseArgs(req.complete)
+		fences := make([]int64, len(req.complete))
+		for i, l := range req.complete {
+			fences[i] = l.Fence
+		}
+		b.Queue(pgCompleteAt, req.owner, ids, pairs, req.completeAt, fences)
+	case len(req.complete) > 0:
+		ids, pairs := leaseArgs(req.complete)
+		b.Queue(pgComplete, req.owner, ids, pairs)
+	}
+	switch {
+	case s.cfg.DisableNotifyTrigger:
+	case req.arm > 0:
+		b.Queue(pgArm, req.arm.Microseconds())
+	case req.disarm:
+		b.Queue(pgDisarm)
+	}
+	if req.limit > 0 {
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, pgClaimLockKey)
-		b.Queue(pgRequeueExpired)
-		b.Queue(pgClaim, owner, limit, lease.Microseconds())
-		br := tx.SendBatch(ctx, b)
+		b.Queue(pgClaim, req.owner, req.limit, req.lease.Microseconds(), req.windowOrDefault(), req.maxAttempts)
+	}
+	err := func() error {
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
 		if _, err := br.Exec(); err != nil {
-			br.Close()
 			return err
 		}
+		switch {
+		case completeAt:
+			if err := br.QueryRow().Scan(&res.completed); err != nil {
+				return err
+			}
+		case len(req.complete) > 0:
+			tag, err := br.Exec()
+			if err != nil {
+				return err
+			}
+			res.completed = int(tag.RowsAffected())
+		}
+		if !s.cfg.DisableNotifyTrigger && (req.arm > 0 || req.disarm) {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if req.limit <= 0 {
+			return br.Close()
+		}
 		if _, err := br.Exec(); err != nil {
-			br.Close()
 			return err
 		}
 		rows, err := br.Query()
 		if err != nil {
-			br.Close()
 			return err
 		}
 		for rows.Next() {
-			r, err := scanPGRecord(rows)
-			if err != nil {
+			if err := scanPGClaimRow(rows, &res); err != nil {
 				rows.Close()
-				br.Close()
 				return err
 			}
-			out = append(out, r)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			br.Close()
 			return err
 		}
 		return br.Close()
-	})
+	}()
 	if err != nil {
-		return nil, fmt.Errorf("outboxfeed: claim: %w", err)
+		return claimResult{}, fmt.Errorf("outboxfeed: claim: %w", err)
 	}
-	sortBySeq(out)
-	return out, nil
+	sort.Sort(bySeqWithPlace{res.claimed, res.places})
+	return res, nil
+}
+
+// bySeqWithPlace sorts claimed records by seq (RETURNING has no order),
+// keeping each one's place beside it.
+type bySeqWithPlace struct {
+	recs   []Record
+	places []string
+}
+
+func (b bySeqWithPlace) Len() int           { return len(b.recs) }
+func (b bySeqWithPlace) Less(i, j int) bool { return b.recs[i].Seq < b.recs[j].Seq }
+func (b bySeqWithPlace) Swap(i, j int) {
+	b.recs[i], b.recs[j] = b.recs[j], b.recs[i]
+	b.places[i], b.places[j] = b.places[j], b.places[i]
+}
+
+// scanPGClaimRow reads one row of pgClaim into res. The record columns
+// are NULL when nothing was claimed, hence value types with a validity
+// flag (which, unlike pointers, cost no allocation per column).
+func scanPGClaimRow(rows pgx.Rows, res *claimResult) error {
+	var place, id, tenant, channel, typ, kind, state pgtype.Text
+	var seq, fence pgtype.Int8
+	var version, attempt pgtype.Int4
+	var occurred, next pgtype.Timestamptz
+	var r Record
+	var c stateColumns
+	err := rows.Scan(&res.scanned, &res.depth, &res.stuck, &res.spare, &place, &id, &seq, &tenant, &channel, &typ, &version,
+		(*[]byte)(&r.Payload), (*[]byte)(&r.Freshness), &occurred, &kind,
+		&state, &attempt, &next, &c.leaseOwner, &c.leaseExpiresAt, &fence,
+		&c.lastError, &c.dispatchedAt, &c.deadLetteredAt)
+	if err != nil || !id.Valid {
+		return err // no record: nothing was claimed
+	}
+	if !place.Valid || !seq.Valid || !tenant.Valid || !channel.Valid || !typ.Valid || !version.Valid || !occurred.Valid ||
+		!kind.Valid || !state.Valid || !attempt.Valid || !next.Valid || !fence.Valid {
+		return fmt.Errorf("%w: NULL column in claimed record %s", ErrCorruptRecord, id.String)
+	}
+	r.ID, r.Seq, r.TenantID, r.Channel, r.Type = id.String, seq.Int64, tenant.String, channel.String, typ.String
+	r.SchemaVersion, r.OccurredAt, r.Kind = int(version.Int32), occurred.Time, kind.String
+	c.state, c.attempt, c.nextAttemptAt, c.fence = state.String, int(attempt.Int32), next.Time, fence.Int64
+	r.Attempt, r.Fence = c.attempt, c.fence
+	if r.State, err = c.toState(); err != nil {
+		return err
+	}
+	if _, dead := r.State.(DeadLetter); dead {
+		res.exhausted = append(res.exhausted, r)
+	} else {
+		res.claimed = append(res.claimed, r)
+		res.places = append(res.places, place.String)
+	}
+	return nil
 }
 
 // Complete marks held leases dispatched in one statement.
@@ -241,13 +443,8 @@ func (s *PGStore) Complete(ctx context.Context, owner string, leases []Lease) (i
 	if len(leases) == 0 {
 		return 0, nil
 	}
-	ids, fences := splitLeases(leases)
-	tag, err := s.pool.Exec(ctx, `
-UPDATE herald.outbox o
-SET state = 'dispatched', dispatched_at = now(), lease_owner = NULL, lease_expires_at = NULL
-FROM unnest($2::text[], $3::bigint[]) AS c(id, fence)
-WHERE o.id = c.id::uuid AND o.fence = c.fence AND o.lease_owner = $1 AND o.state = 'processing'`,
-		owner, ids, fences)
+	ids, pairs := leaseArgs(leases)
+	tag, err := s.pool.Exec(ctx, pgComplete, owner, ids, pairs)
 	if err != nil {
 		return 0, fmt.Errorf("outboxfeed: complete: %w", err)
 	}
@@ -259,7 +456,7 @@ func (s *PGStore) Retry(ctx context.Context, owner string, l Lease, delay time.D
 	tag, err := s.pool.Exec(ctx, `
 UPDATE herald.outbox
 SET state = 'pending', attempt = attempt + 1, last_error = $4,
-    next_attempt_at = now() + $5::bigint * interval '1 microsecond',
+    next_attempt_at = statement_timestamp() + $5::bigint * interval '1 microsecond',
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = $1::uuid AND fence = $2 AND lease_owner = $3 AND state = 'processing'`,
 		l.ID, l.Fence, owner, truncateError(lastError), delay.Microseconds())
@@ -273,7 +470,7 @@ WHERE id = $1::uuid AND fence = $2 AND lease_owner = $3 AND state = 'processing'
 func (s *PGStore) DeadLetter(ctx context.Context, owner string, l Lease, reason string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 UPDATE herald.outbox
-SET state = 'dead_letter', attempt = attempt + 1, last_error = $4, dead_lettered_at = now(),
+SET state = 'dead_letter', attempt = attempt + 1, last_error = $4, dead_lettered_at = statement_timestamp(),
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = $1::uuid AND fence = $2 AND lease_owner = $3 AND state = 'processing'`,
 		l.ID, l.Fence, owner, truncateError(reason))
@@ -288,13 +485,10 @@ func (s *PGStore) Release(ctx context.Context, owner string, leases []Lease) (in
 	if len(leases) == 0 {
 		return 0, nil
 	}
-	ids, fences := splitLeases(leases)
-	tag, err := s.pool.Exec(ctx, `
-UPDATE herald.outbox o
+	ids, pairs := leaseArgs(leases)
+	tag, err := s.pool.Exec(ctx, `UPDATE herald.outbox
 SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
-FROM unnest($2::text[], $3::bigint[]) AS c(id, fence)
-WHERE o.id = c.id::uuid AND o.fence = c.fence AND o.lease_owner = $1 AND o.state = 'processing'`,
-		owner, ids, fences)
+WHERE `+pgLeaseMatch, owner, ids, pairs)
 	if err != nil {
 		return 0, fmt.Errorf("outboxfeed: release: %w", err)
 	}
@@ -324,17 +518,16 @@ func (s *PGStore) Get(ctx context.Context, id string) (Record, error) {
 	return r, nil
 }
 
-// Stats counts the backlog with index-backed subqueries.
+// Stats counts the backlog on the unresolved index. OldestPending is the
+// oldest occurred_at among the first pgStatsHead records of the line.
 func (s *PGStore) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	var oldest *time.Time
 	err := s.pool.QueryRow(ctx, `SELECT
-	(SELECT count(*) FROM herald.outbox WHERE state = 'pending')
-	  + (SELECT count(*) FROM herald.outbox WHERE state = 'processing'),
-	(SELECT count(*) FROM herald.outbox WHERE state = 'dead_letter'),
-	least(
-	  (SELECT occurred_at FROM herald.outbox WHERE state = 'pending' ORDER BY seq LIMIT 1),
-	  (SELECT min(occurred_at) FROM herald.outbox WHERE state = 'processing'))`).
+	(SELECT count(*) FROM herald.outbox WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL),
+	(SELECT count(*) FROM herald.outbox WHERE dead_lettered_at IS NOT NULL),
+	(SELECT min(occurred_at) FROM (SELECT occurred_at FROM herald.outbox
+		WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT $1) h)`, pgStatsHead).
 		Scan(&st.Pending, &st.DeadLetter, &oldest)
 	if err != nil {
 		return Stats{}, fmt.Errorf("outboxfeed: stats: %w", err)
@@ -344,6 +537,10 @@ func (s *PGStore) Stats(ctx context.Context) (Stats, error) {
 	}
 	return st, nil
 }
+
+// pgStatsHead is how many records at the head of the line Stats looks at
+// for the oldest one (occurred_at is the producer's, not in seq order).
+const pgStatsHead = 1000
 
 func scanPGRecord(rows pgx.Rows) (Record, error) {
 	var r Record
@@ -360,11 +557,14 @@ func scanPGRecord(rows pgx.Rows) (Record, error) {
 	return r, err
 }
 
-func splitLeases(leases []Lease) ([]string, []int64) {
+// leaseArgs returns the ids of leases and their "id/fence" pairs, for
+// pgLeaseMatch.
+func leaseArgs(leases []Lease) ([]string, []string) {
 	ids := make([]string, len(leases))
-	fences := make([]int64, len(leases))
+	pairs := make([]string, len(leases))
 	for i, l := range leases {
-		ids[i], fences[i] = l.ID, l.Fence
+		ids[i] = strings.ToLower(l.ID) // as uuid::text prints it
+		pairs[i] = ids[i] + "/" + strconv.FormatInt(l.Fence, 10)
 	}
-	return ids, fences
+	return ids, pairs
 }

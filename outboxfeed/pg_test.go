@@ -50,6 +50,7 @@ func pgHarness(t *testing.T) *harness {
 			_, err := s.Pool().Exec(ctx, sql)
 			return err
 		},
+		hourLater: "now() + interval '1 hour'",
 	}
 }
 
@@ -216,5 +217,126 @@ func TestPostgresStoreOutage(t *testing.T) {
 	rec.waitFor(t, 5*time.Second, "dispatch resumed", func() bool { _, ok := rec.byID(id); return ok })
 	if r, d := testutil.ToFloat64(w.m.retry), testutil.ToFloat64(w.m.deadLettered); r != 0 || d != 0 {
 		t.Fatalf("a store outage touched messages: retry %v dead_letter %v", r, d)
+	}
+}
+
+// The notify trigger sends a NOTIFY only while a Worker has armed it, so
+// producers' commits do not queue behind NOTIFY while Workers are busy;
+// an idle Worker arms it and is woken through it.
+func TestPostgresNotifyOnlyWhileArmed(t *testing.T) {
+	t.Parallel()
+	s, url := newPGStore(t, Config{})
+	ctx := context.Background()
+	listener, err := pgx.Connect(ctx, url)
+	testenv.Must(t, err, "connect listener")
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	_, err = listener.Exec(ctx, "LISTEN "+pgNotifyChannel)
+	testenv.Must(t, err, "listen")
+	notified := func(within time.Duration) bool {
+		wctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		_, err := listener.WaitForNotification(wctx)
+		return err == nil
+	}
+	armedUntil := func() *time.Time {
+		var at *time.Time
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT armed_until FROM herald.outbox_wakeup`).Scan(&at), "read switch")
+		return at
+	}
+	if at := armedUntil(); at != nil {
+		t.Fatalf("a fresh schema is armed until %v", at)
+	}
+	_, err = s.StageOne(ctx, note("orders/1", `{}`))
+	testenv.Must(t, err, "stage")
+	if notified(200 * time.Millisecond) {
+		t.Fatal("a producer sent a NOTIFY while no Worker had armed the trigger")
+	}
+	_, err = s.Pool().Exec(ctx, pgArm, time.Minute.Microseconds())
+	testenv.Must(t, err, "arm")
+	_, err = s.StageOne(ctx, note("orders/1", `{}`))
+	testenv.Must(t, err, "stage")
+	if !notified(5 * time.Second) {
+		t.Fatal("no NOTIFY while armed")
+	}
+	_, err = s.Pool().Exec(ctx, pgDisarm)
+	testenv.Must(t, err, "disarm")
+
+	rec := newRecorder()
+	w := startWorker(t, s, rec, WorkerConfig{PollInterval: 10 * time.Second, IdleAfter: 20 * time.Millisecond})
+	eventually(t, 5*time.Second, "the idle worker to arm the trigger", func() bool {
+		at := armedUntil()
+		return at != nil && at.After(time.Now().Add(10*time.Second))
+	})
+	id, err := s.StageOne(ctx, note("orders/2", `{}`))
+	testenv.Must(t, err, "stage")
+	rec.waitFor(t, 2*time.Second, "the notified delivery", func() bool { _, ok := rec.byID(id); return ok })
+	eventually(t, 5*time.Second, "all three completed", func() bool { return testutil.ToFloat64(w.m.success) == 3 })
+}
+
+// Completion goes by the row version the claim returned, and by id when
+// that version moved (VACUUM FULL rewrites the table).
+func TestPostgresCompleteAfterRowsMoved(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := s.StageOne(ctx, note(fmt.Sprintf("orders/%d", i), `{}`))
+		testenv.Must(t, err, "stage")
+	}
+	// Dead row versions ahead of the claimed ones, so VACUUM FULL moves them.
+	_, err := s.Pool().Exec(ctx, `UPDATE herald.outbox SET attempt = attempt`)
+	testenv.Must(t, err, "churn")
+	res, err := s.claimCycle(ctx, claimRequest{owner: "w", limit: 10, lease: time.Hour})
+	testenv.Must(t, err, "claim")
+	if len(res.claimed) != 3 || len(res.places) != 3 {
+		t.Fatalf("claimed %d records with %d places", len(res.claimed), len(res.places))
+	}
+	_, err = s.Pool().Exec(ctx, `VACUUM FULL herald.outbox`)
+	testenv.Must(t, err, "vacuum full")
+	var moved int
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox WHERE NOT (ctid::text = ANY($1))`, res.places).Scan(&moved), "count moved")
+	if moved == 0 {
+		t.Fatal("VACUUM FULL moved no row; the fallback is not exercised")
+	}
+	leases := []Lease{res.claimed[0].Lease(), res.claimed[1].Lease(), res.claimed[2].Lease()}
+	stale := Lease{ID: leases[2].ID, Fence: leases[2].Fence + 1}
+	got, err := s.claimCycle(ctx, claimRequest{owner: "w", complete: []Lease{leases[0], leases[1], stale}, completeAt: res.places})
+	testenv.Must(t, err, "complete")
+	if got.completed != 2 {
+		t.Fatalf("completed %d, want the 2 leases still held", got.completed)
+	}
+	for i, r := range res.claimed {
+		_, dispatched := stateOf(t, s, r.ID).(Dispatched)
+		if dispatched != (i < 2) {
+			t.Fatalf("record %d dispatched = %v", i, dispatched)
+		}
+	}
+}
+
+// Store.Claim, like the Worker, looks past a head of the line stuck
+// behind a retry that is not yet due.
+func TestPostgresClaimLooksPastStuckHead(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	slow := make([]Notification, 200)
+	for i := range slow {
+		slow[i] = note("orders/slow", `{}`)
+	}
+	tx, err := s.Pool().Begin(ctx)
+	testenv.Must(t, err, "begin")
+	var ids []string
+	for _, n := range append(slow, note("orders/fast", `{}`)) {
+		id, err := Stage(ctx, tx, n)
+		testenv.Must(t, err, "stage")
+		ids = append(ids, id)
+	}
+	testenv.Must(t, tx.Commit(ctx), "commit")
+	_, err = s.Pool().Exec(ctx, `UPDATE herald.outbox SET attempt = 1, last_error = 'busy', next_attempt_at = now() + interval '1 hour' WHERE id = $1`, ids[0])
+	testenv.Must(t, err, "make the head wait")
+	got, err := s.Claim(ctx, "w", 5, time.Hour)
+	testenv.Must(t, err, "claim")
+	if len(got) != 1 || got[0].ID != ids[len(ids)-1] {
+		t.Fatalf("claimed %d records, want only the other channel's one", len(got))
 	}
 }

@@ -194,11 +194,24 @@ const sqliteRecordColumns = `id, seq, tenant_id, channel, type, schema_version, 
 	occurred_at, kind, state, attempt, next_attempt_at, lease_owner, lease_expires_at, fence,
 	last_error, dispatched_at, dead_lettered_at`
 
-const sqliteRequeueExpired = `
+// sqliteGiveUp dead-letters the expired leases whose failed attempt uses
+// up the attempts (?3 > 0); sqliteRequeueExpired returns the other expired
+// leases to pending, burning the attempt they stood for.
+const (
+	sqliteGiveUp = `
 UPDATE outbox
-SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,
+SET state = 'dead_letter', attempt = attempt + 1, dead_lettered_at = ?1,
+    last_error = 'gave up after ' || (attempt + 1) || ' attempts: lease of ' || lease_owner || ' expired',
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE state = 'processing' AND lease_expires_at < ?1 AND ?2 > 0 AND attempt + 1 >= ?2
+RETURNING ` + sqliteRecordColumns
+
+	sqliteRequeueExpired = `
+UPDATE outbox
+SET state = 'pending', attempt = attempt + 1, lease_owner = NULL, lease_expires_at = NULL,
     last_error = 'lease of ' || lease_owner || ' expired'
 WHERE state = 'processing' AND lease_expires_at < ?1`
+)
 
 // sqliteClaim names its index: left alone, the planner walks the whole
 // table in rowid order, dispatched records included.
@@ -217,38 +230,73 @@ WHERE seq IN (
 	LIMIT ?3)
 RETURNING ` + sqliteRecordColumns
 
-// Claim requeues expired claims and claims a batch in one BEGIN IMMEDIATE
-// transaction.
+// Claim returns expired claims to pending (each burning an attempt) and
+// claims a batch in one BEGIN IMMEDIATE transaction.
 func (s *SQLiteStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Record, error) {
-	if limit <= 0 {
-		return nil, nil
+	res, err := s.claimCycle(ctx, claimRequest{owner: owner, limit: limit, lease: lease})
+	if err != nil {
+		return nil, err
 	}
-	var out []Record
+	return res.claimed, nil
+}
+
+// claimCycle completes req.complete, requeues expired claims and claims
+// the next batch in one BEGIN IMMEDIATE transaction.
+func (s *SQLiteStore) claimCycle(ctx context.Context, req claimRequest) (claimResult, error) {
+	var res claimResult
+	if req.limit <= 0 && len(req.complete) == 0 {
+		return res, nil
+	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		out = out[:0]
+		res = claimResult{}
 		now := time.Now().UnixMicro()
-		if _, err := tx.ExecContext(ctx, sqliteRequeueExpired, now); err != nil {
-			return err
-		}
-		rows, err := tx.QueryContext(ctx, sqliteClaim, owner, now, limit, now+lease.Microseconds())
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			r, err := scanSQLiteRecord(rows)
+		if len(req.complete) > 0 {
+			r, err := tx.ExecContext(ctx, sqliteComplete, req.owner, leasesJSON(req.complete), now)
 			if err != nil {
 				return err
 			}
-			out = append(out, r)
+			n, err := r.RowsAffected()
+			if err != nil {
+				return err
+			}
+			res.completed = int(n)
 		}
-		return rows.Err()
+		if req.limit <= 0 {
+			return nil
+		}
+		var err error
+		if res.exhausted, err = querySQLiteRecords(ctx, tx, sqliteGiveUp, now, req.maxAttempts); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqliteRequeueExpired, now); err != nil {
+			return err
+		}
+		res.claimed, err = querySQLiteRecords(ctx, tx, sqliteClaim, req.owner, now, req.limit, now+req.lease.Microseconds())
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outboxfeed: claim: %w", err)
+		return claimResult{}, fmt.Errorf("outboxfeed: claim: %w", err)
 	}
-	sortBySeq(out)
-	return out, nil
+	sortBySeq(res.claimed)
+	return res, nil
+}
+
+// querySQLiteRecords runs a statement returning sqliteRecordColumns.
+func querySQLiteRecords(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]Record, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		r, err := scanSQLiteRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // leasesJSON encodes leases as [[id, fence], …] for json_each.
@@ -264,14 +312,16 @@ func leasesJSON(leases []Lease) string {
 const sqliteLeaseMatch = `state = 'processing' AND lease_owner = ?1 AND (id, fence) IN (
 	SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))`
 
+const sqliteComplete = `UPDATE outbox
+SET state = 'dispatched', dispatched_at = ?3, lease_owner = NULL, lease_expires_at = NULL
+WHERE ` + sqliteLeaseMatch
+
 // Complete marks held leases dispatched in one statement.
 func (s *SQLiteStore) Complete(ctx context.Context, owner string, leases []Lease) (int, error) {
 	if len(leases) == 0 {
 		return 0, nil
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE outbox
-SET state = 'dispatched', dispatched_at = ?3, lease_owner = NULL, lease_expires_at = NULL
-WHERE `+sqliteLeaseMatch, owner, leasesJSON(leases), time.Now().UnixMicro())
+	res, err := s.db.ExecContext(ctx, sqliteComplete, owner, leasesJSON(leases), time.Now().UnixMicro())
 	if err != nil {
 		return 0, fmt.Errorf("outboxfeed: complete: %w", err)
 	}

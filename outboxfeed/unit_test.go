@@ -162,6 +162,9 @@ func TestConfigValidation(t *testing.T) {
 		"publish":     {WorkerConfig{LeaseDuration: time.Second, PublishTimeout: 2 * time.Second}, "shorter than LeaseDuration"},
 		"retry":       {WorkerConfig{RetryBaseDelay: time.Minute, RetryMaxDelay: time.Second}, "RetryBaseDelay"},
 		"poll":        {WorkerConfig{PollInterval: -time.Second}, "PollInterval"},
+		"active poll": {WorkerConfig{ActivePollInterval: -time.Millisecond}, "ActivePollInterval"},
+		"idle after":  {WorkerConfig{IdleAfter: -time.Millisecond}, "IdleAfter"},
+		"huge batch":  {WorkerConfig{BatchSize: maxBatchSize + 1}, "BatchSize 10001"},
 	} {
 		err := c.cfg.withDefaults().validate()
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
@@ -169,7 +172,8 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 	d := WorkerConfig{}.withDefaults()
-	if d.BatchSize != 500 || d.MaxAttempts != 10 || d.MaxAge != 24*time.Hour || d.PollInterval != time.Second || d.Owner == "" {
+	if d.BatchSize != 500 || d.MaxAttempts != 10 || d.MaxAge != 24*time.Hour || d.PollInterval != time.Second ||
+		d.ActivePollInterval != time.Millisecond || d.IdleAfter != 50*time.Millisecond || d.DurableClaims || d.Owner == "" {
 		t.Fatalf("defaults = %+v", d)
 	}
 	if err := d.validate(); err != nil {

@@ -74,7 +74,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.done = make(chan struct{})
 	wake := w.store.Wakeups(runCtx)
 	var wg sync.WaitGroup
-	wg.Go(func() { w.run(runCtx, wake) })
+	wg.Go(func() { w.runLanes(runCtx, wake) })
 	wg.Go(func() { w.statsLoop(runCtx) })
 	go func() {
 		wg.Wait()
@@ -146,13 +146,90 @@ func (w *Worker) setUnready(err error) {
 	}
 }
 
-// run is the claim loop: wait for a wake-up or the poll interval, claim,
-// dispatch, and loop at once while batches come back full.
-func (w *Worker) run(ctx context.Context, wake <-chan struct{}) {
+// loop is the claim loop's state between cycles.
+type loop struct {
+	// carry holds the records of the last batch the broker accepted; the
+	// next cycle completes them in the same transaction as its claim.
+	carry     []*Record
+	carryAt   []string        // where each of carry was claimed, when the store says (claimResult.places)
+	claimedAt time.Time       // when carry was claimed
+	window    int             // head-of-line records the next claim examines
+	lastWork  time.Time       // when a claim last found records (or a wake-up came)
+	armed     bool            // this Worker armed the wake-up trigger
+	arm       bool            // arm it in the next cycle
+	disarm    bool            // disarm it in the next cycle
+	followUp  bool            // the next idle wait is a short one (just armed)
+	kicked    chan struct{}   // signalled when another lane left claimable records
+	others    []chan struct{} // the other lanes' kicked
+}
+
+// kickOthers wakes the other lanes: this claim left records they can take.
+func (l *loop) kickOthers() {
+	for _, ch := range l.others {
+		signal(ch)
+	}
+}
+
+// runLanes runs cfg.Lanes claim loops: the lead lane (run), which polls
+// and handles wake-ups, and helper lanes that claim only when another lane
+// left claimable records behind (claimResult.spare), so that one lane
+// publishes while another is in the store. Lanes share the owner; the claim
+// keeps each channel with one lane at a time.
+func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
+	lanes := make([]*loop, w.cfg.Lanes)
+	for i := range lanes {
+		lanes[i] = &loop{window: defaultWindow(w.cfg.BatchSize), lastWork: time.Now(), kicked: make(chan struct{}, 1)}
+	}
+	for i, l := range lanes {
+		for j, o := range lanes {
+			if i != j {
+				l.others = append(l.others, o.kicked)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, l := range lanes[1:] {
+		wg.Go(func() { w.help(ctx, l) })
+	}
+	w.run(ctx, wake, lanes[0])
+	wg.Wait()
+}
+
+// help is a helper lane: on each kick it claims until it finds nothing.
+func (w *Worker) help(ctx context.Context, l *loop) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.kicked:
+		}
+		for {
+			res := w.cycle(ctx, l)
+			if ctx.Err() != nil {
+				w.completeCarry(ctx, l)
+				return
+			}
+			if res.storeErr != nil {
+				w.setUnready(res.storeErr)
+			}
+			if !res.again || res.storeErr != nil || res.brokerErr != nil {
+				break
+			}
+		}
+	}
+}
+
+// run is the claim loop. After a cycle that claimed records it cycles
+// again at once (completing that batch and claiming the next in one
+// transaction); while records keep coming it polls every
+// ActivePollInterval; after IdleAfter without any it arms the wake-up
+// trigger and waits for a wake-up or PollInterval.
+func (w *Worker) run(ctx context.Context, wake <-chan struct{}, l *loop) {
 	var storeFails, brokerFails int
 	for {
-		res := w.cycle(ctx)
+		res := w.cycle(ctx, l)
 		if ctx.Err() != nil {
+			w.completeCarry(ctx, l)
 			return
 		}
 		wait, wakeable := w.cfg.PollInterval, true
@@ -173,18 +250,46 @@ func (w *Worker) run(ctx context.Context, wake <-chan struct{}) {
 			if res.published {
 				brokerFails = 0
 			}
-			if res.full {
+			if res.found {
+				l.lastWork = time.Now()
+				if l.armed {
+					l.disarm = true
+				}
+			}
+			if res.again {
 				continue
 			}
+			switch {
+			case time.Since(l.lastWork) < w.cfg.IdleAfter:
+				wait = w.cfg.ActivePollInterval
+			case !l.armed:
+				l.arm = true // arm, then look once more at once
+				continue
+			case l.followUp:
+				// A producer that saw the trigger disarmed may commit just
+				// after the claim that armed it: look again shortly.
+				l.followUp = false
+				wait = min(w.cfg.PollInterval, max(10*w.cfg.ActivePollInterval, time.Millisecond))
+			default:
+				l.arm = true // the idle poll re-arms, so the trigger stays armed
+			}
 		}
-		if !w.wait(ctx, &wake, wait, wakeable) {
+		woken, ok := w.wait(ctx, &wake, wait, wakeable)
+		if !ok {
 			return
+		}
+		if woken {
+			l.lastWork = time.Now()
+			if l.armed {
+				l.disarm = true
+			}
 		}
 	}
 }
 
-// wait sleeps d, or until a wake-up when wakeable; false once ctx ended.
-func (w *Worker) wait(ctx context.Context, wake *<-chan struct{}, d time.Duration, wakeable bool) bool {
+// wait sleeps d, or until a wake-up when wakeable. It reports whether a
+// wake-up ended it, and false once ctx ended.
+func (w *Worker) wait(ctx context.Context, wake *<-chan struct{}, d time.Duration, wakeable bool) (woken, ok bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var wc <-chan struct{}
@@ -194,12 +299,12 @@ func (w *Worker) wait(ctx context.Context, wake *<-chan struct{}, d time.Duratio
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-t.C:
-			return true
-		case _, ok := <-wc:
-			if ok {
-				return true
+			return false, true
+		case _, open := <-wc:
+			if open {
+				return true, true
 			}
 			*wake, wc = nil, nil
 		}
@@ -209,31 +314,154 @@ func (w *Worker) wait(ctx context.Context, wake *<-chan struct{}, d time.Duratio
 type cycleResult struct {
 	storeErr  error
 	brokerErr error
-	full      bool // the claim filled the batch: claim again at once
+	found     bool // records were claimed
+	again     bool // cycle again at once: to complete them, or to look further
 	published bool // at least one publish succeeded
 }
 
-// cycle claims one batch and dispatches it.
-func (w *Worker) cycle(ctx context.Context) cycleResult {
+// cycle completes the carried batch and claims the next in one store
+// transaction, then dispatches what it claimed. The batch the broker
+// accepted is carried to the next cycle, or completed on its own when the
+// Worker is stopping or backing off.
+func (w *Worker) cycle(ctx context.Context, l *loop) cycleResult {
 	if !w.ready.Load() {
 		if err := w.store.Ping(ctx); err != nil {
+			w.completeCarry(ctx, l)
 			return cycleResult{storeErr: err}
 		}
+	}
+	req := claimRequest{
+		owner: w.cfg.Owner, limit: w.cfg.BatchSize, lease: w.cfg.LeaseDuration,
+		maxAttempts: w.cfg.MaxAttempts, window: l.window, complete: leasesOf(l.carry), completeAt: l.carryAt,
+		asyncCommit: !w.cfg.DurableClaims,
+	}
+	switch {
+	case ctx.Err() != nil:
+		req.limit = 0 // stopping: only complete what was published
+	case l.disarm:
+		req.disarm = true
+	case l.arm:
+		req.arm = 3 * w.cfg.PollInterval
 	}
 	// A claim is short; it is not cut off by Stop, so a committed claim is
 	// always seen (and then released) rather than left to expire.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LeaseDuration/2)
-	recs, err := w.store.Claim(cctx, w.cfg.Owner, w.cfg.BatchSize, w.cfg.LeaseDuration)
+	res, err := w.claimCycle(cctx, req)
 	cancel()
 	if err != nil {
+		if res.completeDone {
+			w.completed(l, res.completed)
+		} else {
+			w.completeCarry(ctx, l)
+		}
 		return cycleResult{storeErr: err}
 	}
 	w.setReady()
-	if len(recs) == 0 {
-		return cycleResult{}
+	w.completed(l, res.completed)
+	switch {
+	case req.disarm:
+		l.armed, l.disarm, l.arm = false, false, false
+	case req.arm > 0:
+		l.followUp = !l.armed
+		l.armed, l.arm = true, false
 	}
-	published, brokerErr := w.dispatch(ctx, recs, time.Now())
-	return cycleResult{brokerErr: brokerErr, full: len(recs) == w.cfg.BatchSize, published: published}
+	w.giveUp(res.exhausted)
+	if res.spare > 0 {
+		l.kickOthers()
+	}
+	more := w.resizeWindow(l, res)
+	if len(res.claimed) == 0 {
+		return cycleResult{again: more}
+	}
+	claimedAt := time.Now()
+	s := w.dispatch(ctx, res.claimed)
+	w.settle(ctx, claimedAt, &s)
+	l.carry, l.carryAt, l.claimedAt = s.done, placesOf(s.done, res), claimedAt
+	if s.brokerErr != nil || ctx.Err() != nil {
+		w.completeCarry(ctx, l)
+	}
+	return cycleResult{brokerErr: s.brokerErr, found: true, again: s.brokerErr == nil, published: len(s.done) > 0}
+}
+
+// resizeWindow adapts how far the next claim looks down the line: a
+// quarter further than this one had to, and four times further at once
+// (reported true) when a short claim examined its whole window and at
+// least half of what it left is stuck behind retries not yet due —
+// claimable records may lie beyond. (Records of channels in flight
+// elsewhere are not looked past: those channels free up within a cycle.)
+func (w *Worker) resizeWindow(l *loop, res claimResult) bool {
+	limit := w.cfg.BatchSize
+	got := len(res.claimed) + len(res.exhausted)
+	if got < limit && res.scanned >= l.window && 2*res.stuck >= res.scanned-got && l.window < limit*maxWindowFactor {
+		l.window = min(4*l.window, limit*maxWindowFactor)
+		return true
+	}
+	l.window = max(defaultWindow(limit), res.depth+res.depth/4+64)
+	return false
+}
+
+// completed records the outcome of completing l.carry: n of its leases
+// were still held.
+func (w *Worker) completed(l *loop, n int) {
+	if len(l.carry) == 0 {
+		return
+	}
+	elapsed := time.Since(l.claimedAt).Seconds()
+	for _, r := range l.carry[:min(n, len(l.carry))] {
+		w.m.attempts.Observe(float64(r.Attempt + 1))
+		w.m.duration.Observe(elapsed)
+	}
+	w.m.success.Add(float64(n))
+	w.leaseLost("complete", len(l.carry)-n)
+	l.carry, l.carryAt = nil, nil
+}
+
+// placesOf returns the places (claimResult.places) of done, a subset of
+// res.claimed, or nil when the store gave none.
+func placesOf(done []*Record, res claimResult) []string {
+	if len(res.places) != len(res.claimed) || len(done) == 0 {
+		return nil
+	}
+	at := make(map[*Record]string, len(res.claimed))
+	for i := range res.claimed {
+		at[&res.claimed[i]] = res.places[i]
+	}
+	out := make([]string, len(done))
+	for i, r := range done {
+		out[i] = at[r]
+	}
+	return out
+}
+
+// completeCarry completes l.carry on its own (the cycle that would have
+// carried it is not going to run), retrying store errors like settle.
+func (w *Worker) completeCarry(ctx context.Context, l *loop) {
+	if len(l.carry) == 0 {
+		return
+	}
+	wctx, cancel := w.settleContext(ctx, l.claimedAt)
+	defer cancel()
+	var n int
+	err := w.persist(wctx, func(c context.Context) (err error) {
+		n, err = w.store.Complete(c, w.cfg.Owner, leasesOf(l.carry))
+		return err
+	})
+	if err != nil {
+		l.carry, l.carryAt = nil, nil // left to expire: published again by the next owner
+		return
+	}
+	w.completed(l, n)
+}
+
+// giveUp reports records the claim dead-lettered because an expired lease
+// used up their attempts.
+func (w *Worker) giveUp(recs []Record) {
+	for _, r := range recs {
+		w.m.deadLettered.Inc()
+		dl, _ := r.State.(DeadLetter)
+		w.log.Warn("outbox record dead-lettered", "id", r.ID, "tenant", r.TenantID, "channel", r.Channel,
+			"type", r.Type, "schema_version", r.SchemaVersion, "reason", dl.Reason)
+	}
 }
 
 // statsLoop refreshes the backlog gauges.

@@ -18,6 +18,11 @@ type WorkerConfig struct {
 	Owner string
 	// BatchSize is the most records one claim takes. Default: 500.
 	BatchSize int
+	// Lanes is how many batches a Worker may hold at once, each claimed,
+	// published and completed by its own loop: while one lane is in the
+	// store another publishes. Lanes beyond the first claim only when a
+	// claim left records of other channels behind. Default: 2.
+	Lanes int
 	// Concurrency is how many channels of one batch are published in
 	// parallel (records of one channel are always published one after
 	// another). Default: 32.
@@ -26,6 +31,15 @@ type WorkerConfig struct {
 	// claiming anyway (wake-ups are a latency hint; polling is the truth).
 	// Default: 1s.
 	PollInterval time.Duration
+	// ActivePollInterval is how long a Worker that found records less than
+	// IdleAfter ago waits before claiming again. It stands in for wake-ups
+	// while records keep coming: the notify trigger stays disarmed then, so
+	// producers' commits never queue behind a NOTIFY. Default: 1ms.
+	ActivePollInterval time.Duration
+	// IdleAfter is how long without records makes a Worker idle: it arms
+	// the notify trigger (PostgreSQL) and waits for a wake-up or
+	// PollInterval. Default: 50ms.
+	IdleAfter time.Duration
 	// LeaseDuration is how long a claim stays with this Worker before
 	// another may take it back. Default: 30s.
 	LeaseDuration time.Duration
@@ -53,6 +67,17 @@ type WorkerConfig struct {
 	// StatsInterval is how often the backlog gauges are refreshed with a
 	// count query. Default: 10s.
 	StatsInterval time.Duration
+	// DurableClaims makes the Worker's claim-and-complete transactions
+	// wait for their WAL flush like any other commit. By default they
+	// commit with synchronous_commit off (PostgreSQL; SQLite ignores it): a
+	// server crash can then lose the last few such commits, which only
+	// means records are published again (a lost claim returns them to
+	// eligible work, a lost completion leaves them to be taken over, one
+	// attempt burnt, when their lease expires) — never that a record is
+	// marked dispatched before the broker accepted it. Producers' commits
+	// are not affected.
+	// Default: false.
+	DurableClaims bool
 	// ShutdownTimeout bounds the final writes on Stop (completing what was
 	// published, releasing the rest). Default: 5s.
 	ShutdownTimeout time.Duration
@@ -81,6 +106,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.BatchSize == 0 {
 		c.BatchSize = 500
 	}
+	if c.Lanes == 0 {
+		c.Lanes = 2
+	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 32
 	}
@@ -88,6 +116,8 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 		c.MaxAttempts = 10
 	}
 	def(&c.PollInterval, time.Second)
+	def(&c.ActivePollInterval, time.Millisecond)
+	def(&c.IdleAfter, 50*time.Millisecond)
 	def(&c.LeaseDuration, 30*time.Second)
 	def(&c.PublishTimeout, min(10*time.Second, c.LeaseDuration/2))
 	def(&c.MaxAge, 24*time.Hour)
@@ -109,8 +139,10 @@ func (c WorkerConfig) validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
 	switch {
-	case c.BatchSize < 1:
-		return bad("BatchSize %d: must be ≥ 1", c.BatchSize)
+	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
+		return bad("BatchSize %d: must be between 1 and %d", c.BatchSize, maxBatchSize)
+	case c.Lanes < 1 || c.Lanes > maxLanes:
+		return bad("Lanes %d: must be between 1 and %d", c.Lanes, maxLanes)
 	case c.Concurrency < 1:
 		return bad("Concurrency %d: must be ≥ 1", c.Concurrency)
 	case c.MaxAttempts < 1:
@@ -125,7 +157,7 @@ func (c WorkerConfig) validate() error {
 		return bad("OutageBaseDelay %v / OutageMaxDelay %v: want 0 < base ≤ max", c.OutageBaseDelay, c.OutageMaxDelay)
 	}
 	for name, d := range map[string]time.Duration{
-		"PollInterval": c.PollInterval, "MaxAge": c.MaxAge, "StatsInterval": c.StatsInterval,
+		"PollInterval": c.PollInterval, "ActivePollInterval": c.ActivePollInterval, "IdleAfter": c.IdleAfter, "MaxAge": c.MaxAge, "StatsInterval": c.StatsInterval,
 		"ShutdownTimeout": c.ShutdownTimeout, "LogEvery": c.LogEvery,
 	} {
 		if d < 0 {
@@ -134,6 +166,13 @@ func (c WorkerConfig) validate() error {
 	}
 	return nil
 }
+
+// maxBatchSize bounds BatchSize (a claim's window grows to
+// maxWindowFactor batches).
+const maxBatchSize = 10000
+
+// maxLanes bounds Lanes (each holds a pooled connection at times).
+const maxLanes = 16
 
 // defaultOwner is "<hostname>-<pid>-<8 random hex digits>".
 func defaultOwner() string {

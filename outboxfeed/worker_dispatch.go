@@ -12,7 +12,7 @@ import (
 
 // settlement is what one dispatch decided for its records.
 type settlement struct {
-	done      []*Record // accepted by the broker: complete
+	done      []*Record // accepted by the broker: complete (with the next claim)
 	dead      []failed  // dead-letter now
 	retry     []failed  // retry later (or dead-letter when exhausted)
 	release   []Lease   // give back untouched
@@ -35,10 +35,9 @@ func (s *settlement) merge(o *settlement) {
 }
 
 // dispatch publishes a claimed batch, channels in parallel (bounded by
-// Concurrency) and each channel's records in seq order, then records the
-// outcomes. It reports whether anything was published and the broker error
-// that stopped it, if any.
-func (w *Worker) dispatch(ctx context.Context, recs []Record, claimedAt time.Time) (bool, error) {
+// Concurrency) and each channel's records in seq order, and returns what
+// became of each record.
+func (w *Worker) dispatch(ctx context.Context, recs []Record) settlement {
 	groups := groupByChannel(recs)
 	results := make([]settlement, len(groups))
 	var down atomic.Bool
@@ -67,8 +66,7 @@ func (w *Worker) dispatch(ctx context.Context, recs []Record, claimedAt time.Tim
 	for i := range results {
 		all.merge(&results[i])
 	}
-	w.settle(ctx, claimedAt, &all)
-	return len(all.done) > 0, all.brokerErr
+	return all
 }
 
 // groupByChannel splits records by (tenant, channel), keeping seq order
@@ -140,30 +138,30 @@ func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomi
 	return s
 }
 
-// settle writes the outcomes: one batched Complete, then dead letters,
-// retries and one batched Release, each under owner and fence. A write that
-// fails for a store error is retried with backoff until the lease would
-// have run out, or for at most ShutdownTimeout once the Worker is stopping;
-// what is not written then returns to pending when its lease expires.
+// settle writes the outcomes other than success — releases, dead letters,
+// retries — each under owner and fence. (Successes are completed by the
+// caller, with the next claim.) Until a channel's records are all written
+// the claim still sees one of them in processing or waiting for its retry,
+// so the order of these writes cannot reorder the channel. A write that fails for a
+// store error is retried with backoff until the lease would have run out,
+// or for at most ShutdownTimeout once the Worker is stopping; what is not
+// written then is taken over by the next claim once its lease expires.
 func (w *Worker) settle(ctx context.Context, claimedAt time.Time, s *settlement) {
+	if len(s.dead) == 0 && len(s.retry) == 0 && len(s.release) == 0 {
+		return
+	}
 	wctx, cancel := w.settleContext(ctx, claimedAt)
 	defer cancel()
 	owner := w.cfg.Owner
 
-	if len(s.done) > 0 {
+	if len(s.release) > 0 {
 		var n int
 		err := w.persist(wctx, func(c context.Context) (err error) {
-			n, err = w.store.Complete(c, owner, leasesOf(s.done))
+			n, err = w.store.Release(c, owner, s.release)
 			return err
 		})
 		if err == nil {
-			elapsed := time.Since(claimedAt).Seconds()
-			for _, r := range s.done[:min(n, len(s.done))] {
-				w.m.attempts.Observe(float64(r.Attempt + 1))
-				w.m.duration.Observe(elapsed)
-			}
-			w.m.success.Add(float64(n))
-			w.leaseLost("complete", len(s.done)-n)
+			w.leaseLost("release", len(s.release)-n)
 		}
 	}
 	for _, f := range s.dead {
@@ -191,16 +189,6 @@ func (w *Worker) settle(ctx context.Context, claimedAt time.Time, s *settlement)
 			w.m.retry.Inc()
 		default:
 			w.leaseLost("retry", 1)
-		}
-	}
-	if len(s.release) > 0 {
-		var n int
-		err := w.persist(wctx, func(c context.Context) (err error) {
-			n, err = w.store.Release(c, owner, s.release)
-			return err
-		})
-		if err == nil {
-			w.leaseLost("release", len(s.release)-n)
 		}
 	}
 }
