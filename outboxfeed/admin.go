@@ -415,10 +415,23 @@ func (s selection) terms(a *sqlArgs, ts func(time.Time) any) []string {
 	return out
 }
 
-// stateTerm is the condition on a validated state name, written as a
-// literal so the planner can use the partial index of that state.
+// stateTerm is the condition on a validated state name, written as
+// literals so the planner can use a partial index. The CHECK constraints
+// tie each state to its timestamps, so the added column terms change no
+// result; they name the predicates of the PostgreSQL indexes (unresolved,
+// dead letter, dispatched), which are not on state so that state changes
+// stay HOT updates.
 func stateTerm(state string) string {
-	return "state = '" + state + "'"
+	t := "state = '" + state + "'"
+	switch state {
+	case StatePending, StateProcessing:
+		t += " AND dispatched_at IS NULL AND dead_lettered_at IS NULL"
+	case StateDeadLetter:
+		t += " AND dead_lettered_at IS NOT NULL"
+	case StateDispatched:
+		t += " AND dispatched_at IS NOT NULL"
+	}
+	return t
 }
 
 // replayer is what the shared Replay loop needs from a store's admin.

@@ -24,7 +24,9 @@ const (
 //	processing → dispatched   Complete, after the broker accepted it
 //	processing → pending      Retry (attempt+1, next_attempt_at later),
 //	                          Release (no attempt burnt), or lease expiry
-//	processing → dead_letter  DeadLetter (permanent failure or retries exhausted)
+//	                          (attempt+1: the holder died or stalled)
+//	processing → dead_letter  DeadLetter (permanent failure or retries
+//	                          exhausted), or lease expiry at MaxAttempts
 //	dead_letter → pending     replay (audited in outbox_replay)
 type State interface {
 	// Name is the stored state name, e.g. "pending".

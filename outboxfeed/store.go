@@ -18,7 +18,8 @@ type Store interface {
 	// and tools; producers stage inside their business transaction with
 	// Stage or StageSQL). It returns the message id.
 	StageOne(ctx context.Context, n Notification) (string, error)
-	// Claim first returns expired claims to pending, then claims up to
+	// Claim first takes back expired claims (each counts a failed attempt:
+	// back to pending, or dead_letter once MaxAttempts is reached), then claims up to
 	// limit due pending records for owner under a lease of the given
 	// duration, skipping every channel that has a record in processing or
 	// an earlier pending record not yet due. Records come back in seq order

@@ -69,6 +69,10 @@ type workerSettings struct {
 	MaxAge        time.Duration
 	NotifyTrigger bool
 	Retention     time.Duration
+	Lanes         int
+	ActivePoll    time.Duration
+	IdleAfter     time.Duration
+	DurableClaims bool
 }
 
 func (w *workerSettings) register(st *settings) {
@@ -79,6 +83,10 @@ func (w *workerSettings) register(st *settings) {
 	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed record; an expired lease returns it to pending")
 	st.Int(&w.MaxAttempts, "outbox-max-attempts", 10, "failed attempts before a record is dead-lettered")
 	st.Duration(&w.MaxAge, "outbox-max-age", 24*time.Hour, "age after which a failing record is dead-lettered")
+	st.Int(&w.Lanes, "outbox-lanes", 2, "batches a Worker holds at once: one publishing while another is in the store")
+	st.Duration(&w.ActivePoll, "outbox-active-poll-interval", time.Millisecond, "how soon a busy Worker claims again (it stands in for wake-ups while records flow)")
+	st.Duration(&w.IdleAfter, "outbox-idle-after", 50*time.Millisecond, "time without records after which a Worker arms the NOTIFY wake-up and waits")
+	st.Bool(&w.DurableClaims, "outbox-durable-claims", false, "commit the Worker's claim/complete transactions synchronously (off: a completion lost in a crash only causes a duplicate)")
 	st.Duration(&w.Retention, "outbox-retention", outboxfeed.DefaultRetention, "dispatched records are deleted this long after dispatch, in small batches")
 }
 
@@ -110,6 +118,7 @@ func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (ou
 	return outboxfeed.WorkerConfig{
 		BatchSize: w.BatchSize, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
 		LeaseDuration: w.Lease, MaxAttempts: w.MaxAttempts, MaxAge: w.MaxAge,
+		Lanes: w.Lanes, ActivePollInterval: w.ActivePoll, IdleAfter: w.IdleAfter, DurableClaims: w.DurableClaims,
 		Registry: registry, Logger: log, Registerer: reg,
 	}, nil
 }
