@@ -50,6 +50,7 @@ func runConformance(t *testing.T, setup func(t *testing.T) *harness) {
 		{"RetryWithBackoffThenDeadLetter", testRetry},
 		{"ChannelWaitingForRetryDoesNotHoldOthersBack", testBlockedHead},
 		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
+		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},
 		{"StopReleasesLeases", testReleaseOnStop},
 		{"CheckConstraintsRejectImpossibleStates", testCheckConstraints},
 		{"WakeupDeliversWithoutPolling", testWakeup},
@@ -681,5 +682,49 @@ func testMetrics(t *testing.T, h *harness) {
 		if !names[n] {
 			t.Errorf("metric %s not registered", n)
 		}
+	}
+}
+
+// testSlowBrokerStaysWithinLease: a broker so slow that one channel's batch
+// would outlive its lease. The Worker stops starting publishes at half the
+// lease and gives the rest back, so no delivered record is taken over,
+// charged an attempt or published twice.
+func testSlowBrokerWithinLease(t *testing.T, h *harness) {
+	rec := newRecorder()
+	rec.before = func(ctx context.Context, _ fanout.Message) error {
+		select {
+		case <-time.After(40 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	const n = 40 // 40 × 40 ms = 1.6 s of publishing against a 1 s lease
+	notes := make([]Notification, n)
+	for i := range notes {
+		notes[i] = note("orders/slow", fmt.Sprintf(`{"i":%d}`, i))
+	}
+	ids := h.stage(t, true, notes...)
+	// Two Workers: the second takes over whatever lease the first lets expire.
+	w := startWorker(t, h.store, rec, WorkerConfig{LeaseDuration: time.Second, BatchSize: 100})
+	w2 := startWorker(t, h.store, rec, WorkerConfig{LeaseDuration: time.Second, BatchSize: 100})
+	eventually(t, 20*time.Second, "every record dispatched", func() bool {
+		return testutil.ToFloat64(w.m.success)+testutil.ToFloat64(w2.m.success) >= n
+	})
+	got := rec.channel(fanout.Key{Tenant: "acme", Channel: "orders/slow"})
+	if len(got) != n {
+		t.Fatalf("published %d times, want %d (no duplicates)", len(got), n)
+	}
+	for i, id := range ids {
+		if got[i] != id {
+			t.Fatalf("publication %d is %s, want %s: order broken", i, got[i], id)
+		}
+		d, ok := stateOf(t, h.store, id).(Dispatched)
+		if !ok || d.Attempt != 0 {
+			t.Fatalf("record %d: %#v, want dispatched with no failed attempt", i, stateOf(t, h.store, id))
+		}
+	}
+	if lost := testutil.ToFloat64(w.m.leaseLost) + testutil.ToFloat64(w2.m.leaseLost); lost != 0 {
+		t.Fatalf("%v leases lost", lost)
 	}
 }

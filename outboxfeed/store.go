@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Store is an outbox store: PostgreSQL (PGStore) or embedded SQLite
@@ -69,11 +71,19 @@ type Stats struct {
 // maxErrorLen bounds a stored last_error.
 const maxErrorLen = 2000
 
+// truncateError makes an error text storable: valid UTF-8 without NUL
+// bytes (PostgreSQL text refuses both), cut to maxErrorLen bytes on a rune
+// boundary.
 func truncateError(s string) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
 	if len(s) <= maxErrorLen {
 		return s
 	}
-	return s[:maxErrorLen] + "…"
+	cut := maxErrorLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // sortBySeq orders claimed records by seq (RETURNING has no order).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestRegistry(t *testing.T) {
@@ -213,5 +214,16 @@ func TestSettleContextOutlivesStopBriefly(t *testing.T) {
 	defer done2()
 	if dl, ok := wctx2.Deadline(); !ok || time.Until(dl) < 59*time.Minute {
 		t.Fatalf("deadline = %v, want the lease deadline", dl)
+	}
+}
+
+func TestTruncateErrorKeepsTextStorable(t *testing.T) {
+	long := strings.Repeat("a", maxErrorLen-1) + "é tail"
+	got := truncateError(long)
+	if !utf8.ValidString(got) || len(got) > maxErrorLen+len("…") {
+		t.Fatalf("cut inside a rune or too long: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	if got := truncateError("bad \xff byte and \x00 nul"); !utf8.ValidString(got) || strings.ContainsRune(got, 0) {
+		t.Fatalf("%q is not storable text", got)
 	}
 }

@@ -374,7 +374,7 @@ func (w *Worker) cycle(ctx context.Context, l *loop) cycleResult {
 		return cycleResult{again: more}
 	}
 	claimedAt := time.Now()
-	s := w.dispatch(ctx, res.claimed)
+	s := w.dispatch(ctx, res.claimed, claimedAt)
 	w.settle(ctx, claimedAt, &s)
 	l.carry, l.carryAt, l.claimedAt = s.done, placesOf(s.done, res), claimedAt
 	if s.brokerErr != nil || ctx.Err() != nil {

@@ -36,15 +36,19 @@ func (s *settlement) merge(o *settlement) {
 
 // dispatch publishes a claimed batch, channels in parallel (bounded by
 // Concurrency) and each channel's records in seq order, and returns what
-// became of each record.
-func (w *Worker) dispatch(ctx context.Context, recs []Record) settlement {
+// became of each record. Publishing starts no record after half the lease
+// has passed since claimedAt: the rest is released (no attempt burnt) so a
+// slow broker cannot make the batch outlive its lease and have records
+// that were already delivered taken over and charged an attempt.
+func (w *Worker) dispatch(ctx context.Context, recs []Record, claimedAt time.Time) settlement {
+	stopAt := claimedAt.Add(w.cfg.LeaseDuration / 2)
 	groups := groupByChannel(recs)
 	results := make([]settlement, len(groups))
 	var down atomic.Bool
 	workers := min(w.cfg.Concurrency, len(groups))
 	if workers == 1 {
 		for i := range groups {
-			results[i] = w.publishChannel(ctx, groups[i], &down)
+			results[i] = w.publishChannel(ctx, groups[i], &down, stopAt)
 		}
 	} else {
 		var next atomic.Int64
@@ -56,7 +60,7 @@ func (w *Worker) dispatch(ctx context.Context, recs []Record) settlement {
 					if i >= len(groups) {
 						return
 					}
-					results[i] = w.publishChannel(ctx, groups[i], &down)
+					results[i] = w.publishChannel(ctx, groups[i], &down, stopAt)
 				}
 			})
 		}
@@ -98,10 +102,10 @@ func leasesOf(recs []*Record) []Lease {
 // publishChannel publishes one channel's records in order. A record that
 // must be retried holds back the rest of its channel (released, to keep
 // order); a broker outage releases the rest and stops every channel.
-func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomic.Bool) settlement {
+func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomic.Bool, stopAt time.Time) settlement {
 	var s settlement
 	for i, r := range recs {
-		if ctx.Err() != nil || down.Load() {
+		if ctx.Err() != nil || down.Load() || (i > 0 && time.Now().After(stopAt)) {
 			s.release = append(s.release, leasesOf(recs[i:])...)
 			return s
 		}
