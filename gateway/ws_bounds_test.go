@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,30 +15,39 @@ import (
 )
 
 // TestWSMessageTooBig: a message over MaxMessageSize closes with
-// message_too_big (4503); one at the bound is fine.
+// message_too_big (4503); one at the bound is fine — for a small bound and
+// for the default, which is above coder/websocket's own 32 KiB read limit.
 func TestWSMessageTooBig(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{MaxMessageSize: 2048}})
-	c := e.connected("orders/*")
-	frame := func(size int) []byte {
-		b := []byte(`{"id":1,"op":"ping","pad":"`)
-		b = append(b, strings.Repeat("x", size-len(b)-2)...)
-		return append(b, '"', '}')
+	for _, max := range []int{2048, DefaultMaxMessageSize} {
+		t.Run(strconv.Itoa(max), func(t *testing.T) {
+			cfg := Config{MaxMessageSize: max}
+			if max == DefaultMaxMessageSize {
+				cfg.MaxMessageSize = 0 // the default
+			}
+			e := newEnv(t, envOptions{cfg: cfg})
+			c := e.connected("orders/*")
+			frame := func(size int) []byte {
+				b := []byte(`{"id":1,"op":"ping","pad":"`)
+				b = append(b, strings.Repeat("x", size-len(b)-2)...)
+				return append(b, '"', '}')
+			}
+			c.send(frame(max))
+			c.ok(1, nil)
+			c.send(frame(max + 1))
+			d := c.closedWith("message_too_big", closeMessageTooBig)
+			if d.Reconnect || !strings.Contains(d.Message, strconv.Itoa(max)) {
+				t.Fatalf("disconnect %+v", d)
+			}
+			if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitMessageSize)); n != 1 {
+				t.Fatalf("herald_limit_rejections_total{message_size} = %v", n)
+			}
+			// A much larger one (many frames' worth) is cut off the same way.
+			c = e.connected("orders/*")
+			c.send(frame(1 << 20))
+			c.closedWith("message_too_big", closeMessageTooBig)
+			e.connected("orders/*").subscribe("orders/1", nil)
+		})
 	}
-	c.send(frame(2048))
-	c.ok(1, nil)
-	c.send(frame(2049))
-	d := c.closedWith("message_too_big", closeMessageTooBig)
-	if d.Reconnect || !strings.Contains(d.Message, "2048") {
-		t.Fatalf("disconnect %+v", d)
-	}
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitMessageSize)); n != 1 {
-		t.Fatalf("herald_limit_rejections_total{message_size} = %v", n)
-	}
-	// A much larger one (many frames' worth) is cut off the same way.
-	c = e.connected("orders/*")
-	c.send(frame(1 << 20))
-	c.closedWith("message_too_big", closeMessageTooBig)
-	e.connected("orders/*").subscribe("orders/1", nil)
 }
 
 // TestWSClientTimeout: a client that answers no ping is closed with

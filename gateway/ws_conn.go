@@ -88,6 +88,10 @@ func newWSConn(s *Server, c *Conn, hc httpCredentials) *wsConn {
 // attach binds the accepted WebSocket; it runs before the connection is
 // shared with the server or a hub.
 func (w *wsConn) attach(ws *websocket.Conn) {
+	// One byte over the bound, so readMessage sees an oversized message and
+	// closes with message_too_big rather than the library's own 1009 at
+	// its default 32 KiB.
+	ws.SetReadLimit(int64(w.cfg.MaxMessageSize) + 1)
 	w.ws = ws
 	w.sink.ws = ws
 	w.c.wake = w.wake

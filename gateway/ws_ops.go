@@ -135,8 +135,19 @@ func (w *wsConn) subscribe(f *clientFrame) {
 	w.subs[ch] = &wsSub{pending: true, subToken: f.Token}
 	w.subsMu.Unlock()
 
+	// A refresh that lands while this is decided skips it (it re-checks
+	// established subscriptions only), so decide again with the newer
+	// token until the token did not change under the decision.
 	claims := w.claims.Load()
 	d, err := w.srv.deps.Authorizer.Authorize(w.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+	for err == nil && d.Allowed && w.ctx.Err() == nil {
+		cur := w.claims.Load()
+		if cur == claims {
+			break
+		}
+		claims = cur
+		d, err = w.srv.deps.Authorizer.Authorize(w.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+	}
 	switch {
 	case w.ctx.Err() != nil:
 		w.forget(ch)
