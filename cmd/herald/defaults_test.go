@@ -111,7 +111,22 @@ func TestServeWithDefaults(t *testing.T) {
 		t.Fatalf("demo page is not the EventSource page:\n%.300s", page)
 	}
 	get(t, base+"/healthz")
-	get(t, base+"/readyz")
+	// Ready once the Worker's first claim has gone through.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d after 15s", resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	// herald token finds the development secret in the data directory.
 	tokCmd := exec.Command(bin, "token", "--tenant", "acme", "--sub", "u1", "--subscribe", "orders/*", "--ttl", "1h")
