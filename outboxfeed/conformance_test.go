@@ -49,6 +49,7 @@ func runConformance(t *testing.T, setup func(t *testing.T) *harness) {
 		{"UnknownTypeVersionDeadLetters", testRegistryNoReader},
 		{"RetryWithBackoffThenDeadLetter", testRetry},
 		{"ChannelWaitingForRetryDoesNotHoldOthersBack", testBlockedHead},
+		{"BurstOnOneChannelDoesNotHoldOthersBack", testBurstFairness},
 		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
 		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},
 		{"StopReleasesLeases", testReleaseOnStop},
@@ -438,6 +439,42 @@ func testBlockedHead(t *testing.T, h *harness) {
 	}
 	if p, ok := stateOf(t, h.store, slowIDs[1]).(Pending); !ok || p.Attempt != 0 {
 		t.Fatalf("a record behind the waiting one is %#v, want untouched", stateOf(t, h.store, slowIDs[1]))
+	}
+}
+
+// testBurstFairness: a channel's records go out one after another, so a
+// long burst on one channel takes a while; a record of another channel
+// staged after the burst must not wait for it (each channel's order is the
+// only order promised).
+func testBurstFairness(t *testing.T, h *harness) {
+	const burst = 2000
+	hot := fanout.Key{Tenant: "acme", Channel: "orders/hot"}
+	rec := newRecorder()
+	rec.before = func(_ context.Context, msg fanout.Message) error {
+		if msg.Key == hot {
+			time.Sleep(time.Millisecond) // a slow subscriber path: the burst takes seconds
+		}
+		return nil
+	}
+	ns := make([]Notification, burst)
+	for i := range ns {
+		ns[i] = note(hot.Channel, fmt.Sprintf(`{"i":%d}`, i))
+	}
+	hotIDs := h.stage(t, true, ns...)
+	others := h.stage(t, true, note("orders/quiet", `{}`), Notification{TenantID: "globex", Channel: "orders/hot",
+		Type: "order.updated", SchemaVersion: 1, Payload: json.RawMessage(`{}`)})
+	startWorker(t, h.store, rec, WorkerConfig{BatchSize: 100, PollInterval: 5 * time.Millisecond})
+	rec.waitFor(t, 20*time.Second, "the other channels' records", func() bool {
+		_, a := rec.byID(others[0])
+		_, b := rec.byID(others[1])
+		return a && b
+	})
+	if n := len(rec.channel(hot)); n > burst/4 {
+		t.Fatalf("%d of the burst's %d records went out before the other channels' records", n, burst)
+	}
+	rec.waitFor(t, 30*time.Second, "the whole burst", func() bool { return len(rec.channel(hot)) >= burst })
+	if got := rec.channel(hot); fmt.Sprint(got) != fmt.Sprint(hotIDs) {
+		t.Fatalf("the burst went out out of order")
 	}
 }
 

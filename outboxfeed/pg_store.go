@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,8 +154,10 @@ const pgRecordColumns = `id::text, seq, tenant_id, channel, type, schema_version
 	occurred_at, kind, state, attempt, next_attempt_at, lease_owner, lease_expires_at, fence,
 	last_error, dispatched_at, dead_lettered_at`
 
-// pgClaim claims in one statement, from a window of the oldest unresolved
-// records (pending or processing, in seq order, at most $4 of them):
+// pgClaim claims in one statement, in two stages.
+//
+// Stage one looks at a window of the oldest unresolved records (pending or
+// processing, in seq order, at most $4 of them):
 //
 //   - A record is ok when it is pending and due, or processing under an
 //     expired lease (taken over: the attempt that lease stood for failed).
@@ -163,32 +166,42 @@ const pgRecordColumns = `id::text, seq, tenant_id, channel, type, schema_version
 //     pending but not yet due (a retry waiting for its time).
 //   - A record is pickable when it is ok, its channel is not busy and no
 //     earlier record of its channel in the window is not ok (found for all
-//     channels at once by one hash aggregate). The first $2 pickable
-//     records in seq order are claimed; a channel's records are thus
-//     claimed as a prefix, in order.
+//     channels at once by one hash aggregate). The first pickable records
+//     in seq order are claimed; a channel's records are thus claimed as a
+//     prefix, in order.
 //
 // The window starts at the head of the line, so a record the window does
-// not reach has nothing earlier outside it. Taking an expired lease over
-// burns an attempt (attempt+1, last_error 'lease of <owner> expired'); when
-// that reaches $5 (> 0) the record is dead-lettered instead. Every update
-// re-checks its condition on the row's current version.
+// not reach has nothing earlier outside it. When the window is full there
+// may be channels whose records all lie beyond it — behind a burst on one
+// channel, say — so stage one leaves $8 of the batch to stage two, which
+// walks channel by channel (outbox_channel_head_idx, one probe each) from
+// the cursor ($6, $7) for at most $9 channels, takes the channels whose
+// first unresolved record lies beyond the window, and claims of each the
+// pickable prefix of its first $10 records (same rules). The walk resumes
+// after the cursor the claim returns (NULL: start over), so every channel
+// is reached within a bounded number of claims however long the head of
+// the line is.
+//
+// Taking an expired lease over burns an attempt (attempt+1, last_error
+// 'lease of <owner> expired'); when that reaches $5 (> 0) the record is
+// dead-lettered instead. Every update re-checks its condition on the row's
+// current version; a picked record whose row changed meanwhile is skipped,
+// and then the records picked after it in its channel are flagged
+// (behind), for the Worker to give back unpublished: order first.
 //
 // The result always has one row per record claimed or dead-lettered, or
 // one row of NULL record columns, each led by what the Worker sizes its
 // next claims by (claimWindow): the window's size, the position in it of
-// the last record picked, how many of it are stuck behind retries, and how
-// many pickable records of channels not picked were left for others.
+// the last record picked, how many of it are stuck behind retries, how
+// many pickable records were left for others, and the next cursor.
 const pgClaim = `
-WITH head AS MATERIALIZED (
-	SELECT ctid AS tid, seq, tenant_id, channel,
-	       CASE state WHEN 'pending' THEN next_attempt_at <= statement_timestamp()
-	                  ELSE lease_expires_at < statement_timestamp() END AS ok,
-	       state = 'processing' AND lease_expires_at >= statement_timestamp() AS busy,
-	       state = 'processing' AS takeover
-	FROM herald.outbox
+WITH RECURSIVE head AS MATERIALIZED (
+	SELECT ` + pgClaimFlags + `
 	WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL
 	ORDER BY seq
 	LIMIT $4
+), win AS MATERIALIZED (
+	SELECT count(*) AS scanned, coalesce(max(seq), 0) AS last, $8 > 0 AND count(*) >= $4 AS is_full FROM head
 ), blocked AS MATERIALIZED (
 	SELECT tenant_id, channel, min(seq) AS stop, bool_or(busy) AS busy
 	FROM head WHERE NOT ok GROUP BY tenant_id, channel
@@ -196,8 +209,37 @@ WITH head AS MATERIALIZED (
 	SELECT h.tid, h.seq, h.takeover, h.tenant_id, h.channel
 	FROM head h LEFT JOIN blocked b ON b.tenant_id = h.tenant_id AND b.channel = h.channel
 	WHERE h.ok AND (b.stop IS NULL OR (NOT b.busy AND h.seq < b.stop))
+), near AS MATERIALIZED (
+	SELECT tid, seq, takeover, tenant_id, channel FROM pickable ORDER BY seq
+	LIMIT $2 - CASE WHEN (SELECT is_full FROM win) THEN $8 ELSE 0 END
+), chans AS (
+	(SELECT 1 AS n, tenant_id, channel, seq AS first FROM herald.outbox
+	 WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL
+	   AND (tenant_id, channel) > ($6::text, $7::text) AND (SELECT is_full FROM win)
+	 ORDER BY tenant_id, channel, seq LIMIT 1)
+	UNION ALL
+	SELECT c.n + 1, x.tenant_id, x.channel, x.seq FROM chans c CROSS JOIN LATERAL (
+		SELECT tenant_id, channel, seq FROM herald.outbox
+		WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND (tenant_id, channel) > (c.tenant_id, c.channel)
+		ORDER BY tenant_id, channel, seq LIMIT 1) x
+	WHERE c.n < $9
+), far AS MATERIALIZED (
+	SELECT c.n, r.* FROM chans c CROSS JOIN LATERAL (
+		SELECT ` + pgClaimFlags + `
+		WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL AND tenant_id = c.tenant_id AND channel = c.channel
+		ORDER BY seq LIMIT $10) r
+	WHERE c.first > (SELECT last FROM win)
+), farblocked AS MATERIALIZED (
+	SELECT n, min(seq) FILTER (WHERE NOT ok) AS stop, bool_or(busy) AS busy FROM far GROUP BY n
+), farpickable AS MATERIALIZED (
+	SELECT f.n, f.tid, f.seq, f.takeover, f.tenant_id, f.channel
+	FROM far f JOIN farblocked b ON b.n = f.n
+	WHERE f.ok AND NOT b.busy AND (b.stop IS NULL OR f.seq < b.stop)
+), farpick AS MATERIALIZED (
+	SELECT * FROM farpickable ORDER BY n, seq LIMIT $2 - (SELECT count(*) FROM near)
 ), pick AS MATERIALIZED (
-	SELECT tid, seq, takeover, tenant_id, channel FROM pickable ORDER BY seq LIMIT $2
+	SELECT tid, seq, takeover, tenant_id, channel FROM near
+	UNION ALL SELECT tid, seq, takeover, tenant_id, channel FROM farpick
 ), claimed AS (
 	UPDATE herald.outbox o
 	SET state = 'processing', lease_owner = $1,
@@ -222,15 +264,39 @@ WITH head AS MATERIALIZED (
 	RETURNING o.ctid::text AS place, ` + pgRecordColumnsQualified + `
 ), done AS (
 	SELECT * FROM claimed UNION ALL SELECT * FROM exhausted
+), skipped AS (
+	SELECT tenant_id, channel, min(seq) AS seq FROM pick
+	WHERE seq NOT IN (SELECT seq FROM done) GROUP BY tenant_id, channel
+), resume AS (
+	SELECT CASE
+		WHEN (SELECT count(*) FROM farpick) > 0 AND (SELECT count(*) FROM farpick) >= $2 - (SELECT count(*) FROM near)
+			THEN (SELECT max(n) FROM farpick)
+		WHEN (SELECT count(*) FROM chans) >= $9 THEN $9
+	END AS n
 ), n AS (
-	SELECT (SELECT count(*) FROM head) AS scanned,
-	       (SELECT count(*) FROM head WHERE seq <= (SELECT max(seq) FROM pick)) AS depth,
+	SELECT (SELECT scanned FROM win) AS scanned,
+	       (SELECT count(*) FROM head WHERE seq <= (SELECT max(seq) FROM near)) AS depth,
 	       (SELECT count(*) FROM head h JOIN blocked b ON b.tenant_id = h.tenant_id AND b.channel = h.channel
 	        WHERE NOT b.busy AND h.seq >= b.stop) AS stuck,
 	       (SELECT count(*) FROM pickable p WHERE NOT EXISTS (
-	        SELECT 1 FROM pick k WHERE k.tenant_id = p.tenant_id AND k.channel = p.channel)) AS spare
+	        SELECT 1 FROM near k WHERE k.tenant_id = p.tenant_id AND k.channel = p.channel))
+	       + (SELECT count(*) FROM farpickable) - (SELECT count(*) FROM farpick) AS spare,
+	       c.tenant_id AS next_tenant, c.channel AS next_channel
+	FROM resume LEFT JOIN chans c ON c.n = resume.n
 )
-SELECT n.scanned, n.depth, n.stuck, n.spare, done.* FROM n LEFT JOIN done ON true`
+SELECT n.scanned, n.depth, n.stuck, n.spare, n.next_tenant, n.next_channel,
+       coalesce(done.seq > s.seq, false) AS behind, done.*
+FROM n LEFT JOIN done ON true LEFT JOIN skipped s ON s.tenant_id = done.tenant_id AND s.channel = done.channel`
+
+// pgClaimFlags is what both stages of pgClaim read of an unresolved
+// record: where it is, and whether it is ok to claim, holds its channel
+// (busy) or is a takeover.
+const pgClaimFlags = `ctid AS tid, seq, tenant_id, channel,
+	CASE state WHEN 'pending' THEN next_attempt_at <= statement_timestamp()
+	           ELSE lease_expires_at < statement_timestamp() END AS ok,
+	state = 'processing' AND lease_expires_at >= statement_timestamp() AS busy,
+	state = 'processing' AS takeover
+	FROM herald.outbox`
 
 const pgRecordColumnsQualified = `o.id::text, o.seq, o.tenant_id, o.channel, o.type, o.schema_version,
 	o.payload, o.freshness, o.occurred_at, o.kind, o.state, o.attempt, o.next_attempt_at,
@@ -287,7 +353,13 @@ func (s *PGStore) Claim(ctx context.Context, owner string, limit int, lease time
 			return out, err
 		}
 		out = append(out, res.claimed...)
-		got := len(res.claimed) + len(res.exhausted)
+		if len(res.behind) > 0 {
+			if _, err := s.Release(ctx, owner, leasesOfRecords(res.behind)); err != nil {
+				return out, err
+			}
+		}
+		req.cursor = res.next
+		got := len(res.claimed) + len(res.exhausted) + len(res.behind)
 		req.limit -= got
 		if req.limit <= 0 || res.scanned < req.window || 2*res.stuck < res.scanned-got || req.window >= limit*maxWindowFactor {
 			return out, nil
@@ -311,6 +383,12 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 	} else {
 		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
 	}
+	// Claimers take the lock first, before any row: a completion that
+	// held its rows while it waited for the lock could deadlock with a
+	// claim taking one of them over.
+	if req.limit > 0 {
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, pgClaimLockKey)
+	}
 	completeAt := len(req.complete) > 0 && len(req.completeAt) == len(req.complete)
 	switch {
 	case completeAt:
@@ -332,14 +410,20 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		b.Queue(pgDisarm)
 	}
 	if req.limit > 0 {
-		b.Queue(`SELECT pg_advisory_xact_lock($1)`, pgClaimLockKey)
-		b.Queue(pgClaim, req.owner, req.limit, req.lease.Microseconds(), req.windowOrDefault(), req.maxAttempts)
+		far := farPlan(req.limit)
+		b.Queue(pgClaim, req.owner, req.limit, req.lease.Microseconds(), req.windowOrDefault(), req.maxAttempts,
+			req.cursor.Tenant, req.cursor.Channel, far.reserve, far.channels, far.prefix)
 	}
 	err := func() error {
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
 			return err
+		}
+		if req.limit > 0 {
+			if _, err := br.Exec(); err != nil { // the claim lock
+				return err
+			}
 		}
 		switch {
 		case completeAt:
@@ -361,9 +445,6 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		if req.limit <= 0 {
 			return br.Close()
 		}
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
@@ -384,6 +465,7 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		return claimResult{}, fmt.Errorf("outboxfeed: claim: %w", err)
 	}
 	sort.Sort(bySeqWithPlace{res.claimed, res.places})
+	sortBySeq(res.behind)
 	return res, nil
 }
 
@@ -405,18 +487,24 @@ func (b bySeqWithPlace) Swap(i, j int) {
 // are NULL when nothing was claimed, hence value types with a validity
 // flag (which, unlike pointers, cost no allocation per column).
 func scanPGClaimRow(rows pgx.Rows, res *claimResult) error {
-	var place, id, tenant, channel, typ, kind, state pgtype.Text
+	var place, id, tenant, channel, typ, kind, state, nextTenant, nextChannel pgtype.Text
 	var seq, fence pgtype.Int8
 	var version, attempt pgtype.Int4
 	var occurred, next pgtype.Timestamptz
+	var behind bool
 	var r Record
 	var c stateColumns
-	err := rows.Scan(&res.scanned, &res.depth, &res.stuck, &res.spare, &place, &id, &seq, &tenant, &channel, &typ, &version,
+	err := rows.Scan(&res.scanned, &res.depth, &res.stuck, &res.spare, &nextTenant, &nextChannel, &behind,
+		&place, &id, &seq, &tenant, &channel, &typ, &version,
 		(*[]byte)(&r.Payload), (*[]byte)(&r.Freshness), &occurred, &kind,
 		&state, &attempt, &next, &c.leaseOwner, &c.leaseExpiresAt, &fence,
 		&c.lastError, &c.dispatchedAt, &c.deadLetteredAt)
-	if err != nil || !id.Valid {
-		return err // no record: nothing was claimed
+	if err != nil {
+		return err
+	}
+	res.next = fanout.Key{Tenant: nextTenant.String, Channel: nextChannel.String}
+	if !id.Valid {
+		return nil // no record: nothing was claimed
 	}
 	if !place.Valid || !seq.Valid || !tenant.Valid || !channel.Valid || !typ.Valid || !version.Valid || !occurred.Valid ||
 		!kind.Valid || !state.Valid || !attempt.Valid || !next.Valid || !fence.Valid {
@@ -431,6 +519,8 @@ func scanPGClaimRow(rows pgx.Rows, res *claimResult) error {
 	}
 	if _, dead := r.State.(DeadLetter); dead {
 		res.exhausted = append(res.exhausted, r)
+	} else if behind {
+		res.behind = append(res.behind, r)
 	} else {
 		res.claimed = append(res.claimed, r)
 		res.places = append(res.places, place.String)

@@ -12,7 +12,14 @@ type sqliteMigration struct {
 
 var sqliteMigrations = []sqliteMigration{
 	{1, "outbox", sqliteSchemaV1},
+	{2, "outbox channel heads", sqliteSchemaV2},
 }
+
+// sqliteSchemaV2 indexes each channel's pending records in order, for the
+// claim's walk from channel to channel (see sqliteFarClaim).
+const sqliteSchemaV2 = `
+CREATE INDEX outbox_pending_channel_idx ON outbox (tenant_id, channel, seq) WHERE state = 'pending';
+`
 
 // sqliteNowMicros is the current time in microseconds, in SQL.
 const sqliteNowMicros = `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`

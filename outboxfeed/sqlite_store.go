@@ -213,23 +213,6 @@ SET state = 'pending', attempt = attempt + 1, lease_owner = NULL, lease_expires_
 WHERE state = 'processing' AND lease_expires_at < ?1`
 )
 
-// sqliteClaim names its index: left alone, the planner walks the whole
-// table in rowid order, dispatched records included.
-const sqliteClaim = `
-UPDATE outbox
-SET state = 'processing', lease_owner = ?1, lease_expires_at = ?4, fence = fence + 1
-WHERE seq IN (
-	SELECT o.seq FROM outbox o INDEXED BY outbox_claim_idx
-	WHERE o.state = 'pending' AND o.next_attempt_at <= ?2
-	  AND NOT EXISTS (SELECT 1 FROM outbox b
-		WHERE b.tenant_id = o.tenant_id AND b.channel = o.channel AND b.state = 'processing')
-	  AND NOT EXISTS (SELECT 1 FROM outbox b
-		WHERE b.tenant_id = o.tenant_id AND b.channel = o.channel AND b.state = 'pending'
-		  AND b.attempt > 0 AND b.next_attempt_at > ?2 AND b.seq < o.seq)
-	ORDER BY o.seq
-	LIMIT ?3)
-RETURNING ` + sqliteRecordColumns
-
 // Claim returns expired claims to pending (each burning an attempt) and
 // claims a batch in one BEGIN IMMEDIATE transaction.
 func (s *SQLiteStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Record, error) {
@@ -271,7 +254,15 @@ func (s *SQLiteStore) claimCycle(ctx context.Context, req claimRequest) (claimRe
 		if _, err := tx.ExecContext(ctx, sqliteRequeueExpired, now); err != nil {
 			return err
 		}
-		res.claimed, err = querySQLiteRecords(ctx, tx, sqliteClaim, req.owner, now, req.limit, now+req.lease.Microseconds())
+		seqs, err := s.pick(ctx, tx, req, now, &res)
+		if err != nil || len(seqs) == 0 {
+			return err
+		}
+		list, err := json.Marshal(seqs)
+		if err != nil {
+			return err
+		}
+		res.claimed, err = querySQLiteRecords(ctx, tx, sqliteClaimSeqs, req.owner, string(list), now+req.lease.Microseconds())
 		return err
 	})
 	if err != nil {

@@ -90,3 +90,12 @@ func truncateError(s string) string {
 func sortBySeq(rs []Record) {
 	slices.SortFunc(rs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
 }
+
+// leasesOfRecords returns the leases of recs.
+func leasesOfRecords(recs []Record) []Lease {
+	out := make([]Lease, len(recs))
+	for i := range recs {
+		out[i] = recs[i].Lease()
+	}
+	return out
+}

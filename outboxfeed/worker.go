@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldgw/herald/fanout"
 )
 
 // Worker claims outbox records under a lease, publishes them outside any
@@ -148,6 +151,13 @@ func (w *Worker) setUnready(err error) {
 
 // loop is the claim loop's state between cycles.
 type loop struct {
+	// owner is the lease owner this lane claims under: the Worker's Owner
+	// for the first lane, with "/<n>" appended for the others. Lanes never
+	// share a lease owner, so should a claim's commit be lost (the Worker
+	// commits asynchronously) and the same fence be handed out again, one
+	// lane's stale write cannot match the other lane's lease.
+	owner  string
+	cursor fanout.Key // where the next claim's walk over channels resumes
 	// carry holds the records of the last batch the broker accepted; the
 	// next cycle completes them in the same transaction as its claim.
 	carry     []*Record
@@ -173,12 +183,13 @@ func (l *loop) kickOthers() {
 // runLanes runs cfg.Lanes claim loops: the lead lane (run), which polls
 // and handles wake-ups, and helper lanes that claim only when another lane
 // left claimable records behind (claimResult.spare), so that one lane
-// publishes while another is in the store. Lanes share the owner; the claim
-// keeps each channel with one lane at a time.
+// publishes while another is in the store. Each lane has its own lease
+// owner (laneOwner); the claim keeps each channel with one lane at a time.
 func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 	lanes := make([]*loop, w.cfg.Lanes)
 	for i := range lanes {
-		lanes[i] = &loop{window: defaultWindow(w.cfg.BatchSize), lastWork: time.Now(), kicked: make(chan struct{}, 1)}
+		lanes[i] = &loop{owner: laneOwner(w.cfg.Owner, i), window: defaultWindow(w.cfg.BatchSize),
+			lastWork: time.Now(), kicked: make(chan struct{}, 1)}
 	}
 	for i, l := range lanes {
 		for j, o := range lanes {
@@ -193,6 +204,14 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 	}
 	w.run(ctx, wake, lanes[0])
 	wg.Wait()
+}
+
+// laneOwner is the lease owner of lane i (from 0).
+func laneOwner(owner string, i int) string {
+	if i == 0 {
+		return owner
+	}
+	return owner + "/" + strconv.Itoa(i+1)
 }
 
 // help is a helper lane: on each kick it claims until it finds nothing.
@@ -331,8 +350,9 @@ func (w *Worker) cycle(ctx context.Context, l *loop) cycleResult {
 		}
 	}
 	req := claimRequest{
-		owner: w.cfg.Owner, limit: w.cfg.BatchSize, lease: w.cfg.LeaseDuration,
-		maxAttempts: w.cfg.MaxAttempts, window: l.window, complete: leasesOf(l.carry), completeAt: l.carryAt,
+		owner: l.owner, limit: w.cfg.BatchSize, lease: w.cfg.LeaseDuration,
+		maxAttempts: w.cfg.MaxAttempts, window: l.window, cursor: l.cursor,
+		complete: leasesOf(l.carry), completeAt: l.carryAt,
 		asyncCommit: !w.cfg.DurableClaims,
 	}
 	switch {
@@ -365,7 +385,9 @@ func (w *Worker) cycle(ctx context.Context, l *loop) cycleResult {
 		l.followUp = !l.armed
 		l.armed, l.arm = true, false
 	}
+	l.cursor = res.next
 	w.giveUp(res.exhausted)
+	w.giveBack(ctx, l.owner, res.behind)
 	if res.spare > 0 {
 		l.kickOthers()
 	}
@@ -375,7 +397,7 @@ func (w *Worker) cycle(ctx context.Context, l *loop) cycleResult {
 	}
 	claimedAt := time.Now()
 	s := w.dispatch(ctx, res.claimed, claimedAt)
-	w.settle(ctx, claimedAt, &s)
+	w.settle(ctx, l.owner, claimedAt, &s)
 	l.carry, l.carryAt, l.claimedAt = s.done, placesOf(s.done, res), claimedAt
 	if s.brokerErr != nil || ctx.Err() != nil {
 		w.completeCarry(ctx, l)
@@ -443,7 +465,7 @@ func (w *Worker) completeCarry(ctx context.Context, l *loop) {
 	defer cancel()
 	var n int
 	err := w.persist(wctx, func(c context.Context) (err error) {
-		n, err = w.store.Complete(c, w.cfg.Owner, leasesOf(l.carry))
+		n, err = w.store.Complete(c, l.owner, leasesOf(l.carry))
 		return err
 	})
 	if err != nil {
@@ -451,6 +473,24 @@ func (w *Worker) completeCarry(ctx context.Context, l *loop) {
 		return
 	}
 	w.completed(l, n)
+}
+
+// giveBack releases claimed records that must wait (claimResult.behind):
+// an earlier record of their channel was not claimed with them.
+func (w *Worker) giveBack(ctx context.Context, owner string, recs []Record) {
+	if len(recs) == 0 {
+		return
+	}
+	wctx, cancel := w.settleContext(ctx, time.Now())
+	defer cancel()
+	var n int
+	err := w.persist(wctx, func(c context.Context) (err error) {
+		n, err = w.store.Release(c, owner, leasesOfRecords(recs))
+		return err
+	})
+	if err == nil {
+		w.leaseLost("release", len(recs)-n)
+	}
 }
 
 // giveUp reports records the claim dead-lettered because an expired lease

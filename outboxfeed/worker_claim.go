@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/heraldgw/herald/fanout"
 )
 
 // claimRequest is one Worker cycle against the store, run in one short
@@ -18,8 +20,11 @@ type claimRequest struct {
 	// expired lease brings its failed attempts to maxAttempts.
 	maxAttempts int
 	// window bounds how many unresolved records at the head of the line
-	// the PostgreSQL claim examines; 0 is defaultWindow(limit).
+	// the claim examines first; 0 is defaultWindow(limit).
 	window int
+	// cursor is where the claim's walk over channels beyond the window
+	// resumes (after this channel; zero: from the first).
+	cursor fanout.Key
 	// complete lists leases whose records the broker accepted, completed
 	// first in the same transaction.
 	complete []Lease
@@ -41,7 +46,13 @@ type claimResult struct {
 	claimed   []Record // in seq order, state Processing
 	places    []string // PostgreSQL: the row version of each claimed record (ctid)
 	exhausted []Record // dead-lettered: their expired lease used up the attempts
-	completed int      // leases of the request's complete still held, now dispatched
+	// behind are claimed records that must not be published now: an
+	// earlier record of their channel picked by the same claim changed
+	// meanwhile and was skipped. The Worker gives them back at once.
+	behind []Record
+	// next is the cursor for the next claim (claimRequest.cursor).
+	next      fanout.Key
+	completed int // leases of the request's complete still held, now dispatched
 	// completeDone says the request's complete was written even though an
 	// error is returned (a Store without cycleStore writes it apart).
 	completeDone bool
@@ -64,6 +75,22 @@ func (r claimRequest) windowOrDefault() int {
 // records other Workers hold and for channels waiting on them (a claim
 // that needs more looks further at once, see Worker.resizeWindow).
 func defaultWindow(limit int) int { return limit + limit/4 + 64 }
+
+// farClaim sizes a claim's second stage: the walk over channels whose
+// records all lie beyond the window (behind another channel's burst, say).
+type farClaim struct {
+	reserve  int // records of the batch kept for it when the window is full
+	channels int // channels it visits at most
+	prefix   int // records of each channel it looks at
+}
+
+// farPlan keeps a quarter of the batch for channels beyond the window, and
+// visits a bounded number of channels per claim (each visit is an index
+// probe, about as dear as claiming a record; the cursor carries on from
+// there next time). Batches under 4 records have no second stage.
+func farPlan(limit int) farClaim {
+	return farClaim{reserve: limit / 4, channels: min(16+limit/8, 128), prefix: min(max(limit/4, 1), 16)}
+}
 
 // maxWindowFactor bounds window growth: at most this many batches' worth
 // of records are examined by one claim.

@@ -150,13 +150,12 @@ func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomi
 // store error is retried with backoff until the lease would have run out,
 // or for at most ShutdownTimeout once the Worker is stopping; what is not
 // written then is taken over by the next claim once its lease expires.
-func (w *Worker) settle(ctx context.Context, claimedAt time.Time, s *settlement) {
+func (w *Worker) settle(ctx context.Context, owner string, claimedAt time.Time, s *settlement) {
 	if len(s.dead) == 0 && len(s.retry) == 0 && len(s.release) == 0 {
 		return
 	}
 	wctx, cancel := w.settleContext(ctx, claimedAt)
 	defer cancel()
-	owner := w.cfg.Owner
 
 	if len(s.release) > 0 {
 		var n int
@@ -169,16 +168,16 @@ func (w *Worker) settle(ctx context.Context, claimedAt time.Time, s *settlement)
 		}
 	}
 	for _, f := range s.dead {
-		w.deadLetter(wctx, f.rec, f.err.Error())
+		w.deadLetter(wctx, owner, f.rec, f.err.Error())
 	}
 	for _, f := range s.retry {
 		attempt := f.rec.Attempt + 1
 		switch {
 		case attempt >= w.cfg.MaxAttempts:
-			w.deadLetter(wctx, f.rec, fmt.Sprintf("gave up after %d attempts: %v", attempt, f.err))
+			w.deadLetter(wctx, owner, f.rec, fmt.Sprintf("gave up after %d attempts: %v", attempt, f.err))
 			continue
 		case w.cfg.MaxAge > 0 && time.Since(f.rec.OccurredAt) > w.cfg.MaxAge:
-			w.deadLetter(wctx, f.rec, fmt.Sprintf("gave up after %d attempts, older than %v: %v", attempt, w.cfg.MaxAge, f.err))
+			w.deadLetter(wctx, owner, f.rec, fmt.Sprintf("gave up after %d attempts, older than %v: %v", attempt, w.cfg.MaxAge, f.err))
 			continue
 		}
 		delay := retryDelay(attempt, w.cfg.RetryBaseDelay, w.cfg.RetryMaxDelay)
@@ -197,10 +196,10 @@ func (w *Worker) settle(ctx context.Context, claimedAt time.Time, s *settlement)
 	}
 }
 
-func (w *Worker) deadLetter(ctx context.Context, r *Record, reason string) {
+func (w *Worker) deadLetter(ctx context.Context, owner string, r *Record, reason string) {
 	var ok bool
 	err := w.persist(ctx, func(c context.Context) (err error) {
-		ok, err = w.store.DeadLetter(c, w.cfg.Owner, r.Lease(), reason)
+		ok, err = w.store.DeadLetter(c, owner, r.Lease(), reason)
 		return err
 	})
 	switch {

@@ -19,6 +19,7 @@ type drainResult struct {
 	Stage     time.Duration // bulk staging (COPY), Worker stopped
 	Published time.Duration // Worker start → broker accepted every record
 	Drained   time.Duration // Worker start → every record completed
+	CPU       cpuTimes      // CPU used while draining: this process, PostgreSQL
 }
 
 // stageChunk is how many rows one COPY transaction stages.
@@ -58,6 +59,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 		return res, err
 	}
 	start = time.Now()
+	cpu0 := readCPU()
 	err = pollUntil(ctx, 10*time.Minute, 2*time.Millisecond, func() (bool, error) {
 		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
 			res.Published = time.Since(start)
@@ -69,6 +71,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 		res.Drained = time.Since(start)
 		return true, nil
 	})
+	res.CPU = readCPU().since(cpu0)
 	p.stop()
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: drain: %w", err)
@@ -80,8 +83,9 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 	if dispatched != cfg.Records || other != 0 {
 		return res, fmt.Errorf("outboxbench: drain: %d dispatched and %d other rows, want %d dispatched", dispatched, other, cfg.Records)
 	}
-	fmt.Fprintf(progress, "drain: %d records completed in %v (%s)\n", cfg.Records, res.Drained.Round(time.Millisecond),
-		perSecond(int64(cfg.Records), res.Drained))
+	fmt.Fprintf(progress, "drain: %d records completed in %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
+		cfg.Records, res.Drained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.Drained),
+		perRecordMicros(res.CPU.self, cfg.Records), perRecordMicros(res.CPU.postgres, cfg.Records))
 	return res, nil
 }
 
@@ -127,4 +131,9 @@ func pollUntil(ctx context.Context, timeout, interval time.Duration, cond func()
 		case <-t.C:
 		}
 	}
+}
+
+// perRecordMicros is d per record, in microseconds.
+func perRecordMicros(d time.Duration, records int) float64 {
+	return float64(d.Microseconds()) / float64(records)
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 )
@@ -25,6 +26,7 @@ import (
 func main() {
 	cfg := defaultConfig()
 	cfg.register(flag.CommandLine)
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to this file")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "Usage: outboxbench [flags]\n\nMeasures the Herald outbox on PostgreSQL and prints a markdown report.\n\nFlags:")
 		flag.PrintDefaults()
@@ -37,6 +39,18 @@ func main() {
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "outboxbench: %v\n", err)
 		os.Exit(2)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "outboxbench: %v\n", err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "outboxbench: cpu profile: %v\n", err)
+			os.Exit(2)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -81,6 +81,8 @@ func (r *report) print(w io.Writer) {
 	if d := r.drain; d != nil {
 		fmt.Fprintf(w, "| drain: %d records over %d channels, batch %d, claim → publish → complete | **%s** (%.2f s; all published after %.2f s) | ≥ 60,000/s; Centrifugo 54,000–61,000/s at batch 1,000 |\n",
 			d.Records, r.cfg.Channels, d.BatchSize, perSecond(int64(d.Records), d.Drained), d.Drained.Seconds(), d.Published.Seconds())
+		fmt.Fprintf(w, "| drain: CPU per record while draining, Herald (this process) / PostgreSQL server | %.1f µs / %.1f µs | — |\n",
+			perRecordMicros(d.CPU.self, d.Records), perRecordMicros(d.CPU.postgres, d.Records))
 		fmt.Fprintf(w, "| drain: bulk staging with COPY (setup, Worker stopped) | %s | — |\n", perSecond(int64(d.Records), d.Stage))
 	}
 	if l := r.latency; l != nil {

@@ -1,0 +1,162 @@
+package outboxfeed
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/jackc/pgx/v5"
+)
+
+// stageTwo stages two records of one channel in one transaction.
+func stageTwo(t *testing.T, s *PGStore) (first, second string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.Pool().Begin(ctx)
+	testenv.Must(t, err, "begin")
+	first, err = Stage(ctx, tx, note("orders/1", `{"i":1}`))
+	testenv.Must(t, err, "stage")
+	second, err = Stage(ctx, tx, note("orders/1", `{"i":2}`))
+	testenv.Must(t, err, "stage")
+	testenv.Must(t, tx.Commit(ctx), "commit")
+	return first, second
+}
+
+// waitForLockWaiter waits until a backend waits for a lock of locktype.
+func waitForLockWaiter(t *testing.T, s *PGStore, locktype string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "a backend waiting for a "+locktype+" lock", func() bool {
+		var n int
+		err := s.Pool().QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_locks WHERE locktype = $1 AND NOT granted`, locktype).Scan(&n)
+		return err == nil && n > 0
+	})
+}
+
+// A picked record whose row changes between the claim's snapshot and its
+// update is skipped; the records picked after it in its channel must not
+// be handed out, or they would be published before it.
+func TestPostgresClaimKeepsOrderWhenAPickedRowChanges(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	first, second := stageTwo(t, s)
+
+	// Another transaction changes the first record and holds its row lock,
+	// so the claim picks both from its snapshot and then waits on the row.
+	other, err := s.Pool().Begin(ctx)
+	testenv.Must(t, err, "begin")
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, `UPDATE herald.outbox SET last_error = 'touched' WHERE id = $1`, first)
+	testenv.Must(t, err, "touch the first record")
+
+	type result struct {
+		recs []Record
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		recs, err := s.Claim(ctx, "w", 10, time.Hour)
+		done <- result{recs, err}
+	}()
+	waitForLockWaiter(t, s, "transactionid")
+	testenv.Must(t, other.Commit(ctx), "commit the change")
+	res := <-done
+	testenv.Must(t, res.err, "claim")
+	for _, r := range res.recs {
+		if r.ID == second {
+			t.Fatal("the second record was claimed while the first, skipped, stays pending: order broken")
+		}
+	}
+	if _, ok := stateOf(t, s, second).(Pending); !ok {
+		t.Fatalf("second record is %#v, want given back to pending", stateOf(t, s, second))
+	}
+	got, err := s.Claim(ctx, "w", 10, time.Hour)
+	testenv.Must(t, err, "claim again")
+	if len(got) != 2 || got[0].ID != first || got[1].ID != second {
+		t.Fatalf("the next claim took %d records, want both in order", len(got))
+	}
+}
+
+// A cycle that completes a batch and claims the next takes the claimers'
+// lock before it touches any row: were it to hold its rows while waiting
+// for the lock, a claimer holding the lock and taking one of those rows
+// over would wait for it in turn — a deadlock.
+func TestPostgresCycleTakesClaimLockBeforeRows(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	first, _ := stageTwo(t, s)
+	res, err := s.claimCycle(ctx, claimRequest{owner: "w", limit: 10, lease: time.Hour})
+	testenv.Must(t, err, "claim")
+	if len(res.claimed) != 2 {
+		t.Fatalf("claimed %d records, want 2", len(res.claimed))
+	}
+
+	claimer, err := s.Pool().Begin(ctx)
+	testenv.Must(t, err, "begin")
+	defer func() { _ = claimer.Rollback(ctx) }()
+	_, err = claimer.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgClaimLockKey)
+	testenv.Must(t, err, "take the claim lock")
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.claimCycle(ctx, claimRequest{owner: "w", limit: 10, lease: time.Hour,
+			complete: leasesOfRecords(res.claimed), completeAt: res.places})
+		done <- err
+	}()
+	waitForLockWaiter(t, s, "advisory")
+	// The lock holder now updates a row the waiting cycle would complete.
+	_, err = claimer.Exec(ctx, `SET LOCAL lock_timeout = '3s'`)
+	testenv.Must(t, err, "lock timeout")
+	_, err = claimer.Exec(ctx, `UPDATE herald.outbox SET last_error = 'probe' WHERE id = $1`, first)
+	testenv.Must(t, err, "the lock holder's update (the cycle holds the row while waiting for the lock)")
+	testenv.Must(t, claimer.Commit(ctx), "commit")
+	testenv.Must(t, <-done, "cycle")
+	if _, ok := stateOf(t, s, first).(Dispatched); !ok {
+		t.Fatalf("first record is %#v, want dispatched", stateOf(t, s, first))
+	}
+}
+
+// Each lane claims under its own lease owner: should an asynchronously
+// committed claim be lost in a server crash and the same fence be handed
+// out again, one lane's late write cannot match the other lane's lease.
+func TestPostgresLanesClaimUnderTheirOwnOwner(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	release := make(chan struct{})
+	rec := newRecorder()
+	rec.before = func(ctx context.Context, _ fanout.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	tx, err := s.Pool().Begin(ctx)
+	testenv.Must(t, err, "begin")
+	for i := range 40 {
+		_, err := Stage(ctx, tx, note(fmt.Sprintf("orders/%d", i), `{}`))
+		testenv.Must(t, err, "stage")
+	}
+	testenv.Must(t, tx.Commit(ctx), "commit")
+	w := startWorker(t, s, rec, WorkerConfig{BatchSize: 20, Lanes: 2, PollInterval: 5 * time.Millisecond})
+	var owners []string
+	eventually(t, 10*time.Second, "both lanes holding a batch", func() bool {
+		rows, err := s.Pool().Query(ctx, `SELECT DISTINCT lease_owner FROM herald.outbox WHERE state = 'processing' ORDER BY 1`)
+		if err != nil {
+			return false
+		}
+		owners, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err == nil && len(owners) == 2
+	})
+	close(release)
+	if owners[0] != w.Owner() || owners[1] != w.Owner()+"/2" {
+		t.Fatalf("lease owners %q, want %q and %q", owners, w.Owner(), w.Owner()+"/2")
+	}
+	rec.waitFor(t, 10*time.Second, "every record", func() bool { return rec.count() >= 40 })
+}
