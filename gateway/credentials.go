@@ -45,34 +45,55 @@ func (s *Server) headerCredentials(r *http.Request) (token, source string, err e
 	return "", "", nil
 }
 
-// requestClaims authenticates a request to /v1/sse or /v1/ws from, in
-// order: the Authorization header, the cookie, a single-use ticket, the
-// access_token query parameter (when allowed). A refusal is a non-empty
-// Reason and a message for the client; no credential at all is nil claims
-// with an empty Reason. The claims are verified but not yet checked
-// against expiry and revocation (admit does that).
-func (s *Server) requestClaims(ctx context.Context, r *http.Request, query url.Values) (*auth.Claims, string, Reason, string) {
+// credential is what a request to /v1/sse or /v1/ws presented: a token
+// and where it came from, or a ticket (source sourceTicket), or nothing
+// (all empty).
+type credential struct {
+	token, ticket, source string
+}
+
+// none reports whether the request presented no credential.
+func (c credential) none() bool { return c.token == "" && c.ticket == "" }
+
+// requestCredential finds the credential of a request to /v1/sse or
+// /v1/ws, first found wins: the Authorization header, the cookie, a
+// single-use ticket, the access_token query parameter (when allowed). It
+// neither verifies a token nor redeems a ticket, so the caller can refuse
+// a bad request before spending a ticket on it. A refusal is a non-empty
+// Reason and a message for the client.
+func (s *Server) requestCredential(r *http.Request, query url.Values) (credential, Reason, string) {
 	token, source, err := s.headerCredentials(r)
-	if err != nil {
-		return nil, source, ReasonUnauthorized, err.Error()
+	switch {
+	case err != nil:
+		return credential{source: source}, ReasonUnauthorized, err.Error()
+	case token != "":
+		return credential{token: token, source: source}, Reason{}, ""
 	}
-	if token == "" {
-		if t := query.Get("ticket"); t != "" {
-			c, reason, msg := s.redeemTicket(ctx, t)
-			return c, sourceTicket, reason, msg
+	if t := query.Get("ticket"); t != "" {
+		return credential{ticket: t, source: sourceTicket}, Reason{}, ""
+	}
+	if tok := query.Get("access_token"); tok != "" {
+		if s.cfg.DisableAccessTokenQuery {
+			return credential{source: sourceQuery}, ReasonUnauthorized, errAccessTokenQueryOff.Error()
 		}
-		if tok := query.Get("access_token"); tok != "" {
-			if s.cfg.DisableAccessTokenQuery {
-				return nil, sourceQuery, ReasonUnauthorized, errAccessTokenQueryOff.Error()
-			}
-			token, source = tok, sourceQuery
-		}
+		return credential{token: tok, source: sourceQuery}, Reason{}, ""
 	}
-	if token == "" {
-		return nil, "", Reason{}, ""
+	return credential{}, Reason{}, ""
+}
+
+// checkToken verifies a token credential and admits its claims (expiry
+// with slack, revocation). Authentication is decided here, before any
+// bound that depends on the user is looked at: a revoked or expired token
+// must hear so, not "too many connections".
+func (s *Server) checkToken(c credential, slack time.Duration) (*auth.Claims, Reason, string) {
+	claims, reason, msg := s.verifyToken(c.token, c.source)
+	if reason.Code == "" {
+		reason, msg = s.admit(claims, c.source, slack)
 	}
-	c, reason, msg := s.verifyToken(token, source)
-	return c, source, reason, msg
+	if reason.Code != "" {
+		return nil, reason, msg
+	}
+	return claims, Reason{}, ""
 }
 
 // verifyToken verifies a connection token from source.
@@ -87,7 +108,10 @@ func (s *Server) verifyToken(token, source string) (*auth.Claims, Reason, string
 	return claims, Reason{}, ""
 }
 
-// redeemTicket exchanges a ticket for the claims it was issued for.
+// redeemTicket exchanges a ticket for the claims it was issued for, and
+// so spends it: the ticket stores can neither peek at a ticket nor take
+// one back. Callers redeem only once every check that does not depend on
+// the ticket's user has passed.
 func (s *Server) redeemTicket(ctx context.Context, ticket string) (*auth.Claims, Reason, string) {
 	if s.deps.Tickets == nil {
 		return nil, ReasonUnauthorized, "tickets are not enabled on this server"

@@ -295,3 +295,22 @@ func mintWith(secret []byte, tenant string) (string, error) {
 }
 
 func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
+
+// eventSourceGet sends GET /v1/sse?query as a browser's EventSource does
+// (Accept: text/event-stream), with extra headers.
+func (e *testEnv) eventSourceGet(t *testing.T, query url.Values, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, e.base+"/v1/sse?"+query.Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}

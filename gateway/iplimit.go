@@ -115,8 +115,10 @@ func clientAddr(r *http.Request) (netip.Addr, bool) {
 }
 
 // limitAttempts refuses, with 429 and Retry-After, a connection attempt
-// beyond the per-address rate (ConnectAttemptsPerIP) before h runs.
-func (s *Server) limitAttempts(h http.HandlerFunc) http.HandlerFunc {
+// beyond the per-address rate (ConnectAttemptsPerIP) before h runs, and
+// so before h could spend a ticket. transport labels the refusal in
+// herald_connect_refusals_total; "" (POST /v1/tickets) counts none.
+func (s *Server) limitAttempts(transport string, h http.HandlerFunc) http.HandlerFunc {
 	if s.attempts == nil {
 		return h
 	}
@@ -126,6 +128,9 @@ func (s *Server) limitAttempts(h http.HandlerFunc) http.HandlerFunc {
 				secs := max(1, int(math.Ceil(wait.Seconds())))
 				w.Header().Set("Retry-After", strconv.Itoa(secs))
 				s.metrics.limit(limitConnectRate)
+				if transport != "" {
+					s.metrics.refused(transport, ReasonTooManyRequests)
+				}
 				s.refused(w, r, ReasonTooManyRequests, "")
 				return
 			}

@@ -19,6 +19,7 @@ type metrics struct {
 	connections      *prometheus.GaugeVec
 	connectionsTotal *prometheus.CounterVec
 	disconnects      *prometheus.CounterVec
+	refusals         *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	queueDropped     prometheus.Counter
 	httpRequests     *prometheus.CounterVec
@@ -67,6 +68,14 @@ const (
 // limit counts one rejection by the bound named limit.
 func (m *metrics) limit(limit string) { m.limitRejections.WithLabelValues(limit).Inc() }
 
+// refused counts one connection of transport refused for r before its
+// stream opened. Refusals are not disconnects: herald_connections_total
+// counts the streams that opened and herald_disconnects_total how each
+// of those ended, so the two stay comparable.
+func (m *metrics) refused(transport string, r Reason) {
+	m.refusals.WithLabelValues(transport, r.Code).Inc()
+}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -80,6 +89,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_disconnects_total",
 			Help: "Realtime connections ended, by transport and reason.",
+		}, []string{"transport", "reason"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_connect_refusals_total",
+			Help: "Connection attempts refused before their stream opened (refused SSE requests and WebSocket upgrades, WebSockets closed before a successful connect), by transport and reason.",
 		}, []string{"transport", "reason"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_deliveries_total",
@@ -133,13 +146,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.deliveries.WithLabelValues(t)
 		for _, r := range Reasons {
 			m.disconnects.WithLabelValues(t, r.Code)
+			m.refusals.WithLabelValues(t, r.Code)
 		}
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{
-		m.connections, m.connectionsTotal, m.disconnects, m.deliveries, m.queueDropped, m.httpRequests,
+		m.connections, m.connectionsTotal, m.disconnects, m.refusals, m.deliveries, m.queueDropped, m.httpRequests,
 		m.limitRejections, m.wsRequests, m.subsEnded, m.revalFailures, m.revocationsAt, m.tickets,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -130,17 +129,7 @@ func TestSSEExpiredTokenReconnect(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{cfg: fastReval()})
 	tok := e.tokenExp("acme", "u1", time.Now().Add(-time.Minute), "orders/*")
-	u := e.base + "/v1/sse?" + url.Values{"channel": {"orders/1"}, "access_token": {tok}}.Encode()
-	req, err := http.NewRequest(http.MethodGet, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Last-Event-ID", "AQ")
-	resp, err := e.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.eventSourceGet(t, url.Values{"channel": {"orders/1"}, "access_token": {tok}}, "Last-Event-ID", "AQ")
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("status %d %q, want a 200 event stream", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}

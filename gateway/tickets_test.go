@@ -111,15 +111,7 @@ func TestTicketIssueAndRedeemSSE(t *testing.T) {
 		t.Fatalf("message %q", msg)
 	}
 	// EventSource's reconnect with the used ticket gets reauth, not 401.
-	req, err := http.NewRequest(http.MethodGet, e.base+"/v1/sse?"+url.Values{"channel": {"orders/1"}, "ticket": {tr.Ticket}}.Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := e.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.eventSourceGet(t, url.Values{"channel": {"orders/1"}, "ticket": {tr.Ticket}})
 	if resp.StatusCode != 200 {
 		t.Fatalf("EventSource replay: status %d", resp.StatusCode)
 	}

@@ -47,43 +47,47 @@ func (s *Server) publisher() publisher {
 }
 
 // handleWS serves GET /v1/ws: it checks the handshake (Upgrade, subprotocol
-// herald.v1, Origin) and the connection bound before upgrading, then runs
-// the connection until it ends.
+// herald.v1, Origin, query string) and the connection bounds before
+// upgrading, then runs the connection until it ends. Every refusal before
+// the upgrade is counted in herald_connect_refusals_total, and so is a
+// connection closed before its connect succeeded (wsConn.run).
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !offersToken(r.Header, "Upgrade", "websocket") {
+		s.metrics.refused(transportWS, ReasonBadRequest)
 		w.Header().Set("Upgrade", "websocket")
 		writeError(w, http.StatusUpgradeRequired, ReasonBadRequest.Code,
 			"this endpoint speaks WebSocket: send an Upgrade: websocket request offering the subprotocol "+wsProtocol)
 		return
 	}
 	if !offersToken(r.Header, "Sec-WebSocket-Protocol", wsProtocol) {
-		s.refused(w, r, ReasonBadRequest, "the WebSocket subprotocol "+wsProtocol+
+		s.refuseConn(w, r, transportWS, ReasonBadRequest, "the WebSocket subprotocol "+wsProtocol+
 			" is required: send Sec-WebSocket-Protocol: "+wsProtocol)
 		return
 	}
 	if !s.originAllowed(r) {
-		s.refused(w, r, ReasonForbidden, fmt.Sprintf(
+		s.refuseConn(w, r, transportWS, ReasonForbidden, fmt.Sprintf(
 			"origin %q may not open a WebSocket on this server (AllowedOrigins)", trunc(r.Header.Get("Origin"), 100)))
+		return
+	}
+	// A malformed request is refused here, with the 400 every client can
+	// read, not after the upgrade: close code 4500 is reserved.
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.refuseConn(w, r, transportWS, ReasonBadRequest, fmt.Sprintf("malformed query string: %v", err))
 		return
 	}
 	if !s.acquireSlot() {
 		w.Header().Set("Retry-After", "1")
-		s.refused(w, r, ReasonTooManyConnections, "")
+		s.refuseConn(w, r, transportWS, ReasonTooManyConnections, "")
 		return
 	}
 	defer s.releaseSlot()
 
-	var hc httpCredentials
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		hc.reason, hc.msg = ReasonBadRequest, fmt.Sprintf("malformed query string: %v", err)
-	} else {
-		hc.claims, hc.source, hc.reason, hc.msg = s.requestClaims(r.Context(), r, query)
-	}
+	hc := s.upgradeCredentials(r, query)
 	if hc.claims != nil && s.users.full(userKey(hc.claims)) {
 		s.metrics.limit(limitUserConns)
 		w.Header().Set("Retry-After", "1")
-		s.refused(w, r, s.userLimitReason(), "")
+		s.refuseConn(w, r, transportWS, s.userLimitReason(), "")
 		return
 	}
 
@@ -99,7 +103,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		OnPongReceived: func(context.Context, []byte) { wc.touch() },
 	})
 	if err != nil {
-		// Accept has answered the request.
+		// Accept has answered the request (a broken handshake: 4xx).
+		s.metrics.refused(transportWS, ReasonBadRequest)
 		s.connLog.Log(slog.LevelDebug, "gateway: websocket upgrade failed",
 			slog.String("remote", r.RemoteAddr), slog.String("error", err.Error()))
 		wc.cancel()
@@ -115,11 +120,29 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	wc.run()
 }
 
+// upgradeCredentials reads the credential the upgrade request carried. A
+// token is verified and admitted (with ExpiryGrace, as connect does) now,
+// so authentication is decided before MaxConnectionsPerUser is looked at:
+// an expired or revoked token hears token_expired or revoked at connect,
+// never a 429. A ticket is only noted: connect redeems it if it relies on
+// it, so an upgrade refused for anything, or a connect that brings its own
+// token, leaves the ticket unspent.
+func (s *Server) upgradeCredentials(r *http.Request, query url.Values) httpCredentials {
+	cred, reason, msg := s.requestCredential(r, query)
+	hc := httpCredentials{source: cred.source, ticket: cred.ticket, reason: reason, msg: msg}
+	if reason.Code == "" && cred.token != "" {
+		hc.claims, hc.reason, hc.msg = s.checkToken(cred, s.cfg.ExpiryGrace)
+	}
+	return hc
+}
+
 // httpCredentials is what the upgrade request carried, if anything: the
-// claims of its verified token or redeemed ticket, or why they were
-// refused. A connect frame without a token uses them.
+// claims of its verified and admitted token, a ticket not yet redeemed,
+// or why the credential was refused. A connect frame without a token uses
+// them.
 type httpCredentials struct {
 	claims *auth.Claims
+	ticket string // redeemed by connect
 	source string
 	reason Reason // non-empty Code: the credential was refused
 	msg    string

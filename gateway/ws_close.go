@@ -21,7 +21,7 @@ const (
 	closeAuthzUnavailable   websocket.StatusCode = 4008 // reserved: it ends single subscriptions, never a connection
 	closeReconnect          websocket.StatusCode = 4099 // any other reason with Reconnect
 	closeTokenExpired       websocket.StatusCode = 4100
-	closeBadRequest         websocket.StatusCode = 4500
+	closeBadRequest         websocket.StatusCode = 4500 // reserved: a malformed upgrade gets HTTP 400, a malformed frame an error reply
 	closeUnauthorized       websocket.StatusCode = 4501
 	closeForbidden          websocket.StatusCode = 4502
 	closeMessageTooBig      websocket.StatusCode = 4503

@@ -120,8 +120,13 @@ func (w *wsConn) run() {
 	w.c.setAbort(nil)
 	w.c.unsubscribeAll()
 	w.srv.releaseUser(w.c)
-	if w.opened {
+	switch r := w.c.Reason(); {
+	case w.opened:
 		w.srv.closed(w.c)
+	case r.Code != ReasonClientClosed.Code:
+		// Closed by the server before connect succeeded: a refused connect,
+		// no connect in time, a request before connect, a shutdown.
+		w.srv.metrics.refused(transportWS, r)
 	}
 }
 

@@ -46,15 +46,17 @@ func TestWSErrorReplies(t *testing.T) {
 	c := e.connected("orders/*", "fail/*")
 
 	noID := map[string]string{
-		`{not json`:                   codeBadRequest,
-		`[1,2]`:                       codeBadRequest,
-		`"ping"`:                      codeBadRequest,
-		`{"op":"ping"}`:               codeBadRequest,
-		`{"id":-1,"op":"ping"}`:       codeBadRequest,
-		`{"id":"x","op":"ping"}`:      codeBadRequest,
-		`{"id":1.5,"op":"ping"}`:      codeBadRequest,
-		`{"id":0,"op":"subscribe"}`:   codeBadRequest,
-		`{"op":"ping","id":3}garbage`: codeBadRequest,
+		`{not json`:                           codeBadRequest,
+		`[1,2]`:                               codeBadRequest,
+		`"ping"`:                              codeBadRequest,
+		`{"op":"ping"}`:                       codeBadRequest,
+		`{"id":-1,"op":"ping"}`:               codeBadRequest,
+		`{"id":"x","op":"ping"}`:              codeBadRequest,
+		`{"id":1.5,"op":"ping"}`:              codeBadRequest,
+		`{"id":0,"op":"subscribe"}`:           codeBadRequest,
+		`{"op":"ping","id":3}garbage`:         codeBadRequest,
+		`{"id":9007199254740992,"op":"ping"}`: codeBadRequest,
+		`{"id":18446744073709551615,"op":"subscribe","channel":"orders/1"}`: codeBadRequest,
 	}
 	for frame, code := range noID {
 		c.send(frame)

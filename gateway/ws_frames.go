@@ -57,6 +57,11 @@ var wsErrorCodes = map[string]bool{
 	codeAuthzUnavailable:     true,
 }
 
+// maxFrameID is the largest request id: 2^53-1, the largest integer a
+// JavaScript number (the browser client's id) holds exactly. A larger id
+// would come back rounded, so its reply could not be matched.
+const maxFrameID = 1<<53 - 1
+
 // maxEpochBytes bounds the epoch a client may send in since.
 const maxEpochBytes = 255
 
@@ -94,12 +99,19 @@ func (e *frameError) Error() string {
 // Unwrap makes every frameError match ErrBadFrame.
 func (e *frameError) Unwrap() error { return ErrBadFrame }
 
+// badFrame returns a frame error replying to id, or without an id when id
+// is one a JavaScript client could not have sent (it would not recognise
+// the reply as its own).
 func badFrame(id uint64, code, format string, a ...any) *frameError {
+	if id > maxFrameID {
+		id = 0
+	}
 	return &frameError{id: id, code: code, message: fmt.Sprintf(format, a...)}
 }
 
 // decodeFrame decodes and validates one client frame: a JSON object with a
-// known op, a positive id (except pong) and the fields its op needs. It
+// known op, an id from 1 to 2^53-1 (except pong) and the fields its op
+// needs. It
 // never panics; every error is a *frameError, returned with the frame's id
 // and op when they could be read.
 func decodeFrame(b []byte) (clientFrame, error) {
@@ -117,17 +129,23 @@ func decodeFrame(b []byte) (clientFrame, error) {
 		}
 		return clientFrame{}, badFrame(0, codeBadRequest, "not a JSON object: %v", err)
 	}
+	if f.Op == opPong {
+		// A pong takes no id and gets no reply: whatever id it has is moot.
+		f.ID = 0
+		return f, nil
+	}
+	if f.ID > maxFrameID {
+		return clientFrame{}, badFrame(0, codeBadRequest, "id must be a positive integer below 2^53")
+	}
 	switch f.Op {
 	case "":
 		return clientFrame{}, badFrame(f.ID, codeBadRequest, "op is missing")
-	case opPong:
-		return f, nil
 	case opConnect, opSubscribe, opUnsubscribe, opPublish, opRefresh, opPing:
 	default:
 		return clientFrame{}, badFrame(f.ID, codeNotFound, "unknown op %q", trunc(f.Op, 32))
 	}
 	if f.ID == 0 {
-		return clientFrame{Op: f.Op}, badFrame(0, codeBadRequest, "id must be a positive integer")
+		return clientFrame{Op: f.Op}, badFrame(0, codeBadRequest, "id must be a positive integer below 2^53")
 	}
 	if err := validateOp(&f); err != nil {
 		return clientFrame{ID: f.ID, Op: f.Op}, err

@@ -26,6 +26,20 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"id":-1,"op":"ping"}`,
 		`{"id":1e3,"op":"ping"}`,
 		`{"id":18446744073709551616,"op":"ping"}`,
+		`{"id":9007199254740991,"op":"ping"}`,
+		`{"id":9007199254740992,"op":"ping"}`,
+		`{"id":9007199254740993,"op":"subscribe","channel":"orders/1"}`,
+		`{"id":18446744073709551615,"op":"ping"}`,
+		`{"id":9007199254740992,"op":"dance"}`,
+		`{"id":9007199254740992}`,
+		`{"id":9007199254740992,"op":"subscribe","channel":7}`,
+		`{"id":-9007199254740992,"op":"ping"}`,
+		`{"id":-0,"op":"ping"}`,
+		`{"id":1.5,"op":"ping"}`,
+		`{"id":1.0,"op":"ping"}`,
+		`{"id":9.007199254740992e15,"op":"ping"}`,
+		`{"id":true,"op":"ping"}`,
+		`{"id":null,"op":"ping"}`,
 		`{"id":1,"op":"subscribe","channel":"a//b"}`,
 		`{"id":1,"op":"subscribe","channel":"orders/1","since":{"offset":-1,"epoch":""}}`,
 		`{"id":1,"op":"publish","channel":"x","type":"T","schema_version":0}`,
@@ -44,13 +58,16 @@ func FuzzDecodeFrame(f *testing.F) {
 			if _, known := wsErrorCodes[fe.code]; !known || fe.message == "" {
 				t.Fatalf("error code %q message %q", fe.code, fe.message)
 			}
+			if fe.id > maxFrameID {
+				t.Fatalf("error reply echoes id %d, which JavaScript cannot represent", fe.id)
+			}
 			if reply := encodeError(fe.id, fe.code, fe.message); !json.Valid(reply) {
 				t.Fatalf("error reply is not JSON: %q", reply)
 			}
 			return
 		}
-		if fr.Op != opPong && fr.ID == 0 {
-			t.Fatalf("frame %+v accepted without id", fr)
+		if fr.Op != opPong && (fr.ID == 0 || fr.ID > maxFrameID) {
+			t.Fatalf("frame %+v accepted with id %d, want 1 to 2^53-1", fr, fr.ID)
 		}
 		switch fr.Op {
 		case opConnect, opPing, opPong:
@@ -74,4 +91,35 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("op %q accepted", fr.Op)
 		}
 	})
+}
+
+// TestDecodeFrameIDBound: request ids are positive integers below 2^53,
+// the integers a JavaScript number holds exactly. Anything else is a
+// bad_request error reply without an id (the client could not match an
+// id it cannot represent), and the id is never echoed.
+func TestDecodeFrameIDBound(t *testing.T) {
+	if _, err := decodeFrame([]byte(`{"id":9007199254740991,"op":"ping"}`)); err != nil {
+		t.Fatalf("2^53-1 refused: %v", err)
+	}
+	for _, frame := range []string{
+		`{"id":9007199254740992,"op":"ping"}`,
+		`{"id":9007199254740993,"op":"connect","token":"t"}`,
+		`{"id":18446744073709551615,"op":"subscribe","channel":"orders/1"}`,
+		`{"id":9007199254740992,"op":"dance"}`,
+		`{"id":9007199254740992}`,
+		`{"id":9007199254740992,"op":"subscribe","channel":7}`,
+		`{"id":-1,"op":"ping"}`,
+		`{"id":1.5,"op":"ping"}`,
+		`{"id":1e3,"op":"ping"}`,
+	} {
+		_, err := decodeFrame([]byte(frame))
+		var fe *frameError
+		if !errors.As(err, &fe) || fe.code != codeBadRequest || fe.id != 0 {
+			t.Errorf("%s: got %v, want a bad_request error without id", frame, err)
+		}
+	}
+	// A pong carries no id that matters: it is accepted whatever its id.
+	if f, err := decodeFrame([]byte(`{"id":9007199254740992,"op":"pong"}`)); err != nil || f.ID != 0 {
+		t.Errorf("pong: %+v, %v", f, err)
+	}
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +34,19 @@ func (w *wsConn) connect(f *clientFrame) {
 	case w.hc.reason.Code != "":
 		w.refuseConnect(f.ID, w.hc.reason, w.hc.msg)
 		return
+	case w.hc.ticket != "":
+		// Redeemed only now that connect relies on it (it is spent even if
+		// the connect is refused below: see redeemTicket).
+		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.ConnectTimeout)
+		var reason Reason
+		var msg string
+		claims, reason, msg = w.srv.redeemTicket(ctx, w.hc.ticket)
+		cancel()
+		if reason.Code != "" {
+			w.refuseConnect(f.ID, reason, msg)
+			return
+		}
+		source = sourceTicket
 	case w.hc.claims != nil:
 		claims, source = w.hc.claims, w.hc.source
 	default:
