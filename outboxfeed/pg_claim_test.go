@@ -81,20 +81,23 @@ func TestPostgresClaimKeepsOrderWhenAPickedRowChanges(t *testing.T) {
 	}
 }
 
-// A cycle that completes a batch and claims the next takes the claimers'
-// lock before it touches any row: were it to hold its rows while waiting
-// for the lock, a claimer holding the lock and taking one of those rows
-// over would wait for it in turn — a deadlock.
-func TestPostgresCycleTakesClaimLockBeforeRows(t *testing.T) {
+// A Worker whose lease expired completes its batch (holding those rows)
+// and then waits for the claim lock, while the claimer holding the lock
+// would take the same rows over. The claim skips rows another transaction
+// holds instead of waiting for them: no deadlock, and the late completion
+// goes through.
+func TestPostgresTakeoverSkipsRowsACompletionHolds(t *testing.T) {
 	t.Parallel()
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
 	first, _ := stageTwo(t, s)
-	res, err := s.claimCycle(ctx, claimRequest{owner: "w", limit: 10, lease: time.Hour})
+	res, err := s.claimCycle(ctx, claimRequest{owner: "late", limit: 10, lease: time.Hour})
 	testenv.Must(t, err, "claim")
 	if len(res.claimed) != 2 {
 		t.Fatalf("claimed %d records, want 2", len(res.claimed))
 	}
+	_, err = s.Pool().Exec(ctx, `UPDATE herald.outbox SET lease_expires_at = now() - interval '1 second'`)
+	testenv.Must(t, err, "expire the leases")
 
 	claimer, err := s.Pool().Begin(ctx)
 	testenv.Must(t, err, "begin")
@@ -104,20 +107,31 @@ func TestPostgresCycleTakesClaimLockBeforeRows(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.claimCycle(ctx, claimRequest{owner: "w", limit: 10, lease: time.Hour,
+		_, err := s.claimCycle(ctx, claimRequest{owner: "late", limit: 10, lease: time.Hour,
 			complete: leasesOfRecords(res.claimed), completeAt: res.places})
 		done <- err
 	}()
 	waitForLockWaiter(t, s, "advisory")
-	// The lock holder now updates a row the waiting cycle would complete.
+	// The lock holder claims; the expired rows are held by the late cycle.
+	far := farPlan(10)
 	_, err = claimer.Exec(ctx, `SET LOCAL lock_timeout = '3s'`)
 	testenv.Must(t, err, "lock timeout")
-	_, err = claimer.Exec(ctx, `UPDATE herald.outbox SET last_error = 'probe' WHERE id = $1`, first)
-	testenv.Must(t, err, "the lock holder's update (the cycle holds the row while waiting for the lock)")
+	rows, err := claimer.Query(ctx, pgClaim, "other", 10, time.Hour.Microseconds(), defaultWindow(10), 0,
+		"", "", far.reserve, far.channels, far.prefix)
+	testenv.Must(t, err, "claim beside the late completion")
+	var got claimResult
+	for rows.Next() {
+		testenv.Must(t, scanPGClaimRow(rows, &got), "scan")
+	}
+	rows.Close()
+	testenv.Must(t, rows.Err(), "claim beside the late completion")
+	if n := len(got.claimed) + len(got.behind) + len(got.exhausted); n != 0 {
+		t.Fatalf("the claim took %d records a completion holds", n)
+	}
 	testenv.Must(t, claimer.Commit(ctx), "commit")
-	testenv.Must(t, <-done, "cycle")
+	testenv.Must(t, <-done, "late cycle")
 	if _, ok := stateOf(t, s, first).(Dispatched); !ok {
-		t.Fatalf("first record is %#v, want dispatched", stateOf(t, s, first))
+		t.Fatalf("first record is %#v, want dispatched by the late completion", stateOf(t, s, first))
 	}
 }
 

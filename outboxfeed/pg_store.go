@@ -184,7 +184,10 @@ const pgRecordColumns = `id::text, seq, tenant_id, channel, type, schema_version
 //
 // Taking an expired lease over burns an attempt (attempt+1, last_error
 // 'lease of <owner> expired'); when that reaches $5 (> 0) the record is
-// dead-lettered instead. Every update re-checks its condition on the row's
+// dead-lettered instead. A record to take over whose row another
+// transaction holds is skipped (FOR UPDATE SKIP LOCKED) rather than waited
+// for: that is the late Worker completing it, whose cycle may in turn be
+// waiting for the claim lock this claim holds. Every update re-checks its condition on the row's
 // current version; a picked record whose row changed meanwhile is skipped,
 // and then the records picked after it in its channel are flagged
 // (behind), for the Worker to give back unpublished: order first.
@@ -240,6 +243,10 @@ WITH RECURSIVE head AS MATERIALIZED (
 ), pick AS MATERIALIZED (
 	SELECT tid, seq, takeover, tenant_id, channel FROM near
 	UNION ALL SELECT tid, seq, takeover, tenant_id, channel FROM farpick
+), seized AS MATERIALIZED (
+	SELECT o.ctid AS tid FROM herald.outbox o
+	WHERE o.ctid = ANY(ARRAY(SELECT tid FROM pick WHERE takeover))
+	FOR UPDATE SKIP LOCKED
 ), claimed AS (
 	UPDATE herald.outbox o
 	SET state = 'processing', lease_owner = $1,
@@ -248,7 +255,7 @@ WITH RECURSIVE head AS MATERIALIZED (
 	    attempt = o.attempt + CASE WHEN o.state = 'processing' THEN 1 ELSE 0 END,
 	    last_error = CASE WHEN o.state = 'processing' THEN 'lease of ' || o.lease_owner || ' expired' ELSE o.last_error END
 	FROM pick
-	WHERE o.ctid = pick.tid AND (
+	WHERE o.ctid = pick.tid AND (NOT pick.takeover OR pick.tid IN (SELECT tid FROM seized)) AND (
 	      (o.state = 'pending' AND o.next_attempt_at <= statement_timestamp())
 	   OR (o.state = 'processing' AND o.lease_expires_at < statement_timestamp()
 	       AND ($5 = 0 OR o.attempt + 1 < $5)))
@@ -259,7 +266,7 @@ WITH RECURSIVE head AS MATERIALIZED (
 	    last_error = 'gave up after ' || (o.attempt + 1) || ' attempts: lease of ' || o.lease_owner || ' expired',
 	    lease_owner = NULL, lease_expires_at = NULL
 	FROM pick
-	WHERE pick.takeover AND $5 > 0 AND o.ctid = pick.tid
+	WHERE pick.takeover AND pick.tid IN (SELECT tid FROM seized) AND $5 > 0 AND o.ctid = pick.tid
 	  AND o.state = 'processing' AND o.lease_expires_at < statement_timestamp() AND o.attempt + 1 >= $5
 	RETURNING o.ctid::text AS place, ` + pgRecordColumnsQualified + `
 ), done AS (
@@ -305,7 +312,7 @@ const pgRecordColumnsQualified = `o.id::text, o.seq, o.tenant_id, o.channel, o.t
 // pgLeaseMatch selects the rows whose lease $1 still holds among the ids $2
 // with the "id/fence" pairs $3: an index probe per id, then a hashed check
 // of the pair (robust to stale planner statistics, unlike a join).
-const pgLeaseMatch = `id = ANY($2::uuid[]) AND id::text || '/' || fence = ANY($3::text[])
+const pgLeaseMatch = `id = ANY($2::text[]::uuid[]) AND id::text || '/' || fence = ANY($3::text[])
 	AND lease_owner = $1 AND state = 'processing'`
 
 const pgComplete = `UPDATE herald.outbox
@@ -317,7 +324,7 @@ WHERE ` + pgLeaseMatch
 // operator's VACUUM FULL or CLUSTER moves a row nobody else updated).
 const pgCompleteAt = `
 WITH c AS (
-	SELECT * FROM unnest($4::tid[], $2::uuid[], $5::bigint[]) AS c(place, id, fence)
+	SELECT * FROM unnest($4::text[]::tid[], $2::text[]::uuid[], $5::bigint[]) AS c(place, id, fence)
 ), by_place AS (
 	UPDATE herald.outbox o
 	SET state = 'dispatched', dispatched_at = statement_timestamp(), lease_owner = NULL, lease_expires_at = NULL
@@ -327,8 +334,8 @@ WITH c AS (
 ), by_id AS (
 	UPDATE herald.outbox
 	SET state = 'dispatched', dispatched_at = statement_timestamp(), lease_owner = NULL, lease_expires_at = NULL
-	WHERE (SELECT count(*) FROM by_place) < cardinality($2::uuid[])
-	  AND id = ANY(ARRAY(SELECT unnest($2::uuid[]) EXCEPT ALL SELECT id FROM by_place))
+	WHERE (SELECT count(*) FROM by_place) < cardinality($2::text[]::uuid[])
+	  AND id = ANY(ARRAY(SELECT unnest($2::text[]::uuid[]) EXCEPT ALL SELECT id FROM by_place))
 	  AND id::text || '/' || fence = ANY($3::text[]) AND lease_owner = $1 AND state = 'processing'
 	RETURNING id
 )
@@ -383,12 +390,6 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 	} else {
 		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
 	}
-	// Claimers take the lock first, before any row: a completion that
-	// held its rows while it waited for the lock could deadlock with a
-	// claim taking one of them over.
-	if req.limit > 0 {
-		b.Queue(`SELECT pg_advisory_xact_lock($1)`, pgClaimLockKey)
-	}
 	completeAt := len(req.complete) > 0 && len(req.completeAt) == len(req.complete)
 	switch {
 	case completeAt:
@@ -410,6 +411,10 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		b.Queue(pgDisarm)
 	}
 	if req.limit > 0 {
+		// The lock comes after the completion, which thus runs beside
+		// another lane's claim; the claim skips rows a completion holds
+		// (see pgClaim), so the two cannot deadlock.
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, pgClaimLockKey)
 		far := farPlan(req.limit)
 		b.Queue(pgClaim, req.owner, req.limit, req.lease.Microseconds(), req.windowOrDefault(), req.maxAttempts,
 			req.cursor.Tenant, req.cursor.Channel, far.reserve, far.channels, far.prefix)
@@ -419,11 +424,6 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
 			return err
-		}
-		if req.limit > 0 {
-			if _, err := br.Exec(); err != nil { // the claim lock
-				return err
-			}
 		}
 		switch {
 		case completeAt:
@@ -444,6 +444,9 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		}
 		if req.limit <= 0 {
 			return br.Close()
+		}
+		if _, err := br.Exec(); err != nil { // the claim lock
+			return err
 		}
 		rows, err := br.Query()
 		if err != nil {

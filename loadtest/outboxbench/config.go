@@ -30,6 +30,9 @@ type config struct {
 	// Concurrency is the Worker's per-batch channel parallelism. Default: 32
 	// (the Worker's default).
 	Concurrency int
+	// Lanes is how many batches the Worker keeps in flight. Default: 0,
+	// the Worker's own default (2).
+	Lanes int
 
 	// Retained is how many already-dispatched rows the latency and
 	// producer phases start with, as a retention window keeps them (the
@@ -77,6 +80,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the records spread over")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "Worker claim batch size")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "Worker channels published in parallel per batch")
+	fs.IntVar(&c.Lanes, "lanes", c.Lanes, "Worker batches in flight at once (0 = the Worker's default, 2)")
 	fs.IntVar(&c.Retained, "retained", c.Retained, "latency, producers: dispatched rows in the table at the start (0 = empty table)")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "latency: paced staging rate, records/s")
 	fs.DurationVar(&c.LatencyDuration, "latency-duration", c.LatencyDuration, "latency: how long to stage")
@@ -118,6 +122,9 @@ func (c *config) validate() error {
 	}
 	if c.BatchSize < 1 {
 		bad("-batch-size %d: must be ≥ 1", c.BatchSize)
+	}
+	if c.Lanes < 0 || c.Lanes > 16 {
+		bad("-lanes %d: must be between 0 and 16", c.Lanes)
 	}
 	if c.Concurrency < 1 {
 		bad("-concurrency %d: must be ≥ 1", c.Concurrency)

@@ -77,7 +77,7 @@ func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, reco
 		reg:    prometheus.NewRegistry(),
 	}
 	p.worker, err = outboxfeed.NewWorker(store, p.pub, outboxfeed.WorkerConfig{
-		BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, PollInterval: cfg.PollInterval, Registerer: p.reg,
+		BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, Registerer: p.reg,
 	})
 	if err != nil {
 		broker.Stop()
