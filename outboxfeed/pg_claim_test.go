@@ -117,7 +117,7 @@ func TestPostgresTakeoverSkipsRowsACompletionHolds(t *testing.T) {
 	_, err = claimer.Exec(ctx, `SET LOCAL lock_timeout = '3s'`)
 	testenv.Must(t, err, "lock timeout")
 	rows, err := claimer.Query(ctx, pgClaim, "other", 10, time.Hour.Microseconds(), defaultWindow(10), 0,
-		"", "", far.reserve, far.channels, far.prefix)
+		"", "", far.reserve, far.channels, far.prefix, far.spread)
 	testenv.Must(t, err, "claim beside the late completion")
 	var got claimResult
 	for rows.Next() {

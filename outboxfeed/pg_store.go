@@ -171,9 +171,11 @@ const pgRecordColumns = `id::text, seq, tenant_id, channel, type, schema_version
 //     prefix, in order.
 //
 // The window starts at the head of the line, so a record the window does
-// not reach has nothing earlier outside it. When the window is full there
-// may be channels whose records all lie beyond it — behind a burst on one
-// channel, say — so stage one leaves $8 of the batch to stage two, which
+// not reach has nothing earlier outside it. When the window is full and
+// holds records of fewer than $11 channels, a few channels' bursts fill
+// the head of the line, each going out one record after another, and the
+// channels whose records all lie beyond the window would wait for them
+// all; so stage one then leaves $8 of the batch to stage two, which
 // walks channel by channel (outbox_channel_head_idx, one probe each) from
 // the cursor ($6, $7) for at most $9 channels, takes the channels whose
 // first unresolved record lies beyond the window, and claims of each the
@@ -204,7 +206,9 @@ WITH RECURSIVE head AS MATERIALIZED (
 	ORDER BY seq
 	LIMIT $4
 ), win AS MATERIALIZED (
-	SELECT count(*) AS scanned, coalesce(max(seq), 0) AS last, $8 > 0 AND count(*) >= $4 AS is_full FROM head
+	SELECT count(*) AS scanned, coalesce(max(seq), 0) AS last,
+	       $8 > 0 AND count(*) >= $4 AND count(DISTINCT (tenant_id, channel)) < $11 AS is_full
+	FROM head
 ), blocked AS MATERIALIZED (
 	SELECT tenant_id, channel, min(seq) AS stop, bool_or(busy) AS busy
 	FROM head WHERE NOT ok GROUP BY tenant_id, channel
@@ -417,7 +421,7 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, pgClaimLockKey)
 		far := farPlan(req.limit)
 		b.Queue(pgClaim, req.owner, req.limit, req.lease.Microseconds(), req.windowOrDefault(), req.maxAttempts,
-			req.cursor.Tenant, req.cursor.Channel, far.reserve, far.channels, far.prefix)
+			req.cursor.Tenant, req.cursor.Channel, far.reserve, far.channels, far.prefix, far.spread)
 	}
 	err := func() error {
 		br := s.pool.SendBatch(ctx, b)

@@ -68,7 +68,7 @@ func (s *SQLiteStore) pick(ctx context.Context, tx *sql.Tx, req claimRequest, no
 	if err != nil {
 		return nil, err
 	}
-	full := far.reserve > 0 && len(near) >= window
+	full := far.reserve > 0 && len(near) >= window && fewChannels(near, far.spread)
 	quota := req.limit
 	if full {
 		quota -= far.reserve
@@ -174,4 +174,16 @@ func sqliteDuePrefix(ctx context.Context, tx *sql.Tx, k fanout.Key, now int64, l
 		out = append(out, seq)
 	}
 	return out, rows.Err()
+}
+
+// fewChannels reports whether cs hold records of fewer than n channels.
+func fewChannels(cs []sqliteCandidate, n int) bool {
+	seen := make(map[fanout.Key]struct{}, n)
+	for _, c := range cs {
+		seen[c.key] = struct{}{}
+		if len(seen) >= n {
+			return false
+		}
+	}
+	return true
 }

@@ -82,15 +82,22 @@ type farClaim struct {
 	reserve  int // records of the batch kept for it when the window is full
 	channels int // channels it visits at most
 	prefix   int // records of each channel it looks at
+	spread   int // it runs only when the full window has fewer channels than this
 }
 
 // farPlan keeps a quarter of the batch for channels beyond the window, and
 // visits a bounded number of channels per claim (each visit is an index
 // probe, about as dear as claiming a record; the cursor carries on from
-// there next time). Batches under 4 records have no second stage.
+// there next time). It runs only when the window is full and held by
+// fewer than farSpread channels: with more, the batch already goes out
+// that many channels at a time and the line moves at that pace (oldest
+// first). Batches under 4 records have no second stage.
 func farPlan(limit int) farClaim {
-	return farClaim{reserve: limit / 4, channels: min(16+limit/8, 128), prefix: min(max(limit/4, 1), 16)}
+	return farClaim{reserve: limit / 4, channels: min(16+limit/8, 128), prefix: min(max(limit/4, 1), 16), spread: farSpread}
 }
+
+// farSpread: see farPlan. Twice the default publishing concurrency.
+const farSpread = 64
 
 // maxWindowFactor bounds window growth: at most this many batches' worth
 // of records are examined by one claim.
