@@ -174,3 +174,49 @@ func TestPostgresLanesClaimUnderTheirOwnOwner(t *testing.T) {
 	}
 	rec.waitFor(t, 10*time.Second, "every record", func() bool { return rec.count() >= 40 })
 }
+
+// The cycle's statements are planned once per connection, maybe while the
+// table is nearly empty; those plans must not read the whole table once
+// it has grown (a completion by sequential scan made commit → publish
+// latency grow with the table).
+func TestPostgresCyclePlansNeverScanTheTable(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{MaxConns: 1}) // every statement on one backend
+	ctx := context.Background()
+	cycle := func(complete []Record, places []string) claimResult {
+		t.Helper()
+		res, err := s.claimCycle(ctx, claimRequest{owner: "w", limit: 100, lease: time.Hour,
+			complete: leasesOfRecords(complete), completeAt: places, asyncCommit: true})
+		testenv.Must(t, err, "cycle")
+		return res
+	}
+	_, err := s.StageOne(ctx, note("orders/1", `{}`))
+	testenv.Must(t, err, "stage")
+	res := cycle(nil, nil) // plans made on a table of one row
+	res = cycle(res.claimed, res.places)
+
+	_, err = s.Pool().Exec(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload, state, dispatched_at)
+		SELECT 'acme', 'orders/' || (g % 100), 'order.updated', 1, '{}', 'dispatched', now() FROM generate_series(1, 20000) g`)
+	testenv.Must(t, err, "grow the table")
+	_, err = s.Pool().Exec(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
+		SELECT 'acme', 'orders/' || g, 'order.updated', 1, '{}' FROM generate_series(1, 50) g`)
+	testenv.Must(t, err, "stage more")
+	seqScans := func() int64 {
+		t.Helper()
+		var n int64
+		_, err := s.Pool().Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		testenv.Must(t, err, "flush stats")
+		testenv.Must(t, s.Pool().QueryRow(ctx,
+			`SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'herald.outbox'::regclass`).Scan(&n), "read stats")
+		return n
+	}
+	before := seqScans()
+	res = cycle(res.claimed, res.places)
+	if len(res.claimed) != 50 {
+		t.Fatalf("claimed %d records, want 50", len(res.claimed))
+	}
+	cycle(res.claimed, res.places)
+	if after := seqScans(); after != before {
+		t.Fatalf("the cycle scanned the whole table %d times", after-before)
+	}
+}

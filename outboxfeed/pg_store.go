@@ -345,6 +345,10 @@ WITH c AS (
 )
 SELECT (SELECT count(*) FROM by_place) + (SELECT count(*) FROM by_id)`
 
+// pgCycleSettings starts a claim cycle's transaction (see claimCycle).
+const pgCycleSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_seqscan', 'off', true)`
+
 // pgArm arms the wake-up trigger until $1 µs from now; pgDisarm disarms it.
 const (
 	pgArm    = `UPDATE herald.outbox_wakeup SET armed_until = statement_timestamp() + $1::bigint * interval '1 microsecond'`
@@ -387,12 +391,16 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		return res, nil
 	}
 	b := &pgx.Batch{}
-	// The claim's plan does not depend on its parameters: plan it once per
-	// connection, not at each of the first executions.
+	// The cycle's plans do not depend on their parameters: plan them once
+	// per connection, not at each of the first executions. That plan may be
+	// made while the table is nearly empty, when reading all of it looks
+	// cheapest; it then stays while the table grows, until the next
+	// ANALYZE. Every statement of the cycle has an index or row position
+	// to go by, so sequential scans are ruled out.
 	if req.asyncCommit {
-		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)`)
+		b.Queue(pgCycleSettings + `, set_config('synchronous_commit', 'off', true)`)
 	} else {
-		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
+		b.Queue(pgCycleSettings)
 	}
 	completeAt := len(req.complete) > 0 && len(req.completeAt) == len(req.complete)
 	switch {
