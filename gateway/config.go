@@ -72,7 +72,9 @@ type Config struct {
 
 	// AllowedOrigins lists the browser origins, besides the request's own
 	// host, that may open a WebSocket (the defence against cross-site
-	// WebSocket hijacking). Each entry is a host pattern ("app.example.com",
+	// WebSocket hijacking) and whose pages may call /v1/sse and /v1/tickets
+	// cross-origin (CORS, credentials included; see cors). Each entry is a
+	// host pattern ("app.example.com",
 	// "*.example.com") or, when it holds "://", a scheme://host pattern,
 	// matched case-insensitively with path.Match; "*" allows every origin.
 	// A request without an Origin header (not a browser) is always allowed.

@@ -10,9 +10,9 @@ import (
 // routes builds the gateway's handler.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/sse", methods(s.limitAttempts(transportSSE, s.handleSSE), http.MethodGet))
+	mux.Handle("/v1/sse", s.cors(methods(s.limitAttempts(transportSSE, s.handleSSE), http.MethodGet), http.MethodGet))
 	mux.Handle("/v1/ws", methods(s.limitAttempts(transportWS, s.handleWS), http.MethodGet))
-	mux.Handle("/v1/tickets", methods(s.limitAttempts("", s.handleTickets), http.MethodPost))
+	mux.Handle("/v1/tickets", s.cors(methods(s.limitAttempts("", s.handleTickets), http.MethodPost), http.MethodPost))
 	mux.Handle("/healthz", methods(s.handleHealthz, http.MethodGet, http.MethodHead))
 	mux.Handle("/readyz", methods(s.handleReadyz, http.MethodGet, http.MethodHead))
 	mux.Handle("/metrics", methods(s.handleMetrics(), http.MethodGet, http.MethodHead))

@@ -103,7 +103,7 @@ func registerGateway(st *settings, c *gateway.Config) {
 	st.Duration(&c.RefreshAhead, "refresh-ahead", gateway.DefaultRefreshAhead, "how long before a token expires clients are asked for a fresh one (must exceed twice --revalidate-interval)")
 	st.Duration(&c.ExpiryGrace, "expiry-grace", gateway.DefaultExpiryGrace, "how long after expiry a WebSocket client may still refresh before it is closed")
 	st.Int(&c.MaxConnectionsPerUser, "max-connections-per-user", gateway.DefaultMaxConnectionsPerUser, "concurrent connections per tenant and subject on this host (negative = unlimited); over it: 429")
-	st.StringList(&c.AllowedOrigins, "allowed-origins", "Origin patterns allowed on /v1/ws besides the same host (\"*\" = any); cross-site WebSocket hijacking defence")
+	st.StringList(&c.AllowedOrigins, "allowed-origins", "Origin patterns of browser pages allowed besides the same host (\"*\" = any): they may open /v1/ws (cross-site WebSocket hijacking defence) and call /v1/sse and /v1/tickets cross-origin (CORS, with credentials)")
 	st.afterParse = append(st.afterParse, func() { c.DisableAccessTokenQuery = !accessTokenQuery })
 }
 
