@@ -16,11 +16,15 @@ import (
 // The WebSocket transport (GET /v1/ws, subprotocol herald.v1; the protocol
 // is docs/protocol.md). Each connection has:
 //
-//   - a reader, the HTTP handler's goroutine, which owns the connection: it
-//     reads every frame (never under a deadline context, which would close
-//     the connection), answers connect, ping and unsubscribe itself, and
-//     starts a goroutine per subscribe, publish or refresh, at most
-//     MaxInflight at once;
+//   - a reader, which owns the connection: a goroutine of its own
+//     (wsConn.run), started by the HTTP handler, which then returns, so
+//     net/http's request and buffers are not kept for the connection's
+//     lifetime. It reads every frame (never under a deadline context,
+//     which would close the connection) with a small read buffer
+//     (ws_netconn.go) and handles each on a short-lived goroutine it waits
+//     for (wsConn.handleApart), so its own stack stays small: connect,
+//     ping and unsubscribe are answered there, and subscribe, publish and
+//     refresh start a goroutine each, at most MaxInflight at once;
 //   - a writer started on demand (wsConn.wake) whenever something is queued
 //     and gone again once the queues are empty, so an idle connection holds
 //     one goroutine. The writer is the only one to write data frames: it
@@ -81,7 +85,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.refuseConn(w, r, transportWS, ReasonTooManyConnections, "")
 		return
 	}
-	defer s.releaseSlot()
+	handedOff := false // to the connection's goroutine, which releases the slot
+	defer func() {
+		if !handedOff {
+			s.releaseSlot()
+		}
+	}()
 
 	hc := s.upgradeCredentials(r, query)
 	if hc.claims != nil && s.users.full(userKey(hc.claims)) {
@@ -93,7 +102,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 
 	conn := s.newConn(transportWS, &auth.Claims{}, r.RemoteAddr)
 	wc := newWSConn(s, conn, hc)
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	ws, err := websocket.Accept(wsHijacker{w}, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{wsProtocol},
 		InsecureSkipVerify: true, // originAllowed has checked the Origin
 		OnPingReceived: func(context.Context, []byte) bool {
@@ -116,8 +125,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !s.register(conn) {
 		conn.Close(ReasonShutdown, s.reconnectJitter())
 	}
-	defer s.unregister(conn)
-	wc.run()
+	handedOff = true
+	go wc.run()
 }
 
 // upgradeCredentials reads the credential the upgrade request carried. A

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,7 @@ type wsConn struct {
 
 	clientID  string
 	connected atomic.Bool
-	opened    bool // reader only: counted by Server.opened
+	opened    bool // reader (or the handler it waits for) only: counted by Server.opened
 	claims    atomic.Pointer[auth.Claims]
 	pubGrants atomic.Pointer[publishGrants]
 
@@ -99,15 +100,49 @@ func (w *wsConn) attach(ws *websocket.Conn) {
 	w.c.setAbort(w.sink.abort)
 }
 
-// run reads frames until the connection ends, then waits for the writer's
-// final frames and for every request, and releases the subscriptions.
+// run is the connection's goroutine: it reads frames until the connection
+// ends, then ends it. What comes before and after reading lives in
+// functions of their own, so the frames an idle reader keeps on its stack
+// are few (see handleApart).
 func (w *wsConn) run() {
+	w.startTimers()
+	w.readGuarded()
+	w.end()
+}
+
+// readGuarded runs readLoop; should handling a frame panic (a bug), only
+// this connection ends, as server_error, with the stack logged — as
+// net/http did while the reader was its handler.
+func (w *wsConn) readGuarded() {
+	defer func() {
+		if p := recover(); p != nil {
+			w.c.Close(w.panicked(p), 0)
+		}
+	}()
+	w.readLoop()
+}
+
+// panicked logs a recovered panic of this connection's reader and returns
+// the reason to close it with.
+func (w *wsConn) panicked(p any) Reason {
+	w.logError("gateway: websocket handler panicked", fmt.Errorf("%v", p), slog.String("stack", string(debug.Stack())))
+	return ReasonServerError
+}
+
+// startTimers starts the connect and client timeouts.
+func (w *wsConn) startTimers() {
 	w.connectTimer = stoppedTimer(w.connectTimedOut)
 	w.connectTimer.Reset(w.cfg.ConnectTimeout)
 	w.idleTimer = stoppedTimer(w.checkIdle)
 	w.idleTimer.Reset(w.cfg.ClientTimeout)
+}
 
-	w.c.Close(w.readLoop(), 0)
+// end waits for the writer's final frames and for every request, releases
+// the subscriptions, the user's and the server's slots, and counts the
+// connection closed.
+func (w *wsConn) end() {
+	defer w.srv.releaseSlot()
+	defer w.srv.unregister(w.c)
 	<-w.finalDone
 
 	w.connectTimer.Stop()
@@ -142,12 +177,13 @@ func stoppedTimer(f func()) *time.Timer {
 var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // readLoop reads and handles frames until the connection must close, and
-// returns why.
-func (w *wsConn) readLoop() Reason {
+// closes it for that reason.
+func (w *wsConn) readLoop() {
 	for {
 		typ, rd, err := w.ws.Reader(context.Background())
 		if err != nil {
-			return w.readErrorReason()
+			w.c.Close(w.readErrorReason(), 0)
+			return
 		}
 		buf := readBufs.Get().(*bytes.Buffer)
 		r := w.readMessage(typ, rd, buf)
@@ -155,10 +191,11 @@ func (w *wsConn) readLoop() Reason {
 			readBufs.Put(buf)
 		}
 		if r.Code != "" {
-			return r
+			w.c.Close(r, 0)
+			return
 		}
 		if w.c.closed() {
-			return ReasonClientClosed // the reason is already set
+			return // the reason is set already
 		}
 	}
 }
@@ -182,7 +219,26 @@ func (w *wsConn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes
 	if !utf8.Valid(buf.Bytes()) {
 		return withMessage(ReasonProtocolError, "a text message was not valid UTF-8")
 	}
-	return w.handle(buf.Bytes())
+	return w.handleApart(buf.Bytes())
+}
+
+// handleApart handles msg on a goroutine of its own and waits for it.
+// Decoding a frame and the work of a request (verifying a token, ...)
+// need a deep stack, which the reader, idle most of a connection's life,
+// would keep: the garbage collector halves a stack only while less than a
+// quarter of it is in use, and a reader waiting inside coder/websocket
+// uses about 2 KiB, so an 8 KiB stack stays. Reading alone fits in 4 KiB.
+func (w *wsConn) handleApart(msg []byte) Reason {
+	done := make(chan Reason, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- w.panicked(p)
+			}
+		}()
+		done <- w.handle(msg)
+	}()
+	return <-done
 }
 
 // readErrorReason says why a read failed: the client went away, unless a

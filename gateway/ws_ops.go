@@ -14,8 +14,9 @@ import (
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// connect authenticates the connection (reader goroutine). A failure is
-// answered with an error reply, then the connection closes.
+// connect authenticates the connection (on the goroutine the reader waits
+// for, see handleApart). A failure is answered with an error reply, then
+// the connection closes.
 func (w *wsConn) connect(f *clientFrame) {
 	if w.connected.Load() {
 		w.replyError(f.ID, opConnect, codeBadRequest, "already connected: send connect once per connection")
@@ -211,7 +212,7 @@ func (w *wsConn) subscribed(ch string) {
 	w.subsMu.Unlock()
 }
 
-// unsubscribe ends a subscription (reader goroutine); the writer leaves the
+// unsubscribe ends a subscription (on the goroutine the reader waits for); the writer leaves the
 // hub and replies, after which no publication of the channel follows.
 func (w *wsConn) unsubscribe(f *clientFrame) {
 	w.subsMu.Lock()
