@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"runtime"
-	"strings"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/hostinfo"
 )
 
 // report collects what the phases measured.
@@ -40,7 +39,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	rep := report{cfg: cfg, server: server, loadStart: loadAvg()}
+	rep := report{cfg: cfg, server: server, loadStart: hostinfo.LoadAvg()}
 	if cfg.phase("drain") {
 		r, err := runDrain(ctx, db, cfg, progress)
 		if err != nil {
@@ -74,10 +73,10 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 // print writes the report as markdown.
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\n### Outbox benchmark, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(w, "- machine: %d CPUs, %s RAM, %s/%s, %s\n", runtime.NumCPU(), memTotal(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(w, "- machine: %s\n", hostinfo.Machine())
 	fmt.Fprintf(w, "- server: %s\n", r.server)
 	fmt.Fprintf(w, "- table: the latency and producer phases start with %d dispatched rows retained\n", r.cfg.Retained)
-	fmt.Fprintf(w, "- load average (1/5/15 min) at start: %s, at end: %s\n", r.loadStart, loadAvg())
+	fmt.Fprintf(w, "- load average (1/5/15 min) at start: %s, at end: %s\n", r.loadStart, hostinfo.LoadAvg())
 	fmt.Fprintf(w, "- command: `%s`\n\n", commandLine())
 	fmt.Fprintln(w, "| measurement | result | target / reference |")
 	fmt.Fprintln(w, "|---|---|---|")
@@ -112,34 +111,4 @@ func (r *report) print(w io.Writer) {
 			ms(p.Commit.P50), ms(p.Commit.P99), ms(p.Tx.P50), ms(p.Tx.P99), ref)
 	}
 	fmt.Fprintln(w)
-}
-
-// loadAvg is the first three fields of /proc/loadavg.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " / ")
-}
-
-// memTotal reads MemTotal from /proc/meminfo.
-func memTotal() string {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return "unknown"
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
-				return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
-			}
-		}
-	}
-	return "unknown"
 }

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Bounds every run stays within: the generator only ever loads a server on
+// this machine, for a bounded time, with a bounded number of connections.
+const (
+	maxConns    = 15_000 // per side; the machine allows 20,000 open files per process
+	maxDuration = 10 * time.Minute
+	maxRate     = 100_000
+	maxServeFor = time.Hour
+)
+
+// config is one run. Every field is a flag.
+type config struct {
+	// Scenario is idle, broadcast or fanout. Default: broadcast.
+	Scenario string
+	// Transport of the subscribers: ws or sse. The publisher always uses
+	// the WebSocket publish op. Default: ws.
+	Transport string
+	// Conns is how many subscriber connections to open. Default: 1,000.
+	Conns int
+	// Channels is how many channels the subscribers spread over
+	// (round-robin). broadcast always uses 1. Default: 100.
+	Channels int
+	// Rate is publications per second, over all channels. Default: 100.
+	Rate int
+	// Duration is how long to publish (broadcast, fanout) or to hold the
+	// connections open (idle). Default: 10s.
+	Duration time.Duration
+	// Drain is how long to wait, after the last publication, for the
+	// deliveries still on their way. Default: 5s.
+	Drain time.Duration
+	// ConnectTimeout bounds opening (and subscribing) every connection.
+	// Default: 2m.
+	ConnectTimeout time.Duration
+	// DialConcurrency is how many connections are being opened at once.
+	// Default: 64.
+	DialConcurrency int
+	// Stall is how many subscribers stop reading once subscribed and read
+	// again only when publishing ends: slow consumers, which the server
+	// should close as slow (after its send queue, --queue-max-messages /
+	// --queue-max-bytes, fills) without disturbing the others. They are
+	// left out of the latency figures. Default: 0.
+	Stall int
+	// PayloadBytes pads each publication's data with this many bytes.
+	// Default: 0 (the payload is about 40 bytes).
+	PayloadBytes int
+
+	// URL targets a running server (http://127.0.0.1:8080); empty starts a
+	// child `herald serve`. Default: empty.
+	URL string
+	// Secret is the server's HS256 secret, needed with URL. With a child,
+	// a random one is generated.
+	Secret string
+	// ServerPID is the running server's process id (with URL), so its RSS
+	// and CPU can be read from /proc; 0 falls back to /metrics.
+	ServerPID int
+	// Tenant of every token. Default: bench.
+	Tenant string
+
+	// HeraldBin is a prebuilt herald binary; empty builds ./cmd/herald.
+	HeraldBin string
+	// DatabaseURL starts the child with --database-url (PostgreSQL)
+	// instead of the embedded SQLite store.
+	DatabaseURL string
+	// ServeArgs are extra flags for the child's `herald serve`.
+	ServeArgs []string
+
+	// ServeOnly starts the child, prints its URL, secret and a token, and
+	// waits (for SIGINT, or ServeFor).
+	ServeOnly bool
+	// ServeFor bounds ServeOnly. Default: 10m.
+	ServeFor time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		Scenario: "broadcast", Transport: "ws", Conns: 1_000, Channels: 100, Rate: 100,
+		Duration: 10 * time.Second, Drain: 5 * time.Second, ConnectTimeout: 2 * time.Minute,
+		DialConcurrency: 64, Tenant: "bench", ServeFor: 10 * time.Minute,
+	}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, " ") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func (c *config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "idle, broadcast or fanout")
+	fs.StringVar(&c.Transport, "transport", c.Transport, "subscriber transport: ws or sse (the publisher always uses the WebSocket publish op)")
+	fs.IntVar(&c.Conns, "conns", c.Conns, fmt.Sprintf("subscriber connections (1–%d)", maxConns))
+	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the subscribers spread over (broadcast: always 1)")
+	fs.IntVar(&c.Rate, "rate", c.Rate, "publications per second over all channels")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "how long to publish (broadcast, fanout) or hold the connections (idle)")
+	fs.DurationVar(&c.Drain, "drain", c.Drain, "how long to wait for deliveries after the last publication")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "bound on opening and subscribing every connection")
+	fs.IntVar(&c.DialConcurrency, "dial-concurrency", c.DialConcurrency, "connections opened at once")
+	fs.IntVar(&c.Stall, "stall", c.Stall, "subscribers that stop reading until publishing ends (slow consumers; left out of latency)")
+	fs.IntVar(&c.PayloadBytes, "payload-bytes", c.PayloadBytes, "extra bytes of padding in each publication's data")
+	fs.StringVar(&c.URL, "url", c.URL, "target a running server (loopback only) instead of starting a child herald serve")
+	fs.StringVar(&c.Secret, "jwt-secret", c.Secret, "the server's HS256 secret (--jwt-hmac-secret); required with -url")
+	fs.IntVar(&c.ServerPID, "server-pid", c.ServerPID, "with -url: the server's pid, to read its RSS and CPU from /proc (else from /metrics)")
+	fs.StringVar(&c.Tenant, "tenant", c.Tenant, "tenant of every token")
+	fs.StringVar(&c.HeraldBin, "herald-bin", c.HeraldBin, "prebuilt herald binary for the child (empty: go build ./cmd/herald)")
+	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "start the child with --database-url (PostgreSQL outbox store) instead of embedded SQLite")
+	fs.Var((*stringList)(&c.ServeArgs), "serve-arg", "extra flag for the child herald serve, e.g. -serve-arg=--queue-max-messages=64 (repeatable)")
+	fs.BoolVar(&c.ServeOnly, "serve-only", c.ServeOnly, "start the child, print its URL, secret and a token, and wait (for k6)")
+	fs.DurationVar(&c.ServeFor, "serve-for", c.ServeFor, "with -serve-only: stop the child after this long")
+}
+
+// channels is how many channels the scenario spreads over.
+func (c *config) channels() int {
+	if c.Scenario == "broadcast" {
+		return 1
+	}
+	return min(c.Channels, c.Conns)
+}
+
+// publishes reports whether the scenario publishes.
+func (c *config) publishes() bool { return c.Scenario != "idle" }
+
+func (c *config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.Scenario {
+	case "idle", "broadcast", "fanout":
+	default:
+		bad("-scenario %q: want idle, broadcast or fanout", c.Scenario)
+	}
+	switch c.Transport {
+	case "ws", "sse":
+	default:
+		bad("-transport %q: want ws or sse", c.Transport)
+	}
+	if c.Conns < 1 || c.Conns > maxConns {
+		bad("-conns %d: must be 1–%d", c.Conns, maxConns)
+	}
+	if c.Channels < 1 {
+		bad("-channels %d: must be ≥ 1", c.Channels)
+	}
+	if c.Rate < 1 || c.Rate > maxRate {
+		bad("-rate %d: must be 1–%d", c.Rate, maxRate)
+	}
+	if c.Duration <= 0 || c.Duration > maxDuration {
+		bad("-duration %v: must be > 0 and ≤ %v", c.Duration, maxDuration)
+	}
+	if c.Drain < 0 || c.Drain > time.Minute {
+		bad("-drain %v: must be 0–1m", c.Drain)
+	}
+	if c.ConnectTimeout <= 0 || c.ConnectTimeout > maxDuration {
+		bad("-connect-timeout %v: must be > 0 and ≤ %v", c.ConnectTimeout, maxDuration)
+	}
+	if c.DialConcurrency < 1 || c.DialConcurrency > 1024 {
+		bad("-dial-concurrency %d: must be 1–1024", c.DialConcurrency)
+	}
+	if c.Stall < 0 || c.Stall >= c.Conns {
+		bad("-stall %d: must be 0 to -conns - 1", c.Stall)
+	}
+	if c.Stall > 0 && !c.publishes() {
+		bad("-stall: only broadcast and fanout publish")
+	}
+	if c.PayloadBytes < 0 || c.PayloadBytes > 60_000 {
+		bad("-payload-bytes %d: must be 0–60000 (a client frame is at most 64 KiB)", c.PayloadBytes)
+	}
+	if c.Tenant == "" {
+		bad("-tenant: must not be empty")
+	}
+	if c.URL != "" {
+		if err := loopbackURL(c.URL); err != nil {
+			bad("-url: %v", err)
+		}
+		if c.Secret == "" {
+			bad("-url needs -jwt-secret (the server's --jwt-hmac-secret)")
+		}
+		if c.ServeOnly {
+			bad("-serve-only starts its own child; it takes no -url")
+		}
+		if c.DatabaseURL != "" || len(c.ServeArgs) > 0 || c.HeraldBin != "" {
+			bad("-database-url, -serve-arg and -herald-bin configure the child; with -url there is none")
+		}
+	}
+	if c.ServeFor <= 0 || c.ServeFor > maxServeFor {
+		bad("-serve-for %v: must be > 0 and ≤ %v", c.ServeFor, maxServeFor)
+	}
+	return errors.Join(errs...)
+}
+
+// loopbackURL accepts only http URLs whose host is a loopback address: the
+// generator never sends load anywhere but this machine.
+func loopbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" {
+		return fmt.Errorf("%q: want an http:// URL", raw)
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q: the host must be a loopback address (127.0.0.0/8, ::1, localhost)", raw)
+	}
+	return nil
+}

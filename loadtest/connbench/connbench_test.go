@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testWriter sends progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// startServer starts a child herald serve for one test and stops it (and
+// fails the test if it did not exit cleanly) when the test ends.
+func startServer(t *testing.T, cfg config) *target {
+	t.Helper()
+	cfg.HeraldBin = heraldBin
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tgt, err := startChild(ctx, cfg, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tgt.stop(); err != nil {
+			t.Error(err)
+		}
+		if tgt.alive() {
+			t.Errorf("herald serve (pid %d) still running after stop", tgt.pid)
+		}
+	})
+	return tgt
+}
+
+// tiny is a small, fast run of scenario over transport.
+func tiny(scenario, transport string) config {
+	cfg := defaultConfig()
+	cfg.Scenario, cfg.Transport = scenario, transport
+	cfg.Conns, cfg.Channels, cfg.Rate = 50, 5, 50
+	cfg.Duration, cfg.Drain, cfg.ConnectTimeout = time.Second, 5*time.Second, 30*time.Second
+	return cfg
+}
+
+func runTiny(t *testing.T, cfg config, tgt *target) *result {
+	t.Helper()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := run(ctx, cfg, tgt, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	res.print(&out)
+	t.Log(out.String())
+	return res
+}
+
+// checkDelivery asserts that every subscriber received every publication
+// of its channel, once, in order, with a measured latency, and that no
+// connection was closed by the server.
+func checkDelivery(t *testing.T, res *result, wantPublished, wantPerSub int) {
+	t.Helper()
+	if got := res.published(); got != wantPublished || res.sent != wantPublished {
+		t.Errorf("published %d (sent %d), want %d", got, res.sent, wantPublished)
+	}
+	want := int64(res.cfg.Conns * wantPerSub)
+	if res.expected != want || res.delivered != want {
+		t.Errorf("delivered %d of %d expected, want %d", res.delivered, res.expected, want)
+	}
+	if res.missing+res.missingClosed+res.dups+res.ooo+res.stale+res.unexpected != 0 {
+		t.Errorf("missing %d+%d, duplicate %d, out of order %d, never published %d+%d: want all 0",
+			res.missing, res.missingClosed, res.dups, res.ooo, res.stale, res.unexpected)
+	}
+	if err := res.integrity(); err != nil {
+		t.Error(err)
+	}
+	if len(res.closes) != 0 || res.drainTimedOut != 0 {
+		t.Errorf("server closed %v; %d subscribers still waiting after the drain", res.closes, res.drainTimedOut)
+	}
+	if res.lat.N != want || res.lat.Min <= 0 || res.lat.P50 < res.lat.Min || res.lat.Max < res.lat.P999 || res.lat.Max > 10*time.Second {
+		t.Errorf("latency %+v: want %d samples, 0 < min ≤ p50 ≤ … ≤ max < 10s", res.lat, want)
+	}
+	// The server's own count of what it wrote agrees with ours.
+	match := map[string]string{"transport": res.cfg.Transport}
+	d1, ok1 := res.after.m.value("herald_deliveries_total", match)
+	d0, ok0 := res.before.m.value("herald_deliveries_total", match)
+	if !ok0 || !ok1 || int64(d1-d0) != want {
+		t.Errorf("herald_deliveries_total rose by %v (found %v/%v), want %d", d1-d0, ok0, ok1, want)
+	}
+	if cpu, ok := cpuDelta(res.pubStart, res.after); !ok || cpu <= 0 {
+		t.Errorf("server CPU over publishing %v (measured %v), want > 0", cpu, ok)
+	}
+}
+
+func TestIdleReportsMemoryPerConnection(t *testing.T) {
+	cfg := tiny("idle", "ws")
+	res := runTiny(t, cfg, startServer(t, cfg))
+	if res.before.rss <= 0 || res.after.rss <= res.before.rss {
+		t.Errorf("server RSS before %d, after %d: want both read, after > before", res.before.rss, res.after.rss)
+	}
+	for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines"} {
+		if _, ok := metric(res.after, name); !ok {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	// Every open WebSocket holds its reader goroutine on the server
+	// (docs/performance.md: one goroutine per idle connection); the
+	// baseline is taken once the server's goroutine count is steady.
+	g0, _ := metric(res.before, "go_goroutines")
+	g1, _ := metric(res.after, "go_goroutines")
+	if g1-g0 < float64(cfg.Conns) {
+		t.Errorf("server goroutines %v → %v: want at least one per connection (%d)", g0, g1, cfg.Conns)
+	}
+	conns, _ := res.after.m.value("herald_connections", map[string]string{"transport": "ws"})
+	if conns != float64(cfg.Conns) {
+		t.Errorf("herald_connections{transport=ws} = %v while holding, want %d", conns, cfg.Conns)
+	}
+	if len(res.closes) != 0 {
+		t.Errorf("server closed idle connections: %v", res.closes)
+	}
+	var out bytes.Buffer
+	res.print(&out)
+	for _, want := range []string{"server RSS (VmRSS) before / after / per connection", "go_memstats_heap_inuse_bytes", "go_goroutines"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+func TestBroadcastWebSocket(t *testing.T) {
+	cfg := tiny("broadcast", "ws")
+	res := runTiny(t, cfg, startServer(t, cfg))
+	if res.channels != 1 {
+		t.Fatalf("broadcast used %d channels", res.channels)
+	}
+	// 50/s for 1 s, all on the one channel every subscriber follows.
+	checkDelivery(t, res, 50, 50)
+}
+
+func TestFanoutWebSocket(t *testing.T) {
+	cfg := tiny("fanout", "ws")
+	res := runTiny(t, cfg, startServer(t, cfg))
+	// 50 publications round-robin over 5 channels: 10 per channel, and
+	// each subscriber follows one.
+	checkDelivery(t, res, 50, 10)
+	for c, offs := range res.accepted {
+		if len(offs) != 10 {
+			t.Errorf("channel %d: %d publications accepted, want 10", c, len(offs))
+		}
+	}
+}
+
+// TestBroadcastSSEByURL targets the child as a running server (-url and
+// -jwt-secret, no pid): CPU and RSS then come from /metrics.
+func TestBroadcastSSEByURL(t *testing.T) {
+	child := startServer(t, tiny("broadcast", "sse"))
+	cfg := tiny("broadcast", "sse")
+	cfg.URL, cfg.Secret = child.base, child.secret
+	res := runTiny(t, cfg, remoteTarget(cfg))
+	checkDelivery(t, res, 50, 50)
+	if res.after.cpuFrom != "/metrics process_cpu_seconds_total" {
+		t.Errorf("CPU read from %q, want /metrics without a pid", res.after.cpuFrom)
+	}
+}
+
+// TestStalledSubscribersAreClosedAsSlow stalls two subscribers (they stop
+// reading, with a small receive buffer) behind a 32-message send queue:
+// the server must close exactly those two as slow while the other six
+// receive everything, and the report must account the loss to the closed
+// ones. 12 MB per subscriber (200 publications of 60 kB) outgrow what the
+// kernel buffers for a stalled one (the server's send buffer grows to 4
+// MiB) plus its queue; the queue still lets a reader slowed down by the
+// race detector fall 320 ms behind.
+func TestStalledSubscribersAreClosedAsSlow(t *testing.T) {
+	cfg := tiny("broadcast", "ws")
+	cfg.Conns, cfg.Stall, cfg.Rate, cfg.PayloadBytes = 8, 2, 100, 60_000
+	cfg.Duration = 2 * time.Second
+	cfg.ServeArgs = []string{"--queue-max-messages=32"}
+	res := runTiny(t, cfg, startServer(t, cfg))
+
+	slow := diff(res.after.m.byLabel("herald_disconnects_total", "reason", map[string]string{"transport": "ws"}),
+		res.before.m.byLabel("herald_disconnects_total", "reason", map[string]string{"transport": "ws"}))
+	if slow["slow"] != 2 || len(slow) != 1 {
+		t.Errorf("server disconnects %v, want slow: 2 only", slow)
+	}
+	if res.stalledClosed != 2 || sumInts(res.closes) != 2 {
+		t.Errorf("closed: %v (%d of them stalled), want the 2 stalled subscribers", res.closes, res.stalledClosed)
+	}
+	if res.missingClosed == 0 {
+		t.Error("the stalled subscribers were closed yet missed nothing")
+	}
+	if err := res.integrity(); err != nil {
+		t.Error(err) // the six that kept reading lost, repeated and reordered nothing
+	}
+	if res.lat.N != 6*200 {
+		t.Errorf("%d latency samples, want 1200 (the stalled subscribers' are left out)", res.lat.N)
+	}
+}

@@ -1,0 +1,109 @@
+// Command connbench is Herald's connection load generator. It opens many
+// subscriber connections (WebSocket herald.v1 or SSE), each with its own
+// token, and measures what the server costs per connection and how it
+// delivers publications to them:
+//
+//   - idle: open -conns connections over -channels channels, hold them for
+//     -duration, report the server's memory (RSS, Go heap, stacks,
+//     goroutines) per connection;
+//   - broadcast: -conns subscribers of one channel, publish -rate/s for
+//     -duration, report deliveries/s, server CPU per delivery, delivery
+//     latency quantiles and any publication missing, repeated or out of
+//     order at any subscriber;
+//   - fanout: as broadcast, over -channels channels, published round-robin.
+//
+// By default it builds ./cmd/herald and starts `herald serve` as a child
+// on a loopback port (embedded SQLite, in-memory broker, a random HS256
+// secret); -url targets a running server instead (loopback only). The
+// publisher is one WebSocket using the publish op, the fastest path the
+// server offers. Every run is bounded in connections (15,000) and time, and
+// ends with a markdown report. docs/loadtest.md explains every number.
+//
+//	go run ./loadtest/connbench -scenario idle -conns 5000 -duration 10s
+//	go run ./loadtest/connbench -scenario broadcast -conns 2000 -rate 100 -duration 10s
+//	go run ./loadtest/connbench -serve-only          # a server for the k6 scripts
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	cfg := defaultConfig()
+	cfg.register(flag.CommandLine)
+	flag.Usage = func() {
+		fmt.Fprintln(flag.CommandLine.Output(), "Usage: connbench [flags]\n\nLoads a Herald server with many connections and prints a markdown report.\n\nFlags:")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "connbench: unexpected argument %q\n", flag.Arg(0))
+		os.Exit(2)
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "connbench: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := mainErr(ctx, cfg, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// mainErr runs cfg and returns the exit code: 0, 1 for a failed run or a
+// failed delivery check.
+func mainErr(ctx context.Context, cfg config, out, progress io.Writer) int {
+	limit, err := raiseNoFile()
+	if err != nil {
+		fmt.Fprintln(progress, err)
+		return 1
+	}
+	// Each connection is one descriptor on each side; leave room for the
+	// server's store, listeners and the generator's own files.
+	if need := uint64(cfg.Conns) + 256; need > limit {
+		fmt.Fprintf(progress, "connbench: -conns %d needs %d open files per process; the limit is %d\n", cfg.Conns, need, limit)
+		return 1
+	}
+	var tgt *target
+	if cfg.URL != "" {
+		tgt = remoteTarget(cfg)
+	} else {
+		tgt, err = startChild(ctx, cfg, progress)
+		if err != nil {
+			fmt.Fprintln(progress, err)
+			return 1
+		}
+		fmt.Fprintf(progress, "connbench: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.logPath)
+	}
+	code := 0
+	if cfg.ServeOnly {
+		if err := serveOnly(ctx, cfg, tgt, out); err != nil {
+			fmt.Fprintln(progress, err)
+			code = 1
+		}
+	} else {
+		res, err := run(ctx, cfg, tgt, progress)
+		switch {
+		case err != nil:
+			fmt.Fprintln(progress, err)
+			code = 1
+		default:
+			res.print(out)
+			if err := res.integrity(); err != nil {
+				fmt.Fprintln(progress, err)
+				code = 1
+			}
+		}
+	}
+	if err := tgt.stop(); err != nil {
+		fmt.Fprintln(progress, err)
+		code = 1
+	}
+	return code
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/hostinfo"
+)
+
+// run runs cfg's scenario against tgt and returns what it measured.
+func run(ctx context.Context, cfg config, tgt *target, progress io.Writer) (*result, error) {
+	r := newRunner(cfg, tgt)
+	defer r.stop()
+	res := &result{cfg: cfg, server: tgt.desc, loadStart: hostinfo.LoadAvg(), channels: cfg.channels()}
+
+	before := r.settled(ctx)
+	res.before = before
+	fmt.Fprintf(progress, "connbench: opening %d %s connections over %d channel(s) (run %s)\n", cfg.Conns, cfg.Transport, cfg.channels(), r.runID)
+	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	open := r.openWS
+	if cfg.Transport == "sse" {
+		open = r.openSSE
+	}
+	err := forEach(cctx, cfg.Conns, cfg.DialConcurrency, func(ctx context.Context, i int) error {
+		return open(ctx, r.subs[i])
+	})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("connbench: opening connections: %w", err)
+	}
+	connected := r.snapshot(ctx)
+	res.connected = connected
+	res.connect = connected.at.Sub(before.at)
+	fmt.Fprintf(progress, "connbench: %d connections open and subscribed in %.2fs\n", cfg.Conns, res.connect.Seconds())
+
+	if cfg.publishes() {
+		if err := r.publish(ctx, res, progress); err != nil {
+			return nil, err
+		}
+	} else {
+		fmt.Fprintf(progress, "connbench: holding them for %v\n", cfg.Duration)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connbench: %w", ctx.Err())
+		case <-time.After(cfg.Duration):
+		}
+		res.after = r.snapshot(ctx)
+	}
+	if !tgt.alive() {
+		return nil, fmt.Errorf("connbench: the server exited during the run\n%s", tgt.logTail())
+	}
+	r.stop()
+	res.loadEnd = hostinfo.LoadAvg()
+	res.retries = r.retries
+	r.account(res)
+	return res, nil
+}
+
+// publish runs the publisher for the scenario's duration, then waits for
+// the deliveries still on their way.
+func (r *runner) publish(ctx context.Context, res *result, progress io.Writer) error {
+	pub, err := r.openPublisher(ctx)
+	if err != nil {
+		return err
+	}
+	defer pub.close()
+	fmt.Fprintf(progress, "connbench: publishing %d/s for %v\n", r.cfg.Rate, r.cfg.Duration)
+	res.pubStart = r.snapshot(ctx)
+	if err := pub.run(ctx, r.cfg.Rate, r.cfg.Duration, 10*time.Second); err != nil {
+		return err
+	}
+	res.pubEnd = time.Now()
+	r.resumeStalled()
+
+	// Wait until every subscriber still connected has every offset its
+	// channel was given, or the drain bound passes.
+	expected := make([]int64, r.cfg.channels())
+	for c := range expected {
+		expected[c] = int64(len(pub.accepted(c)))
+	}
+	deadline := time.Now().Add(r.cfg.Drain)
+	for {
+		waiting := 0
+		for _, s := range r.subs {
+			if !s.done.Load() && s.got.Load() < expected[s.channel] {
+				waiting++
+			}
+		}
+		if waiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			res.drainTimedOut = waiting
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("connbench: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	res.after = r.snapshot(ctx)
+	pub.mu.Lock()
+	res.sent, res.pubErrs, res.maxLag = pub.sent, pub.errs, pub.maxLag
+	pub.mu.Unlock()
+	res.accepted = make([][]uint64, len(expected))
+	for c := range expected {
+		res.accepted[c] = pub.accepted(c)
+	}
+	return nil
+}
+
+// account checks what every subscriber received against what the
+// publisher was told was published, once every reader has returned.
+func (r *runner) account(res *result) {
+	res.closes = make(map[string]int)
+	for _, s := range r.subs {
+		if s.reason != "" {
+			res.closes[s.reason]++
+			if s.stalled {
+				res.stalledClosed++
+			}
+		}
+		res.dups += s.dups
+		res.ooo += s.ooo
+		res.stale += s.stale + s.beyond
+		res.unsubscribed += s.unsub
+		delivered := s.got.Load()
+		res.delivered += delivered
+		if res.accepted == nil {
+			continue
+		}
+		var present int64
+		for _, off := range res.accepted[s.channel] {
+			if s.has(off) {
+				present++
+			}
+		}
+		want := int64(len(res.accepted[s.channel]))
+		res.expected += want
+		res.unexpected += delivered - present
+		if s.reason != "" {
+			res.missingClosed += want - present
+		} else {
+			res.missing += want - present
+		}
+	}
+	res.lat = r.lat.summary()
+}

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// target is the server under load: a child `herald serve` this program
+// started, or a running server named by -url.
+type target struct {
+	base   string // http://127.0.0.1:port
+	secret string // HS256 secret the server verifies tokens with
+	pid    int    // 0: unknown (a -url server without -server-pid)
+	desc   string // for the report
+
+	cmd     *exec.Cmd
+	dir     string // the child's temporary directory (data dir, log)
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+// remoteTarget is a running server named by -url.
+func remoteTarget(cfg config) *target {
+	desc := "running server at " + cfg.URL
+	if cfg.ServerPID > 0 {
+		desc += fmt.Sprintf(" (pid %d)", cfg.ServerPID)
+	}
+	return &target{base: strings.TrimRight(cfg.URL, "/"), secret: cfg.Secret, pid: cfg.ServerPID, desc: desc}
+}
+
+// childMaxConnections is the child's --max-connections: room for the
+// largest run plus the publisher and a few scrapes.
+const childMaxConnections = maxConns + 64
+
+var listenRE = regexp.MustCompile(`listening on (http://\S+)`)
+
+// startChild starts `herald serve` on a loopback port chosen by the
+// kernel, with a fresh data directory (embedded SQLite unless
+// cfg.DatabaseURL), the in-memory broker, a random HS256 secret and
+// bounds sized for a load test, and waits until /readyz answers 200.
+func startChild(ctx context.Context, cfg config, progress io.Writer) (_ *target, err error) {
+	dir, err := os.MkdirTemp("", "connbench-")
+	if err != nil {
+		return nil, fmt.Errorf("connbench: temp dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	bin := cfg.HeraldBin
+	if bin == "" {
+		fmt.Fprintln(progress, "connbench: building ./cmd/herald")
+		if bin, err = buildHerald(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
+	secret := make([]byte, 24)
+	_, _ = rand.Read(secret)
+	t := &target{secret: hex.EncodeToString(secret), dir: dir, logPath: filepath.Join(dir, "herald.log"), exited: make(chan struct{})}
+	args := []string{
+		"serve",
+		"--listen", "127.0.0.1:0",
+		"--data-dir", filepath.Join(dir, "data"),
+		"--jwt-hmac-secret", t.secret,
+		"--log-level", "warn",
+		"--max-connections", strconv.Itoa(childMaxConnections),
+		// Every connection comes from 127.0.0.1: the per-address attempt
+		// rate (20/s by default) would take minutes to let thousands in.
+		"--connect-attempts-per-ip", "-1",
+	}
+	store := "embedded SQLite"
+	if cfg.DatabaseURL != "" {
+		args = append(args, "--database-url", cfg.DatabaseURL)
+		store = "PostgreSQL"
+	}
+	args = append(args, cfg.ServeArgs...)
+
+	logFile, err := os.Create(t.logPath)
+	if err != nil {
+		return nil, fmt.Errorf("connbench: child log: %w", err)
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	cmd := exec.Command(bin, args...)
+	cmd.Dir, cmd.Env, cmd.Stderr = dir, childEnv(), logFile
+	// The child dies with us even if we are killed before stop() runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("connbench: child stdout: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("connbench: start %s: %w", bin, err)
+	}
+	t.cmd, t.pid = cmd, cmd.Process.Pid
+	base := make(chan string, 1)
+	go func() {
+		// Read the banner for the address, then keep draining stdout
+		// until the child exits; Wait only after every read.
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case base <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		t.waitErr = cmd.Wait()
+		close(t.exited)
+	}()
+	defer func() {
+		if err != nil {
+			_ = t.stop()
+		}
+	}()
+	select {
+	case t.base = <-base:
+	case <-t.exited:
+		return nil, fmt.Errorf("connbench: herald serve exited: %v\n%s", t.waitErr, t.logTail())
+	case <-time.After(60 * time.Second):
+		return nil, fmt.Errorf("connbench: herald serve printed no address in 60s\n%s", t.logTail())
+	case <-ctx.Done():
+		return nil, fmt.Errorf("connbench: starting herald serve: %w", ctx.Err())
+	}
+	if err := waitReady(ctx, t); err != nil {
+		return nil, err
+	}
+	t.desc = fmt.Sprintf("child `herald serve` (pid %d, %s, in-memory broker, --max-connections %d, --connect-attempts-per-ip -1%s)",
+		t.pid, store, childMaxConnections, strings.Join(append([]string{""}, cfg.ServeArgs...), " "))
+	return t, nil
+}
+
+// childEnv is our environment without HERALD_* variables, so the child
+// runs with exactly the flags we give it.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HERALD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// buildHerald builds ./cmd/herald of the module this program belongs to
+// into dir.
+func buildHerald(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "herald")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/herald")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("connbench: go build ./cmd/herald: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// moduleRoot finds the Herald module from the working directory.
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("connbench: go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	b, err := os.ReadFile(gomod)
+	if err != nil || !bytes.Contains(b, []byte("module github.com/heraldgw/herald\n")) {
+		return "", fmt.Errorf("connbench: run inside the Herald module (go.mod %q), or pass -herald-bin", gomod)
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// waitReady polls /readyz until 200 (the Worker's first claim went
+// through), for at most 30 s.
+func waitReady(ctx context.Context, t *target) error {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+"/readyz", nil)
+		if err != nil {
+			return fmt.Errorf("connbench: readyz: %w", err)
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("connbench: %s/readyz not 200 after 30s (last: %v)\n%s", t.base, err, t.logTail())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("connbench: readyz: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// alive reports whether a child server is still running (always true for
+// a -url server).
+func (t *target) alive() bool {
+	if t.cmd == nil {
+		return true
+	}
+	select {
+	case <-t.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop ends a child: SIGTERM (a graceful shutdown), SIGKILL after 20 s;
+// then its directory is removed. A -url server is left alone. Safe to call
+// twice.
+func (t *target) stop() error {
+	if t.cmd == nil {
+		return nil
+	}
+	if t.alive() {
+		_ = t.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-t.exited:
+		case <-time.After(20 * time.Second):
+			_ = t.cmd.Process.Kill()
+			<-t.exited
+		}
+	}
+	var err error
+	if t.waitErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(t.waitErr, &ee) || ee.ExitCode() != 0 {
+			err = fmt.Errorf("connbench: herald serve (pid %d) did not exit cleanly: %w\n%s", t.pid, t.waitErr, t.logTail())
+		}
+	}
+	if t.dir != "" {
+		_ = os.RemoveAll(t.dir)
+		t.dir = ""
+	}
+	return err
+}
+
+// logTail is the end of the child's log, for error messages.
+func (t *target) logTail() string {
+	b, err := os.ReadFile(t.logPath)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
