@@ -705,6 +705,14 @@ func testMetrics(t *testing.T, h *harness) {
 	if _, err := NewWorker(h.store, rec, WorkerConfig{Registerer: reg}); err == nil {
 		t.Fatal("a second worker registered the same metrics without error")
 	}
+	// The age is measured on the store's clock, which Stats reports.
+	st, err := h.store.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(st.Now); st.Now.IsZero() || d < -time.Minute || d > time.Minute {
+		t.Fatalf("Stats.Now = %v, want the store's current time", st.Now)
+	}
 	w.Stop()
 	mfs, err := reg.Gather()
 	if err != nil {

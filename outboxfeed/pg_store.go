@@ -632,8 +632,9 @@ func (s *PGStore) Stats(ctx context.Context) (Stats, error) {
 	(SELECT count(*) FROM herald.outbox WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL),
 	(SELECT count(*) FROM herald.outbox WHERE dead_lettered_at IS NOT NULL),
 	(SELECT min(occurred_at) FROM (SELECT occurred_at FROM herald.outbox
-		WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT $1) h)`, pgStatsHead).
-		Scan(&st.Pending, &st.DeadLetter, &oldest)
+		WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT $1) h),
+	now()`, pgStatsHead).
+		Scan(&st.Pending, &st.DeadLetter, &oldest, &st.Now)
 	if err != nil {
 		return Stats{}, fmt.Errorf("outboxfeed: stats: %w", err)
 	}

@@ -415,6 +415,7 @@ func (s *SQLiteStore) Stats(ctx context.Context) (Stats, error) {
 	if oldest.Valid && oldest.Int64 != 9223372036854775807 {
 		st.OldestPending = time.UnixMicro(oldest.Int64).UTC()
 	}
+	st.Now = time.Now()
 	return st, nil
 }
 

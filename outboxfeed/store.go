@@ -66,6 +66,10 @@ type Stats struct {
 	// line: the first pending record in seq order or the oldest one in
 	// processing, whichever is older; zero when there is none.
 	OldestPending time.Time
+	// Now is the store's clock at the reading (PostgreSQL's now(); the
+	// process clock for SQLite, which stamps records with it), so the
+	// oldest record's age does not depend on the reader's clock.
+	Now time.Time
 }
 
 // maxErrorLen bounds a stored last_error.

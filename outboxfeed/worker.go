@@ -527,7 +527,11 @@ func (w *Worker) refreshStats(ctx context.Context) {
 	w.m.deadLetter.Set(float64(st.DeadLetter))
 	age := 0.0
 	if !st.OldestPending.IsZero() {
-		age = max(0, time.Since(st.OldestPending).Seconds())
+		now := st.Now
+		if now.IsZero() { // a Store that does not say
+			now = time.Now()
+		}
+		age = max(0, now.Sub(st.OldestPending).Seconds())
 	}
 	w.m.oldestAge.Set(age)
 }
