@@ -20,30 +20,31 @@ import (
 //
 // Publish runs one Lua script that assigns the offset, appends to the
 // stream and publishes, so the history and the fan-out cannot diverge.
-// Each node holds one pub/sub connection; Subscribe and Unsubscribe add and
-// remove its channels. When that connection is lost, publications sent
-// meanwhile are missed by this node (not by the history): after the
-// reconnect the broker calls the handler's HandleResync (see Resyncer) for
-// every subscribed channel.
-//
-// With Sharded set, a Redis Cluster routes commands by the channel's hash
-// tag; this broker's single connection suits a single server (Redis ≥ 7
-// for Sharded), a replicated primary, or a proxy in front of a cluster.
+// Subscribe and Unsubscribe add and remove a node's channels on its pub/sub
+// connections: one connection to a single server (or a proxy), or with
+// Cluster one SSUBSCRIBE connection per primary that owns the slot of a
+// subscribed channel (see redisShard). When a connection is lost, or a
+// channel's slot moves to another primary, publications sent meanwhile are
+// missed by this node (not by the history): once the channel is subscribed
+// again the broker calls the handler's HandleResync (see Resyncer) for it.
 type RedisBroker struct {
-	cfg    RedisConfig
-	client *redis.Client
-	log    *slog.Logger
-	logs   *rateLimitedLog
+	cfg     RedisConfig
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // client in Cluster mode, else nil
+	log     *slog.Logger
+	logs    *rateLimitedLog
 
 	pubCmd      string        // PUBLISH or SPUBLISH
 	topicPrefix string        // KeyPrefix + "{"
 	done        chan struct{} // closed by Stop
 
-	// mu guards the pub/sub state below.
-	mu      sync.Mutex
-	ps      *redis.PubSub
-	topics  map[string]*topicState
-	pending map[string]int // SUBSCRIBE commands written, not yet confirmed
+	// mu guards the pub/sub state below, and every redisShard's fields.
+	mu        sync.Mutex
+	runCtx    context.Context // set by Start; ends on Stop
+	cancelRun context.CancelFunc
+	shards    map[string]*redisShard // by primary address; "" outside Cluster mode
+	topics    map[string]*topicState
+	loops     sync.WaitGroup // the shards' receive loops
 
 	handler   Handler
 	prepared  PreparedHandler // handler as PreparedHandler, or nil
@@ -58,8 +59,10 @@ type RedisBroker struct {
 // topicState is one subscribed pub/sub channel.
 type topicState struct {
 	key       Key
+	shard     *redisShard   // the connection it is subscribed on
 	ready     chan struct{} // closed when Redis confirmed the subscription
 	confirmed bool
+	resync    bool // moved to another shard: resync once confirmed there
 }
 
 var _ Broker = (*RedisBroker)(nil)
@@ -68,7 +71,7 @@ var _ Broker = (*RedisBroker)(nil)
 // connect: Ping does, and so do Publish, Recover and Start.
 func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 	cfg = cfg.withDefaults()
-	opt, err := cfg.validate()
+	client, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -79,19 +82,21 @@ func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 		pubCmd:      "PUBLISH",
 		topicPrefix: cfg.KeyPrefix + "{",
 		done:        make(chan struct{}),
+		client:      client,
+		shards:      make(map[string]*redisShard),
 		topics:      make(map[string]*topicState),
-		pending:     make(map[string]int),
 		m:           newRedisMetrics(),
 	}
 	if cfg.Sharded {
 		b.pubCmd = "SPUBLISH"
 	}
+	b.cluster, _ = client.(*redis.ClusterClient)
 	if cfg.Registerer != nil {
 		if err := b.m.register(cfg.Registerer); err != nil {
+			_ = client.Close()
 			return nil, fmt.Errorf("fanout: new redis broker: register metrics: %w", err)
 		}
 	}
-	b.client = redis.NewClient(opt)
 	return b, nil
 }
 
@@ -213,17 +218,21 @@ func (b *RedisBroker) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Stop closes the pub/sub connection, waits for the receive loop and closes
-// the client. Safe to call twice and before Start; every later call fails
-// with ErrStopped.
+// Stop closes the pub/sub connections, waits for their receive loops and
+// closes the client. Safe to call twice and before Start; every later call
+// fails with ErrStopped.
 func (b *RedisBroker) Stop() {
 	b.svc.stop(func() {
 		close(b.done)
 		b.mu.Lock()
-		if b.ps != nil {
-			_ = b.ps.Close()
+		if b.cancelRun != nil {
+			b.cancelRun()
+		}
+		for _, sh := range b.shards {
+			b.closeShardLocked(sh)
 		}
 		b.mu.Unlock()
+		b.loops.Wait()
 	})
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
@@ -265,7 +274,7 @@ func newRedisMetrics() redisMetrics {
 	return redisMetrics{
 		messages: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_redis_pubsub_messages_total",
-			Help: "Publications received on this node's Redis pub/sub connection.",
+			Help: "Publications received on this node's Redis pub/sub connections.",
 		}),
 		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_redis_pubsub_decode_errors_total",
@@ -273,7 +282,7 @@ func newRedisMetrics() redisMetrics {
 		}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_redis_pubsub_reconnects_total",
-			Help: "Times this node's Redis pub/sub connection was lost (each followed by a resync of its channels).",
+			Help: "Times one of this node's Redis pub/sub connections was lost (each followed by a resync of its channels).",
 		}),
 	}
 }

@@ -26,7 +26,20 @@ type RedisConfig struct {
 	// rediss://… for TLS, or unix://…; go-redis URL options such as
 	// ?dial_timeout=3s&client_name=x are accepted. The client name defaults
 	// to "herald" (visible in CLIENT LIST). Required.
+	//
+	// With Cluster set, the URL names one seed node of a Redis Cluster,
+	// redis://[user:pass@]host:port?addr=host2:port2&…, as go-redis's
+	// ParseClusterURL reads it (no database number, no unix sockets).
 	URL string
+
+	// Cluster talks to a Redis Cluster (Redis ≥ 7): commands go to the
+	// primary that owns each channel's slot, and pub/sub is sharded
+	// (Cluster implies Sharded), with one SSUBSCRIBE connection per
+	// primary that owns subscribed channels, opened on demand and closed
+	// when it has none left. Channels whose slot moves to another primary
+	// (resharding, failover) are subscribed there and resynced. Default
+	// false: one server (or a proxy), one pub/sub connection.
+	Cluster bool
 
 	// KeyPrefix starts every key and pub/sub channel name Herald uses.
 	// It must not contain '{' or '}' (the rest of each name is a Redis
@@ -46,10 +59,10 @@ type RedisConfig struct {
 	// Sharded uses sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7) rather
 	// than PUBLISH/SUBSCRIBE, so a Redis Cluster sends each publication
 	// only within its channel's shard. Every node of a deployment must use
-	// the same setting. Default false.
+	// the same setting. Default false; always true with Cluster.
 	Sharded bool
 
-	// HealthCheckInterval is how long the pub/sub connection may stay
+	// HealthCheckInterval is how long a pub/sub connection may stay
 	// silent before it is pinged; a connection that does not answer within
 	// a second interval is replaced (and its channels resynced). Default 5s.
 	HealthCheckInterval time.Duration
@@ -67,6 +80,11 @@ type RedisConfig struct {
 }
 
 func (c RedisConfig) withDefaults() RedisConfig {
+	if c.Cluster {
+		// A cluster broadcasts unsharded pub/sub to every node: sharded is
+		// the only mode that scales with it.
+		c.Sharded = true
+	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = DefaultRedisKeyPrefix
 	}
@@ -85,12 +103,21 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	return c
 }
 
-// validate checks c and returns the parsed client options.
-func (c RedisConfig) validate() (*redis.Options, error) {
+// validate checks c and returns the client for its URL (not connected).
+func (c RedisConfig) validate() (redis.UniversalClient, error) {
 	if c.URL == "" {
 		return nil, fmt.Errorf("fanout: redis config: %w: URL is empty", ErrInvalidConfig)
 	}
-	opt, err := redis.ParseURL(c.URL)
+	var (
+		opt  *redis.Options
+		copt *redis.ClusterOptions
+		err  error
+	)
+	if c.Cluster {
+		copt, err = redis.ParseClusterURL(c.URL)
+	} else {
+		opt, err = redis.ParseURL(c.URL)
+	}
 	if err != nil {
 		// A *url.Error quotes the whole URL, password included: keep only
 		// its reason.
@@ -112,8 +139,14 @@ func (c RedisConfig) validate() (*redis.Options, error) {
 	if c.HealthCheckInterval < 10*time.Millisecond {
 		return nil, fmt.Errorf("fanout: redis config: %w: HealthCheckInterval %s: must be ≥ 10ms (0 means %s)", ErrInvalidConfig, c.HealthCheckInterval, DefaultRedisHealthCheckInterval)
 	}
+	if copt != nil {
+		if copt.ClientName == "" {
+			copt.ClientName = DefaultRedisClientName
+		}
+		return redis.NewClusterClient(copt), nil
+	}
 	if opt.ClientName == "" {
 		opt.ClientName = DefaultRedisClientName
 	}
-	return opt, nil
+	return redis.NewClient(opt), nil
 }

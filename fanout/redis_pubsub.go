@@ -13,30 +13,41 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Start opens this node's pub/sub connection and hands every publication
-// of the subscribed channels to h, from one goroutine, until ctx ends or
-// Stop is called. When h implements PreparedHandler the envelope received
-// from Redis is handed over as is; when it implements Resyncer it hears of
-// every reconnect.
+// Start opens this node's pub/sub connection (in Cluster mode, the
+// connections open as channels are subscribed) and hands every
+// publication of the subscribed channels to h, from one goroutine per
+// connection, until ctx ends or Stop is called. When h implements
+// PreparedHandler the envelope received from Redis is handed over as is;
+// when it implements Resyncer it hears of every reconnect.
 func (b *RedisBroker) Start(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("fanout: redis broker start: handler is nil")
 	}
-	return b.svc.start(ctx, "redis broker start", func() {
+	var err error
+	if serr := b.svc.start(ctx, "redis broker start", func() {
 		b.handler = h
 		b.prepared, _ = h.(PreparedHandler)
 		b.resyncer, _ = h.(Resyncer)
 		b.mu.Lock()
-		b.ps = b.client.Subscribe(context.WithoutCancel(ctx))
-		b.mu.Unlock()
-	}, b.receiveLoop)
+		defer b.mu.Unlock()
+		// The shards' receive loops run under runCtx, not the service:
+		// cluster shards open and close after Start. Stop cancels it and
+		// waits for them.
+		b.runCtx, b.cancelRun = context.WithCancel(ctx)
+		if b.cluster == nil {
+			_, err = b.newShardLocked("")
+		}
+	}); serr != nil {
+		return serr
+	}
+	return err
 }
 
-// Subscribe adds key's pub/sub channel to this node's connection and
-// returns once Redis confirmed it, so every publication made after
-// Subscribe returns reaches the handler. While the connection is down it
-// waits (for the reconnect) until ctx ends; a failed Subscribe leaves the
-// key unsubscribed.
+// Subscribe adds key's pub/sub channel to this node's connection (in
+// Cluster mode, the one to its slot's primary) and returns once Redis
+// confirmed it, so every publication made after Subscribe returns reaches
+// the handler. While the connection is down it waits (for the reconnect)
+// until ctx ends; a failed Subscribe leaves the key unsubscribed.
 func (b *RedisBroker) Subscribe(ctx context.Context, key Key) error {
 	if err := validateKey(key); err != nil {
 		return fmt.Errorf("fanout: subscribe: %w", err)
@@ -50,17 +61,28 @@ func (b *RedisBroker) Subscribe(ctx context.Context, key Key) error {
 	topic := b.topic(key)
 	b.mu.Lock()
 	st := b.topics[topic]
-	if st == nil {
-		st = &topicState{key: key, ready: make(chan struct{})}
-		b.topics[topic] = st
-		b.pending[topic]++
-		// go-redis keeps the topic even when the write fails and sends it
-		// again on reconnect, so a failure here only means waiting longer.
-		if err := b.subscribeLocked(ctx, topic); err != nil {
-			b.logs.warn("fanout: redis subscribe not sent; waiting for the connection", "err", err)
-		}
-	}
 	b.mu.Unlock()
+	if st == nil {
+		var addr string
+		if b.cluster != nil {
+			// Outside the lock: the first call may load the slot map.
+			c, err := b.cluster.MasterForKey(ctx, topic)
+			if err != nil {
+				return fmt.Errorf("fanout: subscribe %s: find the slot's primary: %w", key, err)
+			}
+			addr = c.Options().Addr
+		}
+		b.mu.Lock()
+		if st = b.topics[topic]; st == nil {
+			st = &topicState{key: key, ready: make(chan struct{})}
+			if err := b.routeLocked(ctx, topic, st, addr); err != nil {
+				b.mu.Unlock()
+				return wrapf("subscribe", err)
+			}
+			b.topics[topic] = st
+		}
+		b.mu.Unlock()
+	}
 
 	select {
 	case <-st.ready:
@@ -70,8 +92,7 @@ func (b *RedisBroker) Subscribe(ctx context.Context, key Key) error {
 	case <-ctx.Done():
 		b.mu.Lock()
 		if b.topics[topic] == st && !st.confirmed {
-			delete(b.topics, topic)
-			_ = b.unsubscribeLocked(ctx, topic)
+			b.removeLocked(ctx, topic, st)
 		}
 		b.mu.Unlock()
 		return fmt.Errorf("fanout: subscribe %s: waiting for Redis to confirm: %w", key, ctx.Err())
@@ -83,56 +104,97 @@ func (b *RedisBroker) Unsubscribe(ctx context.Context, key Key) error {
 	topic := b.topic(key)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.topics[topic]; !ok {
+	st, ok := b.topics[topic]
+	if !ok {
 		return nil
 	}
-	delete(b.topics, topic)
-	if err := b.unsubscribeLocked(ctx, topic); err != nil {
+	if err := b.removeLocked(ctx, topic, st); err != nil {
 		return fmt.Errorf("fanout: unsubscribe %s: %w", key, err)
 	}
 	return nil
 }
 
-// subscribeLocked and unsubscribeLocked write to the pub/sub connection.
-// The caller's cancellation is dropped: go-redis treats a canceled context
-// as a broken connection and would reconnect (and resync) the whole node;
-// the write is bounded by the client's write timeout instead. Caller holds
-// b.mu.
-func (b *RedisBroker) subscribeLocked(ctx context.Context, topics ...string) error {
-	ctx = context.WithoutCancel(ctx)
-	if b.cfg.Sharded {
-		return b.ps.SSubscribe(ctx, topics...)
+// removeLocked forgets topic and unsubscribes it from its shard, closing a
+// cluster shard left with no topic. Caller holds b.mu.
+func (b *RedisBroker) removeLocked(ctx context.Context, topic string, st *topicState) error {
+	delete(b.topics, topic)
+	sh := st.shard
+	if sh == nil {
+		return nil // being moved between shards: reroute drops it
 	}
-	return b.ps.Subscribe(ctx, topics...)
+	delete(sh.topics, topic)
+	st.shard = nil
+	if b.cluster != nil && len(sh.topics) == 0 {
+		b.closeShardLocked(sh)
+		return nil
+	}
+	return b.unsubscribeLocked(ctx, sh, topic)
 }
 
-func (b *RedisBroker) unsubscribeLocked(ctx context.Context, topic string) error {
+// subscribeLocked and unsubscribeLocked write to sh's connection, in
+// Cluster mode one command per slot. The caller's cancellation is dropped:
+// go-redis treats a canceled context as a broken connection and would
+// reconnect (and resync) the whole connection; the write is bounded by the
+// client's write timeout instead. Caller holds b.mu.
+func (b *RedisBroker) subscribeLocked(ctx context.Context, sh *redisShard, topics ...string) error {
 	ctx = context.WithoutCancel(ctx)
-	if b.cfg.Sharded {
-		return b.ps.SUnsubscribe(ctx, topic)
+	if !b.cfg.Sharded {
+		return sh.ps.Subscribe(ctx, topics...)
 	}
-	return b.ps.Unsubscribe(ctx, topic)
+	if b.cluster == nil {
+		return sh.ps.SSubscribe(ctx, topics...)
+	}
+	var first error
+	for _, group := range bySlot(topics) {
+		if err := sh.ps.SSubscribe(ctx, group...); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
-// receiveLoop reads the pub/sub connection. It hands each publication to
-// the handler at once, confirms subscriptions, pings a silent connection
-// and replaces one that stays silent.
+func (b *RedisBroker) unsubscribeLocked(ctx context.Context, sh *redisShard, topics ...string) error {
+	ctx = context.WithoutCancel(ctx)
+	if !b.cfg.Sharded {
+		return sh.ps.Unsubscribe(ctx, topics...)
+	}
+	if b.cluster == nil {
+		return sh.ps.SUnsubscribe(ctx, topics...)
+	}
+	var first error
+	for _, group := range bySlot(topics) {
+		if err := sh.ps.SUnsubscribe(ctx, group...); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// receiveLoop reads sh's connection. It hands each publication to the
+// handler at once, confirms subscriptions, pings a silent connection and
+// replaces one that stays silent.
 //
 // Lost publications are detected by their subscriptions, not by errors: a
 // new connection (whoever made it: this loop, go-redis inside a Subscribe
-// or Ping, or replacePubSub) subscribes every topic again, and a
+// or Ping, or replaceShard) subscribes every topic again, and a
 // confirmation for a topic that was already confirmed, with no SUBSCRIBE
-// of ours outstanding, can only come from such a resubscription. From that
+// of ours outstanding (or one marked for resync when it moved between
+// shards), can only come from such a resubscription. From that
 // confirmation on the topic is live again, so that is when its key is
 // resynced.
-func (b *RedisBroker) receiveLoop(ctx context.Context) {
+func (b *RedisBroker) receiveLoop(ctx context.Context, sh *redisShard) {
+	defer func() {
+		if sh.client != nil {
+			_ = sh.client.Close()
+		}
+	}()
 	var (
 		pinged   bool // a PING is outstanding on a silent connection
 		failures int
 	)
 	for {
 		b.mu.Lock()
-		ps := b.ps
+		ps := sh.ps
 		b.mu.Unlock()
 		msg, err := ps.ReceiveTimeout(ctx, b.cfg.HealthCheckInterval)
 		if ctx.Err() != nil {
@@ -147,22 +209,34 @@ func (b *RedisBroker) receiveLoop(ctx context.Context) {
 				}
 				pinged = false
 				b.m.reconnects.Inc()
-				b.logs.warn("fanout: redis pub/sub connection did not answer a ping; replacing it")
-				b.replacePubSub(ctx)
+				b.logs.warn("fanout: redis pub/sub connection did not answer a ping; replacing it", "addr", sh.addr)
+				b.replaceShard(ctx, sh)
+				continue
+			}
+			if slot, addr, ok := movedTo(err); ok && b.cluster != nil && addr != sh.addr {
+				b.moveSlot(ctx, sh, slot, addr)
 				continue
 			}
 			pinged = false
 			if failures == 0 {
 				b.m.reconnects.Inc()
-				b.logs.warn("fanout: redis pub/sub connection lost; reconnecting", "err", err)
+				b.logs.warn("fanout: redis pub/sub connection lost; reconnecting", "addr", sh.addr, "err", err)
+			}
+			failures++
+			if b.cluster != nil {
+				b.cluster.ReloadState(ctx)
+				if !sleepCtx(ctx, backoff(failures)) {
+					return
+				}
+				b.restoreShard(ctx, sh)
+				continue
 			}
 			// go-redis has reconnected (or will on the next receive) and
 			// subscribes every topic again: SUBSCRIBEs written on the old
 			// connection will never be confirmed.
 			b.mu.Lock()
-			clear(b.pending)
+			clear(sh.pending)
 			b.mu.Unlock()
-			failures++
 			if !sleepCtx(ctx, backoff(failures)) {
 				return
 			}
@@ -173,24 +247,37 @@ func (b *RedisBroker) receiveLoop(ctx context.Context) {
 		case *redis.Message:
 			b.dispatch(m)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				if key, resync := b.confirm(m.Channel); resync && b.resyncer != nil {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				if key, resync := b.confirm(sh, m.Channel); resync && b.resyncer != nil {
 					b.resyncer.HandleResync(key)
+				}
+			case "sunsubscribe":
+				if b.cluster != nil {
+					b.lost(ctx, sh, m.Channel)
 				}
 			}
 		}
 	}
 }
 
-// replacePubSub closes the current pub/sub connection and opens a new one
-// subscribed to every topic.
-func (b *RedisBroker) replacePubSub(ctx context.Context) {
+// replaceShard closes sh's connection and opens a new one subscribed to
+// every topic.
+func (b *RedisBroker) replaceShard(ctx context.Context, sh *redisShard) {
+	if b.cluster != nil {
+		b.restoreShard(ctx, sh)
+		return
+	}
 	b.mu.Lock()
-	old := b.ps
-	b.ps = b.client.Subscribe(context.WithoutCancel(ctx))
-	clear(b.pending)
-	if topics := slices.Collect(maps.Keys(b.topics)); len(topics) > 0 {
-		if err := b.subscribeLocked(ctx, topics...); err != nil {
+	if sh.closed {
+		b.mu.Unlock()
+		return
+	}
+	old := sh.ps
+	sh.ps = b.newPubSub(ctx, sh)
+	clear(sh.pending)
+	if topics := slices.Collect(maps.Keys(sh.topics)); len(topics) > 0 {
+		if err := b.subscribeLocked(ctx, sh, topics...); err != nil {
 			b.logs.warn("fanout: redis resubscribe not sent; waiting for the connection", "err", err)
 		}
 	}
@@ -198,29 +285,34 @@ func (b *RedisBroker) replacePubSub(ctx context.Context) {
 	_ = old.Close()
 }
 
-// confirm handles Redis's confirmation of a SUBSCRIBE for topic: the
+// confirm handles Redis's confirmation of a SUBSCRIBE for topic on sh: the
 // topic is live once the last SUBSCRIBE written for it is confirmed. It
-// reports resync for a topic confirmed earlier with nothing outstanding: a
-// resubscription after a new connection (see receiveLoop).
-func (b *RedisBroker) confirm(topic string) (key Key, resync bool) {
+// reports resync for a topic confirmed earlier with nothing outstanding (a
+// resubscription after a new connection, see receiveLoop), or moved here
+// from another shard.
+func (b *RedisBroker) confirm(sh *redisShard, topic string) (key Key, resync bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if n := b.pending[topic]; n > 1 {
-		b.pending[topic] = n - 1
+	if n := sh.pending[topic]; n > 1 {
+		sh.pending[topic] = n - 1
 		return Key{}, false
 	}
-	_, outstanding := b.pending[topic]
-	delete(b.pending, topic)
-	st := b.topics[topic]
+	_, outstanding := sh.pending[topic]
+	delete(sh.pending, topic)
+	st := sh.topics[topic]
 	switch {
 	case st == nil:
 		return Key{}, false
 	case !st.confirmed:
 		st.confirmed = true
+		st.resync = false
 		close(st.ready)
 		return Key{}, false
+	case outstanding && !st.resync:
+		return Key{}, false
 	default:
-		return st.key, !outstanding
+		st.resync = false
+		return st.key, true
 	}
 }
 

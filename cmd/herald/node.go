@@ -19,6 +19,7 @@ type brokerSettings struct {
 	RedisURL     string
 	RedisPrefix  string
 	RedisSharded bool
+	RedisCluster bool
 	HistorySize  int
 	HistoryTTL   time.Duration
 	MaxChannels  int
@@ -36,6 +37,7 @@ func (b *brokerSettings) registerRedis(st *settings) {
 	st.String(&b.RedisURL, "redis-url", "", "redis://… selects the Redis broker (many nodes); empty = in-memory broker (one node)")
 	st.String(&b.RedisPrefix, "redis-key-prefix", fanout.DefaultRedisKeyPrefix, "prefix of every Redis key and pub/sub channel Herald uses")
 	st.Bool(&b.RedisSharded, "redis-sharded", false, "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7); all nodes must agree")
+	st.Bool(&b.RedisCluster, "redis-cluster", false, "--redis-url names a seed node of a Redis Cluster (more seeds as ?addr=host:port), for the broker, tickets and revocations; implies --redis-sharded, one pub/sub connection per primary")
 }
 
 func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fanout.Broker, string, error) {
@@ -50,7 +52,7 @@ func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fano
 	}
 	r, err := fanout.NewRedisBroker(fanout.RedisConfig{
 		URL: b.RedisURL, KeyPrefix: b.RedisPrefix, HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL,
-		Sharded: b.RedisSharded, Logger: log, Registerer: reg,
+		Sharded: b.RedisSharded, Cluster: b.RedisCluster, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("config: --redis-url: %w", err)

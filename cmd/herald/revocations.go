@@ -16,15 +16,24 @@ import (
 
 // openRedis connects to --redis-url for the state every node shares
 // (revocations, tickets); nil when no Redis is configured.
-func openRedis(ctx context.Context, b brokerSettings) (*redis.Client, error) {
+func openRedis(ctx context.Context, b brokerSettings) (redis.UniversalClient, error) {
 	if b.RedisURL == "" {
 		return nil, nil
 	}
-	opt, err := redis.ParseURL(b.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("config: --redis-url: %w", err)
+	var rdb redis.UniversalClient
+	if b.RedisCluster {
+		opt, err := redis.ParseClusterURL(b.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("config: --redis-url (cluster): %w", err)
+		}
+		rdb = redis.NewClusterClient(opt)
+	} else {
+		opt, err := redis.ParseURL(b.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("config: --redis-url: %w", err)
+		}
+		rdb = redis.NewClient(opt)
 	}
-	rdb := redis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -35,7 +44,7 @@ func openRedis(ctx context.Context, b brokerSettings) (*redis.Client, error) {
 
 // openTickets keeps SSE tickets in Redis when there is one (any node may
 // redeem them), else in memory (one node).
-func openTickets(rdb *redis.Client, prefix string) (auth.TicketIssuer, error) {
+func openTickets(rdb redis.UniversalClient, prefix string) (auth.TicketIssuer, error) {
 	if rdb != nil {
 		return auth.NewRedisTickets(rdb, auth.TicketConfig{Prefix: prefix})
 	}
@@ -46,7 +55,7 @@ func openTickets(rdb *redis.Client, prefix string) (auth.TicketIssuer, error) {
 // shared state: Redis when configured (every node sees it), else the
 // PostgreSQL outbox database, else the embedded SQLite file. rdb, when not
 // nil, is the Redis client to use; the caller closes it.
-func openRevocations(ctx context.Context, s storeSettings, b brokerSettings, rdb *redis.Client) (auth.RevocationStore, string, func() error, error) {
+func openRevocations(ctx context.Context, s storeSettings, b brokerSettings, rdb redis.UniversalClient) (auth.RevocationStore, string, func() error, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	switch {
