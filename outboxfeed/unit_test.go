@@ -174,7 +174,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 	d := WorkerConfig{}.withDefaults()
 	if d.BatchSize != 500 || d.MaxAttempts != 10 || d.MaxAge != 24*time.Hour || d.PollInterval != time.Second ||
-		d.ActivePollInterval != time.Millisecond || d.IdleAfter != 50*time.Millisecond || d.DurableClaims || d.Owner == "" {
+		d.ActivePollInterval != 500*time.Microsecond || d.IdleAfter != 50*time.Millisecond || d.DurableClaims || d.Owner == "" {
 		t.Fatalf("defaults = %+v", d)
 	}
 	if err := d.validate(); err != nil {

@@ -86,7 +86,7 @@ func (w *workerSettings) register(st *settings) {
 	st.Int(&w.MaxAttempts, "outbox-max-attempts", 10, "failed attempts before a record is dead-lettered")
 	st.Duration(&w.MaxAge, "outbox-max-age", 24*time.Hour, "age after which a failing record is dead-lettered")
 	st.Int(&w.Lanes, "outbox-lanes", 2, "batches a Worker holds at once: one publishing while another is in the store")
-	st.Duration(&w.ActivePoll, "outbox-active-poll-interval", time.Millisecond, "how soon a busy Worker claims again (it stands in for wake-ups while records flow)")
+	st.Duration(&w.ActivePoll, "outbox-active-poll-interval", 500*time.Microsecond, "how soon a busy Worker claims again (it stands in for wake-ups while records flow)")
 	st.Duration(&w.IdleAfter, "outbox-idle-after", 50*time.Millisecond, "time without records after which a Worker arms the NOTIFY wake-up and waits")
 	st.Bool(&w.DurableClaims, "outbox-durable-claims", false, "commit the Worker's claim/complete transactions synchronously (off: a completion lost in a crash only causes a duplicate)")
 	st.Duration(&w.Retention, "outbox-retention", outboxfeed.DefaultRetention, "dispatched records are deleted this long after dispatch, in small batches")
