@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,15 +29,20 @@ func startTestCluster(t *testing.T) *testCluster {
 func (c *testCluster) owner(slot int) int {
 	t := c.t
 	t.Helper()
-	slots, err := c.Node(0).ClusterSlots(testCtx(t)).Result()
+	shards, err := c.Node(0).ClusterShards(testCtx(t)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range slots {
-		if slot >= s.Start && slot <= s.End {
-			for i, a := range c.Addrs {
-				if s.Nodes[0].Addr == a {
-					return i
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if slot < int(r.Start) || slot > int(r.End) {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				for i, a := range c.Addrs {
+					if n.Role == "master" && net.JoinHostPort(n.IP, strconv.Itoa(int(n.Port))) == a {
+						return i
+					}
 				}
 			}
 		}

@@ -122,8 +122,8 @@ func (c *RedisCluster) Node(i int) *redis.Client {
 	return cl
 }
 
-// WaitOK waits until node i reports cluster_state:ok and sees 3 primaries
-// owning all slots.
+// WaitOK waits until node i reports cluster_state:ok and sees 3 shards
+// owning slots.
 func (c *RedisCluster) WaitOK(i int) {
 	t := c.t
 	t.Helper()
@@ -132,8 +132,14 @@ func (c *RedisCluster) WaitOK(i int) {
 	defer cancel()
 	for {
 		info, _ := cl.ClusterInfo(ctx).Result()
-		slots, _ := cl.ClusterSlots(ctx).Result()
-		if strings.Contains(info, "cluster_state:ok") && len(slots) == 3 {
+		shards, _ := cl.ClusterShards(ctx).Result()
+		owning := 0
+		for _, sh := range shards {
+			if len(sh.Slots) > 0 {
+				owning++
+			}
+		}
+		if strings.Contains(info, "cluster_state:ok") && owning == 3 {
 			return
 		}
 		select {
