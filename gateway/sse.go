@@ -21,7 +21,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 
 	req, reason, msg := s.parseSSE(r)
 	if (reason.Code == ReasonTokenExpired.Code || reason == reasonTicketInvalid) && acceptsEventStream(r) {
-		s.metrics.refused(transportSSE, ReasonTokenExpired)
+		s.metrics.refused(transportSSE, reason)
 		s.expiredStream(w, r, msg)
 		return
 	}
