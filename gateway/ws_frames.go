@@ -111,9 +111,8 @@ func badFrame(id uint64, code, format string, a ...any) *frameError {
 
 // decodeFrame decodes and validates one client frame: a JSON object with a
 // known op, an id from 1 to 2^53-1 (except pong) and the fields its op
-// needs. It
-// never panics; every error is a *frameError, returned with the frame's id
-// and op when they could be read.
+// needs. It never panics; every error is a *frameError, returned with the
+// frame's id and op when they could be read.
 func decodeFrame(b []byte) (clientFrame, error) {
 	var f clientFrame
 	if err := json.Unmarshal(b, &f); err != nil {
