@@ -236,6 +236,22 @@ func TestRedisClusterTwoNodes(t *testing.T) {
 	}
 }
 
+// subscribeEach subscribes a resync-aware subscriber to each channel on
+// node b and checks that a publication from node a reaches it.
+func subscribeEach(t *testing.T, a, b redisNode, channels map[Key]int) map[Key]resyncSub {
+	t.Helper()
+	subs := make(map[Key]resyncSub, len(channels))
+	for k := range channels {
+		subs[k] = resyncSub{newChanSub(100)}
+		if err := b.hub.Subscribe(testCtx(t), k, subs[k]); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, a.broker, msg(k, "before"))
+		receive(t, subs[k].chanSub, 1)
+	}
+	return subs
+}
+
 // TestRedisClusterSlotMigration: a subscribed channel's slot moves to
 // another primary; the broker follows it there, resyncs it, and delivery
 // goes on.
@@ -245,15 +261,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	name := "herald-test-" + testenv.Suffix()
 	a, b := newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, name)
 	channels := clusterChannels(t, c, b.broker, 1)
-	subs := make(map[Key]resyncSub)
-	for k := range channels {
-		subs[k] = resyncSub{newChanSub(100)}
-		if err := b.hub.Subscribe(testCtx(t), k, subs[k]); err != nil {
-			t.Fatal(err)
-		}
-		mustPublish(t, a.broker, msg(k, "before"))
-		receive(t, subs[k].chanSub, 1)
-	}
+	subs := subscribeEach(t, a, b, channels)
 	var moved Key
 	for k, node := range channels {
 		if node == 0 {
@@ -303,15 +311,7 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 	c := startTestCluster(t)
 	a, b := newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, "herald-test-"+testenv.Suffix())
 	channels := clusterChannels(t, c, b.broker, 1)
-	subs := make(map[Key]resyncSub)
-	for k := range channels {
-		subs[k] = resyncSub{newChanSub(100)}
-		if err := b.hub.Subscribe(testCtx(t), k, subs[k]); err != nil {
-			t.Fatal(err)
-		}
-		mustPublish(t, a.broker, msg(k, "before"))
-		receive(t, subs[k].chanSub, 1)
-	}
+	subs := subscribeEach(t, a, b, channels)
 	var victim Key
 	for k, node := range channels {
 		if node == 2 {
