@@ -85,7 +85,7 @@ func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
 	if err := reg.Reader(r.Type, r.SchemaVersion); err != nil {
 		return fanout.Message{}, err
 	}
-	if len(r.Payload) == 0 || !json.Valid(r.Payload) {
+	if len(r.Payload) == 0 || (!r.jsonPayload && !json.Valid(r.Payload)) {
 		return fanout.Message{}, errors.New("payload is not decodable JSON")
 	}
 	freshness := r.Freshness

@@ -120,8 +120,9 @@ func TestPostgresTakeoverSkipsRowsACompletionHolds(t *testing.T) {
 		"", "", far.reserve, far.channels, far.prefix, far.spread)
 	testenv.Must(t, err, "claim beside the late completion")
 	var got claimResult
+	row := newPGClaimRow(&got)
 	for rows.Next() {
-		testenv.Must(t, scanPGClaimRow(rows, &got), "scan")
+		testenv.Must(t, row.scan(rows, &got), "scan")
 	}
 	rows.Close()
 	testenv.Must(t, rows.Err(), "claim beside the late completion")

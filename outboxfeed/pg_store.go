@@ -206,9 +206,11 @@ WITH RECURSIVE head AS MATERIALIZED (
 	ORDER BY seq
 	LIMIT $4
 ), win AS MATERIALIZED (
-	SELECT count(*) AS scanned, coalesce(max(seq), 0) AS last,
-	       $8 > 0 AND count(*) >= $4 AND count(DISTINCT (tenant_id, channel)) < $11 AS is_full
-	FROM head
+	-- The channels of a full window are counted (by hashing, lazily: AND
+	-- stops at the first false) only when stage two may run.
+	SELECT scanned, last, $8 > 0 AND scanned >= $4 AND (SELECT count(*) FROM (
+	           SELECT DISTINCT tenant_id, channel FROM head LIMIT $11) d) < $11 AS is_full
+	FROM (SELECT count(*) AS scanned, coalesce(max(seq), 0) AS last FROM head) w
 ), blocked AS MATERIALIZED (
 	SELECT tenant_id, channel, min(seq) AS stop, bool_or(busy) AS busy
 	FROM head WHERE NOT ok GROUP BY tenant_id, channel
@@ -347,7 +349,7 @@ SELECT (SELECT count(*) FROM by_place) + (SELECT count(*) FROM by_id)`
 
 // pgCycleSettings starts a claim cycle's transaction (see claimCycle).
 const pgCycleSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true)`
+	set_config('enable_seqscan', 'off', true), set_config('enable_mergejoin', 'off', true)`
 
 // pgArm arms the wake-up trigger until $1 µs from now; pgDisarm disarms it.
 const (
@@ -464,8 +466,9 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		if err != nil {
 			return err
 		}
+		row := newPGClaimRow(&res)
 		for rows.Next() {
-			if err := scanPGClaimRow(rows, &res); err != nil {
+			if err := row.scan(rows, &res); err != nil {
 				rows.Close()
 				return err
 			}
@@ -498,47 +501,117 @@ func (b bySeqWithPlace) Swap(i, j int) {
 	b.places[i], b.places[j] = b.places[j], b.places[i]
 }
 
-// scanPGClaimRow reads one row of pgClaim into res. The record columns
-// are NULL when nothing was claimed, hence value types with a validity
-// flag (which, unlike pointers, cost no allocation per column).
-func scanPGClaimRow(rows pgx.Rows, res *claimResult) error {
-	var place, id, tenant, channel, typ, kind, state, nextTenant, nextChannel pgtype.Text
-	var seq, fence pgtype.Int8
-	var version, attempt pgtype.Int4
-	var occurred, next pgtype.Timestamptz
-	var behind bool
-	var r Record
-	var c stateColumns
-	err := rows.Scan(&res.scanned, &res.depth, &res.stuck, &res.spare, &nextTenant, &nextChannel, &behind,
-		&place, &id, &seq, &tenant, &channel, &typ, &version,
-		(*[]byte)(&r.Payload), (*[]byte)(&r.Freshness), &occurred, &kind,
-		&state, &attempt, &next, &c.leaseOwner, &c.leaseExpiresAt, &fence,
-		&c.lastError, &c.dispatchedAt, &c.deadLetteredAt)
-	if err != nil {
+// pgClaimRow holds the scan targets of pgClaim's rows. One is made per
+// claim and reused for each row: targets handed to Scan escape, so
+// declaring them per row would cost some twenty allocations a record.
+// Columns with few distinct values (tenant, type, kind, state, lease
+// owner) are interned for the claim.
+type pgClaimRow struct {
+	place, id, channel, nextTenant, nextChannel                pgtype.Text
+	tenant, typ, kind, state, leaseOwner, lastError            internedText
+	seq, fence                                                 pgtype.Int8
+	version, attempt                                           pgtype.Int4
+	occurred, next, leaseExpiresAt, dispatchedAt, deadLettered pgtype.Timestamptz
+	behind                                                     bool
+	payload, freshness                                         []byte
+	dest                                                       []any
+}
+
+// newPGClaimRow makes the scan targets of one claim, whose window figures
+// land in res.
+func newPGClaimRow(res *claimResult) *pgClaimRow {
+	r := &pgClaimRow{}
+	strs := make(map[string]string, 8)
+	for _, t := range []*internedText{&r.tenant, &r.typ, &r.kind, &r.state, &r.leaseOwner, &r.lastError} {
+		t.table = strs
+	}
+	r.dest = []any{&res.scanned, &res.depth, &res.stuck, &res.spare, &r.nextTenant, &r.nextChannel, &r.behind,
+		&r.place, &r.id, &r.seq, &r.tenant, &r.channel, &r.typ, &r.version,
+		&r.payload, &r.freshness, &r.occurred, &r.kind,
+		&r.state, &r.attempt, &r.next, &r.leaseOwner, &r.leaseExpiresAt, &r.fence,
+		&r.lastError, &r.dispatchedAt, &r.deadLettered}
+	return r
+}
+
+// scan reads one row of pgClaim into res. The record columns are NULL
+// when nothing was claimed.
+func (row *pgClaimRow) scan(rows pgx.Rows, res *claimResult) error {
+	if err := rows.Scan(row.dest...); err != nil {
 		return err
 	}
-	res.next = fanout.Key{Tenant: nextTenant.String, Channel: nextChannel.String}
-	if !id.Valid {
+	res.next = fanout.Key{Tenant: row.nextTenant.String, Channel: row.nextChannel.String}
+	if !row.id.Valid {
 		return nil // no record: nothing was claimed
 	}
-	if !place.Valid || !seq.Valid || !tenant.Valid || !channel.Valid || !typ.Valid || !version.Valid || !occurred.Valid ||
-		!kind.Valid || !state.Valid || !attempt.Valid || !next.Valid || !fence.Valid {
-		return fmt.Errorf("%w: NULL column in claimed record %s", ErrCorruptRecord, id.String)
+	if !row.place.Valid || !row.seq.Valid || !row.tenant.valid || !row.channel.Valid || !row.typ.valid ||
+		!row.version.Valid || !row.occurred.Valid || !row.kind.valid || !row.state.valid || !row.attempt.Valid ||
+		!row.next.Valid || !row.fence.Valid {
+		return fmt.Errorf("%w: NULL column in claimed record %s", ErrCorruptRecord, row.id.String)
 	}
-	r.ID, r.Seq, r.TenantID, r.Channel, r.Type = id.String, seq.Int64, tenant.String, channel.String, typ.String
-	r.SchemaVersion, r.OccurredAt, r.Kind = int(version.Int32), occurred.Time, kind.String
-	c.state, c.attempt, c.nextAttemptAt, c.fence = state.String, int(attempt.Int32), next.Time, fence.Int64
-	r.Attempt, r.Fence = c.attempt, c.fence
+	r := Record{
+		ID: row.id.String, Seq: row.seq.Int64, TenantID: row.tenant.s, Channel: row.channel.String,
+		Type: row.typ.s, SchemaVersion: int(row.version.Int32), Payload: row.payload, Freshness: row.freshness,
+		OccurredAt: row.occurred.Time, Kind: row.kind.s, Attempt: int(row.attempt.Int32), Fence: row.fence.Int64,
+		jsonPayload: true,
+	}
+	// toState copies what it keeps, so the pointers into row are safe.
+	c := stateColumns{state: row.state.s, attempt: r.Attempt, nextAttemptAt: row.next.Time, fence: r.Fence}
+	if row.leaseOwner.valid {
+		c.leaseOwner = &row.leaseOwner.s
+	}
+	if row.lastError.valid {
+		c.lastError = &row.lastError.s
+	}
+	if row.leaseExpiresAt.Valid {
+		c.leaseExpiresAt = &row.leaseExpiresAt.Time
+	}
+	if row.dispatchedAt.Valid {
+		c.dispatchedAt = &row.dispatchedAt.Time
+	}
+	if row.deadLettered.Valid {
+		c.deadLetteredAt = &row.deadLettered.Time
+	}
+	var err error
 	if r.State, err = c.toState(); err != nil {
 		return err
 	}
 	if _, dead := r.State.(DeadLetter); dead {
 		res.exhausted = append(res.exhausted, r)
-	} else if behind {
+	} else if row.behind {
 		res.behind = append(res.behind, r)
 	} else {
 		res.claimed = append(res.claimed, r)
-		res.places = append(res.places, place.String)
+		res.places = append(res.places, row.place.String)
+	}
+	return nil
+}
+
+// internedText scans a text column, reusing the string of an equal value
+// scanned before into any target sharing its table.
+type internedText struct {
+	s     string
+	valid bool
+	table map[string]string
+}
+
+// maxInterned bounds an intern table (a claim's distinct tenants, types,
+// kinds, states, owners and errors).
+const maxInterned = 256
+
+// ScanBytes implements pgtype.BytesScanner; v is the driver's memory.
+func (t *internedText) ScanBytes(v []byte) error {
+	if v == nil {
+		t.s, t.valid = "", false
+		return nil
+	}
+	t.valid = true
+	if s, ok := t.table[string(v)]; ok {
+		t.s = s
+		return nil
+	}
+	t.s = string(v)
+	if len(t.table) < maxInterned {
+		t.table[t.s] = t.s
 	}
 	return nil
 }

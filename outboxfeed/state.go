@@ -94,6 +94,10 @@ type Record struct {
 	Attempt       int   // failed attempts so far
 	Fence         int64 // the fencing value of the latest claim
 	State         State
+
+	// jsonPayload says the store guarantees Payload is JSON (PostgreSQL's
+	// jsonb), so the Worker need not check it again.
+	jsonPayload bool
 }
 
 // Lease is what a Worker must present to update a claimed record.

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 func TestRegistry(t *testing.T) {
@@ -225,5 +227,56 @@ func TestTruncateErrorKeepsTextStorable(t *testing.T) {
 	}
 	if got := truncateError("bad \xff byte and \x00 nul"); !utf8.ValidString(got) || strings.ContainsRune(got, 0) {
 		t.Fatalf("%q is not storable text", got)
+	}
+}
+
+func TestSharedDeadlineRenewsAtHalfTime(t *testing.T) {
+	var d sharedDeadline
+	defer d.stop()
+	start := time.Now()
+	first := d.get(context.Background(), start, time.Minute)
+	if dl, ok := first.Deadline(); !ok || dl.Sub(start) < 59*time.Second {
+		t.Fatalf("deadline %v after %v, want about a minute", dl, start)
+	}
+	if d.get(context.Background(), start.Add(30*time.Second), time.Minute) != first {
+		t.Fatal("a publish with half the timeout left got a new deadline")
+	}
+	second := d.get(context.Background(), start.Add(31*time.Second), time.Minute)
+	if second == first || first.Err() == nil {
+		t.Fatal("a publish with less than half the timeout left kept the old deadline (or it was not released)")
+	}
+	d.stop()
+	if second.Err() == nil {
+		t.Fatal("stop did not release the deadline")
+	}
+	if third := d.get(context.Background(), start.Add(32*time.Second), time.Minute); third.Err() != nil {
+		t.Fatalf("get after stop = %v", third.Err())
+	}
+}
+
+func TestInternedTextSharesEqualValues(t *testing.T) {
+	table := map[string]string{}
+	a, b := internedText{table: table}, internedText{table: table}
+	buf := []byte("acme")
+	if err := a.ScanBytes(buf); err != nil || !a.valid || a.s != "acme" {
+		t.Fatalf("scan = %q %v %v", a.s, a.valid, err)
+	}
+	copy(buf, "xxxx") // the driver reuses its memory
+	if a.s != "acme" {
+		t.Fatalf("the scanned string aliases the driver's memory: %q", a.s)
+	}
+	if err := b.ScanBytes([]byte("acme")); err != nil || unsafe.StringData(b.s) != unsafe.StringData(a.s) {
+		t.Fatal("an equal value was not shared")
+	}
+	if err := b.ScanBytes(nil); err != nil || b.valid || b.s != "" {
+		t.Fatalf("NULL scanned as %q valid=%v", b.s, b.valid)
+	}
+	for i := range 2 * maxInterned {
+		if err := a.ScanBytes([]byte(strconv.Itoa(i))); err != nil || a.s != strconv.Itoa(i) {
+			t.Fatalf("scan %d = %q, %v", i, a.s, err)
+		}
+	}
+	if len(table) > maxInterned {
+		t.Fatalf("the table grew to %d entries, bound %d", len(table), maxInterned)
 	}
 }

@@ -104,8 +104,11 @@ func leasesOf(recs []*Record) []Lease {
 // order); a broker outage releases the rest and stops every channel.
 func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomic.Bool, stopAt time.Time) settlement {
 	var s settlement
+	var dl sharedDeadline
+	defer dl.stop()
 	for i, r := range recs {
-		if ctx.Err() != nil || down.Load() || (i > 0 && time.Now().After(stopAt)) {
+		now := time.Now()
+		if ctx.Err() != nil || down.Load() || (i > 0 && now.After(stopAt)) {
 			s.release = append(s.release, leasesOf(recs[i:])...)
 			return s
 		}
@@ -114,13 +117,12 @@ func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomi
 			s.dead = append(s.dead, failed{r, err})
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, w.cfg.PublishTimeout)
-		_, err = w.pub.Publish(pctx, msg)
-		cancel()
+		_, err = w.pub.Publish(dl.get(ctx, now, w.cfg.PublishTimeout), msg)
 		if err == nil {
 			s.done = append(s.done, r)
 			continue
 		}
+		dl.stop()
 		if ctx.Err() != nil {
 			s.release = append(s.release, leasesOf(recs[i:])...)
 			return s
@@ -140,6 +142,34 @@ func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomi
 		}
 	}
 	return s
+}
+
+// sharedDeadline is a publish deadline shared by the publishes of a run
+// and renewed once less than half of the timeout is left: a timer per
+// record would cost a quarter of the publishing. Every call is thus given
+// between half of the timeout and all of it.
+type sharedDeadline struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	renewAt time.Time
+}
+
+// get returns the context for a publish starting now.
+func (d *sharedDeadline) get(parent context.Context, now time.Time, timeout time.Duration) context.Context {
+	if d.ctx == nil || now.After(d.renewAt) {
+		d.stop()
+		d.ctx, d.cancel = context.WithTimeout(parent, timeout)
+		d.renewAt = now.Add(timeout / 2)
+	}
+	return d.ctx
+}
+
+// stop releases the deadline; the next get makes a new one.
+func (d *sharedDeadline) stop() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+	d.ctx, d.cancel = nil, nil
 }
 
 // settle writes the outcomes other than success — releases, dead letters,
