@@ -47,9 +47,9 @@ type WorkerConfig struct {
 	// another may take it back. Default: 30s.
 	LeaseDuration time.Duration
 	// PublishTimeout bounds one Publish call; it must be shorter than
-	// LeaseDuration. The publishes of one channel's run share a deadline
-	// renewed when less than half of it is left, so a call is given
-	// between half of PublishTimeout and all of it. Default: 10s, or half
+	// LeaseDuration. Successive publishes share a deadline renewed when
+	// less than half of it is left, so a call is given between half of
+	// PublishTimeout and all of it. Default: 10s, or half
 	// of LeaseDuration if that is shorter.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many failed attempts a record gets before it is

@@ -47,20 +47,24 @@ func (w *Worker) dispatch(ctx context.Context, recs []Record, claimedAt time.Tim
 	var down atomic.Bool
 	workers := min(w.cfg.Concurrency, len(groups))
 	if workers == 1 {
+		var dl sharedDeadline
 		for i := range groups {
-			results[i] = w.publishChannel(ctx, groups[i], &down, stopAt)
+			results[i] = w.publishChannel(ctx, groups[i], &down, stopAt, &dl)
 		}
+		dl.stop()
 	} else {
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range workers {
 			wg.Go(func() {
+				var dl sharedDeadline
+				defer dl.stop()
 				for {
 					i := int(next.Add(1)) - 1
 					if i >= len(groups) {
 						return
 					}
-					results[i] = w.publishChannel(ctx, groups[i], &down, stopAt)
+					results[i] = w.publishChannel(ctx, groups[i], &down, stopAt, &dl)
 				}
 			})
 		}
@@ -99,13 +103,12 @@ func leasesOf(recs []*Record) []Lease {
 	return out
 }
 
-// publishChannel publishes one channel's records in order. A record that
-// must be retried holds back the rest of its channel (released, to keep
-// order); a broker outage releases the rest and stops every channel.
-func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomic.Bool, stopAt time.Time) settlement {
+// publishChannel publishes one channel's records in order, under
+// deadlines from dl. A record that must be retried holds back the rest of
+// its channel (released, to keep order); a broker outage releases the rest
+// and stops every channel.
+func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomic.Bool, stopAt time.Time, dl *sharedDeadline) settlement {
 	var s settlement
-	var dl sharedDeadline
-	defer dl.stop()
 	for i, r := range recs {
 		now := time.Now()
 		if ctx.Err() != nil || down.Load() || (i > 0 && now.After(stopAt)) {
@@ -144,10 +147,11 @@ func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomi
 	return s
 }
 
-// sharedDeadline is a publish deadline shared by the publishes of a run
-// and renewed once less than half of the timeout is left: a timer per
-// record would cost a quarter of the publishing. Every call is thus given
-// between half of the timeout and all of it.
+// sharedDeadline is a publish deadline shared by the successive publishes
+// of one of dispatch's goroutines and renewed once less than half of the
+// timeout is left: a timer per record would cost a quarter of the
+// publishing. Every call is thus given between half of the timeout and all
+// of it.
 type sharedDeadline struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
