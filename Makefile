@@ -4,7 +4,7 @@ PKGS      ?= ./...
 GOFLAGS_TEST ?= -race -count=1 -timeout 12m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build test test-js lint fuzz bench bench-outbox clean
+.PHONY: help run build test test-js test-browser lint fuzz bench bench-outbox clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -19,10 +19,13 @@ test: ## start/install PostgreSQL and Redis if needed, then run every test with 
 	bash scripts/test-services.sh
 	$(GO) vet $(PKGS)
 	$(GO) test $(GOFLAGS_TEST) $(PKGS)
-	@if [ -f clientjs/package.json ]; then $(MAKE) --no-print-directory test-js; fi
+	@if [ -f clientjs/package.json ]; then $(MAKE) --no-print-directory test-js && $(MAKE) --no-print-directory test-browser; fi
 
 test-js: ## the JS client's tests (node --test) against a Herald built from this tree
 	bash scripts/test-js.sh
+
+test-browser: ## the JS client's tests in headless Chromium (installs chromium and playwright-core if missing)
+	bash scripts/test-browser.sh
 
 lint: ## go vet and staticcheck
 	$(GO) vet $(PKGS)

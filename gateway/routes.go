@@ -77,6 +77,10 @@ func (s *Server) handleClientJS(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/javascript; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Content-Type-Options", "nosniff")
+	// Public code, fetched without credentials: a page of any origin may
+	// import it as a module (module scripts are fetched with CORS). What
+	// the page may then connect to is still governed by AllowedOrigins.
+	h.Set("Access-Control-Allow-Origin", "*")
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(b)

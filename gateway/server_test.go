@@ -188,6 +188,9 @@ func TestDemoPageAndClient(t *testing.T) {
 	if code != 200 || body != "export class Herald {}\n" || !strings.HasPrefix(hdr.Get("Content-Type"), "text/javascript") {
 		t.Fatalf("/client/herald.js = %d %q %q", code, hdr.Get("Content-Type"), body)
 	}
+	if got := hdr.Get("Access-Control-Allow-Origin"); got != "*" {
+		t.Errorf("/client/herald.js Access-Control-Allow-Origin = %q, want * (importable as a module from any origin)", got)
+	}
 
 	bare := newEnv(t, envOptions{})
 	if code, _, _ := bare.get("/client/herald.js"); code != 404 {

