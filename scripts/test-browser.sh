@@ -14,6 +14,17 @@ set -euo pipefail
 
 log() { echo "test-browser: $*" >&2; }
 
+# retry runs its arguments up to three times, 5 s apart: a mirror or the
+# npm registry failing once must not fail the whole test run.
+retry() {
+  local n
+  for n in 1 2 3; do
+    "$@" && return 0
+    [ "$n" = 3 ] || { log "attempt $n of '$*' failed; retrying in 5 s"; sleep 5; }
+  done
+  return 1
+}
+
 cd "$(dirname "$0")/.."
 
 CHROMIUM=/usr/bin/chromium
@@ -27,8 +38,8 @@ if [ ! -x "$CHROMIUM" ]; then
   log "installing chromium with apt-get"
   started=$SECONDS
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  retry apt-get update -qq >/dev/null
+  retry apt-get install -y -qq --no-install-recommends chromium >/dev/null
   log "chromium installed in $((SECONDS - started)) s"
 fi
 if [ ! -x "$CHROMIUM" ]; then
@@ -48,7 +59,7 @@ if [ "$(PW_PKG="$pw_pkg" node -p 'try { require(process.env.PW_PKG).version } ca
   started=$SECONDS
   mkdir -p "$pw_dir"
   # playwright-core downloads no browser on install; PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD makes sure.
-  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --silent --no-audit --no-fund \
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 retry npm install --silent --no-audit --no-fund \
     --prefix "$pw_dir" "playwright-core@$PLAYWRIGHT_VERSION"
   log "playwright-core installed in $((SECONDS - started)) s"
 fi
