@@ -17,15 +17,25 @@ const (
 	maxDuration = 10 * time.Minute
 	maxRate     = 100_000
 	maxServeFor = time.Hour
+	// maxProducers bounds the outbox publisher's connections (PostgreSQL's
+	// default max_connections is 100, and the server needs its own).
+	maxProducers = 64
 )
 
 // config is one run. Every field is a flag.
 type config struct {
 	// Scenario is idle, broadcast or fanout. Default: broadcast.
 	Scenario string
-	// Transport of the subscribers: ws or sse. The publisher always uses
-	// the WebSocket publish op. Default: ws.
+	// Transport of the subscribers: ws or sse. Default: ws.
 	Transport string
+	// PublishVia is how publications reach the server: ws (the herald.v1
+	// publish op on one WebSocket) or outbox (each staged with
+	// outboxfeed.Stage in its own transaction on DatabaseURL, which the
+	// server's Worker drains). Default: ws.
+	PublishVia string
+	// Producers is the outbox publisher's PostgreSQL connections, each
+	// running one transaction at a time. Default: 8.
+	Producers int
 	// Conns is how many subscriber connections to open. Default: 1,000.
 	Conns int
 	// Channels is how many channels the subscribers spread over
@@ -70,7 +80,9 @@ type config struct {
 	// HeraldBin is a prebuilt herald binary; empty builds ./cmd/herald.
 	HeraldBin string
 	// DatabaseURL starts the child with --database-url (PostgreSQL)
-	// instead of the embedded SQLite store.
+	// instead of the embedded SQLite store. With PublishVia outbox it is
+	// required: a child gets a fresh database created on that server (and
+	// dropped at the end); a -url server must use exactly this database.
 	DatabaseURL string
 	// ServeArgs are extra flags for the child's `herald serve`.
 	ServeArgs []string
@@ -84,7 +96,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		Scenario: "broadcast", Transport: "ws", Conns: 1_000, Channels: 100, Rate: 100,
+		Scenario: "broadcast", Transport: "ws", PublishVia: "ws", Producers: 8, Conns: 1_000, Channels: 100, Rate: 100,
 		Duration: 10 * time.Second, Drain: 5 * time.Second, ConnectTimeout: 2 * time.Minute,
 		DialConcurrency: 64, Tenant: "bench", ServeFor: 10 * time.Minute,
 	}
@@ -98,7 +110,9 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "idle, broadcast or fanout")
-	fs.StringVar(&c.Transport, "transport", c.Transport, "subscriber transport: ws or sse (the publisher always uses the WebSocket publish op)")
+	fs.StringVar(&c.Transport, "transport", c.Transport, "subscriber transport: ws or sse")
+	fs.StringVar(&c.PublishVia, "publish-via", c.PublishVia, "ws: the WebSocket publish op; outbox: stage each publication in herald.outbox in its own transaction (needs -database-url) and report commit → client latency")
+	fs.IntVar(&c.Producers, "producers", c.Producers, fmt.Sprintf("with -publish-via outbox: producer connections (1–%d)", maxProducers))
 	fs.IntVar(&c.Conns, "conns", c.Conns, fmt.Sprintf("subscriber connections (1–%d)", maxConns))
 	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the subscribers spread over (broadcast: always 1)")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "publications per second over all channels")
@@ -113,7 +127,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.ServerPID, "server-pid", c.ServerPID, "with -url: the server's pid, to read its RSS and CPU from /proc (else from /metrics)")
 	fs.StringVar(&c.Tenant, "tenant", c.Tenant, "tenant of every token")
 	fs.StringVar(&c.HeraldBin, "herald-bin", c.HeraldBin, "prebuilt herald binary for the child (empty: go build ./cmd/herald)")
-	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "start the child with --database-url (PostgreSQL outbox store) instead of embedded SQLite")
+	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "start the child with --database-url (PostgreSQL outbox store) instead of embedded SQLite; with -publish-via outbox: required (a child gets a fresh database on that server; a -url server must use this one)")
 	fs.Var((*stringList)(&c.ServeArgs), "serve-arg", "extra flag for the child herald serve, e.g. -serve-arg=--queue-max-messages=64 (repeatable)")
 	fs.BoolVar(&c.ServeOnly, "serve-only", c.ServeOnly, "start the child, print its URL, secret and a token, and wait (for k6)")
 	fs.DurationVar(&c.ServeFor, "serve-for", c.ServeFor, "with -serve-only: stop the child after this long")
@@ -130,6 +144,9 @@ func (c *config) channels() int {
 // publishes reports whether the scenario publishes.
 func (c *config) publishes() bool { return c.Scenario != "idle" }
 
+// publications is how many publications a publishing run makes.
+func (c *config) publications() int { return int(float64(c.Rate) * c.Duration.Seconds()) }
+
 func (c *config) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -143,6 +160,7 @@ func (c *config) validate() error {
 	default:
 		bad("-transport %q: want ws or sse", c.Transport)
 	}
+	c.validatePublishVia(bad)
 	if c.Conns < 1 || c.Conns > maxConns {
 		bad("-conns %d: must be 1–%d", c.Conns, maxConns)
 	}
@@ -186,14 +204,46 @@ func (c *config) validate() error {
 		if c.ServeOnly {
 			bad("-serve-only starts its own child; it takes no -url")
 		}
-		if c.DatabaseURL != "" || len(c.ServeArgs) > 0 || c.HeraldBin != "" {
-			bad("-database-url, -serve-arg and -herald-bin configure the child; with -url there is none")
+		if len(c.ServeArgs) > 0 || c.HeraldBin != "" {
+			bad("-serve-arg and -herald-bin configure the child; with -url there is none")
+		}
+		if c.DatabaseURL != "" && c.PublishVia != "outbox" {
+			bad("-database-url configures the child; with -url it is only for -publish-via outbox (the database the server drains)")
 		}
 	}
 	if c.ServeFor <= 0 || c.ServeFor > maxServeFor {
 		bad("-serve-for %v: must be > 0 and ≤ %v", c.ServeFor, maxServeFor)
 	}
 	return errors.Join(errs...)
+}
+
+// validatePublishVia checks -publish-via and what it needs.
+func (c *config) validatePublishVia(bad func(format string, args ...any)) {
+	if c.Producers < 1 || c.Producers > maxProducers {
+		bad("-producers %d: must be 1–%d", c.Producers, maxProducers)
+	}
+	switch c.PublishVia {
+	case "ws":
+		return
+	case "outbox":
+	default:
+		bad("-publish-via %q: want ws or outbox", c.PublishVia)
+		return
+	}
+	if c.DatabaseURL == "" {
+		bad("-publish-via outbox needs -database-url (postgres://…): the PostgreSQL server the producers stage in and the server's Worker drains")
+	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		bad("-database-url: -publish-via outbox needs a postgres:// URL (the embedded SQLite store has no producers' side)")
+	}
+	if !c.publishes() {
+		bad("-publish-via outbox: -scenario idle publishes nothing")
+	}
+	if c.ServeOnly {
+		bad("-publish-via outbox: -serve-only publishes nothing")
+	}
+	if n := c.publications(); n > maxTracked {
+		bad("-publish-via outbox: -rate × -duration = %d publications; at most %d", n, maxTracked)
+	}
 }
 
 // loopbackURL accepts only http URLs whose host is a loopback address: the

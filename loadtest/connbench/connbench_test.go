@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 )
 
 // testWriter sends progress lines to the test log.
@@ -204,5 +207,75 @@ func TestStalledSubscribersAreClosedAsSlow(t *testing.T) {
 	}
 	if res.lat.N != 6*200 {
 		t.Errorf("%d latency samples, want 1200 (the stalled subscribers' are left out)", res.lat.N)
+	}
+}
+
+// outboxDB creates a run database on the test PostgreSQL server the way a
+// run does (scratchdb) and drops it when the test ends, after the child
+// (whose cleanup, registered later, runs first).
+func outboxDB(t *testing.T) *scratchdb.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := scratchdb.Create(ctx, testenv.BaseDatabaseURL(), "herald_connbench_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Drop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return db
+}
+
+// TestBroadcastViaOutbox stages each of 50 publications in its own
+// transaction in the outbox of a fresh PostgreSQL database; the child's
+// Worker (default settings) must deliver every one to each of the 50
+// subscribers once and in order, and every delivery must have a commit →
+// client latency, never above its BEGIN → client latency.
+func TestBroadcastViaOutbox(t *testing.T) {
+	cfg := tiny("broadcast", "ws")
+	cfg.PublishVia, cfg.DatabaseURL, cfg.Producers = "outbox", outboxDB(t).URL, 4
+	res := runTiny(t, cfg, startServer(t, cfg))
+	checkDelivery(t, res, 50, 50)
+	want := int64(cfg.Conns * 50)
+	c := res.commitLat
+	if c.N != want || c.P50 <= 0 || c.P50 > c.P90 || c.P90 > c.P99 || c.P99 > c.P999 || c.P999 > c.Max || c.Max > 10*time.Second {
+		t.Errorf("commit → client latency %+v: want %d samples, 0 < p50 ≤ p90 ≤ … ≤ max < 10s", c, want)
+	}
+	// Per delivery, COMMIT returned after BEGIN, so its latency is the
+	// smaller: a mismatched sequence number would break this.
+	if c.Max > res.lat.Max || c.P50 > res.lat.P50 {
+		t.Errorf("commit → client %+v exceeds BEGIN → client %+v", c, res.lat)
+	}
+	if res.beforeCommit >= want {
+		t.Errorf("%d of %d deliveries read before their COMMIT returned", res.beforeCommit, want)
+	}
+	if tx := res.txLat; tx.N != 50 || tx.Min <= 0 {
+		t.Errorf("staging transactions %+v: want 50, each > 0", tx)
+	}
+	var out bytes.Buffer
+	res.print(&out)
+	for _, label := range []string{"publish path measured: outbox", "latency outbox COMMIT returned → subscriber receive", "read before their COMMIT returned, counted as 0", "producer BEGIN → subscriber receive"} {
+		if !strings.Contains(out.String(), label) {
+			t.Errorf("report lacks %q", label)
+		}
+	}
+}
+
+// TestOutboxNeedsTheServersDatabase: a database the server never migrated
+// (with -url, not the one the server uses) is refused before the run.
+func TestOutboxNeedsTheServersDatabase(t *testing.T) {
+	db := outboxDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := openProducerPool(ctx, db.URL, 2)
+	if err == nil {
+		pool.Close()
+		t.Fatal("a database without herald.outbox was accepted")
+	}
+	if !strings.Contains(err.Error(), "has no herald.outbox") {
+		t.Errorf("error %v, want one saying the database has no herald.outbox", err)
 	}
 }

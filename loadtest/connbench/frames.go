@@ -20,21 +20,31 @@ var (
 	wsPubPrefix = []byte(`{"push":"pub",`)
 	wsPingFrame = []byte(`{"push":"ping"}`)
 	offsetKey   = []byte(`"offset":`)
-	dataTimeKey = []byte(`"data":{"t":`)
+	dataKey     = []byte(`"data":{`)
 )
 
-// pubFields reads the offset and the send time out of a publication
-// envelope (the WebSocket pub push, or the SSE data line). A subscriber
-// may receive a hundred thousand of these a second on a shared 2-core
-// machine, so the common case is a scan, not a JSON decode: the envelope's
-// fields come in a fixed order (docs/protocol.md), offset before data, and
-// data is last. Anything unexpected falls back to encoding/json.
-func pubFields(env []byte) (offset uint64, sent int64, ok bool) {
+// pubInfo is what a subscriber reads out of one publication.
+type pubInfo struct {
+	offset uint64 // the channel offset the server gave it
+	sent   int64  // payload t: send time (ws) or BEGIN time (outbox), Unix ns
+	seq    uint64 // payload k: the publisher's sequence number
+}
+
+// pubFields reads the offset, the send time and the sequence number out of
+// a publication envelope (the WebSocket pub push, or the SSE data line). A
+// subscriber may receive a hundred thousand of these a second on a shared
+// 2-core machine, so the common case is a scan, not a JSON decode: the
+// envelope's fields come in a fixed order (docs/protocol.md), offset
+// before data, and data is last. The data's own keys may come in any
+// order: a payload that went through the outbox's jsonb column comes back
+// as {"k":…,"p":"…","t":…}. Anything unexpected falls back to
+// encoding/json.
+func pubFields(env []byte) (pubInfo, bool) {
 	if i := bytes.Index(env, offsetKey); i >= 0 {
 		if off, n := leadingUint(env[i+len(offsetKey):]); n > 0 {
-			if j := bytes.LastIndex(env, dataTimeKey); j > i {
-				if t, n := leadingUint(env[j+len(dataTimeKey):]); n > 0 {
-					return off, int64(t), true
+			if j := bytes.LastIndex(env, dataKey); j > i {
+				if t, k, ok := scanData(env[j+len(dataKey):]); ok {
+					return pubInfo{offset: off, sent: int64(t), seq: k}, true
 				}
 			}
 		}
@@ -43,10 +53,56 @@ func pubFields(env []byte) (offset uint64, sent int64, ok bool) {
 		Offset *uint64  `json:"offset"`
 		Data   *payload `json:"data"`
 	}
-	if json.Unmarshal(env, &e) != nil || e.Offset == nil || e.Data == nil {
-		return 0, 0, false
+	if json.Unmarshal(env, &e) != nil || e.Offset == nil || e.Data == nil || e.Data.T <= 0 || e.Data.K < 0 {
+		return pubInfo{}, false
 	}
-	return *e.Offset, e.Data.T, true
+	return pubInfo{offset: *e.Offset, sent: e.Data.T, seq: uint64(e.Data.K)}, true
+}
+
+// scanData reads t and k from a compact payload object, b starting after
+// its opening brace: "t" and "k" numbers and an optional "p" string
+// without escapes, in any order. ok is false for anything else.
+func scanData(b []byte) (t, k uint64, ok bool) {
+	var haveT, haveK bool
+	for {
+		if len(b) < 4 || b[0] != '"' || b[2] != '"' || b[3] != ':' {
+			return 0, 0, false
+		}
+		name := b[1]
+		b = b[4:]
+		switch name {
+		case 't', 'k':
+			v, n := leadingUint(b)
+			if n == 0 {
+				return 0, 0, false
+			}
+			if name == 't' {
+				t, haveT = v, true
+			} else {
+				k, haveK = v, true
+			}
+			b = b[n:]
+		case 'p':
+			if len(b) == 0 || b[0] != '"' {
+				return 0, 0, false
+			}
+			end := bytes.IndexByte(b[1:], '"')
+			if end < 0 || bytes.IndexByte(b[1:1+end], '\\') >= 0 {
+				return 0, 0, false
+			}
+			b = b[end+2:]
+		default:
+			return 0, 0, false
+		}
+		switch {
+		case len(b) > 0 && b[0] == ',':
+			b = b[1:]
+		case len(b) > 0 && b[0] == '}':
+			return t, k, haveT && haveK
+		default:
+			return 0, 0, false
+		}
+	}
 }
 
 // leadingUint parses the decimal digits at the start of b.
@@ -67,7 +123,15 @@ func appendPublish(b []byte, id uint64, channel string, now time.Time, k int64, 
 	b = strconv.AppendUint(b, id, 10)
 	b = append(b, `,"op":"publish","channel":`...)
 	b = strconv.AppendQuote(b, channel)
-	b = append(b, `,"type":"bench.tick","schema_version":1,"data":{"t":`...)
+	b = append(b, `,"type":"bench.tick","schema_version":1,"data":`...)
+	b = appendData(b, now, k, pad)
+	return append(b, '}')
+}
+
+// appendData appends a publication's data: {"t":<now, Unix ns>,"k":<k>}
+// with "p":<pad> when pad is not empty.
+func appendData(b []byte, now time.Time, k int64, pad string) []byte {
+	b = append(b, `{"t":`...)
 	b = strconv.AppendInt(b, now.UnixNano(), 10)
 	b = append(b, `,"k":`...)
 	b = strconv.AppendInt(b, k, 10)
@@ -76,7 +140,7 @@ func appendPublish(b []byte, id uint64, channel string, now time.Time, k int64, 
 		b = append(b, pad...)
 		b = append(b, '"')
 	}
-	return append(b, `}}`...)
+	return append(b, '}')
 }
 
 // serverFrame is any other server→client frame: a reply (id with result

@@ -71,8 +71,8 @@ func (h *histogram) record(d time.Duration) {
 // quantiles summarizes a histogram. Min and Max are exact; the others are
 // the midpoint of the bucket holding the nearest-rank sample.
 type quantiles struct {
-	N                        int64
-	Min, P50, P99, P999, Max time.Duration
+	N                             int64
+	Min, P50, P90, P99, P999, Max time.Duration
 }
 
 func (h *histogram) summary() quantiles {
@@ -84,7 +84,7 @@ func (h *histogram) summary() quantiles {
 	ranks := []struct {
 		p   float64
 		dst *time.Duration
-	}{{0.50, &q.P50}, {0.99, &q.P99}, {0.999, &q.P999}}
+	}{{0.50, &q.P50}, {0.90, &q.P90}, {0.99, &q.P99}, {0.999, &q.P999}}
 	var seen int64
 	r := 0
 	for i := range h.counts {

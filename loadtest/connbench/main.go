@@ -16,11 +16,16 @@
 // on a loopback port (embedded SQLite, in-memory broker, a random HS256
 // secret); -url targets a running server instead (loopback only). The
 // publisher is one WebSocket using the publish op, the fastest path the
-// server offers. Every run is bounded in connections (15,000) and time, and
-// ends with a markdown report. docs/loadtest.md explains every number.
+// server offers; with -publish-via outbox it stages each publication in
+// PostgreSQL's herald.outbox in its own transaction, as an application
+// does, and the report adds the latency from COMMIT to the subscriber
+// (a child then gets a fresh database of its own). Every run is bounded in
+// connections (15,000) and time, and ends with a markdown report.
+// docs/loadtest.md explains every number.
 //
 //	go run ./loadtest/connbench -scenario idle -conns 5000 -duration 10s
 //	go run ./loadtest/connbench -scenario broadcast -conns 2000 -rate 100 -duration 10s
+//	go run ./loadtest/connbench -publish-via outbox -database-url postgres://postgres@127.0.0.1:5432/test
 //	go run ./loadtest/connbench -serve-only          # a server for the k6 scripts
 package main
 
@@ -32,6 +37,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 )
 
 func main() {
@@ -58,7 +65,7 @@ func main() {
 
 // mainErr runs cfg and returns the exit code: 0, 1 for a failed run or a
 // failed delivery check.
-func mainErr(ctx context.Context, cfg config, out, progress io.Writer) int {
+func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int) {
 	limit, err := raiseNoFile()
 	if err != nil {
 		fmt.Fprintln(progress, err)
@@ -69,6 +76,23 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) int {
 	if need := uint64(cfg.Conns) + 256; need > limit {
 		fmt.Fprintf(progress, "connbench: -conns %d needs %d open files per process; the limit is %d\n", cfg.Conns, need, limit)
 		return 1
+	}
+	if cfg.PublishVia == "outbox" && cfg.URL == "" {
+		// The child and the producers share a database of this run's own,
+		// dropped once the child has stopped: runs never share an outbox.
+		db, err := scratchdb.Create(ctx, cfg.DatabaseURL, "herald_connbench_")
+		if err != nil {
+			fmt.Fprintln(progress, err)
+			return 1
+		}
+		fmt.Fprintf(progress, "connbench: outbox database %s (dropped at the end)\n", db.Name)
+		defer func() {
+			if err := db.Drop(); err != nil {
+				fmt.Fprintln(progress, err)
+				code = 1
+			}
+		}()
+		cfg.DatabaseURL = db.URL
 	}
 	var tgt *target
 	if cfg.URL != "" {
@@ -81,7 +105,6 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) int {
 		}
 		fmt.Fprintf(progress, "connbench: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.logPath)
 	}
-	code := 0
 	if cfg.ServeOnly {
 		if err := serveOnly(ctx, cfg, tgt, out); err != nil {
 			fmt.Fprintln(progress, err)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,7 +31,7 @@ func TestHistogramQuantiles(t *testing.T) {
 		name string
 		got  time.Duration
 		p    float64
-	}{{"p50", q.P50, 0.5}, {"p99", q.P99, 0.99}, {"p99.9", q.P999, 0.999}} {
+	}{{"p50", q.P50, 0.5}, {"p90", q.P90, 0.9}, {"p99", q.P99, 0.99}, {"p99.9", q.P999, 0.999}} {
 		want := exact(c.p)
 		if diff := (c.got - want).Abs(); float64(diff) > 0.008*float64(want) {
 			t.Errorf("%s = %v, exact %v: off by more than one bucket", c.name, c.got, want)
@@ -63,16 +64,27 @@ func TestBucketsAreContiguous(t *testing.T) {
 
 func TestPubFields(t *testing.T) {
 	fast := []byte(`{"push":"pub","id":"0f8f","channel":"bench/ab/c0","offset":17,"epoch":"a1b2","type":"bench.tick","schema_version":1,"time":"2025-03-01T10:15:30Z","freshness":{"mode":"immediate"},"data":{"t":1740823200123456789,"k":3,"p":"xx"}}`)
-	off, sent, ok := pubFields(fast)
-	if !ok || off != 17 || sent != 1740823200123456789 {
-		t.Errorf("fast path: %d %d %v", off, sent, ok)
+	if p, ok := pubFields(fast); !ok || p != (pubInfo{offset: 17, sent: 1740823200123456789, seq: 3}) {
+		t.Errorf("fast path: %+v %v", p, ok)
+	}
+	// A payload that went through the outbox's jsonb column comes back
+	// with its keys reordered (shorter first, then bytewise): k, p, t.
+	jsonb := []byte(`{"push":"pub","id":"0f8f","channel":"bench/ab/c0","offset":4,"epoch":"a1b2","data":{"k":12,"p":"xxxx","t":1740823200123456789}}`)
+	if p, ok := pubFields(jsonb); !ok || p != (pubInfo{offset: 4, sent: 1740823200123456789, seq: 12}) {
+		t.Errorf("jsonb order: %+v %v", p, ok)
+	}
+	if _, _, ok := scanData([]byte(`"k":1,"t":2,"z":3}`)); ok {
+		t.Error("scanData accepted an unknown key")
+	}
+	if _, _, ok := scanData([]byte(`"k":1}`)); ok {
+		t.Error("scanData accepted data without t")
 	}
 	// Another field order (or spacing) takes the JSON path.
 	slow := []byte(`{"data": {"k": 3, "t": 42}, "offset": 9}`)
-	if off, sent, ok := pubFields(slow); !ok || off != 9 || sent != 42 {
-		t.Errorf("fallback: %d %d %v", off, sent, ok)
+	if p, ok := pubFields(slow); !ok || p != (pubInfo{offset: 9, sent: 42, seq: 3}) {
+		t.Errorf("fallback: %+v %v", p, ok)
 	}
-	if _, _, ok := pubFields([]byte(`{"push":"pub","offset":3,"data":"not ours"}`)); ok {
+	if _, ok := pubFields([]byte(`{"push":"pub","offset":3,"data":"not ours"}`)); ok {
 		t.Error("a publication without our payload was accepted")
 	}
 	// What the publisher sends is what the subscriber reads back.
@@ -80,6 +92,72 @@ func TestPubFields(t *testing.T) {
 	frame := appendPublish(nil, 5, "bench/ab/c1", now, 7, "")
 	if want := `{"id":5,"op":"publish","channel":"bench/ab/c1","type":"bench.tick","schema_version":1,"data":{"t":1740823200123456789,"k":7}}`; string(frame) != want {
 		t.Errorf("publish frame\n%s\nwant\n%s", frame, want)
+	}
+}
+
+// TestTrackBySequence checks the outbox mode of the tracker: publications
+// are known by the publisher's sequence number (channel 1 of 3 carries
+// k = 1, 4, 7, …), offsets must still rise, and another channel's
+// sequence numbers are never expected.
+func TestTrackBySequence(t *testing.T) {
+	var lat histogram
+	s := &subscriber{channel: 1, bySeq: 3}
+	now := time.Now()
+	get := func(off, seq uint64) bool {
+		return s.deliver(pubInfo{offset: off, sent: now.UnixNano(), seq: seq}, now, &lat)
+	}
+	if !get(1, 4) || !get(2, 1) || !get(3, 7) {
+		t.Fatal("a new publication was not counted as new")
+	}
+	if get(4, 4) { // the same record published again, with a new offset
+		t.Error("a repeated sequence number was counted as new")
+	}
+	if get(5, 2) { // channel 2's
+		t.Error("another channel's sequence number was counted as new")
+	}
+	if !get(3, 10) { // new, but its offset does not rise
+		t.Error("sequence 10 was not counted")
+	}
+	if s.got.Load() != 4 || s.dups != 1 || s.stale != 1 || s.ooo != 1 {
+		t.Errorf("got %d dups %d stale %d ooo %d; want 4, 1, 1, 1", s.got.Load(), s.dups, s.stale, s.ooo)
+	}
+	for _, k := range []uint64{1, 4, 7, 10} {
+		if !s.has(k) {
+			t.Errorf("has(%d) = false", k)
+		}
+	}
+	if s.has(13) || s.has(2) {
+		t.Error("has() reports a publication that never arrived")
+	}
+	if lat.n.Load() != 4 {
+		t.Errorf("%d latency samples, want 4 (new publications only)", lat.n.Load())
+	}
+}
+
+// TestCommitLog checks commit → client accounting: a delivery read after
+// its COMMIT time was recorded is measured at once; one read before is
+// settled at the end, as 0 and counted when the COMMIT returned after it.
+func TestCommitLog(t *testing.T) {
+	l := newCommitLog(commitPageSize + 10)
+	s := &subscriber{}
+	t0 := time.Unix(1_000_000, 0)
+	l.set(3, t0)
+	l.observe(s, 3, t0.Add(2*time.Millisecond)) // measured: 2 ms
+	l.observe(s, commitPageSize+5, t0)          // COMMIT not yet known
+	l.observe(s, 8, t0.Add(time.Millisecond))   // nor this one
+	if len(s.early) != 2 {
+		t.Fatalf("%d deliveries waiting for their COMMIT time, want 2", len(s.early))
+	}
+	l.set(commitPageSize+5, t0.Add(time.Millisecond)) // returned after the delivery
+	l.set(8, t0.Add(500*time.Microsecond))            // returned before it
+	l.set(1<<40, t0)                                  // beyond the run: ignored
+	l.settle(s)
+	q := l.lat.summary()
+	if q.N != 3 || l.before.Load() != 1 || q.Min != 1 || q.Max != 2*time.Millisecond {
+		t.Errorf("N %d, before COMMIT %d, min %v, max %v; want 3, 1, 1ns (a 0), 2ms", q.N, l.before.Load(), q.Min, q.Max)
+	}
+	if l.at(1<<40) != 0 || l.at(99) != 0 {
+		t.Error("a COMMIT time was reported for a sequence number never set")
 	}
 }
 
@@ -133,5 +211,43 @@ func TestConfigKeepsLoadOnLoopback(t *testing.T) {
 	cfg.URL = "http://127.0.0.1:8080" // and no secret
 	if err := cfg.validate(); err == nil {
 		t.Error("an unbounded run without a secret validated")
+	}
+}
+
+func TestConfigPublishVia(t *testing.T) {
+	const pg = "postgres://postgres@127.0.0.1:5432/test"
+	for _, c := range []struct {
+		name string
+		edit func(*config)
+		want string // "" = valid; else a piece of the error
+	}{
+		{"default is ws", func(c *config) {}, ""},
+		{"outbox with a child", func(c *config) { c.PublishVia, c.DatabaseURL = "outbox", pg }, ""},
+		{"outbox with -url", func(c *config) {
+			c.PublishVia, c.DatabaseURL, c.URL, c.Secret = "outbox", pg, "http://127.0.0.1:8080", "s"
+		}, ""},
+		{"unknown value", func(c *config) { c.PublishVia = "http" }, `-publish-via "http": want ws or outbox`},
+		{"outbox without a database", func(c *config) { c.PublishVia = "outbox" }, "-publish-via outbox needs -database-url"},
+		{"outbox on SQLite", func(c *config) { c.PublishVia, c.DatabaseURL = "outbox", "file:herald.db" }, "needs a postgres:// URL"},
+		{"outbox idle", func(c *config) { c.PublishVia, c.DatabaseURL, c.Scenario = "outbox", pg, "idle" }, "-scenario idle publishes nothing"},
+		{"outbox serve-only", func(c *config) { c.PublishVia, c.DatabaseURL, c.ServeOnly = "outbox", pg, true }, "-serve-only publishes nothing"},
+		{"outbox too many", func(c *config) {
+			c.PublishVia, c.DatabaseURL, c.Rate, c.Duration = "outbox", pg, maxRate, maxDuration
+		}, "publications; at most"},
+		{"no producers", func(c *config) { c.PublishVia, c.DatabaseURL, c.Producers = "outbox", pg, 0 }, "-producers 0: must be 1–64"},
+		{"too many producers", func(c *config) { c.Producers = maxProducers + 1 }, "-producers 65"},
+		{"ws with -url takes no database", func(c *config) {
+			c.DatabaseURL, c.URL, c.Secret = pg, "http://127.0.0.1:8080", "s"
+		}, "with -url it is only for -publish-via outbox"},
+	} {
+		cfg := defaultConfig()
+		c.edit(&cfg)
+		err := cfg.validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -70,15 +71,9 @@ func (p *publisher) run(ctx context.Context, rate int, d, wait time.Duration) er
 	start := time.Now()
 	buf := make([]byte, 0, 256+len(p.pad))
 	for k := range total {
-		due := start.Add(time.Duration(float64(k) * float64(time.Second) / float64(rate)))
-		if wait := time.Until(due); wait > 50*time.Microsecond {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fmt.Errorf("connbench: publisher: %w", ctx.Err())
-			case <-t.C:
-			}
+		due := dueAt(start, k, rate)
+		if err := sleepUntil(ctx, due); err != nil {
+			return fmt.Errorf("connbench: publisher: %w", err)
 		}
 		select {
 		case p.slots <- struct{}{}:
@@ -182,4 +177,10 @@ func (p *publisher) accepted(c int) []uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.offsets[c]
+}
+
+func (p *publisher) stats() (sent int, errs map[string]int, maxLag time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent, maps.Clone(p.errs), p.maxLag
 }

@@ -30,7 +30,7 @@ type result struct {
 	retries   int64
 
 	sent          int
-	accepted      [][]uint64 // per channel: offsets the server gave the publications
+	accepted      [][]uint64 // per channel: offsets the server gave the publications (ws), sequence numbers committed (outbox)
 	pubErrs       map[string]int
 	maxLag        time.Duration
 	drainTimedOut int // subscribers still waiting when the drain bound passed
@@ -44,7 +44,16 @@ type result struct {
 	stalledClosed       int            // stalled subscribers the server closed
 	closes              map[string]int // subscribers the server ended, by reason
 	lat                 quantiles
+
+	// With -publish-via outbox:
+	outbox       outboxInfo
+	commitLat    quantiles // COMMIT returned → subscriber read it
+	beforeCommit int64     // deliveries read before their COMMIT returned (in commitLat as 0)
+	txLat        quantiles // BEGIN → COMMIT returned
 }
+
+// viaOutbox reports whether the run staged its publications in the outbox.
+func (r *result) viaOutbox() bool { return r.cfg.PublishVia == "outbox" }
 
 // published is how many publications the server accepted.
 func (r *result) published() int {
@@ -88,9 +97,16 @@ func (r *result) integrity() error {
 // print writes the report as markdown.
 func (r *result) print(w io.Writer) {
 	c := r.cfg
-	fmt.Fprintf(w, "\n### Connection benchmark: %s, %s, %s\n\n", c.Scenario, c.Transport, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	via := ""
+	if r.viaOutbox() {
+		via = ", published via the outbox"
+	}
+	fmt.Fprintf(w, "\n### Connection benchmark: %s, %s%s, %s\n\n", c.Scenario, c.Transport, via, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "- machine: %s\n", hostinfo.Machine())
 	fmt.Fprintf(w, "- server: %s\n", r.server)
+	if c.publishes() {
+		fmt.Fprintf(w, "- publish path measured: %s\n", r.path())
+	}
 	fmt.Fprintf(w, "- load average (1/5/15 min) at start: %s, at end: %s\n", r.loadStart, r.loadEnd)
 	fmt.Fprintf(w, "- command: `%s`\n\n", commandLine())
 	fmt.Fprintln(w, "| measurement | result |")
@@ -126,8 +142,16 @@ func (r *result) print(w io.Writer) {
 func (r *result) printDelivery(row func(k, format string, a ...any)) {
 	c := r.cfg
 	pubWindow := r.pubEnd.Sub(r.pubStart.at)
-	row("publications sent / accepted (WebSocket publish op, one connection)", "%d / %d over %.2f s (%s, target %d/s); pacer fell behind by up to %s",
+	pubRow := "publications sent / accepted (WebSocket publish op, one connection)"
+	if r.viaOutbox() {
+		pubRow = fmt.Sprintf("outbox transactions begun / committed (BEGIN, Stage, COMMIT; %d producer connections)", r.outbox.producers)
+	}
+	row(pubRow, "%d / %d over %.2f s (%s, target %d/s); pacer fell behind by up to %s",
 		r.sent, r.published(), pubWindow.Seconds(), rate(int64(r.published()), pubWindow), c.Rate, ms(r.maxLag))
+	if r.viaOutbox() {
+		row("staging transaction BEGIN → COMMIT returned: p50 / p99 / max", "%s / %s / %s (%d transactions)",
+			ms(r.txLat.P50), ms(r.txLat.P99), ms(r.txLat.Max), r.txLat.N)
+	}
 	window := r.after.at.Sub(r.pubStart.at)
 	drain := "every subscriber still connected had every publication"
 	if r.drainTimedOut > 0 {
@@ -141,7 +165,15 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 	}
 	gen := r.after.gen - r.pubStart.gen
 	row("generator CPU over the same window (subscribers + publisher)", "%.2f s (%.0f %% of one core)", gen.Seconds(), 100*gen.Seconds()/window.Seconds())
-	row("latency publisher send → subscriber receive: p50 / p99 / p99.9 / max", "**%s / %s / %s / %s** (min %s, %d samples)",
+	if r.viaOutbox() {
+		row("**latency outbox COMMIT returned → subscriber receive**: p50 / p90 / p99 / p99.9 / max", "**%s / %s / %s / %s / %s** (min %s, %d samples; %d read before their COMMIT returned, counted as 0)",
+			ms(r.commitLat.P50), ms(r.commitLat.P90), ms(r.commitLat.P99), ms(r.commitLat.P999), ms(r.commitLat.Max), ms(r.commitLat.Min), r.commitLat.N, r.beforeCommit)
+	}
+	latRow := "latency publisher send → subscriber receive: p50 / p99 / p99.9 / max"
+	if r.viaOutbox() {
+		latRow = "latency producer BEGIN → subscriber receive (staging transaction included): p50 / p99 / p99.9 / max"
+	}
+	row(latRow, "**%s / %s / %s / %s** (min %s, %d samples)",
 		ms(r.lat.P50), ms(r.lat.P99), ms(r.lat.P999), ms(r.lat.Max), ms(r.lat.Min), r.lat.N)
 	if c.Stall > 0 {
 		row("stalled subscribers (read nothing until publishing ended; not in the latency) / closed by the server", "%d / %d", c.Stall, r.stalledClosed)
@@ -156,6 +188,15 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 		del0, _ := r.before.m.value("herald_deliveries_total", match)
 		row("server-counted deliveries (herald_deliveries_total) / queue drops (herald_queue_dropped_total)", "%.0f / %.0f", del-del0, dropped-dropped0)
 	}
+}
+
+// path names the publish path the latency figures measure.
+func (r *result) path() string {
+	if !r.viaOutbox() {
+		return "WebSocket publish op (one connection) → broker → subscribers; latency from the publisher's send"
+	}
+	return fmt.Sprintf("outbox: BEGIN, outboxfeed.Stage, COMMIT on %d producer connections to database %s (%s) → the server's outbox Worker → broker → subscribers; latency from the producer's COMMIT returning",
+		r.outbox.producers, r.outbox.database, r.outbox.postgres)
 }
 
 // printMemory writes the server's memory per connection: the change from

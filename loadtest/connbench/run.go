@@ -22,6 +22,9 @@ type runner struct {
 	hcSlow *http.Client // stalled subscribers' (a small receive buffer)
 	trSlow *http.Transport
 	lat    *histogram
+	// commits is the outbox publisher's COMMIT times and the commit →
+	// client latency; nil with the WebSocket publish op.
+	commits *commitLog
 
 	// streamCtx is the context of every SSE request; stop cancels it.
 	streamCtx  context.Context
@@ -48,12 +51,26 @@ func newRunner(cfg config, tgt *target) *runner {
 	r := &runner{cfg: cfg, tgt: tgt, runID: hex.EncodeToString(id), hc: hc, tr: tr, hcSlow: hcSlow, trSlow: trSlow, lat: new(histogram)}
 	r.streamCtx, r.cancelStrm = context.WithCancel(context.Background())
 	r.resume = make(chan struct{})
+	var bySeq uint64
+	if cfg.PublishVia == "outbox" {
+		r.commits = newCommitLog(cfg.publications())
+		bySeq = uint64(cfg.channels())
+	}
 	for i := range cfg.Conns {
 		// The first -stall subscribers stall; i % channels spreads them
 		// over the channels like the rest.
-		r.subs = append(r.subs, &subscriber{idx: i, channel: i % cfg.channels(), stalled: i < cfg.Stall})
+		r.subs = append(r.subs, &subscriber{idx: i, channel: i % cfg.channels(), stalled: i < cfg.Stall, bySeq: bySeq})
 	}
 	return r
+}
+
+// received accounts one publication subscriber s read at recv (from its
+// reader goroutine) and, with the outbox publisher, its commit → client
+// latency.
+func (r *runner) received(s *subscriber, p pubInfo, recv time.Time) {
+	if s.deliver(p, recv, r.lat) && r.commits != nil && !s.stalled {
+		r.commits.observe(s, p.seq, recv)
+	}
 }
 
 // stalledRcvBuf is a stalled subscriber's socket receive buffer.

@@ -58,15 +58,43 @@ func run(ctx context.Context, cfg config, tgt *target, progress io.Writer) (*res
 	return res, nil
 }
 
+// source is a publisher: the herald.v1 publish op on one WebSocket
+// (publisher) or transactions staging outbox records (outboxPublisher).
+type source interface {
+	// run publishes rate publications/s for d, round-robin over the
+	// channels, then waits up to wait for those still in flight.
+	run(ctx context.Context, rate int, d, wait time.Duration) error
+	// accepted lists what the subscribers of channel c must receive, as
+	// they track it (subscriber.bit): offsets the server returned, or the
+	// sequence numbers of committed outbox records.
+	accepted(c int) []uint64
+	// stats is what was sent, what was refused (by reason) and how far
+	// the pacer fell behind its schedule.
+	stats() (sent int, errs map[string]int, maxLag time.Duration)
+	close()
+}
+
+func (r *runner) openSource(ctx context.Context) (source, error) {
+	if r.cfg.PublishVia == "outbox" {
+		return r.openOutboxPublisher(ctx)
+	}
+	return r.openPublisher(ctx)
+}
+
 // publish runs the publisher for the scenario's duration, then waits for
 // the deliveries still on their way.
 func (r *runner) publish(ctx context.Context, res *result, progress io.Writer) error {
-	pub, err := r.openPublisher(ctx)
+	pub, err := r.openSource(ctx)
 	if err != nil {
 		return err
 	}
 	defer pub.close()
-	fmt.Fprintf(progress, "connbench: publishing %d/s for %v\n", r.cfg.Rate, r.cfg.Duration)
+	if op, ok := pub.(*outboxPublisher); ok {
+		res.outbox = op.info
+		fmt.Fprintf(progress, "connbench: staging %d/s in the outbox (%d producer connections) for %v\n", r.cfg.Rate, r.cfg.Producers, r.cfg.Duration)
+	} else {
+		fmt.Fprintf(progress, "connbench: publishing %d/s for %v\n", r.cfg.Rate, r.cfg.Duration)
+	}
 	res.pubStart = r.snapshot(ctx)
 	if err := pub.run(ctx, r.cfg.Rate, r.cfg.Duration, 10*time.Second); err != nil {
 		return err
@@ -102,9 +130,10 @@ func (r *runner) publish(ctx context.Context, res *result, progress io.Writer) e
 		}
 	}
 	res.after = r.snapshot(ctx)
-	pub.mu.Lock()
-	res.sent, res.pubErrs, res.maxLag = pub.sent, pub.errs, pub.maxLag
-	pub.mu.Unlock()
+	res.sent, res.pubErrs, res.maxLag = pub.stats()
+	if op, ok := pub.(*outboxPublisher); ok {
+		res.txLat = op.tx.summary()
+	}
 	res.accepted = make([][]uint64, len(expected))
 	for c := range expected {
 		res.accepted[c] = pub.accepted(c)
@@ -122,6 +151,9 @@ func (r *runner) account(res *result) {
 			if s.stalled {
 				res.stalledClosed++
 			}
+		}
+		if r.commits != nil {
+			r.commits.settle(s)
 		}
 		res.dups += s.dups
 		res.ooo += s.ooo
@@ -148,4 +180,8 @@ func (r *runner) account(res *result) {
 		}
 	}
 	res.lat = r.lat.summary()
+	if r.commits != nil {
+		res.commitLat = r.commits.lat.summary()
+		res.beforeCommit = r.commits.before.Load()
+	}
 }

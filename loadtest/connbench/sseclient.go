@@ -142,8 +142,8 @@ func (r *runner) readSSE(body io.Closer, st *sseStream, s *subscriber) {
 		recv := time.Now()
 		switch string(event) {
 		case "":
-			if off, sent, ok := pubFields(data); ok {
-				s.deliver(off, sent, recv, r.lat)
+			if p, ok := pubFields(data); ok {
+				r.received(s, p, recv)
 			}
 		case "disconnect":
 			var d struct {

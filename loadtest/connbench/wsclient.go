@@ -169,8 +169,8 @@ func (r *runner) readWS(conn *websocket.Conn, s *subscriber) {
 		eachFrame(msg, func(f []byte) {
 			switch {
 			case bytes.HasPrefix(f, wsPubPrefix):
-				if off, sent, ok := pubFields(f); ok {
-					s.deliver(off, sent, recv, r.lat)
+				if p, ok := pubFields(f); ok {
+					r.received(s, p, recv)
 				}
 			case bytes.Equal(f, wsPingFrame):
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -2,66 +2,30 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // benchDB is the database the benchmark creates for itself.
-type benchDB struct {
-	admin string // URL of the database used to create and drop it
-	name  string
-	url   string
-}
+type benchDB struct{ *scratchdb.DB }
 
 // createDB creates herald_bench_<random> next to the database of adminURL.
 func createDB(ctx context.Context, adminURL string) (*benchDB, error) {
-	u, err := url.Parse(adminURL)
+	db, err := scratchdb.Create(ctx, adminURL, "herald_bench_")
 	if err != nil {
-		return nil, fmt.Errorf("outboxbench: -database-url: %w", err)
+		return nil, fmt.Errorf("outboxbench: %w", err)
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	db := &benchDB{admin: adminURL, name: "herald_bench_" + hex.EncodeToString(b[:])}
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return nil, fmt.Errorf("outboxbench: connect %s: %w", u.Redacted(), err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+db.name); err != nil {
-		return nil, fmt.Errorf("outboxbench: create database: %w", err)
-	}
-	u.Path = "/" + db.name
-	db.url = u.String()
-	return db, nil
-}
-
-// drop removes the database, closing any connection still on it.
-func (db *benchDB) drop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db.admin)
-	if err != nil {
-		return fmt.Errorf("outboxbench: drop database %s: %w", db.name, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db.name+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("outboxbench: drop database %s: %w", db.name, err)
-	}
-	return nil
+	return &benchDB{db}, nil
 }
 
 // openStore opens the outbox store on the bench database, migrated, with
 // the NOTIFY trigger installed or dropped.
 func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*outboxfeed.PGStore, error) {
-	s, err := outboxfeed.OpenPG(ctx, outboxfeed.Config{DatabaseURL: db.url, DisableNotifyTrigger: !notifyTrigger})
+	s, err := outboxfeed.OpenPG(ctx, outboxfeed.Config{DatabaseURL: db.URL, DisableNotifyTrigger: !notifyTrigger})
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +38,7 @@ func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*outboxfe
 
 // openPool opens a pool of up to n connections for producers.
 func (db *benchDB) openPool(ctx context.Context, n int) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(db.url)
+	pc, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		return nil, err
 	}

@@ -27,8 +27,8 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, db.drop()) }()
-	fmt.Fprintf(progress, "outboxbench: database %s\n", db.name)
+	defer func() { err = errors.Join(err, db.Drop()) }()
+	fmt.Fprintf(progress, "outboxbench: database %s\n", db.Name)
 
 	store, err := db.openStore(ctx, true)
 	if err != nil {
