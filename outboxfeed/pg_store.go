@@ -348,8 +348,18 @@ WITH c AS (
 SELECT (SELECT count(*) FROM by_place) + (SELECT count(*) FROM by_id)`
 
 // pgCycleSettings starts a claim cycle's transaction (see claimCycle).
+// Index scans are off for the completion, which goes by row position (a
+// TID scan) or by a bitmap scan of the primary key: planned on a small
+// table, it would otherwise walk the whole primary key and filter, and
+// keep that plan as the table grows. pgClaimLock turns them back on: the
+// claim walks its indexes in order.
 const pgCycleSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_mergejoin', 'off', true)`
+	set_config('enable_seqscan', 'off', true), set_config('enable_mergejoin', 'off', true),
+	set_config('enable_indexscan', 'off', true)`
+
+// pgClaimLock serializes claimers (see Claim) and restores index scans
+// for the claim (see pgCycleSettings).
+const pgClaimLock = `SELECT pg_advisory_xact_lock($1), set_config('enable_indexscan', 'on', true)`
 
 // pgArm arms the wake-up trigger until $1 µs from now; pgDisarm disarms it.
 const (
@@ -398,7 +408,8 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 	// made while the table is nearly empty, when reading all of it looks
 	// cheapest; it then stays while the table grows, until the next
 	// ANALYZE. Every statement of the cycle has an index or row position
-	// to go by, so sequential scans are ruled out.
+	// to go by, so sequential scans are ruled out (and more: see
+	// pgCycleSettings).
 	if req.asyncCommit {
 		b.Queue(pgCycleSettings + `, set_config('synchronous_commit', 'off', true)`)
 	} else {
@@ -428,7 +439,7 @@ func (s *PGStore) claimCycle(ctx context.Context, req claimRequest) (claimResult
 		// The lock comes after the completion, which thus runs beside
 		// another lane's claim; the claim skips rows a completion holds
 		// (see pgClaim), so the two cannot deadlock.
-		b.Queue(`SELECT pg_advisory_xact_lock($1)`, pgClaimLockKey)
+		b.Queue(pgClaimLock, pgClaimLockKey)
 		far := farPlan(req.limit)
 		b.Queue(pgClaim, req.owner, req.limit, req.lease.Microseconds(), req.windowOrDefault(), req.maxAttempts,
 			req.cursor.Tenant, req.cursor.Channel, far.reserve, far.channels, far.prefix, far.spread)
