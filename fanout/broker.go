@@ -24,7 +24,9 @@ type Recovery struct {
 // message transport (in-memory for one node, Redis for many).
 type Broker interface {
 	// Publish appends msg to its channel's history and fans it out to every
-	// node's handler. It returns once the broker accepted the message.
+	// node's handler. It returns once the broker accepted the message. A
+	// fenced message (see Fence) may be refused with ErrStaleFence, or
+	// answered with the publication of its ID already in the history.
 	Publish(ctx context.Context, msg Message) (Publication, error)
 	// Recover returns what was published on key after since.
 	Recover(ctx context.Context, key Key, since Position) (Recovery, error)

@@ -7,6 +7,9 @@ var (
 	// message itself (bad key, empty id or type, data that is not JSON).
 	// Retrying such a message cannot succeed.
 	ErrInvalidMessage = errors.New("invalid message")
+	// ErrStaleFence is wrapped by a Publish refused because a publication
+	// with a higher fence value for the same scope was accepted (see Fence).
+	ErrStaleFence = errors.New("stale fence: a newer lease holder published")
 	// ErrInvalidKey is wrapped when a tenant or channel name is not valid.
 	ErrInvalidKey = errors.New("invalid key")
 	// ErrInvalidEnvelope is wrapped by DecodeEnvelope errors.

@@ -16,13 +16,18 @@ import (
 //
 // Publish holds the channel's lock while it assigns the offset, appends to
 // the history and calls the Handler, so per channel the delivery order is
-// the offset order.
+// the offset order. A fenced Publish (see Fence) checks and raises its
+// scope's newest fence value under the same lock, so no stale publication
+// can be appended after a newer holder's publication on that channel.
 type MemoryBroker struct {
 	cfg MemoryConfig
 	now func() time.Time // replaced by tests
 
 	mu       sync.RWMutex
 	channels map[Key]*memStream
+
+	fenceMu sync.Mutex       // taken under a memStream's mu, never the reverse
+	fences  map[string]int64 // newest accepted fence value per scope; never dropped
 
 	handler atomic.Pointer[Handler]
 	svc     service
@@ -36,7 +41,7 @@ func NewMemoryBroker(cfg MemoryConfig) (*MemoryBroker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &MemoryBroker{cfg: cfg, now: time.Now, channels: make(map[Key]*memStream)}, nil
+	return &MemoryBroker{cfg: cfg, now: time.Now, channels: make(map[Key]*memStream), fences: make(map[string]int64)}, nil
 }
 
 // Start hands every later publication to h, synchronously inside Publish,
@@ -57,7 +62,9 @@ func (b *MemoryBroker) Stop() {
 }
 
 // Publish assigns msg the next offset of its channel, appends it to the
-// history and hands it to the handler (when started).
+// history and hands it to the handler (when started). A fenced msg may
+// instead be refused (ErrStaleFence) or, with Takeover, answered with the
+// publication of its ID already in the history (see Fence).
 func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
 	if err := ctx.Err(); err != nil {
 		return Publication{}, fmt.Errorf("fanout: publish: %w", err)
@@ -67,6 +74,7 @@ func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, e
 	if err != nil {
 		return Publication{}, err
 	}
+	fence := msg.Fence
 	nowNs, ttl := now.UnixNano(), int64(b.cfg.HistoryTTL)
 	for {
 		s := b.stream(pub.Key, nowNs)
@@ -76,6 +84,16 @@ func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, e
 			continue
 		}
 		s.expireIfIdle(nowNs, ttl)
+		if err := b.raiseFence(fence); err != nil {
+			s.mu.Unlock()
+			return Publication{}, err
+		}
+		if fence.Takeover { // only takeovers pay for the scan
+			if old, ok := s.find(pub.ID); ok {
+				s.mu.Unlock()
+				return old, nil
+			}
+		}
 		s.top++
 		s.lastActive.Store(nowNs)
 		pub.Position = Position{Offset: s.top, Epoch: s.epoch}
@@ -86,6 +104,22 @@ func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, e
 		s.mu.Unlock()
 		return pub, nil
 	}
+}
+
+// raiseFence refuses f when its scope saw a higher value, else makes f's
+// value the scope's newest; an unfenced f passes. Caller holds the
+// channel's memStream mu.
+func (b *MemoryBroker) raiseFence(f Fence) error {
+	if f.Scope == "" {
+		return nil
+	}
+	b.fenceMu.Lock()
+	defer b.fenceMu.Unlock()
+	if newest, ok := b.fences[f.Scope]; ok && f.Value < newest {
+		return fmt.Errorf("fanout: publish: %w (scope %q: fence %d, newest %d)", ErrStaleFence, f.Scope, f.Value, newest)
+	}
+	b.fences[f.Scope] = f.Value
+	return nil
 }
 
 // Recover returns the publications of key after since, when the history

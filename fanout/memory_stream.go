@@ -56,6 +56,18 @@ func (s *memStream) append(p Publication, size int) {
 	s.head = (s.head + 1) % size
 }
 
+// find returns the newest retained publication with message id, scanning
+// the ring newest first. Caller holds mu.
+func (s *memStream) find(id string) (Publication, bool) {
+	n := len(s.ring)
+	for i := n - 1; i >= 0; i-- {
+		if p := s.ring[(s.head+i)%n]; p.ID == id {
+			return p, true
+		}
+	}
+	return Publication{}, false
+}
+
 // recover answers a resume request from since. Caller holds mu.
 func (s *memStream) recover(since Position) Recovery {
 	top := Position{Offset: s.top, Epoch: s.epoch}

@@ -26,6 +26,28 @@ func TestMemoryBrokerRecover(t *testing.T) {
 	})
 }
 
+func TestMemoryBrokerFence(t *testing.T) {
+	t.Parallel()
+	testFenceCases(t, func(t *testing.T, historySize int) Broker {
+		return newTestMemoryBroker(t, MemoryConfig{HistorySize: historySize})
+	})
+}
+
+// TestMemoryBrokerFenceIsPerScope: the newest fence value holds for the
+// scope across channels, and across a channel's expiry and eviction.
+func TestMemoryBrokerFenceIsPerScope(t *testing.T) {
+	t.Parallel()
+	b := newTestMemoryBroker(t, MemoryConfig{MaxChannels: 1})
+	mustPublish(t, b, fenced(Key{"acme", "a"}, "m1", Fence{Scope: "p1", Value: 2}))
+	mustPublish(t, b, msg(Key{"acme", "b"}, "evicts a"))
+	for _, k := range []Key{{"acme", "a"}, {"acme", "b"}, {"other", "c"}} {
+		mustBeStale(t, b, fenced(k, "m2", Fence{Scope: "p1", Value: 1}))
+	}
+	if n := len(history(t, b, Key{"acme", "a"})); n != 0 {
+		t.Fatalf("evicted channel holds %d publications after refusals", n)
+	}
+}
+
 func TestMemoryConfig(t *testing.T) {
 	t.Parallel()
 	got := MemoryConfig{}.withDefaults()

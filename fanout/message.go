@@ -26,7 +26,8 @@ func validateKey(k Key) error {
 // newPublication validates msg and returns a publication that owns its
 // bytes: Data and Freshness are compacted into fresh memory, so a caller
 // that reuses its buffers cannot change the history. A zero Time becomes
-// now. The position is left for the broker to assign.
+// now. The fence is checked and dropped (the caller reads it from msg). The
+// position is left for the broker to assign.
 func newPublication(msg Message, now time.Time) (Publication, error) {
 	if err := validateKey(msg.Key); err != nil {
 		return Publication{}, fmt.Errorf("fanout: publish: %w: %v", ErrInvalidMessage, err)
@@ -37,6 +38,10 @@ func newPublication(msg Message, now time.Time) (Publication, error) {
 	if msg.Type == "" {
 		return Publication{}, fmt.Errorf("fanout: publish: %w: type is empty", ErrInvalidMessage)
 	}
+	if msg.Fence.Scope == "" && msg.Fence != (Fence{}) {
+		return Publication{}, fmt.Errorf("fanout: publish: %w: fence has no scope", ErrInvalidMessage)
+	}
+	msg.Fence = Fence{}
 	data, err := compactCopy(msg.Data)
 	if err != nil {
 		return Publication{}, fmt.Errorf("fanout: publish: %w: data is not valid JSON: %v", ErrInvalidMessage, err)

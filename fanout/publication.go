@@ -25,6 +25,40 @@ type Message struct {
 	Time          time.Time
 	Freshness     json.RawMessage // nil means {"mode":"immediate"}
 	Data          json.RawMessage // any JSON value, delivered unchanged
+
+	// Fence, when Fence.Scope is set, fences this publication (see Fence).
+	// It is an instruction to the broker, not part of the history: every
+	// Publication a broker returns or hands out has a zero Fence.
+	Fence Fence
+}
+
+// Fence is the outbox partition lease a publication was made under. It
+// keeps a Worker that lost its lease (paused past it, then resumed) from
+// adding a second history entry for a message its successor published:
+//
+//   - A publication whose Value is below the newest Value the broker
+//     accepted for its Scope is refused with ErrStaleFence; nothing is
+//     appended or fanned out. An equal or higher Value is accepted and
+//     becomes the newest.
+//   - A Takeover publication whose message ID is still in the channel's
+//     retained history appends and fans out nothing: Publish returns the
+//     publication already there (its position and stored message).
+//
+// MemoryBroker tracks the newest Value per Scope. RedisBroker tracks it
+// per channel and Scope, in the channel's meta hash, so the check stays in
+// one Cluster slot; with Takeover that gives the same guarantee: a stale
+// holder's publication on a channel the new holder already published to
+// is refused, and one that reaches a channel first is skipped as a
+// duplicate by the new holder's takeover batch. There the newest Value
+// lives as long as the channel's history (HistoryTTL after its last
+// publication).
+//
+// The zero Fence leaves a publication unfenced; a Fence with a Value or
+// Takeover but no Scope is an invalid message.
+type Fence struct {
+	Scope    string // the lease's scope: e.g. "p3" (outbox partition); "" = unfenced
+	Value    int64  // the lease's fencing value; grows with every takeover
+	Takeover bool   // re-publishes what an earlier holder may have published: skip an ID already in the channel's retained history
 }
 
 // Position is where a publication sits in its channel's stream. Offsets

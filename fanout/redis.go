@@ -19,7 +19,9 @@ import (
 // subscribed to its channel through Redis pub/sub.
 //
 // Publish runs one Lua script that assigns the offset, appends to the
-// stream and publishes, so the history and the fan-out cannot diverge.
+// stream and publishes, so the history and the fan-out cannot diverge; it
+// also checks a fenced publication (see Fence) against the newest fence
+// value kept in the channel's meta hash, per scope.
 // Subscribe and Unsubscribe add and remove a node's channels on its pub/sub
 // connections: one connection to a single server (or a proxy), or with
 // Cluster one SSUBSCRIBE connection per primary that owns the slot of a
@@ -101,6 +103,9 @@ func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 }
 
 // Publish appends msg to its channel's stream and publishes it, atomically.
+// A fenced msg may instead be refused (ErrStaleFence) or, with Takeover,
+// answered with the publication of its ID still in the stream (see Fence;
+// here the newest fence value is kept per channel and scope).
 func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
 	if b.closed.Load() {
 		return Publication{}, wrapf("publish", ErrStopped)
@@ -108,6 +113,11 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 	pub, err := newPublication(msg, time.Now())
 	if err != nil {
 		return Publication{}, err
+	}
+	f := msg.Fence
+	takeover := "0"
+	if f.Takeover {
+		takeover = "1"
 	}
 	buf := make([]byte, 0, envelopeSizeHint(&pub))
 	buf = appendEnvelopeHead(buf, &pub)
@@ -118,12 +128,25 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 		[]string{name + ":meta", name + ":stream"},
 		newEpoch(), buf[:head], buf[head:], b.cfg.HistorySize, b.cfg.HistoryTTL.Milliseconds(),
 		b.topic(pub.Key), pub.Key.Tenant, b.pubCmd,
+		f.Scope, strconv.FormatInt(f.Value, 10), takeover, pub.ID,
 	).Slice()
 	if err != nil {
 		return Publication{}, fmt.Errorf("fanout: publish %s: %w", pub.Key, err)
 	}
 	if len(res) != 2 {
 		return Publication{}, fmt.Errorf("fanout: publish %s: unexpected script reply %v", pub.Key, res)
+	}
+	switch tag, _ := res[0].(string); tag {
+	case "stale":
+		return Publication{}, fmt.Errorf("fanout: publish %s: %w (scope %q: fence %d, newest %v)", pub.Key, ErrStaleFence, f.Scope, f.Value, res[1])
+	case "dup":
+		env, _ := res[1].(string)
+		old, err := DecodeEnvelope([]byte(env))
+		if err != nil {
+			return Publication{}, fmt.Errorf("fanout: publish %s: retained publication: %w", pub.Key, err)
+		}
+		old.Key = pub.Key
+		return old, nil
 	}
 	offset, ok1 := res[0].(int64)
 	epoch, ok2 := res[1].(string)
@@ -188,7 +211,8 @@ func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position) (Rec
 	return r, nil
 }
 
-// decodeStreamEntry decodes one XRANGE entry: [id, [field, value, …]].
+// decodeStreamEntry decodes one XRANGE entry: [id, [field, value, …]],
+// from field e (other fields, such as i, are ignored).
 func decodeStreamEntry(e any) (Publication, error) {
 	pair, ok := e.([]any)
 	if !ok || len(pair) != 2 {

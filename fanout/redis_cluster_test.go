@@ -179,6 +179,19 @@ func TestRedisClusterConfig(t *testing.T) {
 	}
 }
 
+// TestRedisClusterFence runs the fence cases on one cluster, with a key
+// prefix per case, so their channels spread over the three primaries.
+func TestRedisClusterFence(t *testing.T) {
+	t.Parallel()
+	c := startTestCluster(t)
+	testFenceCases(t, func(t *testing.T, historySize int) Broker {
+		return newTestRedisBroker(t, RedisConfig{
+			URL: "redis://" + c.Addrs[0], Cluster: true, HistorySize: historySize,
+			KeyPrefix: "herald_t_" + testenv.Suffix() + ":",
+		})
+	})
+}
+
 // TestRedisClusterTwoNodes: node A publishes on channels of all three
 // shards, node B receives each channel in order over one SSUBSCRIBE
 // connection per shard, and drops a shard's connection with its last

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,77 @@ func TestRedisBrokerRecover(t *testing.T) {
 		url, prefix := testenv.Redis(t)
 		return newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: 3})
 	})
+}
+
+func TestRedisBrokerFence(t *testing.T) {
+	t.Parallel()
+	testFenceCases(t, func(t *testing.T, historySize int) Broker {
+		url, prefix := testenv.Redis(t)
+		return newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: historySize})
+	})
+}
+
+// TestRedisFenceIsPerChannel: Redis keeps the newest fence value per
+// channel and scope, in the meta hash, and keeps it when only the stream
+// was lost.
+func TestRedisFenceIsPerChannel(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	raw := rawRedis(t, url)
+	b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	a, c := Key{"acme", "a"}, Key{"acme", "c"}
+	mustPublish(t, b, fenced(a, "m1", Fence{Scope: "p1", Value: 2}))
+	mustPublish(t, b, fenced(c, "m1", Fence{Scope: "p1", Value: 1}))
+	if v := raw.HGet(testCtx(t), prefix+"{acme/a}:meta", "f:p1").Val(); v != "2" {
+		t.Fatalf("f:p1 = %q, want 2", v)
+	}
+	if err := raw.Del(testCtx(t), prefix+"{acme/a}:stream").Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustBeStale(t, b, fenced(a, "m2", Fence{Scope: "p1", Value: 1}))
+	if p := mustPublish(t, b, fenced(a, "m2", Fence{Scope: "p1", Value: 2})); p.Offset != 1 {
+		t.Fatalf("publication after the stream was lost at %v, want offset 1", p.Position)
+	}
+}
+
+// TestRedisStreamEntriesWithoutID: entries written before fencing (field e
+// alone) still recover, and a takeover finds their id by the envelope.
+func TestRedisStreamEntriesWithoutID(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	raw := rawRedis(t, url)
+	ctx := testCtx(t)
+	b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	key := Key{"acme", "legacy"}
+	stream := prefix + "{acme/legacy}:stream"
+	var old []Publication
+	for _, id := range []string{"m1", "m10", "m2"} {
+		old = append(old, mustPublish(t, b, msg(key, id)))
+	}
+	entries, err := raw.XRange(ctx, stream, "-", "+").Result()
+	if err != nil || len(entries) != 3 || entries[0].Values["i"] != "m1" {
+		t.Fatalf("stream entries %+v, err %v; want 3 with field i", entries, err)
+	}
+	pipe := raw.TxPipeline()
+	pipe.Del(ctx, stream)
+	for _, e := range entries {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: e.ID, Values: []any{"e", e.Values["e"]}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRecover(t, b, key, Position{Epoch: old[0].Epoch})
+	if !r.Recovered || !slices.Equal(ids(r.Publications), []string{"m1", "m10", "m2"}) {
+		t.Fatalf("recover of entries without field i: %+v", r)
+	}
+	for _, want := range old {
+		if got := mustPublish(t, b, fenced(key, want.ID, Fence{Scope: "p1", Value: 1, Takeover: true})); got.Position != want.Position {
+			t.Fatalf("takeover of legacy %s at %v, want %v", want.ID, got.Position, want.Position)
+		}
+	}
+	if p := mustPublish(t, b, fenced(key, "m", Fence{Scope: "p1", Value: 1, Takeover: true})); p.Offset != 4 {
+		t.Fatalf("takeover of a new id at %v, want offset 4", p.Position)
+	}
 }
 
 func TestRedisConfig(t *testing.T) {

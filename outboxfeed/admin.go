@@ -177,6 +177,12 @@ type PurgeResult struct {
 	Deleted int64
 	// Batches is how many delete transactions ran (0 with DryRun).
 	Batches int
+	// Segments is how many whole segments of herald.outbox (PostgreSQL)
+	// a purge of dispatched records dropped or truncated: records that went
+	// out without failing leave the store only that way, with their
+	// segment, once every record in it is done and older than the cutoff.
+	// A dry run does not count them, nor does a purge narrowed by type.
+	Segments int
 	// Cutoff is the time records had to be older than.
 	Cutoff time.Time
 }

@@ -10,6 +10,14 @@ import (
 )
 
 // Admin returns the operator interface of the PostgreSQL store.
+//
+// It reads records through the view herald.outbox_records, which derives
+// each record's lifecycle columns from herald.outbox, the partition
+// positions (herald.outbox_partition), the batch log and the retry queue
+// (herald.outbox_retry). Its writes touch only the retry queue: dead
+// letters live there alone, and so do dispatched records that failed
+// before they went out. herald.outbox itself is never row-deleted or
+// updated here.
 func (s *PGStore) Admin() Admin { return pgAdmin{s} }
 
 type pgAdmin struct{ s *PGStore }
@@ -23,14 +31,36 @@ func whereClause(terms []string) string {
 	return " WHERE " + strings.Join(terms, " AND ")
 }
 
-// Stats counts in one read-only snapshot.
+// pgAdminRecords is herald.outbox_records with at most one row per record
+// (seq), the one Get would return: the view shows a record either from the
+// retry queue or from herald.outbox, never both, and normally the queue
+// holds one row per record; should it hold more, the latest (highest
+// qseq) wins. %s is a WHERE clause (possibly empty) on the view's own
+// columns other than the derived state, applied before the
+// deduplication; %s is the column list.
+const pgAdminRecords = `(SELECT DISTINCT ON (seq) %s FROM herald.outbox_records%s
+	ORDER BY seq, qseq DESC NULLS LAST)`
+
+// pgAdminRecordColumns are the view columns List reads (pgRecordColumns
+// reads them, qseq only orders the deduplication).
+const pgAdminRecordColumns = `id, seq, tenant_id, channel, type, schema_version, payload, freshness,
+	occurred_at, kind, state, attempt, next_attempt_at, lease_owner, lease_expires_at, fence,
+	last_error, dispatched_at, dead_lettered_at, qseq`
+
+// adminRecords renders pgAdminRecords.
+func adminRecords(cols, where string) string { return fmt.Sprintf(pgAdminRecords, cols, where) }
+
+// Stats counts in one read-only snapshot of herald.outbox_records (every
+// record once, pending and processing as the partition positions and
+// leases make them, the retry queue's rows with their own state).
 func (a pgAdmin) Stats(ctx context.Context) (AdminStats, error) {
 	st := newAdminStats()
+	recs := adminRecords("seq, state, kind, type, schema_version, occurred_at", "")
 	err := pgx.BeginTxFunc(ctx, a.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var oldest *time.Time
 		err := tx.QueryRow(ctx, `SELECT statement_timestamp(), least(
-	(SELECT occurred_at FROM herald.outbox WHERE state = 'pending' ORDER BY seq LIMIT 1),
-	(SELECT min(occurred_at) FROM herald.outbox WHERE state = 'processing'))`).Scan(&st.Now, &oldest)
+	(SELECT occurred_at FROM `+recs+` r WHERE state = 'pending' ORDER BY seq LIMIT 1),
+	(SELECT min(occurred_at) FROM `+recs+` r WHERE state = 'processing'))`).Scan(&st.Now, &oldest)
 		if err != nil {
 			return err
 		}
@@ -38,7 +68,7 @@ func (a pgAdmin) Stats(ctx context.Context) (AdminStats, error) {
 			st.OldestPending = *oldest
 			st.OldestPendingAge = max(0, st.Now.Sub(*oldest))
 		}
-		rows, err := tx.Query(ctx, `SELECT state, kind, count(*) FROM herald.outbox GROUP BY state, kind`)
+		rows, err := tx.Query(ctx, `SELECT state, kind, count(*) FROM `+recs+` r GROUP BY state, kind`)
 		if err != nil {
 			return err
 		}
@@ -52,7 +82,7 @@ func (a pgAdmin) Stats(ctx context.Context) (AdminStats, error) {
 		if err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT type, schema_version, count(*) FROM herald.outbox
+		rows, err = tx.Query(ctx, `SELECT type, schema_version, count(*) FROM `+recs+` r
 WHERE state = 'dead_letter' GROUP BY type, schema_version ORDER BY count(*) DESC, type, schema_version`)
 		if err != nil {
 			return err
@@ -77,7 +107,9 @@ func newAdminStats() AdminStats {
 	}
 }
 
-// List reads one page in seq order.
+// List reads one page of herald.outbox_records in seq order, each record
+// once. The state (derived by the view) is matched after the
+// deduplication, the other selectors before it.
 func (a pgAdmin) List(ctx context.Context, f Filter) (Page, error) {
 	f = f.withDefaults()
 	if err := f.validate(); err != nil {
@@ -85,13 +117,15 @@ func (a pgAdmin) List(ctx context.Context, f Filter) (Page, error) {
 	}
 	args := &sqlArgs{pg: true}
 	terms := selection{typ: f.Type, schemaVersion: f.SchemaVersion, tenant: f.Tenant, channel: f.Channel, since: f.Since, until: f.Until}.terms(args, pgTime)
-	if f.State != "" {
-		terms = append(terms, stateTerm(f.State))
-	}
 	if f.After > 0 {
 		terms = append(terms, "seq > "+args.add(f.After))
 	}
-	q := `SELECT ` + pgRecordColumns + ` FROM herald.outbox` + whereClause(terms) + ` ORDER BY seq LIMIT ` + args.add(f.Limit)
+	var outer []string
+	if f.State != "" {
+		outer = append(outer, "state = '"+f.State+"'") // validated: one of the four names
+	}
+	q := `SELECT ` + pgRecordColumns + ` FROM ` + adminRecords(pgAdminRecordColumns, whereClause(terms)) + ` r` +
+		whereClause(outer) + ` ORDER BY seq LIMIT ` + args.add(f.Limit)
 	rows, err := a.s.pool.Query(ctx, q, args.args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("outboxfeed: list: %w", err)
@@ -114,28 +148,33 @@ func (a pgAdmin) List(ctx context.Context, f Filter) (Page, error) {
 	return p, nil
 }
 
-// pgReplay moves one batch of selected dead letters back to pending and
-// audits each in outbox_replay, in one statement: the failure recorded is
-// the last_error the row had when it was locked.
+// pgReplay moves one batch of selected dead letters of the retry queue
+// back to pending and audits each in outbox_replay, in one statement: the
+// failure recorded is the last_error the row had when it was locked. A
+// replayed row keeps its queue position (qseq), so its channel's later
+// records still wait behind it.
 const pgReplay = `
 WITH picked AS (
-	SELECT id, last_error FROM herald.outbox
+	SELECT qseq, last_error FROM herald.outbox_retry
 	WHERE %s
-	ORDER BY seq LIMIT %s
+	ORDER BY seq, qseq LIMIT %s
 	FOR UPDATE
 ), moved AS (
-	UPDATE herald.outbox o
+	UPDATE herald.outbox_retry r
 	SET state = 'pending', attempt = 0, next_attempt_at = now(),
 	    last_error = NULL, dead_lettered_at = NULL
-	FROM picked WHERE o.id = picked.id AND o.state = 'dead_letter'
-	RETURNING o.id, o.seq, picked.last_error AS failure
+	FROM picked WHERE r.qseq = picked.qseq AND r.state = 'dead_letter'
+	RETURNING r.id, r.seq, picked.last_error AS failure
 ), audit AS (
 	INSERT INTO herald.outbox_replay (message_id, actor, reason, failure)
 	SELECT id, %s::text, %s::text, failure FROM moved
 )
 SELECT id::text, seq FROM moved ORDER BY seq`
 
-// Replay implements Admin.
+// Replay implements Admin. Dead letters live only in the retry queue
+// (herald.outbox_retry, state 'dead_letter'); a replayed one becomes a
+// pending row of the queue there, with its id and payload, and the next
+// claim of its partition picks it up.
 func (a pgAdmin) Replay(ctx context.Context, r ReplayRequest) (ReplayResult, error) {
 	return replay(ctx, a, r)
 }
@@ -174,9 +213,10 @@ func (a pgAdmin) replayBatch(ctx context.Context, sel selection, actor, reason s
 	return ids, last, err
 }
 
-// states maps each existing id to its state.
+// states maps each existing id to its state as Get sees it.
 func (a pgAdmin) states(ctx context.Context, ids []string) (map[string]string, error) {
-	rows, err := a.s.pool.Query(ctx, `SELECT id::text, state FROM herald.outbox WHERE id = ANY($1::uuid[])`, ids)
+	rows, err := a.s.pool.Query(ctx, `SELECT DISTINCT ON (id) id::text, state FROM herald.outbox_records
+WHERE id = ANY($1::uuid[]) ORDER BY id, qseq DESC NULLS LAST`, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +237,18 @@ func setOf(ids []string) map[string]bool {
 	return m
 }
 
-// Purge deletes in batches, each its own short transaction; rows another
-// purger holds are skipped, not waited for.
+// Purge deletes rows of the retry queue (herald.outbox_retry) in r.State
+// whose dispatched_at (dead_lettered_at) is older than the cutoff, in
+// batches, each its own short transaction; rows another purger holds are
+// skipped, not waited for. PurgeResult.Deleted counts the retry-queue
+// rows deleted (with DryRun: that would be).
+//
+// A purged record's row in herald.outbox, if it still has one, goes in
+// the same statement: only records that failed (or were held) once have a
+// retry-queue row, so this deletes rows one by one on the failure path
+// only. Records that went out without failing live only in herald.outbox
+// and leave it by retention of whole segments; they are neither deleted
+// nor counted here.
 func (a pgAdmin) Purge(ctx context.Context, r PurgeRequest) (PurgeResult, error) {
 	r = r.withDefaults()
 	if err := r.validate(); err != nil {
@@ -221,24 +271,37 @@ func (a pgAdmin) Purge(ctx context.Context, r PurgeRequest) (PurgeResult, error)
 	}
 	cond := strings.Join(terms, " AND ")
 	if r.DryRun {
-		if err := a.s.pool.QueryRow(ctx, `SELECT count(*) FROM herald.outbox WHERE `+cond, args.args...).Scan(&res.Deleted); err != nil {
+		if err := a.s.pool.QueryRow(ctx, `SELECT count(*) FROM herald.outbox_retry WHERE `+cond, args.args...).Scan(&res.Deleted); err != nil {
 			return res, fmt.Errorf("outboxfeed: purge (dry run): %w", err)
 		}
 		return res, nil
 	}
-	q := `DELETE FROM herald.outbox WHERE id IN (SELECT id FROM herald.outbox WHERE ` + cond +
-		` ORDER BY ` + col + ` LIMIT ` + args.add(r.BatchSize) + ` FOR UPDATE SKIP LOCKED)`
+	// The record's row in herald.outbox goes with its retry-queue row
+	// (only records that failed once have one), or the view would show it
+	// again, as dispatched, until retention drops its segment.
+	q := `WITH gone AS (DELETE FROM herald.outbox_retry WHERE qseq IN (SELECT qseq FROM herald.outbox_retry WHERE ` + cond +
+		` ORDER BY ` + col + ` LIMIT ` + args.add(r.BatchSize) + ` FOR UPDATE SKIP LOCKED) RETURNING seq),
+	rows AS (DELETE FROM herald.outbox o USING gone WHERE o.seq = gone.seq)
+	SELECT count(*) FROM gone`
 	for {
-		tag, err := a.s.pool.Exec(ctx, q, args.args...)
-		if err != nil {
+		var n int64
+		if err := a.s.pool.QueryRow(ctx, q, args.args...).Scan(&n); err != nil {
 			return res, fmt.Errorf("outboxfeed: purge (%d deleted before the error): %w", res.Deleted, err)
 		}
 		res.Batches++
-		res.Deleted += tag.RowsAffected()
-		if tag.RowsAffected() < int64(r.BatchSize) {
-			return res, nil
+		res.Deleted += n
+		if n < int64(r.BatchSize) {
+			break
 		}
 	}
+	if r.State == StateDispatched && r.Type == "" && r.SchemaVersion == 0 {
+		segs, err := a.s.removeSegments(ctx, r.OlderThan)
+		res.Segments = segs
+		if err != nil {
+			return res, fmt.Errorf("outboxfeed: purge: remove segments: %w", err)
+		}
+	}
+	return res, nil
 }
 
 // Replays reads the audit rows of one message.

@@ -2,6 +2,7 @@ package outboxfeed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -18,9 +19,15 @@ type PrunerConfig struct {
 	// Retention is how long a dispatched record is kept after its
 	// dispatched_at. Default: DefaultRetention (7 days).
 	Retention time.Duration
-	// BatchSize is how many records one delete transaction removes.
-	// Default: 1000.
+	// BatchSize is how many retry-queue rows one delete transaction
+	// removes. Default: 1000.
 	BatchSize int
+	// SegmentRecords is how many records one segment of herald.outbox
+	// holds (PostgreSQL): retention drops whole segments, once all their
+	// records are done and the newest is older than Retention, so records
+	// of a segment that fills slowly are kept longer. Default:
+	// DefaultSegmentRecords (1,000,000).
+	SegmentRecords int64
 	// Interval is the time between two prune runs (the first runs at
 	// Start). Default: 1m.
 	Interval time.Duration
@@ -44,6 +51,9 @@ func (c PrunerConfig) withDefaults() PrunerConfig {
 	if c.Interval == 0 {
 		c.Interval = time.Minute
 	}
+	if c.SegmentRecords == 0 {
+		c.SegmentRecords = DefaultSegmentRecords
+	}
 	if c.LogEvery == 0 {
 		c.LogEvery = 30 * time.Second
 	}
@@ -59,6 +69,8 @@ func (c PrunerConfig) validate() error {
 		return fmt.Errorf("%w: Retention %v: must not be negative", ErrInvalidConfig, c.Retention)
 	case c.BatchSize < 1 || c.BatchSize > maxBatch:
 		return fmt.Errorf("%w: BatchSize %d: must be between 1 and %d", ErrInvalidConfig, c.BatchSize, maxBatch)
+	case c.SegmentRecords < 1:
+		return fmt.Errorf("%w: SegmentRecords %d: must be ≥ 1", ErrInvalidConfig, c.SegmentRecords)
 	case c.Interval < 0:
 		return fmt.Errorf("%w: Interval %v: must not be negative", ErrInvalidConfig, c.Interval)
 	case c.LogEvery < 0:
@@ -75,6 +87,7 @@ func (c PrunerConfig) validate() error {
 // Start. Several Pruners on one store are harmless.
 type Pruner struct {
 	admin  Admin
+	segs   segmentStore // nil for a store without segments
 	cfg    PrunerConfig
 	log    *slog.Logger
 	limit  *logLimiter
@@ -110,8 +123,9 @@ func NewPruner(store Store, cfg PrunerConfig) (*Pruner, error) {
 			return nil, fmt.Errorf("outboxfeed: register pruner metrics: %w", err)
 		}
 	}
+	segs, _ := store.(segmentStore)
 	return &Pruner{
-		admin: admin, cfg: cfg, pruned: pruned,
+		admin: admin, segs: segs, cfg: cfg, pruned: pruned,
 		log:   cfg.Logger.With("component", "outbox-pruner"),
 		limit: newLogLimiter(cfg.LogEvery),
 	}, nil
@@ -167,9 +181,20 @@ func (p *Pruner) run(ctx context.Context) {
 	}
 }
 
-// Prune runs once: it deletes dispatched records older than the retention
-// and returns how many it deleted (also when it stopped on an error).
+// Prune runs once: it deletes the retry queue's dispatched rows older than
+// the retention and, on a store with segments, creates the segments the
+// next records need and drops or truncates those retention lets go. It
+// returns how many retry-queue rows and segments it removed (also when it
+// stopped on an error).
 func (p *Pruner) Prune(ctx context.Context) (int64, error) {
+	var segErr error
+	var segs int
+	if p.segs != nil {
+		segs, segErr = p.segs.maintainSegments(ctx, p.cfg.SegmentRecords, p.cfg.Retention)
+		if segs > 0 {
+			p.log.Info("removed outbox segments past retention", "segments", segs)
+		}
+	}
 	res, err := p.admin.Purge(ctx, PurgeRequest{
 		State: StateDispatched, OlderThan: p.cfg.Retention, BatchSize: p.cfg.BatchSize,
 	})
@@ -178,5 +203,5 @@ func (p *Pruner) Prune(ctx context.Context) (int64, error) {
 		p.log.Info("pruned dispatched outbox records", "deleted", res.Deleted, "batches", res.Batches,
 			"dispatched_before", res.Cutoff)
 	}
-	return res.Deleted, err
+	return res.Deleted + int64(segs), errors.Join(segErr, err)
 }

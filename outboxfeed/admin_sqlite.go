@@ -29,22 +29,20 @@ func jsonInts(v []int64) string {
 
 // Stats counts with three queries on the store's one connection; a
 // transaction would take the write lock (BEGIN IMMEDIATE) for the scan.
+// States are derived (the outbox_record view), so this reads the whole
+// outbox.
 func (a sqliteAdmin) Stats(ctx context.Context) (AdminStats, error) {
 	st := newAdminStats()
 	st.Now = time.Now().UTC()
-	const none = int64(9223372036854775807)
-	var oldest int64
-	err := a.s.db.QueryRowContext(ctx, `SELECT min(
-	coalesce((SELECT occurred_at FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT 1), ?1),
-	coalesce((SELECT min(occurred_at) FROM outbox WHERE state = 'processing'), ?1))`, none).Scan(&oldest)
-	if err != nil {
+	var pending, dead, oldest int64
+	if err := a.s.db.QueryRowContext(ctx, sqliteStats, sqliteNever).Scan(&pending, &dead, &oldest); err != nil {
 		return AdminStats{}, fmt.Errorf("outboxfeed: admin stats: %w", err)
 	}
-	if oldest != none {
+	if oldest != sqliteNever {
 		st.OldestPending = micros(oldest)
 		st.OldestPendingAge = max(0, st.Now.Sub(st.OldestPending))
 	}
-	err = a.each(ctx, `SELECT state, kind, count(*) FROM outbox GROUP BY state, kind`, nil, func(rows *sql.Rows) error {
+	err := a.each(ctx, `SELECT state, kind, count(*) FROM outbox_record GROUP BY state, kind`, nil, func(rows *sql.Rows) error {
 		var state, kind string
 		var n int64
 		if err := rows.Scan(&state, &kind, &n); err != nil {
@@ -57,7 +55,7 @@ func (a sqliteAdmin) Stats(ctx context.Context) (AdminStats, error) {
 	if err != nil {
 		return AdminStats{}, fmt.Errorf("outboxfeed: admin stats: %w", err)
 	}
-	err = a.each(ctx, `SELECT type, schema_version, count(*) FROM outbox WHERE state = 'dead_letter'
+	err = a.each(ctx, `SELECT type, schema_version, count(*) FROM outbox_retry WHERE state = 'dead_letter'
 GROUP BY type, schema_version ORDER BY count(*) DESC, type, schema_version`, nil, func(rows *sql.Rows) error {
 		var tc TypeCount
 		if err := rows.Scan(&tc.Type, &tc.SchemaVersion, &tc.Count); err != nil {
@@ -105,12 +103,12 @@ func (a sqliteAdmin) List(ctx context.Context, f Filter) (Page, error) {
 	args := &sqlArgs{}
 	terms := selection{typ: f.Type, schemaVersion: f.SchemaVersion, tenant: f.Tenant, channel: f.Channel, since: f.Since, until: f.Until}.terms(args, sqliteTime)
 	if f.State != "" {
-		terms = append(terms, stateTerm(f.State))
+		terms = append(terms, "state = '"+f.State+"'") // validated: a literal
 	}
 	if f.After > 0 {
 		terms = append(terms, "seq > "+args.add(f.After))
 	}
-	q := `SELECT ` + sqliteRecordColumns + ` FROM outbox` + whereClause(terms) + ` ORDER BY seq LIMIT ` + args.add(f.Limit)
+	q := `SELECT ` + sqliteRecordColumns + ` FROM outbox_record` + whereClause(terms) + ` ORDER BY seq LIMIT ` + args.add(f.Limit)
 	var p Page
 	err := a.each(ctx, q, nil, func(rows *sql.Rows) error {
 		r, err := scanSQLiteRecord(rows)
@@ -141,7 +139,7 @@ func (a sqliteAdmin) wake() { a.s.wakeup.broadcast() }
 // states returns the state of each existing id.
 func (a sqliteAdmin) states(ctx context.Context, ids []string) (map[string]string, error) {
 	states := make(map[string]string, len(ids))
-	err := a.each(ctx, `SELECT id, state FROM outbox WHERE id IN (SELECT value FROM json_each(?))`, nil,
+	err := a.each(ctx, `SELECT id, state FROM outbox_record WHERE id IN (SELECT value FROM json_each(?))`, nil,
 		func(rows *sql.Rows) error {
 			var id, state string
 			if err := rows.Scan(&id, &state); err != nil {
@@ -154,7 +152,9 @@ func (a sqliteAdmin) states(ctx context.Context, ids []string) (map[string]strin
 }
 
 // replayBatch moves up to n selected dead letters after seq `after` back
-// to pending in one BEGIN IMMEDIATE transaction, auditing each first.
+// to pending in one BEGIN IMMEDIATE transaction, auditing each first. A
+// dead letter is a queue row: replayed, it is due at once and keeps its
+// place (qseq) in its channel's queue.
 func (a sqliteAdmin) replayBatch(ctx context.Context, sel selection, actor, reason string, after int64, n int) ([]string, int64, error) {
 	tx, err := a.s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -162,8 +162,8 @@ func (a sqliteAdmin) replayBatch(ctx context.Context, sel selection, actor, reas
 	}
 	defer func() { _ = tx.Rollback() }()
 	args := &sqlArgs{}
-	terms := append([]string{stateTerm(StateDeadLetter), "seq > " + args.add(after)}, sel.terms(args, sqliteTime)...)
-	q := `SELECT seq, id FROM outbox INDEXED BY outbox_dead_letter_idx WHERE ` + strings.Join(terms, " AND ") + ` ORDER BY seq LIMIT ` + args.add(n)
+	terms := append([]string{"state = 'dead_letter'", "rec_seq > " + args.add(after)}, sel.terms(args, sqliteTime)...)
+	q := `SELECT rec_seq, id FROM outbox_retry WHERE ` + strings.Join(terms, " AND ") + ` ORDER BY rec_seq LIMIT ` + args.add(n)
 	var ids []string
 	var seqs []int64
 	err = a.each(ctx, q, tx, func(rows *sql.Rows) error {
@@ -181,14 +181,14 @@ func (a sqliteAdmin) replayBatch(ctx context.Context, sel selection, actor, reas
 	picked := jsonInts(seqs)
 	now := time.Now().UnixMicro()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_replay (message_id, actor, reason, replayed_at, failure)
-SELECT id, ?, ?, ?, last_error FROM outbox
-WHERE state = 'dead_letter' AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq`,
+SELECT id, ?, ?, ?, last_error FROM outbox_retry
+WHERE state = 'dead_letter' AND rec_seq IN (SELECT value FROM json_each(?)) ORDER BY rec_seq`,
 		actor, reason, now, picked); err != nil {
 		return nil, 0, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE outbox
+	if _, err := tx.ExecContext(ctx, `UPDATE outbox_retry
 SET state = 'pending', attempt = 0, next_attempt_at = ?, last_error = NULL, dead_lettered_at = NULL
-WHERE state = 'dead_letter' AND seq IN (SELECT value FROM json_each(?))`, now, picked); err != nil {
+WHERE state = 'dead_letter' AND rec_seq IN (SELECT value FROM json_each(?))`, now, picked); err != nil {
 		return nil, 0, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -197,38 +197,82 @@ WHERE state = 'dead_letter' AND seq IN (SELECT value FROM json_each(?))`, now, p
 	return ids, seqs[len(seqs)-1], nil
 }
 
-// Purge deletes in batches, each its own statement (and transaction), so
-// Workers and producers get the write lock between batches.
+// sqlitePurgeBound is the highest seq a purge of records read from the
+// position may reach: the partition's position when its last completion
+// is older than the cutoff (?1), else the end of the last batch logged
+// before it.
+const sqlitePurgeBound = `
+SELECT CASE WHEN p.done_at < ?1 THEN p.pos
+	ELSE coalesce((SELECT max(b.to_seq) FROM outbox_batch b WHERE b.part = 0 AND b.done_at < ?1), 0) END
+FROM outbox_partition p WHERE p.part = 0`
+
+// sqliteBatchTrim drops the logged batches that end before the first
+// outbox row: they cover nothing any more.
+const sqliteBatchTrim = `
+DELETE FROM outbox_batch WHERE part = 0 AND to_seq < coalesce((SELECT min(seq) FROM outbox),
+	(SELECT pos + 1 FROM outbox_partition WHERE part = 0))`
+
+// sqlitePurge is one purge: the rows of the retry queue in the state,
+// older than the cutoff, and (dispatched only) the records at or below the
+// position without a queue row, dispatched by a batch done before the
+// cutoff. A queue row goes with its outbox row: left alone, the outbox row
+// would be read again (above the position) or seen as dispatched.
+type sqlitePurge struct {
+	r      PurgeRequest
+	cutoff int64
+}
+
+// queueCond selects the queue rows to purge.
+func (p sqlitePurge) queueCond(args *sqlArgs) string {
+	cond := "state = '" + p.r.State + "' AND " + purgeColumn(p.r.State) + " < " + args.add(p.cutoff)
+	return cond + p.typeCond(args)
+}
+
+func (p sqlitePurge) typeCond(args *sqlArgs) string {
+	cond := ""
+	if p.r.Type != "" {
+		cond += " AND type = " + args.add(p.r.Type)
+	}
+	if p.r.SchemaVersion > 0 {
+		cond += " AND schema_version = " + args.add(p.r.SchemaVersion)
+	}
+	return cond
+}
+
+// rangeCond selects the records read from the position to purge, with
+// seq in (after, bound].
+func (p sqlitePurge) rangeCond(args *sqlArgs, after, bound int64) string {
+	return "o.seq > " + args.add(after) + " AND o.seq <= " + args.add(bound) +
+		" AND o.seq <= (SELECT pos FROM outbox_partition WHERE part = 0) AND " + sqliteUnqueued +
+		" AND coalesce((SELECT b.done_at FROM outbox_batch b WHERE b.part = 0 AND b.to_seq >= o.seq ORDER BY b.to_seq LIMIT 1)," +
+		" (SELECT done_at FROM outbox_partition WHERE part = 0)) < " + args.add(p.cutoff) + p.typeCond(args)
+}
+
+// Purge deletes in batches, each its own transaction, so Workers and
+// producers get the write lock between batches.
 func (a sqliteAdmin) Purge(ctx context.Context, r PurgeRequest) (PurgeResult, error) {
 	r = r.withDefaults()
 	if err := r.validate(); err != nil {
 		return PurgeResult{}, err
 	}
 	res := PurgeResult{Cutoff: time.Now().Add(-r.OlderThan).UTC()}
-	col := purgeColumn(r.State)
-	args := &sqlArgs{}
-	cond := stateTerm(r.State) + " AND " + col + " < " + args.add(res.Cutoff.UnixMicro())
-	if r.Type != "" {
-		cond += " AND type = " + args.add(r.Type)
-	}
-	if r.SchemaVersion > 0 {
-		cond += " AND schema_version = " + args.add(r.SchemaVersion)
-	}
+	p := sqlitePurge{r: r, cutoff: res.Cutoff.UnixMicro()}
 	if r.DryRun {
-		if err := a.s.db.QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE `+cond, args.args...).Scan(&res.Deleted); err != nil {
+		n, err := p.count(ctx, a.s.db)
+		if err != nil {
 			return res, fmt.Errorf("outboxfeed: purge (dry run): %w", err)
 		}
+		res.Deleted = n
 		return res, nil
 	}
-	// The partial index of the state gives the oldest rows first.
-	q := `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox INDEXED BY outbox_` + r.State + `_idx WHERE ` + cond +
-		` ORDER BY ` + col + ` LIMIT ` + args.add(r.BatchSize) + `)`
+	var after int64 // records read from the position: the last seq looked at
 	for {
-		out, err := a.s.db.ExecContext(ctx, q, args.args...)
 		var n int64
-		if err == nil {
-			n, err = out.RowsAffected()
-		}
+		err := a.s.inTx(ctx, func(tx *sql.Tx) error {
+			var err error
+			n, after, err = p.batch(ctx, a, tx, after)
+			return err
+		})
 		if err != nil {
 			return res, fmt.Errorf("outboxfeed: purge (%d deleted before the error): %w", res.Deleted, err)
 		}
@@ -238,6 +282,88 @@ func (a sqliteAdmin) Purge(ctx context.Context, r PurgeRequest) (PurgeResult, er
 			return res, nil
 		}
 	}
+}
+
+// count counts what a purge would delete.
+func (p sqlitePurge) count(ctx context.Context, db *sql.DB) (int64, error) {
+	args := &sqlArgs{}
+	var queued int64
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM outbox_retry WHERE `+p.queueCond(args), args.args...).Scan(&queued); err != nil {
+		return 0, err
+	}
+	if p.r.State != StateDispatched {
+		return queued, nil
+	}
+	var bound int64
+	if err := db.QueryRowContext(ctx, sqlitePurgeBound, p.cutoff).Scan(&bound); err != nil {
+		return 0, err
+	}
+	args = &sqlArgs{}
+	var ranged int64
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM outbox o WHERE `+p.rangeCond(args, 0, bound), args.args...).Scan(&ranged)
+	return queued + ranged, err
+}
+
+// batch deletes up to BatchSize records, queue rows first (oldest first),
+// then records read from the position past seq after (in seq order). It
+// returns how many it deleted and the new after.
+func (p sqlitePurge) batch(ctx context.Context, a sqliteAdmin, tx *sql.Tx, after int64) (int64, int64, error) {
+	n := p.r.BatchSize
+	args := &sqlArgs{}
+	q := `SELECT qseq, rec_seq FROM outbox_retry INDEXED BY outbox_retry_` + p.r.State + `_idx WHERE ` + p.queueCond(args) +
+		` ORDER BY ` + purgeColumn(p.r.State) + ` LIMIT ` + args.add(n)
+	var qseqs, recs []int64
+	err := a.each(ctx, q, tx, func(rows *sql.Rows) error {
+		var qs, rs int64
+		if err := rows.Scan(&qs, &rs); err != nil {
+			return err
+		}
+		qseqs, recs = append(qseqs, qs), append(recs, rs)
+		return nil
+	}, args.args...)
+	if err != nil {
+		return 0, after, err
+	}
+	deleted := int64(len(qseqs))
+	if len(qseqs) > 0 {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))`, jsonInts(recs)); err != nil {
+			return 0, after, err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?))`, jsonInts(qseqs)); err != nil {
+			return 0, after, err
+		}
+	}
+	if p.r.State == StateDispatched && len(qseqs) < n {
+		var bound int64
+		if err := tx.QueryRowContext(ctx, sqlitePurgeBound, p.cutoff).Scan(&bound); err != nil {
+			return 0, after, err
+		}
+		args := &sqlArgs{}
+		q := `SELECT o.seq FROM outbox o WHERE ` + p.rangeCond(args, after, bound) + ` ORDER BY o.seq LIMIT ` + args.add(n-len(qseqs))
+		var seqs []int64
+		err := a.each(ctx, q, tx, func(rows *sql.Rows) error {
+			var s int64
+			if err := rows.Scan(&s); err != nil {
+				return err
+			}
+			seqs = append(seqs, s)
+			return nil
+		}, args.args...)
+		if err != nil {
+			return 0, after, err
+		}
+		if len(seqs) > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))`, jsonInts(seqs)); err != nil {
+				return 0, after, err
+			}
+			after = seqs[len(seqs)-1]
+			deleted += int64(len(seqs))
+		}
+	}
+	if _, err := tx.ExecContext(ctx, sqliteBatchTrim); err != nil {
+		return 0, after, err
+	}
+	return deleted, after, nil
 }
 
 // Replays reads the audit rows of one message.

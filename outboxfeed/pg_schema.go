@@ -12,13 +12,15 @@ type pgMigration struct {
 var pgMigrations = []pgMigration{
 	{1, "outbox", pgSchemaV1},
 	{2, "outbox channel heads", pgSchemaV2},
+	{3, "partition leases and snapshot batches", pgSchemaV3},
 }
 
-// Advisory-lock keys (per database): one serializes migrations, one
-// serializes claimers so per-channel order holds across Worker processes.
+// Advisory-lock keys (per database): one serializes migrations (and
+// segment creation), one lets Pruners take turns removing segments. (Key
+// 2 serialized the per-record claims of earlier versions.)
 const (
 	pgMigrateLockKey int64 = 0x6865_7261_6c64_0001
-	pgClaimLockKey   int64 = 0x6865_7261_6c64_0002
+	pgPruneLockKey   int64 = 0x6865_7261_6c64_0003
 )
 
 // pgNotifyChannel is the LISTEN/NOTIFY channel of the wake-up trigger.

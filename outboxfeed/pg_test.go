@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -50,7 +51,12 @@ func pgHarness(t *testing.T) *harness {
 			_, err := s.Pool().Exec(ctx, sql)
 			return err
 		},
-		hourLater: "now() + interval '1 hour'",
+		partitionOf: func(t *testing.T, k fanout.Key) int {
+			var p int
+			testenv.Must(t, s.Pool().QueryRow(context.Background(), `SELECT herald.outbox_partition_of($1, $2)`,
+				k.Tenant, k.Channel).Scan(&p), "partition of")
+			return p
+		},
 	}
 }
 
@@ -273,70 +279,196 @@ func TestPostgresNotifyOnlyWhileArmed(t *testing.T) {
 	eventually(t, 5*time.Second, "all three completed", func() bool { return testutil.ToFloat64(w.m.success) == 3 })
 }
 
-// Completion goes by the row version the claim returned, and by id when
-// that version moved (VACUUM FULL rewrites the table).
-func TestPostgresCompleteAfterRowsMoved(t *testing.T) {
+// openStage begins a producer transaction on its own connection and
+// stages ns in it, leaving it open; the test ends it (commit or rollback,
+// else at cleanup).
+func openStage(t *testing.T, s *PGStore, ns ...Notification) (pgx.Tx, []string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.Pool().Begin(ctx)
+	testenv.Must(t, err, "begin")
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	ids := make([]string, len(ns))
+	for i, n := range ns {
+		ids[i], err = Stage(ctx, tx, n)
+		testenv.Must(t, err, "stage")
+	}
+	return tx, ids
+}
+
+// partitionOf is the partition of tenant/channel.
+func partitionOf(t *testing.T, s *PGStore, tenant, channel string) int {
+	t.Helper()
+	var p int
+	testenv.Must(t, s.Pool().QueryRow(context.Background(), `SELECT herald.outbox_partition_of($1, $2)`, tenant, channel).Scan(&p), "partition of")
+	return p
+}
+
+// Records become visible in commit order, not in seq order: a record
+// staged by a transaction that commits after a later one is neither
+// skipped nor published twice.
+func TestPostgresOutOfOrderCommits(t *testing.T) {
 	t.Parallel()
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
-	for i := range 3 {
-		_, err := s.StageOne(ctx, note(fmt.Sprintf("orders/%d", i), `{}`))
-		testenv.Must(t, err, "stage")
+	if a, b := partitionOf(t, s, "acme", "A"), partitionOf(t, s, "acme", "B"); a != b {
+		t.Fatalf("channels A and B are in partitions %d and %d; the test wants them in one", a, b)
 	}
-	// Dead row versions ahead of the claimed ones, so VACUUM FULL moves them.
-	_, err := s.Pool().Exec(ctx, `UPDATE herald.outbox SET attempt = attempt`)
-	testenv.Must(t, err, "churn")
-	res, err := s.claimCycle(ctx, claimRequest{owner: "w", limit: 10, lease: time.Hour})
-	testenv.Must(t, err, "claim")
-	if len(res.claimed) != 3 || len(res.places) != 3 {
-		t.Fatalf("claimed %d records with %d places", len(res.claimed), len(res.places))
+	t1, t1IDs := openStage(t, s, note("A", `{"tx":1}`))
+	t2IDs := pgStage(t, s, note("A", `{"tx":2}`), note("B", `{"tx":2}`))
+	rec := newRecorder()
+	w := startWorker(t, s, rec, WorkerConfig{})
+	rec.waitFor(t, 5*time.Second, "T2's records", func() bool {
+		_, a := rec.byID(t2IDs[0])
+		_, b := rec.byID(t2IDs[1])
+		return a && b
+	})
+	// Let the Worker complete T2's batch (its range then ends past T1's
+	// seq) before T1 commits.
+	eventually(t, 5*time.Second, "T2's records dispatched", func() bool {
+		_, a := stateOf(t, s, t2IDs[0]).(Dispatched)
+		_, b := stateOf(t, s, t2IDs[1]).(Dispatched)
+		return a && b
+	})
+	if _, err := s.Get(ctx, t1IDs[0]); err == nil {
+		t.Fatal("an uncommitted record is visible")
 	}
-	_, err = s.Pool().Exec(ctx, `VACUUM FULL herald.outbox`)
-	testenv.Must(t, err, "vacuum full")
-	var moved int
-	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox WHERE NOT (ctid::text = ANY($1))`, res.places).Scan(&moved), "count moved")
-	if moved == 0 {
-		t.Fatal("VACUUM FULL moved no row; the fallback is not exercised")
+	testenv.Must(t, t1.Commit(ctx), "commit T1")
+	rec.waitFor(t, 5*time.Second, "T1's record", func() bool { _, ok := rec.byID(t1IDs[0]); return ok })
+	eventually(t, 5*time.Second, "T1's record dispatched", func() bool {
+		_, ok := stateOf(t, s, t1IDs[0]).(Dispatched)
+		return ok
+	})
+	// A later record of the same channel still comes after it.
+	t3 := pgStage(t, s, note("A", `{"tx":3}`))
+	rec.waitFor(t, 5*time.Second, "T3's record", func() bool { _, ok := rec.byID(t3[0]); return ok })
+	eventually(t, 5*time.Second, "all completed", func() bool { return testutil.ToFloat64(w.m.success) >= 4 })
+	exactlyOnce(t, rec, []string{t1IDs[0], t2IDs[0], t2IDs[1], t3[0]})
+	if got := rec.channel(fanout.Key{Tenant: "acme", Channel: "A"}); fmt.Sprint(got) != fmt.Sprint([]string{t2IDs[0], t1IDs[0], t3[0]}) {
+		t.Fatalf("channel A in commit order = %v", got)
 	}
-	leases := []Lease{res.claimed[0].Lease(), res.claimed[1].Lease(), res.claimed[2].Lease()}
-	stale := Lease{ID: leases[2].ID, Fence: leases[2].Fence + 1}
-	got, err := s.claimCycle(ctx, claimRequest{owner: "w", complete: []Lease{leases[0], leases[1], stale}, completeAt: res.places})
-	testenv.Must(t, err, "complete")
-	if got.completed != 2 {
-		t.Fatalf("completed %d, want the 2 leases still held", got.completed)
-	}
-	for i, r := range res.claimed {
-		_, dispatched := stateOf(t, s, r.ID).(Dispatched)
-		if dispatched != (i < 2) {
-			t.Fatalf("record %d dispatched = %v", i, dispatched)
-		}
+	st, err := s.Stats(ctx)
+	testenv.Must(t, err, "stats")
+	if st.Pending != 0 {
+		t.Fatalf("stats after all delivered = %+v", st)
 	}
 }
 
-// Store.Claim, like the Worker, looks past a head of the line stuck
-// behind a retry that is not yet due.
-func TestPostgresClaimLooksPastStuckHead(t *testing.T) {
+// pgStage stages ns in one committed transaction.
+func pgStage(t *testing.T, s *PGStore, ns ...Notification) []string {
+	t.Helper()
+	tx, ids := openStage(t, s, ns...)
+	testenv.Must(t, tx.Commit(context.Background()), "commit")
+	return ids
+}
+
+// A transaction that stays open with an xid (a long report, a stuck
+// producer) does not hold back the records of transactions that commit
+// meanwhile, and its own record is delivered once it commits.
+func TestPostgresLongTransactionDoesNotStall(t *testing.T) {
+	t.Parallel()
+	const txs, perTx = 50, 100
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	long, longIDs := openStage(t, s, note("c/0", `{"long":true}`))
+	rec := newRecorder()
+	w := startWorker(t, s, rec, WorkerConfig{BatchSize: 200})
+	var ids []string
+	for i := range txs {
+		tx, err := s.Pool().Begin(ctx)
+		testenv.Must(t, err, "begin")
+		rows, err := tx.Query(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
+			SELECT 'acme', 'c/' || (g % 10), 'order.updated', 1, jsonb_build_object('tx', $1::int, 'g', g)
+			FROM generate_series(1, $2::int) g ORDER BY g RETURNING id::text`, i, perTx)
+		testenv.Must(t, err, "insert")
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		testenv.Must(t, err, "collect ids")
+		testenv.Must(t, tx.Commit(ctx), "commit")
+		ids = append(ids, got...)
+	}
+	rec.waitFor(t, 60*time.Second, "the other transactions' records", func() bool { return delivered(rec, ids) })
+	exactlyOnce(t, rec, ids)
+	eventually(t, 10*time.Second, "their completion", func() bool { return testutil.ToFloat64(w.m.success) >= float64(len(ids)) })
+	// Still open, still invisible: nothing of it was published.
+	if _, ok := rec.byID(longIDs[0]); ok {
+		t.Fatal("an uncommitted record was published")
+	}
+	testenv.Must(t, long.Commit(ctx), "commit the long transaction")
+	rec.waitFor(t, 5*time.Second, "the long transaction's record", func() bool { _, ok := rec.byID(longIDs[0]); return ok })
+	eventually(t, 5*time.Second, "its completion", func() bool {
+		_, ok := stateOf(t, s, longIDs[0]).(Dispatched)
+		return ok
+	})
+	exactlyOnce(t, rec, append(ids, longIDs[0]))
+	st, err := s.Stats(ctx)
+	testenv.Must(t, err, "stats")
+	if st.Pending != 0 {
+		t.Fatalf("stats after all delivered = %+v", st)
+	}
+}
+
+// The retry queue and the partition leases refuse impossible states.
+func TestPostgresCheckConstraints(t *testing.T) {
 	t.Parallel()
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
-	slow := make([]Notification, 200)
-	for i := range slow {
-		slow[i] = note("orders/slow", `{}`)
-	}
-	tx, err := s.Pool().Begin(ctx)
-	testenv.Must(t, err, "begin")
-	var ids []string
-	for _, n := range append(slow, note("orders/fast", `{}`)) {
-		id, err := Stage(ctx, tx, n)
-		testenv.Must(t, err, "stage")
-		ids = append(ids, id)
-	}
-	testenv.Must(t, tx.Commit(ctx), "commit")
-	_, err = s.Pool().Exec(ctx, `UPDATE herald.outbox SET attempt = 1, last_error = 'busy', next_attempt_at = now() + interval '1 hour' WHERE id = $1`, ids[0])
-	testenv.Must(t, err, "make the head wait")
-	got, err := s.Claim(ctx, "w", 5, time.Hour)
+	id, err := s.StageOne(ctx, note("orders/1", `{}`))
+	testenv.Must(t, err, "stage")
+	b, err := s.Claim(ctx, ClaimRequest{Owner: "w", Partition: AnyPartition, Limit: 10, Lease: time.Hour})
 	testenv.Must(t, err, "claim")
-	if len(got) != 1 || got[0].ID != ids[len(ids)-1] {
-		t.Fatalf("claimed %d records, want only the other channel's one", len(got))
+	if b == nil || len(b.Records) != 1 {
+		t.Fatalf("claim = %+v", b)
+	}
+	held, _, err := s.Complete(ctx, b, []Outcome{{Kind: OutcomeRetryLater, Delay: time.Hour, Err: "busy"}}, nil)
+	if err != nil || !held {
+		t.Fatalf("complete = %v, %v", held, err)
+	}
+	if p, ok := stateOf(t, s, id).(Pending); !ok || p.Attempt != 1 || p.LastError != "busy" {
+		t.Fatalf("queued record = %#v", stateOf(t, s, id))
+	}
+	exec := func(q string, args ...any) error {
+		_, err := s.Pool().Exec(ctx, q, args...)
+		return err
+	}
+	for _, set := range []string{
+		"state = 'processing'",     // no per-record claims any more
+		"state = 'lost'",           // unknown state
+		"attempt = -1",             // negative attempt
+		"dispatched_at = now()",    // pending with dispatched_at
+		"dead_lettered_at = now()", // pending with dead_lettered_at
+		"state = 'dispatched'",     // no dispatched_at
+		"state = 'dispatched', dispatched_at = now(), dead_lettered_at = now()",
+		"state = 'dead_letter', last_error = 'x'",                            // no dead_lettered_at
+		"state = 'dead_letter', dead_lettered_at = now(), last_error = NULL", // no reason
+		"state = 'dead_letter', dead_lettered_at = now(), dispatched_at = now()",
+	} {
+		if err := exec(`UPDATE herald.outbox_retry SET `+set+` WHERE id = $1`, id); err == nil {
+			t.Errorf("outbox_retry: UPDATE SET %s was accepted", set)
+		}
+	}
+	if p, ok := stateOf(t, s, id).(Pending); !ok || p.Attempt != 1 {
+		t.Fatalf("record changed: %#v", stateOf(t, s, id))
+	}
+	if err := exec(`UPDATE herald.outbox_retry SET state = 'dead_letter', dead_lettered_at = now(), last_error = 'by hand' WHERE id = $1`, id); err != nil {
+		t.Fatalf("valid transition refused: %v", err)
+	}
+	if dl, ok := stateOf(t, s, id).(DeadLetter); !ok || dl.Reason != "by hand" || dl.Attempts != 1 {
+		t.Fatalf("state = %#v", stateOf(t, s, id))
+	}
+	part := b.Partition
+	for _, set := range []string{
+		"owner = 'w'",                            // a lease without expiry
+		"expires_at = now() + interval '1 hour'", // an expiry without owner
+		"open = true",                            // an open batch nobody holds
+	} {
+		if err := exec(`UPDATE herald.outbox_partition SET `+set+` WHERE part = $1`, part); err == nil {
+			t.Errorf("outbox_partition: UPDATE SET %s was accepted", set)
+		}
+	}
+	if err := exec(`UPDATE herald.outbox_partition SET owner = 'w', expires_at = now() + interval '1 hour', open = true WHERE part = $1`, part); err != nil {
+		t.Fatalf("a consistent lease refused: %v", err)
+	}
+	if err := exec(`UPDATE herald.outbox_partition SET owner = NULL WHERE part = $1`, part); err == nil {
+		t.Error("outbox_partition: dropping the owner of an open lease was accepted")
 	}
 }

@@ -20,7 +20,7 @@ var (
 
 func TestWorkerPublishesToMemoryBroker(t *testing.T) {
 	t.Parallel()
-	s := newSQLiteStore(t)
+	s, _ := newPGStore(t, Config{})
 	b, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
 	testenv.Must(t, err, "memory broker")
 	defer b.Stop()

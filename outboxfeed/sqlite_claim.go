@@ -3,187 +3,433 @@ package outboxfeed
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
 
 	"github.com/heraldgw/herald/fanout"
 )
 
-// The SQLite claim runs inside the cycle's BEGIN IMMEDIATE transaction, so
-// nothing changes under it; it picks in Go with a few indexed statements
-// (in-process, they cost no round trip) and then claims by seq. The rules
-// are the PostgreSQL claim's (see pgClaim): a window of the first
-// claimable records in seq order, and, when that window is full, a quarter
-// of the batch kept for a walk over channels whose pending records all lie
-// beyond it.
+// The SQLite claim and completion. SQLite has one partition, number 0
+// (AnyPartition names it too), whose row in outbox_partition holds the
+// lease (owner, expires_at, fence), the position (pos: the last seq
+// completed), the open claim (claim_to: the last seq of the batch claimed
+// and not yet completed, NULL when none) and the count of consecutive
+// takeovers. Each runs in one BEGIN IMMEDIATE transaction: the one writer
+// makes "seq > pos" exactly the records not yet read, with no gap a
+// transaction still in flight could fill later.
 
-// sqliteNear walks pending records in seq order and keeps those whose
-// channel has none in processing and no earlier record waiting for a
-// retry. It names its index: left alone, the planner walks the whole table
-// in rowid order, dispatched records included.
-const sqliteNear = `
-SELECT o.seq, o.tenant_id, o.channel FROM outbox o INDEXED BY outbox_claim_idx
-WHERE o.state = 'pending' AND o.next_attempt_at <= ?1
-  AND NOT EXISTS (SELECT 1 FROM outbox b
-	WHERE b.tenant_id = o.tenant_id AND b.channel = o.channel AND b.state = 'processing')
-  AND NOT EXISTS (SELECT 1 FROM outbox b
-	WHERE b.tenant_id = o.tenant_id AND b.channel = o.channel AND b.state = 'pending'
-	  AND b.attempt > 0 AND b.next_attempt_at > ?1 AND b.seq < o.seq)
-ORDER BY o.seq
-LIMIT ?2`
+// sqlitePart is SQLite's one partition.
+const sqlitePart = 0
 
-// sqliteNextChannel is the next channel after (?1, ?2) with pending
-// records, and its first one.
-const sqliteNextChannel = `
-SELECT tenant_id, channel, seq FROM outbox INDEXED BY outbox_pending_channel_idx
-WHERE state = 'pending' AND (tenant_id, channel) > (?1, ?2)
-ORDER BY tenant_id, channel, seq LIMIT 1`
-
-const sqliteChannelBusy = `
-SELECT EXISTS (SELECT 1 FROM outbox INDEXED BY outbox_processing_channel_idx
-	WHERE state = 'processing' AND tenant_id = ?1 AND channel = ?2)`
-
-// sqliteChannelPrefix is a channel's first ?3 pending records.
-const sqliteChannelPrefix = `
-SELECT seq, next_attempt_at FROM outbox INDEXED BY outbox_pending_channel_idx
-WHERE state = 'pending' AND tenant_id = ?1 AND channel = ?2
-ORDER BY seq LIMIT ?3`
-
-// sqliteClaimSeqs claims the picked records (?2, a JSON array of seqs).
-const sqliteClaimSeqs = `
-UPDATE outbox
-SET state = 'processing', lease_owner = ?1, lease_expires_at = ?3, fence = fence + 1
-WHERE seq IN (SELECT value FROM json_each(?2)) AND state = 'pending'
-RETURNING ` + sqliteRecordColumns
-
-type sqliteCandidate struct {
-	seq int64
-	key fanout.Key
+// sqlitePartition is the partition's row.
+type sqlitePartition struct {
+	owner     sql.NullString
+	expiresAt sql.NullInt64
+	fence     int64
+	pos       int64
+	claimTo   sql.NullInt64
+	takeovers int
 }
 
-// pick chooses the seqs to claim for req, in seq order per channel, and
-// fills res's cursor (next) and spare.
-func (s *SQLiteStore) pick(ctx context.Context, tx *sql.Tx, req claimRequest, now int64, res *claimResult) ([]int64, error) {
-	window := req.windowOrDefault()
-	far := farPlan(req.limit)
-	near, err := sqliteWindow(ctx, tx, now, window)
+// heldBy reports whether owner holds the lease, expired or not (an
+// expired lease nobody took over is still its owner's).
+func (p *sqlitePartition) heldBy(owner string) bool {
+	return p.owner.Valid && p.owner.String == owner
+}
+
+// takenAt reports whether someone else holds an unexpired lease at now.
+func (p *sqlitePartition) takenAt(owner string, now int64) bool {
+	return p.owner.Valid && p.owner.String != owner && p.expiresAt.Int64 > now
+}
+
+func readSQLitePartition(ctx context.Context, tx *sql.Tx) (sqlitePartition, error) {
+	var p sqlitePartition
+	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers
+FROM outbox_partition WHERE part = 0`).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos, &p.claimTo, &p.takeovers)
+	if errors.Is(err, sql.ErrNoRows) {
+		return p, errors.New("no partition row (is the schema migrated?)")
+	}
+	return p, err
+}
+
+// releaseSQLiteLease gives the lease back; the fence stays, so a late
+// completion under it still fails (its owner no longer matches).
+func releaseSQLiteLease(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `UPDATE outbox_partition SET owner = NULL, expires_at = NULL WHERE part = 0`)
+	return err
+}
+
+// validateSQLiteClaim checks a ClaimRequest against what SQLite offers.
+func validateSQLiteClaim(req ClaimRequest) error {
+	switch {
+	case req.Owner == "":
+		return errors.New("empty owner")
+	case req.Partition != sqlitePart && req.Partition != AnyPartition:
+		return fmt.Errorf("partition %d: SQLite has one partition, 0", req.Partition)
+	case req.Limit < 1:
+		return fmt.Errorf("limit %d: must be at least 1", req.Limit)
+	case req.Lease <= 0:
+		return fmt.Errorf("lease %v: must be positive", req.Lease)
+	}
+	return nil
+}
+
+// Claim leases partition 0 to req.Owner and reads its next batch (see
+// sqliteClaim). Arm and Disarm are ignored (wake-ups are in-process), and
+// so is Durable: every SQLite commit is as durable as the file's
+// synchronous setting makes it.
+func (s *SQLiteStore) Claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
+	if err := validateSQLiteClaim(req); err != nil {
+		return nil, fmt.Errorf("outboxfeed: claim: %w", err)
+	}
+	var b *Batch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		b, err = sqliteClaim(ctx, tx, req, time.Now().UnixMicro())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxfeed: claim: %w", err)
+	}
+	return b, nil
+}
+
+// sqliteClaim takes the lease when it is free, expired or req.Owner's
+// (fence+1; a claim never completed makes this one a takeover), then reads
+// the due heads of the retry queue and up to req.Limit records past the
+// position, skipping those the queue holds. With nothing to dispatch it
+// moves nothing, gives the lease back and returns nil.
+func sqliteClaim(ctx context.Context, tx *sql.Tx, req ClaimRequest, now int64) (*Batch, error) {
+	p, err := readSQLitePartition(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
-	full := far.reserve > 0 && len(near) >= window && fewChannels(near, far.spread)
-	quota := req.limit
-	if full {
-		quota -= far.reserve
+	if p.takenAt(req.Owner, now) {
+		return nil, nil
 	}
-	taken := make(map[fanout.Key]bool)
-	var seqs []int64
-	for _, c := range near {
-		if len(seqs) == quota {
-			if !taken[c.key] {
-				res.spare++ // claimable by another lane
-			}
-			continue
+	queued, blocked, queueMore, err := sqliteQueueBatch(ctx, tx, now, req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	ranged, err := sqliteRangeBatch(ctx, tx, p.pos, req.Limit+1)
+	if err != nil {
+		return nil, err
+	}
+	rangeMore := len(ranged) > req.Limit
+	if rangeMore {
+		ranged = ranged[:req.Limit]
+	}
+	if len(queued)+len(ranged) == 0 {
+		if p.owner.Valid {
+			return nil, releaseSQLiteLease(ctx, tx)
 		}
-		taken[c.key] = true
-		seqs = append(seqs, c.seq)
+		return nil, nil
 	}
-	res.scanned = len(near)
-	if !full {
-		return seqs, nil
+	last := p.pos
+	if len(ranged) > 0 {
+		last = ranged[len(ranged)-1].Seq
 	}
-	farSeqs, next, more, err := sqliteFar(ctx, tx, req.cursor, near[len(near)-1].seq, now, far, req.limit-len(seqs))
-	if err != nil {
+	b := &Batch{
+		Partition: sqlitePart,
+		Owner:     req.Owner,
+		Fence:     p.fence + 1,
+		Takeover:  p.claimTo.Valid,
+		Records:   append(queued, ranged...),
+		More:      rangeMore || queueMore,
+		durable:   req.Durable,
+	}
+	if b.Takeover {
+		b.Takeovers = p.takeovers + 1
+	}
+	if len(blocked) > 0 {
+		b.Blocked = blocked
+	}
+	expires := now + req.Lease.Microseconds()
+	if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
+SET owner = ?1, expires_at = ?2, fence = ?3, claim_to = ?4, takeovers = ?5 WHERE part = 0`,
+		req.Owner, expires, b.Fence, last, b.Takeovers); err != nil {
 		return nil, err
 	}
-	res.next, res.spare = next, res.spare+more
-	return append(seqs, farSeqs...), nil
+	st := Processing{LeaseOwner: req.Owner, LeaseExpiresAt: micros(expires), Fence: b.Fence}
+	for i := range b.Records {
+		r := &b.Records[i]
+		r.Fence = b.Fence
+		st.Attempt = r.Attempt
+		r.State = st
+	}
+	return b, nil
 }
 
-func sqliteWindow(ctx context.Context, tx *sql.Tx, now int64, window int) ([]sqliteCandidate, error) {
-	rows, err := tx.QueryContext(ctx, sqliteNear, now, window)
+// sqliteQueueHeads lists the pending queue rows in qseq order (through the
+// partial index: the queue holds only failures and what they hold back).
+const sqliteQueueHeads = `
+SELECT qseq, tenant_id, channel, next_attempt_at FROM outbox_retry INDEXED BY outbox_retry_pending_idx
+WHERE state = 'pending' ORDER BY qseq`
+
+// sqliteQueueRows loads the picked queue rows (?1, a JSON array of qseqs).
+const sqliteQueueRows = `
+SELECT qseq, rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind, attempt
+FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND state = 'pending'`
+
+// sqliteQueueBatch picks from the retry queue, per channel whose head
+// (lowest pending qseq) is due, its pending rows in qseq order up to the
+// first one not yet due, limit rows in all. It returns them grouped by
+// channel (channels in the order of their heads), the channels with a
+// pending row it did not take (Batch.Blocked), and whether a due row was
+// left for want of room.
+func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]Record, map[fanout.Key]struct{}, bool, error) {
+	rows, err := tx.QueryContext(ctx, sqliteQueueHeads)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	defer rows.Close()
-	var out []sqliteCandidate
+	var (
+		order   []fanout.Key                // channels in head order
+		picked  = map[fanout.Key][]int64{}  // qseqs taken per channel
+		blocked = map[fanout.Key]struct{}{} // channels with a row left
+		seen    = map[fanout.Key]bool{}
+		n       int
+		more    bool
+		all     []int64
+	)
 	for rows.Next() {
-		var c sqliteCandidate
-		if err := rows.Scan(&c.seq, &c.key.Tenant, &c.key.Channel); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
-}
-
-// sqliteFar walks channels after cursor, takes those whose first pending
-// record comes after last (beyond the window), and picks of each the due
-// prefix of its first far.prefix records, want in all. It returns the
-// cursor for the next claim (zero when the walk reached the last channel)
-// and how many more it could have taken.
-func sqliteFar(ctx context.Context, tx *sql.Tx, cursor fanout.Key, last, now int64, far farClaim, want int) ([]int64, fanout.Key, int, error) {
-	var seqs []int64
-	more := 0
-	for visited := 0; visited < far.channels && len(seqs) < want; visited++ {
+		var qseq, next int64
 		var k fanout.Key
-		var first int64
-		err := tx.QueryRowContext(ctx, sqliteNextChannel, cursor.Tenant, cursor.Channel).Scan(&k.Tenant, &k.Channel, &first)
-		if err == sql.ErrNoRows {
-			return seqs, fanout.Key{}, more, nil
+		if err := rows.Scan(&qseq, &k.Tenant, &k.Channel, &next); err != nil {
+			return nil, nil, false, err
 		}
-		if err != nil {
-			return nil, cursor, 0, err
-		}
-		cursor = k
-		if first <= last {
-			continue // in the window: the first stage's
-		}
-		var busy bool
-		if err := tx.QueryRowContext(ctx, sqliteChannelBusy, k.Tenant, k.Channel).Scan(&busy); err != nil {
-			return nil, cursor, 0, err
-		}
-		if busy {
+		first := !seen[k]
+		seen[k] = true
+		if _, cut := blocked[k]; cut {
 			continue
 		}
-		due, err := sqliteDuePrefix(ctx, tx, k, now, far.prefix)
-		if err != nil {
-			return nil, cursor, 0, err
+		switch {
+		case next > now:
+			blocked[k] = struct{}{}
+		case n == limit:
+			blocked[k] = struct{}{}
+			more = true
+		default:
+			if first {
+				order = append(order, k)
+			}
+			picked[k] = append(picked[k], qseq)
+			all = append(all, qseq)
+			n++
 		}
-		n := min(len(due), want-len(seqs))
-		seqs = append(seqs, due[:n]...)
-		more += len(due) - n
 	}
-	return seqs, cursor, more, nil
+	if err := rows.Err(); err != nil {
+		return nil, nil, false, err
+	}
+	rows.Close()
+	if len(all) == 0 {
+		return nil, blocked, more, nil
+	}
+	list, err := json.Marshal(all)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	byQseq, err := loadSQLiteQueueRows(ctx, tx, string(list))
+	if err != nil {
+		return nil, nil, false, err
+	}
+	out := make([]Record, 0, len(all))
+	for _, k := range order {
+		for _, q := range picked[k] {
+			r, ok := byQseq[q]
+			if !ok {
+				return nil, nil, false, fmt.Errorf("queue row %d vanished during the claim", q)
+			}
+			out = append(out, r)
+		}
+	}
+	return out, blocked, more, nil
 }
 
-// sqliteDuePrefix is a channel's first pending records up to its first one
-// not yet due, at most limit.
-func sqliteDuePrefix(ctx context.Context, tx *sql.Tx, k fanout.Key, now int64, limit int) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx, sqliteChannelPrefix, k.Tenant, k.Channel, limit)
+func loadSQLiteQueueRows(ctx context.Context, tx *sql.Tx, qseqs string) (map[int64]Record, error) {
+	rows, err := tx.QueryContext(ctx, sqliteQueueRows, qseqs)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []int64
+	out := map[int64]Record{}
 	for rows.Next() {
-		var seq, next int64
-		if err := rows.Scan(&seq, &next); err != nil {
+		var r Record
+		var payload, freshness string
+		var occurred int64
+		if err := rows.Scan(&r.queued, &r.Seq, &r.ID, &r.TenantID, &r.Channel, &r.Type, &r.SchemaVersion,
+			&payload, &freshness, &occurred, &r.Kind, &r.Attempt); err != nil {
 			return nil, err
 		}
-		if next > now {
-			break
-		}
-		out = append(out, seq)
+		r.Payload, r.Freshness, r.OccurredAt = json.RawMessage(payload), json.RawMessage(freshness), micros(occurred)
+		out[r.queued] = r
 	}
 	return out, rows.Err()
 }
 
-// fewChannels reports whether cs hold records of fewer than n channels.
-func fewChannels(cs []sqliteCandidate, n int) bool {
-	seen := make(map[fanout.Key]struct{}, n)
-	for _, c := range cs {
-		seen[c.key] = struct{}{}
-		if len(seen) >= n {
-			return false
+// sqliteRange reads the records past the position that the retry queue
+// does not hold (migrated ones may), in seq order: a rowid range, each
+// record probing the queue's record index.
+const sqliteRange = `
+SELECT o.seq, o.id, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind
+FROM outbox o WHERE o.seq > ?1 AND ` + sqliteUnqueued + `
+ORDER BY o.seq LIMIT ?2`
+
+func sqliteRangeBatch(ctx context.Context, tx *sql.Tx, pos int64, limit int) ([]Record, error) {
+	rows, err := tx.QueryContext(ctx, sqliteRange, pos, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		var r Record
+		var payload, freshness string
+		var occurred int64
+		if err := rows.Scan(&r.Seq, &r.ID, &r.TenantID, &r.Channel, &r.Type, &r.SchemaVersion,
+			&payload, &freshness, &occurred, &r.Kind); err != nil {
+			return nil, err
+		}
+		r.Payload, r.Freshness, r.OccurredAt = json.RawMessage(payload), json.RawMessage(freshness), micros(occurred)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// validateSQLiteComplete checks the arguments of Complete.
+func validateSQLiteComplete(b *Batch, out []Outcome, next *ClaimRequest) error {
+	switch {
+	case b == nil:
+		return errors.New("nil batch")
+	case b.Partition != sqlitePart:
+		return fmt.Errorf("batch of partition %d: SQLite has one partition, 0", b.Partition)
+	case len(out) > len(b.Records):
+		return fmt.Errorf("%d outcomes for %d records", len(out), len(b.Records))
+	}
+	for i, o := range out {
+		if o.Kind > OutcomeHold {
+			return fmt.Errorf("outcome %d: unknown kind %d", i, o.Kind)
 		}
 	}
-	return true
+	if next != nil {
+		return validateSQLiteClaim(*next)
+	}
+	return nil
+}
+
+// Complete records the outcomes of b's records in one transaction,
+// conditional on the partition's owner and fence still being b's. out may
+// cover only a prefix of b.Records (the Worker dispatches a shorter batch
+// after takeovers): the records past it are left as they were, to be read
+// again. The position moves to the last record of the prefix read from the
+// position (logged in outbox_batch: a record's dispatched time), and only
+// the records not done are written, each into (or within) the retry queue.
+// With next it claims again in the same transaction, keeping the lease
+// when next is b's owner (next's partition is necessarily 0, b's);
+// otherwise the lease is given back.
+func (s *SQLiteStore) Complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest) (bool, *Batch, error) {
+	if err := validateSQLiteComplete(b, out, next); err != nil {
+		return false, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+	}
+	var held bool
+	var nb *Batch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		held, nb = false, nil
+		p, err := readSQLitePartition(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if !p.heldBy(b.Owner) || p.fence != b.Fence {
+			return nil // lost: change nothing
+		}
+		held = true
+		now := time.Now().UnixMicro()
+		end := p.pos
+		for i := range out {
+			if b.Records[i].queued == 0 {
+				end = b.Records[i].Seq
+			}
+		}
+		if end < p.pos || !p.claimTo.Valid || end > p.claimTo.Int64 {
+			return fmt.Errorf("batch ends at seq %d, outside the open claim (%d, %d]", end, p.pos, p.claimTo.Int64)
+		}
+		if end > p.pos {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_batch (part, to_seq, from_seq, fence, done_at)
+VALUES (0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
+SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE part = 0`, end, now); err != nil {
+			return err
+		}
+		for i := range out {
+			if err := writeSQLiteOutcome(ctx, tx, &b.Records[i], out[i], now); err != nil {
+				return fmt.Errorf("record %s: %w", b.Records[i].ID, err)
+			}
+		}
+		if next == nil || next.Owner != b.Owner {
+			if err := releaseSQLiteLease(ctx, tx); err != nil {
+				return err
+			}
+		}
+		if next != nil {
+			nb, err = sqliteClaim(ctx, tx, *next, now)
+		}
+		return err
+	})
+	if err != nil {
+		return false, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+	}
+	return held, nb, nil
+}
+
+// sqliteEnqueue copies a record read from the position into the retry
+// queue with the state its outcome gives it.
+const sqliteEnqueue = `
+INSERT INTO outbox_retry (rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness,
+	occurred_at, kind, state, attempt, next_attempt_at, last_error, dead_lettered_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+
+// writeSQLiteOutcome writes what became of r, if anything needs writing:
+// a record read from the position gets a queue row unless it was done; a
+// queue row is updated unless it was held.
+func writeSQLiteOutcome(ctx context.Context, tx *sql.Tx, r *Record, o Outcome, now int64) error {
+	if r.queued == 0 {
+		if o.Kind == OutcomeDone {
+			return nil
+		}
+		state, attempt, next := StatePending, r.Attempt+1, now+o.Delay.Microseconds()
+		var lastErr, dead any
+		switch o.Kind {
+		case OutcomeRetryLater:
+			lastErr = truncateError(o.Err)
+		case OutcomeHold:
+			attempt, next = r.Attempt, now
+		case OutcomeDeadLettered:
+			state, next, lastErr, dead = StateDeadLetter, now, truncateError(o.Err), now
+		}
+		_, err := tx.ExecContext(ctx, sqliteEnqueue, r.Seq, r.ID, r.TenantID, r.Channel, r.Type, r.SchemaVersion,
+			string(r.Payload), string(r.Freshness), r.OccurredAt.UnixMicro(), r.Kind,
+			state, attempt, next, lastErr, dead)
+		return err
+	}
+	var err error
+	switch o.Kind {
+	case OutcomeDone:
+		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry SET state = 'dispatched', dispatched_at = ?2
+WHERE qseq = ?1 AND state = 'pending'`, r.queued, now)
+	case OutcomeRetryLater:
+		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry SET attempt = attempt + 1, next_attempt_at = ?2, last_error = ?3
+WHERE qseq = ?1 AND state = 'pending'`, r.queued, now+o.Delay.Microseconds(), truncateError(o.Err))
+	case OutcomeDeadLettered:
+		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry
+SET state = 'dead_letter', attempt = attempt + 1, last_error = ?2, dead_lettered_at = ?3
+WHERE qseq = ?1 AND state = 'pending'`, r.queued, truncateError(o.Err), now)
+	case OutcomeHold:
+		// keeps its row, its place and its attempts
+	}
+	return err
 }

@@ -10,8 +10,8 @@ import (
 )
 
 const sqliteInsert = `
-INSERT INTO outbox (id, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind, next_attempt_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+INSERT INTO outbox (id, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // StageSQL inserts n into the SQLite outbox inside the caller's
 // transaction and returns the message id (generated here when n.ID is
@@ -24,10 +24,9 @@ func StageSQL(ctx context.Context, tx *sql.Tx, n Notification) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	now := time.Now()
 	occurred := n.OccurredAt
 	if occurred.IsZero() {
-		occurred = now
+		occurred = time.Now()
 	}
 	freshness := string(n.Freshness)
 	if n.Freshness == nil {
@@ -38,7 +37,7 @@ func StageSQL(ctx context.Context, tx *sql.Tx, n Notification) (string, error) {
 		kind = KindNotification
 	}
 	_, err = tx.ExecContext(ctx, sqliteInsert, id, n.TenantID, n.Channel, n.Type, n.SchemaVersion,
-		string(n.Payload), freshness, occurred.UnixMicro(), kind, now.UnixMicro())
+		string(n.Payload), freshness, occurred.UnixMicro(), kind)
 	if err != nil {
 		return "", fmt.Errorf("outboxfeed: stage: %w", err)
 	}

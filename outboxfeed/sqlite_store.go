@@ -21,6 +21,11 @@ import (
 // same file wait up to Config.BusyTimeout). Timestamps come from this
 // process's clock and are stored as integer microseconds since the Unix
 // epoch.
+//
+// It has one partition, number 0 (AnyPartition claims it too): the single
+// writer makes the order of insertion the order of visibility, so one
+// position per partition is exact. See sqlite_schema.go for the layout and
+// how a record's state is derived.
 type SQLiteStore struct {
 	db     *sql.DB
 	path   string
@@ -110,6 +115,12 @@ func (s *SQLiteStore) Ping(ctx context.Context) error {
 
 // Migrate applies pending migrations in one transaction.
 func (s *SQLiteStore) Migrate(ctx context.Context) error {
+	return s.migrate(ctx, len(sqliteMigrations))
+}
+
+// migrate applies the pending migrations up to version upTo (tests build
+// databases of earlier versions with it).
+func (s *SQLiteStore) migrate(ctx context.Context, upTo int) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version    INTEGER PRIMARY KEY,
@@ -135,7 +146,7 @@ func (s *SQLiteStore) Migrate(ctx context.Context) error {
 			return err
 		}
 		for _, m := range sqliteMigrations {
-			if applied[m.version] {
+			if applied[m.version] || m.version > upTo {
 				continue
 			}
 			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
@@ -190,190 +201,11 @@ func (s *SQLiteStore) Wakeups(ctx context.Context) <-chan struct{} {
 	return s.wakeup.subscribe(ctx)
 }
 
+// sqliteRecordColumns are the columns of the outbox_record view (a
+// record and its derived lifecycle), in scanSQLiteRecord's order.
 const sqliteRecordColumns = `id, seq, tenant_id, channel, type, schema_version, payload, freshness,
 	occurred_at, kind, state, attempt, next_attempt_at, lease_owner, lease_expires_at, fence,
 	last_error, dispatched_at, dead_lettered_at`
-
-// sqliteGiveUp dead-letters the expired leases whose failed attempt uses
-// up the attempts (?3 > 0); sqliteRequeueExpired returns the other expired
-// leases to pending, burning the attempt they stood for.
-const (
-	sqliteGiveUp = `
-UPDATE outbox
-SET state = 'dead_letter', attempt = attempt + 1, dead_lettered_at = ?1,
-    last_error = 'gave up after ' || (attempt + 1) || ' attempts: lease of ' || lease_owner || ' expired',
-    lease_owner = NULL, lease_expires_at = NULL
-WHERE state = 'processing' AND lease_expires_at < ?1 AND ?2 > 0 AND attempt + 1 >= ?2
-RETURNING ` + sqliteRecordColumns
-
-	sqliteRequeueExpired = `
-UPDATE outbox
-SET state = 'pending', attempt = attempt + 1, lease_owner = NULL, lease_expires_at = NULL,
-    last_error = 'lease of ' || lease_owner || ' expired'
-WHERE state = 'processing' AND lease_expires_at < ?1`
-)
-
-// Claim returns expired claims to pending (each burning an attempt) and
-// claims a batch in one BEGIN IMMEDIATE transaction.
-func (s *SQLiteStore) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Record, error) {
-	res, err := s.claimCycle(ctx, claimRequest{owner: owner, limit: limit, lease: lease})
-	if err != nil {
-		return nil, err
-	}
-	return res.claimed, nil
-}
-
-// claimCycle completes req.complete, requeues expired claims and claims
-// the next batch in one BEGIN IMMEDIATE transaction.
-func (s *SQLiteStore) claimCycle(ctx context.Context, req claimRequest) (claimResult, error) {
-	var res claimResult
-	if req.limit <= 0 && len(req.complete) == 0 {
-		return res, nil
-	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res = claimResult{}
-		now := time.Now().UnixMicro()
-		if len(req.complete) > 0 {
-			r, err := tx.ExecContext(ctx, sqliteComplete, req.owner, leasesJSON(req.complete), now)
-			if err != nil {
-				return err
-			}
-			n, err := r.RowsAffected()
-			if err != nil {
-				return err
-			}
-			res.completed = int(n)
-		}
-		if req.limit <= 0 {
-			return nil
-		}
-		var err error
-		if res.exhausted, err = querySQLiteRecords(ctx, tx, sqliteGiveUp, now, req.maxAttempts); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqliteRequeueExpired, now); err != nil {
-			return err
-		}
-		seqs, err := s.pick(ctx, tx, req, now, &res)
-		if err != nil || len(seqs) == 0 {
-			return err
-		}
-		list, err := json.Marshal(seqs)
-		if err != nil {
-			return err
-		}
-		res.claimed, err = querySQLiteRecords(ctx, tx, sqliteClaimSeqs, req.owner, string(list), now+req.lease.Microseconds())
-		return err
-	})
-	if err != nil {
-		return claimResult{}, fmt.Errorf("outboxfeed: claim: %w", err)
-	}
-	sortBySeq(res.claimed)
-	return res, nil
-}
-
-// querySQLiteRecords runs a statement returning sqliteRecordColumns.
-func querySQLiteRecords(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]Record, error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		r, err := scanSQLiteRecord(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-// leasesJSON encodes leases as [[id, fence], …] for json_each.
-func leasesJSON(leases []Lease) string {
-	pairs := make([][2]any, len(leases))
-	for i, l := range leases {
-		pairs[i] = [2]any{l.ID, l.Fence}
-	}
-	b, _ := json.Marshal(pairs) // strings and integers always encode
-	return string(b)
-}
-
-const sqliteLeaseMatch = `state = 'processing' AND lease_owner = ?1 AND (id, fence) IN (
-	SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))`
-
-const sqliteComplete = `UPDATE outbox
-SET state = 'dispatched', dispatched_at = ?3, lease_owner = NULL, lease_expires_at = NULL
-WHERE ` + sqliteLeaseMatch
-
-// Complete marks held leases dispatched in one statement.
-func (s *SQLiteStore) Complete(ctx context.Context, owner string, leases []Lease) (int, error) {
-	if len(leases) == 0 {
-		return 0, nil
-	}
-	res, err := s.db.ExecContext(ctx, sqliteComplete, owner, leasesJSON(leases), time.Now().UnixMicro())
-	if err != nil {
-		return 0, fmt.Errorf("outboxfeed: complete: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("outboxfeed: rows affected: %w", err)
-	}
-	return int(n), nil
-}
-
-// Retry returns a held lease to pending after delay, burning an attempt.
-func (s *SQLiteStore) Retry(ctx context.Context, owner string, l Lease, delay time.Duration, lastError string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE outbox
-SET state = 'pending', attempt = attempt + 1, last_error = ?4, next_attempt_at = ?5,
-    lease_owner = NULL, lease_expires_at = NULL
-WHERE id = ?1 AND fence = ?2 AND lease_owner = ?3 AND state = 'processing'`,
-		l.ID, l.Fence, owner, truncateError(lastError), time.Now().Add(delay).UnixMicro())
-	if err != nil {
-		return false, fmt.Errorf("outboxfeed: retry: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("outboxfeed: rows affected: %w", err)
-	}
-	return n == 1, nil
-}
-
-// DeadLetter moves a held lease to dead_letter, burning an attempt.
-func (s *SQLiteStore) DeadLetter(ctx context.Context, owner string, l Lease, reason string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE outbox
-SET state = 'dead_letter', attempt = attempt + 1, last_error = ?4, dead_lettered_at = ?5,
-    lease_owner = NULL, lease_expires_at = NULL
-WHERE id = ?1 AND fence = ?2 AND lease_owner = ?3 AND state = 'processing'`,
-		l.ID, l.Fence, owner, truncateError(reason), time.Now().UnixMicro())
-	if err != nil {
-		return false, fmt.Errorf("outboxfeed: dead-letter: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("outboxfeed: rows affected: %w", err)
-	}
-	return n == 1, nil
-}
-
-// Release gives held leases back to pending, attempt unchanged.
-func (s *SQLiteStore) Release(ctx context.Context, owner string, leases []Lease) (int, error) {
-	if len(leases) == 0 {
-		return 0, nil
-	}
-	res, err := s.db.ExecContext(ctx, `UPDATE outbox
-SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL
-WHERE `+sqliteLeaseMatch, owner, leasesJSON(leases))
-	if err != nil {
-		return 0, fmt.Errorf("outboxfeed: release: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("outboxfeed: rows affected: %w", err)
-	}
-	return int(n), nil
-}
 
 // Get loads one record.
 func (s *SQLiteStore) Get(ctx context.Context, id string) (Record, error) {
@@ -381,7 +213,7 @@ func (s *SQLiteStore) Get(ctx context.Context, id string) (Record, error) {
 	if err != nil || id == "" {
 		return Record{}, fmt.Errorf("%w: %q is not a uuid", ErrNotFound, id)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sqliteRecordColumns+` FROM outbox WHERE id = ?`, cid)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sqliteRecordColumns+` FROM outbox_record WHERE id = ?`, cid)
 	if err != nil {
 		return Record{}, fmt.Errorf("outboxfeed: get: %w", err)
 	}
@@ -399,21 +231,35 @@ func (s *SQLiteStore) Get(ctx context.Context, id string) (Record, error) {
 	return r, nil
 }
 
-// Stats counts the backlog with index-backed subqueries.
+// sqliteUnqueued is the condition "record o has no row in the retry
+// queue" (an index probe).
+const sqliteUnqueued = `NOT EXISTS (SELECT 1 FROM outbox_retry q WHERE q.rec_seq = o.seq)`
+
+// sqliteNever stands for "no such record" in min() over times.
+const sqliteNever = int64(9223372036854775807)
+
+// sqliteStats counts the records past the position (read from there on in
+// rowid order) and the pending queue rows (partial index), and finds the
+// oldest of the first record past the position and the pending queue rows.
+const sqliteStats = `SELECT
+	(SELECT count(*) FROM outbox o WHERE o.seq > p.pos AND ` + sqliteUnqueued + `)
+	+ (SELECT count(*) FROM outbox_retry INDEXED BY outbox_retry_pending_idx WHERE state = 'pending'),
+	(SELECT count(*) FROM outbox_retry INDEXED BY outbox_retry_dead_letter_idx WHERE state = 'dead_letter'),
+	min(coalesce((SELECT o.occurred_at FROM outbox o WHERE o.seq > p.pos AND ` + sqliteUnqueued + ` ORDER BY o.seq LIMIT 1), ?1),
+	    coalesce((SELECT min(occurred_at) FROM outbox_retry WHERE state = 'pending'), ?1))
+FROM outbox_partition p WHERE p.part = 0`
+
+// Stats counts the backlog: the records past the partition's position and
+// the pending rows of the retry queue.
 func (s *SQLiteStore) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
-	var oldest sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT
-	(SELECT count(*) FROM outbox WHERE state = 'pending') + (SELECT count(*) FROM outbox WHERE state = 'processing'),
-	(SELECT count(*) FROM outbox WHERE state = 'dead_letter'),
-	min(coalesce((SELECT occurred_at FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT 1), 9223372036854775807),
-	    coalesce((SELECT min(occurred_at) FROM outbox WHERE state = 'processing'), 9223372036854775807))`).
-		Scan(&st.Pending, &st.DeadLetter, &oldest)
+	var oldest int64
+	err := s.db.QueryRowContext(ctx, sqliteStats, sqliteNever).Scan(&st.Pending, &st.DeadLetter, &oldest)
 	if err != nil {
 		return Stats{}, fmt.Errorf("outboxfeed: stats: %w", err)
 	}
-	if oldest.Valid && oldest.Int64 != 9223372036854775807 {
-		st.OldestPending = time.UnixMicro(oldest.Int64).UTC()
+	if oldest != sqliteNever {
+		st.OldestPending = micros(oldest)
 	}
 	st.Now = time.Now()
 	return st, nil

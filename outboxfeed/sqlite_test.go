@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
 )
 
@@ -50,34 +51,12 @@ func sqliteHarness(t *testing.T) *harness {
 			_, err := s.DB().ExecContext(ctx, q)
 			return err
 		},
-		hourLater: "(" + sqliteNowMicros + " + 3600000000)",
+		partitionOf: func(*testing.T, fanout.Key) int { return 0 }, // one partition
 	}
 }
 
 func TestSQLiteConformance(t *testing.T) {
 	runConformance(t, sqliteHarness)
-}
-
-// wrappedStore hides the built-in store's one-transaction cycle, as a
-// Store that wraps another (for tracing, say) does: the Worker then makes
-// the same steps with the Store interface.
-type wrappedStore struct{ Store }
-
-func TestWrappedStoreConformance(t *testing.T) {
-	for name, fn := range map[string]func(*testing.T, *harness){
-		"CommittedReachesPublisherRolledBackReachesNoOne": testCommitAndRollback,
-		"PerChannelOrderAcrossTwoWorkers":                 testOrderTwoWorkers,
-		"RetryWithBackoffThenDeadLetter":                  testRetry,
-		"BrokerOutageBurnsNoAttempt":                      testBrokerOutage,
-		"StopReleasesLeases":                              testReleaseOnStop,
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			h := sqliteHarness(t)
-			h.store = wrappedStore{h.store}
-			fn(t, h)
-		})
-	}
 }
 
 func TestSQLiteOpen(t *testing.T) {

@@ -98,6 +98,11 @@ type Record struct {
 	// jsonPayload says the store guarantees Payload is JSON (PostgreSQL's
 	// jsonb), so the Worker need not check it again.
 	jsonPayload bool
+	// queued is the record's row in the retry queue (0: read from the
+	// partition's position, no row anywhere but the outbox).
+	queued int64
+	// xid is the inserting transaction (PostgreSQL; 0 for queued records).
+	xid uint64
 }
 
 // Lease is what a Worker must present to update a claimed record.

@@ -10,8 +10,10 @@ import (
 )
 
 // Store is an outbox store: PostgreSQL (PGStore) or embedded SQLite
-// (SQLiteStore). Every update of a claimed record is conditional on the
-// lease owner and fence, so a Worker that lost its lease changes nothing.
+// (SQLiteStore). Records are consumed per partition of the channel space,
+// in batches, under a partition lease (owner, expiry, fence); every write
+// of a batch's outcome is conditional on that lease, so a Worker that lost
+// it changes nothing.
 type Store interface {
 	// Migrate applies the schema migrations not yet applied; running it
 	// again is harmless.
@@ -20,26 +22,21 @@ type Store interface {
 	// and tools; producers stage inside their business transaction with
 	// Stage or StageSQL). It returns the message id.
 	StageOne(ctx context.Context, n Notification) (string, error)
-	// Claim first takes back expired claims (each counts a failed attempt:
-	// back to pending, or dead_letter once MaxAttempts is reached), then claims up to
-	// limit due pending records for owner under a lease of the given
-	// duration, skipping every channel that has a record in processing or
-	// an earlier pending record not yet due. Records come back in seq order
-	// with their new fence, all in state Processing.
-	Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Record, error)
-	// Complete marks dispatched the leases owner still holds (state
-	// processing, same owner and fence) and returns how many matched.
-	Complete(ctx context.Context, owner string, leases []Lease) (int, error)
-	// Retry returns a held lease to pending with attempt+1, the given
-	// delay before the next attempt and lastError. It reports whether the
-	// lease was still held.
-	Retry(ctx context.Context, owner string, l Lease, delay time.Duration, lastError string) (bool, error)
-	// DeadLetter moves a held lease to dead_letter with attempt+1 and
-	// reason as last_error. It reports whether the lease was still held.
-	DeadLetter(ctx context.Context, owner string, l Lease, reason string) (bool, error)
-	// Release gives held leases back to pending without burning an attempt
-	// and returns how many were still held.
-	Release(ctx context.Context, owner string, leases []Lease) (int, error)
+	// Claim leases one partition to req.Owner and returns its next batch
+	// (see Batch). With AnyPartition it tries the free partitions, longest
+	// idle first, until one has records. A partition that has none is left
+	// with its position advanced and its lease given back. It returns nil
+	// when no partition it could lease has records.
+	Claim(ctx context.Context, req ClaimRequest) (*Batch, error)
+	// Complete records the outcome of every record of b (out[i] is the
+	// outcome of b.Records[i]) in one conditional step, under b's owner and
+	// fence: the partition's position moves past the batch, its completion
+	// time is recorded, and only outcomes other than OutcomeDone are
+	// written per record. It reports false, changing nothing, when the
+	// lease was lost. With next it then claims in the same transaction,
+	// keeping the lease when next names b's partition and giving it back
+	// otherwise.
+	Complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest) (held bool, nb *Batch, err error)
 	// Get loads one record by id (ErrNotFound if none).
 	Get(ctx context.Context, id string) (Record, error)
 	// Stats counts the backlog, cheaply (partial indexes).

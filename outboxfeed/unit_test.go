@@ -175,7 +175,7 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 	d := WorkerConfig{}.withDefaults()
-	if d.BatchSize != 500 || d.MaxAttempts != 10 || d.MaxAge != 24*time.Hour || d.PollInterval != time.Second ||
+	if d.BatchSize != 1000 || d.Lanes != 4 || d.MaxAttempts != 10 || d.MaxAge != 24*time.Hour || d.PollInterval != time.Second ||
 		d.ActivePollInterval != 500*time.Microsecond || d.IdleAfter != 50*time.Millisecond || d.DurableClaims || d.Owner == "" {
 		t.Fatalf("defaults = %+v", d)
 	}

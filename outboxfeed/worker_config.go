@@ -16,12 +16,15 @@ type WorkerConfig struct {
 	// Owner is the lease owner this Worker writes into claimed records.
 	// Default: "<hostname>-<pid>-<random hex>".
 	Owner string
-	// BatchSize is the most records one claim takes. Default: 500.
+	// BatchSize is the most records one claim of a partition takes.
+	// Default: 1000.
 	BatchSize int
-	// Lanes is how many batches a Worker may hold at once, each claimed,
-	// published and completed by its own loop: while one lane is in the
-	// store another publishes. Lanes beyond the first claim only when a
-	// claim left records of other channels behind. Default: 2.
+	// Lanes is how many partitions a Worker may hold at once, each
+	// claimed, published and completed by its own loop (while one lane is
+	// in the store another publishes). A lane holds a partition while it
+	// keeps finding full batches and gives it back otherwise. Only the
+	// first lane polls; the others claim on wake-ups and when another lane
+	// found records. Default: 4 (the PostgreSQL store's partitions).
 	Lanes int
 	// Concurrency is how many channels of one batch are published in
 	// parallel (records of one channel are always published one after
@@ -43,8 +46,8 @@ type WorkerConfig struct {
 	// the notify trigger (PostgreSQL) and waits for a wake-up or
 	// PollInterval. Default: 50ms.
 	IdleAfter time.Duration
-	// LeaseDuration is how long a claim stays with this Worker before
-	// another may take it back. Default: 30s.
+	// LeaseDuration is how long a claimed batch stays with this Worker
+	// before another may take its partition over. Default: 30s.
 	LeaseDuration time.Duration
 	// PublishTimeout bounds one Publish call; it must be shorter than
 	// LeaseDuration. Successive publishes share a deadline renewed when
@@ -69,6 +72,11 @@ type WorkerConfig struct {
 	// Defaults: 100ms and 30s.
 	OutageBaseDelay time.Duration
 	OutageMaxDelay  time.Duration
+	// ProbeInterval is how often a Worker whose store stopped answering
+	// pings it, so readiness (and dispatch) return within this long of the
+	// store answering again, whatever backoff the lanes are in.
+	// Default: 250ms.
+	ProbeInterval time.Duration
 	// StatsInterval is how often the backlog gauges are refreshed with a
 	// count query. Default: 10s.
 	StatsInterval time.Duration
@@ -109,10 +117,10 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 		c.Owner = defaultOwner()
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 500
+		c.BatchSize = 1000
 	}
 	if c.Lanes == 0 {
-		c.Lanes = 2
+		c.Lanes = 4
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 32
@@ -131,6 +139,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	def(&c.OutageBaseDelay, 100*time.Millisecond)
 	def(&c.OutageMaxDelay, 30*time.Second)
 	def(&c.StatsInterval, 10*time.Second)
+	def(&c.ProbeInterval, 250*time.Millisecond)
 	def(&c.ShutdownTimeout, 5*time.Second)
 	def(&c.LogEvery, 30*time.Second)
 	if c.Logger == nil {
@@ -163,7 +172,7 @@ func (c WorkerConfig) validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"PollInterval": c.PollInterval, "ActivePollInterval": c.ActivePollInterval, "IdleAfter": c.IdleAfter, "MaxAge": c.MaxAge, "StatsInterval": c.StatsInterval,
-		"ShutdownTimeout": c.ShutdownTimeout, "LogEvery": c.LogEvery,
+		"ShutdownTimeout": c.ShutdownTimeout, "LogEvery": c.LogEvery, "ProbeInterval": c.ProbeInterval,
 	} {
 		if d < 0 {
 			return bad("%s %v: must not be negative", name, d)
@@ -172,8 +181,7 @@ func (c WorkerConfig) validate() error {
 	return nil
 }
 
-// maxBatchSize bounds BatchSize (a claim's window grows to
-// maxWindowFactor batches).
+// maxBatchSize bounds BatchSize.
 const maxBatchSize = 10000
 
 // maxLanes bounds Lanes (each holds a pooled connection at times).

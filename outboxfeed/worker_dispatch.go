@@ -2,7 +2,9 @@ package outboxfeed
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,141 +12,176 @@ import (
 	"github.com/heraldgw/herald/fanout"
 )
 
-// settlement is what one dispatch decided for its records.
-type settlement struct {
-	done      []*Record // accepted by the broker: complete (with the next claim)
-	dead      []failed  // dead-letter now
-	retry     []failed  // retry later (or dead-letter when exhausted)
-	release   []Lease   // give back untouched
-	brokerErr error     // the broker was unavailable
+// dispatchResult is what a batch's dispatch met besides its outcomes.
+type dispatchResult struct {
+	brokerErr error // the broker was unavailable: unpublished records are held
+	leaseLost bool  // the broker fenced this lease off: another Worker holds it
+	published bool  // at least one publish succeeded
 }
 
-type failed struct {
-	rec *Record
-	err error
-}
-
-func (s *settlement) merge(o *settlement) {
-	s.done = append(s.done, o.done...)
-	s.dead = append(s.dead, o.dead...)
-	s.retry = append(s.retry, o.retry...)
-	s.release = append(s.release, o.release...)
-	if s.brokerErr == nil {
-		s.brokerErr = o.brokerErr
-	}
-}
-
-// dispatch publishes a claimed batch, channels in parallel (bounded by
-// Concurrency) and each channel's records in seq order, and returns what
-// became of each record. Publishing starts no record after half the lease
-// has passed since claimedAt: the rest is released (no attempt burnt) so a
-// slow broker cannot make the batch outlive its lease and have records
-// that were already delivered taken over and charged an attempt.
-func (w *Worker) dispatch(ctx context.Context, recs []Record, claimedAt time.Time) settlement {
-	stopAt := claimedAt.Add(w.cfg.LeaseDuration / 2)
-	groups := groupByChannel(recs)
-	results := make([]settlement, len(groups))
-	var down atomic.Bool
-	workers := min(w.cfg.Concurrency, len(groups))
-	if workers == 1 {
-		var dl sharedDeadline
-		for i := range groups {
-			results[i] = w.publishChannel(ctx, groups[i], &down, stopAt, &dl)
+// dispatch publishes b's records, channels in parallel (bounded by
+// Concurrency) and each channel's records in order, and returns the
+// outcome of each record of a prefix of b.Records (all of them, unless
+// the batch was taken over before: then only the first Limit>>Takeovers,
+// so that a record that kills its Worker is found and, after MaxAttempts
+// takeovers, dead-lettered). Publishing starts no record after half the
+// lease has passed since claimedAt: the rest is held (no attempt burnt),
+// so a slow broker cannot make the batch outlive its lease.
+func (w *Worker) dispatch(ctx context.Context, b *Batch, claimedAt time.Time) ([]Outcome, dispatchResult) {
+	recs := b.Records
+	if b.Takeovers > 0 && len(recs) > 0 {
+		if b.Takeovers >= w.cfg.MaxAttempts {
+			// Every takeover was an attempt of this record: the store
+			// writes Attempt+1.
+			recs[0].Attempt = max(recs[0].Attempt, b.Takeovers-1)
+			return []Outcome{{Kind: OutcomeDeadLettered, Err: poisonReason(b.Takeovers)}}, dispatchResult{}
 		}
-		dl.stop()
+		recs = recs[:max(1, len(recs)>>b.Takeovers)]
+	}
+	out := make([]Outcome, len(recs))
+	scope := partitionScope(b.Partition)
+	fence := fanout.Fence{Scope: scope, Value: b.Fence, Takeover: b.Takeover}
+	stopAt := claimedAt.Add(w.cfg.LeaseDuration / 2)
+	groups := groupByChannel(recs, b.Blocked, out)
+	var st dispatchState
+	workers := min(w.cfg.Concurrency, len(groups))
+	run := func() {
+		var dl sharedDeadline
+		defer dl.stop()
+		for {
+			i := int(st.next.Add(1)) - 1
+			if i >= len(groups) {
+				return
+			}
+			w.publishChannel(ctx, recs, groups[i], out, fence, &st, stopAt, &dl)
+		}
+	}
+	if workers <= 1 {
+		run()
 	} else {
-		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range workers {
-			wg.Go(func() {
-				var dl sharedDeadline
-				defer dl.stop()
-				for {
-					i := int(next.Add(1)) - 1
-					if i >= len(groups) {
-						return
-					}
-					results[i] = w.publishChannel(ctx, groups[i], &down, stopAt, &dl)
-				}
-			})
+			wg.Go(run)
 		}
 		wg.Wait()
 	}
-	var all settlement
-	for i := range results {
-		all.merge(&results[i])
-	}
-	return all
+	return out, st.result()
 }
 
-// groupByChannel splits records by (tenant, channel), keeping seq order
-// inside each group.
-func groupByChannel(recs []Record) [][]*Record {
-	index := make(map[fanout.Key]int, len(recs))
-	var groups [][]*Record
+// partitionScope is the fence scope of partition part (fanout.Fence).
+func partitionScope(part int) string { return "outbox/p" + strconv.Itoa(part) }
+
+// dispatchState is shared by a dispatch's goroutines.
+type dispatchState struct {
+	next      atomic.Int64 // the next group to publish
+	down      atomic.Bool  // the broker is down: publish nothing more
+	fenced    atomic.Bool  // the broker fenced the lease off
+	published atomic.Bool
+	mu        sync.Mutex
+	brokerErr error
+}
+
+func (st *dispatchState) result() dispatchResult {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return dispatchResult{brokerErr: st.brokerErr, leaseLost: st.fenced.Load(), published: st.published.Load()}
+}
+
+// groupByChannel splits the indexes of recs by channel, keeping their
+// order in each group. Records of a blocked channel are held at once and
+// belong to no group.
+func groupByChannel(recs []Record, blocked map[fanout.Key]struct{}, out []Outcome) [][]int {
+	index := make(map[fanout.Key]int, 64)
+	var groups [][]int
 	for i := range recs {
-		k := fanout.Key{Tenant: recs[i].TenantID, Channel: recs[i].Channel}
+		k := keyOf(&recs[i])
+		if _, ok := blocked[k]; ok {
+			out[i] = Outcome{Kind: OutcomeHold}
+			continue
+		}
 		g, ok := index[k]
 		if !ok {
 			g = len(groups)
 			index[k] = g
 			groups = append(groups, nil)
 		}
-		groups[g] = append(groups[g], &recs[i])
+		groups[g] = append(groups[g], i)
 	}
 	return groups
 }
 
-func leasesOf(recs []*Record) []Lease {
-	out := make([]Lease, len(recs))
-	for i, r := range recs {
-		out[i] = r.Lease()
-	}
-	return out
-}
-
 // publishChannel publishes one channel's records in order, under
-// deadlines from dl. A record that must be retried holds back the rest of
-// its channel (released, to keep order); a broker outage releases the rest
-// and stops every channel.
-func (w *Worker) publishChannel(ctx context.Context, recs []*Record, down *atomic.Bool, stopAt time.Time, dl *sharedDeadline) settlement {
-	var s settlement
-	for i, r := range recs {
+// deadlines from dl, writing each one's outcome. A record that must be
+// retried holds back the rest of its channel; a broker outage holds the
+// rest and stops every channel.
+func (w *Worker) publishChannel(ctx context.Context, recs []Record, group []int, out []Outcome, fence fanout.Fence,
+	st *dispatchState, stopAt time.Time, dl *sharedDeadline) {
+	hold := func(from int) {
+		for _, j := range group[from:] {
+			out[j] = Outcome{Kind: OutcomeHold}
+		}
+	}
+	for gi, i := range group {
+		r := &recs[i]
 		now := time.Now()
-		if ctx.Err() != nil || down.Load() || (i > 0 && now.After(stopAt)) {
-			s.release = append(s.release, leasesOf(recs[i:])...)
-			return s
+		if ctx.Err() != nil || st.down.Load() || st.fenced.Load() || (gi > 0 && now.After(stopAt)) {
+			hold(gi)
+			return
 		}
 		msg, err := toMessage(r, w.cfg.Registry)
 		if err != nil {
-			s.dead = append(s.dead, failed{r, err})
+			out[i] = Outcome{Kind: OutcomeDeadLettered, Err: err.Error()}
 			continue
 		}
+		msg.Fence = fence
 		_, err = w.pub.Publish(dl.get(ctx, now, w.cfg.PublishTimeout), msg)
 		if err == nil {
-			s.done = append(s.done, r)
+			out[i] = Outcome{Kind: OutcomeDone}
+			st.published.Store(true)
 			continue
 		}
 		dl.stop()
 		if ctx.Err() != nil {
-			s.release = append(s.release, leasesOf(recs[i:])...)
-			return s
+			hold(gi)
+			return
+		}
+		if errors.Is(err, fanout.ErrStaleFence) {
+			st.fenced.Store(true)
+			hold(gi)
+			return
 		}
 		switch classify(err) {
 		case failurePermanent:
-			s.dead = append(s.dead, failed{r, err})
+			out[i] = Outcome{Kind: OutcomeDeadLettered, Err: err.Error()}
 		case failureRetry:
-			s.retry = append(s.retry, failed{r, err})
-			s.release = append(s.release, leasesOf(recs[i+1:])...)
-			return s
+			out[i] = w.retryOutcome(r, err)
+			hold(gi + 1)
+			return
 		default:
-			down.Store(true)
-			s.brokerErr = err
-			s.release = append(s.release, leasesOf(recs[i:])...)
-			return s
+			st.down.Store(true)
+			st.mu.Lock()
+			if st.brokerErr == nil {
+				st.brokerErr = err
+			}
+			st.mu.Unlock()
+			hold(gi)
+			return
 		}
 	}
-	return s
+}
+
+// retryOutcome is the outcome of a record whose publish failed with a
+// retryable error: a retry after backoff, or a dead letter once MaxAttempts
+// or MaxAge is reached.
+func (w *Worker) retryOutcome(r *Record, err error) Outcome {
+	attempt := r.Attempt + 1
+	switch {
+	case attempt >= w.cfg.MaxAttempts:
+		return Outcome{Kind: OutcomeDeadLettered, Err: fmt.Sprintf("gave up after %d attempts: %v", attempt, err)}
+	case w.cfg.MaxAge > 0 && time.Since(r.OccurredAt) > w.cfg.MaxAge:
+		return Outcome{Kind: OutcomeDeadLettered, Err: fmt.Sprintf("gave up after %d attempts, older than %v: %v", attempt, w.cfg.MaxAge, err)}
+	}
+	return Outcome{Kind: OutcomeRetryLater, Err: err.Error(), Delay: retryDelay(attempt, w.cfg.RetryBaseDelay, w.cfg.RetryMaxDelay)}
 }
 
 // sharedDeadline is a publish deadline shared by the successive publishes
@@ -174,133 +211,4 @@ func (d *sharedDeadline) stop() {
 		d.cancel()
 	}
 	d.ctx, d.cancel = nil, nil
-}
-
-// settle writes the outcomes other than success — releases, dead letters,
-// retries — each under owner and fence. (Successes are completed by the
-// caller, with the next claim.) Until a channel's records are all written
-// the claim still sees one of them in processing or waiting for its retry,
-// so the order of these writes cannot reorder the channel. A write that fails for a
-// store error is retried with backoff until the lease would have run out,
-// or for at most ShutdownTimeout once the Worker is stopping; what is not
-// written then is taken over by the next claim once its lease expires.
-func (w *Worker) settle(ctx context.Context, owner string, claimedAt time.Time, s *settlement) {
-	if len(s.dead) == 0 && len(s.retry) == 0 && len(s.release) == 0 {
-		return
-	}
-	wctx, cancel := w.settleContext(ctx, claimedAt)
-	defer cancel()
-
-	if len(s.release) > 0 {
-		var n int
-		err := w.persist(wctx, func(c context.Context) (err error) {
-			n, err = w.store.Release(c, owner, s.release)
-			return err
-		})
-		if err == nil {
-			w.leaseLost("release", len(s.release)-n)
-		}
-	}
-	for _, f := range s.dead {
-		w.deadLetter(wctx, owner, f.rec, f.err.Error())
-	}
-	for _, f := range s.retry {
-		attempt := f.rec.Attempt + 1
-		switch {
-		case attempt >= w.cfg.MaxAttempts:
-			w.deadLetter(wctx, owner, f.rec, fmt.Sprintf("gave up after %d attempts: %v", attempt, f.err))
-			continue
-		case w.cfg.MaxAge > 0 && time.Since(f.rec.OccurredAt) > w.cfg.MaxAge:
-			w.deadLetter(wctx, owner, f.rec, fmt.Sprintf("gave up after %d attempts, older than %v: %v", attempt, w.cfg.MaxAge, f.err))
-			continue
-		}
-		delay := retryDelay(attempt, w.cfg.RetryBaseDelay, w.cfg.RetryMaxDelay)
-		var ok bool
-		err := w.persist(wctx, func(c context.Context) (err error) {
-			ok, err = w.store.Retry(c, owner, f.rec.Lease(), delay, f.err.Error())
-			return err
-		})
-		switch {
-		case err != nil:
-		case ok:
-			w.m.retry.Inc()
-		default:
-			w.leaseLost("retry", 1)
-		}
-	}
-}
-
-func (w *Worker) deadLetter(ctx context.Context, owner string, r *Record, reason string) {
-	var ok bool
-	err := w.persist(ctx, func(c context.Context) (err error) {
-		ok, err = w.store.DeadLetter(c, owner, r.Lease(), reason)
-		return err
-	})
-	switch {
-	case err != nil:
-	case ok:
-		w.m.deadLettered.Inc()
-		w.log.Warn("outbox record dead-lettered", "id", r.ID, "tenant", r.TenantID, "channel", r.Channel,
-			"type", r.Type, "schema_version", r.SchemaVersion, "reason", reason)
-	default:
-		w.leaseLost("dead-letter", 1)
-	}
-}
-
-// leaseLost counts updates the store rejected because another Worker took
-// the lease over (owner or fence changed).
-func (w *Worker) leaseLost(op string, n int) {
-	if n <= 0 {
-		return
-	}
-	w.m.leaseLost.Add(float64(n))
-	if ok, suppressed := w.limit.allow("lease_lost"); ok {
-		w.log.Warn("lease lost: update rejected, another worker owns the record", "op", op, "records", n, "suppressed", suppressed)
-	}
-}
-
-// persist runs a store write, retrying store errors with backoff until ctx
-// ends; it marks the store unready while failing.
-func (w *Worker) persist(ctx context.Context, write func(context.Context) error) error {
-	for failures := 1; ; failures++ {
-		err := write(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			w.setUnready(err)
-			return err
-		}
-		w.setUnready(err)
-		if !sleepCtx(ctx, outageDelay(failures, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)) {
-			return err
-		}
-	}
-}
-
-// settleContext outlives ctx (outcomes are written even while stopping) but
-// ends at the lease deadline (at least ShutdownTimeout from now) or
-// ShutdownTimeout after ctx ends, whichever comes first.
-func (w *Worker) settleContext(ctx context.Context, claimedAt time.Time) (context.Context, context.CancelFunc) {
-	deadline := claimedAt.Add(w.cfg.LeaseDuration)
-	if floor := time.Now().Add(w.cfg.ShutdownTimeout); deadline.Before(floor) {
-		deadline = floor
-	}
-	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	var mu sync.Mutex
-	var timer *time.Timer
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		timer = time.AfterFunc(w.cfg.ShutdownTimeout, cancel)
-		mu.Unlock()
-	})
-	return wctx, func() {
-		stop()
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
 }

@@ -62,39 +62,41 @@ func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fano
 
 // workerSettings tune the outbox Worker.
 type workerSettings struct {
-	Types         string
-	BatchSize     int
-	Concurrency   int
-	PollInterval  time.Duration
-	Lease         time.Duration
-	MaxAttempts   int
-	MaxAge        time.Duration
-	NotifyTrigger bool
-	Retention     time.Duration
-	Lanes         int
-	ActivePoll    time.Duration
-	IdleAfter     time.Duration
-	DurableClaims bool
+	Types          string
+	BatchSize      int
+	Concurrency    int
+	PollInterval   time.Duration
+	Lease          time.Duration
+	MaxAttempts    int
+	MaxAge         time.Duration
+	NotifyTrigger  bool
+	Retention      time.Duration
+	SegmentRecords int
+	Lanes          int
+	ActivePoll     time.Duration
+	IdleAfter      time.Duration
+	DurableClaims  bool
 }
 
 func (w *workerSettings) register(st *settings) {
 	st.String(&w.Types, "types", "", "notification-type registry JSON file; empty = every type accepted at any schema_version ≥ 1")
-	st.Int(&w.BatchSize, "outbox-batch-size", 500, "records claimed per batch")
+	st.Int(&w.BatchSize, "outbox-batch-size", 1000, "records one claim of a partition takes")
 	st.Int(&w.Concurrency, "outbox-concurrency", 32, "channels published in parallel within a batch")
 	st.Duration(&w.PollInterval, "outbox-poll-interval", 500*time.Millisecond, "how often the Worker polls when no wake-up arrives")
-	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed record; an expired lease returns it to pending")
+	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed partition's batch; once it expires, another Worker takes the batch over")
 	st.Int(&w.MaxAttempts, "outbox-max-attempts", 10, "failed attempts before a record is dead-lettered")
 	st.Duration(&w.MaxAge, "outbox-max-age", 24*time.Hour, "age after which a failing record is dead-lettered")
-	st.Int(&w.Lanes, "outbox-lanes", 2, "batches a Worker holds at once: one publishing while another is in the store")
+	st.Int(&w.Lanes, "outbox-lanes", 4, "partitions a Worker holds at once, each claimed, published and completed by its own loop")
 	st.Duration(&w.ActivePoll, "outbox-active-poll-interval", 500*time.Microsecond, "how soon a busy Worker claims again (it stands in for wake-ups while records flow)")
 	st.Duration(&w.IdleAfter, "outbox-idle-after", 50*time.Millisecond, "time without records after which a Worker arms the NOTIFY wake-up and waits")
 	st.Bool(&w.DurableClaims, "outbox-durable-claims", false, "commit the Worker's claim/complete transactions synchronously (off: a completion lost in a crash only causes a duplicate)")
-	st.Duration(&w.Retention, "outbox-retention", outboxfeed.DefaultRetention, "dispatched records are deleted this long after dispatch, in small batches")
+	st.Duration(&w.Retention, "outbox-retention", outboxfeed.DefaultRetention, "dispatched records are kept at least this long; then whole segments go (PostgreSQL), or rows (SQLite)")
+	st.Int(&w.SegmentRecords, "outbox-segment-records", outboxfeed.DefaultSegmentRecords, "PostgreSQL: records per segment of herald.outbox (retention drops whole segments)")
 }
 
 // startPruner runs the retention pruner beside the Worker.
 func (w *workerSettings) startPruner(ctx context.Context, store outboxfeed.Store, log *slog.Logger, reg prometheus.Registerer) (*outboxfeed.Pruner, error) {
-	p, err := outboxfeed.NewPruner(store, outboxfeed.PrunerConfig{Retention: w.Retention, Logger: log, Registerer: reg})
+	p, err := outboxfeed.NewPruner(store, outboxfeed.PrunerConfig{Retention: w.Retention, SegmentRecords: int64(w.SegmentRecords), Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("config: --outbox-retention: %w", err)
 	}

@@ -442,5 +442,9 @@ func runOutboxPurge(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stdout, "deleted %d %s record(s) older than %s (before %s) in %d batch(es)\n",
 		res.Deleted, scope, olderThan, res.Cutoff.UTC().Format(time.RFC3339), res.Batches)
+	if res.Segments > 0 {
+		fmt.Fprintf(stdout, "removed %d whole segment(s) of records all dispatched before %s\n",
+			res.Segments, res.Cutoff.UTC().Format(time.RFC3339))
+	}
 	return nil
 }

@@ -106,6 +106,6 @@ func countStates(ctx context.Context, pool *pgxpool.Pool) (stateCounts, error) {
 		count(*) FILTER (WHERE state = 'dispatched'),
 		count(*) FILTER (WHERE state = 'dead_letter'),
 		count(*) FILTER (WHERE state = 'dispatched' AND dispatched_at IS NULL)
-		FROM herald.outbox`).Scan(&c.Pending, &c.Processing, &c.Dispatched, &c.DeadLetter, &c.DispatchedNoTime)
+		FROM herald.outbox_records`).Scan(&c.Pending, &c.Processing, &c.Dispatched, &c.DeadLetter, &c.DispatchedNoTime)
 	return c, err
 }

@@ -59,7 +59,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 		return res, err
 	}
 	start = time.Now()
-	cpu0 := readCPU()
+	cpu0 := readCPU(ctx, store.Pool())
 	err = pollUntil(ctx, 10*time.Minute, 2*time.Millisecond, func() (bool, error) {
 		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
 			res.Published = time.Since(start)
@@ -71,7 +71,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 		res.Drained = time.Since(start)
 		return true, nil
 	})
-	res.CPU = readCPU().since(cpu0)
+	res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
 	p.stop()
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: drain: %w", err)

@@ -1,0 +1,139 @@
+package crashtest
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestFeedSIGSTOPPastLease freezes a `herald feed` process (SIGSTOP) while
+// it holds a batch it has partly published, lets another feed take its
+// partition over after the lease and dispatch everything, then thaws it:
+// its publishes in flight are refused by the broker's fence, its late
+// completion changes nothing (counted as lease_lost), and every staged id
+// is in its channel's history exactly once, in order.
+func TestFeedSIGSTOPPastLease(t *testing.T) {
+	dbURL := testenv.DatabaseURL(t)
+	redisURL, prefix := testenv.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
+	defer cancel()
+
+	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
+	feedArgs := []string{"feed",
+		"--database-url", dbURL, "--redis-url", redisURL, "--redis-key-prefix", prefix,
+		"--listen", "127.0.0.1:0", "--outbox-lease", crashLease, "--outbox-batch-size", "50",
+		"--outbox-poll-interval", "100ms", "--outbox-lanes", "1"}
+	startFeed := func(name string) feedNode {
+		p := startHerald(t, name, feedArgs...)
+		m := p.waitStdout(t, feedBanner, 30*time.Second)
+		return feedNode{p: p, owner: m[1], ops: m[3]}
+	}
+	victim, other := startFeed("victim"), startFeed("other")
+
+	pool := openPool(t, dbURL, crashProducers+2)
+	log := newStagedLog()
+	var producers sync.WaitGroup
+	var errMu sync.Mutex
+	var prodErr error
+	for p := range crashProducers {
+		producers.Go(func() {
+			if err := produceCrashRecords(ctx, pool, p, log); err != nil {
+				errMu.Lock()
+				prodErr = cmp.Or(prodErr, err)
+				errMu.Unlock()
+			}
+		})
+	}
+	t.Cleanup(func() { cancel(); producers.Wait() })
+
+	// Freeze the victim while it holds a batch of which some records are
+	// already in Redis and some not: its publishing is in flight.
+	rc := newRedisClient(t, redisURL)
+	var held []heldRecord
+	var part int
+	var fence int64
+	waitUntil(t, 90*time.Second, 3*time.Millisecond, "the victim frozen mid-batch", func() (bool, error) {
+		victim.p.signal(t, syscall.SIGSTOP)
+		_, hs, err := victimLeases(ctx, pool, victim.owner)
+		published := 0
+		if err == nil && len(hs) > 0 {
+			published, err = markPublished(ctx, rc, prefix, hs)
+		}
+		if err == nil && len(hs) > 0 && published > 0 && published < len(hs) {
+			err = pool.QueryRow(ctx, `SELECT part, fence FROM herald.outbox_partition WHERE owner = $1 AND open`, victim.owner).Scan(&part, &fence)
+			if err == nil {
+				held = hs
+				return true, nil
+			}
+		}
+		victim.p.signal(t, syscall.SIGCONT)
+		return false, cmp.Or(err, fmt.Errorf("frozen holding %d claimed records, %d of them published", len(hs), published))
+	})
+	t.Logf("froze the victim holding partition %d (fence %d) with %d claimed records", part, fence, len(held))
+
+	// The other feed takes the partition over once the lease expires.
+	waitUntil(t, 60*time.Second, 20*time.Millisecond, "the partition taken over", func() (bool, error) {
+		var f int64
+		err := pool.QueryRow(ctx, `SELECT fence FROM herald.outbox_partition WHERE part = $1`, part).Scan(&f)
+		return err == nil && f > fence, err
+	})
+	producers.Wait()
+	if prodErr != nil {
+		t.Fatalf("producer: %v", prodErr)
+	}
+	waitUntil(t, 120*time.Second, 50*time.Millisecond, "every record dispatched while the victim is frozen", func() (bool, error) {
+		c, err := countStates(ctx, pool)
+		return err == nil && c.Dispatched == crashRecords, cmp.Or(err, fmt.Errorf("states %+v", c))
+	})
+
+	// Thaw the victim: its late publishes and its completion are refused.
+	victim.p.signal(t, syscall.SIGCONT)
+	waitUntil(t, 60*time.Second, 50*time.Millisecond, "the victim counting its lost lease", func() (bool, error) {
+		n, err := leaseLostCount(victim.ops)
+		return err == nil && n > 0, cmp.Or(err, fmt.Errorf("lease_lost %v", n))
+	})
+	var f2 int64
+	testenv.Must(t, pool.QueryRow(ctx, `SELECT fence FROM herald.outbox_partition WHERE part = $1`, part).Scan(&f2), "fence")
+	if dups := checkRedisStreams(t, ctx, rc, prefix, log); dups != 0 {
+		t.Fatalf("%d duplicate publications in the streams after the frozen feed resumed", dups)
+	}
+	checkHeld(t, ctx, rc, prefix, held)
+	c, err := countStates(ctx, pool)
+	testenv.Must(t, err, "count states")
+	if c.Dispatched != crashRecords || c.total() != crashRecords {
+		t.Fatalf("after the victim resumed: %+v", c)
+	}
+	checkReady(t, other)
+}
+
+// leaseLostCount reads herald_outbox_outcomes_total{result="lease_lost"}
+// from a feed's /metrics.
+func leaseLostCount(ops string) (float64, error) {
+	resp, err := http.Get("http://" + ops + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, `herald_outbox_outcomes_total{result="lease_lost"}`) {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, cmp.Or(sc.Err(), fmt.Errorf("no lease_lost series"))
+}
+
+var _ = (*pgxpool.Pool)(nil)

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+// These tests cover pure helpers only: nothing here needs PostgreSQL or
+// the Centrifugo binary.
+
+func TestSummarize(t *testing.T) {
+	if q := summarize(nil); q.N != 0 || q.Max != 0 {
+		t.Fatalf("summarize(nil) = %+v", q)
+	}
+	d := make([]time.Duration, 0, 1000)
+	for i := 1000; i >= 1; i-- { // unsorted on purpose
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	q := summarize(d)
+	want := quantiles{N: 1000, P50: 500 * time.Millisecond, P99: 990 * time.Millisecond, P999: 999 * time.Millisecond, Max: time.Second}
+	if q != want {
+		t.Fatalf("summarize = %+v, want %+v", q, want)
+	}
+	if q := summarize([]time.Duration{7}); q.P50 != 7 || q.P999 != 7 || q.Max != 7 {
+		t.Fatalf("one sample: %+v", q)
+	}
+	b, err := json.Marshal(quantiles{N: 2, P50: 1500 * time.Microsecond})
+	if err != nil || !strings.Contains(string(b), `"p50_ms":1.5`) {
+		t.Fatalf("json = %s, %v", b, err)
+	}
+}
+
+func TestParseConsumerConfigs(t *testing.T) {
+	got, err := parseConsumerConfigs("100x1, 1000x1,1000x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []consumerConfig{{100, 1}, {1000, 1}, {1000, 4}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+	for _, bad := range []string{"", "100", "x4", "100x0", "0x1", "ax1", "100x1000"} {
+		if _, err := parseConsumerConfigs(bad); err == nil {
+			t.Errorf("parseConsumerConfigs(%q): no error", bad)
+		}
+	}
+}
+
+func TestRenderConfig(t *testing.T) {
+	b, err := renderConfig(cfParams{Port: 8123, DSN: "postgres://x/y", Partitions: 4, Batch: 1000,
+		PollInterval: 300 * time.Millisecond, Notify: true, HMACSecret: "s", APIKey: "k", ChannelLimit: 1001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		HTTPServer struct {
+			Address string `json:"address"`
+			Port    int    `json:"port"`
+		} `json:"http_server"`
+		UsageStats struct {
+			Disabled bool `json:"disabled"`
+		} `json:"usage_stats"`
+		HTTPAPI struct {
+			Key string `json:"key"`
+		} `json:"http_api"`
+		Client struct {
+			Token struct {
+				HMACSecretKey string `json:"hmac_secret_key"`
+			} `json:"token"`
+			ChannelLimit int `json:"channel_limit"`
+		} `json:"client"`
+		Channel struct {
+			Namespaces []struct {
+				Name                    string `json:"name"`
+				HistorySize             int    `json:"history_size"`
+				HistoryTTL              string `json:"history_ttl"`
+				AllowSubscribeForClient bool   `json:"allow_subscribe_for_client"`
+			} `json:"namespaces"`
+		} `json:"channel"`
+		Consumers []struct {
+			Name       string `json:"name"`
+			Enabled    bool   `json:"enabled"`
+			Type       string `json:"type"`
+			Postgresql struct {
+				DSN                          string `json:"dsn"`
+				OutboxTableName              string `json:"outbox_table_name"`
+				NumPartitions                int    `json:"num_partitions"`
+				PartitionSelectLimit         int    `json:"partition_select_limit"`
+				PartitionPollInterval        string `json:"partition_poll_interval"`
+				PartitionNotificationChannel string `json:"partition_notification_channel"`
+			} `json:"postgresql"`
+		} `json:"consumers"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPServer.Address != "127.0.0.1" || c.HTTPServer.Port != 8123 || !c.UsageStats.Disabled ||
+		c.HTTPAPI.Key != "k" || c.Client.Token.HMACSecretKey != "s" || c.Client.ChannelLimit != 1001 {
+		t.Fatalf("server settings: %s", b)
+	}
+	if ns := c.Channel.Namespaces; len(ns) != 1 || ns[0].Name != "bench" || ns[0].HistorySize != 100 || ns[0].HistoryTTL != "300s" {
+		t.Fatalf("namespaces: %s", b)
+	}
+	if len(c.Consumers) != 1 {
+		t.Fatalf("consumers: %s", b)
+	}
+	cs := c.Consumers[0]
+	pg := cs.Postgresql
+	if !cs.Enabled || cs.Type != "postgresql" || cs.Name == "" || pg.DSN != "postgres://x/y" || pg.OutboxTableName != "outbox" ||
+		pg.NumPartitions != 4 || pg.PartitionSelectLimit != 1000 || pg.PartitionPollInterval != "300ms" ||
+		pg.PartitionNotificationChannel != notifyChannel {
+		t.Fatalf("consumer: %s", b)
+	}
+	b, _ = renderConfig(cfParams{Partitions: 1, Batch: 100, PollInterval: time.Second})
+	if strings.Contains(string(b), "partition_notification_channel") || !strings.Contains(string(b), `"channel_limit": 128`) {
+		t.Fatalf("without notify: %s", b)
+	}
+}
+
+func TestPayloadAndPerChannel(t *testing.T) {
+	if got, want := string(payload(1234, 1000)), `{"channel":"bench:ch-234","data":{"n":1234,"note":"outbox benchmark record"}}`; got != want {
+		t.Fatalf("payload = %s, want %s", got, want)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(payload(5, 1000), &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ n, channels, ch, want int }{
+		{200_000, 1000, 0, 200}, {1, 1000, 0, 1}, {1001, 1000, 0, 2}, {1001, 1000, 1, 1}, {5, 1000, 7, 0},
+	} {
+		count := 0
+		for i := range c.n {
+			if i%c.channels == c.ch {
+				count++
+			}
+		}
+		if count != c.want || perChannel(c.n, c.channels, c.ch) != c.want {
+			t.Errorf("perChannel(%d, %d, %d) = %d, counted %d, want %d", c.n, c.channels, c.ch, perChannel(c.n, c.channels, c.ch), count, c.want)
+		}
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	line := "4242 (postgres: wal writer) S 1 4242 4242 0 -1 4194368 100 0 0 0 250 50 0 0 20 0 1 0 123 0 0"
+	comm, cpu, err := parseStat(line)
+	if err != nil || comm != "postgres: wal writer" || cpu != 3*time.Second {
+		t.Fatalf("parseStat = %q, %v, %v", comm, cpu, err)
+	}
+	if _, _, err := parseStat("garbage"); err == nil {
+		t.Fatal("no error for garbage")
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 54321.4: "54,321", 1234567: "1,234,567", -1500: "-1,500"} {
+		if got := thousands(in); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestDefaultsValidate(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.register(flag.NewFlagSet("t", flag.ContinueOnError))
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.consumers) != 3 || cfg.consumers[2] != (consumerConfig{1000, 4}) {
+		t.Fatalf("consumers %v", cfg.consumers)
+	}
+	if v := cfg.producerVariants(); len(v) != 4 || v[0] || !v[1] {
+		t.Fatalf("variants %v", v)
+	}
+	cfg.Phases, cfg.Records = "drain,bogus", 0
+	if err := cfg.validate(); err == nil {
+		t.Fatal("no error")
+	}
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
+)
+
+// openPool opens a pool of up to n connections on url.
+func openPool(ctx context.Context, url string, n int, app string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = int32(n)
+	pc.MinConns = int32(n)
+	pc.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("cfbench: pool: %w", err)
+	}
+	return pool, nil
+}
+
+// createDB creates cfbench_<random> next to the database of adminURL.
+func createDB(ctx context.Context, adminURL string) (*scratchdb.DB, error) {
+	db, err := scratchdb.Create(ctx, adminURL, "cfbench_")
+	if err != nil {
+		return nil, fmt.Errorf("cfbench: %w", err)
+	}
+	return db, nil
+}
+
+// recreateTable drops and creates Centrifugo's documented outbox table
+// with an index on (partition, id), and — when trigger is set — the
+// per-row pg_notify trigger from Centrifugo's docs (payload: the
+// partition number, which the consumer LISTENs for).
+func recreateTable(ctx context.Context, pool *pgxpool.Pool, trigger bool) error {
+	stmts := []string{
+		`DROP TABLE IF EXISTS ` + outboxTable,
+		`CREATE TABLE ` + outboxTable + ` (
+			id bigserial PRIMARY KEY,
+			method text,
+			payload bytea,
+			partition int
+		)`,
+		`CREATE INDEX ` + outboxTable + `_partition_id_idx ON ` + outboxTable + ` (partition, id)`,
+	}
+	if trigger {
+		stmts = append(stmts,
+			`CREATE OR REPLACE FUNCTION centrifugo_notify_partition_change()
+			RETURNS TRIGGER AS $$
+			BEGIN
+				PERFORM pg_notify('`+notifyChannel+`', NEW.partition::text);
+				RETURN NEW;
+			END;
+			$$ LANGUAGE plpgsql`,
+			`CREATE OR REPLACE TRIGGER centrifugo_notify_partition_trigger
+			AFTER INSERT ON `+outboxTable+`
+			FOR EACH ROW
+			EXECUTE FUNCTION centrifugo_notify_partition_change()`)
+	}
+	for _, s := range stmts {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			return fmt.Errorf("cfbench: create outbox table: %w", err)
+		}
+	}
+	return nil
+}
+
+// payload is record i's publish command: the shape every phase inserts.
+func payload(i, channels int) []byte {
+	return []byte(`{"channel":"bench:ch-` + strconv.Itoa(i%channels) + `","data":{"n":` + strconv.Itoa(i) +
+		`,"note":"outbox benchmark record"}}`)
+}
+
+// stageSQL inserts records [0, n) with generate_series, building the same
+// payloads as payload().
+func stageSQL(ctx context.Context, pool *pgxpool.Pool, n, channels, partitions int) error {
+	_, err := pool.Exec(ctx, `INSERT INTO `+outboxTable+` (method, payload, partition)
+		SELECT 'publish',
+		       convert_to('{"channel":"bench:ch-' || (g % $2) || '","data":{"n":' || g || ',"note":"outbox benchmark record"}}', 'UTF8'),
+		       g % $3
+		FROM generate_series(0, $1::int - 1) g
+		ORDER BY g`, n, channels, partitions)
+	if err != nil {
+		return fmt.Errorf("cfbench: stage: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE `+outboxTable); err != nil {
+		return fmt.Errorf("cfbench: analyze: %w", err)
+	}
+	return nil
+}
+
+// copyRows inserts records [from, to) in one transaction with COPY.
+func copyRows(ctx context.Context, pool *pgxpool.Pool, from, to, channels, partitions int) error {
+	rows := make([][]any, 0, to-from)
+	for i := from; i < to; i++ {
+		rows = append(rows, []any{"publish", payload(i, channels), int32(i % partitions)})
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{outboxTable}, []string{"method", "payload", "partition"}, pgx.CopyFromRows(rows))
+		return err
+	})
+}
+
+// countRows is SELECT count(*) FROM outbox.
+func countRows(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+outboxTable).Scan(&n); err != nil {
+		return 0, fmt.Errorf("cfbench: count: %w", err)
+	}
+	return n, nil
+}
+
+// insertOne inserts one row in its own statement (autocommit).
+func insertOne(ctx context.Context, pool *pgxpool.Pool, body []byte, partition int) error {
+	_, err := pool.Exec(ctx, `INSERT INTO `+outboxTable+` (method, payload, partition) VALUES ('publish', $1, $2)`, body, partition)
+	if err != nil {
+		return fmt.Errorf("cfbench: insert: %w", err)
+	}
+	return nil
+}
+
+// serverInfo describes the PostgreSQL server for the report.
+func serverInfo(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var version, fsync, syncCommit, sharedBuffers string
+	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('shared_buffers')`).
+		Scan(&version, &fsync, &syncCommit, &sharedBuffers)
+	if err != nil {
+		return "", fmt.Errorf("cfbench: server settings: %w", err)
+	}
+	return fmt.Sprintf("PostgreSQL %s (fsync=%s, synchronous_commit=%s, shared_buffers=%s)",
+		version, fsync, syncCommit, sharedBuffers), nil
+}
+
+// perChannel is how many of records [0, n) land on channel ch.
+func perChannel(n, channels, ch int) int {
+	if ch >= n {
+		return 0
+	}
+	return (n-1-ch)/channels + 1
+}

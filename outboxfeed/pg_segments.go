@@ -1,0 +1,243 @@
+package outboxfeed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Segments: herald.outbox is partitioned by seq into segments of
+// SegmentRecords records (tables herald.outbox_s<first seq>), plus the
+// default partition herald.outbox_default that catches any seq no segment
+// covers. Retention never deletes rows of herald.outbox: a segment whose
+// records are all done (every partition's position covers them) and older
+// than the retention is dropped, or truncated while it is still the one
+// receiving records (the default partition is only ever truncated).
+// herald.outbox_segment lists the segments Herald made.
+
+// DefaultSegmentRecords is how many records one segment holds by default.
+const DefaultSegmentRecords = 1_000_000
+
+// segmentsAhead is how many segments are kept ending above the current
+// seq, so a Pruner that runs every minute keeps ahead of 3 segments a
+// minute (with the default size, 50,000 records a second); records beyond
+// go to the default partition, which is truncated once done.
+const segmentsAhead = 4
+
+// segmentMargin is the gap left above the current seq when the first
+// segment is made (those records go to the default partition).
+const segmentMargin = 1000
+
+// pgSegmentLockTimeout bounds how long dropping or truncating a segment
+// waits for its lock (and so how long producers can queue behind it); a
+// segment that is busy is left for the next run.
+const pgSegmentLockTimeout = "50ms"
+
+// segmentStore is implemented by stores whose retention works on whole
+// segments (PGStore); the Pruner calls it on every run.
+type segmentStore interface {
+	maintainSegments(ctx context.Context, size int64, retention time.Duration) (removed int, err error)
+}
+
+// maintainSegments creates the segments the next records need and removes
+// the ones retention lets go; it returns how many it removed.
+func (s *PGStore) maintainSegments(ctx context.Context, size int64, retention time.Duration) (int, error) {
+	if err := s.ensureSegments(ctx, size); err != nil {
+		return 0, fmt.Errorf("outboxfeed: create segments: %w", err)
+	}
+	removed, err := s.removeSegments(ctx, retention)
+	if err != nil {
+		return removed, fmt.Errorf("outboxfeed: remove segments: %w", err)
+	}
+	// The batch log only dates completions; past the retention a record's
+	// completion time falls back to its partition's last one.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM herald.outbox_batch WHERE done_at < now() - $1::bigint * interval '1 microsecond'`,
+		retention.Microseconds()); err != nil {
+		return removed, fmt.Errorf("outboxfeed: prune batch log: %w", err)
+	}
+	return removed, nil
+}
+
+// ensureSegments makes sure segmentsAhead segments end above the current
+// seq (the one receiving records and those after it).
+func (s *PGStore) ensureSegments(ctx context.Context, size int64) error {
+	var cur int64
+	var ahead int
+	var top *int64
+	err := s.pool.QueryRow(ctx, `SELECT c.v, (SELECT count(*) FROM herald.outbox_segment WHERE to_seq > c.v),
+		(SELECT max(to_seq) FROM herald.outbox_segment)
+	FROM (SELECT last_value AS v FROM herald.outbox_record_seq) c`).Scan(&cur, &ahead, &top)
+	if err != nil {
+		return err
+	}
+	// A margin above the current seq: an insert racing this one would
+	// otherwise land in the default partition inside the new range, and
+	// the attach would fail.
+	start := cur + 1 + segmentMargin
+	if top != nil && *top > start {
+		start = *top
+	}
+	for ; ahead < segmentsAhead; ahead++ {
+		if err := s.addSegment(ctx, start, start+size); err != nil {
+			return err
+		}
+		start += size
+	}
+	return nil
+}
+
+// addSegment creates and attaches the segment [from, to).
+func (s *PGStore) addSegment(ctx context.Context, from, to int64) error {
+	name := "outbox_s" + strconv.FormatInt(from, 10)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgMigrateLockKey); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM herald.outbox_segment WHERE from_seq < $2 AND to_seq > $1)`,
+			from, to).Scan(&exists); err != nil || exists {
+			return err
+		}
+		// CREATE + ATTACH takes a SHARE UPDATE EXCLUSIVE lock on the
+		// parent, which inserts do not wait for (CREATE ... PARTITION OF
+		// would take an ACCESS EXCLUSIVE one).
+		if _, err := tx.Exec(ctx, `CREATE TABLE herald.`+name+` (LIKE herald.outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED)`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE herald.outbox ATTACH PARTITION herald.%s FOR VALUES FROM (%d) TO (%d)`, name, from, to)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO herald.outbox_segment (name, from_seq, to_seq) VALUES ($1, $2, $3)`, name, from, to)
+		return err
+	})
+}
+
+// pgSegmentDone is true when every record of the segment %[1]s is
+// covered by its partition's position. Only records whose transaction is
+// not below the partition's lo.xmin need a look (those below are visible
+// in lo, or rolled back), found through outbox_part_xid_idx.
+const pgSegmentDone = `
+SELECT NOT EXISTS (
+	SELECT 1 FROM herald.outbox_partition p
+	CROSS JOIN LATERAL (
+		SELECT 1 FROM %[1]s o WHERE o.part = p.part AND o.xid >= pg_snapshot_xmin(p.lo)
+			AND NOT pg_visible_in_snapshot(o.xid, p.lo)
+			AND NOT (p.hi IS NOT NULL AND pg_visible_in_snapshot(o.xid, p.hi) AND (o.xid, o.seq) <= (p.pos_xid, p.pos_seq))
+		LIMIT 1) x)`
+
+// removeSegments drops the full segments and truncates the open one (and
+// the default partition) whose records are all done and whose newest
+// record is older than retention.
+func (s *PGStore) removeSegments(ctx context.Context, retention time.Duration) (int, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT name, to_seq <= (SELECT last_value FROM herald.outbox_record_seq) FROM herald.outbox_segment
+UNION ALL SELECT 'outbox_default', false
+ORDER BY 1`)
+	if err != nil {
+		return 0, err
+	}
+	type seg struct {
+		name string
+		full bool
+	}
+	var segs []seg
+	for rows.Next() {
+		var sg seg
+		if err := rows.Scan(&sg.name, &sg.full); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		segs = append(segs, sg)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, sg := range segs {
+		ok, err := s.removeSegment(ctx, sg.name, sg.full, retention)
+		if err != nil {
+			return removed, err
+		}
+		if ok {
+			removed++
+		}
+	}
+	return removed, nil
+}
+
+// removeSegment drops (full) or truncates the segment name if it is done
+// and old enough. It looks first without a lock (most segments are empty,
+// or not done), then takes the segment's lock, so that every record an
+// open transaction was writing into it has committed (or rolled back),
+// and looks again. Pruners of several processes take turns
+// (pgPruneLockKey); one that finds another at work leaves the segment to
+// its next run.
+func (s *PGStore) removeSegment(ctx context.Context, name string, full bool, retention time.Duration) (bool, error) {
+	check := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) (empty, removable bool, err error) {
+		if err := q.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM herald.`+name+`)`).Scan(&empty); err != nil {
+			return false, false, err
+		}
+		if empty {
+			return true, full, nil
+		}
+		var done, old bool
+		if err := q.QueryRow(ctx, fmt.Sprintf(pgSegmentDone, "herald."+name)).Scan(&done); err != nil || !done {
+			return false, false, err
+		}
+		err = q.QueryRow(ctx, `SELECT coalesce(max(occurred_at) < now() - $1::bigint * interval '1 microsecond', true) FROM herald.`+name,
+			retention.Microseconds()).Scan(&old)
+		return false, old, err
+	}
+	if _, ok, err := check(s.pool); err != nil || !ok {
+		return false, err
+	}
+	var removed bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var turn bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pgPruneLockKey).Scan(&turn); err != nil || !turn {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+pgSegmentLockTimeout+`'`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `LOCK TABLE herald.`+name+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+			return err // busy (lock timeout): next run
+		}
+		empty, ok, err := check(tx)
+		if err != nil || !ok {
+			return err
+		}
+		if full && name != "outbox_default" {
+			if _, err := tx.Exec(ctx, `DROP TABLE herald.`+name); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `DELETE FROM herald.outbox_segment WHERE name = $1`, name)
+			removed = err == nil
+			return err
+		}
+		if empty {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `TRUNCATE herald.`+name)
+		removed = err == nil
+		return err
+	})
+	if err != nil && isLockTimeout(err) {
+		return false, nil
+	}
+	return removed, err
+}
+
+// isLockTimeout reports a lock_timeout expiry (SQLSTATE 55P03).
+func isLockTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
+}

@@ -1,0 +1,109 @@
+package outboxfeed
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testenv"
+)
+
+// TestPostgresUpgradeFromPerRecordSchema takes a database of the
+// per-record schema (migrations 1 and 2) holding records in every state to
+// the batch schema: what was pending or processing is delivered exactly
+// once and in order per channel, what was dispatched is not delivered
+// again, dead letters stay dead letters (and replay), a record waiting for
+// its retry keeps its attempts and holds back its channel.
+func TestPostgresUpgradeFromPerRecordSchema(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	s, err := OpenPG(ctx, Config{DatabaseURL: url})
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.migrateTo(ctx, 2), "migrate to the per-record schema")
+
+	ins := func(channel, state string, attempt int, extra string) string {
+		t.Helper()
+		var id string
+		q := fmt.Sprintf(`INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload, state, attempt %s)
+			VALUES ('acme', $1, 'order.updated', 1, '{"n":1}', $2, $3 %s) RETURNING id::text`, extra, map[string]string{
+			"":                                       ``,
+			", lease_owner, lease_expires_at, fence": `, 'old-worker', now() - interval '1 minute', 7`,
+			", dispatched_at":                        `, now() - interval '1 hour'`,
+			", last_error, dead_lettered_at":         `, 'no reader for order.updated v1', now()`,
+			", last_error, next_attempt_at":          `, 'broker said no', now() + interval '300 milliseconds'`,
+		}[extra])
+		testenv.Must(t, s.Pool().QueryRow(ctx, q, channel, state, attempt).Scan(&id), "insert "+state)
+		return id
+	}
+	dispatched := ins("a", StateDispatched, 0, ", dispatched_at")
+	pendA := ins("a", StatePending, 0, "")
+	procA := ins("a", StateProcessing, 0, ", lease_owner, lease_expires_at, fence")
+	dead := ins("b", StateDeadLetter, 1, ", last_error, dead_lettered_at")
+	pendB := ins("b", StatePending, 0, "")
+	retryC := ins("c", StatePending, 2, ", last_error, next_attempt_at")
+	laterC := ins("c", StatePending, 0, "")
+
+	testenv.Must(t, s.Migrate(ctx), "migrate to the batch schema")
+	for id, want := range map[string]string{dispatched: StateDispatched, dead: StateDeadLetter, pendA: StatePending,
+		procA: StatePending, pendB: StatePending, retryC: StatePending, laterC: StatePending} {
+		if got := stateOf(t, s, id).Name(); got != want {
+			t.Fatalf("%s after the upgrade: %s, want %s", id, got, want)
+		}
+	}
+	if p := stateOf(t, s, retryC).(Pending); p.Attempt != 2 || p.LastError != "broker said no" {
+		t.Fatalf("record waiting for its retry after the upgrade: %+v", p)
+	}
+	// A producer's insert after the upgrade, by plain SQL.
+	var after string
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT herald.stage_notification('acme', 'c', 'order.updated', 1, '{"n":2}')::text`).Scan(&after), "stage after")
+
+	rec := newRecorder()
+	startWorker(t, s, rec, WorkerConfig{})
+	want := map[string][]string{"a": {pendA, procA}, "b": {pendB}, "c": {retryC, laterC, after}}
+	rec.waitFor(t, 10*time.Second, "every record not yet dispatched", func() bool { return rec.count() >= 6 })
+	eventually(t, 10*time.Second, "all dispatched", func() bool {
+		for _, ids := range want {
+			for _, id := range ids {
+				if _, ok := stateOf(t, s, id).(Dispatched); !ok {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for ch, ids := range want {
+		got := rec.channel(fanout.Key{Tenant: "acme", Channel: ch})
+		if fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("channel %s got %v, want %v (each once, in order)", ch, got, ids)
+		}
+	}
+	if _, ok := rec.byID(dispatched); ok {
+		t.Fatalf("a record dispatched before the upgrade was published again")
+	}
+	if _, ok := stateOf(t, s, dead).(DeadLetter); !ok {
+		t.Fatalf("dead letter after the upgrade: %#v", stateOf(t, s, dead))
+	}
+	a, _ := AdminOf(s)
+	res, err := a.Replay(ctx, ReplayRequest{IDs: []string{dead}, Actor: "ops", Reason: "upgrade check"})
+	testenv.Must(t, err, "replay")
+	if len(res.Replayed) != 1 {
+		t.Fatalf("replay: %+v", res)
+	}
+	rec.waitFor(t, 10*time.Second, "the replayed dead letter", func() bool { _, ok := rec.byID(dead); return ok })
+	// An insert a producer still had queued on the old table is forwarded
+	// (its RETURNING then returns no row: the row went elsewhere).
+	_, err = s.Pool().Exec(ctx, `INSERT INTO herald.outbox_v2 (tenant_id, channel, type, schema_version, payload)
+		VALUES ('acme', 'd', 'order.updated', 1, '{}')`)
+	testenv.Must(t, err, "insert into the old table")
+	var n int
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_v2`).Scan(&n), "count old")
+	if n != 0 {
+		t.Fatalf("the old table kept %d rows", n)
+	}
+	rec.waitFor(t, 10*time.Second, "a record inserted into the old table", func() bool {
+		return len(rec.channel(fanout.Key{Tenant: "acme", Channel: "d"})) == 1
+	})
+}

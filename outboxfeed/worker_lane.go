@@ -1,0 +1,402 @@
+package outboxfeed
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// lane is one claim loop of a Worker: it holds at most one partition's
+// batch at a time, publishes it, and completes it together with the next
+// claim. Lanes never share a lease owner (laneOwner).
+type lane struct {
+	owner    string
+	lead     bool          // arms and disarms the wake-up trigger
+	lastWork time.Time     // when a claim last found records (or a wake-up came)
+	armed    bool          // this lane armed the wake-up trigger
+	followUp bool          // the next idle wait is a short one (just armed)
+	kicked   chan struct{} // signalled when there may be work for this lane
+	// brokerFails counts this lane's batches in a row that met a broker
+	// outage (for the backoff).
+	brokerFails int
+	// takeover is the end of the last batch this lane took over from a
+	// holder that never completed it: while the lane goes on through that
+	// batch in smaller ones (Worker.dispatch), they are still published
+	// as takeovers (the old holder may have published any of them).
+	takeover takeoverMark
+}
+
+// takeoverMark is where a taken-over batch ended in its partition.
+type takeoverMark struct {
+	set    bool
+	part   int
+	queued int64  // the largest retry-queue row of the batch
+	xid    uint64 // the (xid, seq) of its last record read from the position
+	seq    int64
+}
+
+// mark remembers the end of b when it is a takeover; for a later batch of
+// the same partition that starts inside the marked one, it sets
+// b.Takeover.
+func (m *takeoverMark) mark(b *Batch) {
+	if b == nil {
+		return
+	}
+	if b.Takeover {
+		*m = takeoverMark{set: true, part: b.Partition}
+		for i := range b.Records {
+			r := &b.Records[i]
+			if r.queued != 0 {
+				m.queued = max(m.queued, r.queued)
+				continue
+			}
+			m.xid, m.seq = r.xid, r.Seq
+		}
+		return
+	}
+	if !m.set || b.Partition != m.part || len(b.Records) == 0 {
+		m.set = false
+		return
+	}
+	r := &b.Records[0]
+	inside := r.queued != 0 && r.queued <= m.queued ||
+		r.queued == 0 && (r.xid < m.xid || r.xid == m.xid && r.Seq <= m.seq)
+	if inside {
+		b.Takeover = true
+		return
+	}
+	m.set = false
+}
+
+// laneOwner is the lease owner of lane i (from 0).
+func laneOwner(owner string, i int) string {
+	if i == 0 {
+		return owner
+	}
+	return owner + "/" + strconv.Itoa(i+1)
+}
+
+// runLanes runs cfg.Lanes claim loops and hands each wake-up to all of
+// them.
+func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
+	lanes := make([]*lane, w.cfg.Lanes)
+	for i := range lanes {
+		lanes[i] = &lane{owner: laneOwner(w.cfg.Owner, i), lead: i == 0, lastWork: time.Now(), kicked: make(chan struct{}, 1)}
+	}
+	kickAll := func() {
+		for _, l := range lanes {
+			signal(l.kicked)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, l := range lanes {
+		wg.Go(func() { w.runLane(ctx, l, kickAll) })
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil
+				continue
+			}
+			kickAll()
+		case <-w.recovered:
+			kickAll()
+		}
+	}
+}
+
+// runLane is one lane's loop. A lane that found records claims again at
+// once; one that found none polls every ActivePollInterval while records
+// came less than IdleAfter ago, then (lead lane) arms the wake-up trigger
+// and waits for a wake-up or PollInterval.
+func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
+	var storeFails int
+	var b *Batch
+	for ctx.Err() == nil {
+		if b == nil {
+			req := w.claimRequest(l, AnyPartition)
+			var err error
+			b, err = w.claim(ctx, req)
+			if err != nil {
+				storeFails++
+				w.setUnready(err)
+				w.waitKick(ctx, l, outageDelay(storeFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
+				continue
+			}
+			storeFails = 0
+			w.setReady()
+			w.armed(l, req)
+			if b == nil {
+				w.idle(ctx, l)
+				continue
+			}
+			kickAll() // other partitions may hold records too
+		}
+		l.lastWork = time.Now()
+		if l.armed {
+			l.armed = false // the next claim disarms it
+		}
+		l.takeover.mark(b)
+		b = w.work(ctx, l, b)
+	}
+}
+
+// claimRequest is lane l's next claim of partition part.
+func (w *Worker) claimRequest(l *lane, part int) ClaimRequest {
+	req := ClaimRequest{Owner: l.owner, Partition: part, Limit: w.cfg.BatchSize, Lease: w.cfg.LeaseDuration, Durable: w.cfg.DurableClaims}
+	if l.lead {
+		switch {
+		case l.armed && time.Since(l.lastWork) < w.cfg.IdleAfter:
+			req.Disarm = true
+		case !l.armed && time.Since(l.lastWork) >= w.cfg.IdleAfter:
+			req.Arm = 3 * w.cfg.PollInterval
+		case l.armed:
+			req.Arm = 3 * w.cfg.PollInterval // the idle poll re-arms, so it stays armed
+		}
+	}
+	return req
+}
+
+// armed records what the claim did to the wake-up trigger.
+func (w *Worker) armed(l *lane, req ClaimRequest) {
+	switch {
+	case req.Disarm:
+		l.armed = false
+	case req.Arm > 0:
+		l.followUp = !l.armed
+		l.armed = true
+	}
+}
+
+// claim runs one claim; it is not cut off by Stop, so a committed claim is
+// always seen (and then completed) rather than left to expire.
+func (w *Worker) claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LeaseDuration/2)
+	defer cancel()
+	return w.store.Claim(cctx, req)
+}
+
+// idle waits after a claim that found nothing.
+func (w *Worker) idle(ctx context.Context, l *lane) {
+	wait := w.cfg.PollInterval
+	switch {
+	case !l.lead:
+		// Only the lead lane polls; the others wait for the wake-ups and
+		// the kicks of a lane that found records.
+	case time.Since(l.lastWork) < w.cfg.IdleAfter:
+		wait = w.cfg.ActivePollInterval
+	case l.lead && !l.armed:
+		// IdleAfter ran out during the claim: the next claim arms the
+		// trigger, at once, before the long wait.
+		wait = w.cfg.ActivePollInterval
+	case l.followUp:
+		// A producer that saw the trigger disarmed may commit just after
+		// the claim that armed it: look again shortly.
+		l.followUp = false
+		wait = min(w.cfg.PollInterval, max(10*w.cfg.ActivePollInterval, time.Millisecond))
+	}
+	if w.waitKick(ctx, l, wait) {
+		l.lastWork = time.Now()
+	}
+}
+
+// waitKick sleeps d or until the lane is kicked; it reports a kick.
+func (w *Worker) waitKick(ctx context.Context, l *lane, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return false
+	case <-l.kicked:
+		return true
+	}
+}
+
+// work dispatches b, completes it and returns the batch the completion
+// claimed next (nil when none, or when the Worker is stopping).
+func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
+	claimedAt := time.Now()
+	out, res := w.dispatch(ctx, b, claimedAt)
+	if res.leaseLost {
+		w.leaseLost("publish", len(b.Records))
+		return nil // the new holder publishes the batch again
+	}
+	var next *ClaimRequest
+	if ctx.Err() == nil && res.brokerErr == nil {
+		part := AnyPartition
+		if b.More || len(out) < len(b.Records) {
+			part = b.Partition
+		}
+		req := w.claimRequest(l, part)
+		next = &req
+	}
+	held, nb, err := w.complete(ctx, b, out, next, claimedAt)
+	if err != nil {
+		return nil // left to expire: published again (once) by the next holder
+	}
+	w.completed(b, out, held, claimedAt)
+	if next != nil {
+		w.armed(l, *next)
+	}
+	if res.brokerErr != nil {
+		w.brokerDown(ctx, l, res.brokerErr)
+		return nil
+	}
+	if res.published {
+		l.brokerFails = 0
+	}
+	return nb
+}
+
+// complete writes b's outcomes (and claims next), retrying store errors
+// with backoff until the lease would have run out, or for at most
+// ShutdownTimeout once the Worker is stopping. An outage shorter than the
+// lease thus loses nothing and publishes nothing twice.
+func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest, claimedAt time.Time) (held bool, nb *Batch, err error) {
+	wctx, cancel := w.settleContext(ctx, claimedAt)
+	defer cancel()
+	err = w.persist(wctx, claimedAt, func(c context.Context) (err error) {
+		held, nb, err = w.store.Complete(c, b, out, next)
+		return err
+	})
+	if err == nil {
+		w.setReady()
+	}
+	return held, nb, err
+}
+
+// completed records the metrics and logs of a completed batch.
+func (w *Worker) completed(b *Batch, out []Outcome, held bool, claimedAt time.Time) {
+	if !held {
+		w.leaseLost("complete", len(out))
+		return
+	}
+	elapsed := time.Since(claimedAt).Seconds()
+	var ok int
+	for i := range out {
+		r := &b.Records[i]
+		switch out[i].Kind {
+		case OutcomeDone:
+			ok++
+			w.m.attempts.Observe(float64(r.Attempt + 1))
+			w.m.duration.Observe(elapsed)
+		case OutcomeRetryLater:
+			w.m.retry.Inc()
+		case OutcomeDeadLettered:
+			w.m.deadLettered.Inc()
+			w.log.Warn("outbox record dead-lettered", "id", r.ID, "tenant", r.TenantID, "channel", r.Channel,
+				"type", r.Type, "schema_version", r.SchemaVersion, "reason", out[i].Err)
+		}
+	}
+	w.m.success.Add(float64(ok))
+}
+
+// brokerDown backs the lane off after a broker outage.
+func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
+	if ok, suppressed := w.limit.allow("broker"); ok {
+		w.log.Warn("broker unavailable; unpublished records keep their place, backing off", "err", err, "suppressed", suppressed)
+	}
+	l.brokerFails++
+	w.waitKick(ctx, l, outageDelay(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
+}
+
+// probeLoop pings the store while it is unready, so readiness returns
+// within ProbeInterval of the store answering again, whatever backoff the
+// lanes are in.
+func (w *Worker) probeLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if w.ready.Load() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, w.cfg.ProbeInterval)
+		err := w.store.Ping(pctx)
+		cancel()
+		if err == nil {
+			w.setReady()
+		}
+	}
+}
+
+// leaseLost counts records whose outcome the store refused (or the broker
+// fenced off) because another Worker took the partition over.
+func (w *Worker) leaseLost(op string, n int) {
+	if n <= 0 {
+		return
+	}
+	w.m.leaseLost.Add(float64(n))
+	if ok, suppressed := w.limit.allow("lease_lost"); ok {
+		w.log.Warn("lease lost: another worker holds the partition", "op", op, "records", n, "suppressed", suppressed)
+	}
+}
+
+// persist runs a store write, retrying store errors with backoff until ctx
+// ends; it marks the store unready while failing. The backoff never
+// sleeps past the middle of what is left of the lease that began at
+// claimedAt, so a short outage does not outlast the lease.
+func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(context.Context) error) error {
+	for failures := 1; ; failures++ {
+		err := write(ctx)
+		if err == nil {
+			return nil
+		}
+		w.setUnready(err)
+		if ctx.Err() != nil {
+			return err
+		}
+		d := outageDelay(failures, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
+		if left := time.Until(claimedAt.Add(w.cfg.LeaseDuration)); d > left/4 {
+			d = max(left/4, w.cfg.OutageBaseDelay)
+		}
+		if !sleepCtx(ctx, d) {
+			return err
+		}
+	}
+}
+
+// settleContext outlives ctx (outcomes are written even while stopping) but
+// ends at the lease deadline (at least ShutdownTimeout from now) or
+// ShutdownTimeout after ctx ends, whichever comes first.
+func (w *Worker) settleContext(ctx context.Context, claimedAt time.Time) (context.Context, context.CancelFunc) {
+	deadline := claimedAt.Add(w.cfg.LeaseDuration)
+	if floor := time.Now().Add(w.cfg.ShutdownTimeout); deadline.Before(floor) {
+		deadline = floor
+	}
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	var mu sync.Mutex
+	var timer *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(w.cfg.ShutdownTimeout, cancel)
+		mu.Unlock()
+	})
+	return wctx, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// poisonReason is the dead-letter reason of a record whose batches kept
+// being taken over.
+func poisonReason(takeovers int) string {
+	return fmt.Sprintf("gave up after %d attempts: its lease expired", takeovers)
+}
