@@ -33,6 +33,12 @@ type Admin interface {
 	// Replays returns the outbox_replay rows of one message id, oldest
 	// first (none for an id never replayed).
 	Replays(ctx context.Context, messageID string) ([]ReplayEntry, error)
+	// Partitions lists the partitions with their leases.
+	Partitions(ctx context.Context) ([]PartitionInfo, error)
+	// SetPartitions changes the number of partitions (PostgreSQL; the
+	// embedded store has one), keeping each channel's order (see
+	// PGStore's procedure in docs/delivery.md).
+	SetPartitions(ctx context.Context, n int) error
 }
 
 // Admin sentinel errors; test with errors.Is.

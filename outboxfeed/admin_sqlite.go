@@ -392,3 +392,34 @@ WHERE message_id = ? ORDER BY id`, nil, func(rows *sql.Rows) error {
 	}
 	return out, nil
 }
+
+// Partitions lists the embedded store's one partition.
+func (a sqliteAdmin) Partitions(ctx context.Context) ([]PartitionInfo, error) {
+	var p PartitionInfo
+	var owner sql.NullString
+	var exp, done sql.NullInt64
+	var batches int64
+	err := a.s.db.QueryRowContext(ctx, `SELECT part, owner, expires_at, fence, claim_to IS NOT NULL, takeovers, done_at,
+	(SELECT count(*) FROM outbox_batch) FROM outbox_partition WHERE part = 0`).
+		Scan(&p.Partition, &owner, &exp, &p.Fence, &p.Open, &p.Takeovers, &done, &batches)
+	if err != nil {
+		return nil, fmt.Errorf("outboxfeed: partitions: %w", err)
+	}
+	p.State, p.Owner, p.Batches = "active", owner.String, batches
+	if exp.Valid {
+		p.ExpiresAt = time.UnixMicro(exp.Int64).UTC()
+	}
+	if done.Valid {
+		p.DoneAt = time.UnixMicro(done.Int64).UTC()
+	}
+	return []PartitionInfo{p}, nil
+}
+
+// SetPartitions is refused: the embedded store has one writer and one
+// partition, whose position by insertion order is exact.
+func (a sqliteAdmin) SetPartitions(ctx context.Context, n int) error {
+	if n == 1 {
+		return nil
+	}
+	return invalid("the embedded SQLite store has one partition; only PostgreSQL can have %d", n)
+}

@@ -88,6 +88,13 @@ CREATE TABLE herald.outbox_partition (
 	pos_seq    bigint      NOT NULL DEFAULT 0,
 	open       boolean     NOT NULL DEFAULT false,
 	takeovers  int         NOT NULL DEFAULT 0,
+	-- active: claimed by Workers; retiring: replaced by a new partition
+	-- count, claimed until its position passes retire_xmax (every
+	-- transaction that could stage into it has finished); waiting: of the
+	-- new count, claimed once no partition is retiring; retired: done.
+	state      text        NOT NULL DEFAULT 'active'
+		CONSTRAINT outbox_partition_state CHECK (state IN ('active', 'retiring', 'waiting', 'retired')),
+
 	claimed_at timestamptz,
 	done_at    timestamptz,
 	batches    bigint      NOT NULL DEFAULT 0,
@@ -97,6 +104,12 @@ CREATE TABLE herald.outbox_partition (
 -- Own snapshot: this transaction's xid is not visible in it, so the
 -- records moved below are delivered once this migration commits.
 INSERT INTO herald.outbox_partition (part, lo) SELECT g, pg_current_snapshot() FROM generate_series(0, 3) g;
+-- The barrier of a change of the partition count (see SetPartitions).
+CREATE TABLE herald.outbox_repartition (
+	id          boolean PRIMARY KEY DEFAULT true CONSTRAINT outbox_repartition_one_row CHECK (id),
+	retire_xmax xid8
+);
+INSERT INTO herald.outbox_repartition DEFAULT VALUES;
 
 CREATE TABLE herald.outbox_retry (
 	qseq             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -188,6 +201,30 @@ CREATE TRIGGER outbox_v2_forward BEFORE INSERT ON herald.outbox_v2
 // first, until one has something to dispatch; a partition that has
 // nothing gets its position advanced (lo := hi) and its lease given back.
 const pgClaimFunction = `
+-- outbox_retire retires a partition replaced by a new partition count once
+-- every record that could be staged into it is done: its lo.xmin has
+-- passed retire_xmax (the xmax of a snapshot taken after the new count was
+-- committed) and no range is open. Its retry queue moves to the records'
+-- new partitions, in order, so those channels stay held back there. When
+-- no partition is retiring any more, the waiting ones become active.
+CREATE FUNCTION herald.outbox_retire(p_part int) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+	l herald.outbox_partition;
+	barrier xid8;
+BEGIN
+	UPDATE herald.outbox_repartition SET retire_xmax = pg_snapshot_xmax(pg_current_snapshot())
+	WHERE retire_xmax IS NULL;
+	SELECT retire_xmax INTO barrier FROM herald.outbox_repartition;
+	SELECT * INTO l FROM herald.outbox_partition p WHERE p.part = p_part FOR UPDATE;
+	IF l.state <> 'retiring' OR l.hi IS NOT NULL OR pg_snapshot_xmin(l.lo) < barrier THEN
+		RETURN;
+	END IF;
+	UPDATE herald.outbox_retry r SET part = herald.outbox_partition_of(r.tenant_id, r.channel)
+	WHERE r.part = p_part AND r.state = 'pending';
+	UPDATE herald.outbox_partition p SET state = 'retired' WHERE p.part = p_part;
+END
+$fn$;
+
 CREATE FUNCTION herald.outbox_claim(p_part int, p_owner text, p_lease interval, p_limit int, p_tries int)
 RETURNS TABLE (r_kind "char", r_part int, r_fence bigint, r_takeovers int, r_qseq bigint, r_attempt int, r_due boolean,
 	r_id uuid, r_seq bigint, r_xid xid8, r_tenant text, r_channel text, r_type text, r_version int,
@@ -202,6 +239,12 @@ DECLARE
 	tries int := 0;
 	tried int[] := '{}';
 BEGIN
+	-- The last retiring partition retired (by this or another claim):
+	-- the waiting ones take over.
+	IF EXISTS (SELECT 1 FROM herald.outbox_partition p WHERE p.state = 'waiting')
+		AND NOT EXISTS (SELECT 1 FROM herald.outbox_partition p WHERE p.state = 'retiring') THEN
+		UPDATE herald.outbox_partition p SET state = 'active' WHERE p.state = 'waiting';
+	END IF;
 	LOOP
 		tries := tries + 1;
 		-- Lock the row first, then take the snapshot in a statement of its
@@ -209,11 +252,13 @@ BEGIN
 		-- the row could be older than the lo that claim wrote.
 		IF p_part >= 0 THEN
 			SELECT * INTO l FROM herald.outbox_partition p
-			WHERE p.part = p_part AND (p.owner IS NULL OR p.owner = p_owner OR p.expires_at < clock_timestamp())
+			WHERE p.part = p_part AND p.state IN ('active', 'retiring')
+				AND (p.owner IS NULL OR p.owner = p_owner OR p.expires_at < clock_timestamp())
 			FOR UPDATE;
 		ELSE
 			SELECT * INTO l FROM herald.outbox_partition p
-			WHERE (p.owner IS NULL OR p.expires_at < clock_timestamp()) AND p.part <> ALL (tried)
+			WHERE p.state IN ('active', 'retiring') AND (p.owner IS NULL OR p.expires_at < clock_timestamp())
+				AND p.part <> ALL (tried)
 			ORDER BY p.claimed_at NULLS FIRST, p.part LIMIT 1 FOR UPDATE SKIP LOCKED;
 		END IF;
 		IF NOT FOUND THEN
@@ -277,7 +322,11 @@ BEGIN
 		-- Nothing to dispatch: the range is done; give the lease back.
 		UPDATE herald.outbox_partition p SET lo = p.hi, hi = NULL, pos_xid = '0', pos_seq = 0,
 			open = false, takeovers = 0, owner = NULL, expires_at = NULL
-		WHERE p.part = l.part;
+		WHERE p.part = l.part
+		RETURNING p.* INTO l;
+		IF l.state = 'retiring' THEN
+			PERFORM herald.outbox_retire(l.part);
+		END IF;
 		IF p_part >= 0 OR tries >= p_tries THEN
 			RETURN;
 		END IF;

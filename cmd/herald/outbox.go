@@ -24,12 +24,13 @@ var outboxCommands = []struct {
 	{"list", "list records with their state, attempt and last error", runOutboxList},
 	{"replay", "move dead letters back to pending (audited; --actor and --reason required)", runOutboxReplay},
 	{"purge", "delete dispatched or dead-lettered records older than an age, in small batches", runOutboxPurge},
+	{"partitions", "list the partitions and their leases; --set N changes their number (PostgreSQL)", runOutboxPartitions},
 }
 
 func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		outboxUsage(stderr)
-		return fmt.Errorf("%w: want a subcommand: stats, list, replay or purge", errUsage)
+		return fmt.Errorf("%w: want a subcommand: stats, list, replay, purge or partitions", errUsage)
 	}
 	switch args[0] {
 	case "-h", "--help", "help":
@@ -45,14 +46,14 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	outboxUsage(stderr)
-	return fmt.Errorf("%w: unknown subcommand %q: want stats, list, replay or purge", errUsage, args[0])
+	return fmt.Errorf("%w: unknown subcommand %q: want stats, list, replay, purge or partitions", errUsage, args[0])
 }
 
 func outboxUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: herald outbox <subcommand> [flags]   (herald outbox <subcommand> -h for its flags)")
 	fmt.Fprintln(w, "\nSubcommands:")
 	for _, c := range outboxCommands {
-		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 }
 
@@ -447,4 +448,56 @@ func runOutboxPurge(ctx context.Context, args []string, stdout, stderr io.Writer
 			res.Segments, res.Cutoff.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+func runOutboxPartitions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	st, c := newOutboxSettings("partitions", stderr)
+	var set int
+	var asJSON bool
+	st.Int(&set, "set", 0, "change the number of partitions to this (PostgreSQL; keeps each channel's order, see docs/delivery.md)")
+	st.Bool(&asJSON, "json", false, "print JSON instead of a table")
+	if err := c.parse(st, args); err != nil {
+		return err
+	}
+	a, closeStore, err := c.open(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	if set != 0 {
+		if err := a.SetPartitions(ctx, set); err != nil {
+			return adminErr(err)
+		}
+		fmt.Fprintf(stdout, "partition count set to %d: the current partitions retire once drained, then the new ones take over\n", set)
+	}
+	ps, err := a.Partitions(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ps)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tSTATE\tOWNER\tLEASE EXPIRES\tFENCE\tOPEN\tTAKEOVERS\tLAST DONE\tBATCHES")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%v\t%d\t%s\t%d\n", p.Partition, p.State, dash(p.Owner), timeOrDash(p.ExpiresAt),
+			p.Fence, p.Open, p.Takeovers, timeOrDash(p.DoneAt), p.Batches)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func timeOrDash(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }

@@ -372,3 +372,43 @@ func TestParseWhenAndAge(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxPartitionsCommand lists the partitions and changes their
+// number on PostgreSQL; the embedded store refuses any count but one.
+func TestOutboxPartitionsCommand(t *testing.T) {
+	for _, sc := range storeCases() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			dbURL, _ := sc.setup(t)
+			db := []string{"--database-url", dbURL}
+			mustHerald(t, append([]string{"migrate", "--log-level", "warn"}, db...)...)
+			out := mustHerald(t, append([]string{"outbox", "partitions"}, db...)...)
+			want := 4
+			if sc.name != "postgres" {
+				want = 1
+			}
+			if n := strings.Count(out, " active "); n != want {
+				t.Fatalf("partitions: %d active, want %d:\n%s", n, want, out)
+			}
+			if sc.name != "postgres" {
+				code, _, errOut := herald(t, append([]string{"outbox", "partitions", "--set", "4"}, db...)...)
+				if code != 2 || !strings.Contains(errOut, "one partition") {
+					t.Fatalf("partitions --set 4 on SQLite: exit %d, %s", code, errOut)
+				}
+				return
+			}
+			out = mustHerald(t, append([]string{"outbox", "partitions", "--set", "8"}, db...)...)
+			if !strings.Contains(out, "partition count set to 8") || strings.Count(out, " retiring ") != 4 || strings.Count(out, " waiting ") != 8 {
+				t.Fatalf("partitions --set 8:\n%s", out)
+			}
+			code, _, errOut := herald(t, append([]string{"outbox", "partitions", "--set", "2"}, db...)...)
+			if code != 2 || !strings.Contains(errOut, "still in progress") {
+				t.Fatalf("a second change: exit %d, %s", code, errOut)
+			}
+			var ps []outboxfeed.PartitionInfo
+			if err := json.Unmarshal([]byte(mustHerald(t, append([]string{"outbox", "partitions", "--json"}, db...)...)), &ps); err != nil || len(ps) != 12 {
+				t.Fatalf("partitions --json: %v %+v", err, ps)
+			}
+		})
+	}
+}
