@@ -19,7 +19,13 @@ FROM herald.outbox_claim($1, $2, $3, $4, $5)`
 const pgClaimTries = 64
 
 const (
-	pgAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+	// pgCycleSettings apply to a claim's or completion's transaction: its
+	// commit mode ($1: off, or on for Durable), and an end to it should the
+	// Worker freeze (SIGSTOP, a VM pause) in the middle of sending it: the
+	// server ends the session after this long idle in the transaction, so
+	// the partition's row is free for a takeover once the lease expires.
+	pgCycleSettings = `SELECT set_config('synchronous_commit', $1, true),
+	set_config('idle_in_transaction_session_timeout', '5s', true)`
 	// The wake-up switch is a hint: a Worker never waits for another
 	// one's lock on it (one frozen mid-transaction would stall them all).
 	pgArm = `UPDATE herald.outbox_wakeup SET armed_until = statement_timestamp() + $1::bigint * interval '1 microsecond'
@@ -47,9 +53,7 @@ func queueClaim(b *pgx.Batch, req *ClaimRequest) {
 // Claim leases a partition and reads its next batch, in one round trip.
 func (s *PGStore) Claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
 	var b pgx.Batch
-	if !req.Durable {
-		b.Queue(pgAsyncCommit)
-	}
+	b.Queue(pgCycleSettings, commitMode(req.Durable))
 	queueClaim(&b, &req)
 	res := s.pool.SendBatch(ctx, &b)
 	nb, err := readClaim(res, b.Len(), &req)
@@ -257,19 +261,15 @@ func (s *PGStore) Complete(ctx context.Context, b *Batch, out []Outcome, next *C
 		return false, nil, fmt.Errorf("%w: %d outcomes for %d records", ErrInvalidConfig, len(out), len(b.Records))
 	}
 	var pb pgx.Batch
-	if !b.durable {
-		pb.Queue(pgAsyncCommit)
-	}
+	pb.Queue(pgCycleSettings, commitMode(b.durable))
 	pb.Queue(pgCompleteSQL, completeArgs(b, out)...)
 	if next != nil {
 		queueClaim(&pb, next)
 	}
 	res := s.pool.SendBatch(ctx, &pb)
 	held, nb, err := func() (bool, *Batch, error) {
-		if !b.durable {
-			if _, err := res.Exec(); err != nil {
-				return false, nil, err
-			}
+		if _, err := res.Exec(); err != nil {
+			return false, nil, err
 		}
 		var held bool
 		if err := res.QueryRow().Scan(&held); err != nil {
@@ -292,4 +292,12 @@ func (s *PGStore) Complete(ctx context.Context, b *Batch, out []Outcome, next *C
 		return false, nil, fmt.Errorf("outboxfeed: complete: %w", err)
 	}
 	return held, nb, nil
+}
+
+// commitMode is synchronous_commit for a cycle's transaction.
+func commitMode(durable bool) string {
+	if durable {
+		return "on"
+	}
+	return "off"
 }

@@ -95,6 +95,9 @@ func (s *PGStore) ensureSegments(ctx context.Context, size int64) error {
 func (s *PGStore) addSegment(ctx context.Context, from, to int64) error {
 	name := "outbox_s" + strconv.FormatInt(from, 10)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pgSegmentTxSettings); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgMigrateLockKey); err != nil {
 			return err
 		}
@@ -205,7 +208,7 @@ func (s *PGStore) removeSegment(ctx context.Context, name string, full bool, ret
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pgPruneLockKey).Scan(&turn); err != nil || !turn {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+pgSegmentLockTimeout+`'`); err != nil {
+		if _, err := tx.Exec(ctx, pgSegmentTxSettings); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `LOCK TABLE herald.`+name+` IN ACCESS EXCLUSIVE MODE`); err != nil {
@@ -235,6 +238,14 @@ func (s *PGStore) removeSegment(ctx context.Context, name string, full bool, ret
 	}
 	return removed, err
 }
+
+// pgSegmentTxSettings bound what a segment transaction can cost others:
+// it waits at most pgSegmentLockTimeout for a lock (and producers queue
+// behind it no longer), and should its process freeze while it holds one
+// (the attach locks the default partition, a drop or truncate its segment),
+// the server ends it after a second.
+const pgSegmentTxSettings = `SELECT set_config('lock_timeout', '` + pgSegmentLockTimeout + `', true),
+	set_config('idle_in_transaction_session_timeout', '1s', true)`
 
 // isLockTimeout reports a lock_timeout expiry (SQLSTATE 55P03).
 func isLockTimeout(err error) bool {

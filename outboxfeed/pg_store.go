@@ -42,14 +42,6 @@ func OpenPG(ctx context.Context, cfg Config) (*PGStore, error) {
 	if pc.ConnConfig.RuntimeParams["jit"] == "" {
 		pc.ConnConfig.RuntimeParams["jit"] = "off"
 	}
-	// A Worker frozen (SIGSTOP, a VM pause) in the middle of sending a
-	// claim or a completion leaves its transaction open, holding its
-	// partition's row; the server ends such a session after this long, so
-	// the partition is free for a takeover once its lease expires. A
-	// setting in the URL wins.
-	if pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] == "" {
-		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "5s"
-	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("outboxfeed: open postgres pool: %w", err)

@@ -363,14 +363,17 @@ func pgStage(t *testing.T, s *PGStore, ns ...Notification) []string {
 }
 
 // A transaction that stays open with an xid (a long report, a stuck
-// producer) does not hold back the records of transactions that commit
-// meanwhile, and its own record is delivered once it commits.
+// producer) for a minute, holding the xmin horizon, does not hold back the
+// 100,000 records of transactions that commit meanwhile, and its own
+// record is delivered once it commits.
 func TestPostgresLongTransactionDoesNotStall(t *testing.T) {
 	t.Parallel()
-	const txs, perTx = 50, 100
+	const txs, perTx = 100, 1000
+	const held = 60 * time.Second
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
 	long, longIDs := openStage(t, s, note("c/0", `{"long":true}`))
+	opened := time.Now()
 	rec := newRecorder()
 	w := startWorker(t, s, rec, WorkerConfig{BatchSize: 200})
 	var ids []string
@@ -386,8 +389,21 @@ func TestPostgresLongTransactionDoesNotStall(t *testing.T) {
 		testenv.Must(t, tx.Commit(ctx), "commit")
 		ids = append(ids, got...)
 	}
-	rec.waitFor(t, 60*time.Second, "the other transactions' records", func() bool { return delivered(rec, ids) })
+	staged := time.Now()
+	rec.waitFor(t, 5*time.Minute, "the other transactions' records", func() bool { return delivered(rec, ids) })
+	t.Logf("%d records staged in %d transactions and drained %v after the last commit, beside a transaction open since %v",
+		len(ids), txs, time.Since(staged).Round(time.Millisecond), time.Since(opened).Round(time.Second))
 	exactlyOnce(t, rec, ids)
+	// The long transaction holds the xmin horizon for a minute in all.
+	time.Sleep(time.Until(opened.Add(held)))
+	// Its xid holds the horizon: no row version newer than it can be
+	// vacuumed away meanwhile.
+	var xid *string
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT min(backend_xid::text) FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_xid IS NOT NULL`).Scan(&xid), "xmin horizon")
+	if xid == nil {
+		t.Fatal("no open transaction holds the xmin horizon")
+	}
 	eventually(t, 10*time.Second, "their completion", func() bool { return testutil.ToFloat64(w.m.success) >= float64(len(ids)) })
 	// Still open, still invisible: nothing of it was published.
 	if _, ok := rec.byID(longIDs[0]); ok {
