@@ -44,6 +44,66 @@ type feedNode struct {
 	ops   string
 }
 
+// feedArgs is the `herald feed` command line the feed tests share:
+// PostgreSQL at dbURL, Redis at redisURL under prefix, ops on a free port,
+// a crashLease lease, batches of 50 and a 100ms poll, then extra flags.
+func feedArgs(dbURL, redisURL, prefix string, extra ...string) []string {
+	return append([]string{"feed",
+		"--database-url", dbURL, "--redis-url", redisURL, "--redis-key-prefix", prefix,
+		"--listen", "127.0.0.1:0", "--outbox-lease", crashLease, "--outbox-batch-size", "50",
+		"--outbox-poll-interval", "100ms"}, extra...)
+}
+
+// startFeed starts `herald feed` with args as name and waits until it
+// runs, on the Redis broker.
+func startFeed(t *testing.T, name string, args []string) feedNode {
+	t.Helper()
+	p := startHerald(t, name, args...)
+	m := p.waitStdout(t, feedBanner, 30*time.Second)
+	if m[2] != "redis" {
+		t.Fatalf("%s runs broker %q, want redis", name, m[2])
+	}
+	return feedNode{p: p, owner: m[1], ops: m[3]}
+}
+
+// crashStaging is crashProducers producers staging crashRecords records
+// (produceCrashRecords) while a feed test runs.
+type crashStaging struct {
+	log  *stagedLog
+	done chan struct{} // closed once every producer has returned
+	mu   sync.Mutex
+	err  error // the first producer error
+}
+
+// startStaging starts the producers on pool, staging into a new log. The
+// test's cleanup ends them (cancel, which must cancel ctx) and waits.
+func startStaging(t *testing.T, ctx context.Context, cancel context.CancelFunc, pool *pgxpool.Pool) *crashStaging {
+	s := &crashStaging{log: newStagedLog(), done: make(chan struct{})}
+	var producers sync.WaitGroup
+	for p := range crashProducers {
+		producers.Go(func() {
+			if err := produceCrashRecords(ctx, pool, p, s.log); err != nil {
+				s.mu.Lock()
+				s.err = cmp.Or(s.err, err)
+				s.mu.Unlock()
+			}
+		})
+	}
+	go func() { producers.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-s.done
+	})
+	return s
+}
+
+// firstErr is the first producer error so far.
+func (s *crashStaging) firstErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
 // TestFeedSIGKILLMidBatch runs three `herald feed` processes over one
 // PostgreSQL outbox and one Redis broker, stages 20,000 records from
 // several producers while they run, kills one feed with SIGKILL while it
@@ -57,52 +117,17 @@ func TestFeedSIGKILLMidBatch(t *testing.T) {
 	defer cancel()
 
 	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
-	feedArgs := []string{"feed",
-		"--database-url", dbURL, "--redis-url", redisURL, "--redis-key-prefix", prefix,
-		"--listen", "127.0.0.1:0", "--outbox-lease", crashLease, "--outbox-batch-size", "50",
-		"--outbox-poll-interval", "100ms"}
-	startFeed := func(name string) feedNode {
-		p := startHerald(t, name, feedArgs...)
-		m := p.waitStdout(t, feedBanner, 30*time.Second)
-		if m[2] != "redis" {
-			t.Fatalf("%s runs broker %q, want redis", name, m[2])
-		}
-		return feedNode{p: p, owner: m[1], ops: m[3]}
-	}
+	args := feedArgs(dbURL, redisURL, prefix)
 	var feeds []feedNode
 	for i := range crashFeeds {
-		feeds = append(feeds, startFeed(fmt.Sprintf("feed-%d", i)))
+		feeds = append(feeds, startFeed(t, fmt.Sprintf("feed-%d", i), args))
 	}
 	victim := feeds[1]
 
 	pool := openPool(t, dbURL, crashProducers+2)
-	log := newStagedLog()
-	var (
-		producers sync.WaitGroup
-		errMu     sync.Mutex
-		prodErr   error
-	)
-	firstErr := func() error {
-		errMu.Lock()
-		defer errMu.Unlock()
-		return prodErr
-	}
 	start := time.Now()
-	for p := range crashProducers {
-		producers.Go(func() {
-			if err := produceCrashRecords(ctx, pool, p, log); err != nil {
-				errMu.Lock()
-				prodErr = cmp.Or(prodErr, err)
-				errMu.Unlock()
-			}
-		})
-	}
-	producersDone := make(chan struct{})
-	go func() { producers.Wait(); close(producersDone) }()
-	t.Cleanup(func() {
-		cancel()
-		<-producersDone
-	})
+	staging := startStaging(t, ctx, cancel, pool)
+	log := staging.log
 
 	// Kill the victim in the middle of a batch, with 20–60 % of the records
 	// dispatched: freeze its process group with SIGSTOP and look at its
@@ -118,7 +143,7 @@ func TestFeedSIGKILLMidBatch(t *testing.T) {
 		held     []heldRecord
 	)
 	waitUntil(t, 90*time.Second, 3*time.Millisecond, "a moment to kill "+victim.p.name+" mid-batch", func() (bool, error) {
-		if err := firstErr(); err != nil {
+		if err := staging.firstErr(); err != nil {
 			t.Fatalf("producer: %v", err)
 		}
 		dispatched, _, err := victimLeases(ctx, pool, victim.owner)
@@ -154,14 +179,14 @@ func TestFeedSIGKILLMidBatch(t *testing.T) {
 	}
 	t.Logf("SIGKILLed %s (%s) at %d/%d dispatched, %d staged, while it held %d claimed records, %d of them already in Redis (%v)",
 		victim.p.name, victim.owner, killedAt, crashRecords, log.count(), len(held), publishedAtKill, victim.p.err)
-	restarted := startFeed(victim.p.name + "-restarted")
+	restarted := startFeed(t, victim.p.name+"-restarted", args)
 
 	select {
-	case <-producersDone:
+	case <-staging.done:
 	case <-ctx.Done():
 		t.Fatalf("producers did not finish: %v", ctx.Err())
 	}
-	if err := firstErr(); err != nil {
+	if err := staging.firstErr(); err != nil {
 		t.Fatalf("producer: %v", err)
 	}
 	if n := log.count(); n != crashRecords {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,32 +29,11 @@ func TestFeedSIGSTOPPastLease(t *testing.T) {
 	defer cancel()
 
 	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
-	feedArgs := []string{"feed",
-		"--database-url", dbURL, "--redis-url", redisURL, "--redis-key-prefix", prefix,
-		"--listen", "127.0.0.1:0", "--outbox-lease", crashLease, "--outbox-batch-size", "50",
-		"--outbox-poll-interval", "100ms", "--outbox-lanes", "1"}
-	startFeed := func(name string) feedNode {
-		p := startHerald(t, name, feedArgs...)
-		m := p.waitStdout(t, feedBanner, 30*time.Second)
-		return feedNode{p: p, owner: m[1], ops: m[3]}
-	}
-	victim, other := startFeed("victim"), startFeed("other")
+	args := feedArgs(dbURL, redisURL, prefix, "--outbox-lanes", "1")
+	victim, other := startFeed(t, "victim", args), startFeed(t, "other", args)
 
 	pool := openPool(t, dbURL, crashProducers+2)
-	log := newStagedLog()
-	var producers sync.WaitGroup
-	var errMu sync.Mutex
-	var prodErr error
-	for p := range crashProducers {
-		producers.Go(func() {
-			if err := produceCrashRecords(ctx, pool, p, log); err != nil {
-				errMu.Lock()
-				prodErr = cmp.Or(prodErr, err)
-				errMu.Unlock()
-			}
-		})
-	}
-	t.Cleanup(func() { cancel(); producers.Wait() })
+	staging := startStaging(t, ctx, cancel, pool)
 
 	// Freeze the victim while it holds a batch of which some records are
 	// already in Redis and some not: its publishing is in flight.
@@ -88,9 +66,9 @@ func TestFeedSIGSTOPPastLease(t *testing.T) {
 		err := pool.QueryRow(ctx, `SELECT fence FROM herald.outbox_partition WHERE part = $1`, part).Scan(&f)
 		return err == nil && f > fence, err
 	})
-	producers.Wait()
-	if prodErr != nil {
-		t.Fatalf("producer: %v", prodErr)
+	<-staging.done
+	if err := staging.firstErr(); err != nil {
+		t.Fatalf("producer: %v", err)
 	}
 	waitUntil(t, 120*time.Second, 50*time.Millisecond, "every record dispatched while the victim is frozen", func() (bool, error) {
 		c, err := countStates(ctx, pool)
@@ -105,7 +83,7 @@ func TestFeedSIGSTOPPastLease(t *testing.T) {
 	})
 	var f2 int64
 	testenv.Must(t, pool.QueryRow(ctx, `SELECT fence FROM herald.outbox_partition WHERE part = $1`, part).Scan(&f2), "fence")
-	if dups := checkRedisStreams(t, ctx, rc, prefix, log); dups != 0 {
+	if dups := checkRedisStreams(t, ctx, rc, prefix, staging.log); dups != 0 {
 		t.Fatalf("%d duplicate publications in the streams after the frozen feed resumed", dups)
 	}
 	checkHeld(t, ctx, rc, prefix, held)

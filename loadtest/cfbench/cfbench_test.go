@@ -11,28 +11,6 @@ import (
 // These tests cover pure helpers only: nothing here needs PostgreSQL or
 // the Centrifugo binary.
 
-func TestSummarize(t *testing.T) {
-	if q := summarize(nil); q.N != 0 || q.Max != 0 {
-		t.Fatalf("summarize(nil) = %+v", q)
-	}
-	d := make([]time.Duration, 0, 1000)
-	for i := 1000; i >= 1; i-- { // unsorted on purpose
-		d = append(d, time.Duration(i)*time.Millisecond)
-	}
-	q := summarize(d)
-	want := quantiles{N: 1000, P50: 500 * time.Millisecond, P99: 990 * time.Millisecond, P999: 999 * time.Millisecond, Max: time.Second}
-	if q != want {
-		t.Fatalf("summarize = %+v, want %+v", q, want)
-	}
-	if q := summarize([]time.Duration{7}); q.P50 != 7 || q.P999 != 7 || q.Max != 7 {
-		t.Fatalf("one sample: %+v", q)
-	}
-	b, err := json.Marshal(quantiles{N: 2, P50: 1500 * time.Microsecond})
-	if err != nil || !strings.Contains(string(b), `"p50_ms":1.5`) {
-		t.Fatalf("json = %s, %v", b, err)
-	}
-}
-
 func TestParseConsumerConfigs(t *testing.T) {
 	got, err := parseConsumerConfigs("100x1, 1000x1,1000x4")
 	if err != nil {
@@ -145,17 +123,6 @@ func TestPayloadAndPerChannel(t *testing.T) {
 		if count != c.want || perChannel(c.n, c.channels, c.ch) != c.want {
 			t.Errorf("perChannel(%d, %d, %d) = %d, counted %d, want %d", c.n, c.channels, c.ch, perChannel(c.n, c.channels, c.ch), count, c.want)
 		}
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	line := "4242 (postgres: wal writer) S 1 4242 4242 0 -1 4194368 100 0 0 0 250 50 0 0 20 0 1 0 123 0 0"
-	comm, cpu, err := parseStat(line)
-	if err != nil || comm != "postgres: wal writer" || cpu != 3*time.Second {
-		t.Fatalf("parseStat = %q, %v, %v", comm, cpu, err)
-	}
-	if _, _, err := parseStat("garbage"); err == nil {
-		t.Fatal("no error for garbage")
 	}
 }
 

@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// defaultDatabaseURL is the local test server (trust auth).
-const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+)
 
 // defaultCentrifugo is where `GOBIN=/tmp/cfbin go install
 // github.com/centrifugal/centrifugo/v6@v6.9.1` puts the binary.
@@ -92,7 +91,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		DatabaseURL: defaultDatabaseURL, Centrifugo: defaultCentrifugo,
+		DatabaseURL: benchkit.DefaultDatabaseURL, Centrifugo: defaultCentrifugo,
 		Phases: strings.Join(allPhases, ","), Configs: "100x1,1000x1,1000x4",
 		Records: 200_000, Channels: 1_000, PollInterval: 300 * time.Millisecond,
 		StagedProducers: 4, StagedBatch: 1_000,
@@ -133,14 +132,7 @@ func (c *config) register(fs *flag.FlagSet) {
 }
 
 // phase reports whether name is among the phases to run.
-func (c *config) phase(name string) bool {
-	for p := range strings.SplitSeq(c.Phases, ",") {
-		if strings.TrimSpace(p) == name {
-			return true
-		}
-	}
-	return false
-}
+func (c *config) phase(name string) bool { return benchkit.HasPhase(c.Phases, name) }
 
 // producerVariants is -producer-variants as trigger on/off values.
 func (c *config) producerVariants() []bool {
@@ -152,15 +144,8 @@ func (c *config) producerVariants() []bool {
 }
 
 func (c *config) validate() error {
-	var errs []error
+	errs := []error{benchkit.CheckPhases(c.Phases, allPhases...)}
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	for p := range strings.SplitSeq(c.Phases, ",") {
-		switch strings.TrimSpace(p) {
-		case "drain", "staged", "latency", "producers":
-		default:
-			bad("-phases: unknown phase %q (want drain, staged, latency, producers)", p)
-		}
-	}
 	cs, err := parseConsumerConfigs(c.Configs)
 	if err != nil {
 		errs = append(errs, err)
@@ -186,24 +171,11 @@ func (c *config) validate() error {
 	if c.StagedProducers < 1 || c.StagedBatch < 1 {
 		bad("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)
 	}
-	if c.Rate < 1 || c.Rate > 1_000_000 {
-		bad("-rate %d: must be 1–1,000,000", c.Rate)
-	}
-	if c.LatencyDuration < time.Second {
-		bad("-latency-duration %v: must be ≥ 1s", c.LatencyDuration)
-	}
-	if c.LatencyProducers < 1 {
-		bad("-latency-producers %d: must be ≥ 1", c.LatencyProducers)
-	}
+	errs = append(errs, benchkit.CheckPaced(c.Rate, c.LatencyDuration, c.LatencyProducers))
 	if c.LatencyBatch < 1 || c.LatencyPartitions < 1 || c.LatencyPartitions > 256 {
 		bad("-latency-batch %d / -latency-partitions %d: batch ≥ 1, partitions 1–256", c.LatencyBatch, c.LatencyPartitions)
 	}
-	if c.Producers < 1 {
-		bad("-producers %d: must be ≥ 1", c.Producers)
-	}
-	if c.ProducerDuration < time.Second {
-		bad("-producer-duration %v: must be ≥ 1s", c.ProducerDuration)
-	}
+	errs = append(errs, benchkit.CheckUnpaced(c.Producers, c.ProducerDuration))
 	for name, d := range map[string]time.Duration{"-startup-timeout": c.StartupTimeout, "-drain-timeout": c.DrainTimeout,
 		"-deliver-timeout": c.DeliverTimeout, "-timeout": c.Timeout} {
 		if d < time.Second {

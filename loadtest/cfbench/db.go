@@ -8,19 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 )
 
-// openPool opens a pool of up to n connections on url.
+// openPool opens a pool of n connections on url (benchkit.OpenPool).
 func openPool(ctx context.Context, url string, n int, app string) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	pc.MaxConns = int32(n)
-	pc.MinConns = int32(n)
-	pc.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	pool, err := benchkit.OpenPool(ctx, url, n, app)
 	if err != nil {
 		return nil, fmt.Errorf("cfbench: pool: %w", err)
 	}
@@ -125,19 +119,6 @@ func insertOne(ctx context.Context, pool *pgxpool.Pool, body []byte, partition i
 		return fmt.Errorf("cfbench: insert: %w", err)
 	}
 	return nil
-}
-
-// serverInfo describes the PostgreSQL server for the report.
-func serverInfo(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	var version, fsync, syncCommit, sharedBuffers string
-	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
-		current_setting('synchronous_commit'), current_setting('shared_buffers')`).
-		Scan(&version, &fsync, &syncCommit, &sharedBuffers)
-	if err != nil {
-		return "", fmt.Errorf("cfbench: server settings: %w", err)
-	}
-	return fmt.Sprintf("PostgreSQL %s (fsync=%s, synchronous_commit=%s, shared_buffers=%s)",
-		version, fsync, syncCommit, sharedBuffers), nil
 }
 
 // perChannel is how many of records [0, n) land on channel ch.

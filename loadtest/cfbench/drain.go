@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
 // env is what the phases share: the configuration, the bench database and
@@ -69,7 +71,7 @@ func (r *drainResult) finish() {
 		r.SteadyPerS = rate(int(r.FirstRemaining), r.Drained-r.FirstConsumed)
 	}
 	r.CentrifugoCPUS, r.PostgresCPUS = r.CentrifugoCPU.Seconds(), r.PostgresCPU.Seconds()
-	r.CentrifugoUSPerRc, r.PostgresUSPerRc = perRecordMicros(r.CentrifugoCPU, r.Records), perRecordMicros(r.PostgresCPU, r.Records)
+	r.CentrifugoUSPerRc, r.PostgresUSPerRc = benchkit.PerRecordMicros(r.CentrifugoCPU, r.Records), benchkit.PerRecordMicros(r.PostgresCPU, r.Records)
 }
 
 func (e *env) drainParams(cc consumerConfig) cfParams {
@@ -92,7 +94,7 @@ func (e *env) runDrain(ctx context.Context, cc consumerConfig) (res drainResult,
 	res.Stage = time.Since(t)
 	fmt.Fprintf(e.progress, "drain %s: staged %d records in %v; starting Centrifugo\n", cc, cfg.Records, res.Stage.Round(time.Millisecond))
 
-	pg0 := postgresCPU()
+	pg0 := benchkit.PostgresCPU()
 	cf, err := e.start("drain-"+cc.String(), e.drainParams(cc))
 	if err != nil {
 		return res, err
@@ -115,7 +117,7 @@ func (e *env) runDrain(ctx context.Context, cc consumerConfig) (res drainResult,
 		}
 		return false, nil
 	})
-	res.CentrifugoCPU, res.PostgresCPU = cf.cpu(), postgresCPU()-pg0
+	res.CentrifugoCPU, res.PostgresCPU = cf.cpu(), benchkit.PostgresCPU()-pg0
 	if err != nil {
 		return res, fmt.Errorf("cfbench: drain %s: %w", cc, err)
 	}
@@ -163,7 +165,7 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	cf0, pg0 := cf.cpu(), postgresCPU()
+	cf0, pg0 := cf.cpu(), benchkit.PostgresCPU()
 	start := time.Now()
 	for w := range cfg.StagedProducers {
 		wg.Go(func() {
@@ -203,7 +205,7 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 		}
 		return false, nil
 	})
-	res.CentrifugoCPU, res.PostgresCPU = cf.cpu()-cf0, postgresCPU()-pg0
+	res.CentrifugoCPU, res.PostgresCPU = cf.cpu()-cf0, benchkit.PostgresCPU()-pg0
 	cancel()
 	<-stagedCh
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
 // latencyResult is the outcome of the latency phase.
@@ -27,14 +29,14 @@ type latencyResult struct {
 	Producers    int           `json:"producers"`
 	Channels     int           `json:"channels"`
 
-	Committed  int           `json:"committed"`
-	Duplicates int64         `json:"duplicates"`
-	Elapsed    time.Duration `json:"-"`                // first → last commit
-	MaxLag     time.Duration `json:"-"`                // how far the pacer fell behind
-	Commit     quantiles     `json:"commit"`           // producers' COMMIT round trip
-	Latency    quantiles     `json:"commit_to_client"` // COMMIT returned → client received
-	FromInsert quantiles     `json:"insert_to_client"` // embedded timestamp (just before INSERT) → client received
-	Early      int           `json:"early"`            // received before the producer saw its COMMIT return (counted as 0)
+	Committed  int                `json:"committed"`
+	Duplicates int64              `json:"duplicates"`
+	Elapsed    time.Duration      `json:"-"`                // first → last commit
+	MaxLag     time.Duration      `json:"-"`                // how far the pacer fell behind
+	Commit     benchkit.Quantiles `json:"commit"`           // producers' COMMIT round trip
+	Latency    benchkit.Quantiles `json:"commit_to_client"` // COMMIT returned → client received
+	FromInsert benchkit.Quantiles `json:"insert_to_client"` // embedded timestamp (just before INSERT) → client received
+	Early      int                `json:"early"`            // received before the producer saw its COMMIT return (counted as 0)
 
 	CentrifugoCPU time.Duration `json:"-"`
 	PostgresCPU   time.Duration `json:"-"`
@@ -60,7 +62,7 @@ func (r *latencyResult) finish() {
 	}
 	r.ElapsedS, r.MaxLagS, r.WindowS = r.Elapsed.Seconds(), r.MaxLag.Seconds(), r.Window.Seconds()
 	r.CentrifugoCPUS, r.PostgresCPUS, r.SelfCPUS = r.CentrifugoCPU.Seconds(), r.PostgresCPU.Seconds(), r.SelfCPU.Seconds()
-	r.CentrifugoUSPerRc, r.PostgresUSPerRc = perRecordMicros(r.CentrifugoCPU, r.Committed), perRecordMicros(r.PostgresCPU, r.Committed)
+	r.CentrifugoUSPerRc, r.PostgresUSPerRc = benchkit.PerRecordMicros(r.CentrifugoCPU, r.Committed), benchkit.PerRecordMicros(r.PostgresCPU, r.Committed)
 }
 
 // runLatency runs Centrifugo with a low-latency consumer and one
@@ -117,9 +119,9 @@ func (e *env) runLatency(ctx context.Context) (res latencyResult, err error) {
 	}
 	defer pool.Close()
 	fmt.Fprintf(e.progress, "latency: staging %d records at %d/s over %d connections (batch %d, %d partitions, poll %v, LISTEN/NOTIFY %v)\n",
-		total, cfg.Rate, cfg.LatencyProducers, cfg.LatencyBatch, cfg.LatencyPartitions, cfg.LatencyPollInterval, onOff(cfg.LatencyNotify))
+		total, cfg.Rate, cfg.LatencyProducers, cfg.LatencyBatch, cfg.LatencyPartitions, cfg.LatencyPollInterval, benchkit.OnOff(cfg.LatencyNotify))
 
-	cf0, pg0, self0 := cf.cpu(), postgresCPU(), selfCPU()
+	cf0, pg0, self0 := cf.cpu(), benchkit.PostgresCPU(), benchkit.SelfCPU()
 	start := time.Now()
 	marks, lag, err := pacedStage(ctx, pool, cfg, total)
 	if err != nil {
@@ -133,7 +135,7 @@ func (e *env) runLatency(ctx context.Context) (res latencyResult, err error) {
 		return client.count.Load() >= int64(len(marks)), nil
 	})
 	res.Window = time.Since(start)
-	res.CentrifugoCPU, res.PostgresCPU, res.SelfCPU = cf.cpu()-cf0, postgresCPU()-pg0, selfCPU()-self0
+	res.CentrifugoCPU, res.PostgresCPU, res.SelfCPU = cf.cpu()-cf0, benchkit.PostgresCPU()-pg0, benchkit.SelfCPU()-self0
 	if err != nil {
 		return res, fmt.Errorf("cfbench: latency: %d of %d records received: %w", client.count.Load(), len(marks), err)
 	}
@@ -159,11 +161,11 @@ func (e *env) runLatency(ctx context.Context) (res latencyResult, err error) {
 		fromInsert = append(fromInsert, time.Duration(at-m.insertAt))
 	}
 	res.Elapsed = time.Duration(last - first)
-	res.Commit, res.Latency, res.FromInsert = summarize(commits), summarize(lat), summarize(fromInsert)
+	res.Commit, res.Latency, res.FromInsert = benchkit.Summarize(commits), benchkit.Summarize(lat), benchkit.Summarize(fromInsert)
 	res.ErrorLogLines = cf.errorLines()
 	res.finish()
 	fmt.Fprintf(e.progress, "latency: commit → client p50 %s p99 %s p99.9 %s max %s (achieved %.0f/s)\n",
-		ms(res.Latency.P50), ms(res.Latency.P99), ms(res.Latency.P999), ms(res.Latency.Max), res.AchievedPerS)
+		benchkit.MS(res.Latency.P50), benchkit.MS(res.Latency.P99), benchkit.MS(res.Latency.P999), benchkit.MS(res.Latency.Max), res.AchievedPerS)
 	return res, nil
 }
 
@@ -185,50 +187,13 @@ func mono() int64 { return int64(time.Since(clockBase)) }
 // pacedStage hands record numbers to the producers on a fixed schedule
 // and collects their commits. It returns the largest lag of the schedule.
 func pacedStage(ctx context.Context, pool *pgxpool.Pool, cfg config, total int) ([]commitMark, time.Duration, error) {
-	jobs := make(chan int, cfg.Rate)
-	results := make([][]commitMark, cfg.LatencyProducers)
-	errs := make([]error, cfg.LatencyProducers)
-	var wg sync.WaitGroup
-	for w := range cfg.LatencyProducers {
-		wg.Go(func() {
-			for k := range jobs {
-				if errs[w] != nil {
-					continue
-				}
-				m, err := produceOne(ctx, pool, k, cfg.Channels, cfg.LatencyPartitions)
-				if err != nil {
-					errs[w] = err
-					continue
-				}
-				results[w] = append(results[w], m)
-			}
-		})
-	}
-	interval := time.Second / time.Duration(cfg.Rate)
-	start := time.Now()
-	var lag time.Duration
-	for k := 0; k < total && ctx.Err() == nil; k++ {
-		due := start.Add(time.Duration(k) * interval)
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		} else {
-			lag = max(lag, -d)
-		}
-		jobs <- k
-	}
-	close(jobs)
-	wg.Wait()
-	var marks []commitMark
-	for w := range results {
-		if errs[w] != nil {
-			return nil, lag, errs[w]
-		}
-		marks = append(marks, results[w]...)
-	}
-	if len(marks) == 0 && ctx.Err() == nil {
+	marks, lag, err := benchkit.Paced(ctx, cfg.Rate, cfg.LatencyProducers, total, func(k int) (commitMark, error) {
+		return produceOne(ctx, pool, k, cfg.Channels, cfg.LatencyPartitions)
+	})
+	if err == nil && len(marks) == 0 {
 		return nil, lag, errors.New("cfbench: latency: nothing committed")
 	}
-	return marks, lag, ctx.Err()
+	return marks, lag, err
 }
 
 // produceOne inserts record k in its own transaction (BEGIN, INSERT,
@@ -416,11 +381,4 @@ func (c *wsClient) close() {
 	c.cancel()
 	c.conn.CloseNow()
 	<-c.done
-}
-
-func onOff(b bool) string {
-	if b {
-		return "on"
-	}
-	return "off"
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,9 +14,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
 // centrifugo is one running Centrifugo process, started by this program
@@ -177,7 +177,7 @@ func (c *centrifugo) historyOffset(ctx context.Context, channel string) (uint64,
 
 // cpu is CPU time (user + system) read from /proc/<pid>/stat.
 func (c *centrifugo) cpu() time.Duration {
-	d, _ := procCPU(c.pid)
+	d, _ := benchkit.ProcCPU(c.pid)
 	return d
 }
 
@@ -196,82 +196,8 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-const ticksPerSecond = 100 // USER_HZ on Linux
-
-// parseStat reads the command name and utime+stime of a /proc/<pid>/stat
-// line.
-func parseStat(s string) (comm string, cpu time.Duration, err error) {
-	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || end < open {
-		return "", 0, errors.New("cfbench: malformed stat line")
-	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 13 {
-		return "", 0, errors.New("cfbench: short stat line")
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return "", 0, errors.New("cfbench: bad stat times")
-	}
-	return s[open+1 : end], time.Duration(u+st) * time.Second / ticksPerSecond, nil
-}
-
-// procCPU is the CPU time of one process.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	_, d, err := parseStat(string(b))
-	return d, err
-}
-
-// postgresCPU sums utime+stime of the processes whose command is
-// "postgres" (the server and its backends; a backend that exited during
-// the measurement is missed) — the same accounting as outboxbench.
-func postgresCPU() time.Duration {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var total time.Duration
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		comm, d, err := parseStat(string(b))
-		if err != nil || comm != "postgres" {
-			continue
-		}
-		total += d
-	}
-	return total
-}
-
-// selfCPU is this process's CPU time.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// pollUntil calls cond every interval until it is true, it fails, ctx
-// ends or timeout passes.
+// pollUntil is benchkit.PollUntil failing with "timed out after
+// <timeout>" when timeout passes.
 func pollUntil(ctx context.Context, timeout, interval time.Duration, cond func() (bool, error)) error {
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %v", timeout))
-	defer cancel()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-t.C:
-		}
-	}
+	return benchkit.PollUntil(ctx, timeout, interval, fmt.Errorf("timed out after %v", timeout), cond)
 }

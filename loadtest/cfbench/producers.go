@@ -3,19 +3,20 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
 // producerResult is one variant of the producer phase.
 type producerResult struct {
-	Trigger  bool          `json:"pg_notify_trigger"`
-	Commits  int           `json:"commits"`
-	Elapsed  time.Duration `json:"-"`
-	Tx       quantiles     `json:"tx"`     // BEGIN → INSERT → COMMIT returned
-	Commit   quantiles     `json:"commit"` // the COMMIT round trip alone
-	ElapsedS float64       `json:"elapsed_s"`
-	PerS     float64       `json:"commits_per_s"`
+	Trigger  bool               `json:"pg_notify_trigger"`
+	Commits  int                `json:"commits"`
+	Elapsed  time.Duration      `json:"-"`
+	Tx       benchkit.Quantiles `json:"tx"`     // BEGIN → INSERT → COMMIT returned
+	Commit   benchkit.Quantiles `json:"commit"` // the COMMIT round trip alone
+	ElapsedS float64            `json:"elapsed_s"`
+	PerS     float64            `json:"commits_per_s"`
 }
 
 // runProducers runs cfg.Producers concurrent producers on a fresh outbox
@@ -33,37 +34,19 @@ func (e *env) runProducers(ctx context.Context, trigger bool) (producerResult, e
 		return res, err
 	}
 	defer pool.Close()
-	txs := make([][]time.Duration, cfg.Producers)
-	commits := make([][]time.Duration, cfg.Producers)
-	errs := make([]error, cfg.Producers)
-	runCtx, cancel := context.WithTimeout(ctx, cfg.ProducerDuration)
-	defer cancel()
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := range cfg.Producers {
-		wg.Go(func() {
-			for k := w; runCtx.Err() == nil; k += cfg.Producers {
-				// Not bound to runCtx, so the last transaction completes.
-				t0 := mono()
-				m, err := produceOne(ctx, pool, k, cfg.Channels, 1)
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				txs[w] = append(txs[w], time.Duration(m.committedAt-t0))
-				commits[w] = append(commits[w], m.commitTook)
-			}
-		})
-	}
-	wg.Wait()
-	res.Elapsed = time.Since(start)
-	var allTx, allCommit []time.Duration
-	for w := range cfg.Producers {
-		if errs[w] != nil {
-			return res, errs[w]
+	allTx, allCommit, elapsed, err := benchkit.Unpaced(ctx, cfg.Producers, cfg.ProducerDuration, func(w, i int) (time.Duration, time.Duration, error) {
+		// Producer w inserts records w, w+Producers, w+2·Producers, …, each
+		// bound to ctx, not to the run's deadline, so the last one completes.
+		t0 := mono()
+		m, err := produceOne(ctx, pool, w+i*cfg.Producers, cfg.Channels, 1)
+		if err != nil {
+			return 0, 0, err
 		}
-		allTx = append(allTx, txs[w]...)
-		allCommit = append(allCommit, commits[w]...)
+		return time.Duration(m.committedAt - t0), m.commitTook, nil
+	})
+	res.Elapsed = elapsed
+	if err != nil {
+		return res, err
 	}
 	n, err := countRows(ctx, e.pool)
 	if err != nil {
@@ -73,9 +56,9 @@ func (e *env) runProducers(ctx context.Context, trigger bool) (producerResult, e
 		return res, fmt.Errorf("cfbench: producers: %d rows in the table after %d commits", n, len(allTx))
 	}
 	res.Commits = len(allTx)
-	res.Tx, res.Commit = summarize(allTx), summarize(allCommit)
+	res.Tx, res.Commit = benchkit.Summarize(allTx), benchkit.Summarize(allCommit)
 	res.ElapsedS, res.PerS = res.Elapsed.Seconds(), rate(res.Commits, res.Elapsed)
 	fmt.Fprintf(e.progress, "producers (pg_notify trigger %s, no consumer): %d commits in %v (%.0f/s), commit p50 %s p99 %s\n",
-		onOff(trigger), res.Commits, res.Elapsed.Round(time.Millisecond), res.PerS, ms(res.Commit.P50), ms(res.Commit.P99))
+		benchkit.OnOff(trigger), res.Commits, res.Elapsed.Round(time.Millisecond), res.PerS, benchkit.MS(res.Commit.P50), benchkit.MS(res.Commit.P99))
 	return res, nil
 }

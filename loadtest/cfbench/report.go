@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/hostinfo"
 )
 
@@ -74,8 +75,8 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		return err
 	}
 	defer pool.Close()
-	if rep.Server, err = serverInfo(ctx, pool); err != nil {
-		return err
+	if rep.Server, err = benchkit.ServerInfo(ctx, pool); err != nil {
+		return fmt.Errorf("cfbench: %w", err)
 	}
 	e := &env{cfg: cfg, dbURL: db.URL, pool: pool, dir: dir, progress: progress}
 
@@ -170,16 +171,16 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| commit → WebSocket client, paced at %s/s by %d producers (achieved %.0f/s, %s records over %d channels; batch %d, %d partitions, %s) p50 / p99 / p99.9 / max | **%s / %s / %s** / %s | %.2f s / %.2f s over %.1f s (%.1f µs / %.1f µs) |\n",
 			thousands(float64(l.Rate)), l.Producers, l.AchievedPerS, thousands(float64(l.Committed)), l.Channels, l.Batch, l.Partitions, wake,
-			ms(l.Latency.P50), ms(l.Latency.P99), ms(l.Latency.P999), ms(l.Latency.Max),
+			benchkit.MS(l.Latency.P50), benchkit.MS(l.Latency.P99), benchkit.MS(l.Latency.P999), benchkit.MS(l.Latency.Max),
 			l.CentrifugoCPUS, l.PostgresCPUS, l.WindowS, l.CentrifugoUSPerRc, l.PostgresUSPerRc)
 		fmt.Fprintf(w, "| latency phase: INSERT (embedded timestamp) → client p50 / p99; producers' COMMIT p50 / p99 (pacer fell behind by up to %s; %d received before their COMMIT returned, counted as 0; %d duplicates) | %s / %s; %s / %s | — |\n",
-			ms(time.Duration(l.MaxLagS*float64(time.Second))), l.Early, l.Duplicates,
-			ms(l.FromInsert.P50), ms(l.FromInsert.P99), ms(l.Commit.P50), ms(l.Commit.P99))
+			benchkit.MS(time.Duration(l.MaxLagS*float64(time.Second))), l.Early, l.Duplicates,
+			benchkit.MS(l.FromInsert.P50), benchkit.MS(l.FromInsert.P99), benchkit.MS(l.Commit.P50), benchkit.MS(l.Commit.P99))
 	}
 	for _, p := range r.Producers {
 		fmt.Fprintf(w, "| %d single-row producers, no consumer, pg_notify trigger %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s/s**, %s / %s, %s / %s | — |\n",
-			r.ProdConns, onOff(p.Trigger), thousands(p.PerS),
-			ms(p.Commit.P50), ms(p.Commit.P99), ms(p.Tx.P50), ms(p.Tx.P99))
+			r.ProdConns, benchkit.OnOff(p.Trigger), thousands(p.PerS),
+			benchkit.MS(p.Commit.P50), benchkit.MS(p.Commit.P99), benchkit.MS(p.Tx.P50), benchkit.MS(p.Tx.P99))
 	}
 	fmt.Fprintln(w)
 }

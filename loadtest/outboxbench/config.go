@@ -4,17 +4,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"time"
-)
 
-// defaultDatabaseURL is the local test server (trust auth).
-const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+)
 
 // config is what one benchmark run does. Every field is a flag.
 type config struct {
 	// DatabaseURL names the server and a database to connect to while the
-	// benchmark creates (and later drops) its own. Default: defaultDatabaseURL.
+	// benchmark creates (and later drops) its own. Default:
+	// benchkit.DefaultDatabaseURL.
 	DatabaseURL string
 	// Phases lists what to run, comma-separated: drain, latency,
 	// producers. Default: all three.
@@ -65,7 +64,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		DatabaseURL: defaultDatabaseURL, Phases: "drain,latency,producers",
+		DatabaseURL: benchkit.DefaultDatabaseURL, Phases: "drain,latency,producers",
 		Records: 200_000, Channels: 1_000, BatchSize: 1_000, Concurrency: 32, Retained: 100_000,
 		Rate: 1_000, LatencyDuration: 20 * time.Second, LatencyProducers: 16, LatencyNotify: true,
 		PollInterval: time.Second,
@@ -91,26 +90,15 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ProducerDuration, "producer-duration", c.ProducerDuration, "producers: how long each variant (trigger on / off) runs")
 }
 
+// allPhases are the phases, in the order they run.
+var allPhases = []string{"drain", "latency", "producers"}
+
 // phase reports whether name is among the phases to run.
-func (c *config) phase(name string) bool {
-	for p := range strings.SplitSeq(c.Phases, ",") {
-		if strings.TrimSpace(p) == name {
-			return true
-		}
-	}
-	return false
-}
+func (c *config) phase(name string) bool { return benchkit.HasPhase(c.Phases, name) }
 
 func (c *config) validate() error {
-	var errs []error
+	errs := []error{benchkit.CheckPhases(c.Phases, allPhases...)}
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	for p := range strings.SplitSeq(c.Phases, ",") {
-		switch strings.TrimSpace(p) {
-		case "drain", "latency", "producers":
-		default:
-			bad("-phases: unknown phase %q (want drain, latency, producers)", p)
-		}
-	}
 	if c.Records < 1 {
 		bad("-records %d: must be ≥ 1", c.Records)
 	}
@@ -129,23 +117,10 @@ func (c *config) validate() error {
 	if c.Concurrency < 1 {
 		bad("-concurrency %d: must be ≥ 1", c.Concurrency)
 	}
-	if c.Rate < 1 || c.Rate > 1_000_000 {
-		bad("-rate %d: must be 1–1,000,000", c.Rate)
-	}
-	if c.LatencyDuration < time.Second {
-		bad("-latency-duration %v: must be ≥ 1s", c.LatencyDuration)
-	}
-	if c.LatencyProducers < 1 {
-		bad("-latency-producers %d: must be ≥ 1", c.LatencyProducers)
-	}
+	errs = append(errs, benchkit.CheckPaced(c.Rate, c.LatencyDuration, c.LatencyProducers))
 	if c.PollInterval < time.Millisecond {
 		bad("-poll-interval %v: must be ≥ 1ms", c.PollInterval)
 	}
-	if c.Producers < 1 {
-		bad("-producers %d: must be ≥ 1", c.Producers)
-	}
-	if c.ProducerDuration < time.Second {
-		bad("-producer-duration %v: must be ≥ 1s", c.ProducerDuration)
-	}
+	errs = append(errs, benchkit.CheckUnpaced(c.Producers, c.ProducerDuration))
 	return errors.Join(errs...)
 }

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
 // cpuTimes is CPU time used so far by this process and by the PostgreSQL
@@ -26,13 +23,9 @@ type cpuTimes struct {
 // readCPU reads the CPU times; pool names the database whose backends
 // count (nil: every postgres process).
 func readCPU(ctx context.Context, pool *pgxpool.Pool) cpuTimes {
-	var c cpuTimes
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	c := cpuTimes{self: benchkit.SelfCPU()}
 	if pool == nil {
-		c.postgres = postgresCPU()
+		c.postgres = benchkit.PostgresCPU()
 		return c
 	}
 	c.backends = map[int]time.Duration{}
@@ -44,7 +37,7 @@ func readCPU(ctx context.Context, pool *pgxpool.Pool) cpuTimes {
 	for rows.Next() {
 		var pid int
 		if rows.Scan(&pid) == nil {
-			d := procCPU(pid)
+			d, _ := benchkit.ProcCPU(pid) // 0 when it is gone
 			c.backends[pid] = d
 			c.postgres += d
 		}
@@ -62,52 +55,4 @@ func (c cpuTimes) since(start cpuTimes) cpuTimes {
 		}
 	}
 	return out
-}
-
-// procCPU is utime+stime of process pid (0 when it is gone).
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 {
-		return 0
-	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * time.Second / 100 // USER_HZ
-}
-
-// postgresCPU sums utime+stime of the processes whose command is
-// "postgres" (the server and its backends; a backend that exited during
-// the measurement is missed).
-func postgresCPU() time.Duration {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	var ticks int64
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open || s[open+1:end] != "postgres" {
-			continue
-		}
-		f := strings.Fields(s[end+1:])
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + st
-	}
-	return time.Duration(ticks) * time.Second / ticksPerSecond
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 	"github.com/heraldgw/herald/outboxfeed"
 )
@@ -38,14 +39,7 @@ func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*outboxfe
 
 // openPool opens a pool of up to n connections for producers.
 func (db *benchDB) openPool(ctx context.Context, n int) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		return nil, err
-	}
-	pc.MaxConns = int32(n)
-	pc.MinConns = int32(n)
-	pc.ConnConfig.RuntimeParams["application_name"] = "outboxbench-producer"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	pool, err := benchkit.OpenPool(ctx, db.URL, n, "outboxbench-producer")
 	if err != nil {
 		return nil, fmt.Errorf("outboxbench: producer pool: %w", err)
 	}
@@ -76,15 +70,11 @@ func reset(ctx context.Context, pool *pgxpool.Pool, retained, channels int) erro
 
 // serverInfo describes the PostgreSQL server for the report.
 func serverInfo(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	var version, fsync, syncCommit, sharedBuffers string
-	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
-		current_setting('synchronous_commit'), current_setting('shared_buffers')`).
-		Scan(&version, &fsync, &syncCommit, &sharedBuffers)
+	s, err := benchkit.ServerInfo(ctx, pool)
 	if err != nil {
-		return "", fmt.Errorf("outboxbench: server settings: %w", err)
+		return "", fmt.Errorf("outboxbench: %w", err)
 	}
-	return fmt.Sprintf("PostgreSQL %s (fsync=%s, synchronous_commit=%s, shared_buffers=%s)",
-		version, fsync, syncCommit, sharedBuffers), nil
+	return s, nil
 }
 
 // countStates returns how many records are dispatched and how many are not.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
 // drainResult is the outcome of the drain phase.
@@ -60,7 +62,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 	}
 	start = time.Now()
 	cpu0 := readCPU(ctx, store.Pool())
-	err = pollUntil(ctx, 10*time.Minute, 2*time.Millisecond, func() (bool, error) {
+	err = benchkit.PollUntil(ctx, 10*time.Minute, 2*time.Millisecond, nil, func() (bool, error) {
 		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
 			res.Published = time.Since(start)
 		}
@@ -85,7 +87,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 	}
 	fmt.Fprintf(progress, "drain: %d records completed in %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
 		cfg.Records, res.Drained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.Drained),
-		perRecordMicros(res.CPU.self, cfg.Records), perRecordMicros(res.CPU.postgres, cfg.Records))
+		benchkit.PerRecordMicros(res.CPU.self, cfg.Records), benchkit.PerRecordMicros(res.CPU.postgres, cfg.Records))
 	return res, nil
 }
 
@@ -111,29 +113,4 @@ func stageBulk(ctx context.Context, pool *pgxpool.Pool, n, channels int) error {
 		done += size
 	}
 	return nil
-}
-
-// pollUntil calls cond every interval until it is true, it fails, ctx
-// ends or timeout passes.
-func pollUntil(ctx context.Context, timeout, interval time.Duration, cond func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-t.C:
-		}
-	}
-}
-
-// perRecordMicros is d per record, in microseconds.
-func perRecordMicros(d time.Duration, records int) float64 {
-	return float64(d.Microseconds()) / float64(records)
 }

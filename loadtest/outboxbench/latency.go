@@ -5,25 +5,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // latencyResult is the outcome of the latency phase.
 type latencyResult struct {
-	Rate      int           // target records/s
-	Notify    bool          // the NOTIFY trigger was installed
-	Committed int           // records committed
-	Elapsed   time.Duration // first to last commit
-	MaxLag    time.Duration // how far the pacer fell behind its schedule
-	Commit    quantiles     // COMMIT round trip of the producers
-	Accept    quantiles     // COMMIT returned → broker accepted
-	Early     int           // accepted before the producer saw its COMMIT return (counted as 0)
+	Rate      int                // target records/s
+	Notify    bool               // the NOTIFY trigger was installed
+	Committed int                // records committed
+	Elapsed   time.Duration      // first to last commit
+	MaxLag    time.Duration      // how far the pacer fell behind its schedule
+	Commit    benchkit.Quantiles // COMMIT round trip of the producers
+	Accept    benchkit.Quantiles // COMMIT returned → broker accepted
+	Early     int                // accepted before the producer saw its COMMIT return (counted as 0)
 }
 
 // commitMark is one producer's committed record.
@@ -76,7 +76,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 		}
 		res.Elapsed = last.Sub(first)
 	}
-	err = pollUntil(ctx, time.Minute, 5*time.Millisecond, func() (bool, error) {
+	err = benchkit.PollUntil(ctx, time.Minute, 5*time.Millisecond, nil, func() (bool, error) {
 		return p.pub.accepted.Load() >= int64(len(marks)), nil
 	})
 	if err != nil {
@@ -97,55 +97,17 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 		}
 		accepts = append(accepts, d)
 	}
-	res.Commit, res.Accept = summarize(commits), summarize(accepts)
-	fmt.Fprintf(progress, "latency: commit → accept p50 %s p99 %s p99.9 %s\n", ms(res.Accept.P50), ms(res.Accept.P99), ms(res.Accept.P999))
+	res.Commit, res.Accept = benchkit.Summarize(commits), benchkit.Summarize(accepts)
+	fmt.Fprintf(progress, "latency: commit → accept p50 %s p99 %s p99.9 %s\n", benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999))
 	return res, nil
 }
 
 // pacedStage hands record numbers to the producers on a fixed schedule
 // and collects their commits. It returns the largest lag of the schedule.
 func pacedStage(ctx context.Context, pool *pgxpool.Pool, cfg config, total int) ([]commitMark, time.Duration, error) {
-	jobs := make(chan int, cfg.Rate)
-	results := make([][]commitMark, cfg.LatencyProducers)
-	errs := make([]error, cfg.LatencyProducers)
-	var wg sync.WaitGroup
-	for w := range cfg.LatencyProducers {
-		wg.Go(func() {
-			for k := range jobs {
-				if errs[w] != nil {
-					continue
-				}
-				m, err := stageOneTimed(ctx, pool, k, cfg.Channels)
-				if err != nil {
-					errs[w] = err
-					continue
-				}
-				results[w] = append(results[w], m)
-			}
-		})
-	}
-	interval := time.Second / time.Duration(cfg.Rate)
-	start := time.Now()
-	var lag time.Duration
-	for k := 0; k < total && ctx.Err() == nil; k++ {
-		due := start.Add(time.Duration(k) * interval)
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		} else {
-			lag = max(lag, -d)
-		}
-		jobs <- k
-	}
-	close(jobs)
-	wg.Wait()
-	var marks []commitMark
-	for w := range results {
-		if errs[w] != nil {
-			return nil, lag, errs[w]
-		}
-		marks = append(marks, results[w]...)
-	}
-	return marks, lag, ctx.Err()
+	return benchkit.Paced(ctx, cfg.Rate, cfg.LatencyProducers, total, func(k int) (commitMark, error) {
+		return stageOneTimed(ctx, pool, k, cfg.Channels)
+	})
 }
 
 // stageOneTimed stages record k in its own transaction and times the COMMIT.

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
@@ -19,9 +19,9 @@ type producerResult struct {
 	Trigger bool // the NOTIFY wake-up trigger was installed
 	Commits int
 	Elapsed time.Duration
-	Tx      quantiles // BEGIN → INSERT → COMMIT returned
-	Commit  quantiles // the COMMIT round trip alone
-	Drained int       // records the Worker dispatched during the run
+	Tx      benchkit.Quantiles // BEGIN → INSERT → COMMIT returned
+	Commit  benchkit.Quantiles // the COMMIT round trip alone
+	Drained int                // records the Worker dispatched during the run
 }
 
 // runProducers runs cfg.Producers concurrent producers, each committing
@@ -57,43 +57,20 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, trigger bool, pr
 	}
 	defer pool.Close()
 
-	txs := make([][]time.Duration, cfg.Producers)
-	commits := make([][]time.Duration, cfg.Producers)
-	errs := make([]error, cfg.Producers)
-	runCtx, cancel := context.WithTimeout(ctx, cfg.ProducerDuration)
-	defer cancel()
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := range cfg.Producers {
-		wg.Go(func() {
-			for k := 0; runCtx.Err() == nil; k++ {
-				tx, commit, err := produceOne(ctx, pool, w, k, cfg.Channels)
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				txs[w] = append(txs[w], tx)
-				commits[w] = append(commits[w], commit)
-			}
-		})
-	}
-	wg.Wait()
-	res.Elapsed = time.Since(start)
+	allTx, allCommit, elapsed, err := benchkit.Unpaced(ctx, cfg.Producers, cfg.ProducerDuration, func(w, k int) (time.Duration, time.Duration, error) {
+		return produceOne(ctx, pool, w, k, cfg.Channels)
+	})
+	res.Elapsed = elapsed
 	p.stop()
 	stopped = true
-	var allTx, allCommit []time.Duration
-	for w := range cfg.Producers {
-		if errs[w] != nil {
-			return res, errs[w]
-		}
-		allTx = append(allTx, txs[w]...)
-		allCommit = append(allCommit, commits[w]...)
+	if err != nil {
+		return res, err
 	}
 	res.Commits = len(allTx)
-	res.Tx, res.Commit = summarize(allTx), summarize(allCommit)
+	res.Tx, res.Commit = benchkit.Summarize(allTx), benchkit.Summarize(allCommit)
 	fmt.Fprintf(progress, "producers (trigger %v): %d commits in %v (%s), commit p50 %s p99 %s\n",
-		onOff(trigger), res.Commits, res.Elapsed.Round(time.Millisecond), perSecond(int64(res.Commits), res.Elapsed),
-		ms(res.Commit.P50), ms(res.Commit.P99))
+		benchkit.OnOff(trigger), res.Commits, res.Elapsed.Round(time.Millisecond), perSecond(int64(res.Commits), res.Elapsed),
+		benchkit.MS(res.Commit.P50), benchkit.MS(res.Commit.P99))
 	return res, nil
 }
 
@@ -120,11 +97,4 @@ func produceOne(ctx context.Context, pool *pgxpool.Pool, w, k, channels int) (tx
 	}
 	end := time.Now()
 	return end.Sub(start), end.Sub(before), nil
-}
-
-func onOff(b bool) string {
-	if b {
-		return "on"
-	}
-	return "off"
 }

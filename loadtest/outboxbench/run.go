@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/hostinfo"
 )
 
@@ -84,7 +85,7 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "| drain: %d records over %d channels, batch %d, claim → publish → complete | **%s** (%.2f s; all published after %.2f s) | ≥ 60,000/s; Centrifugo 54,000–61,000/s at batch 1,000 |\n",
 			d.Records, r.cfg.Channels, d.BatchSize, perSecond(int64(d.Records), d.Drained), d.Drained.Seconds(), d.Published.Seconds())
 		fmt.Fprintf(w, "| drain: CPU per record while draining, Herald (this process) / PostgreSQL server | %.1f µs / %.1f µs | — |\n",
-			perRecordMicros(d.CPU.self, d.Records), perRecordMicros(d.CPU.postgres, d.Records))
+			benchkit.PerRecordMicros(d.CPU.self, d.Records), benchkit.PerRecordMicros(d.CPU.postgres, d.Records))
 		fmt.Fprintf(w, "| drain: bulk staging with COPY (setup, Worker stopped) | %s | — |\n", perSecond(int64(d.Records), d.Stage))
 	}
 	if l := r.latency; l != nil {
@@ -97,9 +98,9 @@ func (r *report) print(w io.Writer) {
 			achieved = fmt.Sprintf("%.0f/s", float64(l.Committed-1)/l.Elapsed.Seconds())
 		}
 		fmt.Fprintf(w, "| commit → broker accept, paced at %d/s (achieved %s, %d records, %s) p50 / p99 / p99.9 / max | **%s / %s / %s** / %s | p99 ≤ 3 ms; Centrifugo commit → client p99 2.0–2.7 ms |\n",
-			l.Rate, achieved, l.Committed, wake, ms(l.Accept.P50), ms(l.Accept.P99), ms(l.Accept.P999), ms(l.Accept.Max))
+			l.Rate, achieved, l.Committed, wake, benchkit.MS(l.Accept.P50), benchkit.MS(l.Accept.P99), benchkit.MS(l.Accept.P999), benchkit.MS(l.Accept.Max))
 		fmt.Fprintf(w, "| producers' COMMIT in the latency phase p50 / p99 (%d connections; pacer fell behind by up to %s; %d records accepted before their COMMIT returned, counted as 0) | %s / %s | — |\n",
-			r.cfg.LatencyProducers, ms(l.MaxLag), l.Early, ms(l.Commit.P50), ms(l.Commit.P99))
+			r.cfg.LatencyProducers, benchkit.MS(l.MaxLag), l.Early, benchkit.MS(l.Commit.P50), benchkit.MS(l.Commit.P99))
 	}
 	for _, p := range r.producers {
 		ref := "Centrifugo without trigger: 3,000/s at 0.9 ms"
@@ -107,8 +108,8 @@ func (r *report) print(w io.Writer) {
 			ref = "Centrifugo per-row pg_notify: 2,300–3,000/s, commit 15–20 ms"
 		}
 		fmt.Fprintf(w, "| %d single-row producers, NOTIFY trigger %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s**, %s / %s, %s / %s | %s |\n",
-			r.cfg.Producers, onOff(p.Trigger), perSecond(int64(p.Commits), p.Elapsed),
-			ms(p.Commit.P50), ms(p.Commit.P99), ms(p.Tx.P50), ms(p.Tx.P99), ref)
+			r.cfg.Producers, benchkit.OnOff(p.Trigger), perSecond(int64(p.Commits), p.Elapsed),
+			benchkit.MS(p.Commit.P50), benchkit.MS(p.Commit.P99), benchkit.MS(p.Tx.P50), benchkit.MS(p.Tx.P99), ref)
 	}
 	fmt.Fprintln(w)
 }
