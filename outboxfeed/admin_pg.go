@@ -280,8 +280,8 @@ func (a pgAdmin) Purge(ctx context.Context, r PurgeRequest) (PurgeResult, error)
 	// (only records that failed once have one), or the view would show it
 	// again, as dispatched, until retention drops its segment.
 	q := `WITH gone AS (DELETE FROM herald.outbox_retry WHERE qseq IN (SELECT qseq FROM herald.outbox_retry WHERE ` + cond +
-		` ORDER BY ` + col + ` LIMIT ` + args.add(r.BatchSize) + ` FOR UPDATE SKIP LOCKED) RETURNING seq),
-	rows AS (DELETE FROM herald.outbox o USING gone WHERE o.seq = gone.seq)
+		` ORDER BY ` + col + ` LIMIT ` + args.add(r.BatchSize) + ` FOR UPDATE SKIP LOCKED) RETURNING rec_part, xid, seq),
+	rows AS (DELETE FROM herald.outbox o USING gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq)
 	SELECT count(*) FROM gone`
 	for {
 		var n int64

@@ -189,14 +189,14 @@ func scanClaim(rows pgx.Rows, req *ClaimRequest) (*Batch, error) {
 
 // pgCompleteSQL calls herald.outbox_complete.
 const pgCompleteSQL = `SELECT herald.outbox_complete($1, $2, $3, $4, $5::text::xid8, $6, $7,
-	$8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+	$8, $9::text[]::xid8[], $10, $11, $12, $13, $14, $15, $16, $17, $18)`
 
 // completeArgs are herald.outbox_complete's arguments for b and out.
 func completeArgs(b *Batch, out []Outcome) []any {
 	var lastXID *string
 	var lastSeq *int64
 	var seqs, qseqs, delays, qdelays []int64
-	var states, errs, qstates, qerrs []string
+	var states, errs, qstates, qerrs, xids []string
 	var attempts, qattempts []int32
 	for i := range out {
 		r, o := &b.Records[i], out[i]
@@ -227,11 +227,12 @@ func completeArgs(b *Batch, out []Outcome) []any {
 			continue
 		}
 		seqs, states, attempts = append(seqs, r.Seq), append(states, state), append(attempts, attempt)
+		xids = append(xids, strconv.FormatUint(r.xid, 10))
 		delays, errs = append(delays, o.Delay.Microseconds()), append(errs, truncateError(o.Err))
 	}
 	rangeDone := len(out) == len(b.Records) && !b.More
 	return []any{b.Partition, b.Owner, b.Fence, rangeDone, lastXID, lastSeq, len(out),
-		nonNil(seqs), nonNil(states), nonNil(attempts), nonNil(delays), nullIfEmpty(errs),
+		nonNil(seqs), nonNil(xids), nonNil(states), nonNil(attempts), nonNil(delays), nullIfEmpty(errs),
 		nonNil(qseqs), nonNil(qstates), nonNil(qattempts), nonNil(qdelays), nullIfEmpty(qerrs)}
 }
 

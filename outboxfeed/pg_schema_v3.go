@@ -60,8 +60,7 @@ CREATE TABLE herald.outbox (
 	occurred_at      timestamptz NOT NULL DEFAULT now(),
 	kind             text        NOT NULL DEFAULT 'notification'
 		CONSTRAINT outbox_kind CHECK (kind IN ('notification', 'integration_event', 'journey_step_command', 'provider_side_effect')),
-	part             int         NOT NULL GENERATED ALWAYS AS (herald.outbox_partition_of(tenant_id, channel)) STORED,
-	PRIMARY KEY (seq)
+	part             int         NOT NULL GENERATED ALWAYS AS (herald.outbox_partition_of(tenant_id, channel)) STORED
 ) PARTITION BY RANGE (seq);
 CREATE TABLE herald.outbox_default PARTITION OF herald.outbox DEFAULT;
 -- The segments Herald made (see pg_segments.go); the Pruner keeps some
@@ -73,7 +72,10 @@ CREATE TABLE herald.outbox_segment (
 	created_at timestamptz NOT NULL DEFAULT now(),
 	CONSTRAINT outbox_segment_range CHECK (from_seq < to_seq)
 );
--- A claim reads one partition's records in (xid, seq) order.
+-- A claim reads one partition's records in (xid, seq) order, and every
+-- lookup of a record Herald makes goes by (part, xid, seq) or by id. There
+-- is no index on seq alone, so no plan can prefer walking the table in seq
+-- order (and producers pay one index entry less).
 CREATE INDEX outbox_part_xid_idx ON herald.outbox (part, xid, seq);
 CREATE INDEX outbox_id_idx ON herald.outbox (id);
 
@@ -115,6 +117,11 @@ CREATE TABLE herald.outbox_retry (
 	qseq             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	id               uuid        NOT NULL,
 	seq              bigint      NOT NULL,
+	-- The record's row in herald.outbox, when it has one: (rec_part, xid,
+	-- seq). part is the partition that consumes the queued record (it
+	-- changes when the partition count does).
+	xid              xid8,
+	rec_part         int,
 	part             int         NOT NULL,
 	tenant_id        text        NOT NULL,
 	channel          text        NOT NULL,
@@ -238,6 +245,8 @@ DECLARE
 	found_q int;
 	tries int := 0;
 	tried int[] := '{}';
+	start_xid xid8;
+	start_seq bigint;
 BEGIN
 	-- The last retiring partition retired (by this or another claim):
 	-- the waiting ones take over.
@@ -271,6 +280,13 @@ BEGIN
 		WHERE p.part = l.part
 		RETURNING p.* INTO l;
 
+		IF l.pos_xid >= pg_snapshot_xmax(l.lo) THEN
+			start_xid := l.pos_xid;
+			start_seq := l.pos_seq;
+		ELSE
+			start_xid := pg_snapshot_xmax(l.lo);
+			start_seq := -1;
+		END IF;
 		found_q := 0;
 		IF EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.part = l.part AND r.state = 'pending') THEN
 			RETURN QUERY
@@ -299,9 +315,12 @@ BEGIN
 					ORDER BY o.xid, o.seq LIMIT p_limit + 1) o
 				ORDER BY o.xid, o.seq LIMIT p_limit + 1)
 			UNION ALL
+			-- One lower bound only (the later of lo's xmax and the cursor), so
+			-- the index scan starts there rather than at the partition's first
+			-- entry.
 			(SELECT * FROM herald.outbox o WHERE o.part = l.part
-				AND o.xid >= pg_snapshot_xmax(l.lo) AND o.xid < pg_snapshot_xmax(l.hi)
-				AND (o.xid, o.seq) > (l.pos_xid, l.pos_seq) AND pg_visible_in_snapshot(o.xid, l.hi)
+				AND (o.xid, o.seq) > (start_xid, start_seq) AND o.xid < pg_snapshot_xmax(l.hi)
+				AND pg_visible_in_snapshot(o.xid, l.hi)
 				ORDER BY o.xid, o.seq LIMIT p_limit + 1)
 		) o ORDER BY o.xid, o.seq LIMIT p_limit + 1;
 		GET DIAGNOSTICS n = ROW_COUNT;
@@ -343,7 +362,7 @@ $fn$;
 const pgCompleteFunction = `
 CREATE FUNCTION herald.outbox_complete(p_part int, p_owner text, p_fence bigint, p_range_done boolean,
 	p_last_xid xid8, p_last_seq bigint, p_records int,
-	p_seq bigint[], p_state text[], p_attempt int[], p_delay_us bigint[], p_err text[],
+	p_seq bigint[], p_xid xid8[], p_state text[], p_attempt int[], p_delay_us bigint[], p_err text[],
 	p_qseq bigint[], p_qstate text[], p_qattempt int[], p_qdelay_us bigint[], p_qerr text[])
 RETURNS boolean
 LANGUAGE plpgsql AS $fn$
@@ -368,13 +387,13 @@ BEGIN
 		done_at = now(), batches = p.batches + 1
 	WHERE p.part = p_part;
 	IF cardinality(p_seq) > 0 THEN
-		INSERT INTO herald.outbox_retry (id, seq, part, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind,
+		INSERT INTO herald.outbox_retry (id, seq, xid, rec_part, part, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind,
 			state, attempt, next_attempt_at, last_error, dead_lettered_at)
-		SELECT o.id, o.seq, o.part, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind,
+		SELECT o.id, o.seq, o.xid, o.part, o.part, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind,
 			x.state, x.attempt, now() + x.delay * interval '1 microsecond', x.err,
 			CASE WHEN x.state = 'dead_letter' THEN now() END
-		FROM unnest(p_seq, p_state, p_attempt, p_delay_us, p_err) WITH ORDINALITY AS x(seq, state, attempt, delay, err, ord)
-		JOIN herald.outbox o ON o.seq = x.seq
+		FROM unnest(p_seq, p_xid, p_state, p_attempt, p_delay_us, p_err) WITH ORDINALITY AS x(seq, xid, state, attempt, delay, err, ord)
+		JOIN herald.outbox o ON o.part = p_part AND o.xid = x.xid AND o.seq = x.seq
 		ORDER BY x.ord;
 	END IF;
 	IF cardinality(p_qseq) > 0 THEN

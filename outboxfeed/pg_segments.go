@@ -84,6 +84,9 @@ func (s *PGStore) ensureSegments(ctx context.Context, size int64) error {
 	}
 	for ; ahead < segmentsAhead; ahead++ {
 		if err := s.addSegment(ctx, start, start+size); err != nil {
+			if isLockTimeout(err) {
+				return nil // claims kept the default partition busy: next run
+			}
 			return err
 		}
 		start += size
@@ -95,7 +98,9 @@ func (s *PGStore) ensureSegments(ctx context.Context, size int64) error {
 func (s *PGStore) addSegment(ctx context.Context, from, to int64) error {
 	name := "outbox_s" + strconv.FormatInt(from, 10)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, pgSegmentTxSettings); err != nil {
+		// The attach waits for the claims reading the default partition;
+		// producers do not wait for it (they insert into segments).
+		if _, err := tx.Exec(ctx, pgSegmentTxSettings, pgAttachLockTimeout); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgMigrateLockKey); err != nil {
@@ -208,7 +213,7 @@ func (s *PGStore) removeSegment(ctx context.Context, name string, full bool, ret
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pgPruneLockKey).Scan(&turn); err != nil || !turn {
 			return err
 		}
-		if _, err := tx.Exec(ctx, pgSegmentTxSettings); err != nil {
+		if _, err := tx.Exec(ctx, pgSegmentTxSettings, pgSegmentLockTimeout); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `LOCK TABLE herald.`+name+` IN ACCESS EXCLUSIVE MODE`); err != nil {
@@ -240,12 +245,15 @@ func (s *PGStore) removeSegment(ctx context.Context, name string, full bool, ret
 }
 
 // pgSegmentTxSettings bound what a segment transaction can cost others:
-// it waits at most pgSegmentLockTimeout for a lock (and producers queue
-// behind it no longer), and should its process freeze while it holds one
+// it waits at most $1 for a lock (pgSegmentLockTimeout where producers
+// would queue behind it), and should its process freeze while it holds one
 // (the attach locks the default partition, a drop or truncate its segment),
 // the server ends it after a second.
-const pgSegmentTxSettings = `SELECT set_config('lock_timeout', '` + pgSegmentLockTimeout + `', true),
+const pgSegmentTxSettings = `SELECT set_config('lock_timeout', $1, true),
 	set_config('idle_in_transaction_session_timeout', '1s', true)`
+
+// pgAttachLockTimeout bounds an attach's wait for the default partition.
+const pgAttachLockTimeout = "500ms"
 
 // isLockTimeout reports a lock_timeout expiry (SQLSTATE 55P03).
 func isLockTimeout(err error) bool {

@@ -94,7 +94,7 @@ func (e *env) runDrain(ctx context.Context, cc consumerConfig) (res drainResult,
 	res.Stage = time.Since(t)
 	fmt.Fprintf(e.progress, "drain %s: staged %d records in %v; starting Centrifugo\n", cc, cfg.Records, res.Stage.Round(time.Millisecond))
 
-	pg0 := benchkit.PostgresCPU()
+	pg0 := benchkit.ReadBackends(ctx, e.pool)
 	cf, err := e.start("drain-"+cc.String(), e.drainParams(cc))
 	if err != nil {
 		return res, err
@@ -117,7 +117,7 @@ func (e *env) runDrain(ctx context.Context, cc consumerConfig) (res drainResult,
 		}
 		return false, nil
 	})
-	res.CentrifugoCPU, res.PostgresCPU = cf.cpu(), benchkit.PostgresCPU()-pg0
+	res.CentrifugoCPU, res.PostgresCPU = cf.cpu(), benchkit.ReadBackends(ctx, e.pool).Since(pg0)
 	if err != nil {
 		return res, fmt.Errorf("cfbench: drain %s: %w", cc, err)
 	}
@@ -165,7 +165,7 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	cf0, pg0 := cf.cpu(), benchkit.PostgresCPU()
+	cf0, pg0 := cf.cpu(), benchkit.ReadBackends(ctx, e.pool)
 	start := time.Now()
 	for w := range cfg.StagedProducers {
 		wg.Go(func() {
@@ -205,7 +205,7 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 		}
 		return false, nil
 	})
-	res.CentrifugoCPU, res.PostgresCPU = cf.cpu()-cf0, benchkit.PostgresCPU()-pg0
+	res.CentrifugoCPU, res.PostgresCPU = cf.cpu()-cf0, benchkit.ReadBackends(ctx, e.pool).Since(pg0)
 	cancel()
 	<-stagedCh
 	if err != nil {

@@ -121,7 +121,7 @@ func (e *env) runLatency(ctx context.Context) (res latencyResult, err error) {
 	fmt.Fprintf(e.progress, "latency: staging %d records at %d/s over %d connections (batch %d, %d partitions, poll %v, LISTEN/NOTIFY %v)\n",
 		total, cfg.Rate, cfg.LatencyProducers, cfg.LatencyBatch, cfg.LatencyPartitions, cfg.LatencyPollInterval, benchkit.OnOff(cfg.LatencyNotify))
 
-	cf0, pg0, self0 := cf.cpu(), benchkit.PostgresCPU(), benchkit.SelfCPU()
+	cf0, pg0, self0 := cf.cpu(), benchkit.ReadBackends(ctx, e.pool), benchkit.SelfCPU()
 	start := time.Now()
 	marks, lag, err := pacedStage(ctx, pool, cfg, total)
 	if err != nil {
@@ -135,7 +135,7 @@ func (e *env) runLatency(ctx context.Context) (res latencyResult, err error) {
 		return client.count.Load() >= int64(len(marks)), nil
 	})
 	res.Window = time.Since(start)
-	res.CentrifugoCPU, res.PostgresCPU, res.SelfCPU = cf.cpu()-cf0, benchkit.PostgresCPU()-pg0, benchkit.SelfCPU()-self0
+	res.CentrifugoCPU, res.PostgresCPU, res.SelfCPU = cf.cpu()-cf0, benchkit.ReadBackends(ctx, e.pool).Since(pg0), benchkit.SelfCPU()-self0
 	if err != nil {
 		return res, fmt.Errorf("cfbench: latency: %d of %d records received: %w", client.count.Load(), len(marks), err)
 	}

@@ -10,49 +10,24 @@ import (
 )
 
 // cpuTimes is CPU time used so far by this process and by the PostgreSQL
-// backends serving the benchmark's database (when the server runs on this
-// machine and /proc shows them): other databases' work on a shared server
-// is not counted, nor are the server's shared processes (WAL writer,
-// checkpointer), which do work for everyone.
+// backends serving the benchmark's database (benchkit.Backends).
 type cpuTimes struct {
 	self     time.Duration
-	postgres time.Duration
-	backends map[int]time.Duration // per backend pid, to subtract at the end
+	backends benchkit.Backends
 }
 
-// readCPU reads the CPU times; pool names the database whose backends
-// count (nil: every postgres process).
+// readCPU reads the CPU times of this process and of pool's database's
+// backends.
 func readCPU(ctx context.Context, pool *pgxpool.Pool) cpuTimes {
-	c := cpuTimes{self: benchkit.SelfCPU()}
-	if pool == nil {
-		c.postgres = benchkit.PostgresCPU()
-		return c
-	}
-	c.backends = map[int]time.Duration{}
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
-	if err != nil {
-		return c
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var pid int
-		if rows.Scan(&pid) == nil {
-			d, _ := benchkit.ProcCPU(pid) // 0 when it is gone
-			c.backends[pid] = d
-			c.postgres += d
-		}
-	}
-	return c
+	return cpuTimes{self: benchkit.SelfCPU(), backends: benchkit.ReadBackends(ctx, pool)}
 }
 
-// since is c − start; a backend that started after start counts whole.
-func (c cpuTimes) since(start cpuTimes) cpuTimes {
-	out := cpuTimes{self: c.self - start.self, postgres: c.postgres - start.postgres}
-	if c.backends != nil {
-		out.postgres = 0
-		for pid, d := range c.backends {
-			out.postgres += d - start.backends[pid]
-		}
-	}
-	return out
+// cpuSpent is CPU time spent between two readings.
+type cpuSpent struct {
+	self, postgres time.Duration
+}
+
+// since is what was spent from start to c.
+func (c cpuTimes) since(start cpuTimes) cpuSpent {
+	return cpuSpent{self: c.self - start.self, postgres: c.backends.Since(start.backends)}
 }

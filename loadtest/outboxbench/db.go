@@ -49,14 +49,17 @@ func (db *benchDB) openPool(ctx context.Context, n int) (*pgxpool.Pool, error) {
 // reset empties the outbox, stages retained already-dispatched rows over
 // channels, and refreshes the planner's statistics.
 func reset(ctx context.Context, pool *pgxpool.Pool, retained, channels int) error {
-	if _, err := pool.Exec(ctx, `TRUNCATE herald.outbox`); err != nil {
+	if _, err := pool.Exec(ctx, `TRUNCATE herald.outbox, herald.outbox_retry, herald.outbox_batch`); err != nil {
 		return fmt.Errorf("outboxbench: truncate: %w", err)
 	}
 	if retained > 0 {
+		// Dispatched records kept for retention: staged by a transaction
+		// every partition's position covers (xid 2, frozen: visible in
+		// every snapshot).
 		_, err := pool.Exec(ctx, `INSERT INTO herald.outbox
-			(tenant_id, channel, type, schema_version, payload, state, dispatched_at, occurred_at)
+			(tenant_id, channel, type, schema_version, payload, xid, occurred_at)
 			SELECT $1, 'bench/c' || (g % $3), 'bench.record', 1,
-			       jsonb_build_object('n', g, 'note', 'retained record'), 'dispatched', now(), now() - interval '1 minute'
+			       jsonb_build_object('n', g, 'note', 'retained record'), '2', now() - interval '1 minute'
 			FROM generate_series(1, $2::int) g`, benchTenant, retained, channels)
 		if err != nil {
 			return fmt.Errorf("outboxbench: stage retained rows: %w", err)

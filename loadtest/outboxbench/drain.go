@@ -21,7 +21,7 @@ type drainResult struct {
 	Stage     time.Duration // bulk staging (COPY), Worker stopped
 	Published time.Duration // Worker start → broker accepted every record
 	Drained   time.Duration // Worker start → every record completed
-	CPU       cpuTimes      // CPU used while draining: this process, PostgreSQL
+	CPU       cpuSpent      // CPU used while draining: this process, PostgreSQL
 }
 
 // stageChunk is how many rows one COPY transaction stages.

@@ -1,6 +1,7 @@
 package benchkit
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const ticksPerSecond = 100 // USER_HZ on Linux
@@ -70,4 +73,40 @@ func SelfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Backends is the CPU time used so far by each PostgreSQL backend serving
+// one database, by pid: what the work of a benchmark's own connections
+// costs the server, without other databases' work on a shared server nor
+// the server's shared processes (WAL writer, checkpointer), which both
+// sides of a comparison leave out alike.
+type Backends map[int]time.Duration
+
+// ReadBackends reads the CPU time of the backends of pool's database.
+func ReadBackends(ctx context.Context, pool *pgxpool.Pool) Backends {
+	b := Backends{}
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return b
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) == nil {
+			if d, err := ProcCPU(pid); err == nil {
+				b[pid] = d
+			}
+		}
+	}
+	return b
+}
+
+// Since is the CPU time the backends of b used after start; a backend
+// that started meanwhile counts whole, one that ended is missed.
+func (b Backends) Since(start Backends) time.Duration {
+	var d time.Duration
+	for pid, t := range b {
+		d += t - start[pid]
+	}
+	return d
 }

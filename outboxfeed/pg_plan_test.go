@@ -1,0 +1,63 @@
+package outboxfeed
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
+)
+
+// TestPostgresClaimReadsOnlyItsBatch guards the claim's plans: with
+// 100,000 records already dispatched (a transaction every position covers)
+// and 20,000 of one transaction in the range, each claim of 100 reads
+// the few index pages its 100 entries lie on, wherever the cursor is — not the partition
+// from its start (a plan walking the table in seq order, or a bitmap scan
+// of the rest of the range, would read tens of thousands).
+func TestPostgresClaimReadsOnlyItsBatch(t *testing.T) {
+	t.Parallel()
+	// One connection: the claims and the statistics they leave share a
+	// backend, which flushes them on request.
+	s, _ := newPGStore(t, Config{MaxConns: 1})
+	ctx := context.Background()
+	_, err := s.Pool().Exec(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload, xid)
+		SELECT 'acme', 'c/' || (g % 100), 'order.updated', 1, '{}', '2' FROM generate_series(1, 100000) g`)
+	testenv.Must(t, err, "dispatched records")
+	_, err = s.Pool().Exec(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
+		SELECT 'acme', 'c/' || (g % 100), 'order.updated', 1, '{}' FROM generate_series(1, 20000) g`)
+	testenv.Must(t, err, "records to claim")
+	_, err = s.Pool().Exec(ctx, `ANALYZE herald.outbox`)
+	testenv.Must(t, err, "analyze")
+
+	conn := s.Pool()
+	read := func() int64 {
+		var n int64
+		_, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		testenv.Must(t, err, "flush stats")
+		_, err = conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+		testenv.Must(t, err, "clear stats snapshot")
+		testenv.Must(t, conn.QueryRow(ctx, `SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint FROM pg_statio_user_indexes
+			WHERE schemaname = 'herald' AND indexrelname LIKE '%part_xid%'`).Scan(&n), "index pages")
+		return n
+	}
+	claims := 0
+	for b := (*Batch)(nil); claims < 30; claims++ {
+		before := read()
+		next := &ClaimRequest{Owner: "w", Partition: AnyPartition, Limit: 100, Lease: time.Minute}
+		if b != nil && b.More {
+			next.Partition = b.Partition
+		}
+		if b == nil {
+			b, err = s.Claim(ctx, *next)
+		} else {
+			_, b, err = s.Complete(ctx, b, make([]Outcome, len(b.Records)), next)
+		}
+		testenv.Must(t, err, "claim")
+		if b == nil {
+			t.Fatal("nothing claimed")
+		}
+		if n := read() - before; n > 40 {
+			t.Fatalf("claim %d (%d records) read %d index pages, want the few its batch lies on", claims, len(b.Records), n)
+		}
+	}
+}
