@@ -138,10 +138,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 			}
 			kickAll() // other partitions may hold records too
 		}
-		l.lastWork = time.Now()
-		if l.armed {
-			l.armed = false // the next claim disarms it
-		}
+		l.lastWork = time.Now() // so the next claim disarms the trigger
 		l.takeover.mark(b)
 		b = w.work(ctx, l, b)
 	}
