@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -139,8 +140,9 @@ func TestFeedSIGKILLMidBatch(t *testing.T) {
 	rc := newRedisClient(t, redisURL)
 	lo, mid, hi := crashRecords/5, crashRecords*2/5, crashRecords*3/5
 	var (
-		killedAt int
-		held     []heldRecord
+		killedAt  int
+		heldParts map[int]int64 // partition → fence, held by the victim
+		held      []heldRecord
 	)
 	waitUntil(t, 90*time.Second, 3*time.Millisecond, "a moment to kill "+victim.p.name+" mid-batch", func() (bool, error) {
 		if err := staging.firstErr(); err != nil {
@@ -167,8 +169,13 @@ func TestFeedSIGKILLMidBatch(t *testing.T) {
 			victim.p.signal(t, syscall.SIGCONT)
 			return false, cmp.Or(err, fmt.Errorf("%s frozen holding %d claimed records, %d of them published", victim.p.name, len(hs), published))
 		}
+		parts, err := openPartitions(ctx, pool, victim.owner)
+		if err != nil || len(parts) == 0 {
+			victim.p.signal(t, syscall.SIGCONT)
+			return false, cmp.Or(err, errors.New("frozen holding no partition"))
+		}
 		victim.p.kill(t)
-		killedAt, held = dispatched, hs
+		killedAt, held, heldParts = dispatched, hs, parts
 		return true, nil
 	})
 	publishedAtKill := 0
@@ -179,6 +186,24 @@ func TestFeedSIGKILLMidBatch(t *testing.T) {
 	}
 	t.Logf("SIGKILLed %s (%s) at %d/%d dispatched, %d staged, while it held %d claimed records, %d of them already in Redis (%v)",
 		victim.p.name, victim.owner, killedAt, crashRecords, log.count(), len(held), publishedAtKill, victim.p.err)
+	killed := time.Now()
+	// The partitions the victim's lanes held move to the other feeds once
+	// their lease expires: each is claimed again, with a higher fence.
+	waitUntil(t, 60*time.Second, 20*time.Millisecond, "the victim's partitions taken over", func() (bool, error) {
+		for part, fence := range heldParts {
+			var owner *string
+			var f int64
+			if err := pool.QueryRow(ctx, `SELECT owner, fence FROM herald.outbox_partition WHERE part = $1`, part).Scan(&owner, &f); err != nil {
+				return false, err
+			}
+			if f <= fence || (owner != nil && strings.HasPrefix(*owner, victim.owner)) {
+				return false, fmt.Errorf("partition %d: fence %d, owner %v", part, f, owner)
+			}
+		}
+		return true, nil
+	})
+	t.Logf("the %d partitions the victim held were taken over %v after the kill (lease %s)",
+		len(heldParts), time.Since(killed).Round(time.Millisecond), crashLease)
 	restarted := startFeed(t, victim.p.name+"-restarted", args)
 
 	select {
@@ -457,4 +482,25 @@ func newRedisClient(t *testing.T, url string) *redis.Client {
 	rc := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rc.Close() })
 	return rc
+}
+
+// openPartitions returns the partitions whose open batch a lane of owner
+// holds, with their fences.
+func openPartitions(ctx context.Context, pool *pgxpool.Pool, owner string) (map[int]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT part, fence FROM herald.outbox_partition
+		WHERE open AND (owner = $1 OR owner LIKE $1 || '/%')`, owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	parts := map[int]int64{}
+	for rows.Next() {
+		var part int
+		var fence int64
+		if err := rows.Scan(&part, &fence); err != nil {
+			return nil, err
+		}
+		parts[part] = fence
+	}
+	return parts, rows.Err()
 }
