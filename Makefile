@@ -3,8 +3,13 @@ GO        ?= go
 PKGS      ?= ./...
 GOFLAGS_TEST ?= -race -count=1 -timeout 12m
 STATICCHECK_VERSION ?= v0.8.2
+# VERSION is stamped into the binary (herald version); a tag such as v0.1.0
+# on a release commit, else the commit and -dirty (docs/release.md).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+CONTAINER ?= $(shell command -v podman 2>/dev/null || echo docker)
 
-.PHONY: help run build test test-js test-browser lint fuzz bench bench-outbox clean
+.PHONY: help run build build-static image test test-js test-browser lint fuzz bench bench-outbox clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -12,8 +17,14 @@ help: ## list the targets
 run: build ## run Herald on the embedded SQLite store and the in-memory broker
 	bin/herald serve
 
-build: ## build bin/herald
-	$(GO) build -o bin/herald ./cmd/herald
+build: ## build bin/herald, stamped with VERSION (git describe)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/herald ./cmd/herald
+
+build-static: ## build bin/herald-<os>-<arch> as the container image does: static, no cgo, stripped
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/herald-$$($(GO) env GOOS)-$$($(GO) env GOARCH) ./cmd/herald
+
+image: ## build the container image herald:VERSION (deploy/container/Containerfile) with podman or docker
+	$(CONTAINER) build -f deploy/container/Containerfile --build-arg VERSION=$(VERSION) -t herald:$(VERSION) .
 
 test: ## start/install PostgreSQL and Redis if needed, then run every test with -race
 	bash scripts/test-services.sh

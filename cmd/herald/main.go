@@ -14,9 +14,6 @@ import (
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
-
 type command struct {
 	name, summary string
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
@@ -31,7 +28,8 @@ func commands() []command {
 		{"token", "mint a development token with the configured HMAC secret", runToken},
 		{"outbox", "operate the outbox: stats, list, replay, purge", runOutbox},
 		{"revoke", "revoke a session (sid) or token (jti); revoke list shows them", runRevoke},
-		{"version", "print the version", runVersion},
+		{"genconfig", "write a config file of a command's settings at their defaults", runGenconfig},
+		{"version", "print the version, Go toolchain and commit", runVersion},
 	}
 }
 
@@ -81,14 +79,6 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: herald <command> [flags]   (herald <command> -h for its flags)")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-}
-
-func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
-	if len(args) > 0 {
-		return fmt.Errorf("%w: version takes no arguments", errUsage)
-	}
-	fmt.Fprintf(stdout, "herald %s\n", version)
-	return nil
 }

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,7 +37,7 @@ type settings struct {
 func newSettings(cmd string) *settings {
 	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
 	s := &settings{fs: fs}
-	s.cfg = fs.String("config", "", "config file (JSON object whose keys are these flag names); none is read unless named (env HERALD_CONFIG)")
+	s.cfg = fs.String("config", "", "config file (JSON object whose keys are these flag names; keys starting with # are comments; herald genconfig writes one); none is read unless named (env HERALD_CONFIG)")
 	return s
 }
 
@@ -70,14 +74,41 @@ func (s *settings) StringList(p *[]string, name, usage string) {
 	s.add(name, usage, (*listValue)(p))
 }
 
-// describeSettings, when set (by the settings-doc test), receives every
-// command's settings before they are parsed.
-var describeSettings func(*settings)
+// describeSettings, while describeCommand runs, receives the settings of
+// the command it runs before they are parsed; parse then stops with
+// errDescribed, so the command does nothing.
+var (
+	describeMu       sync.Mutex
+	describeSettings atomic.Pointer[func(*settings)]
+)
+
+var errDescribed = errors.New("settings described, command not run")
+
+// describeCommand returns the settings of the command named by args
+// ("serve", or "outbox", "stats") at their defaults, without running it; nil
+// when the command has none. The command is invoked with -h, so one that
+// parses its flags without settings (version, genconfig) only prints help,
+// to io.Discard.
+func describeCommand(args []string) *settings {
+	describeMu.Lock()
+	defer describeMu.Unlock()
+	var captured *settings
+	capture := func(s *settings) {
+		if captured == nil {
+			captured = s
+		}
+	}
+	describeSettings.Store(&capture)
+	defer describeSettings.Store(nil)
+	run(context.Background(), append(append([]string(nil), args...), "-h"), io.Discard, io.Discard)
+	return captured
+}
 
 // parse applies the config file, then the environment, then the flags.
 func (s *settings) parse(args []string) error {
-	if describeSettings != nil {
-		describeSettings(s)
+	if f := describeSettings.Load(); f != nil {
+		(*f)(s)
+		return errDescribed
 	}
 	// Flags first, to learn --config and which flags were set explicitly.
 	if err := s.fs.Parse(args); err != nil {
@@ -110,6 +141,10 @@ func (s *settings) parse(args []string) error {
 	return nil
 }
 
+// commentPrefix starts the config-file keys that are comments: "#" alone or
+// "#<setting>" for the note on one setting. applyFile ignores them.
+const commentPrefix = "#"
+
 func (s *settings) applyFile(path string, explicit map[string]bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -129,6 +164,9 @@ func (s *settings) applyFile(path string, explicit map[string]bool) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
+		if strings.HasPrefix(k, commentPrefix) {
+			continue // a comment, as herald genconfig writes them
+		}
 		st, ok := known[k]
 		if !ok {
 			return fmt.Errorf("config: %s: unknown key %q (keys are flag names, e.g. \"listen\")", path, k)

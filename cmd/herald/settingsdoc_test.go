@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -32,17 +31,13 @@ func settingsTables(t *testing.T) string {
 		names = append(names, []string{c.name})
 	}
 	for _, name := range names {
-		var captured *settings
-		describeSettings = func(s *settings) { captured = s }
-		var out, errOut strings.Builder
-		run(context.Background(), append(append([]string(nil), name...), "-h"), &out, &errOut)
-		describeSettings = nil
+		captured := describeCommand(name)
 		if captured == nil {
-			continue // a command without settings (version)
+			continue // a command without settings (version, genconfig)
 		}
 		fmt.Fprintf(&b, "\n### herald %s\n\n", strings.Join(name, " "))
 		b.WriteString("| flag | environment | default | meaning |\n|---|---|---|---|\n")
-		b.WriteString("| `--config` | `HERALD_CONFIG` | none | config file: a JSON object whose keys are these flag names |\n")
+		b.WriteString("| `--config` | `HERALD_CONFIG` | none | config file: a JSON object whose keys are these flag names; keys starting with `#` are comments; `herald genconfig` writes one |\n")
 		for _, st := range captured.list {
 			def := st.value.String()
 			if def == "" {

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// runGenconfig writes a config file holding every setting of one command
+// at its default, each preceded by a "#<name>" comment key that applyFile
+// ignores.
+func runGenconfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("herald genconfig", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	format := fs.String("format", "json", "output format; json is the only one (the format --config reads)")
+	comments := fs.Bool("comments", true, `precede each setting with a "#<name>" key documenting it`)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: herald genconfig [flags] [command [subcommand]]   (default command: serve)")
+		fmt.Fprintln(fs.Output(), "\nWrites every setting of the command with its default, as a file for --config.")
+		fs.PrintDefaults()
+	}
+	// Flags may come before or after the command words.
+	var words []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		words = append(words, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if *format != "json" {
+		return fmt.Errorf("%w: --format %q: want json", errUsage, *format)
+	}
+	if len(words) == 0 {
+		words = []string{"serve"}
+	}
+	if err := checkCommandWords(words); err != nil {
+		return err
+	}
+	st := describeCommand(words)
+	if st == nil {
+		return fmt.Errorf("%w: herald %s has no settings", errUsage, strings.Join(words, " "))
+	}
+	name := strings.Join(words, " ")
+	b, err := configJSON(st, name, *comments)
+	if err != nil {
+		return err
+	}
+	if _, err := stdout.Write(b); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "herald genconfig: %d settings of `herald %s`, each at its default; use with: herald %s --config FILE\n", len(st.list), name, name)
+	return nil
+}
+
+// checkCommandWords refuses words that do not name a command (or an outbox
+// subcommand), so a typo is not reported as "has no settings".
+func checkCommandWords(words []string) error {
+	for _, c := range commands() {
+		if c.name != words[0] {
+			continue
+		}
+		switch {
+		case c.name == "genconfig":
+			return fmt.Errorf("%w: herald genconfig has no settings", errUsage)
+		case c.name == "outbox":
+			if len(words) != 2 {
+				return fmt.Errorf("%w: name an outbox subcommand, e.g. herald genconfig outbox stats", errUsage)
+			}
+			for _, sub := range outboxCommands {
+				if sub.name == words[1] {
+					return nil
+				}
+			}
+			return fmt.Errorf("%w: unknown outbox subcommand %q", errUsage, words[1])
+		case len(words) > 1:
+			return fmt.Errorf("%w: unexpected argument %q", errUsage, words[1])
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: unknown command %q", errUsage, words[0])
+}
+
+// configJSON renders the current values of st as a config file, keys in
+// registration order. With comments, a "#" key heads the file and a
+// "#<name>" key before each setting carries its usage and variable.
+func configJSON(st *settings, name string, comments bool) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString("{\n")
+	field := func(k string, v any) error {
+		kb, err := marshal(k)
+		if err != nil {
+			return err
+		}
+		vb, err := marshal(v)
+		if err != nil {
+			return fmt.Errorf("genconfig: %s: %w", k, err)
+		}
+		if b.Len() > 2 {
+			b.WriteString(",\n")
+		}
+		fmt.Fprintf(&b, "  %s: %s", kb, vb)
+		return nil
+	}
+	if comments {
+		head := fmt.Sprintf("herald %s settings at their defaults (herald genconfig, herald %s). Keys are flag names; keys starting with # are comments. Precedence: flag, environment HERALD_<NAME>, this file, default. Delete what you do not change.", name, version)
+		if err := field(commentPrefix, head); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range st.list {
+		if comments {
+			if err := field(commentPrefix+s.name, s.usage+" (env "+envName(s.name)+")"); err != nil {
+				return nil, err
+			}
+		}
+		if err := field(s.name, jsonValue(s.value)); err != nil {
+			return nil, err
+		}
+	}
+	b.WriteString("\n}\n")
+	return b.Bytes(), nil
+}
+
+// jsonValue is the config-file form of a setting's value: what setFromJSON
+// reads back to the same value.
+func jsonValue(v flag.Value) any {
+	switch x := v.(type) {
+	case *boolValue:
+		return bool(*x)
+	case *intValue:
+		return int(*x)
+	case *bytesValue:
+		return int(*x)
+	case *floatValue:
+		return float64(*x)
+	case *listValue:
+		return append([]string{}, *x...)
+	case *durationValue:
+		return shortDuration(time.Duration(*x))
+	}
+	return v.String()
+}
+
+// shortDuration is d as time.ParseDuration reads it, without the zero
+// units time.Duration.String keeps: "24h", not "24h0m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// marshal is json.Marshal without HTML escaping: usage texts hold < and >.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
