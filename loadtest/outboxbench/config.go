@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
@@ -15,12 +16,28 @@ type config struct {
 	// benchmark creates (and later drops) its own. Default:
 	// benchkit.DefaultDatabaseURL.
 	DatabaseURL string
-	// Phases lists what to run, comma-separated: drain, latency,
-	// producers. Default: all three.
+	// Phases lists what to run, comma-separated: drain, staged, latency,
+	// producers. Default: all four.
 	Phases string
 
+	// Broker is what the Worker publishes to in the drain, staged and
+	// latency phases: "memory" (a fanout.MemoryBroker, the outbox's own
+	// cost) or "redis" (a fanout.RedisBroker on RedisURL, under a key
+	// prefix of its own, deleted afterwards). The producer phase always
+	// uses memory. Default: memory.
+	Broker string
+	// RedisURL is the Redis server of -broker redis. Default:
+	// redis://127.0.0.1:6379/0.
+	RedisURL string
+	// HoldXmin, in the drain and staged phases, keeps a transaction that
+	// holds an xid open on a connection of its own from before the
+	// records are staged until the phase ends (then rolls it back), so
+	// the xmin horizon stays behind every record. Default: false.
+	HoldXmin bool
+
 	// Records is how many records the drain phase stages before starting
-	// the Worker. Default: 200,000.
+	// the Worker, and the staged phase's producers insert while it runs.
+	// Default: 200,000.
 	Records int
 	// Channels is how many channels the records spread over. Default: 1,000.
 	Channels int
@@ -32,6 +49,13 @@ type config struct {
 	// Lanes is how many batches the Worker keeps in flight. Default: 0,
 	// the Worker's own default (2).
 	Lanes int
+
+	// StagedProducers is how many producers insert concurrently in the
+	// staged phase. Default: 4.
+	StagedProducers int
+	// StagedBatch is how many rows one staged-phase transaction inserts
+	// (COPY). Default: 1,000.
+	StagedBatch int
 
 	// Retained is how many already-dispatched rows the latency and
 	// producer phases start with, as a retention window keeps them (the
@@ -60,22 +84,68 @@ type config struct {
 	Producers int
 	// ProducerDuration is how long each producer variant runs. Default: 10s.
 	ProducerDuration time.Duration
+	// ProducerVariants are the producer phase's variants in run order,
+	// comma-separated <consumer>/<trigger>: consumer "worker" (a Worker
+	// drains, memory broker) or "none" (no consumer at all), trigger "on"
+	// or "off" (the NOTIFY wake-up trigger installed or dropped). Default:
+	// worker/on,none/off,none/off,worker/on — the Worker as deployed
+	// against the no-consumer baseline, ABBA. The trigger's own cost:
+	// worker/on,worker/off,worker/off,worker/on.
+	ProducerVariants string
+
+	variants []producerVariant // parsed ProducerVariants
+}
+
+// producerVariant is one run of the producer phase.
+type producerVariant struct {
+	Worker  bool // a Worker drains while the producers commit
+	Trigger bool // the NOTIFY wake-up trigger is installed
+}
+
+func (v producerVariant) String() string {
+	c := "none"
+	if v.Worker {
+		c = "worker"
+	}
+	return c + "/" + benchkit.OnOff(v.Trigger)
+}
+
+// parseProducerVariants parses -producer-variants.
+func parseProducerVariants(s string) ([]producerVariant, error) {
+	var out []producerVariant
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		c, t, ok := strings.Cut(item, "/")
+		if !ok || (c != "worker" && c != "none") || (t != "on" && t != "off") {
+			return nil, fmt.Errorf("-producer-variants: %q: want <worker|none>/<on|off>, e.g. worker/on", item)
+		}
+		out = append(out, producerVariant{Worker: c == "worker", Trigger: t == "on"})
+	}
+	return out, nil
 }
 
 func defaultConfig() config {
 	return config{
-		DatabaseURL: benchkit.DefaultDatabaseURL, Phases: "drain,latency,producers",
+		DatabaseURL: benchkit.DefaultDatabaseURL, Phases: strings.Join(allPhases, ","),
+		Broker: "memory", RedisURL: "redis://127.0.0.1:6379/0",
 		Records: 200_000, Channels: 1_000, BatchSize: 1_000, Concurrency: 32, Retained: 100_000,
+		StagedProducers: 4, StagedBatch: 1_000,
 		Rate: 1_000, LatencyDuration: 20 * time.Second, LatencyProducers: 16, LatencyNotify: true,
 		PollInterval: time.Second,
 		Producers:    16, ProducerDuration: 10 * time.Second,
+		ProducerVariants: "worker/on,none/off,none/off,worker/on",
 	}
 }
 
 func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
-	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, latency, producers")
-	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts")
+	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, staged, latency, producers")
+	fs.StringVar(&c.Broker, "broker", c.Broker, "drain, staged, latency: broker the Worker publishes to: memory or redis")
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")
+	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")
+	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts; staged: records inserted while it runs")
+	fs.IntVar(&c.StagedProducers, "staged-producers", c.StagedProducers, "staged: concurrent producers inserting while the Worker runs")
+	fs.IntVar(&c.StagedBatch, "staged-batch", c.StagedBatch, "staged: rows per producer transaction (COPY)")
 	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the records spread over")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "Worker claim batch size")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "Worker channels published in parallel per batch")
@@ -87,11 +157,12 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.LatencyNotify, "latency-notify", c.LatencyNotify, "latency: keep the NOTIFY wake-up trigger (false = the Worker polls every -poll-interval)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "Worker poll interval")
 	fs.IntVar(&c.Producers, "producers", c.Producers, "producers: concurrent single-row producers")
-	fs.DurationVar(&c.ProducerDuration, "producer-duration", c.ProducerDuration, "producers: how long each variant (trigger on / off) runs")
+	fs.DurationVar(&c.ProducerDuration, "producer-duration", c.ProducerDuration, "producers: how long each variant runs")
+	fs.StringVar(&c.ProducerVariants, "producer-variants", c.ProducerVariants, "producers: variants in run order, comma-separated <worker|none>/<on|off> (a Worker draining or no consumer / NOTIFY trigger)")
 }
 
 // allPhases are the phases, in the order they run.
-var allPhases = []string{"drain", "latency", "producers"}
+var allPhases = []string{"drain", "staged", "latency", "producers"}
 
 // phase reports whether name is among the phases to run.
 func (c *config) phase(name string) bool { return benchkit.HasPhase(c.Phases, name) }
@@ -99,6 +170,23 @@ func (c *config) phase(name string) bool { return benchkit.HasPhase(c.Phases, na
 func (c *config) validate() error {
 	errs := []error{benchkit.CheckPhases(c.Phases, allPhases...)}
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	vs, err := parseProducerVariants(c.ProducerVariants)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.variants = vs
+	switch c.Broker {
+	case "memory":
+	case "redis":
+		if c.RedisURL == "" {
+			bad("-redis-url: needed with -broker redis")
+		}
+	default:
+		bad("-broker %q: want memory or redis", c.Broker)
+	}
+	if c.StagedProducers < 1 || c.StagedBatch < 1 {
+		bad("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)
+	}
 	if c.Records < 1 {
 		bad("-records %d: must be ≥ 1", c.Records)
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,18 +17,31 @@ import (
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
-// drainResult is the outcome of the drain phase.
+// drainResult is the outcome of the drain or the staged phase.
 type drainResult struct {
+	Staged    bool   // the staged phase: records inserted while the Worker runs
+	Broker    string // memory or redis
+	HoldXmin  bool   // a transaction held the xmin horizon throughout
 	Records   int
 	BatchSize int
-	Stage     time.Duration // bulk staging (COPY), Worker stopped
-	Published time.Duration // Worker start → broker accepted every record
-	Drained   time.Duration // Worker start → every record completed
-	CPU       cpuSpent      // CPU used while draining: this process, PostgreSQL
+	// Stage: drain, bulk staging (COPY) with the Worker stopped; staged,
+	// first insert → last producer commit (the Worker running).
+	Stage time.Duration
+	// Published: drain, Worker start → broker accepted every record;
+	// staged, first insert → the same.
+	Published time.Duration
+	// Drained: drain, Worker start → every record completed; staged,
+	// first insert → every record completed (after every commit).
+	Drained time.Duration
+	CPU     cpuSpent // CPU used while draining: this process, PostgreSQL
 }
 
-// stageChunk is how many rows one COPY transaction stages.
+// stageChunk is how many rows one COPY transaction of the drain phase
+// stages.
 const stageChunk = 20_000
+
+// drainTimeout bounds one drain or staged measurement.
+const drainTimeout = 10 * time.Minute
 
 // channelName is the name of channel i (reset builds the same names in SQL).
 func channelName(i int) string { return "bench/c" + strconv.Itoa(i) }
@@ -35,8 +51,8 @@ const benchTenant = "bench"
 
 // runDrain stages cfg.Records with no Worker running, then starts one and
 // measures how long claim → publish → complete takes for all of them.
-func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (drainResult, error) {
-	res := drainResult{Records: cfg.Records, BatchSize: cfg.BatchSize}
+func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (res drainResult, err error) {
+	res = drainResult{Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize}
 	store, err := db.openStore(ctx, true)
 	if err != nil {
 		return res, err
@@ -45,6 +61,11 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 	if err := reset(ctx, store.Pool(), 0, cfg.Channels); err != nil {
 		return res, err
 	}
+	holder, err := maybeHoldXmin(ctx, db, cfg, "drain", progress)
+	if err != nil {
+		return res, err
+	}
+	defer holder.release()
 	start := time.Now()
 	if err := stageBulk(ctx, store.Pool(), cfg.Records, cfg.Channels); err != nil {
 		return res, err
@@ -53,16 +74,16 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 		return res, fmt.Errorf("outboxbench: analyze: %w", err)
 	}
 	res.Stage = time.Since(start)
-	fmt.Fprintf(progress, "drain: staged %d records over %d channels in %v; starting the Worker (batch %d)\n",
-		cfg.Records, cfg.Channels, res.Stage.Round(time.Millisecond), cfg.BatchSize)
+	fmt.Fprintf(progress, "drain: staged %d records over %d channels in %v; starting the Worker (batch %d, %s broker)\n",
+		cfg.Records, cfg.Channels, res.Stage.Round(time.Millisecond), cfg.BatchSize, cfg.Broker)
 
-	p, err := startPipeline(ctx, store, cfg, false)
+	p, err := startPipeline(ctx, store, cfg, cfg.Broker, false)
 	if err != nil {
 		return res, err
 	}
 	start = time.Now()
 	cpu0 := readCPU(ctx, store.Pool())
-	err = benchkit.PollUntil(ctx, 10*time.Minute, 2*time.Millisecond, nil, func() (bool, error) {
+	err = benchkit.PollUntil(ctx, drainTimeout, 2*time.Millisecond, nil, func() (bool, error) {
 		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
 			res.Published = time.Since(start)
 		}
@@ -78,12 +99,8 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: drain: %w", err)
 	}
-	dispatched, other, err := countStates(ctx, store.Pool())
-	if err != nil {
+	if err := checkDispatched(ctx, store.Pool(), "drain", cfg.Records); err != nil {
 		return res, err
-	}
-	if dispatched != cfg.Records || other != 0 {
-		return res, fmt.Errorf("outboxbench: drain: %d dispatched and %d other rows, want %d dispatched", dispatched, other, cfg.Records)
 	}
 	fmt.Fprintf(progress, "drain: %d records completed in %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
 		cfg.Records, res.Drained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.Drained),
@@ -91,26 +108,195 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 	return res, nil
 }
 
+// runStaged starts the Worker on an empty table, waits until it reached
+// the store, then has cfg.StagedProducers producers insert cfg.Records
+// rows in transactions of cfg.StagedBatch (COPY), claiming chunks from a
+// shared counter, and times first insert → every record completed after
+// the last commit — as cfbench's staged phase does for Centrifugo.
+func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (res drainResult, err error) {
+	res = drainResult{Staged: true, Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize}
+	store, err := db.openStore(ctx, true)
+	if err != nil {
+		return res, err
+	}
+	defer store.Close()
+	if err := reset(ctx, store.Pool(), 0, cfg.Channels); err != nil {
+		return res, err
+	}
+	holder, err := maybeHoldXmin(ctx, db, cfg, "staged", progress)
+	if err != nil {
+		return res, err
+	}
+	defer holder.release()
+	p, err := startPipeline(ctx, store, cfg, cfg.Broker, false)
+	if err != nil {
+		return res, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			p.stop()
+		}
+	}()
+	if err := p.waitReady(ctx); err != nil {
+		return res, err
+	}
+	producers, err := db.openPool(ctx, cfg.StagedProducers)
+	if err != nil {
+		return res, err
+	}
+	defer producers.Close()
+	fmt.Fprintf(progress, "staged: Worker running (batch %d, %s broker); %d producers insert %d records, %d per transaction\n",
+		cfg.BatchSize, cfg.Broker, cfg.StagedProducers, cfg.Records, cfg.StagedBatch)
+
+	chunks := (cfg.Records + cfg.StagedBatch - 1) / cfg.StagedBatch
+	var next atomic.Int64
+	var staged atomic.Bool
+	var wg sync.WaitGroup
+	errs := make([]error, cfg.StagedProducers)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	cpu0 := readCPU(ctx, store.Pool())
+	start := time.Now()
+	for w := range cfg.StagedProducers {
+		wg.Go(func() {
+			for k := int(next.Add(1) - 1); k < chunks && pctx.Err() == nil; k = int(next.Add(1) - 1) {
+				from := k * cfg.StagedBatch
+				if err := copyRange(pctx, producers, from, min(from+cfg.StagedBatch, cfg.Records), cfg.Channels); err != nil {
+					errs[w] = fmt.Errorf("outboxbench: staged insert: %w", err)
+					return
+				}
+			}
+		})
+	}
+	stagedCh := make(chan struct{})
+	go func() {
+		wg.Wait()
+		res.Stage = time.Since(start)
+		staged.Store(true)
+		close(stagedCh)
+	}()
+	err = benchkit.PollUntil(ctx, drainTimeout, 2*time.Millisecond, nil, func() (bool, error) {
+		done := staged.Load() // before the count: a full count then covers every commit
+		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
+			res.Published = time.Since(start)
+		}
+		n, err := p.completed()
+		if err != nil {
+			return false, err
+		}
+		if done {
+			if err := errors.Join(errs...); err != nil {
+				return false, err
+			}
+		}
+		if done && n >= int64(cfg.Records) {
+			res.Drained = time.Since(start)
+			return true, nil
+		}
+		return false, nil
+	})
+	res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
+	cancel()
+	<-stagedCh
+	p.stop()
+	stopped = true
+	if err != nil {
+		return res, fmt.Errorf("outboxbench: staged: %w", err)
+	}
+	if err := checkDispatched(ctx, store.Pool(), "staged", cfg.Records); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(progress, "staged: %d records inserted in %v, all completed after %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
+		cfg.Records, res.Stage.Round(time.Millisecond), res.Drained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.Drained),
+		benchkit.PerRecordMicros(res.CPU.self, cfg.Records), benchkit.PerRecordMicros(res.CPU.postgres, cfg.Records))
+	return res, nil
+}
+
+// checkDispatched checks that exactly records rows exist, all dispatched.
+func checkDispatched(ctx context.Context, pool *pgxpool.Pool, phase string, records int) error {
+	dispatched, other, err := countStates(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if dispatched != records || other != 0 {
+		return fmt.Errorf("outboxbench: %s: %d dispatched and %d other rows, want %d dispatched", phase, dispatched, other, records)
+	}
+	return nil
+}
+
 // stageBulk stages n records round-robin over channels with COPY, in
 // transactions of stageChunk rows.
 func stageBulk(ctx context.Context, pool *pgxpool.Pool, n, channels int) error {
-	cols := []string{"tenant_id", "channel", "type", "schema_version", "payload"}
 	for done := 0; done < n; {
 		size := min(stageChunk, n-done)
-		rows := make([][]any, size)
-		for i := range rows {
-			k := done + i
-			rows[i] = []any{benchTenant, channelName(k % channels), "bench.record", 1,
-				json.RawMessage(fmt.Sprintf(`{"n":%d,"note":"outbox benchmark record"}`, k))}
-		}
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{"herald", "outbox"}, cols, pgx.CopyFromRows(rows))
-			return err
-		})
-		if err != nil {
+		if err := copyRange(ctx, pool, done, done+size, channels); err != nil {
 			return fmt.Errorf("outboxbench: stage: %w", err)
 		}
 		done += size
 	}
 	return nil
+}
+
+// copyRange stages records from … to−1 (record k on channel k mod
+// channels) in one transaction, with COPY.
+func copyRange(ctx context.Context, pool *pgxpool.Pool, from, to, channels int) error {
+	cols := []string{"tenant_id", "channel", "type", "schema_version", "payload"}
+	rows := make([][]any, to-from)
+	for i := range rows {
+		k := from + i
+		rows[i] = []any{benchTenant, channelName(k % channels), "bench.record", 1,
+			json.RawMessage(fmt.Sprintf(`{"n":%d,"note":"outbox benchmark record"}`, k))}
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"herald", "outbox"}, cols, pgx.CopyFromRows(rows))
+		return err
+	})
+}
+
+// xminHolder is an open transaction that took an xid, on a connection of
+// its own: while it stays open the xmin horizon cannot pass it.
+type xminHolder struct {
+	conn *pgx.Conn
+	tx   pgx.Tx
+	xid  string
+}
+
+// maybeHoldXmin opens an xminHolder when cfg.HoldXmin is set; nil (whose
+// release does nothing) otherwise.
+func maybeHoldXmin(ctx context.Context, db *benchDB, cfg config, phase string, progress io.Writer) (*xminHolder, error) {
+	if !cfg.HoldXmin {
+		return nil, nil
+	}
+	cc, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		return nil, fmt.Errorf("outboxbench: hold xmin: %w", err)
+	}
+	cc.RuntimeParams["application_name"] = "outboxbench-xmin"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("outboxbench: hold xmin: %w", err)
+	}
+	h := &xminHolder{conn: conn}
+	if h.tx, err = conn.Begin(ctx); err == nil {
+		err = h.tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&h.xid)
+	}
+	if err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("outboxbench: hold xmin: %w", err)
+	}
+	fmt.Fprintf(progress, "%s: transaction with xid %s holds the xmin horizon until the phase ends\n", phase, h.xid)
+	return h, nil
+}
+
+// release rolls the transaction back and closes its connection.
+func (h *xminHolder) release() {
+	if h == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = h.tx.Rollback(ctx)
+	_ = h.conn.Close(ctx)
 }

@@ -17,6 +17,7 @@ import (
 // latencyResult is the outcome of the latency phase.
 type latencyResult struct {
 	Rate      int                // target records/s
+	Broker    string             // memory or redis
 	Notify    bool               // the NOTIFY trigger was installed
 	Committed int                // records committed
 	Elapsed   time.Duration      // first to last commit
@@ -38,7 +39,7 @@ type commitMark struct {
 // polling when cfg.LatencyNotify is off) dispatches, and measures commit →
 // broker-accept latency per record.
 func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (latencyResult, error) {
-	res := latencyResult{Rate: cfg.Rate, Notify: cfg.LatencyNotify}
+	res := latencyResult{Rate: cfg.Rate, Broker: cfg.Broker, Notify: cfg.LatencyNotify}
 	store, err := db.openStore(ctx, cfg.LatencyNotify)
 	if err != nil {
 		return res, err
@@ -47,7 +48,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
 		return res, err
 	}
-	p, err := startPipeline(ctx, store, cfg, true)
+	p, err := startPipeline(ctx, store, cfg, cfg.Broker, true)
 	if err != nil {
 		return res, err
 	}
@@ -62,7 +63,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 	defer pool.Close()
 
 	total := int(int64(cfg.Rate) * int64(cfg.LatencyDuration) / int64(time.Second))
-	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections\n", total, cfg.Rate, cfg.LatencyProducers)
+	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections (%s broker)\n", total, cfg.Rate, cfg.LatencyProducers, cfg.Broker)
 	marks, lag, err := pacedStage(ctx, pool, cfg, total)
 	if err != nil {
 		return res, err

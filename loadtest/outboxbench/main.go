@@ -1,15 +1,53 @@
 // Command outboxbench measures Herald's PostgreSQL outbox: the sustained
 // drain rate of the Worker (claim → publish → complete), the latency from
 // a producer's COMMIT to the broker accepting the record at a paced rate,
-// and what the Worker's wake-up trigger costs the producers' commits.
+// and what a draining Worker and its wake-up trigger cost the producers'
+// commits. Its phases mirror loadtest/cfbench's, so that a run of both on
+// the same machine compares Herald with Centrifugo's PostgreSQL consumer.
 //
 // It creates its own database on the server named by -database-url and
 // drops it on exit, runs an in-process outboxfeed.Worker publishing to a
 // fanout.MemoryBroker wired to a Hub (no network broker, so the numbers are
-// the outbox's own), and prints a markdown report.
+// the outbox's own; -broker redis publishes to Redis instead), and prints
+// a markdown report. The phases (-phases, comma-separated, in this order):
+//
+//   - drain: stages -records rows over -channels channels with COPY while
+//     no Worker runs, then starts one and times Worker start → every
+//     record completed.
+//   - staged: starts the Worker on an empty table, then -staged-producers
+//     producers insert -records rows in transactions of -staged-batch rows
+//     (COPY), each taking the next chunk from a shared counter; times first
+//     insert → every record completed after the last commit.
+//   - latency: stages single-row transactions at -rate for
+//     -latency-duration over -latency-producers connections and measures
+//     COMMIT returned → broker accepted per record.
+//   - producers: -producers connections commit single-row transactions as
+//     fast as they can for -producer-duration per variant, -producer-variants
+//     in run order: <worker|none>/<on|off>, a Worker draining (memory broker)
+//     or no consumer at all, with the NOTIFY trigger installed or dropped.
+//     The default, worker/on,none/off,none/off,worker/on (ABBA), compares the
+//     Worker as deployed with the no-consumer baseline and reports the ratio
+//     of their mean commit rates (target ≥ 0.95);
+//     worker/on,worker/off,worker/off,worker/on isolates the trigger.
+//
+// Flags that shape the phases:
+//
+//   - -broker memory|redis (drain, staged, latency): redis publishes
+//     through a fanout.RedisBroker on -redis-url (default
+//     redis://127.0.0.1:6379/0), under a key prefix unique to the run and
+//     the gateway's default history size; its keys are deleted afterwards.
+//   - -hold-xmin (drain, staged): before the records are staged (and the
+//     Worker starts), a transaction on a connection of its own takes an xid
+//     (SELECT pg_current_xact_id()) and stays open until the phase ends,
+//     holding back the xmin horizon; then it is rolled back.
+//   - -staged-producers (default 4), -staged-batch (default 1,000): the
+//     staged phase's producers and rows per transaction.
+//
+// For example:
 //
 //	go run ./loadtest/outboxbench                       # defaults, a few minutes
 //	go run ./loadtest/outboxbench -records 20000 -latency-duration 5s -producer-duration 3s
+//	go run ./loadtest/outboxbench -phases drain,staged -broker redis -hold-xmin
 package main
 
 import (

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/outboxfeed"
@@ -49,51 +52,115 @@ func (p *recordingPublisher) acceptTime(id string) (time.Time, bool) {
 	return t, ok
 }
 
-// pipeline is an in-process Worker publishing to a MemoryBroker wired to a
-// Hub, through a recordingPublisher.
+// pipeline is an in-process Worker publishing, through a
+// recordingPublisher, to a broker (a MemoryBroker, or a RedisBroker)
+// wired to a Hub.
 type pipeline struct {
-	broker *fanout.MemoryBroker
-	pub    *recordingPublisher
-	worker *outboxfeed.Worker
-	reg    *prometheus.Registry
+	broker  fanout.Broker
+	cleanup func() // after the broker stops: deletes its Redis keys
+	pub     *recordingPublisher
+	worker  *outboxfeed.Worker
+	reg     *prometheus.Registry
 }
 
-// startPipeline starts the broker, the Hub and a Worker over store.
-func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, record bool) (*pipeline, error) {
-	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
+// startPipeline starts the broker (kind "memory" or "redis"), the Hub and
+// a Worker over store.
+func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, kind string, record bool) (*pipeline, error) {
+	broker, cleanup, err := newBroker(ctx, cfg, kind)
 	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*pipeline, error) {
+		broker.Stop()
+		cleanup()
 		return nil, err
 	}
 	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if err := broker.Start(ctx, hub); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	p := &pipeline{
-		broker: broker,
-		pub:    &recordingPublisher{next: broker, record: record, acceptedAt: map[string]time.Time{}},
-		reg:    prometheus.NewRegistry(),
+		broker:  broker,
+		cleanup: cleanup,
+		pub:     &recordingPublisher{next: broker, record: record, acceptedAt: map[string]time.Time{}},
+		reg:     prometheus.NewRegistry(),
 	}
 	p.worker, err = outboxfeed.NewWorker(store, p.pub, outboxfeed.WorkerConfig{
 		BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, Registerer: p.reg,
 	})
 	if err != nil {
-		broker.Stop()
-		return nil, err
+		return fail(err)
 	}
 	if err := p.worker.Start(ctx); err != nil {
-		broker.Stop()
-		return nil, err
+		return fail(err)
 	}
 	return p, nil
 }
 
-// stop stops the Worker (giving back its leases), then the broker.
+// newBroker returns a broker of kind, not started, and what deletes its
+// state once it is stopped.
+func newBroker(ctx context.Context, cfg config, kind string) (fanout.Broker, func(), error) {
+	if kind != "redis" {
+		b, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
+		return b, func() {}, err
+	}
+	// A prefix of its own: the run neither sees nor leaves other keys.
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	prefix := "outboxbench:" + hex.EncodeToString(r[:]) + ":"
+	b, err := fanout.NewRedisBroker(fanout.RedisConfig{
+		URL: cfg.RedisURL, KeyPrefix: prefix,
+		HistorySize: fanout.DefaultHistorySize, // the gateway's default
+		HistoryTTL:  time.Hour,                 // as cheap as the default 24h; keys of a killed run go sooner
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("outboxbench: redis broker: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := b.Ping(pctx); err != nil {
+		b.Stop()
+		return nil, nil, fmt.Errorf("outboxbench: redis broker at -redis-url: %w", err)
+	}
+	return b, func() { deleteKeys(cfg.RedisURL, prefix) }, nil
+}
+
+// deleteKeys deletes the keys under prefix (which holds no glob
+// characters) from the Redis at url, best effort.
+func deleteKeys(url, prefix string) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return
+	}
+	c := redis.NewClient(opt)
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	flush := func() {
+		if len(keys) > 0 {
+			_ = c.Unlink(ctx, keys...).Err()
+			keys = keys[:0]
+		}
+	}
+	for it.Next(ctx) {
+		if keys = append(keys, it.Val()); len(keys) == 1000 {
+			flush()
+		}
+	}
+	flush()
+}
+
+// stop stops the Worker (giving back its leases), then the broker, and
+// deletes what the broker left in Redis.
 func (p *pipeline) stop() {
 	p.worker.Stop()
 	p.broker.Stop()
+	p.cleanup()
 }
 
 // completed is the Worker's count of records completed after the broker

@@ -16,21 +16,29 @@ import (
 
 // producerResult is one variant of the producer phase.
 type producerResult struct {
-	Trigger bool // the NOTIFY wake-up trigger was installed
+	Variant producerVariant
 	Commits int
 	Elapsed time.Duration
 	Tx      benchkit.Quantiles // BEGIN → INSERT → COMMIT returned
 	Commit  benchkit.Quantiles // the COMMIT round trip alone
-	Drained int                // records the Worker dispatched during the run
+	Drained int64              // records the Worker completed during the run (with a Worker)
+}
+
+// rate is the variant's commits per second.
+func (r producerResult) rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Commits) / r.Elapsed.Seconds()
 }
 
 // runProducers runs cfg.Producers concurrent producers, each committing
 // one staged record per transaction as fast as it can for
-// cfg.ProducerDuration, while a Worker dispatches — with the NOTIFY
-// trigger installed or dropped.
-func runProducers(ctx context.Context, db *benchDB, cfg config, trigger bool, progress io.Writer) (producerResult, error) {
-	res := producerResult{Trigger: trigger}
-	store, err := db.openStore(ctx, trigger)
+// cfg.ProducerDuration, with the NOTIFY trigger installed or dropped, and
+// either a Worker dispatching (memory broker) or no consumer at all.
+func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVariant, progress io.Writer) (producerResult, error) {
+	res := producerResult{Variant: v}
+	store, err := db.openStore(ctx, v.Trigger)
 	if err != nil {
 		return res, err
 	}
@@ -38,18 +46,19 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, trigger bool, pr
 	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
 		return res, err
 	}
-	p, err := startPipeline(ctx, store, cfg, false)
-	if err != nil {
-		return res, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			p.stop()
+	var p *pipeline
+	if v.Worker {
+		if p, err = startPipeline(ctx, store, cfg, "memory", false); err != nil {
+			return res, err
 		}
-	}()
-	if err := p.waitReady(ctx); err != nil {
-		return res, err
+		defer func() {
+			if p != nil {
+				p.stop()
+			}
+		}()
+		if err := p.waitReady(ctx); err != nil {
+			return res, err
+		}
 	}
 	pool, err := db.openPool(ctx, cfg.Producers)
 	if err != nil {
@@ -61,15 +70,18 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, trigger bool, pr
 		return produceOne(ctx, pool, w, k, cfg.Channels)
 	})
 	res.Elapsed = elapsed
-	p.stop()
-	stopped = true
+	if p != nil {
+		res.Drained, _ = p.completed()
+		p.stop()
+		p = nil
+	}
 	if err != nil {
 		return res, err
 	}
 	res.Commits = len(allTx)
 	res.Tx, res.Commit = benchkit.Summarize(allTx), benchkit.Summarize(allCommit)
-	fmt.Fprintf(progress, "producers (trigger %v): %d commits in %v (%s), commit p50 %s p99 %s\n",
-		benchkit.OnOff(trigger), res.Commits, res.Elapsed.Round(time.Millisecond), perSecond(int64(res.Commits), res.Elapsed),
+	fmt.Fprintf(progress, "producers (%s): %d commits in %v (%s), commit p50 %s p99 %s\n",
+		v, res.Commits, res.Elapsed.Round(time.Millisecond), perSecond(int64(res.Commits), res.Elapsed),
 		benchkit.MS(res.Commit.P50), benchkit.MS(res.Commit.P99))
 	return res, nil
 }

@@ -17,6 +17,7 @@ type report struct {
 	loadStart string // /proc/loadavg when the run began
 	server    string
 	drain     *drainResult
+	staged    *drainResult
 	latency   *latencyResult
 	producers []producerResult
 }
@@ -48,6 +49,13 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		}
 		rep.drain = &r
 	}
+	if cfg.phase("staged") {
+		r, err := runStaged(ctx, db, cfg, progress)
+		if err != nil {
+			return err
+		}
+		rep.staged = &r
+	}
 	if cfg.phase("latency") {
 		r, err := runLatency(ctx, db, cfg, progress)
 		if err != nil {
@@ -56,11 +64,11 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		rep.latency = &r
 	}
 	if cfg.phase("producers") {
-		// On, off, off, on: each variant runs once first and once after the
-		// other, so neither gains from running second (warm caches, a
-		// settled table).
-		for _, trigger := range []bool{true, false, false, true} {
-			r, err := runProducers(ctx, db, cfg, trigger, progress)
+		// By default ABBA (Worker, none, none, Worker): each variant runs
+		// once first and once after the other, so neither gains from
+		// running second (warm caches, a settled table).
+		for _, v := range cfg.variants {
+			r, err := runProducers(ctx, db, cfg, v, progress)
 			if err != nil {
 				return err
 			}
@@ -76,17 +84,24 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\n### Outbox benchmark, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "- machine: %s\n", hostinfo.Machine())
 	fmt.Fprintf(w, "- server: %s\n", r.server)
-	fmt.Fprintf(w, "- table: the latency and producer phases start with %d dispatched rows retained\n", r.cfg.Retained)
+	fmt.Fprintf(w, "- table: drain and staged start empty; latency and producers start with %d dispatched rows retained\n", r.cfg.Retained)
 	fmt.Fprintf(w, "- load average (1/5/15 min) at start: %s, at end: %s\n", r.loadStart, hostinfo.LoadAvg())
 	fmt.Fprintf(w, "- command: `%s`\n\n", commandLine())
 	fmt.Fprintln(w, "| measurement | result | target / reference |")
 	fmt.Fprintln(w, "|---|---|---|")
 	if d := r.drain; d != nil {
-		fmt.Fprintf(w, "| drain: %d records over %d channels, batch %d, claim → publish → complete | **%s** (%.2f s; all published after %.2f s) | ≥ 60,000/s; Centrifugo 54,000–61,000/s at batch 1,000 |\n",
-			d.Records, r.cfg.Channels, d.BatchSize, perSecond(int64(d.Records), d.Drained), d.Drained.Seconds(), d.Published.Seconds())
-		fmt.Fprintf(w, "| drain: CPU per record while draining, Herald (this process) / PostgreSQL server | %.1f µs / %.1f µs | — |\n",
+		fmt.Fprintf(w, "| drain: %d records over %d channels staged with the Worker stopped, batch %d, claim → publish (%s broker) → complete%s | **%s** (%.2f s; all published after %.2f s) | measure Centrifugo with `go run ./loadtest/cfbench -phases drain` in the same run |\n",
+			d.Records, r.cfg.Channels, d.BatchSize, d.Broker, holdText(d.HoldXmin), perSecond(int64(d.Records), d.Drained), d.Drained.Seconds(), d.Published.Seconds())
+		fmt.Fprintf(w, "| drain: CPU per record while draining, Herald (this process) / PostgreSQL backends of the bench database | %.1f µs / %.1f µs | — |\n",
 			benchkit.PerRecordMicros(d.CPU.self, d.Records), benchkit.PerRecordMicros(d.CPU.postgres, d.Records))
 		fmt.Fprintf(w, "| drain: bulk staging with COPY (setup, Worker stopped) | %s | — |\n", perSecond(int64(d.Records), d.Stage))
+	}
+	if d := r.staged; d != nil {
+		fmt.Fprintf(w, "| staged: Worker running (batch %d, %s broker) while %d producers insert %d records over %d channels, %d per transaction (COPY)%s: first insert → every record completed | **%s** (%.2f s; inserts committed after %.2f s, all published after %.2f s) | measure Centrifugo with `go run ./loadtest/cfbench -phases staged` in the same run |\n",
+			d.BatchSize, d.Broker, r.cfg.StagedProducers, d.Records, r.cfg.Channels, r.cfg.StagedBatch, holdText(d.HoldXmin),
+			perSecond(int64(d.Records), d.Drained), d.Drained.Seconds(), d.Stage.Seconds(), d.Published.Seconds())
+		fmt.Fprintf(w, "| staged: CPU per record, first insert → all completed, Herald (this process, producers included) / PostgreSQL backends of the bench database | %.1f µs / %.1f µs | — |\n",
+			benchkit.PerRecordMicros(d.CPU.self, d.Records), benchkit.PerRecordMicros(d.CPU.postgres, d.Records))
 	}
 	if l := r.latency; l != nil {
 		wake := "NOTIFY wake-up"
@@ -97,19 +112,48 @@ func (r *report) print(w io.Writer) {
 		if l.Elapsed > 0 {
 			achieved = fmt.Sprintf("%.0f/s", float64(l.Committed-1)/l.Elapsed.Seconds())
 		}
-		fmt.Fprintf(w, "| commit → broker accept, paced at %d/s (achieved %s, %d records, %s) p50 / p99 / p99.9 / max | **%s / %s / %s** / %s | p99 ≤ 3 ms; Centrifugo commit → client p99 2.0–2.7 ms |\n",
-			l.Rate, achieved, l.Committed, wake, benchkit.MS(l.Accept.P50), benchkit.MS(l.Accept.P99), benchkit.MS(l.Accept.P999), benchkit.MS(l.Accept.Max))
+		fmt.Fprintf(w, "| commit → broker accept (%s broker), paced at %d/s (achieved %s, %d records, %s) p50 / p99 / p99.9 / max | **%s / %s / %s** / %s | measure Centrifugo (commit → client) with `go run ./loadtest/cfbench -phases latency` in the same run |\n",
+			l.Broker, l.Rate, achieved, l.Committed, wake, benchkit.MS(l.Accept.P50), benchkit.MS(l.Accept.P99), benchkit.MS(l.Accept.P999), benchkit.MS(l.Accept.Max))
 		fmt.Fprintf(w, "| producers' COMMIT in the latency phase p50 / p99 (%d connections; pacer fell behind by up to %s; %d records accepted before their COMMIT returned, counted as 0) | %s / %s | — |\n",
 			r.cfg.LatencyProducers, benchkit.MS(l.MaxLag), l.Early, benchkit.MS(l.Commit.P50), benchkit.MS(l.Commit.P99))
 	}
+	var withWorker, without []float64
 	for _, p := range r.producers {
-		ref := "Centrifugo without trigger: 3,000/s at 0.9 ms"
-		if p.Trigger {
-			ref = "Centrifugo per-row pg_notify: 2,300–3,000/s, commit 15–20 ms"
+		consumer := "no consumer (no Worker ran)"
+		if p.Variant.Worker {
+			consumer = fmt.Sprintf("a Worker draining (memory broker; completed %d records during the run)", p.Drained)
+			withWorker = append(withWorker, p.rate())
+		} else {
+			without = append(without, p.rate())
 		}
-		fmt.Fprintf(w, "| %d single-row producers, NOTIFY trigger %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s**, %s / %s, %s / %s | %s |\n",
-			r.cfg.Producers, benchkit.OnOff(p.Trigger), perSecond(int64(p.Commits), p.Elapsed),
-			benchkit.MS(p.Commit.P50), benchkit.MS(p.Commit.P99), benchkit.MS(p.Tx.P50), benchkit.MS(p.Tx.P99), ref)
+		fmt.Fprintf(w, "| %d single-row producers, %s, NOTIFY trigger %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s**, %s / %s, %s / %s | measure Centrifugo with `go run ./loadtest/cfbench -phases producers` in the same run |\n",
+			r.cfg.Producers, consumer, benchkit.OnOff(p.Variant.Trigger), perSecond(int64(p.Commits), p.Elapsed),
+			benchkit.MS(p.Commit.P50), benchkit.MS(p.Commit.P99), benchkit.MS(p.Tx.P50), benchkit.MS(p.Tx.P99))
+	}
+	if len(withWorker) > 0 && len(without) > 0 {
+		a, b := mean(withWorker), mean(without)
+		ratio := "n/a"
+		if b > 0 {
+			ratio = fmt.Sprintf("%.3f", a/b)
+		}
+		fmt.Fprintf(w, "| producers: mean commit rate with a Worker draining / with no consumer (%d and %d runs) | **%s** (%.0f/s / %.0f/s) | ≥ 0.95 |\n",
+			len(withWorker), len(without), ratio, a, b)
 	}
 	fmt.Fprintln(w)
+}
+
+// holdText describes -hold-xmin in a row.
+func holdText(hold bool) string {
+	if hold {
+		return ", with a transaction holding the xmin horizon (opened before the records were staged)"
+	}
+	return ""
+}
+
+func mean(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
 }

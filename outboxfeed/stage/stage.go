@@ -1,0 +1,125 @@
+package stage
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// pgInsert stages on PostgreSQL; the database fills what the producer left
+// empty.
+const pgInsert = `
+INSERT INTO herald.outbox (id, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind)
+VALUES (coalesce($1::uuid, gen_random_uuid()), $2, $3, $4, $5, $6::jsonb,
+        coalesce($7::jsonb, '{"mode":"immediate"}'::jsonb),
+        coalesce($8::timestamptz, now()), coalesce($9::text, 'notification'))
+RETURNING id::text`
+
+// sqliteInsert stages in the embedded SQLite file: the id is made here,
+// occurred_at is integer microseconds since the Unix epoch.
+const sqliteInsert = `
+INSERT INTO outbox (id, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// Stage inserts n into herald.outbox inside the caller's pgx transaction
+// and returns the message id. It never opens a connection of its own: the
+// record commits or rolls back with the caller's business change.
+func Stage(ctx context.Context, tx pgx.Tx, n Notification) (string, error) {
+	args, err := pgArgs(n)
+	if err != nil {
+		return "", err
+	}
+	var id string
+	if err := tx.QueryRow(ctx, pgInsert, args...).Scan(&id); err != nil {
+		return "", fmt.Errorf("stage: insert: %w", err)
+	}
+	return id, nil
+}
+
+// StageSQL inserts n inside the caller's database/sql transaction, in the
+// SQL of dialect d, and returns the message id: into herald.outbox for
+// Postgres (tx from github.com/jackc/pgx/v5/stdlib), into outbox for SQLite
+// (the embedded SQLite file). DetectDialect finds d from the *sql.DB that
+// began tx; the zero Dialect is an error wrapping ErrUnknownDialect. It
+// never opens a connection of its own.
+func StageSQL(ctx context.Context, tx *sql.Tx, d Dialect, n Notification) (string, error) {
+	switch d {
+	case Postgres:
+		args, err := pgArgs(n)
+		if err != nil {
+			return "", err
+		}
+		var id string
+		if err := tx.QueryRowContext(ctx, pgInsert, args...).Scan(&id); err != nil {
+			return "", fmt.Errorf("stage: insert: %w", err)
+		}
+		return id, nil
+	case SQLite:
+		return stageSQLite(ctx, tx, n)
+	}
+	return "", fmt.Errorf("stage: %w: %v: pass stage.Postgres or stage.SQLite (DetectDialect reads it from the *sql.DB)", ErrUnknownDialect, d)
+}
+
+// pgArgs validates n and returns the arguments of pgInsert; an empty field
+// is NULL, for the database's default.
+func pgArgs(n Notification) ([]any, error) {
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	if n.ID != "" {
+		if _, err := ParseID(n.ID); err != nil {
+			return nil, err
+		}
+	}
+	var freshness, occurred any
+	if n.Freshness != nil {
+		freshness = string(n.Freshness)
+	}
+	if !n.OccurredAt.IsZero() {
+		occurred = n.OccurredAt
+	}
+	return []any{nullable(n.ID), n.TenantID, n.Channel, n.Type, n.SchemaVersion, string(n.Payload),
+		freshness, occurred, nullable(n.Kind)}, nil
+}
+
+func stageSQLite(ctx context.Context, tx *sql.Tx, n Notification) (string, error) {
+	if err := n.Validate(); err != nil {
+		return "", err
+	}
+	id := uuid.NewString()
+	if n.ID != "" {
+		var err error
+		if id, err = ParseID(n.ID); err != nil {
+			return "", err
+		}
+	}
+	occurred := n.OccurredAt
+	if occurred.IsZero() {
+		occurred = time.Now()
+	}
+	freshness := string(n.Freshness)
+	if n.Freshness == nil {
+		freshness = `{"mode":"immediate"}`
+	}
+	kind := n.Kind
+	if kind == "" {
+		kind = KindNotification
+	}
+	_, err := tx.ExecContext(ctx, sqliteInsert, id, n.TenantID, n.Channel, n.Type, n.SchemaVersion,
+		string(n.Payload), freshness, occurred.UnixMicro(), kind)
+	if err != nil {
+		return "", fmt.Errorf("stage: insert: %w", err)
+	}
+	return id, nil
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

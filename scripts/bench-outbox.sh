@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Herald's outbox beside Centrifugo v6.9.1's PostgreSQL outbox consumer, in
+# one run on one machine, so each target reads as a ratio (docs/performance.md).
+#
+#   bash scripts/bench-outbox.sh            # about 6 minutes
+#   ROUNDS=1 RECORDS=50000 bash scripts/bench-outbox.sh   # a quick look
+#
+# Centrifugo comes from the Go module proxy into /tmp/cfbin (nothing of it
+# enters the repository; cfbench writes its config at run time). Every
+# benchmark creates and drops its own database on $DATABASE_URL's server.
+# The reports go to $OUT (default bench-<time>/), one Markdown file each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CF=${CENTRIFUGO:-/tmp/cfbin/centrifugo}
+DB=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
+ROUNDS=${ROUNDS:-2}
+RECORDS=${RECORDS:-200000}
+OUT=${OUT:-bench-$(date -u +%Y%m%dT%H%M%SZ)}
+
+if [ ! -x "$CF" ]; then
+	GOBIN=$(dirname "$CF") go install github.com/centrifugal/centrifugo/v6@v6.9.1
+fi
+mkdir -p "$OUT"
+go build -o "$OUT/outboxbench" ./loadtest/outboxbench
+go build -o "$OUT/cfbench" ./loadtest/cfbench
+go build -o "$OUT/connbench" ./loadtest/connbench
+go build -o "$OUT/herald" ./cmd/herald
+
+run() { # name, command...
+	local name=$1
+	shift
+	echo "== $name: $*" >&2
+	"$@" >"$OUT/$name.md" 2>"$OUT/$name.log"
+}
+
+# Drain (records staged first; staged while the consumer runs), alternating
+# Herald and Centrifugo's best configuration (batch 1,000, 4 partitions).
+for r in $(seq "$ROUNDS"); do
+	run "herald-drain-$r" "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS"
+	run "centrifugo-drain-$r" "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases drain,staged -configs 1000x4 -records "$RECORDS"
+done
+# The same drain with the Redis broker, and beside a transaction holding
+# the xmin horizon.
+run herald-drain-redis "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS" -broker redis
+run herald-drain-xmin "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS" -hold-xmin
+
+# A steady 1,000 records/s from 16 producers, one record per transaction:
+# commit → broker accept (outboxbench), commit → client (connbench, through
+# a real herald serve, 1,000 subscribers over 1,000 channels) and
+# Centrifugo's commit → client (cfbench, one client on 1,000 channels).
+run herald-latency "$OUT/outboxbench" -database-url "$DB" -phases latency -latency-duration 10s
+run herald-latency-client "$OUT/connbench" -herald-bin "$OUT/herald" -publish-via outbox -database-url "$DB" \
+	-scenario fanout -conns 1000 -channels 1000 -rate 1000 -duration 10s -producers 16
+run centrifugo-latency "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases latency
+
+# Producers' commit rate while Herald drains against no consumer at all.
+run herald-producers "$OUT/outboxbench" -database-url "$DB" -phases producers -producer-duration 5s
+
+# An idle Worker and one at 10 records/s: what PostgreSQL spends.
+run herald-idle "$OUT/outboxbench" -database-url "$DB" -phases latency -rate 10 -latency-duration 10s
+
+echo "reports in $OUT/" >&2
