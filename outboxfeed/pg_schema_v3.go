@@ -237,7 +237,8 @@ $fn$;
 CREATE FUNCTION herald.outbox_has_work(p_part int, p_lo pg_snapshot) RETURNS boolean
 LANGUAGE sql STABLE AS $fn$
 	SELECT EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p_part AND (o.xid, o.seq) >= (pg_snapshot_xmax(p_lo), 0))
-		OR EXISTS (SELECT 1 FROM pg_snapshot_xip(p_lo) x(xid) JOIN herald.outbox o ON o.part = p_part AND o.xid = x.xid)
+		OR EXISTS (SELECT 1 FROM pg_snapshot_xip(p_lo) x(xid)
+			CROSS JOIN LATERAL (SELECT 1 FROM herald.outbox o WHERE o.part = p_part AND o.xid = x.xid LIMIT 1) o)
 		OR EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.part = p_part AND r.state = 'pending' AND r.next_attempt_at <= now())
 $fn$;
 

@@ -136,7 +136,12 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 				w.idle(ctx, l)
 				continue
 			}
-			kickAll() // other partitions may hold records too
+			if b.More || len(b.Records) >= max(1, w.cfg.BatchSize/16) {
+				// A backlog builds: the other lanes take the other
+				// partitions. Below it one lane keeps up, and fewer claims
+				// of fewer records each would only cost PostgreSQL more.
+				kickAll()
+			}
 		}
 		l.lastWork = time.Now() // so the next claim disarms the trigger
 		l.takeover.mark(b)

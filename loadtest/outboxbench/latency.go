@@ -25,6 +25,10 @@ type latencyResult struct {
 	Commit    benchkit.Quantiles // COMMIT round trip of the producers
 	Accept    benchkit.Quantiles // COMMIT returned → broker accepted
 	Early     int                // accepted before the producer saw its COMMIT return (counted as 0)
+	// WorkerPG is the CPU the Worker's own PostgreSQL backends
+	// (application_name herald) spent from the first commit until every
+	// record was accepted; Self is this process's (Worker and producers).
+	WorkerPG, Self time.Duration
 }
 
 // commitMark is one producer's committed record.
@@ -64,6 +68,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 
 	total := int(int64(cfg.Rate) * int64(cfg.LatencyDuration) / int64(time.Second))
 	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections (%s broker)\n", total, cfg.Rate, cfg.LatencyProducers, cfg.Broker)
+	pg0, self0 := benchkit.ReadAppBackends(ctx, store.Pool(), "herald"), benchkit.SelfCPU()
 	marks, lag, err := pacedStage(ctx, pool, cfg, total)
 	if err != nil {
 		return res, err
@@ -83,6 +88,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: latency: %d of %d records accepted: %w", p.pub.accepted.Load(), len(marks), err)
 	}
+	res.WorkerPG = benchkit.ReadAppBackends(ctx, store.Pool(), "herald").Since(pg0)
+	res.Self = benchkit.SelfCPU() - self0
 	commits := make([]time.Duration, 0, len(marks))
 	accepts := make([]time.Duration, 0, len(marks))
 	for _, m := range marks {
@@ -99,7 +106,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 		accepts = append(accepts, d)
 	}
 	res.Commit, res.Accept = benchkit.Summarize(commits), benchkit.Summarize(accepts)
-	fmt.Fprintf(progress, "latency: commit → accept p50 %s p99 %s p99.9 %s\n", benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999))
+	fmt.Fprintf(progress, "latency: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record\n",
+		benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed))
 	return res, nil
 }
 

@@ -84,8 +84,16 @@ type Backends map[int]time.Duration
 
 // ReadBackends reads the CPU time of the backends of pool's database.
 func ReadBackends(ctx context.Context, pool *pgxpool.Pool) Backends {
+	return ReadAppBackends(ctx, pool, "")
+}
+
+// ReadAppBackends reads the CPU time of the backends of pool's database
+// whose application_name is app (any, when app is empty): the Worker's
+// own connections apart from the producers', say.
+func ReadAppBackends(ctx context.Context, pool *pgxpool.Pool, app string) Backends {
 	b := Backends{}
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+		AND ($1 = '' OR application_name = $1)`, app)
 	if err != nil {
 		return b
 	}
