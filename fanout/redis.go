@@ -87,8 +87,8 @@ func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 		client:      client,
 		shards:      make(map[string]*redisShard),
 		topics:      make(map[string]*topicState),
-		m:           newRedisMetrics(),
 	}
+	b.m = newRedisMetrics(b.up)
 	if cfg.Sharded {
 		b.pubCmd = "SPUBLISH"
 	}
@@ -292,10 +292,30 @@ type redisMetrics struct {
 	messages     prometheus.Counter
 	decodeErrors prometheus.Counter
 	reconnects   prometheus.Counter
+	up           prometheus.GaugeFunc
 }
 
-func newRedisMetrics() redisMetrics {
+// upPingTimeout bounds the PING behind herald_redis_up, which runs while
+// Prometheus scrapes.
+const upPingTimeout = time.Second
+
+// up is the value of herald_redis_up: 1 when Redis answers a PING within
+// upPingTimeout, else 0 (also once the broker is stopped).
+func (b *RedisBroker) up() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), upPingTimeout)
+	defer cancel()
+	if b.Ping(ctx) != nil {
+		return 0
+	}
+	return 1
+}
+
+func newRedisMetrics(up func() float64) redisMetrics {
 	return redisMetrics{
+		up: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "herald_redis_up",
+			Help: "1 when Redis answered a PING from this node's broker client during this scrape (bounded by 1s), else 0.",
+		}, up),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_redis_pubsub_messages_total",
 			Help: "Publications received on this node's Redis pub/sub connections.",
@@ -312,7 +332,7 @@ func newRedisMetrics() redisMetrics {
 }
 
 func (m redisMetrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.messages, m.decodeErrors, m.reconnects} {
+	for _, c := range []prometheus.Collector{m.messages, m.decodeErrors, m.reconnects, m.up} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ const (
 // metrics are the gateway's Prometheus collectors.
 type metrics struct {
 	connections      *prometheus.GaugeVec
+	connectionsMax   prometheus.Gauge
 	connectionsTotal *prometheus.CounterVec
 	disconnects      *prometheus.CounterVec
 	refusals         *prometheus.CounterVec
@@ -82,6 +83,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "herald_connections",
 			Help: "Realtime connections open now, by transport.",
 		}, []string{"transport"}),
+		connectionsMax: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_connections_max",
+			Help: "The configured MaxConnections: realtime connections (all transports) this host accepts at once.",
+		}),
 		connectionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_connections_total",
 			Help: "Realtime connections accepted, by transport.",
@@ -153,7 +158,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{
-		m.connections, m.connectionsTotal, m.disconnects, m.refusals, m.deliveries, m.queueDropped, m.httpRequests,
+		m.connections, m.connectionsMax, m.connectionsTotal, m.disconnects, m.refusals, m.deliveries, m.queueDropped, m.httpRequests,
 		m.limitRejections, m.wsRequests, m.subsEnded, m.revalFailures, m.revocationsAt, m.tickets,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -63,6 +63,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.connectionsMax.Set(float64(cfg.MaxConnections))
 	g := deps.Gatherer
 	if g == nil {
 		g, _ = deps.Registerer.(prometheus.Gatherer)

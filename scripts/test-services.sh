@@ -3,6 +3,8 @@
 # Uses HERALD_TEST_DATABASE_URL / HERALD_TEST_REDIS_URL when set; else the
 # local services on 127.0.0.1; else starts them; else installs them with apt
 # (as root) and starts them on loopback. Never lets tests run without them.
+# Also installs promtool (Debian's prometheus package), which
+# internal/alertstest needs to check docs/alerts.
 set -euo pipefail
 
 log() { echo "test-services: $*" >&2; }
@@ -81,5 +83,25 @@ ensure_redis() {
   log "Redis started"
 }
 
+# promtool checks and unit-tests the alert rules (internal/alertstest).
+# Debian ships it in the prometheus package; only the binary is used, the
+# package's server is not started here.
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && { log "promtool: $(command -v promtool)"; return; }
+  if [ "$(id -u)" != 0 ]; then
+    log "promtool is missing and installing it needs root: apt-get install prometheus (go test ./internal/alertstest fails without it)"
+    exit 1
+  fi
+  apt-get update -qq >/dev/null
+  if ! apt-cache policy prometheus 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    log "no prometheus package in the apt sources: put promtool from https://prometheus.io/download/ on PATH"
+    exit 1
+  fi
+  log "installing prometheus (for /usr/bin/promtool) with apt-get"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  command -v promtool >/dev/null 2>&1 || { log "prometheus installed but no promtool on PATH"; exit 1; }
+}
+
 ensure_postgres
 ensure_redis
+ensure_promtool

@@ -11,6 +11,9 @@ import (
 	"strings"
 )
 
+// defaultDataDir is the default --data-dir.
+const defaultDataDir = "./herald-data"
+
 // storeSettings select the outbox store.
 type storeSettings struct {
 	DatabaseURL string
@@ -18,7 +21,7 @@ type storeSettings struct {
 }
 
 func (s *storeSettings) register(st *settings) {
-	st.String(&s.DataDir, "data-dir", "./herald-data", "directory for the embedded store and the development secret")
+	st.String(&s.DataDir, "data-dir", defaultDataDir, "directory for the embedded store and the development secret")
 	st.String(&s.DatabaseURL, "database-url", "", "outbox store: postgres://… selects PostgreSQL; empty = embedded SQLite file <data-dir>/herald.db")
 }
 

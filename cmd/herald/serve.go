@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -255,16 +256,45 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 }
 
 // banner tells a newcomer where Herald listens, how to mint a token and how
-// to publish.
+// to publish. The hints carry the node's own settings, so what they print
+// works against this node: the same --data-dir or --database-url (its
+// password elided), the same token key (named, never printed). Where
+// herald token cannot mint a token this node accepts (--jwks only, or a
+// required iss/aud), the hint says so instead.
 func banner(w io.Writer, base, store, broker string, o serveOptions, devMode bool) {
 	self := "herald"
 	if a := os.Args[0]; strings.HasPrefix(a, "./") || strings.HasPrefix(a, "bin/") {
 		self = a
 	}
+	storeFlags := ""
+	switch {
+	case o.store.DatabaseURL != "":
+		storeFlags = " --database-url " + shellQuote(redactURL(o.store.DatabaseURL))
+	case o.store.DataDir != defaultDataDir:
+		storeFlags = " --data-dir " + shellQuote(o.store.DataDir)
+	}
 	fmt.Fprintf(w, "Herald %s listening on %s (store: %s, broker: %s, worker: %v)\n", version, base, store, broker, o.feed)
-	fmt.Fprintf(w, "  mint a token:  TOKEN=$(%s token --tenant acme --sub u1 --subscribe 'orders/*' --ttl 1h)\n", self)
+	const claims = " --tenant acme --sub u1 --subscribe 'orders/*' --ttl 1h"
+	switch {
+	case devMode:
+		dataDir := ""
+		if o.store.DataDir != defaultDataDir {
+			dataDir = " --data-dir " + shellQuote(o.store.DataDir)
+		}
+		fmt.Fprintf(w, "  mint a token:  TOKEN=$(%s token%s%s)\n", self, dataDir, claims)
+	case o.auth.HMACSecret == "":
+		fmt.Fprintf(w, "  mint a token:  with your identity provider: this node verifies keys from --jwks, and herald token mints only HS256 tokens (--jwt-hmac-secret)\n")
+	case o.auth.Issuer != "" || o.auth.Audience != "":
+		fmt.Fprintf(w, "  mint a token:  with your identity provider: this node requires iss/aud (--jwt-issuer/--jwt-audience), which herald token does not set\n")
+	default:
+		fmt.Fprintf(w, "  mint a token:  TOKEN=$(%s token --jwt-hmac-secret \"$HERALD_JWT_HMAC_SECRET\"%s)   (the same secret as this node's --jwt-hmac-secret)\n", self, claims)
+	}
 	fmt.Fprintf(w, "  open a stream: curl -N -H \"Authorization: Bearer $TOKEN\" '%s/v1/sse?channel=orders/1'\n", base)
-	fmt.Fprintf(w, "  publish:       %s publish --tenant acme --channel orders/1 --type order.updated --data '{\"status\":\"paid\"}'\n", self)
+	note := ""
+	if u := o.store.DatabaseURL; u != "" && redactURL(u) != u {
+		note = "   (password elided: use this node's --database-url)"
+	}
+	fmt.Fprintf(w, "  publish:       %s publish%s --tenant acme --channel orders/1 --type order.updated --data '{\"status\":\"paid\"}'%s\n", self, storeFlags, note)
 	if devMode {
 		tok, err := auth.MintHS256([]byte(o.auth.HMACSecret), auth.Claims{
 			Subject: "demo", Tenant: "acme", Subscribe: []string{"orders/*"}, ExpiresAt: time.Now().Add(24 * time.Hour),
@@ -275,4 +305,29 @@ func banner(w io.Writer, base, store, broker string, o serveOptions, devMode boo
 	} else {
 		fmt.Fprintf(w, "  demo page:     %s/\n", base)
 	}
+}
+
+// redactURL hides the password of a URL such as postgres://u:p@h/db; a
+// value that is not such a URL (an SQLite path) is returned as is.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:@%+=,", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

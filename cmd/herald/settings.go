@@ -32,6 +32,9 @@ type settings struct {
 	cfg  *string // the --config flag
 	// afterParse run once every source has been applied.
 	afterParse []func()
+	// alsoKnown are config-file keys that are not this command's settings
+	// but are accepted and ignored: revoke reads serve's config file.
+	alsoKnown map[string]bool
 }
 
 func newSettings(cmd string) *settings {
@@ -168,6 +171,9 @@ func (s *settings) applyFile(path string, explicit map[string]bool) error {
 			continue // a comment, as herald genconfig writes them
 		}
 		st, ok := known[k]
+		if !ok && s.alsoKnown[k] {
+			continue // a setting of the command whose file this is
+		}
 		if !ok {
 			return fmt.Errorf("config: %s: unknown key %q (keys are flag names, e.g. \"listen\")", path, k)
 		}
