@@ -1,6 +1,8 @@
 module github.com/heraldgw/herald
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 require (
 	github.com/coder/websocket v1.8.15

@@ -6,7 +6,10 @@
 //
 // Producers stage with Stage (a pgx.Tx), StageSQL (a *sql.Tx on the SQLite
 // file), plain SQL or herald.stage_notification; the record commits or rolls
-// back with their business change. A Worker (NewWorker) then moves each
+// back with their business change. Stage, StageSQL and Notification are
+// wrappers of package outboxfeed/stage, which an application imports to
+// stage without linking this package's drivers (and which also stages on
+// PostgreSQL through database/sql). A Worker (NewWorker) then moves each
 // record through the sealed lifecycle State: Pending → Processing →
 // Dispatched, back to Pending for a retry or a released lease, or to
 // DeadLetter for a permanent failure or an exhausted retry budget.

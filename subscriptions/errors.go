@@ -1,10 +1,14 @@
 package subscriptions
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/heraldgw/herald/internal/names"
+)
 
 var (
 	// ErrInvalidName is wrapped by every channel- or tenant-name error.
-	ErrInvalidName = errors.New("invalid name")
+	ErrInvalidName = names.ErrInvalidName
 	// ErrInvalidGrant is wrapped by every grant-pattern error.
 	ErrInvalidGrant = errors.New("invalid grant")
 	// ErrForbidden means the caller holds no grant for the channel.
