@@ -15,7 +15,8 @@ const pgClaimSQL = `SELECT r_kind, r_part, r_fence, r_takeovers, r_qseq, r_attem
 	r_id::text, r_seq, r_xid::text, r_tenant, r_channel, r_type, r_version, r_payload, r_freshness, r_occurred, r_kind2
 FROM herald.outbox_claim($1, $2, $3, $4, $5)`
 
-// pgClaimTries bounds how many free partitions one claim looks into.
+// pgClaimTries bounds how many partitions with work one claim leases in
+// turn before it gives up (each is tried at most once anyway).
 const pgClaimTries = 64
 
 const (
@@ -34,8 +35,8 @@ const (
 	WHERE id IN (SELECT id FROM herald.outbox_wakeup WHERE armed_until IS NOT NULL FOR UPDATE SKIP LOCKED)`
 )
 
-// queueClaim adds req's statements (wake-up switch, claim) to b and
-// returns the index of the claim's result among b's queued statements.
+// queueClaim adds req's statements (wake-up switch, claim) to b; the
+// claim's result is the last of them.
 func queueClaim(b *pgx.Batch, req *ClaimRequest) {
 	switch {
 	case req.Disarm:

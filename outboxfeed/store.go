@@ -23,10 +23,12 @@ type Store interface {
 	// Stage or StageSQL). It returns the message id.
 	StageOne(ctx context.Context, n Notification) (string, error)
 	// Claim leases one partition to req.Owner and returns its next batch
-	// (see Batch). With AnyPartition it tries the free partitions, longest
-	// idle first, until one has records. A partition that has none is left
-	// with its position advanced and its lease given back. It returns nil
-	// when no partition it could lease has records.
+	// (see Batch). With AnyPartition it looks at the free partitions,
+	// longest idle first, and leases one that has work (PostgreSQL probes
+	// each first, so an idle partition costs no write). A leased partition
+	// that turns out to have nothing gets its position advanced and its
+	// lease back. It returns nil when no partition it could lease has
+	// records.
 	Claim(ctx context.Context, req ClaimRequest) (*Batch, error)
 	// Complete records the outcome of every record of b (out[i] is the
 	// outcome of b.Records[i]) in one conditional step, under b's owner and
