@@ -1,11 +1,15 @@
 package auth
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // heraldClaim is the JSON shape of the "herald" claim.
@@ -20,6 +24,37 @@ type jwtClaims struct {
 	jwt.RegisteredClaims
 	SessionID string       `json:"sid,omitempty"`
 	Herald    *heraldClaim `json:"herald"`
+}
+
+// timeClaims are the NumericDate claims (RFC 7519 §2): each must be a JSON
+// number. golang-jwt also accepts a string holding a number, and treats
+// null as absent; Herald refuses both.
+var timeClaims = [...]string{"exp", "nbf", "iat"}
+
+// UnmarshalJSON decodes the claims after checking that exp, nbf and iat,
+// when present, are JSON numbers. Member names are compared as
+// encoding/json matches them to fields (case-insensitively), so "EXP"
+// cannot smuggle a string past the check.
+func (jc *jwtClaims) UnmarshalJSON(b []byte) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil {
+		return err
+	}
+	for name, raw := range members {
+		for _, tc := range timeClaims {
+			if strings.EqualFold(name, tc) && !isJSONNumber(raw) {
+				return &tokenError{tc + " is not a JSON number"}
+			}
+		}
+	}
+	type plain jwtClaims // the same fields without this method
+	return json.Unmarshal(b, (*plain)(jc))
+}
+
+// isJSONNumber reports whether raw, one well-formed JSON value as
+// encoding/json hands it to a RawMessage, is a number.
+func isJSONNumber(raw json.RawMessage) bool {
+	return len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9')
 }
 
 // MintHS256 signs c with secret (HS256). It is for development tokens and
@@ -85,6 +120,12 @@ func (jc *jwtClaims) toClaims() (*Claims, error) {
 	}
 	if jc.Herald == nil || jc.Herald.Tenant == "" {
 		return nil, fmt.Errorf("%w: herald.tenant is required", ErrInvalidToken)
+	}
+	// An invalid tenant is a bad token (401), not a bad request later: the
+	// error wraps ErrInvalidToken only, not names.ErrInvalidName, and does
+	// not echo the value.
+	if names.ValidateTenant(jc.Herald.Tenant) != nil {
+		return nil, fmt.Errorf("%w: herald.tenant is not a valid tenant name", ErrInvalidToken)
 	}
 	c := &Claims{
 		Subject:   jc.Subject,

@@ -93,10 +93,12 @@ func (v *Verifier) Start(ctx context.Context) error {
 // before Start.
 func (v *Verifier) Stop() { v.svc.stop() }
 
-// Verify checks a connection token: signature, algorithm, exp/nbf (with
-// leeway), iss and aud (when configured) and the Herald claims (sub and
-// herald.tenant required; a token with herald.channel is a subscription
-// token and is refused here), and returns the claims.
+// Verify checks a connection token: header (no crit), signature,
+// algorithm, exp/nbf (with leeway; exp, nbf and iat must be JSON numbers),
+// iss and aud (when configured) and the Herald claims (sub and
+// herald.tenant required, herald.tenant a valid tenant name; a token with
+// herald.channel is a subscription token and is refused here), and returns
+// the claims.
 // Every failure wraps ErrInvalidToken (and ErrExpired when exp passed);
 // the message names the failed check and never contains the token.
 func (v *Verifier) Verify(token string) (*Claims, error) {
@@ -140,16 +142,38 @@ func (v *Verifier) verify(ctx context.Context, token string) (*Claims, error) {
 	return jc.toClaims()
 }
 
+// tokenError is a refusal found while parsing (a header or claim Herald
+// does not accept) whose message is safe to show.
+type tokenError struct{ msg string }
+
+// Error returns the safe message.
+func (e *tokenError) Error() string { return e.msg }
+
+// checkHeader refuses header members Herald must not ignore. "crit" lists
+// extensions the recipient must understand (RFC 7515 §4.1.11); Herald
+// understands none, so any crit member, even an empty or malformed one,
+// is refused.
+func checkHeader(t *jwt.Token) error {
+	if _, ok := t.Header["crit"]; ok {
+		return &tokenError{"header carries crit (no critical extension is supported)"}
+	}
+	return nil
+}
+
 // keyError is a key-lookup failure whose message is safe to show.
 type keyError struct{ msg string }
 
 // Error returns the safe message.
 func (e *keyError) Error() string { return e.msg }
 
-// keyFor picks the verification key(s) for t. Keys are matched to the
+// keyFor checks t's header (checkHeader), then picks the verification
+// key(s) for t. Keys are matched to the
 // token's alg by type (fits), so an RSA, EC or OKP key never verifies an HS
 // token and the HMAC secret never verifies anything but HS tokens.
 func (v *Verifier) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
+	if err := checkHeader(t); err != nil {
+		return nil, err // before any key lookup, so it never triggers a JWKS reload
+	}
 	alg := t.Method.Alg()
 	kid := ""
 	if raw, ok := t.Header["kid"]; ok {
@@ -242,6 +266,10 @@ func keyResult(keys []jwt.VerificationKey) any {
 // check(s). Nothing from the token is echoed except an algorithm name that
 // golang-jwt itself recognised.
 func (v *Verifier) wrapParseError(tok *jwt.Token, err error) error {
+	var te *tokenError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%w: %s", ErrInvalidToken, te.msg)
+	}
 	var ke *keyError
 	if errors.As(err, &ke) {
 		return fmt.Errorf("%w: %w: %s", ErrInvalidToken, ErrNoKey, ke.msg)

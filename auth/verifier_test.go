@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -8,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // fixedNow is the clock of the claim-timing tests.
@@ -132,6 +137,13 @@ func TestVerifyRejects(t *testing.T) {
 		{name: "sub missing", cfg: full, token: sign(t, "RS256", rsa.priv, rsa.kid, withClaims(func(c *Claims) { c.Subject = "" }), std), want: "sub is required"},
 		{name: "subscription token as connection token", cfg: full, token: sign(t, "RS256", rsa.priv, rsa.kid, withClaims(func(c *Claims) { c.Channel = "orders/1" }), std), want: "cannot authenticate a connection"},
 		{name: "tenant missing", cfg: full, token: sign(t, "RS256", rsa.priv, rsa.kid, withClaims(func(c *Claims) { c.Tenant = "" }), std), want: "herald.tenant is required"},
+		{name: "crit header", cfg: full, token: sign(t, "RS256", rsa.priv, rsa.kid, c, withOpts(std, func(o *tokenOpts) { o.header = map[string]any{"crit": []string{"exp"}} })), want: "header carries crit"},
+		{name: "crit header empty", cfg: full, token: sign(t, "ES256", ec256.priv, ec256.kid, c, withOpts(std, func(o *tokenOpts) { o.header = map[string]any{"crit": []string{}} })), want: "header carries crit"},
+		{name: "crit header null, HMAC", cfg: full, token: sign(t, "HS256", secret, "", c, withOpts(std, func(o *tokenOpts) { o.header = map[string]any{"crit": nil} })), want: "header carries crit"},
+		{name: "tenant dot-segment", cfg: full, token: sign(t, "RS256", rsa.priv, rsa.kid, withClaims(func(c *Claims) { c.Tenant = ".." }), std), want: "herald.tenant is not a valid tenant name"},
+		{name: "tenant with slash", cfg: full, token: sign(t, "RS256", rsa.priv, rsa.kid, withClaims(func(c *Claims) { c.Tenant = "acme/other" }), std), want: "herald.tenant is not a valid tenant name"},
+		{name: "tenant too long", cfg: full, token: sign(t, "RS256", rsa.priv, rsa.kid, withClaims(func(c *Claims) { c.Tenant = strings.Repeat("t", 65) }), std), want: "herald.tenant is not a valid tenant name"},
+		{name: "tenant three dots", cfg: full, token: sign(t, "RS256", rsa.priv, rsa.kid, withClaims(func(c *Claims) { c.Tenant = "..." }), std), ok: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,5 +257,106 @@ func TestConfigValidation(t *testing.T) {
 				t.Fatalf("error %q does not say %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// signRawHS256 signs payload, a JSON text used as is, under header with
+// secret, so tests can send claims golang-jwt's types would not produce.
+func signRawHS256(t *testing.T, secret []byte, header, payload string) string {
+	t.Helper()
+	enc := base64.RawURLEncoding.EncodeToString
+	signing := enc([]byte(header)) + "." + enc([]byte(payload))
+	sig, err := jwt.SigningMethodHS256.Sign(signing, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signing + "." + enc(sig)
+}
+
+// TestVerifyTimeClaimsMustBeNumbers: exp, nbf and iat are NumericDates (RFC
+// 7519 §2), JSON numbers only. golang-jwt accepts a string holding a number
+// ("1893456000") and treats null as absent; Herald refuses both, and any
+// other non-number, with a message naming the claim.
+func TestVerifyTimeClaimsMustBeNumbers(t *testing.T) {
+	secret := []byte("time-claims-secret-0123456789abcdef")
+	v, err := NewVerifier(Config{HMACSecret: secret, Now: func() time.Time { return fixedNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	const header = `{"alg":"HS256","typ":"JWT"}`
+	payload := func(members string) string {
+		return `{"sub":"alice","herald":{"tenant":"acme"}` + members + `}`
+	}
+	for _, tc := range []struct {
+		name, members, want string
+	}{
+		{"exp string", `,"exp":"1893456000"`, "exp is not a JSON number"},
+		{"exp string, upper-case member", `,"EXP":"1893456000"`, "exp is not a JSON number"},
+		{"exp number then string duplicate", `,"exp":1893456000,"exp":"1893456000"`, "exp is not a JSON number"},
+		{"exp bool", `,"exp":true`, "exp is not a JSON number"},
+		{"exp object", `,"exp":{"n":1893456000}`, "exp is not a JSON number"},
+		{"exp array", `,"exp":[1893456000]`, "exp is not a JSON number"},
+		{"exp null", `,"exp":null`, "exp is not a JSON number"},
+		{"nbf string", `,"exp":1893456000,"nbf":"1700000000"`, "nbf is not a JSON number"},
+		{"nbf bool", `,"exp":1893456000,"nbf":false`, "nbf is not a JSON number"},
+		{"iat string", `,"exp":1893456000,"iat":"1700000000"`, "iat is not a JSON number"},
+		{"iat object", `,"exp":1893456000,"iat":{}`, "iat is not a JSON number"},
+		{"iat null", `,"exp":1893456000,"iat":null`, "iat is not a JSON number"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := signRawHS256(t, secret, header, payload(tc.members))
+			got, err := v.Verify(tok)
+			if err == nil || got != nil {
+				t.Fatalf("want failure %q, got claims %+v", tc.want, got)
+			}
+			if !errors.Is(err, ErrInvalidToken) {
+				t.Errorf("error %v does not wrap ErrInvalidToken", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name the check %q", err, tc.want)
+			}
+			assertNoEcho(t, err, tok)
+		})
+	}
+	for _, tc := range []struct{ name, members string }{
+		{"integers", `,"exp":1893456000,"nbf":1700000000,"iat":1700000000`},
+		{"fraction and exponent", `,"exp":1.893456e9,"nbf":1700000000.5,"iat":17e8`},
+		{"spaces around numbers", `, "exp" : 1893456000 , "iat" : 1700000000 `},
+	} {
+		t.Run("accepts "+tc.name, func(t *testing.T) {
+			if _, err := v.Verify(signRawHS256(t, secret, header, payload(tc.members))); err != nil {
+				t.Fatalf("verify: %v", err)
+			}
+		})
+	}
+}
+
+// TestVerifyInvalidTenantIsABadToken: a verified token whose herald.tenant
+// is not a tenant name fails as an invalid token (the gateway's 401), for
+// connection and subscription tokens alike, and not as an invalid name
+// (which the gateway answers with 400).
+func TestVerifyInvalidTenantIsABadToken(t *testing.T) {
+	secret := []byte("tenant-check-secret-0123456789abcd")
+	v, err := NewVerifier(Config{HMACSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	conn := baseClaims("alice", "acme")
+	for _, tenant := range []string{".", "..", "a/b", "a b", "ü", strings.Repeat("t", 65), "acme\x00"} {
+		c := baseClaims("alice", tenant)
+		_, err := v.Verify(sign(t, "HS256", secret, "", c, tokenOpts{}))
+		if !errors.Is(err, ErrInvalidToken) || errors.Is(err, names.ErrInvalidName) || !strings.Contains(err.Error(), "herald.tenant is not a valid tenant name") {
+			t.Errorf("tenant %q: Verify error %v, want only ErrInvalidToken naming herald.tenant", tenant, err)
+		}
+		if err != nil && strings.Contains(err.Error(), tenant) && len(tenant) > 2 {
+			t.Errorf("tenant %q: error %q echoes the tenant", tenant, err)
+		}
+		c.Channel = "orders/1"
+		_, err = v.VerifySubscriptionClaims(context.Background(), sign(t, "HS256", secret, "", c, tokenOpts{}), &conn)
+		if !errors.Is(err, ErrInvalidToken) || errors.Is(err, names.ErrInvalidName) || !strings.Contains(err.Error(), "herald.tenant is not a valid tenant name") {
+			t.Errorf("tenant %q: VerifySubscriptionClaims error %v, want only ErrInvalidToken naming herald.tenant", tenant, err)
+		}
 	}
 }

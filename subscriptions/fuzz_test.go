@@ -11,7 +11,7 @@ func FuzzValidateChannel(f *testing.F) {
 	for _, s := range []string{
 		"orders/1", "a", "", "/", "a/", "/a", "a//b", "users/alice@example.com/inbox", "a b", "ü",
 		strings.Repeat("x", 64), strings.Repeat("x", 65), strings.Repeat("a/", 127) + "a", strings.Repeat("a/", 128) + "a",
-		"\x00", "a/\xff", "*", "**", "{sub}",
+		"\x00", "a/\xff", "*", "**", "{sub}", ".", "..", "...", "a/../b", "a/./b", "a/.../b",
 	} {
 		f.Add(s)
 	}
@@ -20,7 +20,7 @@ func FuzzValidateChannel(f *testing.F) {
 		if ref := refValidChannel(ch); (err == nil) != ref {
 			t.Fatalf("ValidateChannel(%q) = %v, reference valid=%v", ch, err, ref)
 		}
-		if err := ValidateTenant(ch); (err == nil) != refSegment.MatchString(ch) {
+		if err := ValidateTenant(ch); (err == nil) != refSegment(ch) {
 			t.Fatalf("ValidateTenant(%q) = %v, reference disagrees", ch, err)
 		}
 	})
@@ -43,6 +43,11 @@ func FuzzGrantMatch(f *testing.F) {
 		{"a", "x", "a/"},
 		{"**", "x", strings.Repeat("a/", 128) + "a"},
 		{"*", "x", strings.Repeat("y", 65)},
+		{"a/*", "x", "a/.."},
+		{"a/**", "x", "a/b/."},
+		{"{sub}/x", "..", "../x"},
+		{"a/..", "x", "a/.."},
+		{"a/...", "...", "a/..."},
 	}
 	for _, s := range seeds {
 		f.Add(s[0], s[1], s[2])

@@ -15,14 +15,17 @@ import (
 // The reference below is written from SPEC §4 independently of grant.go
 // and channel.go: a regexp for segments and a recursive matcher.
 
-var refSegment = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,64}$`)
+var refSegmentRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,64}$`)
+
+// refSegment: the byte/length rule, and not a dot-segment ("." or "..").
+func refSegment(s string) bool { return refSegmentRE.MatchString(s) && s != "." && s != ".." }
 
 func refValidChannel(ch string) bool {
 	if len(ch) == 0 || len(ch) > 255 {
 		return false
 	}
 	for _, s := range strings.Split(ch, "/") {
-		if !refSegment.MatchString(s) {
+		if !refSegment(s) {
 			return false
 		}
 	}
@@ -40,11 +43,11 @@ func refPattern(p, subject string) (segs []string, ok bool) {
 		switch {
 		case s == "**" && i == len(parts)-1, s == "*":
 		case s == "{sub}":
-			if !refSegment.MatchString(subject) {
+			if !refSegment(subject) {
 				return nil, false
 			}
 			s = subject
-		case refSegment.MatchString(s):
+		case refSegment(s):
 		default:
 			return nil, false
 		}
@@ -119,10 +122,10 @@ func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
 
 func TestPropertyAuthorizeMatchesReference(t *testing.T) {
 	tenants := []string{"acme", "globex", "t-1", "initech"}
-	subjects := []string{"alice", "bob", "u:1", "x.y", "a/b", "has space"}
-	lits := []string{"orders", "users", "a", "b", "alice", "bob", "u:1", "x.y"}
+	subjects := []string{"alice", "bob", "u:1", "x.y", "a/b", "has space", "..", "..."}
+	lits := []string{"orders", "users", "a", "b", "alice", "bob", "u:1", "x.y", "..."}
 	patternSegs := append([]string{"*", "**", "{sub}", "*", "**", "{sub}"}, lits...)
-	badSegs := []string{"", "a b", "{sub}x", "*x", "{SUB}", strings.Repeat("z", 65)}
+	badSegs := []string{"", "a b", "{sub}x", "*x", "{SUB}", strings.Repeat("z", 65), ".", ".."}
 
 	var wrongTenant, hookCalls atomic.Int64
 	var expectTenant atomic.Value
@@ -153,7 +156,7 @@ func TestPropertyAuthorizeMatchesReference(t *testing.T) {
 	}
 	randChannel := func(r *rand.Rand, subject string) string {
 		if r.IntN(20) == 0 {
-			return pick(r, []string{"", "a//b", "/a", "a/", "a b", strings.Repeat("a/", 128) + "a"})
+			return pick(r, []string{"", "a//b", "/a", "a/", "a b", strings.Repeat("a/", 128) + "a", "a/./b", "a/../b", ".."})
 		}
 		n := 1 + r.IntN(4)
 		segs := make([]string, n)

@@ -30,9 +30,15 @@ func segmentByteOK(c byte) bool {
 	return false
 }
 
+// dotSegment reports whether s is "." or "..", the dot-segments that path
+// and URL normalisation (RFC 3986 §5.2.4) remove or resolve; a name that
+// contains one could change meaning when it is used in a path. "..." and
+// longer runs of dots are ordinary segments.
+func dotSegment(s string) bool { return s == "." || s == ".." }
+
 // SegmentOK is ValidSegment without the error, for the matching path.
 func SegmentOK(s string) bool {
-	if len(s) == 0 || len(s) > MaxSegmentLen {
+	if len(s) == 0 || len(s) > MaxSegmentLen || dotSegment(s) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -43,13 +49,17 @@ func SegmentOK(s string) bool {
 	return true
 }
 
-// ValidSegment checks one "/"-separated segment of a name.
+// ValidSegment checks one "/"-separated segment of a name: 1 to
+// MaxSegmentLen bytes of [A-Za-z0-9_.:@-], and not "." or "..".
 func ValidSegment(s string) error {
 	if len(s) == 0 {
 		return fmt.Errorf("empty segment")
 	}
 	if len(s) > MaxSegmentLen {
 		return fmt.Errorf("segment longer than %d bytes", MaxSegmentLen)
+	}
+	if dotSegment(s) {
+		return fmt.Errorf("segment %q is a dot-segment (\".\" and \"..\" are not names)", s)
 	}
 	for i := 0; i < len(s); i++ {
 		if !segmentByteOK(s[i]) {
