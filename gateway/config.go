@@ -13,6 +13,14 @@ type Config struct {
 	// Listen is the TCP address Start listens on. Default "127.0.0.1:8080".
 	Listen string
 
+	// HeaderTimeout bounds how long a client may take to send a request's
+	// line and headers (http.Server.ReadHeaderTimeout); a client slower
+	// than that, such as one that sends half a request line and stops, has
+	// its TCP connection closed (after net/http's 400 Bad Request). Only
+	// Start uses it: a Handler mounted elsewhere gets its server's.
+	// Default 10s.
+	HeaderTimeout time.Duration
+
 	// MaxConnections bounds concurrent realtime connections (all transports)
 	// on this host; a stream beyond it is refused with 503
 	// too_many_connections. Default 10000.
@@ -144,6 +152,7 @@ type Config struct {
 // Defaults of Config, exported for docs and the CLI.
 const (
 	DefaultListen                 = "127.0.0.1:8080"
+	DefaultHeaderTimeout          = 10 * time.Second
 	DefaultMaxConnections         = 10000
 	DefaultMaxSubscriptions       = 128
 	DefaultQueueMaxBytes          = 1 << 20
@@ -187,6 +196,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	setStr(&c.Listen, DefaultListen)
+	setDur(&c.HeaderTimeout, DefaultHeaderTimeout)
 	setInt(&c.MaxConnections, DefaultMaxConnections)
 	setInt(&c.MaxSubscriptions, DefaultMaxSubscriptions)
 	setInt(&c.QueueMaxBytes, DefaultQueueMaxBytes)
@@ -244,6 +254,7 @@ func (c Config) validate() error {
 		name string
 		v    time.Duration
 	}{
+		{"HeaderTimeout", c.HeaderTimeout},
 		{"WriteTimeout", c.WriteTimeout},
 		{"HeartbeatInterval", c.HeartbeatInterval},
 		{"SSERetry", c.SSERetry},

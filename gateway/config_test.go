@@ -16,7 +16,7 @@ import (
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
 	want := Config{
-		Listen: "127.0.0.1:8080", MaxConnections: 10000, MaxSubscriptions: 128,
+		Listen: "127.0.0.1:8080", HeaderTimeout: 10 * time.Second, MaxConnections: 10000, MaxSubscriptions: 128,
 		QueueMaxBytes: 1 << 20, QueueMaxMessages: 1024, WriteTimeout: 10 * time.Second,
 		HeartbeatInterval: 15 * time.Second, SSERetry: 2 * time.Second, ClientTimeout: time.Minute,
 		CookieName: "herald_token", ShutdownReconnectDelay: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
@@ -44,6 +44,7 @@ func TestConfigValidate(t *testing.T) {
 		"queue bytes":     {Config{QueueMaxBytes: 100}, "QueueMaxBytes must be at least 1024"},
 		"queue messages":  {Config{QueueMaxMessages: -1}, "QueueMaxMessages"},
 		"write timeout":   {Config{WriteTimeout: -time.Second}, "WriteTimeout"},
+		"header timeout":  {Config{HeaderTimeout: -time.Second}, "HeaderTimeout must be positive"},
 		"client timeout":  {Config{ClientTimeout: 10 * time.Second, HeartbeatInterval: 10 * time.Second}, "ClientTimeout (10s) must exceed HeartbeatInterval (10s)"},
 		"retry":           {Config{SSERetry: time.Microsecond}, "SSERetry"},
 		"cookie":          {Config{CookieName: "a b"}, "CookieName"},

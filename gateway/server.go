@@ -116,7 +116,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln = ln
 	s.httpSrv = &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -225,5 +227,43 @@ func TestStopRefusesNewStreamsWhileDraining(t *testing.T) {
 	e.srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "shutdown") {
 		t.Fatalf("/readyz while stopping = %d %s", rec.Code, rec.Body.String())
+	}
+}
+
+// TestHeaderTimeout: a client that sends half a request line and stops
+// has its connection closed (at most with net/http's 400) once HeaderTimeout
+// passes — well before the 10s default would close it.
+func TestHeaderTimeout(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	e := newEnv(t, envOptions{cfg: Config{HeaderTimeout: timeout}})
+	if got := e.srv.Config().HeaderTimeout; got != timeout {
+		t.Fatalf("Config().HeaderTimeout = %s", got)
+	}
+	conn, err := net.Dial("tcp", e.srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /heal")); err != nil {
+		t.Fatal(err)
+	}
+	// Only a guard against hanging: half the default, so a server still
+	// on the default fails here.
+	if err := conn.SetReadDeadline(time.Now().Add(DefaultHeaderTimeout / 2)); err != nil {
+		t.Fatal(err)
+	}
+	// The close event: the read ends with EOF (or a reset).
+	b, err := io.ReadAll(conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection was still open %s after the half request (HeaderTimeout %s)", DefaultHeaderTimeout/2, timeout)
+	}
+	if len(b) > 0 && !strings.HasPrefix(string(b), "HTTP/1.1 400 ") {
+		t.Fatalf("the server answered %q", b)
+	}
+
+	// A client that sends its whole request in time is answered.
+	if code, _, _ := e.get("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz = %d", code)
 	}
 }

@@ -102,7 +102,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 
 	conn := s.newConn(transportWS, &auth.Claims{}, r.RemoteAddr)
 	wc := newWSConn(s, conn, hc)
-	ws, err := websocket.Accept(wsHijacker{w}, r, &websocket.AcceptOptions{
+	hj := &wsHijacker{ResponseWriter: w, maxMessage: int64(s.cfg.MaxMessageSize)}
+	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{wsProtocol},
 		InsecureSkipVerify: true, // originAllowed has checked the Origin
 		OnPingReceived: func(context.Context, []byte) bool {
@@ -120,7 +121,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// From here on r.Context() must not be used: the connection is hijacked.
-	wc.attach(ws)
+	wc.attach(ws, hj.conn)
 	conn.hooks = wc
 	if !s.register(conn) {
 		conn.Close(ReasonShutdown, s.reconnectJitter())

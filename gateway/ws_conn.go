@@ -26,6 +26,7 @@ type wsConn struct {
 	c   *Conn
 	cfg *Config
 	ws  *websocket.Conn
+	raw *wsFrameWatch // the connection under ws: its reads and their deadline
 	hc  httpCredentials
 
 	// ctx bounds the connection's requests and the writer's hub and broker
@@ -86,14 +87,16 @@ func newWSConn(s *Server, c *Conn, hc httpCredentials) *wsConn {
 	return w
 }
 
-// attach binds the accepted WebSocket; it runs before the connection is
-// shared with the server or a hub.
-func (w *wsConn) attach(ws *websocket.Conn) {
+// attach binds the accepted WebSocket and the connection it reads from;
+// it runs before the connection is shared with the server or a hub.
+func (w *wsConn) attach(ws *websocket.Conn, raw *wsFrameWatch) {
 	// One byte over the bound, so readMessage sees an oversized message and
 	// closes with message_too_big rather than the library's own 1009 at
-	// its default 32 KiB.
+	// its default 32 KiB. A message whose frame headers announce more is
+	// refused at the header by raw, before its payload arrives.
 	ws.SetReadLimit(int64(w.cfg.MaxMessageSize) + 1)
 	w.ws = ws
+	w.raw = raw
 	w.sink.ws = ws
 	w.c.wake = w.wake
 	w.c.kill = func() { _ = ws.CloseNow() }
@@ -242,10 +245,15 @@ func (w *wsConn) handleApart(msg []byte) Reason {
 }
 
 // readErrorReason says why a read failed: the client went away, unless a
-// write of ours missed its deadline and so dropped the connection.
+// write of ours missed its deadline and so dropped the connection, or a
+// frame header announced a message over MaxMessageSize (wsFrameWatch).
 func (w *wsConn) readErrorReason() Reason {
-	if w.sink.timedOut.Load() {
+	switch {
+	case w.sink.timedOut.Load():
 		return ReasonWriteTimeout
+	case w.raw != nil && w.raw.tooBig.Load():
+		w.srv.metrics.limit(limitMessageSize)
+		return withMessage(ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", w.cfg.MaxMessageSize))
 	}
 	return ReasonClientClosed
 }

@@ -209,8 +209,8 @@ func (w *wsConn) fail(error) {
 // finish ends the connection: when the stream is intact and the reason is
 // worth telling, it writes the queued replies and a disconnect push under
 // a short deadline, then closes with the reason's close code (the close
-// handshake waits at most a few seconds for the client); otherwise it
-// drops the TCP connection.
+// handshake waits at most a few seconds for the client, and not at all
+// for one closed for a timeout); otherwise it drops the TCP connection.
 func (w *wsConn) finish() {
 	defer close(w.finalDone)
 	defer w.sink.release()
@@ -237,6 +237,22 @@ func (w *wsConn) finish() {
 	if err != nil {
 		_ = w.ws.CloseNow()
 		return
+	}
+	if c.reason.Code == ReasonMessageTooBig.Code && w.raw != nil && w.raw.tooBig.Load() {
+		// Refused at its frame header (wsFrameWatch): the close frame is
+		// out now, and the payload the client may still be sending is
+		// read and discarded for a short while only.
+		w.raw.drain(time.Now().Add(finalWriteTimeout))
+	}
+	if c.reason.Code == ReasonTimeout.Code && w.raw != nil {
+		// The client sent nothing for a timeout: it is most likely gone,
+		// and coder/websocket would wait 5 s for its close frame (first
+		// for the reader, blocked reading it, then for the frame) with
+		// the connection and its goroutines held. An expired read
+		// deadline ends the reader's read and the handshake's wait at
+		// once; the close frame is still written before the connection
+		// is dropped.
+		_ = w.raw.SetReadDeadline(time.Now())
 	}
 	_ = w.ws.Close(closeCode(c.reason), c.reason.Code)
 }

@@ -84,6 +84,7 @@ func (o *serveOptions) register(st *settings) {
 func registerGateway(st *settings, c *gateway.Config) {
 	var accessTokenQuery bool
 	st.String(&c.Listen, "listen", gateway.DefaultListen, "HTTP listen address")
+	st.Duration(&c.HeaderTimeout, "header-timeout", gateway.DefaultHeaderTimeout, "time a client has to send an HTTP request's line and headers; a slower one is disconnected")
 	st.Int(&c.MaxConnections, "max-connections", gateway.DefaultMaxConnections, "concurrent realtime connections per host")
 	st.Int(&c.MaxSubscriptions, "max-subscriptions", gateway.DefaultMaxSubscriptions, "channels per connection")
 	st.Bytes(&c.QueueMaxBytes, "queue-max-bytes", gateway.DefaultQueueMaxBytes, "per-connection send queue bound in bytes; beyond it the client is disconnected as slow")
