@@ -232,16 +232,6 @@ BEGIN
 END
 $fn$;
 
--- outbox_has_work says whether partition p_part has a record committed
--- that its position lo does not cover, or a retry that is due.
-CREATE FUNCTION herald.outbox_has_work(p_part int, p_lo pg_snapshot) RETURNS boolean
-LANGUAGE sql STABLE AS $fn$
-	SELECT EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p_part AND (o.xid, o.seq) >= (pg_snapshot_xmax(p_lo), 0))
-		OR EXISTS (SELECT 1 FROM pg_snapshot_xip(p_lo) x(xid)
-			CROSS JOIN LATERAL (SELECT 1 FROM herald.outbox o WHERE o.part = p_part AND o.xid = x.xid LIMIT 1) o)
-		OR EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.part = p_part AND r.state = 'pending' AND r.next_attempt_at <= now())
-$fn$;
-
 CREATE FUNCTION herald.outbox_claim(p_part int, p_owner text, p_lease interval, p_limit int, p_tries int)
 RETURNS TABLE (r_kind "char", r_part int, r_fence bigint, r_takeovers int, r_qseq bigint, r_attempt int, r_due boolean,
 	r_id uuid, r_seq bigint, r_xid xid8, r_tenant text, r_channel text, r_type text, r_version int,
@@ -282,7 +272,11 @@ BEGIN
 			SELECT * INTO l FROM herald.outbox_partition p
 			WHERE p.state IN ('active', 'retiring') AND (p.owner IS NULL OR p.expires_at < clock_timestamp())
 				AND p.part <> ALL (tried)
-				AND (p.open OR p.hi IS NOT NULL OR p.state = 'retiring' OR herald.outbox_has_work(p.part, p.lo))
+				AND (p.open OR p.hi IS NOT NULL OR p.state = 'retiring'
+					OR EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND (o.xid, o.seq) >= (pg_snapshot_xmax(p.lo), 0))
+					OR EXISTS (SELECT 1 FROM pg_snapshot_xip(p.lo) x(xid)
+						CROSS JOIN LATERAL (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND o.xid = x.xid LIMIT 1) o)
+					OR EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.part = p.part AND r.state = 'pending' AND r.next_attempt_at <= now()))
 			ORDER BY p.claimed_at NULLS FIRST, p.part LIMIT 1 FOR UPDATE SKIP LOCKED;
 		END IF;
 		IF NOT FOUND THEN
