@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/heraldgw/herald/internal/testenv"
 )
@@ -162,21 +161,7 @@ func hasMetric(fams map[string]string, name string) bool {
 func TestAlertMetricsExist(t *testing.T) {
 	redisURL, prefix := testenv.Redis(t)
 	base := startServe(t, "--database-url", testenv.DatabaseURL(t), "--redis-url", redisURL, "--redis-key-prefix", prefix)
-	deadline := time.Now().Add(15 * time.Second)
-	for { // ready: the Worker has claimed once and the backlog gauges are set
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d after 15s", resp.StatusCode)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitReady(t, base) // the Worker has claimed once and the backlog gauges are set
 	fams := scrapeFamilies(t, base+"/metrics")
 
 	sources := ruleExprs(t)

@@ -111,22 +111,7 @@ func TestServeWithDefaults(t *testing.T) {
 		t.Fatalf("demo page is not the EventSource page:\n%.300s", page)
 	}
 	get(t, base+"/healthz")
-	// Ready once the Worker's first claim has gone through.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d after 15s", resp.StatusCode)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitReady(t, base) // once the Worker's first claim has gone through
 
 	// herald token finds the development secret in the data directory.
 	tokCmd := exec.Command(bin, "token", "--tenant", "acme", "--sub", "u1", "--subscribe", "orders/*", "--ttl", "1h")
@@ -168,4 +153,24 @@ func get(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
 	}
 	return string(b)
+}
+
+// waitReady polls base's /readyz until it answers 200 (for at most 15s).
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d after 15s", resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
