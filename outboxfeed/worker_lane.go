@@ -2,6 +2,7 @@ package outboxfeed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -265,10 +266,21 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest, claimedAt time.Time) (held bool, nb *Batch, err error) {
 	wctx, cancel := w.settleContext(ctx, claimedAt)
 	defer cancel()
-	err = w.persist(wctx, claimedAt, func(c context.Context) (err error) {
+	write := func(c context.Context) (err error) {
 		held, nb, err = w.store.Complete(c, b, out, next)
 		return err
-	})
+	}
+	err = w.persist(wctx, claimedAt, write)
+	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		// The lease ran out while the completion was in flight or before it
+		// was tried: a process paused past its lease (SIGSTOP, a VM frozen, a
+		// long GC pause) finds its deadline gone when it runs again. One
+		// more fenced attempt settles the batch: it completes it if nobody
+		// took the partition over, and is refused (lease_lost) if somebody did.
+		lctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration/2)
+		err = write(lctx)
+		cancel()
+	}
 	if err == nil {
 		w.setReady()
 	}
