@@ -13,6 +13,7 @@ var pgMigrations = []pgMigration{
 	{1, "outbox", pgSchemaV1},
 	{2, "outbox channel heads", pgSchemaV2},
 	{3, "partition leases and snapshot batches", pgSchemaV3},
+	{4, "time-ordered ids", pgSchemaV4},
 }
 
 // Advisory-lock keys (per database): one serializes migrations (and

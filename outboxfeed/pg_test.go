@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/jackc/pgx/v5"
@@ -62,6 +63,44 @@ func pgHarness(t *testing.T) *harness {
 
 func TestPostgresConformance(t *testing.T) {
 	runConformance(t, pgHarness)
+}
+
+// TestPostgresIDsTimeOrdered checks the ids PostgreSQL makes (the column
+// default, stage_notification) and Stage makes: version 7 uuids, unique,
+// and in insertion order for the database's own.
+func TestPostgresIDsTimeOrdered(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	pool := s.Pool()
+	_, err := pool.Exec(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
+		SELECT 'acme', 'c/' || g, 't', 1, '{}' FROM generate_series(1, 1000) g`)
+	testenv.Must(t, err, "plain insert")
+	var fn string
+	testenv.Must(t, pool.QueryRow(ctx, `SELECT herald.stage_notification('acme', 'orders/1', 't', 1, '{}')`).Scan(&fn), "stage_notification")
+	var staged string
+	testenv.Must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+		staged, err = Stage(ctx, tx, Notification{TenantID: "acme", Channel: "orders/2", Type: "t", SchemaVersion: 1, Payload: json.RawMessage(`{}`)})
+		return err
+	}), "Stage")
+	rows, err := pool.Query(ctx, `SELECT id::text FROM herald.outbox ORDER BY seq`)
+	testenv.Must(t, err, "read ids")
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	testenv.Must(t, err, "collect ids")
+	if len(ids) != 1002 || ids[1000] != fn || ids[1001] != staged {
+		t.Fatalf("%d ids; last two %v, want %s %s", len(ids), ids[len(ids)-2:], fn, staged)
+	}
+	seen := map[string]bool{}
+	for i, id := range ids {
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 || seen[id] {
+			t.Fatalf("id %d %q: version %d, variant %v, seen before %v, err %v", i, id, u.Version(), u.Variant(), seen[id], err)
+		}
+		seen[id] = true
+		if i > 0 && i <= 1000 && id <= ids[i-1] {
+			t.Fatalf("id %d %s does not sort after %s", i, id, ids[i-1])
+		}
+	}
 }
 
 func TestPostgresStageNotificationFunction(t *testing.T) {

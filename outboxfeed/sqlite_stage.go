@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/google/uuid"
 
 	"github.com/heraldgw/herald/outboxfeed/stage"
 )
@@ -18,11 +17,11 @@ func StageSQL(ctx context.Context, tx *sql.Tx, n Notification) (string, error) {
 	return stage.StageSQL(ctx, tx, stage.SQLite, n)
 }
 
-// canonicalID returns id in canonical lower-case form, or a new random
-// uuid when id is empty.
+// canonicalID returns id in canonical lower-case form, or a new
+// time-ordered one (stage.NewID) when id is empty.
 func canonicalID(id string) (string, error) {
 	if id == "" {
-		return uuid.NewString(), nil
+		return stage.NewID()
 	}
 	return stage.ParseID(id)
 }
