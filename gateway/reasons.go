@@ -1,91 +1,166 @@
 package gateway
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/coder/websocket"
+)
 
 // Reason says why a connection was closed or a stream refused. Its Code is a
-// metric label, a log field, the "reason" of the final disconnect event and
-// the error code of a refused request.
+// metric label, a log field, the "reason" of the final disconnect event, the
+// text of the WebSocket close frame and the error code of a refused
+// request. Every Reason is declared once, below, with everything a client
+// or an operator learns from it; docs/protocol.md's table, docs/metrics.md's
+// label values and the JS client's fixture are generated from or checked
+// against this table (vocabulary_test.go).
 type Reason struct {
 	// Code is a stable snake_case identifier.
 	Code string
 	// Reconnect tells the client whether reconnecting can succeed without
 	// changing anything (a fresh token counts as changing something).
 	Reconnect bool
-	// Status is the HTTP status of a request refused for this reason.
+	// Status is the HTTP status of a request refused for this reason; 0
+	// when no request is refused for it.
 	Status int
+	// Close is the WebSocket close code announcing it; 0 when no close
+	// frame of Herald's carries it (closeCode then picks the range's
+	// catch-all).
+	Close websocket.StatusCode
 	// Message describes the reason to a human.
 	Message string
+
+	doc reasonDoc
+}
+
+// reasonDoc is what docs/protocol.md's disconnect-reason table says of a
+// reason beyond its fields.
+type reasonDoc struct {
+	reconnect string // the "reconnect?" column
+	sse       string // how SSE conveys it: refused request / in-stream
+	close     string // the WS close code column, when more than the code
+	advice    string // what the client does
 }
 
 // String returns Code.
 func (r Reason) String() string { return r.Code }
 
-// The reasons a connection ends or a stream is refused.
-var (
-	// ReasonShutdown: the server is stopping; reconnect after the delay given
-	// in the disconnect event (to another node behind the load balancer).
-	ReasonShutdown = Reason{"shutdown", true, http.StatusServiceUnavailable, "server is shutting down"}
-	// ReasonSlow: the client fell behind its send-queue bound; reconnect
-	// with the last cursor to recover what was missed from history.
-	ReasonSlow = Reason{"slow", true, 0, "client fell behind its send queue bound"}
-	// ReasonTokenExpired: the token expired (at connect or during the
-	// stream); fetch a fresh token, then reconnect.
-	ReasonTokenExpired = Reason{"token_expired", true, http.StatusUnauthorized, "token expired"}
-	// ReasonUnauthorized: no token, or one that does not verify. Do not
-	// reconnect with the same credentials.
-	ReasonUnauthorized = Reason{"unauthorized", false, http.StatusUnauthorized, "missing or invalid token"}
-	// ReasonForbidden: a requested channel is not allowed. Do not reconnect
-	// with the same channels.
-	ReasonForbidden = Reason{"forbidden", false, http.StatusForbidden, "channel not allowed"}
-	// ReasonBadRequest: a malformed request (channel name, channel count,
-	// cursor). Do not reconnect with the same request.
-	ReasonBadRequest = Reason{"bad_request", false, http.StatusBadRequest, "bad request"}
-	// ReasonTooManyConnections: the host is at its connection bound
-	// (503), or the user at MaxConnectionsPerUser (429); reconnect after
-	// a backoff (having closed other connections, in the second case).
-	ReasonTooManyConnections = Reason{"too_many_connections", true, http.StatusServiceUnavailable, "too many connections on this host"}
-	// ReasonServerError: an internal failure (broker or authorizer error);
-	// reconnect after a backoff.
-	ReasonServerError = Reason{"server_error", true, http.StatusInternalServerError, "internal server error"}
-	// ReasonInsufficientState: publications were lost on their way to this
-	// node and the history no longer holds them; reconnect with the last
-	// cursor (the stream then says recovered:false for the channel).
-	ReasonInsufficientState = Reason{"insufficient_state", true, 0, "publications were lost and the history cannot fill the gap"}
-	// ReasonClientClosed: the client went away. Nothing is sent.
-	ReasonClientClosed = Reason{"client_closed", true, 0, "client closed the connection"}
-	// ReasonWriteTimeout: a batch could not be written within WriteTimeout
-	// (a stalled network or client); reconnect with the last cursor.
-	ReasonWriteTimeout = Reason{"write_timeout", true, 0, "write timed out"}
-	// ReasonTimeout: a WebSocket client sent nothing within ClientTimeout,
-	// or no connect frame within ConnectTimeout; reconnect with backoff.
-	ReasonTimeout = Reason{"timeout", true, 0, "client sent nothing within the client timeout"}
-	// ReasonMessageTooBig: a WebSocket message exceeded MaxMessageSize. Do
-	// not reconnect to send the same message.
-	ReasonMessageTooBig = Reason{"message_too_big", false, 0, "message exceeds the maximum message size"}
-	// ReasonProtocolError: the client broke the herald.v1 protocol (a
-	// binary or non-UTF-8 message, a request before connect). Do not
-	// reconnect before fixing the client.
-	ReasonProtocolError = Reason{"protocol_error", false, http.StatusBadRequest, "protocol violation"}
-	// ReasonTooManyRequests: the client's address opened connections faster
-	// than ConnectAttemptsPerIP; reconnect after the Retry-After delay.
-	ReasonTooManyRequests = Reason{"too_many_requests", true, http.StatusTooManyRequests, "too many connection attempts from this address"}
-	// ReasonRevoked: the token (jti) or its session (sid) was revoked
-	// (herald revoke). Do not reconnect with the same token, and do not
-	// silently fetch another one: a revoked session means the user must
-	// sign in again, which the application decides.
-	ReasonRevoked = Reason{"revoked", false, http.StatusUnauthorized, "the token or its session was revoked"}
-	// ReasonAuthorizationUnavailable: the authorization webhook could not
-	// be asked (down, slow, or a bad answer), so a subscription that needs
-	// it was denied or ended. Subscribing again later may succeed: retry
-	// with backoff.
-	ReasonAuthorizationUnavailable = Reason{"authorization_unavailable", true, http.StatusServiceUnavailable, "the authorization webhook is unavailable"}
+// WebSocket close codes of herald.v1. The range says what the client does:
+//
+//	4000–4099  reconnect (with backoff, or after the announced delay)
+//	4100–4199  fetch a fresh token, then reconnect
+//	4500–4599  do not reconnect: the same request would fail again
+//
+// A reason without its own code closes with the catch-all of its range.
+const (
+	closeShutdown           websocket.StatusCode = 4000
+	closeSlow               websocket.StatusCode = 4001
+	closeServerError        websocket.StatusCode = 4002
+	closeInsufficientState  websocket.StatusCode = 4003
+	closeWriteTimeout       websocket.StatusCode = 4004
+	closeTimeout            websocket.StatusCode = 4005
+	closeTooManyConnections websocket.StatusCode = 4006
+	closeTooManyRequests    websocket.StatusCode = 4007
+	closeAuthzUnavailable   websocket.StatusCode = 4008 // reserved: it ends single subscriptions, never a connection
+	closeReconnect          websocket.StatusCode = 4099 // any other reason with Reconnect
+	closeTokenExpired       websocket.StatusCode = 4100
+	closeBadRequest         websocket.StatusCode = 4500 // reserved: a malformed upgrade gets HTTP 400, a malformed frame an error reply
+	closeUnauthorized       websocket.StatusCode = 4501
+	closeForbidden          websocket.StatusCode = 4502
+	closeMessageTooBig      websocket.StatusCode = 4503
+	closeProtocolError      websocket.StatusCode = 4504
+	closeRevoked            websocket.StatusCode = 4505
+	closeNoReconnect        websocket.StatusCode = 4599 // any other reason without Reconnect
 )
 
-// Reasons lists every Reason, for docs and for pre-creating metric series.
+// closeCode is the close code announcing r.
+func closeCode(r Reason) websocket.StatusCode {
+	switch {
+	case r.Close != 0:
+		return r.Close
+	case r.Reconnect:
+		return closeReconnect
+	}
+	return closeNoReconnect
+}
+
+// The reasons a connection ends or a stream is refused.
+var (
+	ReasonShutdown = Reason{Code: "shutdown", Reconnect: true, Status: http.StatusServiceUnavailable, Close: closeShutdown,
+		Message: "server is shutting down",
+		doc: reasonDoc{reconnect: "yes, after `delay_ms`", sse: "503 / `disconnect`",
+			advice: "wait the announced jittered delay, reconnect (another node answers), resume"}}
+	ReasonSlow = Reason{Code: "slow", Reconnect: true, Close: closeSlow,
+		Message: "client fell behind its send queue bound",
+		doc: reasonDoc{sse: "— / `disconnect`",
+			advice: "the client fell behind its send queue; reconnect and resume from history"}}
+	ReasonServerError = Reason{Code: "server_error", Reconnect: true, Status: http.StatusInternalServerError, Close: closeServerError,
+		Message: "internal server error",
+		doc: reasonDoc{reconnect: "yes, with backoff", sse: "500 / `disconnect`",
+			advice: "a broker or authorizer failure; reconnect with backoff, resume"}}
+	ReasonInsufficientState = Reason{Code: "insufficient_state", Reconnect: true, Close: closeInsufficientState,
+		Message: "publications were lost and the history cannot fill the gap",
+		doc: reasonDoc{sse: "— / `disconnect`",
+			advice: "publications were lost in transit and the history cannot fill the gap; reconnect with your positions (you will get `recovered: false`)"}}
+	ReasonWriteTimeout = Reason{Code: "write_timeout", Reconnect: true, Close: closeWriteTimeout,
+		Message: "write timed out",
+		doc: reasonDoc{sse: "— / (never seen: the stream is broken)", close: "4004 (not deliverable)",
+			advice: "the network stalled; reconnect and resume"}}
+	ReasonTimeout = Reason{Code: "timeout", Reconnect: true, Close: closeTimeout,
+		Message: "client sent nothing within the client timeout",
+		doc: reasonDoc{reconnect: "yes, with backoff", sse: "— / —",
+			advice: "WebSocket only: nothing received within the client timeout, or no `connect` within the connect timeout"}}
+	ReasonTooManyConnections = Reason{Code: "too_many_connections", Reconnect: true, Status: http.StatusServiceUnavailable, Close: closeTooManyConnections,
+		Message: "too many connections on this host",
+		doc: reasonDoc{reconnect: "yes, with backoff", sse: "503 + `Retry-After` (node bound) or 429 (per-user bound)",
+			close: "4006 (refused before upgrade: HTTP 503 / 429)",
+			advice: "the node is at its connection bound, or the user at `MaxConnectionsPerUser`: close other connections first"}}
+	ReasonTooManyRequests = Reason{Code: "too_many_requests", Reconnect: true, Status: http.StatusTooManyRequests, Close: closeTooManyRequests,
+		Message: "too many connection attempts from this address",
+		doc: reasonDoc{reconnect: "yes, after `Retry-After`", sse: "429 + `Retry-After`", close: "4007 (refused before upgrade: HTTP 429)",
+			advice: "too many connection attempts from your address"}}
+	ReasonClientClosed = Reason{Code: "client_closed", Reconnect: true,
+		Message: "client closed the connection",
+		doc: reasonDoc{reconnect: "—", sse: "—", close: "—", advice: "the client went away; never sent"}}
+	ReasonTokenExpired = Reason{Code: "token_expired", Reconnect: true, Status: http.StatusUnauthorized, Close: closeTokenExpired,
+		Message: "token expired",
+		doc: reasonDoc{reconnect: "after fetching a fresh token",
+			sse:    "401 (an `EventSource`: a 200 stream with `reauth` + `disconnect`) / `reauth` + `disconnect`",
+			advice: "get a new token (or ticket) from your application, then reconnect (WebSocket: better, `refresh` when asked)"}}
+	ReasonAuthorizationUnavailable = Reason{Code: "authorization_unavailable", Reconnect: true, Status: http.StatusServiceUnavailable, Close: closeAuthzUnavailable,
+		Message: "the authorization webhook is unavailable",
+		doc: reasonDoc{reconnect: "yes, with backoff", sse: "503 / `unsubscribed` event (or `disconnect` when it was the stream's last channel)",
+			close:  "4008, reserved: a WebSocket gets an error reply or an `unsubscribed` push and stays open",
+			advice: "the authorization webhook could not be asked: that one subscription was refused or ended; subscribe again later"}}
+	ReasonBadRequest = Reason{Code: "bad_request", Status: http.StatusBadRequest, Close: closeBadRequest,
+		Message: "bad request",
+		doc: reasonDoc{sse: "400",
+			close:  "4500 (reserved: a malformed upgrade request, such as an unparsable query string, is refused with HTTP 400 before the upgrade; a malformed frame gets an error reply and the connection stays)",
+			advice: "the request is malformed; fix it"}}
+	ReasonUnauthorized = Reason{Code: "unauthorized", Status: http.StatusUnauthorized, Close: closeUnauthorized,
+		Message: "missing or invalid token",
+		doc: reasonDoc{sse: "401", advice: "the token is missing or does not verify; do not retry with it"}}
+	ReasonForbidden = Reason{Code: "forbidden", Status: http.StatusForbidden, Close: closeForbidden,
+		Message: "channel not allowed",
+		doc: reasonDoc{sse: "403", close: "4502 (reserved: a refused subscription gets an error reply; a refused origin gets HTTP 403)",
+			advice: "a channel is not allowed (SSE: the whole request is refused)"}}
+	ReasonMessageTooBig = Reason{Code: "message_too_big", Close: closeMessageTooBig,
+		Message: "message exceeds the maximum message size",
+		doc: reasonDoc{sse: "—", advice: "WebSocket only: a message exceeded the maximum message size"}}
+	ReasonProtocolError = Reason{Code: "protocol_error", Status: http.StatusBadRequest, Close: closeProtocolError,
+		Message: "protocol violation",
+		doc: reasonDoc{sse: "—", advice: "WebSocket only: a binary or non-UTF-8 message, or a request before `connect`"}}
+	ReasonRevoked = Reason{Code: "revoked", Status: http.StatusUnauthorized, Close: closeRevoked,
+		Message: "the token or its session was revoked",
+		doc: reasonDoc{sse: "401 / `disconnect`",
+			advice: "the token (`jti`) or its session (`sid`) was revoked (`herald revoke`). Do not reconnect with it and do not silently fetch another: drop the credentials and send the user through your sign-in"}}
+)
+
+// Reasons lists every Reason in the order docs/protocol.md shows them, for
+// docs and for pre-creating metric series.
 var Reasons = []Reason{
-	ReasonShutdown, ReasonSlow, ReasonTokenExpired, ReasonUnauthorized,
-	ReasonForbidden, ReasonBadRequest, ReasonTooManyConnections,
-	ReasonServerError, ReasonInsufficientState, ReasonClientClosed, ReasonWriteTimeout,
-	ReasonTimeout, ReasonMessageTooBig, ReasonProtocolError, ReasonTooManyRequests,
-	ReasonRevoked, ReasonAuthorizationUnavailable,
+	ReasonShutdown, ReasonSlow, ReasonServerError, ReasonInsufficientState,
+	ReasonWriteTimeout, ReasonTimeout, ReasonTooManyConnections, ReasonTooManyRequests,
+	ReasonClientClosed, ReasonTokenExpired, ReasonAuthorizationUnavailable,
+	ReasonBadRequest, ReasonUnauthorized, ReasonForbidden, ReasonMessageTooBig,
+	ReasonProtocolError, ReasonRevoked,
 }

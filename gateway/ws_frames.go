@@ -39,23 +39,37 @@ const (
 	codeAuthzUnavailable     = "authorization_unavailable"
 )
 
-// wsErrorCodes maps every error code to whether it is temporary: true when
-// the same request may succeed if retried later, unchanged.
-var wsErrorCodes = map[string]bool{
-	codeBadRequest:           false,
-	codeUnauthorized:         false,
-	codeTokenExpired:         false,
-	codeForbidden:            false,
-	codeNotFound:             false,
-	codeTooManyRequests:      true,
-	codeTooManySubscriptions: false,
-	codeAlreadySubscribed:    false,
-	codeNotSubscribed:        false,
-	codeServerError:          true,
-	codeRevoked:              false,
-	codeTooManyConnections:   true,
-	codeAuthzUnavailable:     true,
+// wsErrors describes every error code, in the order docs/protocol.md
+// lists them: whether it is temporary (the same request may succeed if
+// retried later, unchanged) and what it means.
+var wsErrors = []struct {
+	code      string
+	temporary bool
+	meaning   string
+}{
+	{codeBadRequest, false, "malformed frame or field: not a JSON object, missing or non-integer `id`, an `id` of 2^53 or more, missing `op`, invalid channel, bad `since`, bad publish fields, a second `connect`"},
+	{codeNotFound, false, "unknown `op`"},
+	{codeUnauthorized, false, "the token (connect or refresh) is missing or does not verify"},
+	{codeTokenExpired, false, "the token (connect or refresh) has expired: fetch a fresh one"},
+	{codeForbidden, false, "the channel is not allowed (subscribe, publish), or the refresh token is for another subject or tenant"},
+	{codeAlreadySubscribed, false, "the channel is subscribed, or being subscribed"},
+	{codeNotSubscribed, false, "the channel is not subscribed, or still being subscribed"},
+	{codeTooManySubscriptions, false, "at `max_subscriptions`: unsubscribe from something first"},
+	{codeTooManyRequests, true, "`max_inflight` requests are running: wait for replies"},
+	{codeServerError, true, "the broker or the authorizer failed: retry with backoff"},
+	{codeAuthzUnavailable, true, "subscribe: the authorization webhook is down or slow; retry with backoff"},
+	{codeRevoked, false, "connect or refresh: the token or its session was revoked"},
+	{codeTooManyConnections, true, "connect: this user has `MaxConnectionsPerUser` connections open; close one first"},
 }
+
+// wsErrorCodes maps every error code to whether it is temporary.
+var wsErrorCodes = func() map[string]bool {
+	m := make(map[string]bool, len(wsErrors))
+	for _, e := range wsErrors {
+		m[e.code] = e.temporary
+	}
+	return m
+}()
 
 // maxFrameID is the largest request id: 2^53-1, the largest integer a
 // JavaScript number (the browser client's id) holds exactly. A larger id

@@ -1,0 +1,50 @@
+// Checks the client's protocol constants against test/vocabulary.json, which
+// the gateway's tests generate from the server's one table of reasons,
+// close codes, error codes and ops (gateway/reasons.go, go test ./gateway
+// -run TestVocabulary -update).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { PROTOCOL, closeAction, reasonAction } from '../herald.js';
+
+const vocabulary = JSON.parse(readFileSync(new URL('./vocabulary.json', import.meta.url), 'utf8'));
+
+test('the subprotocol is the server\'s', () => {
+  assert.equal(PROTOCOL, vocabulary.protocol);
+});
+
+test('every disconnect reason gets the action the server means', () => {
+  assert.ok(vocabulary.reasons.length > 10);
+  for (const r of vocabulary.reasons) {
+    const want = r.code === 'token_expired' ? 'reauth' : r.reconnect ? 'reconnect' : 'stop';
+    // Both with the server's reconnect flag (a disconnect push or event)
+    // and without it (the error code of a refused request).
+    assert.equal(reasonAction(r.code, r.reconnect), want, `${r.code} with its flag`);
+    assert.equal(reasonAction(r.code), want, `${r.code} alone`);
+  }
+});
+
+test('every close code is acted on as its range says', () => {
+  for (const range of vocabulary.close_ranges) {
+    for (const code of [range.from, range.to]) {
+      assert.equal(closeAction(code), range.action, `close code ${code}`);
+    }
+  }
+  for (const r of vocabulary.reasons) {
+    if (!r.close) continue;
+    const want = r.code === 'token_expired' ? 'reauth' : r.reconnect ? 'reconnect' : 'stop';
+    assert.equal(closeAction(r.close), want, `${r.code} closes with ${r.close}`);
+  }
+  assert.equal(closeAction(1006), 'reconnect');
+});
+
+test('the ops the client sends are ops the server knows', () => {
+  const source = readFileSync(new URL('../herald.js', import.meta.url), 'utf8');
+  // Requests go through request('<op>', …); pongs are written directly.
+  const sent = new Set([
+    ...[...source.matchAll(/\.request\('([a-z_]+)'/g)].map((m) => m[1]),
+    ...[...source.matchAll(/_write\(\{ op: '([a-z_]+)'/g)].map((m) => m[1]),
+  ]);
+  assert.ok(sent.size >= 6, `found ops ${[...sent]}`);
+  for (const op of sent) assert.ok(vocabulary.ops.includes(op), `the client sends op ${op}, which the server does not know`);
+});
