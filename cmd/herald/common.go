@@ -92,7 +92,29 @@ func devSecret(dataDir string, create bool) (secret string, created bool, err er
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", false, fmt.Errorf("create data directory: %w", err)
 	}
-	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+	// Write a temporary file and link it into place, which fails if the
+	// file exists: of several processes starting on one data directory,
+	// one creates the secret and the others read that one, never a
+	// half-written file.
+	tmp, err := os.CreateTemp(dataDir, devSecretFile+".*")
+	if err != nil {
+		return "", false, fmt.Errorf("write development secret: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(s + "\n")
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o600)
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("write development secret: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if os.IsExist(err) {
+			return devSecret(dataDir, false)
+		}
 		return "", false, fmt.Errorf("write development secret: %w", err)
 	}
 	return s, true, nil
