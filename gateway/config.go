@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"time"
 )
 
@@ -68,6 +69,14 @@ type Config struct {
 	// CookieName is the cookie a token is read from. Default "herald_token".
 	CookieName string
 
+	// AdminToken turns on the read-only operator view: GET /ops/ serves its
+	// page, and GET /ops/status, sent "Authorization: Bearer <AdminToken>",
+	// answers readiness, connections and the outbox backlog (ops.go). It is
+	// a secret like the HMAC key. When set, it must be at least
+	// MinAdminTokenLen (16) bytes of visible ASCII. Default empty: the
+	// operator view is off and its routes answer 404.
+	AdminToken string
+
 	// ShutdownReconnectDelay is the largest reconnect delay told to clients on
 	// graceful shutdown; each stream gets a random delay in [0, it] so a
 	// restart does not cause a reconnect storm. Default 5s.
@@ -109,13 +118,23 @@ type Config struct {
 	// WebSocket connections one client address may open (a token bucket per
 	// IPv4 address or IPv6 /64). An attempt beyond it is answered 429 with
 	// Retry-After before any authentication. Negative disables the limit
-	// (behind a proxy every client shares the proxy's address; limit there).
-	// Default 20.
+	// (behind a proxy, set TrustedProxies, or every client shares the
+	// proxy's address). Default 20.
 	ConnectAttemptsPerIP float64
 
 	// ConnectAttemptsBurst is how many connection attempts one address may
 	// make at once before ConnectAttemptsPerIP applies. Default 40.
 	ConnectAttemptsBurst int
+
+	// TrustedProxies lists the reverse proxies (IPv4 or IPv6 prefixes; one
+	// address is a /32 or /128) whose forwarding headers are believed.
+	// When a request's TCP peer is in one, its client address is read from
+	// the Forwarded header (RFC 7239 for=) when present, else from
+	// X-Forwarded-For, from the right, skipping hops that are trusted
+	// proxies themselves (clientip.go); from any other peer both headers
+	// are ignored. The client address keys ConnectAttemptsPerIP and is
+	// logged as "remote". Default none: every client is its TCP peer.
+	TrustedProxies []netip.Prefix
 
 	// MaxConnectionsPerUser bounds the concurrent connections (both
 	// transports) of one subject of one tenant on this host. A connection
@@ -287,11 +306,19 @@ func (c Config) validate() error {
 	if math.IsNaN(c.ConnectAttemptsPerIP) || math.IsInf(c.ConnectAttemptsPerIP, 0) {
 		return bad("ConnectAttemptsPerIP must be a finite number (negative disables the limit), got %v", c.ConnectAttemptsPerIP)
 	}
+	for i, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			return bad("TrustedProxies[%d] is not a valid prefix, got %v", i, p)
+		}
+	}
 	if err := validateOrigins(c.AllowedOrigins); err != nil {
 		return bad("%v", err)
 	}
 	if c.SSERetry < time.Millisecond {
 		return bad("SSERetry must be at least 1ms, got %s", c.SSERetry)
+	}
+	if err := CheckAdminToken(c.AdminToken); c.AdminToken != "" && err != nil {
+		return bad("AdminToken %v", err)
 	}
 	for i := 0; i < len(c.CookieName); i++ {
 		b := c.CookieName[i]

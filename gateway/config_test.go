@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"math"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -61,6 +62,7 @@ func TestConfigValidate(t *testing.T) {
 		"grace":           {Config{ExpiryGrace: -time.Second}, "ExpiryGrace must be positive"},
 		"origin empty":    {Config{AllowedOrigins: []string{""}}, "AllowedOrigins[0] is empty"},
 		"origin pattern":  {Config{AllowedOrigins: []string{"ok.example", "[bad"}}, "AllowedOrigins[1] \"[bad\" is not a valid pattern"},
+		"trusted proxies": {Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), {}}}, "TrustedProxies[1] is not a valid prefix"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

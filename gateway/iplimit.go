@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"math"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -92,18 +91,15 @@ func (l *ipLimiter) evict(now time.Time) {
 	}
 }
 
-// clientAddr is the limiter key of a request: its remote IP, IPv6 masked
-// to /64. ok is false when RemoteAddr holds no IP (then no limit applies).
+// clientAddr is the limiter key of a request: its client's IP (clientOf:
+// the TCP peer, or the address a trusted proxy forwarded), IPv6 masked to
+// /64. ok is false when the request has no client IP (then no limit
+// applies).
 func clientAddr(r *http.Request) (netip.Addr, bool) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
+	a := clientOf(r).addr
+	if !a.IsValid() {
 		return netip.Addr{}, false
 	}
-	a = a.Unmap().WithZone("")
 	if a.Is6() {
 		p, err := a.Prefix(64)
 		if err != nil {

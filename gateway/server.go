@@ -28,8 +28,9 @@ type Server struct {
 
 	slots      atomic.Int64 // connections holding a slot (MaxConnections)
 	nextConnID atomic.Uint64
-	attempts   *ipLimiter   // ConnectAttemptsPerIP; nil when disabled
-	users      *userLimiter // MaxConnectionsPerUser; nil when unlimited
+	attempts   *ipLimiter     // ConnectAttemptsPerIP; nil when disabled
+	trusted    trustedProxies // Config.TrustedProxies, normalized
+	users      *userLimiter   // MaxConnectionsPerUser; nil when unlimited
 	reval      *revalidator
 
 	mu        sync.Mutex
@@ -42,6 +43,7 @@ type Server struct {
 	stopCh    chan struct{}
 	watchDone chan struct{}
 	stopped   bool
+	ops       OpsSource // the operator view's outbox numbers (SetOpsSource)
 	stopOnce  sync.Once
 }
 
@@ -83,7 +85,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.users = newUserLimiter(cfg.MaxConnectionsPerUser)
 	s.reval = newRevalidator(s)
-	s.handler = s.routes()
+	s.trusted = newTrustedProxies(cfg.TrustedProxies)
+	s.handler = s.withClient(s.routes())
 	return s, nil
 }
 
@@ -91,8 +94,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 func (s *Server) Config() Config { return s.cfg }
 
 // Handler returns the gateway's routes: GET /v1/sse, /v1/ws, POST
-// /v1/tickets, GET /healthz, /readyz, /metrics, / (demo page) and
-// /client/herald.js. A handler served without Start runs the revalidation
+// /v1/tickets, GET /healthz, /readyz, /metrics, / (demo page),
+// /client/herald.js and, with Config.AdminToken, the operator view under
+// /ops/. A handler served without Start runs the revalidation
 // timer from its first connection until Stop.
 func (s *Server) Handler() http.Handler { return s.handler }
 

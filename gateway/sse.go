@@ -29,7 +29,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.refuseConn(w, r, transportSSE, reason, msg)
 		return
 	}
-	conn := s.newConn(transportSSE, req.claims, r.RemoteAddr)
+	conn := s.newConn(transportSSE, req.claims, clientOf(r).remote)
 	if !s.acquireUser(conn, req.claims) {
 		w.Header().Set("Retry-After", "1")
 		s.refuseConn(w, r, transportSSE, s.userLimitReason(), "")
@@ -115,7 +115,7 @@ func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg strin
 	}
 	_ = sink.setDeadline(time.Time{})
 	s.connLog.Log(slog.LevelDebug, "gateway: expired token answered with reauth",
-		slog.String("url", redactURL(r.URL)), slog.String("remote", r.RemoteAddr))
+		slog.String("url", redactURL(r.URL)), slog.String("remote", clientOf(r).remote))
 }
 
 // subscribeSSE subscribes conn to every channel, resuming those the cursor
@@ -172,6 +172,6 @@ func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason Reason, 
 		slog.String("reason", reason.Code),
 		slog.Int("status", reason.Status),
 		slog.String("url", redactURL(r.URL)),
-		slog.String("remote", r.RemoteAddr),
+		slog.String("remote", clientOf(r).remote),
 		slog.String("message", msg))
 }

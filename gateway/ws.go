@@ -100,7 +100,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	conn := s.newConn(transportWS, &auth.Claims{}, r.RemoteAddr)
+	conn := s.newConn(transportWS, &auth.Claims{}, clientOf(r).remote)
 	wc := newWSConn(s, conn, hc)
 	hj := &wsHijacker{ResponseWriter: w, maxMessage: int64(s.cfg.MaxMessageSize)}
 	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
@@ -116,7 +116,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		// Accept has answered the request (a broken handshake: 4xx).
 		s.metrics.refused(transportWS, ReasonBadRequest)
 		s.connLog.Log(slog.LevelDebug, "gateway: websocket upgrade failed",
-			slog.String("remote", r.RemoteAddr), slog.String("error", err.Error()))
+			slog.String("remote", clientOf(r).remote), slog.String("error", err.Error()))
 		wc.cancel()
 		return
 	}
