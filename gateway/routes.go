@@ -18,6 +18,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/metrics", methods(s.handleMetrics(), http.MethodGet, http.MethodHead))
 	mux.Handle("/client/herald.js", methods(s.handleClientJS, http.MethodGet, http.MethodHead))
 	mux.Handle("/{$}", methods(handleDemo, http.MethodGet, http.MethodHead))
+	s.opsRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such path")
 	})

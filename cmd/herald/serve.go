@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -67,6 +68,12 @@ type serveOptions struct {
 	log    logSettings
 	gw     gateway.Config
 	feed   bool
+	// adminTokenFile is --admin-token-file; serve reads it into
+	// gw.AdminToken.
+	adminTokenFile string
+	// trustedProxies is --trusted-proxies as given; serve parses it into
+	// gw.TrustedProxies.
+	trustedProxies []string
 }
 
 func (o *serveOptions) register(st *settings) {
@@ -77,7 +84,9 @@ func (o *serveOptions) register(st *settings) {
 	o.auth.register(st)
 	o.log.register(st)
 	registerGateway(st, &o.gw)
+	st.StringList(&o.trustedProxies, "trusted-proxies", "reverse proxies (comma-separated CIDRs or IP addresses, e.g. 127.0.0.1/32,10.0.0.0/8) whose Forwarded / X-Forwarded-For headers name the client address used by --connect-attempts-per-ip and the logs; empty = trust none, the client is the TCP peer")
 	st.Bool(&o.feed, "feed", true, "also run the outbox Worker in this process (false = pure edge node)")
+	st.String(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token (a secret of at least 16 bytes; surrounding whitespace is trimmed) that turns on the read-only operator view at /ops/ (docs/operator.md); empty = the view is off (404)")
 }
 
 // registerGateway exposes the gateway's bounds as settings.
@@ -130,8 +139,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writer) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if o.gw.TrustedProxies, err = parseTrustedProxies(o.trustedProxies); err != nil {
+		return err
+	}
 	reg := newRegistry()
 
+	if o.gw.AdminToken, err = readAdminToken(o.adminTokenFile, log); err != nil {
+		return err
+	}
 	devMode := false
 	if o.auth.HMACSecret == "" && o.auth.JWKS == "" {
 		secret, created, err := devSecret(o.store.DataDir, true)
@@ -239,6 +254,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	srv.SetOpsSource(storeOps{store})
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
@@ -254,6 +270,35 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	<-ctx.Done()
 	log.Info("herald stopping")
 	return nil
+}
+
+// parseTrustedProxies reads --trusted-proxies: each entry a CIDR prefix
+// without host bits, or one IP address (a /32 or /128).
+func parseTrustedProxies(entries []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, e := range entries {
+		bad := func(why string) error {
+			return fmt.Errorf("config: --trusted-proxies: entry %q %s", e, why)
+		}
+		if !strings.Contains(e, "/") {
+			a, err := netip.ParseAddr(e)
+			if err != nil || a.Zone() != "" {
+				return nil, bad("is neither an IP address nor a CIDR prefix such as 10.0.0.0/8")
+			}
+			a = a.Unmap()
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(e)
+		if err != nil {
+			return nil, bad("is neither an IP address nor a CIDR prefix such as 10.0.0.0/8")
+		}
+		if m := p.Masked(); m != p {
+			return nil, bad(fmt.Sprintf("has bits set past its /%d: write %s, or %s/%d for the one address", p.Bits(), m, p.Addr(), p.Addr().BitLen()))
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // banner tells a newcomer where Herald listens, how to mint a token and how
@@ -306,6 +351,56 @@ func banner(w io.Writer, base, store, broker string, o serveOptions, devMode boo
 	} else {
 		fmt.Fprintf(w, "  demo page:     %s/\n", base)
 	}
+	if o.adminTokenFile != "" {
+		fmt.Fprintf(w, "  operator view: %s/ops/   (read-only; asks for the token in --admin-token-file)\n", base)
+	} else {
+		fmt.Fprintf(w, "  operator view: off; to see readiness, connections and the outbox at %s/ops/, start with --admin-token-file FILE (a secret of 16 bytes or more)\n", base)
+	}
+}
+
+// readAdminToken reads --admin-token-file ("" = none): the file's contents
+// with surrounding whitespace trimmed, as the development secret is read.
+// A token the gateway would refuse (gateway.CheckAdminToken) fails here,
+// naming the file.
+func readAdminToken(path string, log *slog.Logger) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("config: --admin-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if err := gateway.CheckAdminToken(tok); err != nil {
+		return "", fmt.Errorf("config: --admin-token-file %s: the admin token %v (make one with: openssl rand -base64 32 > %s)", path, err, shellQuote(path))
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("the admin token file can be read by other users; it is a secret like the HMAC key (chmod 600 it)",
+			"file", path, "mode", fi.Mode().Perm().String())
+	}
+	return tok, nil
+}
+
+// storeOps gives the operator view the outbox backlog: Store.Stats, the
+// cheap count (partial indexes) the Worker's gauges use, not the full
+// count of `herald outbox stats`, since the page asks every few seconds.
+type storeOps struct{ store outboxfeed.Store }
+
+// OutboxStatus implements gateway.OpsSource.
+func (s storeOps) OutboxStatus(ctx context.Context) (gateway.OutboxStatus, error) {
+	st, err := s.store.Stats(ctx)
+	if err != nil {
+		return gateway.OutboxStatus{}, err
+	}
+	out := gateway.OutboxStatus{Pending: st.Pending, DeadLetters: st.DeadLetter, OldestPending: st.OldestPending}
+	if !st.OldestPending.IsZero() {
+		now := st.Now
+		if now.IsZero() { // a Store that does not say
+			now = time.Now()
+		}
+		out.OldestPendingAge = max(0, now.Sub(st.OldestPending))
+	}
+	return out, nil
 }
 
 // redactURL hides the password of a URL such as postgres://u:p@h/db; a
