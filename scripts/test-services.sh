@@ -4,7 +4,8 @@
 # local services on 127.0.0.1; else starts them; else installs them with apt
 # (as root) and starts them on loopback. Never lets tests run without them.
 # Also installs promtool (Debian's prometheus package), which
-# internal/alertstest needs to check docs/alerts.
+# internal/alertstest needs to check docs/alerts, and Debian's nginx and
+# haproxy, whose binaries deploy/proxy_test.go runs in front of Herald.
 set -euo pipefail
 
 log() { echo "test-services: $*" >&2; }
@@ -102,6 +103,46 @@ ensure_promtool() {
   command -v promtool >/dev/null 2>&1 || { log "prometheus installed but no promtool on PATH"; exit 1; }
 }
 
+# deploy/proxy_test.go runs /usr/sbin/nginx and /usr/sbin/haproxy itself
+# with temporary configurations and ports. The packages' own
+# services are never started: a policy-rc.d keeps apt from starting them,
+# and on a systemd machine they are disabled, so nothing listens on ports
+# 80 and 443 afterwards.
+ensure_proxies() {
+  local missing=()
+  [ -x /usr/sbin/nginx ] || missing+=(nginx)
+  [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+  if [ ${#missing[@]} -eq 0 ]; then
+    log "nginx and haproxy: /usr/sbin/nginx, /usr/sbin/haproxy"
+    return
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    log "${missing[*]} missing and installing needs root: apt-get install ${missing[*]} (go test ./deploy fails without them)"
+    exit 1
+  fi
+  log "installing ${missing[*]} with apt-get (services left stopped)"
+  apt-get update -qq >/dev/null
+  (
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+      trap 'rm -f "$policy"' EXIT
+      printf '#!/bin/sh\nexit 101\n' > "$policy"
+      chmod 0755 "$policy"
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  )
+  local svc
+  for svc in "${missing[@]}"; do
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    else
+      service "$svc" stop >/dev/null 2>&1 || true
+    fi
+  done
+  [ -x /usr/sbin/nginx ] && [ -x /usr/sbin/haproxy ] || { log "nginx or haproxy installed but not in /usr/sbin"; exit 1; }
+}
+
 ensure_postgres
 ensure_redis
+ensure_proxies
 ensure_promtool
