@@ -10,7 +10,8 @@ type Handler interface {
 
 // Recovery is the answer to a resume request.
 type Recovery struct {
-	// Publications after the asked position, in order, when Recovered.
+	// Publications after the asked position, in order, when Recovered
+	// (the first Recover's limit of them, when it was given one).
 	Publications []Publication
 	// Top is the channel's current position (offset 0 when empty).
 	Top Position
@@ -28,8 +29,11 @@ type Broker interface {
 	// fenced message (see Fence) may be refused with ErrStaleFence, or
 	// answered with the publication of its ID already in the history.
 	Publish(ctx context.Context, msg Message) (Publication, error)
-	// Recover returns what was published on key after since.
-	Recover(ctx context.Context, key Key, since Position) (Recovery, error)
+	// Recover returns what was published on key after since: all of it,
+	// or with limit > 0 at most the first limit publications (a page; ask
+	// again from the last one for the next). Recovered says whether the
+	// history still holds everything after since.
+	Recover(ctx context.Context, key Key, since Position, limit int) (Recovery, error)
 	// Subscribe and Unsubscribe declare this node's interest in a channel,
 	// so multi-node brokers only carry what the node needs. The Hub calls
 	// them on its first and last local subscriber.

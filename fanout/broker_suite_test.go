@@ -38,7 +38,7 @@ func mustPublish(t testing.TB, b Broker, m Message) Publication {
 
 func mustRecover(t testing.TB, b Broker, key Key, since Position) Recovery {
 	t.Helper()
-	r, err := b.Recover(testCtx(t), key, since)
+	r, err := b.Recover(testCtx(t), key, since, 0)
 	if err != nil {
 		t.Fatalf("recover %v from %v: %v", key, since, err)
 	}
@@ -139,6 +139,48 @@ func testRecoverCases(t *testing.T, newBroker func(t *testing.T) Broker) {
 		}
 	})
 
+	t.Run("pages", func(t *testing.T) {
+		b := newBroker(t)
+		key := Key{"acme", "orders/paged"}
+		var epoch string
+		for i := 1; i <= 5; i++ {
+			epoch = mustPublish(t, b, msg(key, fmt.Sprintf("m%d", i))).Epoch
+		}
+		top := Position{5, epoch}
+		page := func(since Position, limit int) Recovery {
+			t.Helper()
+			r, err := b.Recover(testCtx(t), key, since, limit)
+			if err != nil {
+				t.Fatalf("recover from %v, limit %d: %v", since, limit, err)
+			}
+			return r
+		}
+		for _, c := range []struct {
+			since Position
+			limit int
+			want  []uint64
+		}{
+			{Position{2, epoch}, 1, []uint64{3}},
+			{Position{2, epoch}, 2, []uint64{3, 4}},
+			{Position{2, epoch}, 3, []uint64{3, 4, 5}},
+			{Position{2, epoch}, 10, []uint64{3, 4, 5}},
+			{Position{3, epoch}, 1, []uint64{4}},
+			{Position{4, epoch}, 2, []uint64{5}},
+			{top, 1, nil},
+		} {
+			r := page(c.since, c.limit)
+			if !r.Recovered || r.Top != top || !equalOffsets(offsets(r.Publications), c.want...) {
+				t.Fatalf("page from %v, limit %d: %+v, want offsets %v", c.since, c.limit, r, c.want)
+			}
+		}
+		// A page never hides that the history lost the start.
+		for _, limit := range []int{1, 2, 10} {
+			if r := page(Position{1, epoch}, limit); r.Recovered || len(r.Publications) != 0 {
+				t.Fatalf("page from beyond the history, limit %d: %+v", limit, r)
+			}
+		}
+	})
+
 	t.Run("tenants and channels are separate streams", func(t *testing.T) {
 		b := newBroker(t)
 		a := mustPublish(t, b, msg(Key{"acme", "shared"}, "a1"))
@@ -172,7 +214,7 @@ func testRecoverCases(t *testing.T, newBroker func(t *testing.T) Broker) {
 				t.Errorf("bad message %d: err = %v, want ErrInvalidMessage", i, err)
 			}
 		}
-		if _, err := b.Recover(ctx, Key{"a", "bad channel"}, Position{}); err == nil || !errors.Is(err, ErrInvalidKey) {
+		if _, err := b.Recover(ctx, Key{"a", "bad channel"}, Position{}, 0); err == nil || !errors.Is(err, ErrInvalidKey) {
 			t.Errorf("recover on a bad key: err = %v, want ErrInvalidKey", err)
 		}
 	})

@@ -126,7 +126,7 @@ func (b *MemoryBroker) raiseFence(f Fence) error {
 // still holds all of them and the epoch matches. A channel never seen
 // before is created with a fresh epoch and top offset 0, so a client that
 // subscribed to an empty channel can later resume from {0, epoch}.
-func (b *MemoryBroker) Recover(ctx context.Context, key Key, since Position) (Recovery, error) {
+func (b *MemoryBroker) Recover(ctx context.Context, key Key, since Position, limit int) (Recovery, error) {
 	if err := ctx.Err(); err != nil {
 		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
 	}
@@ -142,7 +142,7 @@ func (b *MemoryBroker) Recover(ctx context.Context, key Key, since Position) (Re
 			continue
 		}
 		s.expireIfIdle(nowNs, int64(b.cfg.HistoryTTL))
-		r := s.recover(since)
+		r := s.recover(since, limit)
 		s.mu.Unlock()
 		return r, nil
 	}

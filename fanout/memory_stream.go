@@ -69,7 +69,7 @@ func (s *memStream) find(id string) (Publication, bool) {
 }
 
 // recover answers a resume request from since. Caller holds mu.
-func (s *memStream) recover(since Position) Recovery {
+func (s *memStream) recover(since Position, limit int) Recovery {
 	top := Position{Offset: s.top, Epoch: s.epoch}
 	if since.Epoch != s.epoch || since.Offset > s.top {
 		return Recovery{Top: top}
@@ -81,9 +81,13 @@ func (s *memStream) recover(since Position) Recovery {
 	if missing > uint64(len(s.ring)) {
 		return Recovery{Top: top}
 	}
-	out := make([]Publication, 0, missing)
+	take := missing
+	if limit > 0 && uint64(limit) < take {
+		take = uint64(limit)
+	}
+	out := make([]Publication, 0, take)
 	n := len(s.ring)
-	for i := n - int(missing); i < n; i++ {
+	for i := n - int(missing); i < n-int(missing-take); i++ {
 		out = append(out, s.ring[(s.head+i)%n])
 	}
 	return Recovery{Top: top, Recovered: true, Publications: out}

@@ -159,7 +159,7 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 
 // Recover returns the publications of key after since, when the stream
 // still holds all of them and the epoch matches.
-func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position) (Recovery, error) {
+func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position, limit int) (Recovery, error) {
 	if b.closed.Load() {
 		return Recovery{}, wrapf("recover", ErrStopped)
 	}
@@ -167,10 +167,14 @@ func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position) (Rec
 		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
 	}
 	name := b.name(key)
+	count := b.cfg.HistorySize
+	if limit > 0 && limit < count {
+		count = limit
+	}
 	res, err := recoverScript.Run(ctx, b.client,
 		[]string{name + ":meta", name + ":stream"},
 		newEpoch(), b.cfg.HistoryTTL.Milliseconds(), since.Epoch,
-		strconv.FormatUint(since.Offset, 10), b.cfg.HistorySize,
+		strconv.FormatUint(since.Offset, 10), count,
 	).Slice()
 	if err != nil {
 		return Recovery{}, fmt.Errorf("fanout: recover %s: %w", key, err)
@@ -189,6 +193,9 @@ func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position) (Rec
 		return r, nil
 	}
 	missing := r.Top.Offset - since.Offset
+	if limit > 0 && uint64(limit) < missing {
+		missing = uint64(limit) // a page: the first limit of them
+	}
 	if uint64(len(entries)) != missing {
 		// Trimmed (or the stream holds more than our HistorySize): the
 		// first publication after since is gone.

@@ -192,6 +192,19 @@ func TestRedisClusterFence(t *testing.T) {
 	})
 }
 
+// TestRedisClusterRecover runs the Recover cases (pages included) on one
+// cluster, with a key prefix per case.
+func TestRedisClusterRecover(t *testing.T) {
+	t.Parallel()
+	c := startTestCluster(t)
+	testRecoverCases(t, func(t *testing.T) Broker {
+		return newTestRedisBroker(t, RedisConfig{
+			URL: "redis://" + c.Addrs[0], Cluster: true, HistorySize: 3,
+			KeyPrefix: "herald_t_" + testenv.Suffix() + ":",
+		})
+	})
+}
+
 // TestRedisClusterTwoNodes: node A publishes on channels of all three
 // shards, node B receives each channel in order over one SSUBSCRIBE
 // connection per shard, and drops a shard's connection with its last

@@ -33,12 +33,14 @@ type Config struct {
 
 	// QueueMaxBytes bounds the bytes of publications waiting to be written to
 	// one connection, including the batch being written. A connection beyond
-	// it is closed with the reason "slow". Default 1 MiB.
+	// it drops its queue and catches up from the channel history (closed as
+	// "slow" only when it falls behind the history). Default 1 MiB.
 	QueueMaxBytes int
 
 	// QueueMaxMessages bounds the number of publications waiting to be
 	// written to one connection, including the batch being written. A
-	// connection beyond it is closed with the reason "slow". Default 1024.
+	// connection beyond it catches up from the channel history, as for
+	// QueueMaxBytes, reading half this many at a time. Default 1024.
 	QueueMaxMessages int
 
 	// WriteTimeout is the deadline for writing and flushing one batch to a

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldgw/herald/auth"
@@ -52,7 +53,7 @@ type Conn struct {
 	pos       *positions // writer only
 	keys      []fanout.Key
 	opened    time.Time
-	remote    string
+	remote    string // the client's address (clientOf), for logs
 
 	deliveries interface{ Add(float64) } // herald_deliveries_total{transport}
 
@@ -69,7 +70,15 @@ type Conn struct {
 
 	resyncMu   sync.Mutex
 	resyncKeys []fanout.Key
-	resyncCh   chan struct{} // capacity 1: "resyncKeys is not empty"
+	resyncCh   chan struct{} // capacity 1: "resyncKeys is not empty, or lagging is set"
+	// lagging is set when the queue hit its bound and dropped what it
+	// held: the writer then reads every channel forward from the history.
+	lagging atomic.Bool
+	// catchingUp is set (by the writer, which alone touches it) while the
+	// connection reads the history after lagging; a channel whose history
+	// no longer reaches back to its position then ends the connection as
+	// slow.
+	catchingUp bool
 
 	// hooks lets the revalidation timer reach the transport; set before
 	// the connection is registered.
@@ -116,17 +125,55 @@ func (s *Server) newConn(transport string, claims *auth.Claims, remote string) *
 
 var _ fanout.ResyncSubscriber = (*Conn)(nil)
 
-// Deliver implements fanout.Subscriber: a non-blocking enqueue. A full queue
-// closes the connection with ReasonSlow.
+// Deliver implements fanout.Subscriber: a non-blocking enqueue. A full
+// queue drops what it holds and the connection catches up: its writer
+// reads every channel forward from the history, at the pace the client
+// reads, and rejoins the live stream (lag).
 func (c *Conn) Deliver(p *fanout.Prepared) {
-	switch c.queue.push(p) {
+	switch r, dropped := c.queue.push(p); r {
 	case pushFull:
-		c.srv.metrics.queueDropped.Inc()
-		c.Close(ReasonSlow, 0)
+		c.srv.metrics.queueDropped.Add(float64(dropped))
+		c.lag()
 	case pushed:
 		if c.wake != nil {
 			c.wake()
 		}
+	}
+}
+
+// lag makes the writer read every channel from the history, from the last
+// position it wrote: the queue dropped publications that are all there.
+func (c *Conn) lag() {
+	if !c.lagging.Swap(true) {
+		c.srv.metrics.catchUps.WithLabelValues(c.transport).Inc()
+		c.srv.connLog.Log(slog.LevelInfo, "gateway: connection fell behind its send queue; catching up from the history",
+			slog.Uint64("conn", c.id), slog.String("transport", c.transport))
+	}
+	c.signalResync()
+}
+
+// signalResync tells the writer that there is history to read.
+func (c *Conn) signalResync() {
+	select {
+	case c.resyncCh <- struct{}{}:
+	default:
+	}
+	if c.wake != nil {
+		c.wake()
+	}
+}
+
+// requestResync has the writer read key from the history; only the
+// writer calls it (it found a gap, or a page that was full).
+func (c *Conn) requestResync(key fanout.Key) {
+	c.resyncMu.Lock()
+	if !slices.Contains(c.resyncKeys, key) {
+		c.resyncKeys = append(c.resyncKeys, key)
+	}
+	c.resyncMu.Unlock()
+	select {
+	case c.resyncCh <- struct{}{}:
+	default:
 	}
 }
 
@@ -144,13 +191,7 @@ func (c *Conn) Resync(key fanout.Key) {
 		c.resyncKeys = append(c.resyncKeys, key)
 	}
 	c.resyncMu.Unlock()
-	select {
-	case c.resyncCh <- struct{}{}:
-	default:
-	}
-	if c.wake != nil {
-		c.wake()
-	}
+	c.signalResync()
 }
 
 // Close ends the connection for r, announcing delay as the reconnect delay
@@ -240,7 +281,7 @@ func (c *Conn) subscribe(ctx context.Context, channel string, since *fanout.Posi
 	if since != nil {
 		ask = *since
 	}
-	rec, err := c.srv.deps.Broker.Recover(ctx, key, ask)
+	rec, err := c.srv.deps.Broker.Recover(ctx, key, ask, 0)
 	if err != nil {
 		return subscription{}, err
 	}
@@ -329,39 +370,69 @@ func (c *Conn) drain(s sink, spare []*fanout.Prepared) ([]*fanout.Prepared, erro
 		if err := s.setDeadline(time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
 			return spare, err
 		}
-		n := 0
-		for _, p := range batch {
-			if !c.pos.admit(p.Key(), p.Position()) {
-				continue
-			}
-			if err := s.publication(p, c.pos); err != nil {
-				return spare, err
-			}
-			n++
-		}
+		n, err := c.writeLive(s, batch)
 		c.queue.release(batch)
-		if n > 0 {
-			c.deliveries.Add(float64(n))
-			written = true
+		if err != nil {
+			return spare, err
 		}
+		written = written || n > 0
 	}
 	return spare, nil
 }
 
-// resync recovers every channel Resync named from the last position written
-// to the client.
+// writeLive buffers the publications of batch (taken from the queue) the
+// client does not have yet, in order, and returns how many it wrote. One
+// that comes after a gap in its channel is not written: the channel is read
+// from the history instead (resync), which holds it too.
+func (c *Conn) writeLive(s sink, batch []*fanout.Prepared) (int, error) {
+	n := 0
+	defer func() { c.deliveries.Add(float64(n)) }()
+	for _, p := range batch {
+		switch c.pos.admitNext(p.Key(), p.Position()) {
+		case admitRepeat:
+			continue
+		case admitGap:
+			c.requestResync(p.Key())
+			continue
+		}
+		if err := s.publication(p, c.pos); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// catchUpPage is how many publications the writer reads from a channel's
+// history at a time: half the queue bound, so catching up holds no more
+// than the queue would.
+func (c *Conn) catchUpPage() int { return max(1, c.srv.cfg.QueueMaxMessages/2) }
+
+// resync reads channels forward from the history, from the last position
+// written to the client, a page at a time: every channel after the queue
+// dropped publications (lagging), and the channels Resync named or a gap
+// or a full page left to read. A channel with more to read is asked again,
+// so the live queue and the other channels are served in between.
 func (c *Conn) resync(ctx context.Context, s sink) error {
 	c.resyncMu.Lock()
 	keys := c.resyncKeys
 	c.resyncKeys = nil
 	c.resyncMu.Unlock()
+	if c.lagging.Swap(false) {
+		c.catchingUp = true
+		keys = keys[:0]
+		for _, ch := range c.pos.names {
+			keys = append(keys, fanout.Key{Tenant: c.claims.Tenant, Channel: ch})
+		}
+	}
+	page := c.catchUpPage()
 	written := false
 	for _, key := range keys {
 		i, ok := c.pos.index[key.Channel]
 		if !ok {
 			continue
 		}
-		rec, err := c.srv.deps.Broker.Recover(ctx, key, c.pos.entries[i].pos)
+		rec, err := c.srv.deps.Broker.Recover(ctx, key, c.pos.entries[i].pos, page)
 		if err != nil && ctx.Err() != nil {
 			c.Close(ReasonClientClosed, 0)
 			return nil
@@ -373,8 +444,16 @@ func (c *Conn) resync(ctx context.Context, s sink) error {
 			return nil
 		}
 		if !rec.Recovered {
-			c.Close(ReasonInsufficientState, 0)
+			if c.catchingUp {
+				// It fell further behind than the history reaches.
+				c.Close(ReasonSlow, 0)
+			} else {
+				c.Close(ReasonInsufficientState, 0)
+			}
 			return nil
+		}
+		if len(rec.Publications) == page {
+			c.requestResync(key)
 		}
 		if len(rec.Publications) == 0 {
 			continue
@@ -387,6 +466,13 @@ func (c *Conn) resync(ctx context.Context, s sink) error {
 			return err
 		}
 		written = written || n > 0
+	}
+	if c.catchingUp && !c.lagging.Load() {
+		c.resyncMu.Lock()
+		if len(c.resyncKeys) == 0 {
+			c.catchingUp = false
+		}
+		c.resyncMu.Unlock()
 	}
 	if written {
 		return s.flush()

@@ -26,7 +26,7 @@ type Authorizer interface {
 // Recoverer answers resume requests from a channel's history (a
 // fanout.Broker).
 type Recoverer interface {
-	Recover(ctx context.Context, key fanout.Key, since fanout.Position) (fanout.Recovery, error)
+	Recover(ctx context.Context, key fanout.Key, since fanout.Position, limit int) (fanout.Recovery, error)
 }
 
 // Hub hands live publications of a channel to this node's subscribers

@@ -19,6 +19,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -29,7 +30,7 @@ type testEnv struct {
 	t      *testing.T
 	srv    *Server
 	base   string
-	broker *fanout.MemoryBroker
+	broker fanout.Broker
 	hub    *fanout.Hub
 	reg    *prometheus.Registry
 	client *http.Client
@@ -37,8 +38,12 @@ type testEnv struct {
 }
 
 type envOptions struct {
-	cfg         Config
-	history     int
+	cfg     Config
+	history int
+	// broker is the history and fan-out: "" (in memory), "redis" (the
+	// test Redis, a key prefix of the test's own) or "cluster" (a Redis
+	// Cluster the test starts).
+	broker      string
 	readyChecks []ReadyCheck
 	deps        func(*Deps)
 }
@@ -61,9 +66,27 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// newTestBroker makes the broker o names.
+func newTestBroker(t *testing.T, o envOptions) (fanout.Broker, error) {
+	switch o.broker {
+	case "":
+		return fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.history})
+	case "redis":
+		url, prefix := testenv.Redis(t)
+		return fanout.NewRedisBroker(fanout.RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: o.history})
+	case "cluster":
+		c := testenv.StartRedisCluster(t)
+		return fanout.NewRedisBroker(fanout.RedisConfig{
+			URL: "redis://" + c.Addrs[0], Cluster: true, HistorySize: o.history,
+			KeyPrefix: "herald_t_" + testenv.Suffix() + ":",
+		})
+	}
+	return nil, fmt.Errorf("no broker %q", o.broker)
+}
+
 func newEnv(t *testing.T, o envOptions) *testEnv {
 	t.Helper()
-	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.history})
+	broker, err := newTestBroker(t, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ type metrics struct {
 	refusals         *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	queueDropped     prometheus.Counter
+	catchUps         *prometheus.CounterVec
 	httpRequests     *prometheus.CounterVec
 	limitRejections  *prometheus.CounterVec
 	wsRequests       *prometheus.CounterVec
@@ -105,8 +106,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"transport"}),
 		queueDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_queue_dropped_total",
-			Help: "Publications refused by a full per-connection send queue (the connection is closed as slow and resumes from history).",
+			Help: "Publications dropped by a full per-connection send queue: the connection then reads them from the channel history (herald_catch_ups_total).",
 		}),
+		catchUps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_catch_ups_total",
+			Help: "Times a connection fell behind its send queue bound and caught up from the channel history instead of being closed, by transport.",
+		}, []string{"transport"}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_http_requests_total",
 			Help: "HTTP requests by route and status code; counted when the status is sent, so streams count when they start.",
@@ -149,6 +154,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.connections.WithLabelValues(t)
 		m.connectionsTotal.WithLabelValues(t)
 		m.deliveries.WithLabelValues(t)
+		m.catchUps.WithLabelValues(t)
 		for _, r := range Reasons {
 			m.disconnects.WithLabelValues(t, r.Code)
 			m.refusals.WithLabelValues(t, r.Code)
@@ -158,7 +164,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{
-		m.connections, m.connectionsMax, m.connectionsTotal, m.disconnects, m.refusals, m.deliveries, m.queueDropped, m.httpRequests,
+		m.connections, m.connectionsMax, m.connectionsTotal, m.disconnects, m.refusals, m.deliveries, m.queueDropped, m.catchUps, m.httpRequests,
 		m.limitRejections, m.wsRequests, m.subsEnded, m.revalFailures, m.revocationsAt, m.tickets,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -51,20 +51,56 @@ func (ps *positions) remove(channel string) {
 	}
 }
 
+// of returns the position of key's channel, nil when it is not tracked.
+func (ps *positions) of(key fanout.Key) *fanout.Position {
+	if key.Tenant != ps.tenant {
+		return nil
+	}
+	i, ok := ps.index[key.Channel]
+	if !ok {
+		return nil
+	}
+	return &ps.entries[i].pos
+}
+
+// admission is what admitNext decided about a publication.
+type admission int
+
+const (
+	admitRepeat admission = iota // the client has it (or the channel is not tracked): skip it
+	admitNext                    // the next one: write it
+	admitGap                     // publications before it are missing: read them from the history first
+)
+
+// admitNext is admit for the live stream: of the same epoch it takes only
+// the publication right after the channel's position, so a publication
+// the connection missed (dropped from its full queue, lost in transit) is
+// found by the next one of its channel and read from the history. A new
+// epoch is taken at any offset, as admit does.
+func (ps *positions) admitNext(key fanout.Key, pos fanout.Position) admission {
+	cur := ps.of(key)
+	if cur == nil {
+		return admitRepeat
+	}
+	if pos.Epoch == cur.Epoch {
+		switch {
+		case pos.Offset <= cur.Offset:
+			return admitRepeat
+		case pos.Offset > cur.Offset+1:
+			return admitGap
+		}
+	}
+	*cur = pos
+	return admitNext
+}
+
 // admit reports whether the publication of key at pos should be written:
 // its channel is tracked and it is newer than what the client has (a later
 // offset in the same epoch, or any offset in a new epoch). An admitted
 // publication advances the channel's position.
 func (ps *positions) admit(key fanout.Key, pos fanout.Position) bool {
-	if key.Tenant != ps.tenant {
-		return false
-	}
-	i, ok := ps.index[key.Channel]
-	if !ok {
-		return false
-	}
-	cur := &ps.entries[i].pos
-	if pos.Epoch == cur.Epoch && pos.Offset <= cur.Offset {
+	cur := ps.of(key)
+	if cur == nil || pos.Epoch == cur.Epoch && pos.Offset <= cur.Offset {
 		return false
 	}
 	*cur = pos

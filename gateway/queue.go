@@ -12,21 +12,21 @@ import (
 const queueItemOverhead = 64
 
 // sendQueue is a connection's bounded queue of publications waiting for the
-// writer. push never blocks; a push beyond either bound fails and marks the
-// queue overflowed, after which every push fails. Items taken by the writer
-// keep counting against the bounds until the writer releases them, so the
-// bounds cover the batch being written too.
+// writer. push never blocks; a push beyond either bound drops it and
+// everything queued (every one of them is in its channel's history, which
+// the writer then reads instead: the connection catches up). Items taken by
+// the writer keep counting against the bounds until the writer releases
+// them, so the bounds cover the batch being written too.
 type sendQueue struct {
 	maxBytes int
 	maxMsgs  int
 	ready    chan struct{} // capacity 1: "items were pushed"
 
-	mu         sync.Mutex
-	items      []*fanout.Prepared
-	bytes      int // queued and in flight
-	count      int // queued and in flight
-	overflowed bool
-	closed     bool
+	mu     sync.Mutex
+	items  []*fanout.Prepared
+	bytes  int // queued and in flight
+	count  int // queued and in flight
+	closed bool
 }
 
 func newSendQueue(maxBytes, maxMsgs int) *sendQueue {
@@ -42,25 +42,28 @@ type pushResult int
 const (
 	pushed     pushResult = iota // queued
 	pushClosed                   // the queue was closed; dropped silently
-	pushFull                     // refused: a bound was hit, the queue is overflowed
+	pushFull                     // a bound was hit: p and everything queued were dropped
 )
 
-// push enqueues p without blocking.
-func (q *sendQueue) push(p *fanout.Prepared) pushResult {
+// push enqueues p without blocking. On pushFull, dropped is how many
+// publications it dropped, p included.
+func (q *sendQueue) push(p *fanout.Prepared) (r pushResult, dropped int) {
 	size := itemSize(p)
 	q.mu.Lock()
 	switch {
-	case q.overflowed:
-		q.mu.Unlock()
-		return pushFull
 	case q.closed:
 		q.mu.Unlock()
-		return pushClosed
+		return pushClosed, 0
 	case q.count+1 > q.maxMsgs || q.bytes+size > q.maxBytes:
-		q.overflowed = true
-		q.items = nil // the connection is over; let the publications go
+		dropped = len(q.items) + 1
+		for _, it := range q.items {
+			q.bytes -= itemSize(it)
+		}
+		q.count -= len(q.items)
+		clear(q.items)
+		q.items = q.items[:0]
 		q.mu.Unlock()
-		return pushFull
+		return pushFull, dropped
 	}
 	q.items = append(q.items, p)
 	q.bytes += size
@@ -70,7 +73,7 @@ func (q *sendQueue) push(p *fanout.Prepared) pushResult {
 	case q.ready <- struct{}{}:
 	default:
 	}
-	return pushed
+	return pushed, 0
 }
 
 // take moves every queued item into spare (emptied first) and returns it:

@@ -18,7 +18,7 @@ func TestSendQueueBoundsMessages(t *testing.T) {
 	q := newSendQueue(1<<20, 3)
 	p := prepared("a", 1, `1`)
 	for i := 0; i < 3; i++ {
-		if r := q.push(p); r != pushed {
+		if r, _ := q.push(p); r != pushed {
 			t.Fatalf("push %d = %v", i, r)
 		}
 	}
@@ -32,11 +32,31 @@ func TestSendQueueBoundsMessages(t *testing.T) {
 	if len(batch) != 3 {
 		t.Fatalf("took %d", len(batch))
 	}
-	if r := q.push(p); r != pushFull {
-		t.Fatalf("push beyond the bound while the batch is in flight = %v", r)
+	if r, dropped := q.push(p); r != pushFull || dropped != 1 {
+		t.Fatalf("push beyond the bound while the batch is in flight = %v, %d dropped", r, dropped)
 	}
-	if r := q.push(p); r != pushFull {
-		t.Fatalf("an overflowed queue accepted a push: %v", r)
+	// Once the writer is done with its batch, the queue takes pushes again.
+	q.release(batch)
+	for i := 0; i < 2; i++ {
+		if r, _ := q.push(p); r != pushed {
+			t.Fatalf("push %d after the release = %v", i, r)
+		}
+	}
+	// A push beyond the bound drops what is queued too: all of it is in the
+	// history, which the writer reads instead.
+	if r, _ := q.push(p); r != pushed {
+		t.Fatalf("third push = %v", r)
+	}
+	if r, dropped := q.push(p); r != pushFull || dropped != 4 {
+		t.Fatalf("push beyond the bound = %v, %d dropped, want 4 (3 queued and itself)", r, dropped)
+	}
+	if b := q.take(nil); len(b) != 0 {
+		t.Fatalf("%d items left after the queue dropped them", len(b))
+	}
+	for i := 0; i < 3; i++ {
+		if r, _ := q.push(p); r != pushed {
+			t.Fatalf("push %d after the drop = %v: the dropped items still count", i, r)
+		}
 	}
 }
 
@@ -44,7 +64,7 @@ func TestSendQueueBoundsBytesAndReleases(t *testing.T) {
 	big := prepared("a", 1, `"`+strings.Repeat("x", 400)+`"`)
 	q := newSendQueue(2*itemSize(big), 100)
 	for i := 0; i < 2; i++ {
-		if q.push(big) != pushed {
+		if r, _ := q.push(big); r != pushed {
 			t.Fatalf("item %d fits but was refused", i)
 		}
 	}
@@ -55,11 +75,11 @@ func TestSendQueueBoundsBytesAndReleases(t *testing.T) {
 		t.Fatalf("queue not empty after take: %d", len(spare))
 	}
 	for i := 0; i < 2; i++ {
-		if q.push(big) != pushed {
+		if r, _ := q.push(big); r != pushed {
 			t.Fatalf("item %d refused: released bytes were not returned to the bound", i)
 		}
 	}
-	if q.push(big) != pushFull {
+	if r, _ := q.push(big); r != pushFull {
 		t.Fatal("the byte bound was not enforced")
 	}
 }
@@ -68,7 +88,7 @@ func TestSendQueueClosed(t *testing.T) {
 	q := newSendQueue(1<<20, 10)
 	q.push(prepared("a", 1, `1`))
 	q.close()
-	if r := q.push(prepared("a", 2, `1`)); r != pushClosed {
+	if r, _ := q.push(prepared("a", 2, `1`)); r != pushClosed {
 		t.Fatalf("push after close = %v", r)
 	}
 	if b := q.take(nil); len(b) != 0 {
@@ -108,5 +128,31 @@ func TestPositionsAdmit(t *testing.T) {
 	}
 	if !ps.admit(k("b"), fanout.Position{Offset: 2, Epoch: "f"}) || len(ps.entries) != 1 {
 		t.Fatal("removing a channel broke the others")
+	}
+}
+
+func TestPositionsAdmitNext(t *testing.T) {
+	ps := newPositions("acme", 2)
+	ps.add("a", fanout.Position{Offset: 5, Epoch: "e"})
+	k := fanout.Key{Tenant: "acme", Channel: "a"}
+	steps := []struct {
+		pos  fanout.Position
+		want admission
+	}{
+		{fanout.Position{Offset: 5, Epoch: "e"}, admitRepeat},
+		{fanout.Position{Offset: 7, Epoch: "e"}, admitGap}, // 6 is missing
+		{fanout.Position{Offset: 6, Epoch: "e"}, admitNext},
+		{fanout.Position{Offset: 7, Epoch: "e"}, admitNext},
+		{fanout.Position{Offset: 7, Epoch: "e"}, admitRepeat},
+		{fanout.Position{Offset: 3, Epoch: "e2"}, admitNext}, // a new epoch, at any offset
+		{fanout.Position{Offset: 9, Epoch: "e2"}, admitGap},
+	}
+	for i, s := range steps {
+		if got := ps.admitNext(k, s.pos); got != s.want {
+			t.Fatalf("step %d: admitNext(%v) = %v, want %v", i, s.pos, got, s.want)
+		}
+	}
+	if got := ps.admitNext(fanout.Key{Tenant: "acme", Channel: "b"}, fanout.Position{Offset: 1, Epoch: "e"}); got != admitRepeat {
+		t.Fatalf("untracked channel: %v", got)
 	}
 }

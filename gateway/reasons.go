@@ -90,9 +90,9 @@ var (
 		doc: reasonDoc{reconnect: "yes, after `delay_ms`", sse: "503 / `disconnect`",
 			advice: "wait the announced jittered delay, reconnect (another node answers), resume"}}
 	ReasonSlow = Reason{Code: "slow", Reconnect: true, Close: closeSlow,
-		Message: "client fell behind its send queue bound",
+		Message: "client fell further behind than the channel history reaches",
 		doc: reasonDoc{sse: "— / `disconnect`",
-			advice: "the client fell behind its send queue; reconnect and resume from history"}}
+			advice: "the client read so slowly that the channel history no longer holds what it has not read (a client behind its send queue only catches up from the history; WebSocket: or it did not read its replies); reconnect with your positions (you will get `recovered: false`)"}}
 	ReasonServerError = Reason{Code: "server_error", Reconnect: true, Status: http.StatusInternalServerError, Close: closeServerError,
 		Message: "internal server error",
 		doc: reasonDoc{reconnect: "yes, with backoff", sse: "500 / `disconnect`",
@@ -112,7 +112,7 @@ var (
 	ReasonTooManyConnections = Reason{Code: "too_many_connections", Reconnect: true, Status: http.StatusServiceUnavailable, Close: closeTooManyConnections,
 		Message: "too many connections on this host",
 		doc: reasonDoc{reconnect: "yes, with backoff", sse: "503 + `Retry-After` (node bound) or 429 (per-user bound)",
-			close: "4006 (refused before upgrade: HTTP 503 / 429)",
+			close:  "4006 (refused before upgrade: HTTP 503 / 429)",
 			advice: "the node is at its connection bound, or the user at `MaxConnectionsPerUser`: close other connections first"}}
 	ReasonTooManyRequests = Reason{Code: "too_many_requests", Reconnect: true, Status: http.StatusTooManyRequests, Close: closeTooManyRequests,
 		Message: "too many connection attempts from this address",
@@ -120,7 +120,7 @@ var (
 			advice: "too many connection attempts from your address"}}
 	ReasonClientClosed = Reason{Code: "client_closed", Reconnect: true,
 		Message: "client closed the connection",
-		doc: reasonDoc{reconnect: "—", sse: "—", close: "—", advice: "the client went away; never sent"}}
+		doc:     reasonDoc{reconnect: "—", sse: "—", close: "—", advice: "the client went away; never sent"}}
 	ReasonTokenExpired = Reason{Code: "token_expired", Reconnect: true, Status: http.StatusUnauthorized, Close: closeTokenExpired,
 		Message: "token expired",
 		doc: reasonDoc{reconnect: "after fetching a fresh token",
@@ -138,17 +138,17 @@ var (
 			advice: "the request is malformed; fix it"}}
 	ReasonUnauthorized = Reason{Code: "unauthorized", Status: http.StatusUnauthorized, Close: closeUnauthorized,
 		Message: "missing or invalid token",
-		doc: reasonDoc{sse: "401", advice: "the token is missing or does not verify; do not retry with it"}}
+		doc:     reasonDoc{sse: "401", advice: "the token is missing or does not verify; do not retry with it"}}
 	ReasonForbidden = Reason{Code: "forbidden", Status: http.StatusForbidden, Close: closeForbidden,
 		Message: "channel not allowed",
 		doc: reasonDoc{sse: "403", close: "4502 (reserved: a refused subscription gets an error reply; a refused origin gets HTTP 403)",
 			advice: "a channel is not allowed (SSE: the whole request is refused)"}}
 	ReasonMessageTooBig = Reason{Code: "message_too_big", Close: closeMessageTooBig,
 		Message: "message exceeds the maximum message size",
-		doc: reasonDoc{sse: "—", advice: "WebSocket only: a message exceeded the maximum message size"}}
+		doc:     reasonDoc{sse: "—", advice: "WebSocket only: a message exceeded the maximum message size"}}
 	ReasonProtocolError = Reason{Code: "protocol_error", Status: http.StatusBadRequest, Close: closeProtocolError,
 		Message: "protocol violation",
-		doc: reasonDoc{sse: "—", advice: "WebSocket only: a binary or non-UTF-8 message, or a request before `connect`"}}
+		doc:     reasonDoc{sse: "—", advice: "WebSocket only: a binary or non-UTF-8 message, or a request before `connect`"}}
 	ReasonRevoked = Reason{Code: "revoked", Status: http.StatusUnauthorized, Close: closeRevoked,
 		Message: "the token or its session was revoked",
 		doc: reasonDoc{sse: "401 / `disconnect`",

@@ -107,6 +107,7 @@ type wsClient struct {
 	done    chan struct{} // closed when the reader stops
 	closing chan struct{}
 	stalled atomic.Bool
+	unstall chan struct{} // capacity 1: resume after stall
 	fast    bool
 	err     error // why the reader stopped; valid after done
 	nextID  atomic.Uint64
@@ -169,7 +170,7 @@ func dialWSURL(t testing.TB, base string, o dialOpts, def *http.Client) (*wsClie
 	}
 	c := &wsClient{
 		t: t, conn: conn, frames: make(chan wsFrame, n),
-		done: make(chan struct{}), closing: make(chan struct{}), fast: o.fast,
+		done: make(chan struct{}), closing: make(chan struct{}), unstall: make(chan struct{}, 1), fast: o.fast,
 	}
 	go c.read()
 	t.Cleanup(c.close)
@@ -181,7 +182,10 @@ func (c *wsClient) read() {
 	defer close(c.frames)
 	for {
 		if c.stalled.Load() {
-			<-c.closing
+			select {
+			case <-c.closing:
+			case <-c.unstall:
+			}
 		}
 		_, b, err := c.conn.Read(context.Background())
 		if err != nil {
@@ -207,6 +211,15 @@ func (c *wsClient) read() {
 
 // stall makes the client stop reading after the message it is reading.
 func (c *wsClient) stall() { c.stalled.Store(true) }
+
+// resume makes a stalled client read again.
+func (c *wsClient) resume() {
+	c.stalled.Store(false)
+	select {
+	case c.unstall <- struct{}{}:
+	default:
+	}
+}
 
 // close ends the connection from the client's side and waits for the
 // reader.

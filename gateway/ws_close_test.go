@@ -86,21 +86,28 @@ func TestWSConnectRefusals(t *testing.T) {
 	}
 }
 
-// TestWSSlowCloseCode: a client whose queue overflows while no write is
-// under way gets the slow disconnect push and close code 4001.
-func TestWSSlowCloseCode(t *testing.T) {
+// TestWSOversizePublicationFromHistory: a publication larger than the
+// whole queue bound cannot be queued; the connection reads it from the
+// history instead and stays open.
+func TestWSOversizePublicationFromHistory(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{QueueMaxBytes: 1024}})
 	c := e.connected("orders/*")
 	c.subscribe("orders/1", nil)
-	e.publish("acme", "orders/1", `"`+strings.Repeat("x", 2048)+`"`) // larger than the whole queue
-	d := c.closedWith("slow", closeSlow)
-	if !d.Reconnect {
-		t.Fatalf("disconnect %+v", d)
+	big := `"` + strings.Repeat("x", 2048) + `"`
+	e.publish("acme", "orders/1", big) // larger than the whole queue
+	e.publish("acme", "orders/1", `"small"`)
+	if p := c.pub(); p.Offset != 1 || string(p.Data) != big {
+		t.Fatalf("first publication: offset %d, %d bytes", p.Offset, len(p.Data))
 	}
-	eventually(t, 5*time.Second, "the slow disconnect to be counted", func() bool {
-		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "slow")) == 1 &&
-			e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitQueue)) == 1
-	})
+	if p := c.pub(); p.Offset != 2 || string(p.Data) != `"small"` {
+		t.Fatalf("second publication: %+v", p)
+	}
+	if n := e.counter(e.srv.metrics.catchUps.WithLabelValues("ws")); n != 1 {
+		t.Fatalf("herald_catch_ups_total{ws} = %v, want 1", n)
+	}
+	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "slow")); n != 0 {
+		t.Fatalf("%v slow disconnects", n)
+	}
 }
 
 // failingRecoverer fails Recover while fail is set.
@@ -109,11 +116,11 @@ type failingRecoverer struct {
 	fail atomic.Bool
 }
 
-func (f *failingRecoverer) Recover(ctx context.Context, key fanout.Key, since fanout.Position) (fanout.Recovery, error) {
+func (f *failingRecoverer) Recover(ctx context.Context, key fanout.Key, since fanout.Position, limit int) (fanout.Recovery, error) {
 	if f.fail.Load() {
 		return fanout.Recovery{}, errors.New("history unavailable")
 	}
-	return f.Recoverer.Recover(ctx, key, since)
+	return f.Recoverer.Recover(ctx, key, since, limit)
 }
 
 func (f *failingRecoverer) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {

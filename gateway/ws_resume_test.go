@@ -132,7 +132,7 @@ func mustTop(t *testing.T, e *testEnv, key fanout.Key) fanout.Position {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rec, err := e.broker.Recover(ctx, key, fanout.Position{Epoch: noEpoch})
+	rec, err := e.broker.Recover(ctx, key, fanout.Position{Epoch: noEpoch}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,33 +70,39 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
-// TestWSSlowSubscribers: among 200 subscribers of one channel, the 10 that
-// stop reading are disconnected as slow while the other 190 receive every
-// publication in order; the heap stays bounded while the stalled clients
-// sit there.
-func TestWSSlowSubscribers(t *testing.T) {
+// TestWSLaggardsCatchUp: among 200 subscribers of one channel, 10 stop
+// reading while publications go on. Their queues hit the bound and drop
+// what they hold; the heap stays bounded while they sit there (a laggard
+// holds a position, not a buffer). The other 190 receive every publication
+// in order. When the 10 read again they catch up from the history: each
+// receives every publication exactly once and in order, and none is
+// disconnected.
+func TestWSLaggardsCatchUp(t *testing.T) {
 	const (
 		total    = 200
 		stalled  = 10
 		burst    = 4
 		payload  = 1 << 10
-		after    = 100 // publications after the stalled clients were cut off
+		after    = 100 // publications after every stalled client lagged
 		maxBytes = 32 << 10
 		maxMsgs  = 8
+		history  = 4096
 	)
-	e := newEnv(t, envOptions{history: 64, cfg: Config{
+	e := newEnv(t, envOptions{history: history, cfg: Config{
 		QueueMaxBytes: maxBytes, QueueMaxMessages: maxMsgs, ConnectAttemptsPerIP: -1,
 		HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour, MaxConnectionsPerUser: -1,
+		WriteTimeout: time.Hour,
 	}})
 	ts := smallBufferServer(t, e)
 	base := "ws://" + ts.Listener.Addr().String()
 	tok := e.wsToken("u1", []string{"orders/*"}, nil)
 	slowHTTP := smallRecvClient(t)
+	isStalled := func(i int) bool { return i%(total/stalled) == 0 }
 
 	clients := make([]*wsClient, total)
 	for i := range clients {
 		o := dialOpts{fast: true}
-		if i%(total/stalled) == 0 {
+		if isStalled(i) {
 			o.client = slowHTTP
 		}
 		c, _, err := dialWSURL(t, base, o, e.client)
@@ -108,46 +114,44 @@ func TestWSSlowSubscribers(t *testing.T) {
 		clients[i] = c
 	}
 
-	// Healthy clients check every publication as it arrives.
-	var healthy []*wsClient
+	// Every client checks each publication as it arrives: the next offset,
+	// never a repeat, never a gap.
 	last := make([]atomic.Uint64, total)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	check := func(i int) {
+		c := clients[i]
+		for {
+			select {
+			case f, ok := <-c.frames:
+				if !ok {
+					t.Errorf("client %d was disconnected: %v", i, c.err)
+					return
+				}
+				if f.Push != "pub" {
+					continue
+				}
+				if want := last[i].Load() + 1; f.Pub.Offset != want {
+					t.Errorf("client %d: offset %d, want %d", i, f.Pub.Offset, want)
+					return
+				}
+				last[i].Store(f.Pub.Offset)
+			case <-stop:
+				return
+			}
+		}
+	}
 	for i, c := range clients {
-		if i%(total/stalled) == 0 {
+		if isStalled(i) {
 			c.stall()
 			continue
 		}
-		healthy = append(healthy, c)
-		wg.Go(func() {
-			for {
-				select {
-				case f, ok := <-c.frames:
-					if !ok {
-						t.Errorf("healthy client %d was disconnected: %v", i, c.err)
-						return
-					}
-					if f.Push != "pub" {
-						continue
-					}
-					if want := last[i].Load() + 1; f.Pub.Offset != want {
-						t.Errorf("healthy client %d: offset %d, want %d", i, f.Pub.Offset, want)
-						return
-					}
-					last[i].Store(f.Pub.Offset)
-				case <-stop:
-					return
-				}
-			}
-		})
+		wg.Go(func() { check(i) })
 	}
 	defer func() {
 		close(stop)
 		wg.Wait()
 	}()
-	if len(healthy) != total-stalled {
-		t.Fatalf("%d healthy clients", len(healthy))
-	}
 
 	data := `"` + strings.Repeat("x", payload) + `"`
 	published := uint64(0)
@@ -159,7 +163,7 @@ func TestWSSlowSubscribers(t *testing.T) {
 		}
 		eventually(t, 10*time.Second, fmt.Sprintf("190 clients to receive offset %d", published), func() bool {
 			for i := range clients {
-				if i%(total/stalled) != 0 && last[i].Load() < published {
+				if !isStalled(i) && last[i].Load() < published {
 					return false
 				}
 			}
@@ -169,25 +173,19 @@ func TestWSSlowSubscribers(t *testing.T) {
 	publishBurst()
 	heapBefore := heapInUse()
 
-	slow := e.srv.metrics.limitRejections.WithLabelValues(limitQueue)
-	for e.counter(slow) < stalled {
-		if published > 5000 {
-			t.Fatalf("only %v of %d stalled clients were closed as slow after %d publications", e.counter(slow), stalled, published)
+	catchUps := e.srv.metrics.catchUps.WithLabelValues("ws")
+	for e.counter(catchUps) < stalled {
+		if published > history/2 {
+			t.Fatalf("only %v of %d stalled clients lagged after %d publications", e.counter(catchUps), stalled, published)
 		}
 		publishBurst()
 	}
-	cutOff := published
+	lagged := published
 	heapStalled := heapInUse()
-	for published < cutOff+after {
+	for published < lagged+after {
 		publishBurst()
 	}
 	heapAfter := heapInUse()
-	eventually(t, 10*time.Second, "10 slow disconnects", func() bool {
-		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "slow")) == stalled
-	})
-	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != total-stalled {
-		t.Fatalf("herald_connections{ws} = %v, want %d", n, total-stalled)
-	}
 
 	// Bound: each stalled connection may hold its queue (QueueMaxBytes), a
 	// batch buffer being written (wsBatchBytes) and the frames its client
@@ -195,13 +193,98 @@ func TestWSSlowSubscribers(t *testing.T) {
 	// all ten plus 4 MiB for the test's own bookkeeping and GC noise.
 	bound := uint64(stalled*(maxBytes+wsBatchBytes+256<<10) + 4<<20)
 	grow := func(h uint64) int64 { return int64(h) - int64(heapBefore) }
-	t.Logf("stalled clients cut off after %d publications of %d B; heap before %d KiB, "+
-		"when cut off %+d KiB, after %d more publications %+d KiB (bound %d KiB)",
-		cutOff, payload, heapBefore>>10, grow(heapStalled)>>10, after, grow(heapAfter)>>10, bound>>10)
+	t.Logf("every stalled client lagged after %d publications of %d B; heap before %d KiB, "+
+		"then %+d KiB, after %d more publications %+d KiB (bound %d KiB)",
+		lagged, payload, heapBefore>>10, grow(heapStalled)>>10, after, grow(heapAfter)>>10, bound>>10)
 	for _, h := range []uint64{heapStalled, heapAfter} {
 		if grow(h) > int64(bound) {
 			t.Fatalf("heap grew by %d KiB, bound %d KiB", grow(h)>>10, bound>>10)
 		}
+	}
+
+	// The stalled clients read again and catch up from the history.
+	for i, c := range clients {
+		if isStalled(i) {
+			wg.Go(func() { check(i) })
+			c.resume()
+		}
+	}
+	eventually(t, 60*time.Second, fmt.Sprintf("every client to receive offset %d", published), func() bool {
+		for i := range clients {
+			if last[i].Load() < published {
+				return false
+			}
+		}
+		return true
+	})
+	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != total {
+		t.Fatalf("herald_connections{ws} = %v, want %d", n, total)
+	}
+	for _, r := range Reasons {
+		if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", r.Code)); n != 0 {
+			t.Fatalf("%v connections ended as %s", n, r.Code)
+		}
+	}
+	if e.counter(e.srv.metrics.queueDropped) == 0 {
+		t.Fatal("no publication was counted as dropped from a queue")
+	}
+}
+
+// TestWSLaggardBeyondHistory: a client that stops reading for longer than
+// the history reaches is ended as slow once it reads again (disconnect
+// push, close code 4001), having received an unbroken prefix; resuming
+// from its last position then says recovered:false.
+func TestWSLaggardBeyondHistory(t *testing.T) {
+	const history = 32
+	e := newEnv(t, envOptions{history: history, cfg: Config{
+		QueueMaxBytes: 16 << 10, QueueMaxMessages: 8, WriteTimeout: time.Hour,
+		HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
+	}})
+	ts := smallBufferServer(t, e)
+	c, _, err := dialWSURL(t, "ws://"+ts.Listener.Addr().String(), dialOpts{client: smallRecvClient(t), buffer: 4096}, e.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.connect(e.wsToken("u1", []string{"orders/*"}, nil))
+	sub := c.subscribe("orders/1", nil)
+	c.stall()
+	data := `"` + strings.Repeat("x", 1<<10) + `"`
+	catchUps := e.srv.metrics.catchUps.WithLabelValues("ws")
+	for i := 0; i < 4*history || e.counter(catchUps) == 0; i++ {
+		if i > 100*history {
+			t.Fatal("the stalled client never lagged")
+		}
+		e.publish("acme", "orders/1", data)
+	}
+	c.resume()
+	var lastOffset uint64
+	for {
+		f := c.next(30 * time.Second)
+		if f.Push == "pub" {
+			if f.Pub.Offset != lastOffset+1 {
+				t.Fatalf("offset %d after %d", f.Pub.Offset, lastOffset)
+			}
+			lastOffset = f.Pub.Offset
+			continue
+		}
+		if f.Push == "disconnect" {
+			if f.Ctl.Reason != "slow" || !f.Ctl.Reconnect {
+				t.Fatalf("disconnect %+v, want slow with reconnect", f.Ctl)
+			}
+			break
+		}
+	}
+	if _, code := c.closed(); code != closeSlow {
+		t.Fatalf("close code %d, want %d", code, closeSlow)
+	}
+	eventually(t, 5*time.Second, "the slow disconnect to be counted", func() bool {
+		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "slow")) == 1 &&
+			e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitQueue)) == 1
+	})
+	r := e.connected("orders/*")
+	res := r.subscribe("orders/1", &wsPosition{Offset: lastOffset, Epoch: sub.Epoch})
+	if res.Recovered {
+		t.Fatalf("resumed from offset %d behind a history of %d: %+v", lastOffset, history, res)
 	}
 }
 

@@ -112,7 +112,7 @@ func TestWSPublish(t *testing.T) {
 	}
 	// The publication is in the channel's history (not in any outbox).
 	rec, err := e.broker.Recover(context.Background(), fanout.Key{Tenant: "acme", Channel: "rooms/lobby"},
-		fanout.Position{Epoch: res.Epoch})
+		fanout.Position{Epoch: res.Epoch}, 0)
 	if err != nil || !rec.Recovered || len(rec.Publications) != 1 || rec.Publications[0].ID != res.ID {
 		t.Fatalf("history = %+v, %v", rec, err)
 	}

@@ -79,23 +79,15 @@ func (w *wsConn) drain() {
 				return
 			}
 		}
-		n := 0
-		for _, p := range batch {
-			if !c.pos.admit(p.Key(), p.Position()) {
-				continue
-			}
-			if err := s.publication(p, c.pos); err != nil {
-				c.queue.release(batch)
-				w.fail(err)
-				return
-			}
-			n++
-		}
+		_, err := c.writeLive(s, batch)
 		c.queue.release(batch)
-		spare = batch
-		if n > 0 {
-			c.deliveries.Add(float64(n))
+		if err != nil {
+			w.fail(err)
+			return
 		}
+		spare = batch
+		// A gap in batch asked for a resync: do it in this round.
+		resync = resync || len(c.resyncCh) > 0
 		if resync {
 			<-c.resyncCh // only the writer receives: it cannot block
 			if err := c.resync(w.ctx, s); err != nil {

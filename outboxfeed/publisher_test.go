@@ -38,7 +38,7 @@ func TestWorkerPublishesToMemoryBroker(t *testing.T) {
 			return ok
 		})
 	}
-	r, err := b.Recover(ctx, fanout.Key{Tenant: "acme", Channel: "orders/1"}, fanout.Position{})
+	r, err := b.Recover(ctx, fanout.Key{Tenant: "acme", Channel: "orders/1"}, fanout.Position{}, 0)
 	testenv.Must(t, err, "recover")
 	if r.Top.Offset != 2 {
 		t.Fatalf("broker top offset = %d, want 2", r.Top.Offset)

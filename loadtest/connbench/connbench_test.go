@@ -176,34 +176,35 @@ func TestBroadcastSSEByURL(t *testing.T) {
 	}
 }
 
-// TestStalledSubscribersAreClosedAsSlow stalls two subscribers (they stop
-// reading, with a small receive buffer) behind a 32-message send queue:
-// the server must close exactly those two as slow while the other six
-// receive everything, and the report must account the loss to the closed
-// ones. 12 MB per subscriber (200 publications of 60 kB) outgrow what the
-// kernel buffers for a stalled one (the server's send buffer grows to 4
-// MiB) plus its queue; the queue still lets a reader slowed down by the
-// race detector fall 320 ms behind.
-func TestStalledSubscribersAreClosedAsSlow(t *testing.T) {
+// TestStalledSubscribersCatchUp stalls two subscribers (they stop reading,
+// with a small receive buffer, until publishing ends) behind a 32-message
+// send queue. 12 MB per subscriber (200 publications of 60 kB) outgrow
+// what the kernel buffers for a stalled one plus its queue, so their queues
+// drop publications; once they read again they catch up from the channel
+// history. Every subscriber, the stalled ones too, receives everything
+// once and in order, and the server closes none.
+func TestStalledSubscribersCatchUp(t *testing.T) {
 	cfg := tiny("broadcast", "ws")
 	cfg.Conns, cfg.Stall, cfg.Rate, cfg.PayloadBytes = 8, 2, 100, 60_000
 	cfg.Duration = 2 * time.Second
 	cfg.ServeArgs = []string{"--queue-max-messages=32"}
 	res := runTiny(t, cfg, startServer(t, cfg))
 
-	slow := diff(res.after.m.byLabel("herald_disconnects_total", "reason", map[string]string{"transport": "ws"}),
+	closed := diff(res.after.m.byLabel("herald_disconnects_total", "reason", map[string]string{"transport": "ws"}),
 		res.before.m.byLabel("herald_disconnects_total", "reason", map[string]string{"transport": "ws"}))
-	if slow["slow"] != 2 || len(slow) != 1 {
-		t.Errorf("server disconnects %v, want slow: 2 only", slow)
+	if len(closed) != 0 {
+		t.Errorf("server disconnects %v, want none", closed)
 	}
-	if res.stalledClosed != 2 || sumInts(res.closes) != 2 {
-		t.Errorf("closed: %v (%d of them stalled), want the 2 stalled subscribers", res.closes, res.stalledClosed)
+	if sumInts(res.closes) != 0 {
+		t.Errorf("closed: %v, want none", res.closes)
 	}
-	if res.missingClosed == 0 {
-		t.Error("the stalled subscribers were closed yet missed nothing")
+	catchUps := diff(res.after.m.byLabel("herald_catch_ups_total", "transport", nil),
+		res.before.m.byLabel("herald_catch_ups_total", "transport", nil))
+	if catchUps["ws"] < 2 {
+		t.Errorf("catch-ups %v, want at least one per stalled subscriber", catchUps)
 	}
 	if err := res.integrity(); err != nil {
-		t.Error(err) // the six that kept reading lost, repeated and reordered nothing
+		t.Error(err) // every subscriber, stalled or not, lost, repeated and reordered nothing
 	}
 	if res.lat.N != 6*200 {
 		t.Errorf("%d latency samples, want 1200 (the stalled subscribers' are left out)", res.lat.N)
