@@ -10,6 +10,17 @@ set -euo pipefail
 
 log() { echo "test-services: $*" >&2; }
 
+# retry runs its arguments up to three times, 5 s apart: a mirror failing
+# once must not fail the whole test run.
+retry() {
+  local n
+  for n in 1 2 3; do
+    "$@" && return 0
+    [ "$n" = 3 ] || { log "attempt $n of '$*' failed; retrying in 5 s"; sleep 5; }
+  done
+  return 1
+}
+
 need_root() {
   if [ "$(id -u)" != 0 ]; then
     log "$1 is missing and installing it needs root; start it yourself or set the HERALD_TEST_* URL"
@@ -21,8 +32,8 @@ apt_install() {
   need_root "$*"
   log "installing $* with apt-get"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq "$@" >/dev/null
+  retry apt-get update -qq >/dev/null
+  retry apt-get install -y -qq "$@" >/dev/null
 }
 
 pg_answers() {
@@ -93,13 +104,17 @@ ensure_promtool() {
     log "promtool is missing and installing it needs root: apt-get install prometheus (go test ./internal/alertstest fails without it)"
     exit 1
   fi
-  apt-get update -qq >/dev/null
-  if ! apt-cache policy prometheus 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+  retry apt-get update -qq >/dev/null
+  # Read the policy first: grep -q closing the pipe early would fail the
+  # pipeline under pipefail.
+  local policy
+  policy=$(apt-cache policy prometheus 2>/dev/null || true)
+  if ! grep -q 'Candidate: [0-9]' <<<"$policy"; then
     log "no prometheus package in the apt sources: put promtool from https://prometheus.io/download/ on PATH"
     exit 1
   fi
   log "installing prometheus (for /usr/bin/promtool) with apt-get"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  DEBIAN_FRONTEND=noninteractive retry apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   command -v promtool >/dev/null 2>&1 || { log "prometheus installed but no promtool on PATH"; exit 1; }
 }
 
@@ -121,7 +136,7 @@ ensure_proxies() {
     exit 1
   fi
   log "installing ${missing[*]} with apt-get (services left stopped)"
-  apt-get update -qq >/dev/null
+  retry apt-get update -qq >/dev/null
   (
     policy=/usr/sbin/policy-rc.d
     if [ ! -e "$policy" ]; then
@@ -129,7 +144,7 @@ ensure_proxies() {
       printf '#!/bin/sh\nexit 101\n' > "$policy"
       chmod 0755 "$policy"
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive retry apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   )
   local svc
   for svc in "${missing[@]}"; do
