@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +134,78 @@ func (c *stalledClient) nextEvent(t *testing.T) (uint64, string) {
 		case line == "\n":
 			event = ""
 		}
+	}
+}
+
+// TestBurstDoesNotCutHealthyReaders: 2,000 publications of 16 KB in one
+// burst on one channel (in a history of 2,000). A healthy SSE reader and a
+// healthy WebSocket reader each receive all of them in order, catching up
+// from the history whenever the burst outruns their queues; a reader that
+// stops reading altogether is ended as slow once it falls behind the
+// history. The heap stays bounded by the history plus what the readers
+// hold (its peak is logged).
+func TestBurstDoesNotCutHealthyReaders(t *testing.T) {
+	const (
+		burst   = 2000
+		history = 2000
+		extra   = 100 // publications past the history, for the stalled reader
+	)
+	e := newEnv(t, envOptions{history: history, cfg: Config{HistorySize: history, MaxConnectionsPerUser: -1}})
+	ts := smallBufferServer(t, e)
+	addr := ts.Listener.Addr().String()
+	tok := e.token("acme", "u1", "orders/*")
+	sse := e.stream(tok, "orders/1")
+	ws := e.connected("orders/*")
+	ws.subscribe("orders/1", nil)
+	openStalledAt(t, addr, tok, testRecvBuffer) // never reads again
+
+	data := `"` + strings.Repeat("x", 16<<10) + `"`
+	heapBefore := heapInUse()
+	type result struct {
+		transport string
+		err       error
+	}
+	results := make(chan result, 2)
+	read := func(transport string, next func() uint64) {
+		for want := uint64(1); want <= burst+extra; want++ {
+			if got := next(); got != want {
+				results <- result{transport, fmt.Errorf("offset %d, want %d", got, want)}
+				return
+			}
+		}
+		results <- result{transport, nil}
+	}
+	go read(transportSSE, func() uint64 { _, p := sse.publication(t); return p.Offset })
+	go read(transportWS, func() uint64 { return ws.pub().Offset })
+
+	var peak uint64
+	for i := range burst + extra {
+		e.publish("acme", "orders/1", data)
+		if i%250 == 0 {
+			peak = max(peak, heapInUse())
+		}
+	}
+	for range 2 {
+		if r := <-results; r.err != nil {
+			t.Fatalf("%s reader: %v", r.transport, r.err)
+		}
+	}
+	eventually(t, 30*time.Second, "the stalled reader ended as slow", func() bool {
+		return e.counter(e.srv.metrics.disconnects.WithLabelValues(transportSSE, "slow")) == 1
+	})
+	for _, tr := range []string{transportSSE, transportWS} {
+		if n := e.counter(e.srv.metrics.connections.WithLabelValues(tr)); n != 1 {
+			t.Fatalf("herald_connections{%s} = %v, want 1 (the healthy reader)", tr, n)
+		}
+	}
+	// The history holds 2,000 publications of 16 KB (the data and, while
+	// the burst is being fanned out, their encoded envelopes); the rest is
+	// the readers' queues, pages and the test clients' own buffers.
+	bound := uint64(2*history*(16<<10+1024)) + 16<<20
+	t.Logf("%d publications of 16 KiB; heap before %d KiB, peak %+d KiB (bound %d KiB); catch-ups: sse %v, ws %v",
+		burst+extra, heapBefore>>10, (int64(peak)-int64(heapBefore))>>10, bound>>10,
+		e.counter(e.srv.metrics.catchUps.WithLabelValues(transportSSE)), e.counter(e.srv.metrics.catchUps.WithLabelValues(transportWS)))
+	if peak > heapBefore+bound {
+		t.Fatalf("heap peaked %d KiB above its start, bound %d KiB", (peak-heapBefore)>>10, bound>>10)
 	}
 }

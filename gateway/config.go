@@ -37,6 +37,16 @@ type Config struct {
 	// "slow" only when it falls behind the history). Default 1 MiB.
 	QueueMaxBytes int
 
+	// HistorySize is how many publications of a channel the broker's
+	// history holds (fanout's HistorySize; herald serve passes
+	// --history-size). A connection whose queue overflows while it is more
+	// than this many publications behind on the channel is closed as
+	// "slow" at once: it can no longer catch up, and a client that stopped
+	// reading altogether is let go without waiting for WriteTimeout.
+	// Default 0: unknown; such a connection ends when it reads again and
+	// finds the history gone, or when a write to it times out.
+	HistorySize int
+
 	// QueueMaxMessages bounds the number of publications waiting to be
 	// written to one connection, including the batch being written. A
 	// connection beyond it catches up from the channel history, as for

@@ -74,6 +74,10 @@ type Conn struct {
 	// lagging is set when the queue hit its bound and dropped what it
 	// held: the writer then reads every channel forward from the history.
 	lagging atomic.Bool
+	// written holds, per channel, the offset of the last publication the
+	// writer handed to the transport (*atomic.Uint64), so Deliver can tell
+	// a connection that fell behind the history (Config.HistorySize).
+	written sync.Map
 	// catchingUp is set (by the writer, which alone touches it) while the
 	// connection reads the history after lagging; a channel whose history
 	// no longer reaches back to its position then ends the connection as
@@ -133,12 +137,40 @@ func (c *Conn) Deliver(p *fanout.Prepared) {
 	switch r, dropped := c.queue.push(p); r {
 	case pushFull:
 		c.srv.metrics.queueDropped.Add(float64(dropped))
+		if c.behindHistory(p) {
+			c.Close(ReasonSlow, 0)
+			return
+		}
 		c.lag()
 	case pushed:
 		if c.wake != nil {
 			c.wake()
 		}
 	}
+}
+
+// behindHistory reports whether the connection is further behind on p's
+// channel than the history reaches (Config.HistorySize).
+func (c *Conn) behindHistory(p *fanout.Prepared) bool {
+	n := c.srv.cfg.HistorySize
+	if n <= 0 {
+		return false
+	}
+	v, ok := c.written.Load(p.Key().Channel)
+	return ok && p.Position().Offset > v.(*atomic.Uint64).Load()+uint64(n)
+}
+
+// noteWritten records that the publication of channel at offset was handed
+// to the transport (or that the channel's subscription starts there).
+func (c *Conn) noteWritten(channel string, offset uint64) {
+	if c.srv.cfg.HistorySize <= 0 {
+		return
+	}
+	v, ok := c.written.Load(channel)
+	if !ok {
+		v, _ = c.written.LoadOrStore(channel, new(atomic.Uint64))
+	}
+	v.(*atomic.Uint64).Store(offset)
 }
 
 // lag makes the writer read every channel from the history, from the last
@@ -289,8 +321,10 @@ func (c *Conn) subscribe(ctx context.Context, channel string, since *fanout.Posi
 	if since != nil && rec.Recovered {
 		sub.recovered, sub.pubs = true, rec.Publications
 		c.pos.add(channel, *since)
+		c.noteWritten(channel, since.Offset)
 	} else {
 		c.pos.add(channel, rec.Top)
+		c.noteWritten(channel, rec.Top.Offset)
 	}
 	return sub, nil
 }
@@ -398,6 +432,7 @@ func (c *Conn) writeLive(s sink, batch []*fanout.Prepared) (int, error) {
 		if err := s.publication(p, c.pos); err != nil {
 			return n, err
 		}
+		c.noteWritten(p.Key().Channel, p.Position().Offset)
 		n++
 	}
 	return n, nil
@@ -493,6 +528,7 @@ func (c *Conn) writeRecovered(s sink, pubs []fanout.Publication) (int, error) {
 			c.deliveries.Add(float64(n))
 			return n, err
 		}
+		c.noteWritten(p.Key.Channel, p.Offset)
 		n++
 	}
 	c.deliveries.Add(float64(n))

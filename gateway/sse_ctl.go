@@ -88,6 +88,7 @@ func (c *Conn) dropChannel(ctx context.Context, channel string) bool {
 	}
 	c.keys = append(c.keys[:i], c.keys[i+1:]...)
 	c.pos.remove(channel)
+	c.written.Delete(channel)
 	c.untrack(channel)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hubCallTimeout)
 	defer cancel()

@@ -170,6 +170,7 @@ func (w *wsConn) doUnsubscribe(op *wsSubOp, revoked bool) error {
 		}
 	}
 	c.pos.remove(op.channel)
+	c.written.Delete(op.channel)
 	if revoked {
 		w.srv.metrics.subsEnded.WithLabelValues(c.transport, op.reason.Code).Inc()
 		return w.sink.unsubscribed(op.channel, op.reason, c.pos)

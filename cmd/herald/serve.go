@@ -237,6 +237,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 		}
 	}
 
+	o.gw.HistorySize = o.broker.HistorySize
 	srv, err := gateway.New(o.gw, gateway.Deps{
 		Verifier:    verifier,
 		Authorizer:  authorizer,
