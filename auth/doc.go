@@ -13,7 +13,7 @@
 // and when a token names an unknown kid (at most once per JWKSMinRefresh).
 //
 // Tickets (TicketIssuer: MemoryTickets, RedisTickets) carry verified
-// claims for SSE clients that cannot send headers (SPEC §3). Revocations
+// claims for SSE clients that cannot send headers. Revocations
 // (RevocationStore: PostgresRevocations, SQLiteRevocations,
 // RedisRevocations, MemoryRevocations) cut sessions (sid) and tokens (jti).
 package auth

@@ -26,7 +26,7 @@ const (
 )
 
 // TicketIssuer exchanges verified claims for a short-lived, single-use
-// opaque ticket that an EventSource can put in its URL (SPEC §3) instead
+// opaque ticket that an EventSource can put in its URL instead
 // of the long-lived token. Implementations: MemoryTickets (one node) and
 // RedisTickets (any node can redeem).
 type TicketIssuer interface {

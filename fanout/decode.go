@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// wireEnvelope mirrors the SPEC §6 envelope for decoding.
+// wireEnvelope mirrors the publication envelope (docs/protocol.md) for decoding.
 type wireEnvelope struct {
 	ID            string          `json:"id"`
 	Channel       string          `json:"channel"`
@@ -19,7 +19,7 @@ type wireEnvelope struct {
 	Data          json.RawMessage `json:"data"`
 }
 
-// DecodeEnvelope parses one SPEC §6 envelope, for tests, tools and clients
+// DecodeEnvelope parses one publication envelope (docs/protocol.md), for tests, tools and clients
 // written in Go. The envelope carries no tenant, so the returned Key has an
 // empty Tenant. Freshness is returned as sent (never nil for an envelope
 // Herald wrote). Time is in UTC.

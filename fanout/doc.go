@@ -16,6 +16,6 @@
 //	_ = broker.Start(ctx, hub)
 //	defer broker.Stop()
 //
-// Every publication reaches a client as its SPEC §6 envelope (see
+// Every publication reaches a client as its publication envelope (docs/protocol.md) (see
 // Prepared), one compact JSON line.
 package fanout

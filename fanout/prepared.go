@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Prepared is a publication together with its SPEC §6 envelope, encoded
+// Prepared is a publication together with its publication envelope (docs/protocol.md), encoded
 // once and shared read-only by every subscriber it is delivered to.
 //
 // The envelope is one compact JSON object with no newline inside, its

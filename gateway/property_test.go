@@ -22,7 +22,7 @@ import (
 // nothing more, also when it falls behind a tiny send queue and catches up
 // from the history — and every subscription its grants do not allow is
 // refused. The expectation comes from refMatch, a matcher written here
-// from SPEC §4, independent of the subscriptions package.
+// from the channel-name and grant rules of docs/protocol.md, independent of the subscriptions package.
 
 var (
 	propSegments = []string{"a", "b", "u1", "u2"}

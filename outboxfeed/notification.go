@@ -10,7 +10,7 @@ import (
 // an application can import without linking this package's SQLite driver,
 // Redis or Prometheus. The names below keep outboxfeed's callers working.
 
-// Kinds of outbox record, from the seed's message classification.
+// Kinds of outbox record, as docs/delivery.md classifies messages.
 const (
 	KindNotification       = stage.KindNotification
 	KindIntegrationEvent   = stage.KindIntegrationEvent

@@ -9,7 +9,7 @@ import (
 )
 
 // Registry lists the (type, schema_version) pairs this deployment can read,
-// loaded from the SPEC §2 JSON file:
+// loaded from a JSON file (docs/delivery.md, "Types, versions and readers"):
 //
 //	{"order.updated": {"versions": [1, 2]}}
 //

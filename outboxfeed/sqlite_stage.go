@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 
-
 	"github.com/heraldgw/herald/outboxfeed/stage"
 )
 

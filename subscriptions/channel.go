@@ -2,7 +2,7 @@ package subscriptions
 
 import "github.com/heraldgw/herald/internal/names"
 
-// Limits on names, from SPEC §4.
+// Limits on names (docs/protocol.md, "Tokens, tenants and channels").
 const (
 	MaxChannelLen = names.MaxChannelLen
 	MaxSegmentLen = names.MaxSegmentLen

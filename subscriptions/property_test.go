@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The reference below is written from SPEC §4 independently of grant.go
+// The reference below is written from the grant rules of docs/protocol.md independently of grant.go
 // and channel.go: a regexp for segments and a recursive matcher.
 
 var refSegmentRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,64}$`)

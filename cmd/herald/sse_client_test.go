@@ -17,7 +17,7 @@ type sseEvent struct {
 	Data  string
 }
 
-// envelope is the SPEC §6 publication as a client sees it.
+// envelope is the publication envelope as a client sees it.
 type envelope struct {
 	ID            string          `json:"id"`
 	Channel       string          `json:"channel"`

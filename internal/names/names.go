@@ -1,4 +1,4 @@
-// Package names validates tenant and channel names (SPEC §4). It is a leaf:
+// Package names validates tenant and channel names (docs/protocol.md). It is a leaf:
 // the producer package outboxfeed/stage and the gateway's subscriptions
 // both check names with it, so staging a notification links none of the
 // gateway's dependencies.
@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Limits on names, from SPEC §4.
+// Limits on names (docs/protocol.md, "Tokens, tenants and channels").
 const (
 	MaxChannelLen = 255
 	MaxSegmentLen = 64

@@ -10,7 +10,7 @@ import (
 	"github.com/heraldgw/herald/internal/names"
 )
 
-// Kinds of outbox record, from the seed's message classification.
+// Kinds of outbox record, as docs/delivery.md classifies messages.
 const (
 	KindNotification       = "notification"
 	KindIntegrationEvent   = "integration_event"
