@@ -88,6 +88,9 @@ type Deps struct {
 	// on one node, auth.RedisTickets across nodes). Default nil: tickets are
 	// off (POST /v1/tickets answers 404, a ticket parameter 401).
 	Tickets auth.TicketIssuer
+	// Ops gives the operator view (/ops/, Config.AdminToken) its outbox
+	// numbers. Default nil: the view says this node has no outbox store.
+	Ops OpsSource
 }
 
 func (d Deps) validate() error {

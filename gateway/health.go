@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"net/http"
-	"sync"
 	"time"
 )
 
@@ -26,29 +25,7 @@ type readyAnswer struct {
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyCheckTimeout)
 	defer cancel()
-	results := make([]error, len(s.deps.ReadyChecks))
-	var wg sync.WaitGroup
-	for i, c := range s.deps.ReadyChecks {
-		wg.Go(func() { results[i] = c.Check(ctx) })
-	}
-	wg.Wait()
-
-	ans := readyAnswer{Status: "ready", Checks: make(map[string]string, len(results)+1)}
-	for i, c := range s.deps.ReadyChecks {
-		if results[i] != nil {
-			ans.Status = "not_ready"
-			ans.Checks[c.Name] = "error: " + results[i].Error()
-		} else {
-			ans.Checks[c.Name] = "ok"
-		}
-	}
-	s.mu.Lock()
-	draining := s.draining
-	s.mu.Unlock()
-	if draining {
-		ans.Status = "not_ready"
-		ans.Checks["shutdown"] = "error: the server is shutting down"
-	}
+	ans := s.readiness(ctx)
 	status := http.StatusOK
 	if ans.Status != "ready" {
 		status = http.StatusServiceUnavailable

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -181,8 +182,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // routeLabel maps a request path to the bounded set of path labels.
 func routeLabel(path string) string {
 	switch path {
-	case "/v1/sse", "/v1/ws", "/v1/tickets", "/healthz", "/readyz", "/metrics", "/", "/client/herald.js":
+	case "/v1/sse", "/v1/ws", "/v1/tickets", "/healthz", "/readyz", "/metrics", "/", "/client/herald.js", "/ops/status":
 		return path
+	}
+	if strings.HasPrefix(path, "/ops/") || path == "/ops" {
+		return "/ops/" // the operator page and its files
 	}
 	return "other"
 }

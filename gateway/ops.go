@@ -63,14 +63,6 @@ type OutboxStatus struct {
 	OldestPendingAge time.Duration
 }
 
-// SetOpsSource gives the operator view its outbox numbers. Until it is
-// called, or with nil, the view says this node has no outbox store.
-func (s *Server) SetOpsSource(src OpsSource) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ops = src
-}
-
 //go:embed ops/index.html ops/ops.js ops/ops.css
 var opsFiles embed.FS
 
@@ -232,9 +224,7 @@ func (s *Server) readiness(ctx context.Context) readyAnswer {
 // outboxStatus reads the backlog from the OpsSource; a failure or a
 // missing source becomes the status, never an error of the answer.
 func (s *Server) outboxStatus(ctx context.Context) opsOutbox {
-	s.mu.Lock()
-	src := s.ops
-	s.mu.Unlock()
+	src := s.deps.Ops
 	if src == nil {
 		return opsOutbox{Status: "unavailable: this node has no outbox store"}
 	}

@@ -113,8 +113,8 @@ func TestOpsStatus(t *testing.T) {
 	e := newEnv(t, envOptions{
 		cfg:         Config{AdminToken: testAdminToken, MaxConnections: 7},
 		readyChecks: []ReadyCheck{{Name: "outbox", Check: store.Ping}},
+		deps:        func(d *Deps) { d.Ops = storeSource{store} },
 	})
-	e.srv.SetOpsSource(storeSource{store})
 
 	before := time.Now().UTC()
 	a := e.opsStatusOK()
@@ -175,7 +175,11 @@ func TestOpsStoreErrorShown(t *testing.T) {
 		t.Errorf("outbox without a source = %+v", o)
 	}
 
-	e.srv.SetOpsSource(storeSource{store})
+	e = newEnv(t, envOptions{
+		cfg:         Config{AdminToken: testAdminToken},
+		readyChecks: []ReadyCheck{{Name: "outbox", Check: store.Ping}},
+		deps:        func(d *Deps) { d.Ops = storeSource{store} },
+	})
 	a = e.opsStatusOK()
 	o := a.Outbox
 	if !strings.HasPrefix(o.Status, "error: ") || !strings.Contains(o.Status, "does not exist") {

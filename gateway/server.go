@@ -43,7 +43,6 @@ type Server struct {
 	stopCh    chan struct{}
 	watchDone chan struct{}
 	stopped   bool
-	ops       OpsSource // the operator view's outbox numbers (SetOpsSource)
 	stopOnce  sync.Once
 }
 

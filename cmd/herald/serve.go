@@ -251,11 +251,11 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 		},
 		Logger: log, Registerer: reg, Gatherer: reg,
 		ClientJS: clientjs.FS,
+		Ops:      storeOps{store},
 	})
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	srv.SetOpsSource(storeOps{store})
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
