@@ -82,3 +82,49 @@ func TestVersionStamped(t *testing.T) {
 		t.Fatal("herald version extra: exit 0, want a usage error")
 	}
 }
+
+// TestMakeBuildPrintsTag follows the release procedure (docs/release.md)
+// on a clone of this repository: an annotated tag on the commit, then
+// `make build`, and `herald version` prints the tag; one commit later it
+// prints what git describe says of that commit.
+func TestMakeBuildPrintsTag(t *testing.T) {
+	t.Parallel()
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse: %v (the test runs in a git checkout of Herald)", err)
+	}
+	dir := filepath.Join(t.TempDir(), "herald")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		var env []string
+		for _, kv := range cmd.Environ() {
+			if !strings.HasPrefix(kv, "VERSION=") { // make's VERSION would win over git describe
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = append(env, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command("git", "clone", "-q", "--no-tags", strings.TrimSpace(string(root)), dir).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	const tag = "v0.99.0"
+	run("git", "tag", "-a", tag, "-m", "Herald "+tag)
+	run("make", "--no-print-directory", "build")
+	if got := strings.SplitN(run(filepath.Join(dir, "bin", "herald"), "version"), "\n", 2)[0]; got != "herald "+tag {
+		t.Fatalf("on the tag: %q, want %q", got, "herald "+tag)
+	}
+	run("git", "commit", "-q", "--allow-empty", "-m", "after the release")
+	run("make", "--no-print-directory", "build")
+	want := "herald " + run("git", "describe", "--tags", "--always", "--dirty")
+	if got := strings.SplitN(run(filepath.Join(dir, "bin", "herald"), "version"), "\n", 2)[0]; got != want || !strings.HasPrefix(got, "herald "+tag+"-1-g") {
+		t.Fatalf("after the tag: %q, want %q", got, want)
+	}
+}
