@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -141,14 +143,13 @@ func (c *stalledClient) nextEvent(t *testing.T) (uint64, string) {
 // burst on one channel (in a history of 2,000). A healthy SSE reader and a
 // healthy WebSocket reader each receive all of them in order, catching up
 // from the history whenever the burst outruns their queues; a reader that
-// stops reading altogether is ended as slow once it falls behind the
-// history. The heap stays bounded by the history plus what the readers
+// stopped reading altogether is ended as slow once publications go on past
+// the history. The heap stays bounded by the history plus what the readers
 // hold (its peak is logged).
 func TestBurstDoesNotCutHealthyReaders(t *testing.T) {
 	const (
 		burst   = 2000
 		history = 2000
-		extra   = 100 // publications past the history, for the stalled reader
 	)
 	e := newEnv(t, envOptions{history: history, cfg: Config{HistorySize: history, MaxConnectionsPerUser: -1}})
 	ts := smallBufferServer(t, e)
@@ -159,40 +160,68 @@ func TestBurstDoesNotCutHealthyReaders(t *testing.T) {
 	ws.subscribe("orders/1", nil)
 	openStalledAt(t, addr, tok, testRecvBuffer) // never reads again
 
-	data := `"` + strings.Repeat("x", 16<<10) + `"`
-	heapBefore := heapInUse()
-	type result struct {
-		transport string
-		err       error
-	}
-	results := make(chan result, 2)
-	read := func(transport string, next func() uint64) {
-		for want := uint64(1); want <= burst+extra; want++ {
-			if got := next(); got != want {
-				results <- result{transport, fmt.Errorf("offset %d, want %d", got, want)}
+	// The readers check every offset as it arrives.
+	var lastSSE, lastWS atomic.Uint64
+	failed := make(chan error, 2)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	read := func(transport string, last *atomic.Uint64, next func() uint64) {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			got := next()
+			if want := last.Load() + 1; got != want {
+				failed <- fmt.Errorf("%s reader: offset %d, want %d", transport, got, want)
 				return
 			}
+			last.Store(got)
 		}
-		results <- result{transport, nil}
 	}
-	go read(transportSSE, func() uint64 { _, p := sse.publication(t); return p.Offset })
-	go read(transportWS, func() uint64 { return ws.pub().Offset })
+	wg.Go(func() { read(transportSSE, &lastSSE, func() uint64 { _, p := sse.publication(t); return p.Offset }) })
+	wg.Go(func() { read(transportWS, &lastWS, func() uint64 { return ws.pub().Offset }) })
+	defer func() {
+		close(stop)
+		e.publish("acme", "orders/1", `"last"`) // unblocks both readers
+		wg.Wait()
+	}()
+	caughtUp := func(n uint64) func() bool {
+		return func() bool {
+			select {
+			case err := <-failed:
+				t.Fatal(err)
+			default:
+			}
+			return lastSSE.Load() >= n && lastWS.Load() >= n
+		}
+	}
 
+	data := `"` + strings.Repeat("x", 16<<10) + `"`
+	heapBefore := heapInUse()
 	var peak uint64
-	for i := range burst + extra {
+	for i := range burst {
 		e.publish("acme", "orders/1", data)
 		if i%250 == 0 {
 			peak = max(peak, heapInUse())
 		}
 	}
-	for range 2 {
-		if r := <-results; r.err != nil {
-			t.Fatalf("%s reader: %v", r.transport, r.err)
+	eventually(t, 2*time.Minute, "both readers to receive the whole burst", caughtUp(burst))
+	peak = max(peak, heapInUse())
+
+	// Publications go on past the history: the reader that stopped reading
+	// is ended, the healthy ones receive them.
+	published := uint64(burst)
+	slow := e.srv.metrics.disconnects.WithLabelValues(transportSSE, "slow")
+	for e.counter(slow) == 0 {
+		if published == 2*burst {
+			t.Fatalf("the stalled reader was not ended after %d publications", published)
 		}
+		e.publish("acme", "orders/1", data)
+		published++
+		eventually(t, time.Minute, fmt.Sprintf("both readers to receive offset %d", published), caughtUp(published))
 	}
-	eventually(t, 30*time.Second, "the stalled reader ended as slow", func() bool {
-		return e.counter(e.srv.metrics.disconnects.WithLabelValues(transportSSE, "slow")) == 1
-	})
 	for _, tr := range []string{transportSSE, transportWS} {
 		if n := e.counter(e.srv.metrics.connections.WithLabelValues(tr)); n != 1 {
 			t.Fatalf("herald_connections{%s} = %v, want 1 (the healthy reader)", tr, n)
@@ -202,8 +231,8 @@ func TestBurstDoesNotCutHealthyReaders(t *testing.T) {
 	// the burst is being fanned out, their encoded envelopes); the rest is
 	// the readers' queues, pages and the test clients' own buffers.
 	bound := uint64(2*history*(16<<10+1024)) + 16<<20
-	t.Logf("%d publications of 16 KiB; heap before %d KiB, peak %+d KiB (bound %d KiB); catch-ups: sse %v, ws %v",
-		burst+extra, heapBefore>>10, (int64(peak)-int64(heapBefore))>>10, bound>>10,
+	t.Logf("a burst of %d publications of 16 KiB; the stalled reader ended after %d; heap before %d KiB, peak %+d KiB (bound %d KiB); catch-ups: sse %v, ws %v",
+		burst, published, heapBefore>>10, (int64(peak)-int64(heapBefore))>>10, bound>>10,
 		e.counter(e.srv.metrics.catchUps.WithLabelValues(transportSSE)), e.counter(e.srv.metrics.catchUps.WithLabelValues(transportWS)))
 	if peak > heapBefore+bound {
 		t.Fatalf("heap peaked %d KiB above its start, bound %d KiB", (peak-heapBefore)>>10, bound>>10)
