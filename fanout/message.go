@@ -8,16 +8,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/heraldgw/herald/subscriptions"
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // validateKey checks both names of a key; every broker and the Redis key
 // layout rely on them (no '/' in a tenant, no braces or newlines anywhere).
 func validateKey(k Key) error {
-	if err := subscriptions.ValidateTenant(k.Tenant); err != nil {
+	if err := names.ValidateTenant(k.Tenant); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
 	}
-	if err := subscriptions.ValidateChannel(k.Channel); err != nil {
+	if err := names.ValidateChannel(k.Channel); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
 	}
 	return nil

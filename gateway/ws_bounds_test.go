@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,21 +53,23 @@ func TestWSMessageTooBig(t *testing.T) {
 }
 
 // TestWSClientTimeout: a client that answers no ping is closed with
-// timeout (4005); one that answers stays.
+// timeout (4005); one that answers stays, through many client timeouts.
+// The pong timeout (ClientTimeout − HeartbeatInterval) is long enough for
+// a client on a busy machine to answer.
 func TestWSClientTimeout(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: 100 * time.Millisecond, ClientTimeout: 400 * time.Millisecond}})
+	const heartbeat, timeout = 100 * time.Millisecond, 2 * time.Second
+	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: heartbeat, ClientTimeout: timeout}})
 	silent := e.connected("orders/*")
 	live := e.dialWS(dialOpts{})
 	res := live.connect(e.wsToken("u1", []string{"orders/*"}, nil))
-	if res.PingIntervalMS != 100 || res.PongTimeoutMS != 300 {
+	if res.PingIntervalMS != heartbeat.Milliseconds() || res.PongTimeoutMS != (timeout-heartbeat).Milliseconds() {
 		t.Fatalf("connect result %+v", res)
 	}
 	// The live client answers every ping with a pong.
 	done := make(chan struct{})
-	pongs := make(chan int, 1)
-	go func() {
-		n := 0
-		defer func() { pongs <- n }()
+	var pongs atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		for {
 			select {
 			case f, ok := <-live.frames:
@@ -73,23 +77,26 @@ func TestWSClientTimeout(t *testing.T) {
 					return
 				}
 				if f.Push == "ping" {
-					n++
+					pongs.Add(1)
 					_ = live.conn.Write(context.Background(), websocket.MessageText, []byte(`{"op":"pong"}`))
 				}
 			case <-done:
 				return
 			}
 		}
-	}()
+	})
 	d := silent.closedWith("timeout", closeTimeout)
 	if !d.Reconnect {
 		t.Fatalf("disconnect %+v", d)
 	}
-	<-time.After(500 * time.Millisecond) // longer than the client timeout
+	// Pings answered over more than one client timeout after the silent
+	// client was closed: the live one was kept because it answered.
+	after := pongs.Load()
+	eventually(t, time.Minute, "the live client to answer pings for longer than the client timeout", func() bool {
+		return pongs.Load() >= after+int64(timeout/heartbeat)+5
+	})
 	close(done)
-	if n := <-pongs; n < 3 {
-		t.Fatalf("the live client answered %d pings", n)
-	}
+	wg.Wait()
 	live.ok(live.request(opPing, nil), nil)
 	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitClientTimeout)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{client_timeout} = %v", n)

@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/heraldgw/herald/fanout"
-	"github.com/heraldgw/herald/subscriptions"
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // Publisher is what the Worker needs from a broker; fanout brokers satisfy
@@ -73,10 +73,10 @@ func classify(err error) failureClass {
 // toMessage turns a claimed record into a broker message, or returns the
 // permanent reason it cannot be delivered (dead-letter reason).
 func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
-	if err := subscriptions.ValidateTenant(r.TenantID); err != nil {
+	if err := names.ValidateTenant(r.TenantID); err != nil {
 		return fanout.Message{}, fmt.Errorf("invalid tenant_id: %v", err)
 	}
-	if err := subscriptions.ValidateChannel(r.Channel); err != nil {
+	if err := names.ValidateChannel(r.Channel); err != nil {
 		return fanout.Message{}, fmt.Errorf("invalid channel: %v", err)
 	}
 	if err := ValidateType(r.Type); err != nil {
