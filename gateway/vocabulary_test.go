@@ -188,7 +188,9 @@ func vocabularyJSON(t *testing.T) []byte {
 		CloseRanges: []closeRange{
 			{4000, 4099, "reconnect"}, {4100, 4199, "reauth"}, {4500, 4599, "stop"},
 		},
-		Ops: append(slices.Clone(wsOps), opPong),
+	}
+	for _, op := range wsOpTable {
+		v.Ops = append(v.Ops, op.name)
 	}
 	for _, r := range Reasons {
 		v.Reasons = append(v.Reasons, reason{r.Code, r.Reconnect, r.Status, int(r.Close)})

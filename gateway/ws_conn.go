@@ -275,37 +275,29 @@ func (w *wsConn) handle(msg []byte) Reason {
 		w.replyError(fe.id, opLabel(f.Op), fe.code, fe.message)
 		return Reason{}
 	}
-	if !w.connected.Load() && f.Op != opConnect && f.Op != opPing && f.Op != opPong {
+	op := wsOpsByName[f.Op] // decodeFrame took only known ops
+	if !w.connected.Load() && !op.beforeConnect {
 		return withMessage(ReasonProtocolError, fmt.Sprintf("%q before connect: the first request must be connect", f.Op))
 	}
-	switch f.Op {
-	case opConnect:
-		w.connect(&f)
-	case opPing:
-		w.reply(f.ID, opPing, wsEmpty{})
-	case opPong:
-		// Any frame proves the client alive; touch has run.
-	case opUnsubscribe:
-		w.unsubscribe(&f)
-	case opSubscribe, opPublish, opRefresh:
-		w.spawn(&f)
+	if op.async {
+		w.spawn(op, &f)
+	} else {
+		op.handle(w, &f)
 	}
 	return Reason{}
 }
 
 // opLabel bounds the op metric label.
 func opLabel(op string) string {
-	for _, o := range wsOps {
-		if o == op {
-			return op
-		}
+	if o, ok := wsOpsByName[op]; ok && o.reply {
+		return op
 	}
 	return "invalid"
 }
 
-// spawn runs a request in its own goroutine, unless MaxInflight requests
-// are running already.
-func (w *wsConn) spawn(f *clientFrame) {
+// spawn runs a request of op in its own goroutine, unless MaxInflight
+// requests are running already.
+func (w *wsConn) spawn(op *wsOp, f *clientFrame) {
 	if w.inflight.Add(1) > int32(w.cfg.MaxInflight) {
 		w.inflight.Add(-1)
 		w.srv.metrics.limit(limitInflight)
@@ -317,14 +309,7 @@ func (w *wsConn) spawn(f *clientFrame) {
 	w.reqs.Add(1)
 	go func() {
 		defer w.reqs.Done()
-		switch req.Op {
-		case opSubscribe:
-			w.subscribe(&req)
-		case opPublish:
-			w.publish(&req)
-		case opRefresh:
-			w.refresh(&req)
-		}
+		op.handle(w, &req)
 	}()
 }
 

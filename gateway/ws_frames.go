@@ -19,8 +19,57 @@ const (
 	opPong        = "pong"
 )
 
-// wsOps lists every op, for metric series.
-var wsOps = []string{opConnect, opSubscribe, opUnsubscribe, opPublish, opRefresh, opPing}
+// wsOp is one op of herald.v1: everything the gateway does with a frame
+// that names it, in one place.
+type wsOp struct {
+	name string
+	// reply: the op carries an id and gets a reply (every op but pong).
+	reply bool
+	// beforeConnect: the op is allowed before connect succeeded.
+	beforeConnect bool
+	// channel: the op names a channel, which must be valid.
+	channel bool
+	// validate checks the op's own fields after decoding; nil: none.
+	validate func(f *clientFrame) error
+	// async: the op runs on a goroutine of its own and counts against
+	// MaxInflight; otherwise the reader handles it in turn.
+	async bool
+	// handle carries the op out.
+	handle func(w *wsConn, f *clientFrame)
+}
+
+// wsOpTable is the herald.v1 op table (docs/protocol.md, "Requests and
+// replies").
+var wsOpTable = []wsOp{
+	{name: opConnect, reply: true, beforeConnect: true, handle: (*wsConn).connect},
+	{name: opSubscribe, reply: true, channel: true, validate: validateSubscribe, async: true, handle: (*wsConn).subscribe},
+	{name: opUnsubscribe, reply: true, channel: true, handle: (*wsConn).unsubscribe},
+	{name: opPublish, reply: true, channel: true, validate: validatePublish, async: true, handle: (*wsConn).publish},
+	{name: opRefresh, reply: true, validate: validateRefresh, async: true, handle: (*wsConn).refresh},
+	{name: opPing, reply: true, beforeConnect: true, handle: func(w *wsConn, f *clientFrame) { w.reply(f.ID, opPing, wsEmpty{}) }},
+	// Any frame proves the client alive (touch has run): a pong needs
+	// nothing more.
+	{name: opPong, beforeConnect: true, handle: func(*wsConn, *clientFrame) {}},
+}
+
+// wsOpsByName indexes wsOpTable; wsOps lists the ops that get replies,
+// for metric series. Both are filled by init (a table entry's handler
+// reaches code that reads them).
+var (
+	wsOpsByName map[string]*wsOp
+	wsOps       []string
+)
+
+func init() {
+	wsOpsByName = make(map[string]*wsOp, len(wsOpTable))
+	for i := range wsOpTable {
+		op := &wsOpTable[i]
+		wsOpsByName[op.name] = op
+		if op.reply {
+			wsOps = append(wsOps, op.name)
+		}
+	}
+}
 
 // Error codes of herald.v1 error replies (docs/protocol.md lists them).
 const (
@@ -142,34 +191,33 @@ func decodeFrame(b []byte) (clientFrame, error) {
 		}
 		return clientFrame{}, badFrame(0, codeBadRequest, "not a JSON object: %v", err)
 	}
-	if f.Op == opPong {
-		// A pong takes no id and gets no reply: whatever id it has is moot.
+	op, known := wsOpsByName[f.Op]
+	if known && !op.reply {
+		// It takes no id and gets no reply: whatever id it has is moot.
 		f.ID = 0
 		return f, nil
 	}
 	if f.ID > maxFrameID {
 		return clientFrame{}, badFrame(0, codeBadRequest, "id must be a positive integer below 2^53")
 	}
-	switch f.Op {
-	case "":
+	switch {
+	case f.Op == "":
 		return clientFrame{}, badFrame(f.ID, codeBadRequest, "op is missing")
-	case opConnect, opSubscribe, opUnsubscribe, opPublish, opRefresh, opPing:
-	default:
+	case !known:
 		return clientFrame{}, badFrame(f.ID, codeNotFound, "unknown op %q", trunc(f.Op, 32))
 	}
 	if f.ID == 0 {
 		return clientFrame{Op: f.Op}, badFrame(0, codeBadRequest, "id must be a positive integer below 2^53")
 	}
-	if err := validateOp(&f); err != nil {
+	if err := validateOp(op, &f); err != nil {
 		return clientFrame{ID: f.ID, Op: f.Op}, err
 	}
 	return f, nil
 }
 
-// validateOp checks the fields f.Op needs.
-func validateOp(f *clientFrame) error {
-	switch f.Op {
-	case opSubscribe, opUnsubscribe, opPublish:
+// validateOp checks the fields op needs.
+func validateOp(op *wsOp, f *clientFrame) error {
+	if op.channel {
 		if f.Channel == "" {
 			return badFrame(f.ID, codeBadRequest, "channel is missing")
 		}
@@ -177,25 +225,35 @@ func validateOp(f *clientFrame) error {
 			return badFrame(f.ID, codeBadRequest, "%v", err)
 		}
 	}
-	switch f.Op {
-	case opSubscribe:
-		if f.Since != nil && (f.Since.Epoch == "" || len(f.Since.Epoch) > maxEpochBytes) {
-			return badFrame(f.ID, codeBadRequest, "since.epoch must be 1–%d bytes", maxEpochBytes)
-		}
-	case opPublish:
-		if err := validateType(f.Type); err != nil {
-			return badFrame(f.ID, codeBadRequest, "%v", err)
-		}
-		if f.SchemaVersion < 1 {
-			return badFrame(f.ID, codeBadRequest, "schema_version must be an integer ≥ 1")
-		}
-		if len(f.Data) == 0 {
-			return badFrame(f.ID, codeBadRequest, "data is missing (any JSON value, null included)")
-		}
-	case opRefresh:
-		if f.Token == "" {
-			return badFrame(f.ID, codeBadRequest, "token is missing")
-		}
+	if op.validate != nil {
+		return op.validate(f)
+	}
+	return nil
+}
+
+func validateSubscribe(f *clientFrame) error {
+	if f.Since != nil && (f.Since.Epoch == "" || len(f.Since.Epoch) > maxEpochBytes) {
+		return badFrame(f.ID, codeBadRequest, "since.epoch must be 1–%d bytes", maxEpochBytes)
+	}
+	return nil
+}
+
+func validatePublish(f *clientFrame) error {
+	if err := validateType(f.Type); err != nil {
+		return badFrame(f.ID, codeBadRequest, "%v", err)
+	}
+	if f.SchemaVersion < 1 {
+		return badFrame(f.ID, codeBadRequest, "schema_version must be an integer ≥ 1")
+	}
+	if len(f.Data) == 0 {
+		return badFrame(f.ID, codeBadRequest, "data is missing (any JSON value, null included)")
+	}
+	return nil
+}
+
+func validateRefresh(f *clientFrame) error {
+	if f.Token == "" {
+		return badFrame(f.ID, codeBadRequest, "token is missing")
 	}
 	return nil
 }
