@@ -316,11 +316,11 @@ func testPausedWorkerLeaseLost(t *testing.T, h *harness) {
 	ids := h.stage(t, true, note("orders/1", `{"n":1}`), note("orders/1", `{"n":2}`))
 	select {
 	case <-entered:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("worker never published")
 	}
 	var taken *Batch
-	eventually(t, 5*time.Second, "worker-b to take the expired lease over", func() bool {
+	eventually(t, time.Minute, "worker-b to take the expired lease over", func() bool {
 		taken = claimAny(t, h.store, "worker-b", 10, time.Hour)
 		return taken != nil
 	})
@@ -328,7 +328,7 @@ func testPausedWorkerLeaseLost(t *testing.T, h *harness) {
 		t.Fatalf("worker-b took %v (takeover %v), want a takeover of %v", batchIDs(taken), taken.Takeover, ids)
 	}
 	release()
-	eventually(t, 5*time.Second, "two lease_lost outcomes", func() bool {
+	eventually(t, time.Minute, "two lease_lost outcomes", func() bool {
 		return testutil.ToFloat64(w.m.leaseLost) == 2
 	})
 	if s, r := testutil.ToFloat64(w.m.success), testutil.ToFloat64(w.m.retry); s != 0 || r != 0 {

@@ -103,9 +103,19 @@ CREATE TABLE herald.outbox_partition (
 	CONSTRAINT outbox_partition_lease CHECK ((owner IS NULL) = (expires_at IS NULL)),
 	CONSTRAINT outbox_partition_open CHECK (NOT open OR owner IS NOT NULL)
 ) WITH (fillfactor = 10);
--- Own snapshot: this transaction's xid is not visible in it, so the
--- records moved below are delivered once this migration commits.
-INSERT INTO herald.outbox_partition (part, lo) SELECT g, pg_current_snapshot() FROM generate_series(0, 3) g;
+-- The starting position: a snapshot in which this transaction's xid is not
+-- visible, so the records moved below are delivered once this migration
+-- commits. pg_current_snapshot() alone will not do: it never lists the
+-- current transaction among those in progress, so once a later xid has
+-- completed (any transaction in the cluster), pg_visible_in_snapshot
+-- would call this one visible and the moved records done. Its xmax is
+-- therefore this transaction's xid; transactions between it and the
+-- current xmax that completed before now staged nothing into this new
+-- table, which they could not see.
+INSERT INTO herald.outbox_partition (part, lo)
+SELECT g, (least(pg_snapshot_xmin(c.s), c.x)::text || ':' || c.x::text || ':' || coalesce((
+		SELECT string_agg(i::text, ',' ORDER BY i) FROM pg_snapshot_xip(c.s) AS i WHERE i < c.x), ''))::pg_snapshot
+FROM generate_series(0, 3) g, (SELECT pg_current_snapshot() AS s, pg_current_xact_id() AS x) AS c;
 -- The barrier of a change of the partition count (see SetPartitions).
 CREATE TABLE herald.outbox_repartition (
 	id          boolean PRIMARY KEY DEFAULT true CONSTRAINT outbox_repartition_one_row CHECK (id),

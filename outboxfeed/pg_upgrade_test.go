@@ -46,7 +46,27 @@ func TestPostgresUpgradeFromPerRecordSchema(t *testing.T) {
 	retryC := ins("c", StatePending, 2, ", last_error, next_attempt_at")
 	laterC := ins("c", StatePending, 0, "")
 
+	// Other transactions of the cluster take xids and commit while the
+	// migration runs: the position it starts from must still leave its
+	// own records undone, whatever completed after its xid was assigned.
+	stop, churned := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		defer func() { churned <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.Pool().Exec(ctx, `SELECT pg_current_xact_id()`); err == nil {
+				n++
+			}
+		}
+	}()
 	testenv.Must(t, s.Migrate(ctx), "migrate to the batch schema")
+	close(stop)
+	t.Logf("%d transactions committed beside the migration", <-churned)
 	for id, want := range map[string]string{dispatched: StateDispatched, dead: StateDeadLetter, pendA: StatePending,
 		procA: StatePending, pendB: StatePending, retryC: StatePending, laterC: StatePending} {
 		if got := stateOf(t, s, id).Name(); got != want {
