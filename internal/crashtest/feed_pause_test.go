@@ -25,7 +25,7 @@ import (
 func TestFeedSIGSTOPPastLease(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
 	redisURL, prefix := testenv.Redis(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), crashTestBound)
 	defer cancel()
 
 	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
@@ -70,7 +70,7 @@ func TestFeedSIGSTOPPastLease(t *testing.T) {
 	if err := staging.firstErr(); err != nil {
 		t.Fatalf("producer: %v", err)
 	}
-	waitUntil(t, 120*time.Second, 50*time.Millisecond, "every record dispatched while the victim is frozen", func() (bool, error) {
+	waitUntil(t, 4*time.Minute, 50*time.Millisecond, "every record dispatched while the victim is frozen", func() (bool, error) {
 		c, err := countStates(ctx, pool)
 		return err == nil && c.Dispatched == crashRecords, cmp.Or(err, fmt.Errorf("states %+v", c))
 	})
