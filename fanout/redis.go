@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -34,7 +35,7 @@ type RedisBroker struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // client in Cluster mode, else nil
 	log     *slog.Logger
-	logs    *rateLimitedLog
+	logs    *ratelog.Logger
 
 	pubCmd      string        // PUBLISH or SPUBLISH
 	topicPrefix string        // KeyPrefix + "{"
@@ -80,7 +81,7 @@ func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 	b := &RedisBroker{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		logs:        newRateLimitedLog(cfg.Logger, 10*time.Second),
+		logs:        ratelog.New(cfg.Logger, 10*time.Second, 1),
 		pubCmd:      "PUBLISH",
 		topicPrefix: cfg.KeyPrefix + "{",
 		done:        make(chan struct{}),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heraldgw/herald/internal/wait"
 	"maps"
 	"net"
 	"slices"
@@ -209,7 +210,7 @@ func (b *RedisBroker) receiveLoop(ctx context.Context, sh *redisShard) {
 				}
 				pinged = false
 				b.m.reconnects.Inc()
-				b.logs.warn("fanout: redis pub/sub connection did not answer a ping; replacing it", "addr", sh.addr)
+				b.logs.Warn("fanout: redis pub/sub connection did not answer a ping; replacing it", "addr", sh.addr)
 				b.replaceShard(ctx, sh)
 				continue
 			}
@@ -220,12 +221,12 @@ func (b *RedisBroker) receiveLoop(ctx context.Context, sh *redisShard) {
 			pinged = false
 			if failures == 0 {
 				b.m.reconnects.Inc()
-				b.logs.warn("fanout: redis pub/sub connection lost; reconnecting", "addr", sh.addr, "err", err)
+				b.logs.Warn("fanout: redis pub/sub connection lost; reconnecting", "addr", sh.addr, "err", err)
 			}
 			failures++
 			if b.cluster != nil {
 				b.cluster.ReloadState(ctx)
-				if !sleepCtx(ctx, backoff(failures)) {
+				if !wait.Sleep(ctx, backoff(failures)) {
 					return
 				}
 				b.restoreShard(ctx, sh)
@@ -237,7 +238,7 @@ func (b *RedisBroker) receiveLoop(ctx context.Context, sh *redisShard) {
 			b.mu.Lock()
 			clear(sh.pending)
 			b.mu.Unlock()
-			if !sleepCtx(ctx, backoff(failures)) {
+			if !wait.Sleep(ctx, backoff(failures)) {
 				return
 			}
 			continue
@@ -278,7 +279,7 @@ func (b *RedisBroker) replaceShard(ctx context.Context, sh *redisShard) {
 	clear(sh.pending)
 	if topics := slices.Collect(maps.Keys(sh.topics)); len(topics) > 0 {
 		if err := b.subscribeLocked(ctx, sh, topics...); err != nil {
-			b.logs.warn("fanout: redis resubscribe not sent; waiting for the connection", "err", err)
+			b.logs.Warn("fanout: redis resubscribe not sent; waiting for the connection", "err", err)
 		}
 	}
 	b.mu.Unlock()
@@ -347,7 +348,7 @@ func (b *RedisBroker) dispatch(m *redis.Message) {
 
 func (b *RedisBroker) decodeError(topic string, err error) {
 	b.m.decodeErrors.Inc()
-	b.logs.warn("fanout: redis pub/sub message dropped", "topic", topic, "err", err)
+	b.logs.Warn("fanout: redis pub/sub message dropped", "topic", topic, "err", err)
 }
 
 func isTimeout(err error) bool {
@@ -362,19 +363,4 @@ func backoff(n int) time.Duration {
 		return 0
 	}
 	return min(50*time.Millisecond<<min(n-2, 6), 2*time.Second)
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -92,7 +92,7 @@ func (b *RedisBroker) routeLocked(ctx context.Context, topic string, st *topicSt
 	// go-redis keeps the topic even when the write fails; the receive
 	// loop sees the broken connection and restores it.
 	if err := b.subscribeLocked(ctx, sh, topic); err != nil {
-		b.logs.warn("fanout: redis subscribe not sent; waiting for the connection", "addr", addr, "err", err)
+		b.logs.Warn("fanout: redis subscribe not sent; waiting for the connection", "addr", addr, "err", err)
 	}
 	return nil
 }
@@ -132,7 +132,7 @@ func (b *RedisBroker) reroute(ctx context.Context, from *redisShard, moved map[s
 			if c, err := b.cluster.MasterForKey(ctx, t); err == nil {
 				addr = c.Options().Addr
 			} else {
-				b.logs.warn("fanout: redis cluster slot owner unknown; retrying on the last one", "addr", from.addr, "err", err)
+				b.logs.Warn("fanout: redis cluster slot owner unknown; retrying on the last one", "addr", from.addr, "err", err)
 			}
 		}
 		targets[t] = addr
@@ -164,7 +164,7 @@ func (b *RedisBroker) lost(ctx context.Context, sh *redisShard, topic string) {
 	}
 	moved := b.detachLocked(ctx, sh, []string{topic})
 	b.mu.Unlock()
-	b.logs.warn("fanout: redis cluster slot moved; resubscribing", "addr", sh.addr, "topic", topic)
+	b.logs.Warn("fanout: redis cluster slot moved; resubscribing", "addr", sh.addr, "topic", topic)
 	b.cluster.ReloadState(ctx)
 	b.reroute(ctx, sh, moved, "")
 }

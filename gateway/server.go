@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -21,7 +22,7 @@ type Server struct {
 	cfg      Config
 	deps     Deps
 	log      *slog.Logger
-	connLog  *rateLimitedLog
+	connLog  *ratelog.Logger
 	metrics  *metrics
 	gatherer prometheus.Gatherer
 	handler  http.Handler
@@ -73,7 +74,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg:      cfg,
 		deps:     deps,
 		log:      log,
-		connLog:  newRateLimitedLog(log, 10*time.Second, 20),
+		connLog:  ratelog.New(log, 10*time.Second, 20),
 		metrics:  m,
 		gatherer: g,
 		conns:    map[*Conn]struct{}{},

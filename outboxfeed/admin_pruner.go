@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
 	"sync"
 	"time"
@@ -90,7 +91,7 @@ type Pruner struct {
 	segs   segmentStore // nil for a store without segments
 	cfg    PrunerConfig
 	log    *slog.Logger
-	limit  *logLimiter
+	limit  *ratelog.Limiter
 	pruned prometheus.Counter
 
 	mu      sync.Mutex
@@ -127,7 +128,7 @@ func NewPruner(store Store, cfg PrunerConfig) (*Pruner, error) {
 	return &Pruner{
 		admin: admin, segs: segs, cfg: cfg, pruned: pruned,
 		log:   cfg.Logger.With("component", "outbox-pruner"),
-		limit: newLogLimiter(cfg.LogEvery),
+		limit: ratelog.NewLimiter(cfg.LogEvery, 1),
 	}, nil
 }
 
@@ -169,7 +170,7 @@ func (p *Pruner) run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if _, err := p.Prune(ctx); err != nil && ctx.Err() == nil {
-			if ok, suppressed := p.limit.allow("prune"); ok {
+			if ok, suppressed := p.limit.Allow("prune"); ok {
 				p.log.Warn("outbox prune failed; retrying next interval", "err", err, "suppressed", suppressed)
 			}
 		}

@@ -1,9 +1,7 @@
 package outboxfeed
 
 import (
-	"context"
 	"math/rand/v2"
-	"sync"
 	"time"
 )
 
@@ -39,48 +37,4 @@ func outageDelay(failures int, base, max time.Duration) time.Duration {
 		return d
 	}
 	return half + rand.N(half+1)
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether d elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// logLimiter lets one log line per key through per interval and counts the
-// ones it held back.
-type logLimiter struct {
-	every      time.Duration
-	mu         sync.Mutex
-	last       map[string]time.Time
-	suppressed map[string]int
-}
-
-func newLogLimiter(every time.Duration) *logLimiter {
-	return &logLimiter{every: every, last: map[string]time.Time{}, suppressed: map[string]int{}}
-}
-
-// allow reports whether to log now, and how many lines were suppressed
-// since the last one logged.
-func (l *logLimiter) allow(key string) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if last, ok := l.last[key]; ok && now.Sub(last) < l.every {
-		l.suppressed[key]++
-		return false, 0
-	}
-	n := l.suppressed[key]
-	l.last[key] = now
-	l.suppressed[key] = 0
-	return true, n
 }

@@ -2,6 +2,8 @@ package outboxfeed
 
 import (
 	"context"
+	"github.com/heraldgw/herald/internal/ratelog"
+	"github.com/heraldgw/herald/internal/wait"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +32,7 @@ func (s *PGStore) Wakeups(ctx context.Context) <-chan struct{} {
 
 func (s *PGStore) listen(ctx context.Context, ch chan struct{}) {
 	defer close(ch)
-	limiter := newLogLimiter(time.Minute)
+	limiter := ratelog.NewLimiter(time.Minute, 1)
 	failures := 0
 	for ctx.Err() == nil {
 		err := s.listenOnce(ctx, ch, &failures)
@@ -38,10 +40,10 @@ func (s *PGStore) listen(ctx context.Context, ch chan struct{}) {
 			return
 		}
 		failures++
-		if ok, suppressed := limiter.allow("listen"); ok {
+		if ok, suppressed := limiter.Allow("listen"); ok {
 			s.log.Warn("outbox listener lost its connection; reconnecting", "err", err, "suppressed", suppressed)
 		}
-		if !sleepCtx(ctx, outageDelay(failures, listenBackoffMin, listenBackoffMax)) {
+		if !wait.Sleep(ctx, outageDelay(failures, listenBackoffMin, listenBackoffMax)) {
 			return
 		}
 	}

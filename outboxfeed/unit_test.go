@@ -87,25 +87,6 @@ func TestBackoffBounds(t *testing.T) {
 	}
 }
 
-func TestLogLimiter(t *testing.T) {
-	l := newLogLimiter(time.Hour)
-	if ok, _ := l.allow("a"); !ok {
-		t.Fatal("first line held back")
-	}
-	for range 3 {
-		if ok, _ := l.allow("a"); ok {
-			t.Fatal("repeated line let through")
-		}
-	}
-	if ok, _ := l.allow("b"); !ok {
-		t.Fatal("another key held back")
-	}
-	l.last["a"] = time.Now().Add(-2 * time.Hour)
-	if ok, n := l.allow("a"); !ok || n != 3 {
-		t.Fatalf("after the interval: ok %v suppressed %d, want true 3", ok, n)
-	}
-}
-
 func TestToMessagePermanentFailures(t *testing.T) {
 	good := Record{ID: "id", TenantID: "acme", Channel: "orders/1", Type: "order.updated", SchemaVersion: 1,
 		Payload: json.RawMessage(`{"a":1}`), OccurredAt: time.Unix(100, 0)}

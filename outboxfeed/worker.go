@@ -3,6 +3,7 @@ package outboxfeed
 import (
 	"context"
 	"fmt"
+	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,7 @@ type Worker struct {
 	cfg   WorkerConfig
 	log   *slog.Logger
 	m     *metrics
-	limit *logLimiter
+	limit *ratelog.Limiter
 
 	mu      sync.Mutex
 	started bool
@@ -52,7 +53,7 @@ func NewWorker(store Store, pub Publisher, cfg WorkerConfig) (*Worker, error) {
 	return &Worker{
 		store: store, pub: pub, cfg: cfg, m: m,
 		log:       cfg.Logger.With("component", "outbox-worker", "owner", cfg.Owner),
-		limit:     newLogLimiter(cfg.LogEvery),
+		limit:     ratelog.NewLimiter(cfg.LogEvery, 1),
 		recovered: make(chan struct{}, 1),
 	}, nil
 }
@@ -147,7 +148,7 @@ func (w *Worker) setUnready(err error) {
 	w.errMu.Lock()
 	w.lastErr = err
 	w.errMu.Unlock()
-	if ok, suppressed := w.limit.allow("store"); ok {
+	if ok, suppressed := w.limit.Allow("store"); ok {
 		w.log.Warn("outbox store unavailable; dispatch paused, backing off", "err", err, "suppressed", suppressed)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heraldgw/herald/internal/wait"
 	"strconv"
 	"sync"
 	"time"
@@ -315,7 +316,7 @@ func (w *Worker) completed(b *Batch, out []Outcome, held bool, claimedAt time.Ti
 
 // brokerDown backs the lane off after a broker outage.
 func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
-	if ok, suppressed := w.limit.allow("broker"); ok {
+	if ok, suppressed := w.limit.Allow("broker"); ok {
 		w.log.Warn("broker unavailable; unpublished records keep their place, backing off", "err", err, "suppressed", suppressed)
 	}
 	l.brokerFails++
@@ -353,7 +354,7 @@ func (w *Worker) leaseLost(op string, n int) {
 		return
 	}
 	w.m.leaseLost.Add(float64(n))
-	if ok, suppressed := w.limit.allow("lease_lost"); ok {
+	if ok, suppressed := w.limit.Allow("lease_lost"); ok {
 		w.log.Warn("lease lost: another worker holds the partition", "op", op, "records", n, "suppressed", suppressed)
 	}
 }
@@ -376,7 +377,7 @@ func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(co
 		if left := time.Until(claimedAt.Add(w.cfg.LeaseDuration)); d > left/4 {
 			d = max(left/4, w.cfg.OutageBaseDelay)
 		}
-		if !sleepCtx(ctx, d) {
+		if !wait.Sleep(ctx, d) {
 			return err
 		}
 	}
