@@ -9,16 +9,19 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // runGenconfig writes a config file holding every setting of one command
-// at its default, each preceded by a "#<name>" comment key that applyFile
-// ignores.
+// at its default, each preceded by its note: in JSON a "#<name>" comment
+// key that applyFile ignores, in YAML "# " comment lines.
 func runGenconfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("herald genconfig", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	format := fs.String("format", "json", "output format; json is the only one (the format --config reads)")
-	comments := fs.Bool("comments", true, `precede each setting with a "#<name>" key documenting it`)
+	format := fs.String("format", "json", "output format: json, or yaml (--config reads a file as YAML when its name ends in .yaml or .yml)")
+	comments := fs.Bool("comments", true, `precede each setting with a note documenting it: a "#<name>" key in json, "# " comment lines in yaml`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: herald genconfig [flags] [command [subcommand]]   (default command: serve)")
 		fmt.Fprintln(fs.Output(), "\nWrites every setting of the command with its default, as a file for --config.")
@@ -36,8 +39,13 @@ func runGenconfig(_ context.Context, args []string, stdout, stderr io.Writer) er
 		words = append(words, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if *format != "json" {
-		return fmt.Errorf("%w: --format %q: want json", errUsage, *format)
+	render, ext := configJSON, "json"
+	switch *format {
+	case "json":
+	case "yaml":
+		render, ext = configYAML, "yaml"
+	default:
+		return fmt.Errorf("%w: --format %q: want json or yaml", errUsage, *format)
 	}
 	if len(words) == 0 {
 		words = []string{"serve"}
@@ -50,14 +58,14 @@ func runGenconfig(_ context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("%w: herald %s has no settings", errUsage, strings.Join(words, " "))
 	}
 	name := strings.Join(words, " ")
-	b, err := configJSON(st, name, *comments)
+	b, err := render(st, name, *comments)
 	if err != nil {
 		return err
 	}
 	if _, err := stdout.Write(b); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "herald genconfig: %d settings of `herald %s`, each at its default; use with: herald %s --config FILE\n", len(st.list), name, name)
+	fmt.Fprintf(stderr, "herald genconfig: %d settings of `herald %s`, each at its default; use with: herald %s --config FILE.%s\n", len(st.list), name, name, ext)
 	return nil
 }
 
@@ -111,7 +119,7 @@ func configJSON(st *settings, name string, comments bool) ([]byte, error) {
 		return nil
 	}
 	if comments {
-		head := fmt.Sprintf("herald %s settings at their defaults (herald genconfig, herald %s). Keys are flag names; keys starting with # are comments. Precedence: flag, environment HERALD_<NAME>, this file, default. Delete what you do not change.", name, version)
+		head := configHead(name, "keys starting with # are comments")
 		if err := field(commentPrefix, head); err != nil {
 			return nil, err
 		}
@@ -128,6 +136,53 @@ func configJSON(st *settings, name string, comments bool) ([]byte, error) {
 	}
 	b.WriteString("\n}\n")
 	return b.Bytes(), nil
+}
+
+// configHead is the note that heads a generated config file.
+func configHead(name, comments string) string {
+	return fmt.Sprintf("herald %s settings at their defaults (herald genconfig, herald %s). Keys are flag names; %s. Precedence: flag, environment HERALD_<NAME>, this file, default. Delete what you do not change.", name, version, comments)
+}
+
+// configYAML renders the current values of st as a YAML config file, keys
+// in registration order, the values those of jsonValue. With comments, "# "
+// lines head the file and precede each setting with its usage and
+// variable.
+func configYAML(st *settings, name string, comments bool) ([]byte, error) {
+	var b bytes.Buffer
+	if comments {
+		yamlComment(&b, strings.Fields(configHead(name, "lines starting with # are comments")))
+	}
+	for _, s := range st.list {
+		if comments {
+			b.WriteString("\n")
+			yamlComment(&b, append(strings.Fields(s.usage), "(env "+envName(s.name)+")"))
+		}
+		var one bytes.Buffer
+		enc := yaml.NewEncoder(&one)
+		enc.SetIndent(2)
+		if err := enc.Encode(map[string]any{s.name: jsonValue(s.value)}); err != nil {
+			return nil, fmt.Errorf("genconfig: %s: %w", s.name, err)
+		}
+		if err := enc.Close(); err != nil {
+			return nil, fmt.Errorf("genconfig: %s: %w", s.name, err)
+		}
+		b.Write(one.Bytes())
+	}
+	return b.Bytes(), nil
+}
+
+// yamlComment writes words as "# " lines of at most 78 columns, but for a
+// word longer than that.
+func yamlComment(b *bytes.Buffer, words []string) {
+	line := "#"
+	for _, w := range words {
+		if line != "#" && utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w) > 78 {
+			b.WriteString(line + "\n")
+			line = "#"
+		}
+		line += " " + w
+	}
+	b.WriteString(line + "\n")
 }
 
 // jsonValue is the config-file form of a setting's value: what setFromJSON

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,22 +90,84 @@ func TestGenconfigEverySetting(t *testing.T) {
 				t.Errorf("%d keys, want %d (header, and a comment and a value per setting)", len(file), want)
 			}
 
-			path := filepath.Join(t.TempDir(), "herald.json")
-			if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
-				t.Fatal(err)
+			loadsBack(t, words, "herald.json", []byte(out), defaults)
+		})
+	}
+}
+
+// loadsBack writes a config file called name and checks that --config of
+// it gives the command named by words exactly the values of want.
+func loadsBack(t *testing.T, words []string, name string, file []byte, want *settings) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clearSettingsEnv(t, want)
+	fresh := describeCommand(words)
+	fresh.fs.SetOutput(new(strings.Builder))
+	if err := fresh.parse([]string{"--config", path}); err != nil {
+		t.Fatalf("--config of the written file: %v\n%s", err, file)
+	}
+	got, wantValues := values(fresh), values(want)
+	for k := range wantValues {
+		if got[k] != wantValues[k] {
+			t.Errorf("%s: %q after --config %s, %q written", k, got[k], name, wantValues[k])
+		}
+	}
+}
+
+// TestGenconfigYAMLEverySetting: genconfig --format yaml names every
+// setting once, in registration order, at its default, after "# " lines
+// carrying its usage and variable, and fed back with --config x.yaml it
+// changes nothing.
+func TestGenconfigYAMLEverySetting(t *testing.T) {
+	for _, words := range commandsWithSettings(t) {
+		t.Run(strings.Join(words, " "), func(t *testing.T) {
+			out := mustHerald(t, append([]string{"genconfig", "--format", "yaml"}, words...)...)
+			defaults := describeCommand(words)
+			if head := "# herald " + strings.Join(words, " ") + " settings at their defaults"; !strings.HasPrefix(out, head) {
+				t.Errorf("does not start with %q:\n%s", head, out)
 			}
-			clearSettingsEnv(t, defaults)
-			fresh := describeCommand(words)
-			fresh.fs.SetOutput(new(strings.Builder))
-			if err := fresh.parse([]string{"--config", path}); err != nil {
-				t.Fatalf("--config of the generated file: %v", err)
+			entries, err := yamlConfigEntries("genconfig.yaml", []byte(out))
+			if err != nil {
+				t.Fatalf("not a YAML config: %v\n%s", err, out)
 			}
-			got, want := values(fresh), values(defaults)
-			for k := range want {
-				if got[k] != want[k] {
-					t.Errorf("%s: %q after --config, default %q", k, got[k], want[k])
+			if len(entries) != len(defaults.list) {
+				t.Errorf("%d keys, want one per setting, %d", len(entries), len(defaults.list))
+			}
+			lines := strings.Split(out, "\n")
+			for i, s := range defaults.list {
+				if i >= len(entries) || entries[i].key != s.name {
+					got := "nothing"
+					if i < len(entries) {
+						got = strconv.Quote(entries[i].key)
+					}
+					t.Errorf("setting %d is %s; want %q, in registration order", i, got, s.name)
+					continue
+				}
+				var got, want any
+				wantRaw, _ := marshal(jsonValue(s.value))
+				if err := json.Unmarshal(entries[i].raw, &got); err != nil {
+					t.Fatal(err)
+				}
+				if err := json.Unmarshal(wantRaw, &want); err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s = %s, want the default %s", s.name, entries[i].raw, wantRaw)
+				}
+				at := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, s.name+":") })
+				var note []string
+				for j := at - 1; j >= 0 && strings.HasPrefix(lines[j], "# "); j-- {
+					note = append([]string{strings.TrimPrefix(lines[j], "# ")}, note...)
+				}
+				wantNote := strings.Join(strings.Fields(s.usage+" (env "+envName(s.name)+")"), " ")
+				if got := strings.Join(note, " "); got != wantNote {
+					t.Errorf("%s: comment %q, want %q", s.name, got, wantNote)
 				}
 			}
+			loadsBack(t, words, "herald.yaml", []byte(out), defaults)
 		})
 	}
 }
@@ -133,27 +198,56 @@ func TestGenconfigRoundTrip(t *testing.T) {
 					t.Fatalf("%s: value type %T: teach jsonValue and this test about it", s.name, s.value)
 				}
 			}
-			b, err := configJSON(st, strings.Join(words, " "), true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "herald.json")
-			if err := os.WriteFile(path, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			clearSettingsEnv(t, st)
-			fresh := describeCommand(words)
-			fresh.fs.SetOutput(new(strings.Builder))
-			if err := fresh.parse([]string{"--config", path}); err != nil {
-				t.Fatalf("--config: %v\n%s", err, b)
-			}
-			got, want := values(fresh), values(st)
-			for k := range want {
-				if got[k] != want[k] {
-					t.Errorf("%s: %q read back, %q written", k, got[k], want[k])
+			for name, render := range map[string]func(*settings, string, bool) ([]byte, error){
+				"herald.json": configJSON,
+				"herald.yaml": configYAML,
+			} {
+				for _, comments := range []bool{true, false} {
+					b, err := render(st, strings.Join(words, " "), comments)
+					if err != nil {
+						t.Fatal(err)
+					}
+					loadsBack(t, words, name, b, st)
 				}
 			}
 		})
+	}
+}
+
+// TestGenconfigYAMLQuoting: strings that YAML would read as something else
+// (numbers, booleans, null, comments, indicators) are written so they read
+// back as the same strings.
+func TestGenconfigYAMLQuoting(t *testing.T) {
+	tricky := []string{"", "true", "no", "null", "~", "123", "0x1F", "1e3", ".inf", "2024-01-02", "herald:", "a: b", "# not a comment",
+		"a #b", "- x", "[x]", "{x}", "*x", "&x", "!x", "%x", "@x", "`x", "'", `"`, " lead", "trail ", "two\nlines", "tab\there", "<data-dir>/x", "é…", "\\", "<<"}
+	for _, v := range tricky {
+		st := newSettings("x")
+		var str string
+		var list []string
+		st.String(&str, "s", v, "a string")
+		st.StringList(&list, "l", "a list")
+		list = []string{v, "x"}
+		b, err := configYAML(st, "x", true)
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		back := newSettings("x")
+		var str2 string
+		var list2 []string
+		back.String(&str2, "s", "default", "")
+		back.StringList(&list2, "l", "")
+		path := filepath.Join(t.TempDir(), "x.yaml")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		clearSettingsEnv(t, back)
+		if err := back.parse([]string{"--config", path}); err != nil {
+			t.Errorf("%q: %v\n%s", v, err, b)
+			continue
+		}
+		if str2 != v || !slices.Equal(list2, list) {
+			t.Errorf("%q: read back %q and %q\n%s", v, str2, list2, b)
+		}
 	}
 }
 
@@ -183,6 +277,15 @@ func TestGenconfigArguments(t *testing.T) {
 	if out := mustHerald(t, "genconfig"); !strings.Contains(out, `"max-connections"`) {
 		t.Fatalf("genconfig without a command is not serve's:\n%s", out)
 	}
+	if out := mustHerald(t, "genconfig", "--format", "json"); !strings.HasPrefix(out, "{") {
+		t.Fatalf("genconfig --format json:\n%s", out)
+	}
+	if out := mustHerald(t, "genconfig", "--format=yaml", "feed", "--comments=false"); strings.Contains(out, "#") || !strings.HasPrefix(out, "data-dir: ") || !strings.Contains(out, "\noutbox-batch-size: 1000\n") {
+		t.Fatalf("genconfig --format=yaml feed --comments=false:\n%s", out)
+	}
+	if out := mustHerald(t, "genconfig", "outbox", "stats", "--format", "yaml"); !strings.HasPrefix(out, "# herald outbox stats settings") {
+		t.Fatalf("genconfig outbox stats --format yaml:\n%s", out)
+	}
 	for args, want := range map[string]string{
 		"genconfig version":       "has no settings",
 		"genconfig genconfig":     "has no settings",
@@ -190,7 +293,8 @@ func TestGenconfigArguments(t *testing.T) {
 		"genconfig outbox":        "outbox subcommand",
 		"genconfig outbox nope":   "unknown outbox subcommand",
 		"genconfig serve extra":   "unexpected argument",
-		"genconfig --format yaml": "want json",
+		"genconfig --format toml": "want json or yaml",
+		"genconfig --format YAML": "want json or yaml",
 	} {
 		code, _, errOut := herald(t, strings.Fields(args)...)
 		if code != 2 || !strings.Contains(errOut, want) {

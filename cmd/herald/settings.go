@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,7 +41,7 @@ type settings struct {
 func newSettings(cmd string) *settings {
 	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
 	s := &settings{fs: fs}
-	s.cfg = fs.String("config", "", "config file (JSON object whose keys are these flag names; keys starting with # are comments; herald genconfig writes one); none is read unless named (env HERALD_CONFIG)")
+	s.cfg = fs.String("config", "", "config file (a JSON object, or a YAML mapping when the name ends in .yaml or .yml, whose keys are these flag names; keys starting with # are comments; herald genconfig writes one); none is read unless named (env HERALD_CONFIG)")
 	return s
 }
 
@@ -148,25 +149,68 @@ func (s *settings) parse(args []string) error {
 // "#<setting>" for the note on one setting. applyFile ignores them.
 const commentPrefix = "#"
 
+// configEntry is one key of a config file with the JSON its value stands
+// for, and where it is: the file, and its line where the format gives one.
+type configEntry struct {
+	key string
+	raw json.RawMessage
+	at  string
+}
+
+// isYAMLConfig reports whether --config names a YAML file rather than JSON.
+func isYAMLConfig(path string) bool {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return true
+	}
+	return false
+}
+
 func (s *settings) applyFile(path string, explicit map[string]bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: read %s: %w", path, err)
 	}
+	var entries []configEntry
+	if isYAMLConfig(path) {
+		entries, err = yamlConfigEntries(path, b)
+	} else {
+		entries, err = jsonConfigEntries(path, b)
+	}
+	if err != nil {
+		return err
+	}
+	return s.applyEntries(entries, explicit)
+}
+
+// jsonConfigEntries reads a JSON config file: one object, its keys in
+// sorted order.
+func jsonConfigEntries(path string, b []byte) ([]configEntry, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("config: %s: not a JSON object: %v", path, err)
-	}
-	known := map[string]setting{}
-	for _, st := range s.list {
-		known[st.name] = st
+		return nil, fmt.Errorf("config: %s: not a JSON object: %v", path, err)
 	}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	entries := make([]configEntry, 0, len(keys))
 	for _, k := range keys {
+		entries = append(entries, configEntry{key: k, raw: raw[k], at: path})
+	}
+	return entries, nil
+}
+
+// applyEntries sets the settings a config file names, in the order of
+// entries; the one place, for every format, where config keys meet flags.
+func (s *settings) applyEntries(entries []configEntry, explicit map[string]bool) error {
+	known := map[string]setting{}
+	for _, st := range s.list {
+		known[st.name] = st
+	}
+	for _, e := range entries {
+		k := e.key
 		if strings.HasPrefix(k, commentPrefix) {
 			continue // a comment, as herald genconfig writes them
 		}
@@ -175,13 +219,13 @@ func (s *settings) applyFile(path string, explicit map[string]bool) error {
 			continue // a setting of the command whose file this is
 		}
 		if !ok {
-			return fmt.Errorf("config: %s: unknown key %q (keys are flag names, e.g. \"listen\")", path, k)
+			return fmt.Errorf("config: %s: unknown key %q (keys are flag names, e.g. \"listen\")", e.at, k)
 		}
 		if explicit[k] || os.Getenv(envName(k)) != "" {
 			continue
 		}
-		if err := setFromJSON(st.value, raw[k]); err != nil {
-			return fmt.Errorf("config: %s: key %q: %v", path, k, err)
+		if err := setFromJSON(st.value, e.raw); err != nil {
+			return fmt.Errorf("config: %s: key %q: %v", e.at, k, err)
 		}
 	}
 	return nil

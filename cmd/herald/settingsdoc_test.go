@@ -37,7 +37,7 @@ func settingsTables(t *testing.T) string {
 		}
 		fmt.Fprintf(&b, "\n### herald %s\n\n", strings.Join(name, " "))
 		b.WriteString("| flag | environment | default | meaning |\n|---|---|---|---|\n")
-		b.WriteString("| `--config` | `HERALD_CONFIG` | none | config file: a JSON object whose keys are these flag names; keys starting with `#` are comments; `herald genconfig` writes one |\n")
+		b.WriteString("| `--config` | `HERALD_CONFIG` | none | config file: JSON, or YAML when its name ends in .yaml or .yml, whose keys are these flag names; JSON keys starting with `#` are comments; `herald genconfig [--format yaml]` writes one |\n")
 		for _, st := range captured.list {
 			def := st.value.String()
 			if def == "" {
