@@ -488,69 +488,76 @@ func startNginx(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *pr
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	httpPort, httpsPort := freePort(t), freePort(t)
-	s := string(raw)
-	s = subst(t, nginxConf, s, "server "+documentedUpstreams[0]+" ", "server "+up[0]+" ", 1)
-	s = subst(t, nginxConf, s, "server "+documentedUpstreams[1]+" ", "server "+up[1]+" ", 1)
-	s = subst(t, nginxConf, s, "    listen 80;", "    listen 127.0.0.1:"+httpPort+";", 1)
-	s = subst(t, nginxConf, s, "    listen 443 ssl http2;", "    listen 127.0.0.1:"+httpsPort+" ssl http2;", 1)
-	s = subst(t, nginxConf, s, "/etc/ssl/herald/fullchain.pem", tl.cert, 1)
-	s = subst(t, nginxConf, s, "/etc/ssl/herald/privkey.pem", tl.key, 1)
-	s = subst(t, nginxConf, s, "/var/log/nginx/", dir+"/", 3)
-	if idle > 0 {
-		v := fmt.Sprintf("%ds;", int(idle/time.Second))
-		s = subst(t, nginxConf, s, "proxy_read_timeout 75s;", "proxy_read_timeout "+v, 1)
-		s = subst(t, nginxConf, s, "proxy_send_timeout 75s;", "proxy_send_timeout "+v, 1)
-	}
-	site := filepath.Join(dir, "herald.conf")
-	if err := os.WriteFile(site, []byte(s), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	userLine := ""
-	if isRoot() {
-		// Run the workers as the current user too (else nginx picks nobody).
-		u, err := user.Current()
-		if err != nil {
+	for attempt := 1; ; attempt++ {
+		httpPort, httpsPort := freePort(t), freePort(t)
+		s := string(raw)
+		s = subst(t, nginxConf, s, "server "+documentedUpstreams[0]+" ", "server "+up[0]+" ", 1)
+		s = subst(t, nginxConf, s, "server "+documentedUpstreams[1]+" ", "server "+up[1]+" ", 1)
+		s = subst(t, nginxConf, s, "    listen 80;", "    listen 127.0.0.1:"+httpPort+";", 1)
+		s = subst(t, nginxConf, s, "    listen 443 ssl http2;", "    listen 127.0.0.1:"+httpsPort+" ssl http2;", 1)
+		s = subst(t, nginxConf, s, "/etc/ssl/herald/fullchain.pem", tl.cert, 1)
+		s = subst(t, nginxConf, s, "/etc/ssl/herald/privkey.pem", tl.key, 1)
+		s = subst(t, nginxConf, s, "/var/log/nginx/", dir+"/", 3)
+		if idle > 0 {
+			v := fmt.Sprintf("%ds;", int(idle/time.Second))
+			s = subst(t, nginxConf, s, "proxy_read_timeout 75s;", "proxy_read_timeout "+v, 1)
+			s = subst(t, nginxConf, s, "proxy_send_timeout 75s;", "proxy_send_timeout "+v, 1)
+		}
+		site := filepath.Join(dir, "herald.conf")
+		if err := os.WriteFile(site, []byte(s), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		userLine = "user " + u.Username + ";"
+		userLine := ""
+		if isRoot() {
+			// Run the workers as the current user too (else nginx picks nobody).
+			u, err := user.Current()
+			if err != nil {
+				t.Fatal(err)
+			}
+			userLine = "user " + u.Username + ";"
+		}
+		// What Debian's nginx.conf sets around conf.d/*.conf, with writable
+		// paths, plus gzip for event streams: herald.conf must turn it off.
+		main := fmt.Sprintf(`%s
+	worker_processes 2;
+	pid %[2]s/nginx.pid;
+	error_log %[2]s/error.log;
+	events { worker_connections 1024; }
+	http {
+	    sendfile on;
+	    tcp_nopush on;
+	    types_hash_max_size 2048;
+	    include /etc/nginx/mime.types;
+	    default_type application/octet-stream;
+	    access_log %[2]s/access.log;
+	    client_body_temp_path %[2]s/client_body;
+	    proxy_temp_path %[2]s/proxy;
+	    fastcgi_temp_path %[2]s/fastcgi;
+	    uwsgi_temp_path %[2]s/uwsgi;
+	    scgi_temp_path %[2]s/scgi;
+	    gzip on;
+	    gzip_types text/event-stream application/json;
+	    include %[3]s;
 	}
-	// What Debian's nginx.conf sets around conf.d/*.conf, with writable
-	// paths, plus gzip for event streams: herald.conf must turn it off.
-	main := fmt.Sprintf(`%s
-worker_processes 2;
-pid %[2]s/nginx.pid;
-error_log %[2]s/error.log;
-events { worker_connections 1024; }
-http {
-    sendfile on;
-    tcp_nopush on;
-    types_hash_max_size 2048;
-    include /etc/nginx/mime.types;
-    default_type application/octet-stream;
-    access_log %[2]s/access.log;
-    client_body_temp_path %[2]s/client_body;
-    proxy_temp_path %[2]s/proxy;
-    fastcgi_temp_path %[2]s/fastcgi;
-    uwsgi_temp_path %[2]s/uwsgi;
-    scgi_temp_path %[2]s/scgi;
-    gzip on;
-    gzip_types text/event-stream application/json;
-    include %[3]s;
-}
-`, userLine, dir, site)
-	mainPath := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(mainPath, []byte(main), 0o600); err != nil {
-		t.Fatal(err)
+	`, userLine, dir, site)
+		mainPath := filepath.Join(dir, "nginx.conf")
+		if err := os.WriteFile(mainPath, []byte(main), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := &proxy{name: "nginx", base: "https://127.0.0.1:" + httpsPort, plain: "http://127.0.0.1:" + httpPort,
+			log: filepath.Join(dir, "error.log"), accessLog: filepath.Join(dir, "herald.access.log")}
+		args := []string{nginxBin, "-p", dir, "-e", p.log, "-c", mainPath}
+		if out, err := exec.Command(args[0], append(args[1:], "-t")...).CombinedOutput(); err != nil {
+			t.Fatalf("nginx -t: %v\n%s", err, out)
+		}
+		err := startProxyProcess(t, p, append(args, "-g", "daemon off;"))
+		if err == nil {
+			return p
+		}
+		if attempt == 5 {
+			t.Fatalf("%s: %v, five times", p.name, err)
+		}
 	}
-	p := &proxy{name: "nginx", base: "https://127.0.0.1:" + httpsPort, plain: "http://127.0.0.1:" + httpPort,
-		log: filepath.Join(dir, "error.log"), accessLog: filepath.Join(dir, "herald.access.log")}
-	args := []string{nginxBin, "-p", dir, "-e", p.log, "-c", mainPath}
-	if out, err := exec.Command(args[0], append(args[1:], "-t")...).CombinedOutput(); err != nil {
-		t.Fatalf("nginx -t: %v\n%s", err, out)
-	}
-	startProxyProcess(t, p, append(args, "-g", "daemon off;"))
-	return p
 }
 
 // startHAProxy runs deploy/haproxy/herald.cfg. idle > 0 replaces the
@@ -562,45 +569,57 @@ func startHAProxy(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	httpPort, httpsPort := freePort(t), freePort(t)
-	s := string(raw)
-	s = subst(t, haproxyCfg, s, "server node1 "+documentedUpstreams[0]+"\n", "server node1 "+up[0]+"\n", 1)
-	s = subst(t, haproxyCfg, s, "server node2 "+documentedUpstreams[1]+"\n", "server node2 "+up[1]+"\n", 1)
-	s = subst(t, haproxyCfg, s, "    bind :80\n", "    bind 127.0.0.1:"+httpPort+"\n", 1)
-	s = subst(t, haproxyCfg, s, "    bind :443 ssl crt /etc/haproxy/certs/herald.pem ", "    bind 127.0.0.1:"+httpsPort+" ssl crt "+tl.combined+" ", 1)
-	s = subst(t, haproxyCfg, s, "    log /dev/log local0\n", "    log stderr format raw local0\n", 1)
-	stats := filepath.Join(dir, "admin.sock")
-	s = subst(t, haproxyCfg, s, "/run/haproxy/admin.sock", stats, 3)
-	if idle > 0 {
-		v := fmt.Sprintf("%ds\n", int(idle/time.Second))
-		for _, k := range []string{"client", "server", "tunnel"} {
-			s = subst(t, haproxyCfg, s, "    timeout "+k+" 75s\n", "    timeout "+k+" "+v, 1)
+	for attempt := 1; ; attempt++ {
+		httpPort, httpsPort := freePort(t), freePort(t)
+		s := string(raw)
+		s = subst(t, haproxyCfg, s, "server node1 "+documentedUpstreams[0]+"\n", "server node1 "+up[0]+"\n", 1)
+		s = subst(t, haproxyCfg, s, "server node2 "+documentedUpstreams[1]+"\n", "server node2 "+up[1]+"\n", 1)
+		s = subst(t, haproxyCfg, s, "    bind :80\n", "    bind 127.0.0.1:"+httpPort+"\n", 1)
+		s = subst(t, haproxyCfg, s, "    bind :443 ssl crt /etc/haproxy/certs/herald.pem ", "    bind 127.0.0.1:"+httpsPort+" ssl crt "+tl.combined+" ", 1)
+		s = subst(t, haproxyCfg, s, "    log /dev/log local0\n", "    log stderr format raw local0\n", 1)
+		stats := filepath.Join(dir, "admin.sock")
+		s = subst(t, haproxyCfg, s, "/run/haproxy/admin.sock", stats, 3)
+		if idle > 0 {
+			v := fmt.Sprintf("%ds\n", int(idle/time.Second))
+			for _, k := range []string{"client", "server", "tunnel"} {
+				s = subst(t, haproxyCfg, s, "    timeout "+k+" 75s\n", "    timeout "+k+" "+v, 1)
+			}
+		}
+		if !isRoot() {
+			// chroot and the switch to the haproxy user need root.
+			for _, l := range []string{"    chroot /var/lib/haproxy\n", "    user haproxy\n", "    group haproxy\n"} {
+				s = subst(t, haproxyCfg, s, l, "", 1)
+			}
+		}
+		cfg := filepath.Join(dir, "haproxy.cfg")
+		if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(haproxyBin, "-c", "-f", cfg).CombinedOutput(); err != nil {
+			t.Fatalf("haproxy -c: %v\n%s", err, out)
+		}
+		p := &proxy{name: "haproxy", base: "https://127.0.0.1:" + httpsPort, plain: "http://127.0.0.1:" + httpPort,
+			log: filepath.Join(dir, "haproxy.log"), stats: stats}
+		p.accessLog = p.log // `log stderr`
+		// -db: stay in the foreground, as Debian's unit does with -Ws.
+		err := startProxyProcess(t, p, []string{haproxyBin, "-db", "-f", cfg})
+		if err == nil {
+			return p
+		}
+		if attempt == 5 {
+			t.Fatalf("%s: %v, five times", p.name, err)
 		}
 	}
-	if !isRoot() {
-		// chroot and the switch to the haproxy user need root.
-		for _, l := range []string{"    chroot /var/lib/haproxy\n", "    user haproxy\n", "    group haproxy\n"} {
-			s = subst(t, haproxyCfg, s, l, "", 1)
-		}
-	}
-	cfg := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(haproxyBin, "-c", "-f", cfg).CombinedOutput(); err != nil {
-		t.Fatalf("haproxy -c: %v\n%s", err, out)
-	}
-	p := &proxy{name: "haproxy", base: "https://127.0.0.1:" + httpsPort, plain: "http://127.0.0.1:" + httpPort,
-		log: filepath.Join(dir, "haproxy.log"), stats: stats}
-	p.accessLog = p.log // `log stderr`
-	// -db: stay in the foreground, as Debian's unit does with -Ws.
-	startProxyProcess(t, p, []string{haproxyBin, "-db", "-f", cfg})
-	return p
 }
 
+// errPortTaken says a proxy could not bind a port freePort had found free:
+// another process of the test run took it meanwhile.
+var errPortTaken = errors.New("a listen port was taken")
+
 // startProxyProcess runs args, stopped by its PID when the test ends, and
-// waits until the proxy accepts connections.
-func startProxyProcess(t *testing.T, px *proxy, args []string) {
+// waits until the proxy accepts connections. It returns errPortTaken when
+// the proxy exited because a port was taken, so the caller can try others.
+func startProxyProcess(t *testing.T, px *proxy, args []string) error {
 	t.Helper()
 	p := startProc(t, px.name, px.log, "", args...)
 	t.Cleanup(func() {
@@ -614,13 +633,16 @@ func startProxyProcess(t *testing.T, px *proxy, args []string) {
 	for {
 		select {
 		case <-p.done:
+			if tail := fileTail(px.log); strings.Contains(tail, "in use") {
+				return errPortTaken
+			}
 			t.Fatalf("%s exited: %v\n%s", px.name, p.err, fileTail(px.log))
 		default:
 		}
 		c, err := net.DialTimeout("tcp", px.host(), time.Second)
 		if err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s does not accept on %s: %v\n%s", px.name, px.host(), err, fileTail(px.log))
