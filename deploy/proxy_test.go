@@ -284,7 +284,7 @@ func (n *node) connections(transport string) (int, error) {
 // both nodes, and returns the node holding it.
 func (c *cluster) holder(t *testing.T, transport string) *node {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		var at *node
 		total := 0
@@ -328,7 +328,7 @@ func (c *cluster) publish(t *testing.T, channel string, n int) string {
 // in the channel's history in Redis (`herald outbox list`).
 func (c *cluster) waitDispatched(t *testing.T, channel string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		out, err := exec.Command(c.bin, "outbox", "list", "--database-url", c.dbURL, "--tenant", tenant,
 			"--channel", channel, "--state", "dispatched", "--json").Output()
@@ -340,7 +340,7 @@ func (c *cluster) waitDispatched(t *testing.T, channel string, n int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d records of %s dispatched after 30s, want %d", got, channel, n)
+			t.Fatalf("%d records of %s dispatched after %v, want %d", got, channel, waitBound, n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -363,7 +363,7 @@ func waitHTTP(t *testing.T, url string, want int, p *proc, logTail func() string
 	t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	last := ""
 	for {
 		select {
@@ -383,7 +383,7 @@ func waitHTTP(t *testing.T, url string, want int, p *proc, logTail func() string
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer %d within 30s (last: %s)\n%s", url, want, last, logTail())
+			t.Fatalf("%s did not answer %d within %v (last: %s)\n%s", url, want, waitBound, last, logTail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -629,7 +629,7 @@ func startProxyProcess(t *testing.T, px *proxy, args []string) error {
 			t.Errorf("%s did not stop within 15s of SIGTERM", px.name)
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		select {
 		case <-p.done:
@@ -655,7 +655,7 @@ func startProxyProcess(t *testing.T, px *proxy, args []string) error {
 // with address addr UP (stats socket, `show stat`).
 func haproxyServerUp(t *testing.T, p *proxy, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	last := ""
 	for {
 		status, err := haproxyStatus(p.stats, addr)
@@ -664,7 +664,7 @@ func haproxyServerUp(t *testing.T, p *proxy, addr string) {
 		}
 		last = fmt.Sprint(status, err)
 		if time.Now().After(deadline) {
-			t.Fatalf("haproxy: server %s not UP within 30s: %s", addr, last)
+			t.Fatalf("haproxy: server %s not UP within %v: %s", addr, waitBound, last)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -1271,7 +1271,7 @@ func checkAccessLog(t *testing.T, p *proxy, cl clients) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("an unknown ticket: %s, want 401", resp.Status)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		b, _ := os.ReadFile(p.accessLog)
 		if strings.Contains(string(b), marker) {
@@ -1359,7 +1359,7 @@ func checkIdleWebSocket(t *testing.T, c *cluster, p *proxy, cl clients) {
 // retry calls f with client-style backoff until it succeeds or 30 s pass.
 func retry(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	delay := 100 * time.Millisecond
 	for {
 		err := f()
@@ -1367,7 +1367,7 @@ func retry(t *testing.T, what string, f func() error) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after 30s: %v", what, err)
+			t.Fatalf("%s: still failing after %v: %v", what, waitBound, err)
 		}
 		time.Sleep(delay)
 		delay = min(2*delay, 2*time.Second)
@@ -1493,3 +1493,8 @@ func checkRestartWebSocket(t *testing.T, c *cluster, p *proxy, cl clients) {
 	}
 	restartNode(t, p, victim)
 }
+
+// waitBound bounds the test's waits for an event (a proxy accepting, a
+// server counted UP, records dispatched): a failure bound a busy machine
+// does not reach, not a budget.
+const waitBound = 2 * time.Minute

@@ -21,4 +21,3 @@ func TestRedactURL(t *testing.T) {
 		t.Fatalf("redactURL = %q", got)
 	}
 }
-

@@ -51,7 +51,7 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	store.register(st)
 	broker.registerRedis(st)
 	st.Bool(&noRedis, "no-redis", false, "the nodes run without --redis-url, so they read revocations from --database-url's PostgreSQL; required to use that store (without it and without --redis-url, a PostgreSQL --database-url is refused)")
-	st.String(&sid, "sid", "", "revoke every token of this session id")
+	st.String(&sid, "sid", "", "revoke every token whose sid claim is this value (the user's sign-in, as the application named it)")
 	st.String(&jti, "jti", "", "revoke the token with this id")
 	st.String(&reason, "reason", "", "why (kept for operators)")
 	st.Duration(&forTime, "for", 24*time.Hour, "how long to keep the revocation: at least the longest remaining lifetime of the tokens it must stop")
