@@ -276,12 +276,13 @@ func (a pgAdmin) Purge(ctx context.Context, r PurgeRequest) (PurgeResult, error)
 		}
 		return res, nil
 	}
-	// The record's row in herald.outbox goes with its retry-queue row
+	// The record's row in herald.outbox (or its archive) goes with its retry-queue row
 	// (only records that failed once have one), or the view would show it
 	// again, as dispatched, until retention drops its segment.
 	q := `WITH gone AS (DELETE FROM herald.outbox_retry WHERE qseq IN (SELECT qseq FROM herald.outbox_retry WHERE ` + cond +
 		` ORDER BY ` + col + ` LIMIT ` + args.add(r.BatchSize) + ` FOR UPDATE SKIP LOCKED) RETURNING rec_part, xid, seq),
-	rows AS (DELETE FROM herald.outbox o USING gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq)
+	rows AS (DELETE FROM herald.outbox o USING gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq),
+	archived AS (DELETE FROM herald.outbox_archive o USING gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq)
 	SELECT count(*) FROM gone`
 	for {
 		var n int64

@@ -795,7 +795,7 @@ func testMetrics(t *testing.T, h *harness) {
 	w := startWorker(t, h.store, rec, WorkerConfig{Registerer: reg})
 	eventually(t, 5*time.Second, "gauges refreshed", func() bool {
 		return testutil.ToFloat64(w.m.pending) == 1 && testutil.ToFloat64(w.m.oldestAge) >= 3500 &&
-			testutil.ToFloat64(w.m.storeUp) == 1
+			testutil.ToFloat64(w.m.storeUp) == 1 && testutil.ToFloat64(w.m.claimBatch) >= 1
 	})
 	if _, err := NewWorker(h.store, rec, WorkerConfig{Registerer: reg}); err == nil {
 		t.Fatal("a second worker registered the same metrics without error")
@@ -818,7 +818,7 @@ func testMetrics(t *testing.T, h *harness) {
 		names[mf.GetName()] = true
 	}
 	for _, n := range []string{"herald_outbox_pending", "herald_outbox_dead_letter", "herald_outbox_oldest_pending_age_seconds",
-		"herald_outbox_attempts", "herald_outbox_dispatch_duration_seconds", "herald_outbox_outcomes_total", "herald_outbox_store_up"} {
+		"herald_outbox_attempts", "herald_outbox_dispatch_duration_seconds", "herald_outbox_outcomes_total", "herald_outbox_store_up", "herald_outbox_claims_total"} {
 		if !names[n] {
 			t.Errorf("metric %s not registered", n)
 		}

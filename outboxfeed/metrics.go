@@ -15,6 +15,12 @@ const (
 	OutcomeLeaseLost  = "lease_lost"
 )
 
+// Result label values of herald_outbox_claims_total.
+const (
+	ClaimBatch = "batch" // the claim leased a partition with records to dispatch
+	ClaimEmpty = "empty" // nothing to dispatch: no lease taken, nothing written
+)
+
 type metrics struct {
 	pending      prometheus.Gauge
 	deadLetter   prometheus.Gauge
@@ -26,12 +32,18 @@ type metrics struct {
 	retry        prometheus.Counter
 	deadLettered prometheus.Counter
 	leaseLost    prometheus.Counter
+	claimBatch   prometheus.Counter
+	claimEmpty   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_outbox_outcomes_total",
 		Help: "Claimed outbox records by outcome: success (broker accepted, completed), retry, dead_letter, lease_lost (a late update rejected by owner/fence).",
+	}, []string{"result"})
+	claims := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_outbox_claims_total",
+		Help: "Claims the Worker made, by result: batch (a partition leased with records to dispatch) or empty (nothing to dispatch).",
 	}, []string{"result"})
 	m := &metrics{
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -64,12 +76,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		retry:        outcomes.WithLabelValues(OutcomeRetry),
 		deadLettered: outcomes.WithLabelValues(OutcomeDeadLetter),
 		leaseLost:    outcomes.WithLabelValues(OutcomeLeaseLost),
+		claimBatch:   claims.WithLabelValues(ClaimBatch),
+		claimEmpty:   claims.WithLabelValues(ClaimEmpty),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.pending, m.deadLetter, m.oldestAge, m.storeUp, m.attempts, m.duration, outcomes} {
+	for _, c := range []prometheus.Collector{m.pending, m.deadLetter, m.oldestAge, m.storeUp, m.attempts, m.duration, outcomes, claims} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -14,6 +14,7 @@ var pgMigrations = []pgMigration{
 	{2, "outbox channel heads", pgSchemaV2},
 	{3, "partition leases and snapshot batches", pgSchemaV3},
 	{4, "time-ordered ids", pgSchemaV4},
+	{5, "archived segments", pgSchemaV5},
 }
 
 // Advisory-lock keys (per database): one serializes migrations (and

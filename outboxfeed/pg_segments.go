@@ -24,10 +24,12 @@ import (
 const DefaultSegmentRecords = 1_000_000
 
 // segmentsAhead is how many segments are kept ending above the current
-// seq, so a Pruner that runs every minute keeps ahead of 3 segments a
-// minute (with the default size, 50,000 records a second); records beyond
-// go to the default partition, which is truncated once done.
-const segmentsAhead = 4
+// seq, so a Pruner that runs every minute keeps ahead of one segment a
+// minute (with the default size, about 16,000 records a second); records
+// beyond go to the default partition, which is truncated once done. Every
+// segment attached to herald.outbox, empty or not, costs each claim an
+// index scan to open, so few are kept.
+const segmentsAhead = 2
 
 // segmentMargin is the gap left above the current seq when the first
 // segment is made (those records go to the default partition).
@@ -138,25 +140,33 @@ SELECT NOT EXISTS (
 			AND NOT (p.hi IS NOT NULL AND pg_visible_in_snapshot(o.xid, p.hi) AND (o.xid, o.seq) <= (p.pos_xid, p.pos_seq))
 		LIMIT 1) x)`
 
-// removeSegments drops the full segments and truncates the open one (and
-// the default partition) whose records are all done and whose newest
-// record is older than retention.
+// segment is one row of herald.outbox_segment (or the default partition).
+type segment struct {
+	name     string
+	from, to int64
+	full     bool // no record can be added any more (to_seq is past the sequence)
+	archived bool // moved to herald.outbox_archive
+	old      bool // archived, and its newest record is past the retention
+}
+
+// removeSegments archives the full segments whose records are all done,
+// drops the archived ones past retention, and truncates the open one (and
+// the default partition) when its records are all done and its newest is
+// older than retention.
 func (s *PGStore) removeSegments(ctx context.Context, retention time.Duration) (int, error) {
 	rows, err := s.pool.Query(ctx, `
-SELECT name, to_seq <= (SELECT last_value FROM herald.outbox_record_seq) FROM herald.outbox_segment
-UNION ALL SELECT 'outbox_default', false
-ORDER BY 1`)
+SELECT name, from_seq, to_seq, to_seq <= (SELECT last_value FROM herald.outbox_record_seq), archived_at IS NOT NULL,
+	coalesce(newest_at < now() - $1::bigint * interval '1 microsecond', true)
+FROM herald.outbox_segment
+UNION ALL SELECT 'outbox_default', 0, 0, false, false, false
+ORDER BY 1`, retention.Microseconds())
 	if err != nil {
 		return 0, err
 	}
-	type seg struct {
-		name string
-		full bool
-	}
-	var segs []seg
+	var segs []segment
 	for rows.Next() {
-		var sg seg
-		if err := rows.Scan(&sg.name, &sg.full); err != nil {
+		var sg segment
+		if err := rows.Scan(&sg.name, &sg.from, &sg.to, &sg.full, &sg.archived, &sg.old); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -168,7 +178,15 @@ ORDER BY 1`)
 	}
 	removed := 0
 	for _, sg := range segs {
-		ok, err := s.removeSegment(ctx, sg.name, sg.full, retention)
+		var ok bool
+		var err error
+		if sg.archived {
+			if sg.old {
+				ok, err = s.dropArchived(ctx, sg.name)
+			}
+		} else {
+			ok, err = s.removeSegment(ctx, sg, retention)
+		}
 		if err != nil {
 			return removed, err
 		}
@@ -179,35 +197,92 @@ ORDER BY 1`)
 	return removed, nil
 }
 
-// removeSegment drops (full) or truncates the segment name if it is done
-// and old enough. It looks first without a lock (most segments are empty,
-// or not done), then takes the segment's lock, so that every record an
-// open transaction was writing into it has committed (or rolled back),
-// and looks again. Pruners of several processes take turns
-// (pgPruneLockKey); one that finds another at work leaves the segment to
-// its next run.
-func (s *PGStore) removeSegment(ctx context.Context, name string, full bool, retention time.Duration) (bool, error) {
+// removeSegment drops (full) or truncates the attached segment sg if it
+// is done and old enough, and archives a full one that is done but not
+// old yet. It looks first without a lock (most segments are empty, or not
+// done), then takes the segment's lock, so that every record an open
+// transaction was writing into it has committed (or rolled back), and
+// looks again. Pruners of several processes take turns (pgPruneLockKey);
+// one that finds another at work leaves the segment to its next run.
+func (s *PGStore) removeSegment(ctx context.Context, sg segment, retention time.Duration) (bool, error) {
+	name := sg.name
 	check := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
-	}) (empty, removable bool, err error) {
+	}) (empty, done bool, newest *time.Time, old bool, err error) {
 		if err := q.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM herald.`+name+`)`).Scan(&empty); err != nil {
-			return false, false, err
+			return false, false, nil, false, err
 		}
 		if empty {
-			return true, full, nil
+			return true, true, nil, true, nil
 		}
-		var done, old bool
 		if err := q.QueryRow(ctx, fmt.Sprintf(pgSegmentDone, "herald."+name)).Scan(&done); err != nil || !done {
-			return false, false, err
+			return false, false, nil, false, err
 		}
-		err = q.QueryRow(ctx, `SELECT coalesce(max(occurred_at) < now() - $1::bigint * interval '1 microsecond', true) FROM herald.`+name,
-			retention.Microseconds()).Scan(&old)
-		return false, old, err
+		err = q.QueryRow(ctx, `SELECT max(occurred_at), coalesce(max(occurred_at) < now() - $1::bigint * interval '1 microsecond', true)
+			FROM herald.`+name, retention.Microseconds()).Scan(&newest, &old)
+		return false, true, newest, old, err
 	}
-	if _, ok, err := check(s.pool); err != nil || !ok {
+	// An empty open segment has nothing to remove; a full one that is done
+	// goes (dropped when old, else archived).
+	if empty, done, _, old, err := check(s.pool); err != nil || !done || !sg.full && (empty || !old) {
 		return false, err
 	}
 	var removed bool
+	err := s.pruneTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `LOCK TABLE herald.`+name+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+			return err // busy (lock timeout): next run
+		}
+		empty, done, newest, old, err := check(tx)
+		if err != nil || !done {
+			return err
+		}
+		switch {
+		case sg.full && old:
+			if _, err := tx.Exec(ctx, `DROP TABLE herald.`+name); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `DELETE FROM herald.outbox_segment WHERE name = $1`, name)
+		case sg.full:
+			// Done, kept for the retention: out of the claims' way.
+			if _, err := tx.Exec(ctx, `ALTER TABLE herald.outbox DETACH PARTITION herald.`+name); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE herald.outbox_archive ATTACH PARTITION herald.%s FOR VALUES FROM (%d) TO (%d)`,
+				name, sg.from, sg.to)); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `UPDATE herald.outbox_segment SET archived_at = now(), newest_at = $2 WHERE name = $1`, name, newest)
+			return err // archived, not removed
+		case empty || !old:
+			return nil
+		default:
+			_, err = tx.Exec(ctx, `TRUNCATE herald.`+name)
+		}
+		removed = err == nil
+		return err
+	})
+	return removed, err
+}
+
+// dropArchived drops the archived segment name (past the retention).
+func (s *PGStore) dropArchived(ctx context.Context, name string) (bool, error) {
+	var dropped bool
+	err := s.pruneTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DROP TABLE herald.`+name); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM herald.outbox_segment WHERE name = $1`, name)
+		dropped = err == nil
+		return err
+	})
+	return dropped, err
+}
+
+// pruneTx runs fn in a transaction bounded by pgSegmentTxSettings, if it is
+// this Pruner's turn (pgPruneLockKey); when another Pruner is at work, or a
+// lock is busy (lock timeout), it does nothing and the next run tries
+// again.
+func (s *PGStore) pruneTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var turn bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pgPruneLockKey).Scan(&turn); err != nil || !turn {
@@ -216,32 +291,12 @@ func (s *PGStore) removeSegment(ctx context.Context, name string, full bool, ret
 		if _, err := tx.Exec(ctx, pgSegmentTxSettings, pgSegmentLockTimeout); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE herald.`+name+` IN ACCESS EXCLUSIVE MODE`); err != nil {
-			return err // busy (lock timeout): next run
-		}
-		empty, ok, err := check(tx)
-		if err != nil || !ok {
-			return err
-		}
-		if full && name != "outbox_default" {
-			if _, err := tx.Exec(ctx, `DROP TABLE herald.`+name); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `DELETE FROM herald.outbox_segment WHERE name = $1`, name)
-			removed = err == nil
-			return err
-		}
-		if empty {
-			return nil
-		}
-		_, err = tx.Exec(ctx, `TRUNCATE herald.`+name)
-		removed = err == nil
-		return err
+		return fn(tx)
 	})
 	if err != nil && isLockTimeout(err) {
-		return false, nil
+		return nil
 	}
-	return removed, err
+	return err
 }
 
 // pgSegmentTxSettings bound what a segment transaction can cost others:

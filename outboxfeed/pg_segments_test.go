@@ -18,13 +18,112 @@ func (p *countingPublisher) Publish(ctx context.Context, msg fanout.Message) (fa
 	return fanout.Publication{Message: msg}, nil
 }
 
-// outboxSize is the size of herald.outbox's segments with their indexes.
+// outboxSize is the size of herald.outbox's segments (attached and
+// archived) with their indexes.
 func outboxSize(t *testing.T, s *PGStore) int64 {
 	t.Helper()
 	var n int64
-	testenv.Must(t, s.Pool().QueryRow(context.Background(), `SELECT sum(pg_total_relation_size(relid))::bigint
-		FROM pg_partition_tree('herald.outbox') WHERE isleaf`).Scan(&n), "outbox size")
+	testenv.Must(t, s.Pool().QueryRow(context.Background(), `SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint
+		FROM (SELECT relid, isleaf FROM pg_partition_tree('herald.outbox')
+			UNION ALL SELECT relid, isleaf FROM pg_partition_tree('herald.outbox_archive')) t WHERE isleaf`).Scan(&n), "outbox size")
 	return n
+}
+
+// attachedSegments counts the partitions claims read (herald.outbox's
+// leaves) and the archived ones.
+func attachedSegments(t *testing.T, s *PGStore) (attached, archived int) {
+	t.Helper()
+	testenv.Must(t, s.Pool().QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM pg_partition_tree('herald.outbox') WHERE isleaf),
+		(SELECT count(*) FROM pg_partition_tree('herald.outbox_archive') WHERE isleaf)`).Scan(&attached, &archived), "segments")
+	return attached, archived
+}
+
+// TestPostgresDoneSegmentsLeaveTheClaims: full segments whose records are
+// all done move out of herald.outbox (which every claim reads) into the
+// archive at once, whatever the retention; a segment with a record not
+// yet done stays; archived records keep their state for operators; past
+// the retention the archived segments are dropped.
+func TestPostgresDoneSegmentsLeaveTheClaims(t *testing.T) {
+	const size, segments = 1000, 5
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	keep, err := NewPruner(s, PrunerConfig{SegmentRecords: size, Retention: time.Hour})
+	testenv.Must(t, err, "pruner")
+	_, err = keep.Prune(ctx)
+	testenv.Must(t, err, "first prune")
+
+	// Segments fill while no Worker runs (the first segmentMargin records
+	// go to the default partition): none is done, none archived.
+	var ids []string
+	for range segments + segmentMargin/size {
+		rows, err := s.Pool().Query(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
+			SELECT 'acme', 'c/' || (g % 7), 'order.updated', 1, '{"n":1}' FROM generate_series(1, $1) g RETURNING id::text`, size)
+		testenv.Must(t, err, "stage")
+		for rows.Next() {
+			var id string
+			testenv.Must(t, rows.Scan(&id), "scan id")
+			ids = append(ids, id)
+		}
+		testenv.Must(t, rows.Err(), "stage rows")
+		_, err = keep.Prune(ctx)
+		testenv.Must(t, err, "prune while staging")
+	}
+	attached, archived := attachedSegments(t, s)
+	if archived != 0 {
+		t.Fatalf("%d segments archived while their records were pending", archived)
+	}
+	var full int
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_segment
+		WHERE to_seq <= (SELECT last_value FROM herald.outbox_record_seq)`).Scan(&full), "full segments")
+	if full < 2 || attached < full {
+		t.Fatalf("%d full segments, %d partitions attached; want at least 2 full, all attached", full, attached)
+	}
+
+	pub := &countingPublisher{}
+	w := startWorker(t, s, pub, WorkerConfig{BatchSize: 100})
+	eventually(t, 5*time.Minute, "every record published", func() bool { return pub.n.Load() >= int64(len(ids)) })
+	eventually(t, time.Minute, "the backlog empty", func() bool {
+		st, err := s.Stats(ctx)
+		return err == nil && st.Pending == 0
+	})
+	w.Stop()
+	_, err = keep.Prune(ctx)
+	testenv.Must(t, err, "prune after the drain")
+	attached, archived = attachedSegments(t, s)
+	t.Logf("after the drain: %d partitions attached, %d archived", attached, archived)
+	if archived < full {
+		t.Fatalf("%d segments archived, want the %d full ones at least", archived, full)
+	}
+	// The default partition, the segment receiving records and the ones
+	// made ahead of it.
+	if attached > segmentsAhead+2 {
+		t.Fatalf("%d partitions still attached to herald.outbox, want at most %d", attached, segmentsAhead+2)
+	}
+	for _, id := range []string{ids[0], ids[len(ids)/2], ids[len(ids)-1]} {
+		if _, ok := stateOf(t, s, id).(Dispatched); !ok {
+			t.Fatalf("record %s in an archived segment: state %T, want Dispatched", id, stateOf(t, s, id))
+		}
+	}
+	var total int64
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_records`).Scan(&total), "count records")
+	if total != int64(len(ids)) {
+		t.Fatalf("herald.outbox_records lists %d records, want %d", total, len(ids))
+	}
+
+	// Past the retention the archive is dropped.
+	expire, err := NewPruner(s, PrunerConfig{SegmentRecords: size, Retention: time.Nanosecond})
+	testenv.Must(t, err, "pruner")
+	_, err = expire.Prune(ctx)
+	testenv.Must(t, err, "prune past the retention")
+	if _, archived = attachedSegments(t, s); archived != 0 {
+		t.Fatalf("%d archived segments left past the retention", archived)
+	}
+	var listed int
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_segment WHERE archived_at IS NOT NULL`).Scan(&listed), "segment list")
+	if listed != 0 {
+		t.Fatalf("herald.outbox_segment still lists %d archived segments", listed)
+	}
 }
 
 // TestPostgresRetentionDropsSegments drains and expires 1,000,000 records

@@ -133,6 +133,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 			}
 			storeFails = 0
 			w.setReady()
+			w.claimed(b)
 			w.armed(l, req)
 			if b == nil {
 				w.idle(ctx, l)
@@ -248,6 +249,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	}
 	w.completed(b, out, held, claimedAt)
 	if next != nil {
+		w.claimed(nb)
 		w.armed(l, *next)
 	}
 	if res.brokerErr != nil {
@@ -286,6 +288,15 @@ func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *Cl
 		w.setReady()
 	}
 	return held, nb, err
+}
+
+// claimed counts a claim that returned b (nil: nothing to dispatch).
+func (w *Worker) claimed(b *Batch) {
+	if b == nil {
+		w.m.claimEmpty.Inc()
+		return
+	}
+	w.m.claimBatch.Inc()
 }
 
 // completed records the metrics and logs of a completed batch.

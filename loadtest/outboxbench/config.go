@@ -78,6 +78,9 @@ type config struct {
 	// PollInterval is the Worker's PollInterval in every phase. Default: 1s
 	// (the Worker's default).
 	PollInterval time.Duration
+	// ActivePollInterval is the Worker's ActivePollInterval. Default: 0,
+	// the Worker's default.
+	ActivePollInterval time.Duration
 
 	// Producers is how many concurrent single-row producers the producer
 	// phase runs. Default: 16.
@@ -156,6 +159,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.LatencyProducers, "latency-producers", c.LatencyProducers, "latency: connections sharing the paced staging")
 	fs.BoolVar(&c.LatencyNotify, "latency-notify", c.LatencyNotify, "latency: keep the NOTIFY wake-up trigger (false = the Worker polls every -poll-interval)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "Worker poll interval")
+	fs.DurationVar(&c.ActivePollInterval, "active-poll-interval", c.ActivePollInterval, "Worker active poll interval (0 = the Worker's default)")
 	fs.IntVar(&c.Producers, "producers", c.Producers, "producers: concurrent single-row producers")
 	fs.DurationVar(&c.ProducerDuration, "producer-duration", c.ProducerDuration, "producers: how long each variant runs")
 	fs.StringVar(&c.ProducerVariants, "producer-variants", c.ProducerVariants, "producers: variants in run order, comma-separated <worker|none>/<on|off> (a Worker draining or no consumer / NOTIFY trigger)")

@@ -29,6 +29,9 @@ type latencyResult struct {
 	// (application_name herald) spent from the first commit until every
 	// record was accepted; Self is this process's (Worker and producers).
 	WorkerPG, Self time.Duration
+	// Claims and EmptyClaims are the Worker's claims with records and
+	// without, in the same span.
+	Claims, EmptyClaims int64
 }
 
 // commitMark is one producer's committed record.
@@ -69,6 +72,10 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 	total := int(int64(cfg.Rate) * int64(cfg.LatencyDuration) / int64(time.Second))
 	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections (%s broker)\n", total, cfg.Rate, cfg.LatencyProducers, cfg.Broker)
 	pg0, self0 := benchkit.ReadAppBackends(ctx, store.Pool(), "herald"), benchkit.SelfCPU()
+	claims0, empty0, err := p.claims()
+	if err != nil {
+		return res, err
+	}
 	marks, lag, err := pacedStage(ctx, pool, cfg, total)
 	if err != nil {
 		return res, err
@@ -90,6 +97,11 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 	}
 	res.WorkerPG = benchkit.ReadAppBackends(ctx, store.Pool(), "herald").Since(pg0)
 	res.Self = benchkit.SelfCPU() - self0
+	claims1, empty1, err := p.claims()
+	if err != nil {
+		return res, err
+	}
+	res.Claims, res.EmptyClaims = claims1-claims0, empty1-empty0
 	commits := make([]time.Duration, 0, len(marks))
 	accepts := make([]time.Duration, 0, len(marks))
 	for _, m := range marks {
@@ -106,8 +118,9 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 		accepts = append(accepts, d)
 	}
 	res.Commit, res.Accept = benchkit.Summarize(commits), benchkit.Summarize(accepts)
-	fmt.Fprintf(progress, "latency: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record\n",
-		benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed))
+	fmt.Fprintf(progress, "latency: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record; %d claims with records, %d empty\n",
+		benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
+		res.Claims, res.EmptyClaims)
 	return res, nil
 }
 

@@ -89,7 +89,7 @@ func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, kind
 		reg:     prometheus.NewRegistry(),
 	}
 	p.worker, err = outboxfeed.NewWorker(store, p.pub, outboxfeed.WorkerConfig{
-		BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, Registerer: p.reg,
+		BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval, Registerer: p.reg,
 	})
 	if err != nil {
 		return fail(err)
@@ -166,17 +166,31 @@ func (p *pipeline) stop() {
 // completed is the Worker's count of records completed after the broker
 // accepted them (herald_outbox_outcomes_total{result="success"}).
 func (p *pipeline) completed() (int64, error) {
+	return p.counter("herald_outbox_outcomes_total", outboxfeed.OutcomeSuccess)
+}
+
+// claims is how many claims the Worker made, with records and empty.
+func (p *pipeline) claims() (batch, empty int64, err error) {
+	if batch, err = p.counter("herald_outbox_claims_total", outboxfeed.ClaimBatch); err != nil {
+		return 0, 0, err
+	}
+	empty, err = p.counter("herald_outbox_claims_total", outboxfeed.ClaimEmpty)
+	return batch, empty, err
+}
+
+// counter reads the Worker's counter name{result=result}.
+func (p *pipeline) counter(name, result string) (int64, error) {
 	mfs, err := p.reg.Gather()
 	if err != nil {
 		return 0, fmt.Errorf("outboxbench: gather worker metrics: %w", err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "herald_outbox_outcomes_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == outboxfeed.OutcomeSuccess {
+				if l.GetName() == "result" && l.GetValue() == result {
 					return int64(m.GetCounter().GetValue()), nil
 				}
 			}
