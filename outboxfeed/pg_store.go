@@ -226,6 +226,9 @@ func (s *PGStore) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
+// armsWakeups: the notify trigger wakes the Worker while it is armed.
+func (s *PGStore) armsWakeups() bool { return !s.cfg.DisableNotifyTrigger }
+
 // pgStats: see Stats. A record is not covered when its transaction is not
 // visible in lo, unless the open range's position passed it.
 const pgStatsHead = 1000

@@ -318,6 +318,46 @@ func TestPostgresNotifyOnlyWhileArmed(t *testing.T) {
 	eventually(t, 5*time.Second, "all three completed", func() bool { return testutil.ToFloat64(w.m.success) == 3 })
 }
 
+// TestPostgresLoneRecordsCostFewClaims: records that come one at a time
+// (each completed before the next is staged) wake the Worker through the
+// trigger; each costs its claim and the completion's look for more, and
+// the Worker goes straight back to waiting for the trigger instead of
+// polling every ActivePollInterval for IdleAfter. Two lanes: a wake-up
+// goes to the lead lane alone.
+func TestPostgresLoneRecordsCostFewClaims(t *testing.T) {
+	t.Parallel()
+	const records = 20
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	rec := newRecorder()
+	w := startWorker(t, s, rec, WorkerConfig{PollInterval: time.Hour, IdleAfter: time.Minute, Lanes: 2})
+	armedUntil := func() *time.Time {
+		var at *time.Time
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT armed_until FROM herald.outbox_wakeup`).Scan(&at), "read switch")
+		return at
+	}
+	eventually(t, time.Minute, "the idle worker to arm the trigger", func() bool { return armedUntil() != nil })
+	before := testutil.ToFloat64(w.m.claimBatch) + testutil.ToFloat64(w.m.claimEmpty)
+	for i := range records {
+		id, err := s.StageOne(ctx, note(fmt.Sprintf("orders/%d", i), `{}`))
+		testenv.Must(t, err, "stage")
+		rec.waitFor(t, time.Minute, "the woken delivery", func() bool { _, ok := rec.byID(id); return ok })
+		// Completed, so the completion's look for more is over too: the
+		// next record comes alone.
+		eventually(t, time.Minute, "the record completed", func() bool { return testutil.ToFloat64(w.m.success) == float64(i+1) })
+	}
+	claims := testutil.ToFloat64(w.m.claimBatch) + testutil.ToFloat64(w.m.claimEmpty) - before
+	t.Logf("%d lone records: %.0f claims (%.0f with records)", records, claims, testutil.ToFloat64(w.m.claimBatch))
+	// Each record: the woken claim, the completion's look for more, and
+	// at most one more (a follow-up look after arming).
+	if claims > 3*records {
+		t.Fatalf("%d lone records cost %.0f claims, want at most %d", records, claims, 3*records)
+	}
+	if at := armedUntil(); at == nil {
+		t.Fatal("the trigger was left disarmed")
+	}
+}
+
 // openStage begins a producer transaction on its own connection and
 // stages ns in it, leaving it open; the test ends it (commit or rollback,
 // else at cleanup).

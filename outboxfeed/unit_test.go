@@ -296,3 +296,21 @@ func TestTakeoverMark(t *testing.T) {
 		t.Fatal("the mark outlived the batch that passed it")
 	}
 }
+
+func TestActivePollBacksOff(t *testing.T) {
+	base, idleAfter := 500*time.Microsecond, 50*time.Millisecond
+	want := []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond,
+		8 * time.Millisecond, 12500 * time.Microsecond, 12500 * time.Microsecond}
+	for empties, w := range want {
+		if got := activePoll(base, idleAfter, empties); got != w {
+			t.Errorf("activePoll after %d empty claims = %v, want %v", empties, got, w)
+		}
+	}
+	if got := activePoll(base, idleAfter, 1<<20); got != idleAfter/4 {
+		t.Errorf("activePoll after many empty claims = %v, want the cap %v", got, idleAfter/4)
+	}
+	// A base above the cap is kept.
+	if got := activePoll(20*time.Millisecond, idleAfter, 3); got != 20*time.Millisecond {
+		t.Errorf("activePoll with a base above the cap = %v, want the base", got)
+	}
+}

@@ -35,6 +35,21 @@ type Worker struct {
 	// recovered is signalled when the store answers again after an
 	// outage, so lanes backing off try at once.
 	recovered chan struct{}
+	// armable: the store has a wake-up trigger the lead lane arms while
+	// idle (wakeArmer), so a wake-up means a record was committed.
+	armable bool
+}
+
+// wakeArmer is a Store whose Wakeups come from a trigger that the Worker
+// arms and disarms through ClaimRequest.Arm and Disarm (PGStore, unless
+// its trigger is disabled).
+type wakeArmer interface {
+	armsWakeups() bool
+}
+
+func armsWakeups(s Store) bool {
+	a, ok := s.(wakeArmer)
+	return ok && a.armsWakeups()
 }
 
 // NewWorker builds a Worker over store that publishes through pub.
@@ -55,6 +70,7 @@ func NewWorker(store Store, pub Publisher, cfg WorkerConfig) (*Worker, error) {
 		log:       cfg.Logger.With("component", "outbox-worker", "owner", cfg.Owner),
 		limit:     ratelog.NewLimiter(cfg.LogEvery, 1),
 		recovered: make(chan struct{}, 1),
+		armable:   armsWakeups(store),
 	}, nil
 }
 

@@ -37,10 +37,10 @@ type WorkerConfig struct {
 	// ActivePollInterval is how long a Worker that found records less than
 	// IdleAfter ago waits before claiming again. It stands in for wake-ups
 	// while records keep coming: the notify trigger stays disarmed then, so
-	// producers' commits never queue behind a NOTIFY. A record waits on
-	// average half of it before a claim looks; at 1,000 records/s, 500µs
-	// instead of 1ms took commit → publish p50 from 1.5 to 0.85 ms for
-	// about the same CPU (docs/performance.md). Default: 500µs.
+	// producers' commits never queue behind a NOTIFY. Each claim in a row
+	// that finds nothing doubles the wait (up to IdleAfter/4), so a Worker
+	// between two records of a light load makes a handful of claims, not
+	// one every ActivePollInterval. Default: 500µs.
 	ActivePollInterval time.Duration
 	// IdleAfter is how long without records makes a Worker idle: it arms
 	// the notify trigger (PostgreSQL) and waits for a wake-up or

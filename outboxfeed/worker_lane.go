@@ -15,11 +15,18 @@ import (
 // claim. Lanes never share a lease owner (laneOwner).
 type lane struct {
 	owner    string
-	lead     bool          // arms and disarms the wake-up trigger
-	lastWork time.Time     // when a claim last found records (or a wake-up came)
-	armed    bool          // this lane armed the wake-up trigger
-	followUp bool          // the next idle wait is a short one (just armed)
-	kicked   chan struct{} // signalled when there may be work for this lane
+	lead     bool      // arms and disarms the wake-up trigger
+	lastWork time.Time // when a claim last found records (or a wake-up came)
+	armed    bool      // this lane armed the wake-up trigger
+	followUp bool      // the next idle wait is a short one (just armed)
+	empties  int       // claims in a row that found nothing (the active poll backs off)
+	// looked says the completion's claim just found nothing: the lane
+	// waits before it claims again.
+	looked bool
+	// found counts the claims that found records since the lane last armed
+	// the wake-up trigger: records are flowing once two did (flowing).
+	found  int
+	kicked chan struct{} // signalled when there may be work for this lane
 	// brokerFails counts this lane's batches in a row that met a broker
 	// outage (for the backoff).
 	brokerFails int
@@ -92,6 +99,13 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 			signal(l.kicked)
 		}
 	}
+	// A wake-up goes to the lead lane; it kicks the others when it finds a
+	// backlog (runLane), so a lone record costs one claim, not one a lane.
+	// Without a trigger to arm, every lane looks.
+	kickWake := kickAll
+	if w.armable {
+		kickWake = func() { signal(lanes[0].kicked) }
+	}
 	var wg sync.WaitGroup
 	for _, l := range lanes {
 		wg.Go(func() { w.runLane(ctx, l, kickAll) })
@@ -106,7 +120,7 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 				wake = nil
 				continue
 			}
-			kickAll()
+			kickWake()
 		case <-w.recovered:
 			kickAll()
 		}
@@ -121,6 +135,11 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 	var storeFails int
 	var b *Batch
 	for ctx.Err() == nil {
+		if b == nil && l.looked {
+			l.looked = false
+			w.idle(ctx, l)
+			continue
+		}
 		if b == nil {
 			req := w.claimRequest(l, AnyPartition)
 			var err error
@@ -139,6 +158,8 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 				w.idle(ctx, l)
 				continue
 			}
+			l.empties = 0
+			l.found++
 			if b.More || len(b.Records) >= max(1, w.cfg.BatchSize/16) {
 				// A backlog builds: the other lanes take the other
 				// partitions. Below it one lane keeps up, and fewer claims
@@ -156,16 +177,29 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 func (w *Worker) claimRequest(l *lane, part int) ClaimRequest {
 	req := ClaimRequest{Owner: l.owner, Partition: part, Limit: w.cfg.BatchSize, Lease: w.cfg.LeaseDuration, Durable: w.cfg.DurableClaims}
 	if l.lead {
-		switch {
-		case l.armed && time.Since(l.lastWork) < w.cfg.IdleAfter:
+		switch flowing := w.flowing(l); {
+		case l.armed && flowing:
 			req.Disarm = true
-		case !l.armed && time.Since(l.lastWork) >= w.cfg.IdleAfter:
+		case !l.armed && !flowing:
 			req.Arm = 3 * w.cfg.PollInterval
 		case l.armed:
 			req.Arm = 3 * w.cfg.PollInterval // the idle poll re-arms, so it stays armed
 		}
 	}
 	return req
+}
+
+// flowing reports whether records keep coming to lane l: a claim found
+// some less than IdleAfter ago and, where there is a wake-up trigger to
+// arm, more than one claim found some since the lane armed it. Only then
+// does it disarm the trigger and poll every ActivePollInterval. A lone
+// record woke the lane and went out; the lane goes straight back to
+// waiting for the trigger, instead of polling for IdleAfter.
+func (w *Worker) flowing(l *lane) bool {
+	if time.Since(l.lastWork) >= w.cfg.IdleAfter {
+		return false
+	}
+	return !w.armable || l.found >= 2
 }
 
 // armed records what the claim did to the wake-up trigger.
@@ -175,6 +209,9 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 		l.armed = false
 	case req.Arm > 0:
 		l.followUp = !l.armed
+		if !l.armed {
+			l.found = 0
+		}
 		l.armed = true
 	}
 }
@@ -190,14 +227,19 @@ func (w *Worker) claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
 // idle waits after a claim that found nothing.
 func (w *Worker) idle(ctx context.Context, l *lane) {
 	wait := w.cfg.PollInterval
+	flowing := w.flowing(l)
+	if !flowing {
+		l.found = 0 // the next wake-up starts afresh
+	}
 	switch {
 	case !l.lead:
 		// Only the lead lane polls; the others wait for the wake-ups and
 		// the kicks of a lane that found records.
-	case time.Since(l.lastWork) < w.cfg.IdleAfter:
-		wait = w.cfg.ActivePollInterval
-	case l.lead && !l.armed:
-		// IdleAfter ran out during the claim: the next claim arms the
+	case flowing:
+		wait = activePoll(w.cfg.ActivePollInterval, w.cfg.IdleAfter, l.empties)
+		l.empties++
+	case !l.armed:
+		// The flow stopped during the claim: the next claim arms the
 		// trigger, at once, before the long wait.
 		wait = w.cfg.ActivePollInterval
 	case l.followUp:
@@ -208,6 +250,7 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 	}
 	if w.waitKick(ctx, l, wait) {
 		l.lastWork = time.Now()
+		l.empties = 0
 	}
 }
 
@@ -251,6 +294,10 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	if next != nil {
 		w.claimed(nb)
 		w.armed(l, *next)
+		l.looked = nb == nil
+		if nb != nil {
+			l.found++
+		}
 	}
 	if res.brokerErr != nil {
 		w.brokerDown(ctx, l, res.brokerErr)
@@ -425,4 +472,18 @@ func (w *Worker) settleContext(ctx context.Context, claimedAt time.Time) (contex
 // being taken over.
 func poisonReason(takeovers int) string {
 	return fmt.Sprintf("gave up after %d attempts: its lease expired", takeovers)
+}
+
+// activePoll is the wait before the next claim of a busy lane whose last
+// empties claims in a row found nothing: base, doubled for each, at most
+// idleAfter/4 (and never below base).
+func activePoll(base, idleAfter time.Duration, empties int) time.Duration {
+	d := base
+	for range min(empties, 30) {
+		if d >= idleAfter/4 {
+			break
+		}
+		d *= 2
+	}
+	return max(base, min(d, idleAfter/4))
 }
