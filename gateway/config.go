@@ -47,6 +47,17 @@ type Config struct {
 	// finds the history gone, or when a write to it times out.
 	HistorySize int
 
+	// HistoryTTL is how long the broker keeps the history of an idle
+	// channel (fanout's HistoryTTL; herald serve passes --history-ttl).
+	// With HistorySize it is announced in the WebSocket connect reply, so
+	// a client knows how long a resume position stays useful. Default 0:
+	// unknown, not announced.
+	HistoryTTL time.Duration
+
+	// Version is the server's release, announced in the WebSocket connect
+	// reply. Default "dev".
+	Version string
+
 	// QueueMaxMessages bounds the number of publications waiting to be
 	// written to one connection, including the batch being written. A
 	// connection beyond it catches up from the channel history, as for
@@ -204,6 +215,7 @@ const (
 	DefaultRevalidateInterval     = 10 * time.Second
 	DefaultRefreshAhead           = 60 * time.Second
 	DefaultExpiryGrace            = 5 * time.Second
+	DefaultVersion                = "dev"
 )
 
 // minRevalidateInterval is the shortest RevalidateInterval accepted.
@@ -250,6 +262,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.RevalidateInterval, DefaultRevalidateInterval)
 	setDur(&c.RefreshAhead, DefaultRefreshAhead)
 	setDur(&c.ExpiryGrace, DefaultExpiryGrace)
+	setStr(&c.Version, DefaultVersion)
 	return c
 }
 
@@ -296,6 +309,7 @@ func (c Config) validate() error {
 		{"RevalidateInterval", c.RevalidateInterval},
 		{"RefreshAhead", c.RefreshAhead},
 		{"ExpiryGrace", c.ExpiryGrace},
+		{"HistoryTTL", c.HistoryTTL},
 	}
 	for _, d := range durations {
 		if d.v < 0 {

@@ -74,18 +74,32 @@ func (w *wsConn) connect(f *clientFrame) {
 	w.pingTimer.Reset(w.cfg.HeartbeatInterval)
 	w.opened = true
 	w.srv.opened(w.c)
-	w.reply(f.ID, opConnect, wsConnectResult{
+	w.reply(f.ID, opConnect, w.connectResult(claims, time.Now()))
+}
+
+// connectResult is the reply to a successful connect at now.
+func (w *wsConn) connectResult(claims *auth.Claims, now time.Time) wsConnectResult {
+	res := wsConnectResult{
 		Client:         w.clientID,
 		Protocol:       wsProtocol,
+		Version:        w.cfg.Version,
 		PingIntervalMS: w.cfg.HeartbeatInterval.Milliseconds(),
 		PongTimeoutMS:  (w.cfg.ClientTimeout - w.cfg.HeartbeatInterval).Milliseconds(),
+		ServerTimeMS:   now.UnixMilli(),
 		ExpiresAt:      unixOrZero(claims.ExpiresAt),
 		Limits: wsLimits{
 			MaxMessageSize:   w.cfg.MaxMessageSize,
 			MaxSubscriptions: w.cfg.MaxSubscriptions,
 			MaxInflight:      w.cfg.MaxInflight,
 		},
-	})
+	}
+	if !claims.ExpiresAt.IsZero() {
+		res.ExpiresIn = max(0, int64(claims.ExpiresAt.Sub(now)/time.Second))
+	}
+	if w.cfg.HistorySize > 0 || w.cfg.HistoryTTL > 0 {
+		res.History = &wsHistory{Size: w.cfg.HistorySize, TTLMS: w.cfg.HistoryTTL.Milliseconds()}
+	}
+	return res
 }
 
 // refuseConnect answers a failed connect with the error code of r and
