@@ -177,15 +177,16 @@ type Config struct {
 	RevalidateInterval time.Duration
 
 	// RefreshAhead is how long before its token's exp a connection is asked
-	// for a fresh token: a WebSocket client gets a "refresh" push, an SSE
-	// stream a "reauth" event. Must exceed 2 × RevalidateInterval, so an SSE
+	// for a fresh token: a WebSocket client gets a "refresh" push (from the
+	// connection's own timer, or right after connect for a token closer to
+	// its exp than this), an SSE stream a "reauth" event (at a tick). Must exceed 2 × RevalidateInterval, so an SSE
 	// stream hears "reauth" at least one tick before it is closed.
 	// Default 60s.
 	RefreshAhead time.Duration
 
 	// ExpiryGrace is how long past its token's exp a WebSocket connection
 	// stays open waiting for a refresh; then it is closed with
-	// token_expired (close code 4100), within one RevalidateInterval. SSE
+	// token_expired (close code 4100), by the connection's own timer. SSE
 	// streams are instead closed before exp, at the first tick within
 	// 2 × RevalidateInterval of it. Default 5s.
 	ExpiryGrace time.Duration

@@ -33,9 +33,10 @@ import (
 //     subscriptions' hub and history work, so a subscription's reply, its
 //     recovered publications and its live ones leave in order;
 //   - timers instead of goroutines for the connect timeout, the client
-//     timeout and the server's pings; the token's expiry, revocation and
-//     re-authorization are the server-wide revalidation timer's
-//     (revalidate.go), which reaches the connection through connHooks.
+//     timeout, the server's pings and the token's expiry (ws_expiry.go);
+//     revocation and re-authorization are the server-wide revalidation
+//     timer's (revalidate.go), which reaches the connection through
+//     connHooks.
 
 // publisher is a broker that takes client publications (fanout.Broker).
 type publisher interface {

@@ -52,6 +52,11 @@ type wsConn struct {
 	idleTimer    *time.Timer
 	pingTimer    *time.Timer // from connect
 
+	// The token expiry timer (ws_expiry.go), from connect.
+	expMu      sync.Mutex
+	expTimer   *time.Timer
+	expStopped bool
+
 	ctl       ctlQueue
 	writing   atomic.Bool // a writer runs, or the final frames were written
 	sink      wsSink
@@ -153,6 +158,7 @@ func (w *wsConn) end() {
 	if w.pingTimer != nil {
 		w.pingTimer.Stop()
 	}
+	w.stopExpiry()
 	w.cancel()
 	w.reqs.Wait()
 	w.c.setAbort(nil)
@@ -359,7 +365,8 @@ func (w *wsConn) currentClaims() *auth.Claims {
 	return w.claims.Load()
 }
 
-// askRefresh implements connHooks: a refresh push.
+// askRefresh implements connHooks: a refresh push. The expiry timer
+// (ws_expiry.go) is what calls it for a WebSocket.
 func (w *wsConn) askRefresh(exp time.Time) {
 	w.enqueue(wsItem{kind: itemRefresh, exp: exp})
 }

@@ -75,6 +75,7 @@ func (w *wsConn) connect(f *clientFrame) {
 	w.opened = true
 	w.srv.opened(w.c)
 	w.reply(f.ID, opConnect, w.connectResult(claims, time.Now()))
+	w.armExpiry()
 }
 
 // connectResult is the reply to a successful connect at now.
@@ -335,6 +336,7 @@ func (w *wsConn) refresh(f *clientFrame) {
 	}
 	w.adopt(claims)
 	w.reply(f.ID, opRefresh, wsRefreshResult{ExpiresAt: unixOrZero(claims.ExpiresAt)})
+	w.expiryDue()
 	w.recheck(claims)
 }
 

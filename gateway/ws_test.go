@@ -174,6 +174,10 @@ func TestWSRefresh(t *testing.T) {
 	c := e.dialWS(dialOpts{})
 	oldExp := time.Now().Add(2 * time.Second).Truncate(time.Second)
 	c.connect(e.mint("u1", oldExp, []string{"orders/*", "users/u1"}, nil))
+	// Closer to its exp than RefreshAhead: the push follows the reply.
+	if p := refreshPush(t, c.next(5*time.Second)); p.ExpiresAt != oldExp.Unix() {
+		t.Fatalf("refresh push %+v", p)
+	}
 	c.subscribe("orders/1", nil)
 	c.subscribe("users/u1", nil)
 
