@@ -43,6 +43,8 @@ type wsConn struct {
 
 	lastRecv atomic.Int64 // unix nanoseconds of the last frame received
 	inflight atomic.Int32
+	idsMu    sync.Mutex
+	ids      []uint64 // the ids of the requests in flight (ws_inflight.go)
 	reqs     sync.WaitGroup
 
 	subsMu sync.Mutex
@@ -285,6 +287,10 @@ func (w *wsConn) handle(msg []byte) Reason {
 	if !w.connected.Load() && !op.beforeConnect {
 		return withMessage(ReasonProtocolError, fmt.Sprintf("%q before connect: the first request must be connect", f.Op))
 	}
+	if op.reply && w.idInFlight(f.ID) {
+		w.refuseDuplicateID(&f)
+		return Reason{}
+	}
 	if op.async {
 		w.spawn(op, &f)
 	} else {
@@ -304,8 +310,7 @@ func opLabel(op string) string {
 // spawn runs a request of op in its own goroutine, unless MaxInflight
 // requests are running already.
 func (w *wsConn) spawn(op *wsOp, f *clientFrame) {
-	if w.inflight.Add(1) > int32(w.cfg.MaxInflight) {
-		w.inflight.Add(-1)
+	if !w.startRequest(f.ID) {
 		w.srv.metrics.limit(limitInflight)
 		w.replyError(f.ID, f.Op, codeTooManyRequests, fmt.Sprintf(
 			"more than %d requests in flight: wait for replies before sending more", w.cfg.MaxInflight))

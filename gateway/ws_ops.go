@@ -142,7 +142,7 @@ func (w *wsConn) subscribe(f *clientFrame) {
 	handedOff := false
 	defer func() {
 		if !handedOff {
-			w.inflight.Add(-1)
+			w.requestDone(f.ID)
 		}
 	}()
 	ch := f.Channel
@@ -268,7 +268,7 @@ func (w *wsConn) revoke(ch string, r Reason) {
 // publish publishes a client message on an interactive channel the
 // token's publish grants allow (request goroutine).
 func (w *wsConn) publish(f *clientFrame) {
-	defer w.inflight.Add(-1)
+	defer w.requestDone(f.ID)
 	claims, pg := w.claims.Load(), w.pubGrants.Load()
 	switch {
 	case pg.err != nil:
@@ -311,7 +311,7 @@ func (w *wsConn) publish(f *clientFrame) {
 // an unsubscribed push. The revalidation timer reads the new token's exp
 // from then on.
 func (w *wsConn) refresh(f *clientFrame) {
-	defer w.inflight.Add(-1)
+	defer w.requestDone(f.ID)
 	claims, reason, msg := w.srv.verifyToken(f.Token, "refresh")
 	if reason.Code == "" {
 		reason, msg = w.srv.admit(claims, "refresh", w.cfg.ExpiryGrace)

@@ -125,7 +125,7 @@ func (w *wsConn) handleItem(it *wsItem) error {
 // publications queued meanwhile are written after them, admitted by
 // position: no gap, no repeat.
 func (w *wsConn) doSubscribe(op *wsSubOp) error {
-	defer w.inflight.Add(-1)
+	defer w.requestDone(op.id)
 	c := w.c
 	ctx, cancel := context.WithTimeout(w.ctx, hubCallTimeout)
 	defer cancel()
