@@ -71,6 +71,7 @@ type wsLimits struct {
 type wsSubscribeResult struct {
 	Channel   string `json:"channel"`
 	Recovered bool   `json:"recovered"`
+	Reason    string `json:"reason,omitempty"` // why not recovered
 	Offset    uint64 `json:"offset"`
 	Epoch     string `json:"epoch"`
 }
