@@ -8,6 +8,10 @@ import (
 // wsProtocol is the WebSocket subprotocol a client must offer.
 const wsProtocol = "herald.v1"
 
+// wsProtocols lists every subprotocol the server speaks, as a handshake
+// that offers none of them is told.
+var wsProtocols = []string{wsProtocol}
+
 // Server→client frames that never change, shared by every connection.
 var (
 	// pubPrefix starts a publication push; the envelope follows without its
