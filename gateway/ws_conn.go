@@ -338,6 +338,9 @@ func (w *wsConn) checkIdle() {
 		w.srv.metrics.limit(limitClientTimeout)
 		w.c.Close(withMessage(ReasonTimeout, fmt.Sprintf(
 			"nothing received for %s (answer every ping with a pong)", w.cfg.ClientTimeout)), 0)
+		// A writer blocked on the silent peer would hold the connection
+		// until WriteTimeout.
+		w.sink.cancelWrite()
 		return
 	}
 	w.idleTimer.Reset(w.cfg.ClientTimeout - idle)
