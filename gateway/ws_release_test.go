@@ -199,7 +199,9 @@ func (s *wsSink) writing() bool {
 // once, not when the blocked write reaches WriteTimeout (a minute here).
 func TestWSTimeoutReleasesBlockedWriter(t *testing.T) {
 	e := newEnv(t, envOptions{history: 500, cfg: Config{
-		HeartbeatInterval: 2 * time.Second, ClientTimeout: 3 * time.Second, WriteTimeout: time.Minute,
+		// Time for the publications to fill the sockets before the client
+		// timeout, on a busy machine too.
+		HeartbeatInterval: 5 * time.Second, ClientTimeout: 10 * time.Second, WriteTimeout: time.Minute,
 	}})
 	c := dialRaw(t, e, append(connectFrame(e, 1), textFrame(`{"id":2,"op":"subscribe","channel":"orders/1"}`)...))
 	c.awaitReplies([]uint64{1, 2}, nil)
