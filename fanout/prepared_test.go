@@ -26,7 +26,7 @@ func samplePublication() Publication {
 func TestPreparedEnvelopeExactBytes(t *testing.T) {
 	p := NewPrepared(samplePublication())
 	want := `{"id":"0190a0b1-7c2d-7e3f-8a4b-5c6d7e8f9a0b","channel":"orders/42","offset":7,"epoch":"a1b2c3d4e5f60718",` +
-		`"type":"order.updated","schema_version":2,"time":"2025-03-04T04:06:07.89Z",` +
+		`"type":"order.updated","schema_version":2,"time":"2025-03-04T04:06:07.890000000Z",` +
 		`"freshness":{"mode":"immediate"},"data":{"status":"shipped","items":[1,2,3]}}`
 	if got := string(p.JSON()); got != want {
 		t.Fatalf("envelope\n got %s\nwant %s", got, want)
@@ -147,4 +147,20 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			t.Fatalf("re-encode changed the publication: %+v vs %+v", again, p)
 		}
 	})
+}
+
+// TestPreparedTimeNineDigits: the envelope's time is UTC with exactly nine
+// fractional digits (docs/protocol.md), trailing zeros included.
+func TestPreparedTimeNineDigits(t *testing.T) {
+	for in, want := range map[time.Time]string{
+		time.Date(2025, 3, 4, 5, 6, 7, 0, time.FixedZone("X", 3600)): "2025-03-04T04:06:07.000000000Z",
+		time.Date(2025, 3, 4, 5, 6, 7, 120000, time.UTC):             "2025-03-04T05:06:07.000120000Z",
+		time.Date(2025, 3, 4, 5, 6, 7, 123456789, time.UTC):          "2025-03-04T05:06:07.123456789Z",
+	} {
+		pub := samplePublication()
+		pub.Time = in
+		if got := NewPrepared(pub).JSON(); !bytes.Contains(got, []byte(`"time":"`+want+`"`)) {
+			t.Fatalf("time %v: envelope %s, want time %s", in, got, want)
+		}
+	}
 }

@@ -47,6 +47,17 @@ type Config struct {
 	// finds the history gone, or when a write to it times out.
 	HistorySize int
 
+	// HistoryTTL is how long the broker keeps the history of an idle
+	// channel (fanout's HistoryTTL; herald serve passes --history-ttl).
+	// With HistorySize it is announced in the WebSocket connect reply, so
+	// a client knows how long a resume position stays useful. Default 0:
+	// unknown, not announced.
+	HistoryTTL time.Duration
+
+	// Version is the server's release, announced in the WebSocket connect
+	// reply. Default "dev".
+	Version string
+
 	// QueueMaxMessages bounds the number of publications waiting to be
 	// written to one connection, including the batch being written. A
 	// connection beyond it catches up from the channel history, as for
@@ -166,15 +177,16 @@ type Config struct {
 	RevalidateInterval time.Duration
 
 	// RefreshAhead is how long before its token's exp a connection is asked
-	// for a fresh token: a WebSocket client gets a "refresh" push, an SSE
-	// stream a "reauth" event. Must exceed 2 × RevalidateInterval, so an SSE
+	// for a fresh token: a WebSocket client gets a "refresh" push (from the
+	// connection's own timer, or right after connect for a token closer to
+	// its exp than this), an SSE stream a "reauth" event (at a tick). Must exceed 2 × RevalidateInterval, so an SSE
 	// stream hears "reauth" at least one tick before it is closed.
 	// Default 60s.
 	RefreshAhead time.Duration
 
 	// ExpiryGrace is how long past its token's exp a WebSocket connection
 	// stays open waiting for a refresh; then it is closed with
-	// token_expired (close code 4100), within one RevalidateInterval. SSE
+	// token_expired (close code 4100), by the connection's own timer. SSE
 	// streams are instead closed before exp, at the first tick within
 	// 2 × RevalidateInterval of it. Default 5s.
 	ExpiryGrace time.Duration
@@ -204,6 +216,7 @@ const (
 	DefaultRevalidateInterval     = 10 * time.Second
 	DefaultRefreshAhead           = 60 * time.Second
 	DefaultExpiryGrace            = 5 * time.Second
+	DefaultVersion                = "dev"
 )
 
 // minRevalidateInterval is the shortest RevalidateInterval accepted.
@@ -250,6 +263,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.RevalidateInterval, DefaultRevalidateInterval)
 	setDur(&c.RefreshAhead, DefaultRefreshAhead)
 	setDur(&c.ExpiryGrace, DefaultExpiryGrace)
+	setStr(&c.Version, DefaultVersion)
 	return c
 }
 
@@ -296,6 +310,7 @@ func (c Config) validate() error {
 		{"RevalidateInterval", c.RevalidateInterval},
 		{"RefreshAhead", c.RefreshAhead},
 		{"ExpiryGrace", c.ExpiryGrace},
+		{"HistoryTTL", c.HistoryTTL},
 	}
 	for _, d := range durations {
 		if d.v < 0 {

@@ -24,7 +24,7 @@ func TestConfigDefaults(t *testing.T) {
 		MaxMessageSize: 64 << 10, MaxInflight: 16, ConnectTimeout: 10 * time.Second,
 		ConnectAttemptsPerIP: 20, ConnectAttemptsBurst: 40,
 		MaxConnectionsPerUser: 100, RevalidateInterval: 10 * time.Second, RefreshAhead: time.Minute,
-		ExpiryGrace: 5 * time.Second,
+		ExpiryGrace: 5 * time.Second, Version: "dev",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)

@@ -290,7 +290,9 @@ type subscription struct {
 	// recovered is true when since was given and the history held every
 	// publication after it; pubs then holds them, in order.
 	recovered bool
-	pubs      []fanout.Publication
+	// why says why it did not recover (when !recovered).
+	why  recoveryReason
+	pubs []fanout.Publication
 	// top is the channel's position when the subscription began.
 	top fanout.Position
 }
@@ -323,6 +325,7 @@ func (c *Conn) subscribe(ctx context.Context, channel string, since *fanout.Posi
 		c.pos.add(channel, *since)
 		c.noteWritten(channel, since.Offset)
 	} else {
+		sub.why = notRecovered(since, rec)
 		c.pos.add(channel, rec.Top)
 		c.noteWritten(channel, rec.Top.Offset)
 	}

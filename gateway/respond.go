@@ -14,6 +14,9 @@ type errorBody struct {
 type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Protocols lists the WebSocket subprotocols the server speaks, in a
+	// handshake refused for offering none of them.
+	Protocols []string `json:"protocols,omitempty"`
 }
 
 // writeError answers with status and the JSON error body.

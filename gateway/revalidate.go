@@ -35,7 +35,6 @@ type revalidator struct {
 	srv          *Server
 	interval     time.Duration
 	refreshAhead time.Duration
-	grace        time.Duration
 
 	set  atomic.Pointer[auth.RevocationSet] // the last good snapshot
 	jobs chan struct{}                      // re-authorization slots
@@ -55,7 +54,6 @@ func newRevalidator(s *Server) *revalidator {
 		srv:          s,
 		interval:     s.cfg.RevalidateInterval,
 		refreshAhead: s.cfg.RefreshAhead,
-		grace:        s.cfg.ExpiryGrace,
 		jobs:         make(chan struct{}, recheckConcurrency),
 	}
 }
@@ -166,21 +164,19 @@ func (rv *revalidator) check(c *Conn, set *auth.RevocationSet, now time.Time) {
 	rv.dueRechecks(c, claims, now)
 }
 
-// checkExpiry asks for a fresh token within RefreshAhead of exp, and
-// closes the connection once its token ran out: an SSE stream at the
-// first tick within 2 × RevalidateInterval of exp (before the token
-// expires, so EventSource's reconnect never meets a 401), a WebSocket
-// ExpiryGrace after exp. It reports whether the connection was closed.
+// checkExpiry asks an SSE stream for a fresh token within RefreshAhead of
+// exp, and closes it at the first tick within 2 × RevalidateInterval of
+// exp (before the token expires, so EventSource's reconnect never meets a
+// 401). It reports whether the connection was closed. A WebSocket's
+// expiry runs on a timer of its own (ws_expiry.go), to the millisecond.
 func (rv *revalidator) checkExpiry(c *Conn, exp, now time.Time) bool {
-	if c.transport == transportSSE {
-		if !now.Before(exp.Add(-2 * rv.interval)) {
-			c.Close(withMessage(ReasonTokenExpired,
-				"the token expires at "+exp.UTC().Format(time.RFC3339)+
-					": fetch a fresh token (or ticket) and open a new stream with last_event_id"), 0)
-			return true
-		}
-	} else if !now.Before(exp.Add(rv.grace)) {
-		c.Close(withMessage(ReasonTokenExpired, "the token expired and no refresh came: fetch a fresh token, then reconnect"), 0)
+	if c.transport != transportSSE {
+		return false
+	}
+	if !now.Before(exp.Add(-2 * rv.interval)) {
+		c.Close(withMessage(ReasonTokenExpired,
+			"the token expires at "+exp.UTC().Format(time.RFC3339)+
+				": fetch a fresh token (or ticket) and open a new stream with last_event_id"), 0)
 		return true
 	}
 	if !now.Before(exp.Add(-rv.refreshAhead)) && c.markAsked(exp) {

@@ -69,6 +69,7 @@ func (s *sseSink) retry(d time.Duration) error {
 type subscribedEvent struct {
 	Channel   string `json:"channel"`
 	Recovered bool   `json:"recovered"`
+	Reason    string `json:"reason,omitempty"` // why not recovered
 	Offset    uint64 `json:"offset"`
 	Epoch     string `json:"epoch"`
 }
@@ -77,7 +78,7 @@ type subscribedEvent struct {
 // its id, so a client that sees no publication still resumes from here.
 func (s *sseSink) subscribed(sub subscription, pos *positions) error {
 	data, err := json.Marshal(subscribedEvent{
-		Channel: sub.channel, Recovered: sub.recovered, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
+		Channel: sub.channel, Recovered: sub.recovered, Reason: sub.why.Code, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
 	})
 	if err != nil {
 		return err

@@ -34,6 +34,7 @@ func TestVocabularyDocs(t *testing.T) {
 	for _, g := range []struct{ name, table string }{
 		{"reasons", reasonTable()},
 		{"error-codes", errorCodeTable()},
+		{"recovery-reasons", recoveryReasonTable()},
 	} {
 		got = replaceGenerated(t, got, g.name, g.table)
 	}
@@ -107,6 +108,12 @@ func TestVocabularyTable(t *testing.T) {
 			t.Errorf("reason %s has no close code", r.Code)
 		}
 	}
+	for _, r := range recoveryReasons {
+		if seen[r.Code] || r.doc == "" || !regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`).MatchString(r.Code) {
+			t.Errorf("recovery reason %q: a reason code already, undocumented or not snake_case", r.Code)
+		}
+		seen[r.Code] = true
+	}
 	errs := map[string]bool{}
 	for _, e := range wsErrors {
 		if errs[e.code] || e.meaning == "" {
@@ -150,6 +157,15 @@ func reasonTable() string {
 	return b.String()
 }
 
+func recoveryReasonTable() string {
+	var b strings.Builder
+	b.WriteString("| reason | meaning |\n|---|---|\n")
+	for _, r := range recoveryReasons {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", r.Code, r.doc)
+	}
+	return b.String()
+}
+
 func errorCodeTable() string {
 	var b strings.Builder
 	b.WriteString("| code | temporary | meaning |\n|---|---|---|\n")
@@ -178,11 +194,12 @@ func vocabularyJSON(t *testing.T) []byte {
 		Action string `json:"action"`
 	}
 	v := struct {
-		Protocol    string       `json:"protocol"`
-		Reasons     []reason     `json:"reasons"`
-		CloseRanges []closeRange `json:"close_ranges"`
-		ErrorCodes  []errorCode  `json:"error_codes"`
-		Ops         []string     `json:"ops"`
+		Protocol        string       `json:"protocol"`
+		Reasons         []reason     `json:"reasons"`
+		CloseRanges     []closeRange `json:"close_ranges"`
+		ErrorCodes      []errorCode  `json:"error_codes"`
+		Ops             []string     `json:"ops"`
+		RecoveryReasons []string     `json:"recovery_reasons"`
 	}{
 		Protocol: wsProtocol,
 		CloseRanges: []closeRange{
@@ -197,6 +214,9 @@ func vocabularyJSON(t *testing.T) []byte {
 	}
 	for _, e := range wsErrors {
 		v.ErrorCodes = append(v.ErrorCodes, errorCode{e.code, e.temporary})
+	}
+	for _, r := range recoveryReasons {
+		v.RecoveryReasons = append(v.RecoveryReasons, r.Code)
 	}
 	out, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

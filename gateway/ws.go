@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/coder/websocket"
 
@@ -33,9 +34,10 @@ import (
 //     subscriptions' hub and history work, so a subscription's reply, its
 //     recovered publications and its live ones leave in order;
 //   - timers instead of goroutines for the connect timeout, the client
-//     timeout and the server's pings; the token's expiry, revocation and
-//     re-authorization are the server-wide revalidation timer's
-//     (revalidate.go), which reaches the connection through connHooks.
+//     timeout, the server's pings and the token's expiry (ws_expiry.go);
+//     revocation and re-authorization are the server-wide revalidation
+//     timer's (revalidate.go), which reaches the connection through
+//     connHooks.
 
 // publisher is a broker that takes client publications (fanout.Broker).
 type publisher interface {
@@ -64,8 +66,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !offersToken(r.Header, "Sec-WebSocket-Protocol", wsProtocol) {
-		s.refuseConn(w, r, transportWS, ReasonBadRequest, "the WebSocket subprotocol "+wsProtocol+
-			" is required: send Sec-WebSocket-Protocol: "+wsProtocol)
+		s.refuseSubprotocol(w, r)
 		return
 	}
 	if !s.originAllowed(r) {
@@ -128,6 +129,29 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	handedOff = true
 	go wc.run()
+}
+
+// refuseSubprotocol answers a handshake that offers none of the
+// subprotocols the server speaks: 400 bad_request, naming what was
+// offered and, in the message and in "protocols", what would do.
+func (s *Server) refuseSubprotocol(w http.ResponseWriter, r *http.Request) {
+	msg := "no WebSocket subprotocol offered"
+	var tokens []string
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				tokens = append(tokens, t)
+			}
+		}
+	}
+	if offered := strings.Join(tokens, ", "); offered != "" {
+		msg = fmt.Sprintf("WebSocket subprotocols offered, %q, are not supported", trunc(offered, 100))
+	}
+	msg += "; this server speaks " + strings.Join(wsProtocols, ", ") + ": offer one in Sec-WebSocket-Protocol"
+	s.metrics.refused(transportWS, ReasonBadRequest)
+	writeJSON(w, ReasonBadRequest.Status, errorBody{Error: errorDetail{
+		Code: ReasonBadRequest.Code, Message: msg, Protocols: wsProtocols,
+	}})
 }
 
 // upgradeCredentials reads the credential the upgrade request carried. A

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,7 +123,7 @@ func TestWSConnectTimeout(t *testing.T) {
 // with its status and JSON error.
 func TestWSHandshakeRefusals(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{AllowedOrigins: []string{"app.example.com", "https://*.trusted.test"}}})
-	refused := func(t *testing.T, o dialOpts, status int, code string) {
+	refused := func(t *testing.T, o dialOpts, status int, code string) errorDetail {
 		t.Helper()
 		_, resp, err := e.tryDialWS(o)
 		if err == nil || resp == nil || resp.StatusCode != status {
@@ -133,12 +134,23 @@ func TestWSHandshakeRefusals(t *testing.T) {
 		if json.Unmarshal(b, &body) != nil || body.Error.Code != code || body.Error.Message == "" {
 			t.Fatalf("body %s, want code %q", b, code)
 		}
+		return body.Error
+	}
+	// A refused subprotocol is told the ones the server speaks, in the
+	// message and as a list.
+	supported := func(t *testing.T, d errorDetail, offered string) {
+		t.Helper()
+		if !slices.Equal(d.Protocols, []string{wsProtocol}) || !strings.Contains(d.Message, "speaks "+wsProtocol) ||
+			!strings.Contains(d.Message, offered) {
+			t.Fatalf("refusal %+v: want protocols [%s], named in the message with %q", d, wsProtocol, offered)
+		}
 	}
 	t.Run("no subprotocol", func(t *testing.T) {
-		refused(t, dialOpts{subprotocol: []string{}}, http.StatusBadRequest, "bad_request")
+		supported(t, refused(t, dialOpts{subprotocol: []string{}}, http.StatusBadRequest, "bad_request"), "no WebSocket subprotocol")
 	})
 	t.Run("other subprotocol", func(t *testing.T) {
-		refused(t, dialOpts{subprotocol: []string{"herald.v2", "chat"}}, http.StatusBadRequest, "bad_request")
+		d := refused(t, dialOpts{subprotocol: []string{"herald.v2", "chat"}}, http.StatusBadRequest, "bad_request")
+		supported(t, d, `"herald.v2, chat"`)
 	})
 	t.Run("foreign origin", func(t *testing.T) {
 		refused(t, dialOpts{header: http.Header{"Origin": {"https://evil.example"}}}, http.StatusForbidden, "forbidden")

@@ -43,6 +43,8 @@ type wsConn struct {
 
 	lastRecv atomic.Int64 // unix nanoseconds of the last frame received
 	inflight atomic.Int32
+	idsMu    sync.Mutex
+	ids      []uint64 // the ids of the requests in flight (ws_inflight.go)
 	reqs     sync.WaitGroup
 
 	subsMu sync.Mutex
@@ -51,6 +53,11 @@ type wsConn struct {
 	connectTimer *time.Timer
 	idleTimer    *time.Timer
 	pingTimer    *time.Timer // from connect
+
+	// The token expiry timer (ws_expiry.go), from connect.
+	expMu      sync.Mutex
+	expTimer   *time.Timer
+	expStopped bool
 
 	ctl       ctlQueue
 	writing   atomic.Bool // a writer runs, or the final frames were written
@@ -153,6 +160,7 @@ func (w *wsConn) end() {
 	if w.pingTimer != nil {
 		w.pingTimer.Stop()
 	}
+	w.stopExpiry()
 	w.cancel()
 	w.reqs.Wait()
 	w.c.setAbort(nil)
@@ -279,6 +287,10 @@ func (w *wsConn) handle(msg []byte) Reason {
 	if !w.connected.Load() && !op.beforeConnect {
 		return withMessage(ReasonProtocolError, fmt.Sprintf("%q before connect: the first request must be connect", f.Op))
 	}
+	if op.reply && w.idInFlight(f.ID) {
+		w.refuseDuplicateID(&f)
+		return Reason{}
+	}
 	if op.async {
 		w.spawn(op, &f)
 	} else {
@@ -298,8 +310,7 @@ func opLabel(op string) string {
 // spawn runs a request of op in its own goroutine, unless MaxInflight
 // requests are running already.
 func (w *wsConn) spawn(op *wsOp, f *clientFrame) {
-	if w.inflight.Add(1) > int32(w.cfg.MaxInflight) {
-		w.inflight.Add(-1)
+	if !w.startRequest(f.ID) {
 		w.srv.metrics.limit(limitInflight)
 		w.replyError(f.ID, f.Op, codeTooManyRequests, fmt.Sprintf(
 			"more than %d requests in flight: wait for replies before sending more", w.cfg.MaxInflight))
@@ -327,6 +338,9 @@ func (w *wsConn) checkIdle() {
 		w.srv.metrics.limit(limitClientTimeout)
 		w.c.Close(withMessage(ReasonTimeout, fmt.Sprintf(
 			"nothing received for %s (answer every ping with a pong)", w.cfg.ClientTimeout)), 0)
+		// A writer blocked on the silent peer would hold the connection
+		// until WriteTimeout.
+		w.sink.cancelWrite()
 		return
 	}
 	w.idleTimer.Reset(w.cfg.ClientTimeout - idle)
@@ -359,7 +373,8 @@ func (w *wsConn) currentClaims() *auth.Claims {
 	return w.claims.Load()
 }
 
-// askRefresh implements connHooks: a refresh push.
+// askRefresh implements connHooks: a refresh push. The expiry timer
+// (ws_expiry.go) is what calls it for a WebSocket.
 func (w *wsConn) askRefresh(exp time.Time) {
 	w.enqueue(wsItem{kind: itemRefresh, exp: exp})
 }

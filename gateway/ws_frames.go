@@ -86,6 +86,7 @@ const (
 	codeRevoked              = "revoked"
 	codeTooManyConnections   = "too_many_connections"
 	codeAuthzUnavailable     = "authorization_unavailable"
+	codeDuplicateID          = "duplicate_id"
 )
 
 // wsErrors describes every error code, in the order docs/protocol.md
@@ -105,6 +106,7 @@ var wsErrors = []struct {
 	{codeNotSubscribed, false, "the channel is not subscribed, or still being subscribed"},
 	{codeTooManySubscriptions, false, "at `max_subscriptions`: unsubscribe from something first"},
 	{codeTooManyRequests, true, "`max_inflight` requests are running: wait for replies"},
+	{codeDuplicateID, false, "a request with this `id` is still in flight (its own reply follows): give every request an id of its own"},
 	{codeServerError, true, "the broker or the authorizer failed: retry with backoff"},
 	{codeAuthzUnavailable, true, "subscribe: the authorization webhook is down or slow; retry with backoff"},
 	{codeRevoked, false, "connect or refresh: the token or its session was revoked"},

@@ -74,18 +74,33 @@ func (w *wsConn) connect(f *clientFrame) {
 	w.pingTimer.Reset(w.cfg.HeartbeatInterval)
 	w.opened = true
 	w.srv.opened(w.c)
-	w.reply(f.ID, opConnect, wsConnectResult{
+	w.reply(f.ID, opConnect, w.connectResult(claims, time.Now()))
+	w.armExpiry()
+}
+
+// connectResult is the reply to a successful connect at now.
+func (w *wsConn) connectResult(claims *auth.Claims, now time.Time) wsConnectResult {
+	res := wsConnectResult{
 		Client:         w.clientID,
 		Protocol:       wsProtocol,
+		Version:        w.cfg.Version,
 		PingIntervalMS: w.cfg.HeartbeatInterval.Milliseconds(),
 		PongTimeoutMS:  (w.cfg.ClientTimeout - w.cfg.HeartbeatInterval).Milliseconds(),
+		ServerTimeMS:   now.UnixMilli(),
 		ExpiresAt:      unixOrZero(claims.ExpiresAt),
 		Limits: wsLimits{
 			MaxMessageSize:   w.cfg.MaxMessageSize,
 			MaxSubscriptions: w.cfg.MaxSubscriptions,
 			MaxInflight:      w.cfg.MaxInflight,
 		},
-	})
+	}
+	if !claims.ExpiresAt.IsZero() {
+		res.ExpiresIn = max(0, int64(claims.ExpiresAt.Sub(now)/time.Second))
+	}
+	if w.cfg.HistorySize > 0 || w.cfg.HistoryTTL > 0 {
+		res.History = &wsHistory{Size: w.cfg.HistorySize, TTLMS: w.cfg.HistoryTTL.Milliseconds()}
+	}
+	return res
 }
 
 // refuseConnect answers a failed connect with the error code of r and
@@ -127,7 +142,7 @@ func (w *wsConn) subscribe(f *clientFrame) {
 	handedOff := false
 	defer func() {
 		if !handedOff {
-			w.inflight.Add(-1)
+			w.requestDone(f.ID)
 		}
 	}()
 	ch := f.Channel
@@ -253,7 +268,7 @@ func (w *wsConn) revoke(ch string, r Reason) {
 // publish publishes a client message on an interactive channel the
 // token's publish grants allow (request goroutine).
 func (w *wsConn) publish(f *clientFrame) {
-	defer w.inflight.Add(-1)
+	defer w.requestDone(f.ID)
 	claims, pg := w.claims.Load(), w.pubGrants.Load()
 	switch {
 	case pg.err != nil:
@@ -296,7 +311,7 @@ func (w *wsConn) publish(f *clientFrame) {
 // an unsubscribed push. The revalidation timer reads the new token's exp
 // from then on.
 func (w *wsConn) refresh(f *clientFrame) {
-	defer w.inflight.Add(-1)
+	defer w.requestDone(f.ID)
 	claims, reason, msg := w.srv.verifyToken(f.Token, "refresh")
 	if reason.Code == "" {
 		reason, msg = w.srv.admit(claims, "refresh", w.cfg.ExpiryGrace)
@@ -321,6 +336,7 @@ func (w *wsConn) refresh(f *clientFrame) {
 	}
 	w.adopt(claims)
 	w.reply(f.ID, opRefresh, wsRefreshResult{ExpiresAt: unixOrZero(claims.ExpiresAt)})
+	w.expiryDue()
 	w.recheck(claims)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,4 +184,45 @@ func TestWSTimeoutReleasesAtOnce(t *testing.T) {
 	if d := c.disconnectPush(); d.Ctl.Reason != ReasonTimeout.Code {
 		t.Fatalf("disconnect %s", d.Raw)
 	}
+}
+
+// writing reports whether a message write is under way.
+func (s *wsSink) writing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cancel != nil
+}
+
+// TestWSTimeoutReleasesBlockedWriter: a peer that stopped reading (and
+// sending) while publications flowed leaves the writer blocked on a full
+// socket; closed for the client timeout, the connection is released at
+// once, not when the blocked write reaches WriteTimeout (a minute here).
+func TestWSTimeoutReleasesBlockedWriter(t *testing.T) {
+	e := newEnv(t, envOptions{history: 500, cfg: Config{
+		// Time for the publications to fill the sockets before the client
+		// timeout, on a busy machine too.
+		HeartbeatInterval: 5 * time.Second, ClientTimeout: 10 * time.Second, WriteTimeout: time.Minute,
+	}})
+	c := dialRaw(t, e, append(connectFrame(e, 1), textFrame(`{"id":2,"op":"subscribe","channel":"orders/1"}`)...))
+	c.awaitReplies([]uint64{1, 2}, nil)
+	conns := e.srv.connList(nil)
+	if len(conns) != 1 {
+		t.Fatalf("%d connections", len(conns))
+	}
+	conn, w := conns[0], conns[0].hooks.(*wsConn)
+	// The peer stops here. 400 publications of 64 KB are more than the
+	// socket buffers of both ends hold.
+	data := `"` + strings.Repeat("x", 64<<10) + `"`
+	for range 400 {
+		e.publish("acme", "orders/1", data)
+	}
+	eventually(t, time.Minute, "the writer to block on the stopped peer", w.sink.writing)
+	<-conn.done // the client timeout
+	if r := conn.Reason(); r.Code != ReasonTimeout.Code {
+		t.Fatalf("closed for %s", r.Code)
+	}
+	eventually(t, 20*time.Second, "the timed-out connection to be released", func() bool {
+		readers, writers := wsGoroutines()
+		return len(e.srv.connList(nil)) == 0 && e.srv.slots.Load() == 0 && readers == 0 && writers == 0
+	})
 }

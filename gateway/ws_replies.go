@@ -8,6 +8,10 @@ import (
 // wsProtocol is the WebSocket subprotocol a client must offer.
 const wsProtocol = "herald.v1"
 
+// wsProtocols lists every subprotocol the server speaks, as a handshake
+// that offers none of them is told.
+var wsProtocols = []string{wsProtocol}
+
 // Server→client frames that never change, shared by every connection.
 var (
 	// pubPrefix starts a publication push; the envelope follows without its
@@ -37,12 +41,27 @@ type wsEmpty struct{}
 
 // wsConnectResult is the result of connect.
 type wsConnectResult struct {
-	Client         string   `json:"client"`
-	Protocol       string   `json:"protocol"`
-	PingIntervalMS int64    `json:"ping_interval_ms"`
-	PongTimeoutMS  int64    `json:"pong_timeout_ms"`
-	ExpiresAt      int64    `json:"expires_at"`
-	Limits         wsLimits `json:"limits"`
+	Client         string `json:"client"`
+	Protocol       string `json:"protocol"`
+	Version        string `json:"version"`
+	PingIntervalMS int64  `json:"ping_interval_ms"`
+	PongTimeoutMS  int64  `json:"pong_timeout_ms"`
+	// ServerTimeMS is the server's clock (Unix milliseconds) when it
+	// replied; ExpiresIn the seconds left until ExpiresAt by that clock
+	// (0 once past it), so a client need not trust its own clock.
+	ServerTimeMS int64      `json:"server_time_ms"`
+	ExpiresAt    int64      `json:"expires_at"`
+	ExpiresIn    int64      `json:"expires_in"`
+	History      *wsHistory `json:"history,omitempty"`
+	Limits       wsLimits   `json:"limits"`
+}
+
+// wsHistory announces how far back a resume position is served: the
+// publications a channel's history holds and how long an idle channel
+// keeps it. A field the server does not know is left out.
+type wsHistory struct {
+	Size  int   `json:"size,omitempty"`
+	TTLMS int64 `json:"ttl_ms,omitempty"`
 }
 
 // wsLimits announces the bounds a client must respect.
@@ -56,6 +75,7 @@ type wsLimits struct {
 type wsSubscribeResult struct {
 	Channel   string `json:"channel"`
 	Recovered bool   `json:"recovered"`
+	Reason    string `json:"reason,omitempty"` // why not recovered
 	Offset    uint64 `json:"offset"`
 	Epoch     string `json:"epoch"`
 }

@@ -184,6 +184,16 @@ func (s *wsSink) abort() {
 	s.mu.Unlock()
 }
 
+// cancelWrite ends a write under way at once, which drops the connection:
+// the client timed out, so it is gone and would never take the rest.
+func (s *wsSink) cancelWrite() {
+	s.mu.Lock()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.mu.Unlock()
+}
+
 // release returns the batch buffer to the pool.
 func (s *wsSink) release() {
 	if s.buf == nil {

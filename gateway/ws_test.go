@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,18 +15,30 @@ import (
 )
 
 func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour}})
+	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
+		Version: "1.2.3", HistorySize: 100, HistoryTTL: 5 * time.Minute}})
 	c := e.dialWS(dialOpts{})
 	if got := c.conn.Subprotocol(); got != wsProtocol {
 		t.Fatalf("negotiated subprotocol %q", got)
 	}
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	before := time.Now()
 	res := c.connect(e.mint("u1", exp, []string{"orders/*"}, nil))
-	want := wsConnectResult{
-		Client: res.Client, Protocol: wsProtocol, PingIntervalMS: 3600000, PongTimeoutMS: 3600000,
-		ExpiresAt: exp.Unix(), Limits: wsLimits{MaxMessageSize: 64 << 10, MaxSubscriptions: 128, MaxInflight: 16},
+	after := time.Now()
+	// The server's clock and the token's TTL by it, so a client need not
+	// trust its own clock.
+	if res.ServerTimeMS < before.UnixMilli() || res.ServerTimeMS > after.UnixMilli() ||
+		res.ExpiresIn < int64(exp.Sub(after)/time.Second) || res.ExpiresIn > int64(exp.Sub(before)/time.Second) {
+		t.Fatalf("connect result %+v: server_time_ms or expires_in off (connected between %d and %d ms)",
+			res, before.UnixMilli(), after.UnixMilli())
 	}
-	if res != want || len(res.Client) < 16 {
+	want := wsConnectResult{
+		Client: res.Client, Protocol: wsProtocol, Version: "1.2.3", PingIntervalMS: 3600000, PongTimeoutMS: 3600000,
+		ServerTimeMS: res.ServerTimeMS, ExpiresAt: exp.Unix(), ExpiresIn: res.ExpiresIn,
+		History: &wsHistory{Size: 100, TTLMS: 300000},
+		Limits:  wsLimits{MaxMessageSize: 64 << 10, MaxSubscriptions: 128, MaxInflight: 16},
+	}
+	if !reflect.DeepEqual(res, want) || len(res.Client) < 16 {
 		t.Fatalf("connect result %+v\nwant %+v", res, want)
 	}
 
@@ -161,6 +174,10 @@ func TestWSRefresh(t *testing.T) {
 	c := e.dialWS(dialOpts{})
 	oldExp := time.Now().Add(2 * time.Second).Truncate(time.Second)
 	c.connect(e.mint("u1", oldExp, []string{"orders/*", "users/u1"}, nil))
+	// Closer to its exp than RefreshAhead: the push follows the reply.
+	if p := refreshPush(t, c.next(5*time.Second)); p.ExpiresAt != oldExp.Unix() {
+		t.Fatalf("refresh push %+v", p)
+	}
 	c.subscribe("orders/1", nil)
 	c.subscribe("users/u1", nil)
 

@@ -125,7 +125,7 @@ func (w *wsConn) handleItem(it *wsItem) error {
 // publications queued meanwhile are written after them, admitted by
 // position: no gap, no repeat.
 func (w *wsConn) doSubscribe(op *wsSubOp) error {
-	defer w.inflight.Add(-1)
+	defer w.requestDone(op.id)
 	c := w.c
 	ctx, cancel := context.WithTimeout(w.ctx, hubCallTimeout)
 	defer cancel()
@@ -148,7 +148,7 @@ func (w *wsConn) doSubscribe(op *wsSubOp) error {
 	w.subscribed(op.channel)
 	w.srv.metrics.wsRequests.WithLabelValues(opSubscribe, "ok").Inc()
 	err = w.sink.frame(nil, encodeResult(op.id, wsSubscribeResult{
-		Channel: op.channel, Recovered: sub.recovered, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
+		Channel: op.channel, Recovered: sub.recovered, Reason: sub.why.Code, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
 	}))
 	if err != nil {
 		return err

@@ -238,6 +238,8 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	}
 
 	o.gw.HistorySize = o.broker.HistorySize
+	o.gw.HistoryTTL = o.broker.HistoryTTL
+	o.gw.Version = version
 	srv, err := gateway.New(o.gw, gateway.Deps{
 		Verifier:    verifier,
 		Authorizer:  authorizer,

@@ -1,0 +1,64 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/auth"
+)
+
+// slowReval is a Config whose revalidation tick never comes during a test,
+// so whatever happens at a token's expiry is the connection's own timer.
+func slowReval(ahead, grace time.Duration) Config {
+	return Config{RevalidateInterval: time.Hour, RefreshAhead: ahead, ExpiryGrace: grace, ConnectAttemptsPerIP: -1}
+}
+
+// TestWSRefreshPushAtRefreshAhead: the refresh push leaves RefreshAhead
+// before exp, not at a revalidation tick (an hour away here).
+func TestWSRefreshPushAtRefreshAhead(t *testing.T) {
+	t.Parallel()
+	const ahead = 3 * time.Hour
+	e := newEnv(t, envOptions{cfg: slowReval(ahead, 5*time.Second)})
+	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: ahead + time.Second})
+	c := e.dialWS(dialOpts{})
+	if res := c.connect(tok); res.ExpiresIn <= int64(ahead/time.Second) {
+		t.Fatalf("connect result %+v: expires_in ≤ RefreshAhead", res)
+	}
+	p := refreshPush(t, c.next(time.Minute))
+	if left := time.Until(exp); left > ahead {
+		t.Fatalf("refresh pushed %s before exp, want within RefreshAhead (%s)", left, ahead)
+	}
+	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS > ahead.Milliseconds() || p.GraceMS != 5000 {
+		t.Fatalf("refresh push %+v", p)
+	}
+	c.ok(c.request(opPing, nil), nil) // one push per token, and the connection goes on
+}
+
+// TestWSRefreshPushInsideGrace: a token already past its exp, accepted
+// inside ExpiryGrace, gets its refresh push right after the connect reply
+// and, not replaced, closes the connection with token_expired
+// ExpiryGrace after exp, on the connection's timer.
+func TestWSRefreshPushInsideGrace(t *testing.T) {
+	t.Parallel()
+	const grace = 8 * time.Second // the connect must land inside it, on a busy machine too
+	e := newEnv(t, envOptions{cfg: slowReval(3*time.Hour, grace), deps: func(d *Deps) {
+		d.Verifier = auth.NewHMACVerifier(testSecret, time.Minute) // the clock skew a deployment allows
+	}})
+	exp := time.Now().Truncate(time.Second).Add(-time.Second)
+	tok, err := auth.MintHS256(testSecret, auth.Claims{Subject: "u1", Tenant: "acme", ExpiresAt: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.dialWS(dialOpts{})
+	if res := c.connect(tok); res.ExpiresAt != exp.Unix() || res.ExpiresIn != 0 {
+		t.Fatalf("connect result %+v, want expires_at %d and expires_in 0", res, exp.Unix())
+	}
+	p := refreshPush(t, c.next(time.Minute))
+	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS != 0 || p.GraceMS != grace.Milliseconds() {
+		t.Fatalf("refresh push %+v", p)
+	}
+	c.closedWith(ReasonTokenExpired.Code, closeTokenExpired)
+	if early := exp.Add(grace).Sub(time.Now()); early > 0 {
+		t.Fatalf("closed %s before exp + ExpiryGrace", early)
+	}
+}

@@ -1,0 +1,55 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// TestWSDuplicateInflightID: while a request is in flight (a subscribe
+// waiting for the authorization webhook), another request with its id is
+// refused with duplicate_id, whatever its op; the first one still gets its
+// own reply, after which the id may be used again.
+func TestWSDuplicateInflightID(t *testing.T) {
+	t.Parallel()
+	called, release := make(chan struct{}, 1), make(chan struct{})
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		called <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"allow": true, "ttl_seconds": 60})
+	}))
+	t.Cleanup(hook.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e := hookEnvTimeout(t, hook.URL, time.Minute, nil)
+	c := e.connected("orders/*")
+
+	id := c.request(opSubscribe, map[string]any{"channel": "docs/1"})
+	<-called
+	c.send(map[string]any{"id": id, "op": opPing})
+	if msg := c.fails(id, codeDuplicateID).Message; !contains(msg, "in flight") {
+		t.Fatalf("message %q", msg)
+	}
+	c.send(map[string]any{"id": id, "op": opSubscribe, "channel": "orders/1"})
+	c.fails(id, codeDuplicateID)
+
+	close(release)
+	var res wsSubscribeResult
+	c.ok(id, &res)
+	if res.Channel != "docs/1" {
+		t.Fatalf("reply to %d is for %q, want docs/1", id, res.Channel)
+	}
+	c.send(map[string]any{"id": id, "op": opPing})
+	c.ok(id, nil)
+	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(opSubscribe, codeDuplicateID)); n != 1 {
+		t.Fatalf("herald_ws_requests_total{subscribe,duplicate_id} = %v", n)
+	}
+}
