@@ -14,18 +14,10 @@ set -euo pipefail
 
 log() { echo "test-browser: $*" >&2; }
 
-# retry runs its arguments up to three times, 5 s apart: a mirror or the
-# npm registry failing once must not fail the whole test run.
-retry() {
-  local n
-  for n in 1 2 3; do
-    "$@" && return 0
-    [ "$n" = 3 ] || { log "attempt $n of '$*' failed; retrying in 5 s"; sleep 5; }
-  done
-  return 1
-}
-
 cd "$(dirname "$0")/.."
+
+# shellcheck source=scripts/lib-node.sh
+. scripts/lib-node.sh
 
 CHROMIUM=/usr/bin/chromium
 PLAYWRIGHT_VERSION=1.64.1
@@ -47,8 +39,6 @@ if [ ! -x "$CHROMIUM" ]; then
   exit 1
 fi
 
-# shellcheck source=scripts/lib-node.sh
-. scripts/lib-node.sh
 ensure_node
 
 pw_dir="${XDG_CACHE_HOME:-$HOME/.cache}/herald-playwright"

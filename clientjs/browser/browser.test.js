@@ -13,7 +13,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
-import { readFile } from 'node:fs/promises';
+import { readFile, readdir } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -66,15 +66,17 @@ async function startProxy(t, h) {
 }
 
 /**
- * staticServer serves page.html, harness.js and this repository's
- * clientjs/herald.js on 127.0.0.1, an origin other than Herald's.
+ * staticServer serves page.html, harness.js and this repository's client
+ * (clientjs/dist: /herald.js and the modules it imports) on 127.0.0.1, an
+ * origin other than Herald's.
  */
 async function staticServer(t) {
+  const js = 'text/javascript; charset=utf-8';
   const files = {
     '/page.html': ['text/html; charset=utf-8', await readFile(join(here, 'page.html'))],
-    '/harness.js': ['text/javascript; charset=utf-8', await readFile(join(here, 'harness.js'))],
-    '/herald.js': ['text/javascript; charset=utf-8', await readFile(join(here, '..', 'herald.js'))],
+    '/harness.js': [js, await readFile(join(here, 'harness.js'))],
   };
+  for (const f of await readdir(join(here, '..', 'dist'))) files[`/${f}`] = [js, await readFile(join(here, '..', 'dist', f))];
   const server = http.createServer((req, res) => {
     const f = files[new URL(req.url, 'http://x').pathname];
     if (f) {
