@@ -97,7 +97,9 @@ class SseLink {
       this._end({ action: reasonAction(reason, d.reconnect), reason, delayMs: d.reconnect ? d.delay_ms : undefined, message: d.message });
     });
     on('error', (_, ev) => {
-      if (this.established) this._end(network('the stream broke'));
+      // FetchEventSource gives up a silent stream with a "timeout" error.
+      if (ev.error && ev.error.code === 'timeout') this._end({ action: 'reconnect', reason: 'timeout', message: ev.error.message });
+      else if (this.established) this._end(network('the stream broke'));
       else this._diagnose(ev);
     });
   }

@@ -212,7 +212,9 @@ export async function republish(h, channel, data, id) {
 /**
  * TcpProxy forwards 127.0.0.1:<port> to a target port. cut() drops every
  * connection (the client sees the network fail); hold(true) also refuses
- * new ones until hold(false).
+ * new ones until hold(false); freeze(true) keeps every byte from the
+ * server until freeze(false) (the connections stay open, the server's
+ * replies never come), then lets them through late.
  */
 export class TcpProxy {
   static async start(targetPort) {
@@ -220,6 +222,8 @@ export class TcpProxy {
     p.target = targetPort;
     p.sockets = new Set();
     p.held = false;
+    p.frozen = false;
+    p.late = [];
     p.server = net.createServer((c) => p._conn(c));
     await new Promise((resolve) => p.server.listen(0, '127.0.0.1', resolve));
     p.port = p.server.address().port;
@@ -239,7 +243,10 @@ export class TcpProxy {
       s.on('error', () => {});
     }
     c.pipe(u);
-    u.pipe(c);
+    u.on('data', (b) => {
+      if (this.frozen) this.late.push([c, b]);
+      else c.write(b);
+    });
     c.on('close', () => u.destroy());
     u.on('close', () => c.destroy());
   }
@@ -247,6 +254,13 @@ export class TcpProxy {
   /** Drops every open connection. */
   cut() {
     for (const s of this.sockets) s.destroy();
+  }
+
+  /** Withholds what the server sends while frozen; unfreezing sends it, late. */
+  freeze(on) {
+    this.frozen = on;
+    if (on) return;
+    for (const [c, b] of this.late.splice(0)) if (!c.destroyed) c.write(b);
   }
 
   /** Refuses new connections while held. */
