@@ -4,22 +4,12 @@
 // document; browser/behaviours.test.js runs the same scenarios in Chromium.
 import { test } from 'node:test';
 import * as herald from '../herald.js';
-import { Herald, TcpProxy } from '../testutil/helpers.js';
 import { startProbe } from '../testutil/probe.js';
-import { scenarios } from '../testutil/scenarios.js';
+import { scenarios, servers } from '../testutil/scenarios.js';
 
 function nodeEnv(t) {
   return {
-    async startHerald(args = []) {
-      const h = await Herald.start({ args });
-      t.after(() => h.destroy());
-      return h;
-    },
-    async startProxy(h) {
-      const p = await TcpProxy.start(h.port);
-      t.after(() => p.close());
-      return p;
-    },
+    ...servers(t),
     async open(opts) {
       const window = new EventTarget();
       const document = Object.assign(new EventTarget(), { visibilityState: 'visible' });

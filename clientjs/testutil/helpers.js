@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net from 'node:net';
+import { HeraldClient } from '../herald.js';
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -248,7 +249,8 @@ export class TcpProxy {
       else c.write(b);
     });
     c.on('close', () => u.destroy());
-    u.on('close', () => c.destroy());
+    // A frozen network does not pass on the server's close either.
+    u.on('close', () => (this.frozen ? this.late.push([c, null]) : c.destroy()));
   }
 
   /** Drops every open connection. */
@@ -260,7 +262,7 @@ export class TcpProxy {
   freeze(on) {
     this.frozen = on;
     if (on) return;
-    for (const [c, b] of this.late.splice(0)) if (!c.destroyed) c.write(b);
+    for (const [c, b] of this.late.splice(0)) if (!c.destroyed) b ? c.write(b) : c.destroy();
   }
 
   /** Refuses new connections while held. */
@@ -300,6 +302,19 @@ export function recorder() {
     onRecovered: (x) => r.recovered.push(x),
     onError: (e) => r.errors.push(e),
   };
+  return r;
+}
+
+/**
+ * watch subscribes a Node client (SSE) straight to h, so a test knows when
+ * publications made while another client is cut off are in the history.
+ * The test closes it.
+ */
+export async function watch(t, h, token, channel) {
+  const c = new HeraldClient({ url: h.url, transport: 'sse', backoff: fastBackoff, getToken: async () => token });
+  t.after(() => c.close());
+  const r = recorder();
+  await c.subscribe(channel, r.handlers).ready;
   return r;
 }
 

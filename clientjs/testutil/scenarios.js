@@ -12,13 +12,28 @@
 
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { HeraldClient } from '../herald.js';
-import { fastBackoff, recorder, republish, waitUntil } from './helpers.js';
+import { Herald, TcpProxy, fastBackoff, republish, waitUntil, watch } from './helpers.js';
 
 const MINUTES = 120_000;
 
 /** A backoff so slow that only an immediate reconnect can explain a quick one. */
 export const slowBackoff = { initialMs: 600_000, maxMs: 600_000, jitter: 'none', resetAfterMs: 600_000 };
+
+/** servers returns env.startHerald and env.startProxy for test t; every Herald gets args first. */
+export function servers(t, args = []) {
+  return {
+    async startHerald(more = []) {
+      const h = await Herald.start({ args: [...args, ...more] });
+      t.after(() => h.destroy());
+      return h;
+    },
+    async startProxy(h) {
+      const p = await TcpProxy.start(h.port);
+      t.after(() => p.close());
+      return p;
+    },
+  };
+}
 
 /** waitFor polls a client's record until pred holds, failing with what it saw. */
 export async function waitFor(client, pred, what, ms = MINUTES) {
@@ -32,15 +47,6 @@ export async function waitFor(client, pred, what, ms = MINUTES) {
     e.message += `; the client recorded:\n${JSON.stringify(rec).slice(0, 4000)}`;
     throw e;
   }
-}
-
-/** watch subscribes a Node client straight to h, to know when publications are in the history. */
-async function watch(t, h, token, channel) {
-  const c = new HeraldClient({ url: h.url, transport: 'sse', backoff: fastBackoff, getToken: async () => token });
-  t.after(() => c.close());
-  const r = recorder();
-  await c.subscribe(channel, r.handlers).ready;
-  return r;
 }
 
 /** publishAll publishes {n} for n in from…from+count-1 on channel and returns the ids. */
@@ -88,6 +94,7 @@ export const scenarios = [
       const proxy = await env.startProxy(h);
       const token = await h.token({ subscribe: ['orders/*'] });
       const c = await env.open({ transport, url: proxy.url, token, channels: ['orders/3'], backoff: slowBackoff });
+      await waitFor(c, (r) => r.connected.length === 1, 'the first connection');
       const watcher = await watch(t, h, token, 'orders/3');
       const first = await h.publish('orders/3', { n: 1 });
       await waitFor(c, (r) => r.pubs['orders/3'].length === 1 && r.connected.length === 1, 'the first publication');
@@ -117,6 +124,7 @@ export const scenarios = [
       const proxy = await env.startProxy(h);
       const token = await h.token({ subscribe: ['orders/*'] });
       const c = await env.open({ transport, url: proxy.url, token, channels: ['orders/4'], backoff: slowBackoff, resyncAfterHiddenMs: 0 });
+      await waitFor(c, (r) => r.connected.length === 1, 'the first connection');
       const watcher = await watch(t, h, token, 'orders/4');
       await h.publish('orders/4', { n: 1 });
       await waitFor(c, (r) => r.pubs['orders/4'].length === 1 && r.connected.length === 1, 'the first publication');
@@ -169,6 +177,7 @@ export const scenarios = [
       const h = await env.startHerald();
       const token = await h.token({ subscribe: ['orders/*'] });
       const c = await env.open({ transport, url: h.url, token, channels: ['orders/6'], backoff: fastBackoff });
+      await waitFor(c, (r) => r.connected.length === 1, 'the first connection');
       await h.publish('orders/6', { n: 1 });
       let r = await waitFor(c, (x) => x.pubs['orders/6'].length === 1 && x.connected.length === 1, 'the first publication');
       assert.deepEqual(r.connected[0], { reconnect: false, recovered: true, reload: [] });
