@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 const here = dirname(fileURLToPath(import.meta.url));
 
 /** The modules Herald serves, entry points first. */
-export const MODULES = ['herald.js', 'sse.js', 'ws.js', 'core.js', 'eventsource.js'];
+export const MODULES = ['herald.js', 'sse.js', 'ws.js', 'core.js', 'latest.js', 'eventsource.js', 'refusal.js'];
 
 /** The folder holding the pinned build tools (esbuild, typescript). */
 export const toolsDir = process.env.HERALD_JSTOOLS || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'herald-jstools');
@@ -33,10 +33,10 @@ export function build() {
   let mangleCache = {};
   for (const src of Object.values(sources)) for (const [w] of src.matchAll(/[A-Za-z$][\w$]*/g)) mangleCache[w] = false;
   for (const f of MODULES) {
-    const opts = { minify: true, format: 'esm', target: 'es2020', legalComments: 'none', mangleProps: /^_/, mangleCache };
+    const opts = { minify: true, format: 'esm', target: 'es2022', legalComments: 'none', mangleProps: /^_/, mangleCache };
     const r = esbuild.transformSync(sources[f], opts);
     mangleCache = r.mangleCache;
-    out[f] = `// Herald client: ${f}, minified from clientjs/${f} (Apache-2.0)\n${r.code}`;
+    out[f] = r.code;
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // FetchEventSource: an EventSource-compatible text/event-stream reader over
 // fetch streaming, for runtimes without EventSource and for sending headers.
-import { HeraldError, readRefusal } from './core.js';
+import { HeraldError } from './core.js';
+import { readRefusal } from './refusal.js';
 
 const CONNECTING = 0;
 const OPEN = 1;

@@ -5,7 +5,8 @@ import { Client } from './core.js';
 import { ws } from './ws.js';
 import { sse } from './sse.js';
 
-export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription, latestWins } from './core.js';
+export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription } from './core.js';
+export { latestWins } from './latest.js';
 export { closeAction } from './ws.js';
 export { FetchEventSource } from './eventsource.js';
 

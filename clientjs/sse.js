@@ -3,9 +3,9 @@
 // stream carries every subscribed channel; the driver reopens the stream
 // when the channel set changes. In runtimes without EventSource (Node) it
 // loads FetchEventSource (eventsource.js) on first use.
-import { Client, HeraldError, reasonAction, endpoint, readRefusal } from './core.js';
+import { Client, HeraldError, reasonAction, endpoint } from './core.js';
 
-export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription, latestWins } from './core.js';
+export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription } from './core.js';
 
 const parse = (s) => {
   try {
@@ -16,9 +16,12 @@ const parse = (s) => {
   }
 };
 
-// refusal maps a refused HTTP request to a _linkDown info.
-const refusal = (r) => ({ action: reasonAction(r.code), reason: r.code, status: r.status, message: r.message || `refused: ${r.status} ${r.code}`, delayMs: r.retryAfterMs });
-const network = (message) => ({ action: 'reconnect', reason: 'network', message });
+// refused returns what follows the refused request of response res.
+const refused = async (res) => {
+  const m = await import('./refusal.js');
+  return m.info(await m.readRefusal(res));
+};
+export const network = (message) => ({ action: 'reconnect', reason: 'network', message });
 
 class SseLink {
   constructor(client, token, channels) {
@@ -90,7 +93,7 @@ class SseLink {
     });
     // The token expires soon (or did): open a new stream with a fresh one,
     // resuming from the cursor.
-    on('reauth', (d) => this._end({ action: 'reauth', reason: 'token_expired', message: d.message || 'the server asked for a fresh token' }));
+    on('reauth', (d) => this._end({ action: 'reauth', reason: 'token_expired', message: d.message }));
     on('unsubscribed', (d) => c._serverUnsubscribed(this, d));
     on('disconnect', (d) => {
       const reason = String(d.reason || 'disconnected');
@@ -100,7 +103,7 @@ class SseLink {
       // FetchEventSource gives up a silent stream with a "timeout" error.
       if (ev.error && ev.error.code === 'timeout') this._end({ action: 'reconnect', reason: 'timeout', message: ev.error.message });
       else if (this.established) this._end(network('the stream broke'));
-      else this._diagnose(ev);
+      else import('./refusal.js').then((m) => m.diagnose(this, ev));
     });
   }
 
@@ -119,10 +122,10 @@ class SseLink {
         return { fail: network(`POST /v1/tickets: ${e && e.message}`) };
       }
       if (res.status !== 404) {
-        if (!res.ok) return { fail: refusal(await readRefusal(res)) };
+        if (!res.ok) return { fail: await refused(res) };
         const body = await res.json().catch(() => null);
         if (body && typeof body.ticket === 'string' && body.ticket !== '') return { query: { ticket: body.ticket } };
-        return { fail: { action: 'reconnect', reason: 'server_error', message: 'POST /v1/tickets answered without a ticket' } };
+        return { fail: { action: 'reconnect', reason: 'server_error', message: 'no ticket' } };
       }
       res.body?.cancel().catch(() => {});
       c._ticketsMissing = true;
@@ -147,29 +150,6 @@ class SseLink {
       }
     }
     return out;
-  }
-
-  // _diagnose finds out why a stream did not open: a FetchEventSource's
-  // error event has the status; a browser EventSource hides it, so the same
-  // request is made once more with fetch and the Authorization header.
-  async _diagnose(ev) {
-    const c = this.client;
-    this._closeSource();
-    if (typeof ev.status === 'number') return this._end(refusal(ev));
-    if (ev.error !== undefined || !c._fetch) return this._end(network(`cannot open the stream${ev.error ? ': ' + ev.error.message : ''}`));
-    const url = await this._url();
-    const abort = new AbortController();
-    let res;
-    try {
-      res = await c._fetch(url.toString(), { headers: { Authorization: `Bearer ${this.token}`, Accept: 'text/event-stream' }, signal: abort.signal });
-    } catch (e) {
-      return this._end(network(`cannot open the stream: ${e && e.message}`));
-    }
-    if (res.status === 200) {
-      abort.abort();
-      return this._end(network('the stream failed to open'));
-    }
-    this._end(refusal(await readRefusal(res)));
   }
 
   _closeSource() {

@@ -2,7 +2,7 @@
 // (core.js) with the WebSocket driver, and no SSE code. herald.js has both.
 import { Client, PROTOCOL, HeraldError, reasonAction, endpoint } from './core.js';
 
-export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription, latestWins } from './core.js';
+export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription } from './core.js';
 
 /** What to do after a WebSocket close code: 'reconnect', 'reauth' or 'stop'. */
 export function closeAction(code) {
