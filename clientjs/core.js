@@ -12,6 +12,7 @@
 export const PROTOCOL = 'herald.v1';
 
 /** Disconnect reasons after which the same request would fail again. */
+/** @type {readonly import('./herald.js').StopReason[]} */
 export const STOP_REASONS = Object.freeze(['bad_request', 'unauthorized', 'forbidden', 'message_too_big', 'protocol_error', 'revoked']);
 
 /** Every error the client reports; codes are listed in herald.d.ts. */
@@ -43,7 +44,9 @@ function check(o, tests, prefix = '') {
 
 /** Reconnect delays: the n-th is drawn from [0, cap] (jitter "full"), [cap/2, cap] ("half") or is cap ("none"), cap = min(maxMs, initialMs·factor^n). */
 export class Backoff {
+  /** @param {import('./herald.js').BackoffOptions} [options] */
   constructor(options = {}) {
+    /** @type {Required<import('./herald.js').BackoffOptions>} */
     const o = { initialMs: 500, maxMs: 30000, factor: 2, jitter: 'full', resetAfterMs: 5000, random: Math.random, ...options };
     check(
       o,
@@ -101,10 +104,14 @@ export class ChannelState {
     return this.epoch === undefined ? null : { offset: this.offset, epoch: this.epoch };
   }
 
-  // subscribed applies a subscription result; it returns the gap reason
-  // when a position the channel had was not resumed, else null.
+  /**
+   * subscribed applies a subscription result; it returns the gap reason
+   * when a position the channel had was not resumed, else null.
+   * @returns {import('./herald.js').GapReason | null}
+   */
   subscribed(result) {
     const had = this.epoch !== undefined;
+    /** @type {import('./herald.js').GapReason | null} */
     let gap = null;
     if (had && !result.recovered) gap = result.epoch !== this.epoch ? 'epoch_changed' : 'not_recovered';
     if (!result.recovered || !had) {
@@ -116,8 +123,10 @@ export class ChannelState {
 
   // accept advances the position past pub; deliver is false for a replay
   // (at or before the position) and for a recently seen message id.
+  /** @returns {{deliver: boolean, gap: import('./herald.js').GapReason | null}} */
   accept(pub) {
     if (pub.epoch === this.epoch && pub.offset <= this.offset) return { deliver: false, gap: null };
+    /** @type {import('./herald.js').GapReason | null} */
     let gap = null;
     if (this.epoch !== undefined) gap = pub.epoch !== this.epoch ? 'epoch_changed' : pub.offset > this.offset + 1 ? 'offset_gap' : null;
     this.offset = pub.offset;
@@ -196,6 +205,7 @@ export class Subscription extends Emitter {
     this.channel = channel;
     this._h = h;
     this._state = new ChannelState(client._options.maxIds, h.since || null);
+    /** @type {import('./herald.js').SubscriptionState} */
     this._status = 'subscribing';
     this._retry = null;
     this._inflight = null;
@@ -234,6 +244,7 @@ export class Subscription extends Emitter {
     this._client._report(e);
   }
 
+  /** @param {import('./herald.js').SubscriptionState} state */
   _set(state, info = {}) {
     const previous = this._status;
     if (previous === state) return;
@@ -255,6 +266,7 @@ export class Subscription extends Emitter {
   [Symbol.asyncIterator]() {
     const queue = [];
     let end = null;
+    /** @type {(v?: unknown) => void} */
     let wake = () => {};
     const offs = [
       this.on('publication', (p) => queue.push(p) && wake()),
@@ -323,6 +335,7 @@ export class Client extends Emitter {
     this._win = target(o.window !== undefined ? o.window : globalThis);
     this._doc = target(o.document !== undefined ? o.document : globalThis.document);
     this._subs = new Map();
+    /** @type {import('./herald.js').State} */
     this._state = IDLE;
     this._wanted = false;
     this._gen = 0;

@@ -12,6 +12,7 @@ export class FetchEventSource {
   constructor(url, init = {}) {
     this.url = String(url);
     this.withCredentials = Boolean(init.withCredentials);
+    /** @type {0 | 1 | 2} */
     this.readyState = CONNECTING;
     this.onopen = this.onmessage = this.onerror = null;
     this._listeners = new Map();
@@ -80,7 +81,7 @@ export class FetchEventSource {
       const reader = res.body.getReader();
       for (;;) {
         const { done, value } = await reader.read();
-        if (done || this.readyState === CLOSED) break;
+        if (done || /** @type {number} */ (this.readyState) === CLOSED) break;
         this._arm();
         this._feed(decoder.decode(value, { stream: true }));
       }

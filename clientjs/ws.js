@@ -237,6 +237,7 @@ class WsLink {
     const code = ev.code;
     const p = this.push;
     const message = (p && p.message) || ev.reason;
+    /** @type {any} */
     let info;
     if (code >= 4000 && code <= 4999) {
       info = { action: closeAction(code), reason: (p && p.reason) || ev.reason || String(code), closeCode: code, delayMs: p && p.reconnect ? p.delay_ms : undefined, message };

@@ -258,3 +258,31 @@ test('ws: server restart: bounded reconnects, then onGap (new epoch) and live de
     await h.destroy();
   }
 });
+
+test('ws: on() returns the function that removes its listener; for await ends when unsubscribed', async () => {
+  const token = await herald.token({ subscribe: ['orders/*'] });
+  const c = client({ url: herald.url, getToken: async () => token });
+  const sub = c.subscribe('orders/8');
+  const all = [];
+  const some = [];
+  sub.on('publication', (p) => all.push(p.id));
+  const off = sub.on('publication', (p) => some.push(p.id));
+  const iterated = [];
+  const iteration = (async () => {
+    for await (const p of sub) iterated.push(p.id);
+    return 'ended';
+  })();
+  await sub.ready;
+  const a = await herald.publish('orders/8', { n: 1 });
+  await waitUntil(() => all.length === 1 && iterated.length === 1, 'the first publication');
+  off();
+  const b = await herald.publish('orders/8', { n: 2 });
+  await waitUntil(() => all.length === 2 && iterated.length === 2, 'the second publication');
+  assert.deepEqual(some, [a], 'the removed listener saw only the first');
+  assert.deepEqual(all, [a, b]);
+  sub.unsubscribe();
+  assert.equal(await iteration, 'ended');
+  assert.deepEqual(iterated, [a, b]);
+  assert.equal(sub.state, 'unsubscribed');
+  c.close();
+});
