@@ -59,7 +59,11 @@ bin_dir=$(mktemp -d)
 trap 'rm -rf "$bin_dir"' EXIT
 ${GO:-go} build -o "$bin_dir/herald" ./cmd/herald
 
+# Node 20 has WebSocket behind a flag (the example app publishes over it).
+flags=()
+if [ "$(node_major)" -lt 22 ]; then flags+=(--experimental-websocket); fi
+
 cd clientjs
 if [ "$#" -eq 0 ]; then set -- browser/*.test.js; fi
 HERALD_BIN="$bin_dir/herald" HERALD_PLAYWRIGHT_DIR="$pw_dir" HERALD_CHROMIUM="$CHROMIUM" \
-  node --test "$@"
+  node "${flags[@]}" --test "$@"
