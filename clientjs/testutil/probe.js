@@ -30,7 +30,7 @@ export function startProbe(herald, opts) {
   c.on('state', (s) => rec.states.push({ state: s.state, previous: s.previous, reason: s.reason, delayMs: s.delayMs }));
   c.on('connecting', (e) => rec.connecting.push({ reason: e.reason }));
   c.on('connected', (e) => rec.connected.push({ reconnect: e.reconnect, recovered: e.recovered, reload: e.reload }));
-  c.on('disconnected', (e) => rec.disconnected.push({ reason: e.reason, reconnect: e.reconnect, delayMs: e.delayMs, code: e.error && e.error.code }));
+  c.on('disconnected', (e) => rec.disconnected.push({ reason: e.reason, reconnect: e.reconnect, delayMs: e.delayMs, message: e.error && e.error.message }));
   c.on('error', (e) => rec.errors.push(String((e && e.message) || e)));
   const orders = herald.latestWins(
     (p) => p.data.key,

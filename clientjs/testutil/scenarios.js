@@ -118,6 +118,30 @@ export const scenarios = [
     },
   },
   {
+    name: 'online again while the connection is silently dead: it is checked at once and replaced',
+    async run(t, { env, transport }) {
+      const h = await env.startHerald();
+      const proxy = await env.startProxy(h);
+      const token = await h.token({ subscribe: ['orders/*'] });
+      // The server's heartbeats alone would take a minute to tell.
+      const c = await env.open({ transport, url: proxy.url, token, channels: ['orders/9'], backoff: fastBackoff, requestTimeoutMs: 1500 });
+      await waitFor(c, (r) => r.connected.length === 1, 'the first connection');
+      await c.offline();
+      proxy.freeze(true); // the network changed: the old connection is dead, and says nothing
+      await c.online();
+      let r = await waitFor(c, (x) => x.disconnected.length >= 1, 'the dead connection to be found out');
+      assert.equal(r.disconnected[0].reason, 'timeout');
+      // The WebSocket is checked with a ping; a stream is replaced by a new one.
+      if (transport === 'ws') assert.match(r.disconnected[0].message, /ping/);
+      else assert.equal(r.connecting.at(-1).reason, 'online');
+      proxy.freeze(false);
+      r = await waitFor(c, (x) => x.connected.length >= 2 && x.state === 'connected', 'a new connection');
+      assert.deepEqual(r.connected.at(-1), { reconnect: true, recovered: true, reload: [] });
+      const id = await h.publish('orders/9', { n: 1 });
+      await waitFor(c, (x) => x.pubs['orders/9'].some((p) => p.id === id), 'live delivery on the new connection');
+    },
+  },
+  {
     name: 'a tab hidden longer than the history window: visible again, it reconnects at once and names the channel to reload',
     async run(t, { env, transport }) {
       const h = await env.startHerald(['--history-size', '2']);
