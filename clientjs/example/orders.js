@@ -69,5 +69,13 @@ client.on('connected', () => {
   if (!pending) status.textContent = 'live';
 });
 
-await sub.ready;
-await reload('start');
+// Once subscribed (the position is known), load the state. The "state"
+// event comes whenever the subscription succeeds, even after a first
+// attempt that timed out (sub.ready would have rejected then).
+let loaded = false;
+sub.on('state', (s) => {
+  if (s.state === 'subscribed' && !loaded) {
+    loaded = true;
+    reload('start');
+  }
+});
