@@ -5,14 +5,16 @@
 // ws.js); the entry modules choose which. Herald serves these files
 // minified (dist/, built by build.mjs); the comments are for this source.
 
-// The protocol's vocabulary (docs/protocol.md) and the client's one error
-// type. test/vocabulary.test.js checks these against the server's table.
+// ---- the protocol's vocabulary (docs/protocol.md) and the client's one
+// error type; test/vocabulary.test.js checks them against the server's table
 
 /** The WebSocket subprotocol. */
 export const PROTOCOL = 'herald.v1';
 
-/** Disconnect reasons after which the same request would fail again. */
-/** @type {readonly import('./herald.js').StopReason[]} */
+/**
+ * Disconnect reasons after which the same request would fail again.
+ * @type {readonly import('./herald.js').StopReason[]}
+ */
 export const STOP_REASONS = Object.freeze(['bad_request', 'unauthorized', 'forbidden', 'message_too_big', 'protocol_error', 'revoked']);
 
 /** Every error the client reports; codes are listed in herald.d.ts. */
@@ -33,14 +35,14 @@ export function reasonAction(reason, reconnect) {
   return 'reconnect';
 }
 
-// Bounded exponential backoff with jitter.
-
 const invalid = (m) => new HeraldError('invalid_argument', m);
 
 // check throws invalid_argument for the first option of o that fails its test.
 function check(o, tests, prefix = '') {
   for (const k in tests) if (!tests[k](o[k])) throw invalid(`${prefix}${k}: ${o[k]}`);
 }
+
+// ---- bounded exponential backoff with jitter
 
 /** Reconnect delays: the n-th is drawn from [0, cap] (jitter "full"), [cap/2, cap] ("half") or is cap ("none"), cap = min(maxMs, initialMs·factor^n). */
 export class Backoff {
@@ -86,7 +88,7 @@ export class Backoff {
   }
 }
 
-// One channel's resume position and recent message ids.
+// ---- one channel's resume position and recent message ids
 
 export class ChannelState {
   constructor(maxIds = 1000, position = null) {
@@ -139,7 +141,7 @@ export class ChannelState {
   }
 }
 
-// Event listeners with unsubscribe functions.
+// ---- event listeners, removed by the function on() returns
 
 export class Emitter {
   /** Calls fn for every event of type; returns the function that removes it. */
@@ -173,11 +175,11 @@ export class Emitter {
   }
 }
 
+// ---- the client and its subscriptions
 
 /** Client states, reported by the "state" event. */
 export const States = Object.freeze({ IDLE: 'idle', CONNECTING: 'connecting', CONNECTED: 'connected', RECONNECTING: 'reconnecting', CLOSED: 'closed' });
 const { IDLE, CONNECTING, CONNECTED, RECONNECTING, CLOSED } = States;
-
 
 /** endpoint appends path to base's path, with the scheme for a WebSocket (ws) or HTTP. */
 export function endpoint(base, path, ws) {
@@ -379,7 +381,6 @@ export class Client extends Emitter {
     for (const [ch, s] of this._subs) if (s.position) out[ch] = s.position;
     return out;
   }
-
 
   /** Starts connecting; resolves when connected, rejects when the client closes first. */
   connect() {
@@ -638,7 +639,7 @@ export class Client extends Emitter {
     if (this._wanted) this._driver.removed(this, sub, wasActive);
   }
 
-  // _retry subscribes sub again after its backoff, on the same connection.
+  // _retrySoon subscribes sub again after its backoff, on the same connection.
   _retrySoon(sub, link) {
     this._clearRetry(sub);
     sub._retry = this._clock.setTimeout(() => {
