@@ -21,6 +21,8 @@ const refused = async (res) => {
   const m = await import('./refusal.js');
   return m.info(await m.readRefusal(res));
 };
+
+/** network is what follows a network failure (refusal.js uses it too). */
 export const network = (message) => ({ action: 'reconnect', reason: 'network', message });
 
 class SseLink {
