@@ -1,4 +1,5 @@
-// The in-page side of the browser tests (browser.test.js). It imports
+// The in-page side of the browser tests (browser.test.js, and through
+// harness.probe, testutil/probe.js, behaviours.test.js). It imports
 // herald.js from the client= parameter of its own URL (page.html passes on
 // its own client=, by default /herald.js), or from Herald's /client/herald.js on
 // the page's origin when it has none (injected inline into Herald's demo
