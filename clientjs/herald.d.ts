@@ -1,7 +1,41 @@
-// Type declarations of herald.js (Herald's realtime client).
+// Type declarations of herald.js (Herald's realtime client, both
+// transports). sse.d.ts and ws.d.ts declare the one-transport entries.
+// test/types.test.js checks them against the JavaScript (tsc, checkJs).
 
 /** The WebSocket subprotocol the client speaks. */
 export const PROTOCOL: 'herald.v1';
+
+/** Disconnect reasons the server sends (docs/protocol.md, "Disconnect reasons"). */
+export type DisconnectReason =
+  | 'shutdown' | 'slow' | 'server_error' | 'insufficient_state' | 'write_timeout' | 'timeout'
+  | 'too_many_connections' | 'too_many_requests' | 'client_closed' | 'token_expired'
+  | 'authorization_unavailable' | 'bad_request' | 'unauthorized' | 'forbidden'
+  | 'message_too_big' | 'protocol_error' | 'revoked';
+
+/** Disconnect reasons after which the same request would fail again: the client stops. */
+export type StopReason = 'bad_request' | 'unauthorized' | 'forbidden' | 'message_too_big' | 'protocol_error' | 'revoked';
+export const STOP_REASONS: readonly StopReason[];
+
+/** Error codes of the server's error replies (docs/protocol.md, "Error codes"). */
+export type ServerErrorCode =
+  | 'bad_request' | 'not_found' | 'unauthorized' | 'token_expired' | 'forbidden'
+  | 'already_subscribed' | 'not_subscribed' | 'too_many_subscriptions' | 'too_many_requests'
+  | 'server_error' | 'authorization_unavailable' | 'revoked' | 'too_many_connections';
+
+/**
+ * Codes of the errors the client raises itself: `timeout` (no reply within
+ * requestTimeoutMs), `disconnected` (the connection closed before the
+ * reply), `closed` (the client was closed), `not_connected` (publish found
+ * no connection in time), `not_supported`, `token_error` (getToken or a
+ * subscription token failed), `invalid_argument`, `unsubscribed`,
+ * `network` (a connection failed).
+ */
+export type ClientErrorCode =
+  | 'timeout' | 'disconnected' | 'closed' | 'not_connected' | 'not_supported'
+  | 'token_error' | 'invalid_argument' | 'unsubscribed' | 'network';
+
+/** The requests the client sends (the op of a herald.v1 frame). */
+export type Op = 'connect' | 'subscribe' | 'unsubscribe' | 'publish' | 'refresh' | 'ping' | 'pong';
 
 export type State = 'idle' | 'connecting' | 'connected' | 'reconnecting' | 'closed';
 export const States: Readonly<{ IDLE: 'idle'; CONNECTING: 'connecting'; CONNECTED: 'connected'; RECONNECTING: 'reconnecting'; CLOSED: 'closed' }>;
@@ -28,16 +62,21 @@ export interface Publication<D = unknown> {
 /** Every error the client reports. */
 export class HeraldError extends Error {
   constructor(code: string, message?: string, extra?: { temporary?: boolean; op?: string; status?: number; closeCode?: number; cause?: unknown });
-  /** Server error code, disconnect reason, or a client-side code. */
-  code: string;
+  /** A ServerErrorCode, a DisconnectReason, or a ClientErrorCode. */
+  code: ServerErrorCode | DisconnectReason | ClientErrorCode | (string & {});
   /** True when the same request may succeed later unchanged. */
   temporary: boolean;
-  op?: string;
+  /** The request that failed. */
+  op?: Op | (string & {});
+  /** The HTTP status of a refused request. */
   status?: number;
+  /** The WebSocket close code. */
   closeCode?: number;
 }
 
+/** What to do after a WebSocket close code. */
 export function closeAction(code: number): 'reconnect' | 'reauth' | 'stop';
+/** What to do after a disconnect reason (and the server's reconnect flag, when it sent one). */
 export function reasonAction(reason: string, reconnect?: boolean): 'reconnect' | 'reauth' | 'stop';
 
 export interface BackoffOptions {
@@ -55,6 +94,7 @@ export interface BackoffOptions {
   random?: () => number;
 }
 
+/** Bounded exponential backoff with jitter. */
 export class Backoff {
   constructor(options?: BackoffOptions);
   readonly options: Required<BackoffOptions>;
@@ -76,6 +116,7 @@ export interface LatestWins<T, K = unknown, V = number | bigint | string> {
   readonly size: number;
 }
 
+/** A filter that applies absolute state only when it is newer (also exported by latest.js). */
 export function latestWins<T, K = unknown, V extends number | bigint | string = number | bigint | string>(
   keyFn: (item: T) => K,
   versionFn: (item: T) => V | null | undefined,
@@ -83,8 +124,10 @@ export function latestWins<T, K = unknown, V extends number | bigint | string = 
 
 export type GapReason = 'epoch_changed' | 'not_recovered' | 'offset_gap';
 
+/** One channel's resume position and recent message ids. */
 export class ChannelState {
   constructor(maxIds?: number, position?: Position | null);
+  maxIds: number;
   offset: number | undefined;
   epoch: string | undefined;
   readonly position: Position | null;
@@ -99,29 +142,69 @@ export interface SubscribeResult {
   epoch: string;
 }
 
-export interface SubscriptionHandlers<D = unknown> {
+export interface Gap extends Position {
+  channel: string;
+  reason: GapReason;
+}
+
+export type SubscriptionState = 'subscribing' | 'subscribed' | 'unsubscribed';
+
+export interface SubscriptionStateChange {
+  channel: string;
+  state: SubscriptionState;
+  previous: SubscriptionState;
+  /** subscribed: whether the position was resumed with nothing missed. */
+  recovered?: boolean;
+  /** subscribed: the gap when a position was not resumed. */
+  gap?: GapReason | null;
+  /** Why the subscription is subscribing again or ended. */
+  reason?: string;
+  error?: HeraldError;
+}
+
+export interface SubscriptionEvents<D> {
   /** Each new publication, once, in offset order. */
-  onPublication?: (pub: Publication<D>) => void;
-  /** Publications were missed: refresh the channel's authoritative state. */
-  onGap?: (gap: { channel: string; reason: GapReason; offset: number; epoch: string }) => void;
+  publication: Publication<D>;
+  /** Publications were missed: reload the channel's authoritative state. */
+  gap: Gap;
   /** A resume that missed nothing. */
-  onRecovered?: (info: { channel: string; offset: number; epoch: string }) => void;
+  recovered: { channel: string; offset: number; epoch: string };
   /** The subscription ended for good (refused, or ended by the server). */
+  error: HeraldError;
+  state: SubscriptionStateChange;
+}
+
+export interface SubscribeOptions<D = unknown> {
+  onPublication?: (pub: Publication<D>) => void;
+  onGap?: (gap: Gap) => void;
+  onRecovered?: (info: SubscriptionEvents<D>['recovered']) => void;
   onError?: (err: HeraldError) => void;
-  /** A saved position to resume from (WebSocket; over SSE it yields onGap). */
+  onState?: (change: SubscriptionStateChange) => void;
+  /** A saved position to resume from (WebSocket; over SSE it yields a gap). */
   since?: Position;
-  /** A subscription token for this channel (WebSocket: subscribe's token; SSE: sub_token), or a function returning one. */
+  /** A subscription token for this channel, or a function returning one (asked before every subscription). */
   token?: string | (() => Promise<string> | string);
 }
 
-export class Subscription {
+/** @deprecated the name of SubscribeOptions before the event API */
+export type SubscriptionHandlers<D = unknown> = SubscribeOptions<D>;
+
+/** One channel of a client. */
+export class Subscription<D = unknown> implements AsyncIterable<Publication<D>> {
+  /** Made by client.subscribe(). */
+  constructor(client: HeraldClient, channel: string, options: SubscribeOptions<D>);
   readonly channel: string;
-  /** Settles with the first subscription result, or the error that ended it. */
+  /** Settles with the first subscription result, or rejects: with the error that ended it, or "timeout" when no reply came within requestTimeoutMs (the subscription goes on). */
   readonly ready: Promise<SubscribeResult>;
   readonly position: Position | null;
+  readonly state: SubscriptionState;
   readonly active: boolean;
   readonly closed: boolean;
+  /** Calls fn for each event; returns the function that removes it. */
+  on<E extends keyof SubscriptionEvents<D>>(type: E, fn: (ev: SubscriptionEvents<D>[E]) => void): () => void;
   unsubscribe(): void;
+  /** Publications from now on; ends when unsubscribed, throws the error that ended the subscription. */
+  [Symbol.asyncIterator](): AsyncIterator<Publication<D>>;
 }
 
 export interface StateChange {
@@ -135,6 +218,35 @@ export interface StateChange {
   expiresAt?: number;
 }
 
+export interface Connected {
+  /** False for the first connection after connect(). */
+  reconnect: boolean;
+  /** True when every subscribed channel is in sync: resumed with nothing missed, or new. */
+  recovered: boolean;
+  /** The channels that were not resumed: reload their authoritative state. */
+  reload: string[];
+  client?: string;
+  expiresAt?: number;
+}
+
+export interface Disconnected extends StateChange {
+  /** True when the client reconnects (after delayMs), false when it stopped. */
+  reconnect: boolean;
+}
+
+export interface ClientEvents {
+  /** Every state change. */
+  state: StateChange;
+  /** A connection attempt begins; reason "online" or "visible" when the browser woke it. */
+  connecting: StateChange;
+  /** Connected, and every subscription has its answer. */
+  connected: Connected;
+  /** A connection or an attempt ended. */
+  disconnected: Disconnected;
+  /** Exceptions thrown by listeners, errors the server could not match to a request. */
+  error: unknown;
+}
+
 export interface Clock {
   setTimeout(fn: () => void, ms: number): unknown;
   clearTimeout(handle: unknown): void;
@@ -142,9 +254,9 @@ export interface Clock {
 }
 
 export interface HeraldClientOptions {
-  /** Herald's base URL (http(s) or ws(s)). Default: the page's location. */
+  /** Herald's base URL (http(s) or ws(s)). Default: the page's origin. */
   url?: string;
-  /** Default "ws". */
+  /** Default "ws" (herald.js), the only one with sse.js and ws.js. */
   transport?: 'ws' | 'sse';
   /** Called before every connection attempt and refresh; reason says why. */
   getToken: (ctx: { reason: 'connect' | 'token_expired' | 'refresh' }) => Promise<string> | string;
@@ -152,20 +264,26 @@ export interface HeraldClientOptions {
   WebSocket?: unknown;
   /** EventSource class (credentials then go in the URL). Default globalThis.EventSource; none: FetchEventSource with headers. */
   EventSource?: unknown;
-  /** fetch. Default globalThis.fetch. */
   fetch?: typeof fetch;
   backoff?: BackoffOptions;
+  /** Same as client.on('state', fn). */
   onStateChange?: (change: StateChange) => void;
-  /** Exceptions thrown by handlers, and unmatched server errors. Default console.error. */
+  /** Same as client.on('error', fn). Without an error listener: console.error. */
   onError?: (err: unknown) => void;
   /** WebSocket: refresh in-band after this fraction of the token's remaining life; 0 = only when the server asks. Default 0.8. */
   refreshRatio?: number;
-  /** Bound on a connect reply and on publish waiting for a connection, ms. Default 10000. */
+  /** Every request's bound, ms: connect, subscribe (SSE: the stream's start), unsubscribe, publish, refresh, ping; and publish's wait for a connection. Default 5000. */
   requestTimeoutMs?: number;
   /** Message ids remembered per channel for de-duplication. Default 1000. */
   maxIds?: number;
   /** FetchEventSource: give up a stream silent this long, ms (0 = never). Default 45000. */
   sseIdleTimeoutMs?: number;
+  /** A page hidden at least this long checks its connection when visible again, ms. Default 10000. */
+  resyncAfterHiddenMs?: number;
+  /** Where "online" comes from. Default globalThis when it has addEventListener; null: none. */
+  window?: EventTarget | null;
+  /** Where "visibilitychange" comes from (with visibilityState). Default globalThis.document; null: none. */
+  document?: (EventTarget & { visibilityState: string }) | null;
   clock?: Clock;
 }
 
@@ -174,14 +292,17 @@ export class HeraldClient {
   readonly state: State;
   readonly transport: 'ws' | 'sse';
   /** The error that ended the last connection, or null. */
-  readonly lastError: HeraldError | null;
+  lastError: HeraldError | null;
+  /** Calls fn for each event; returns the function that removes it. */
+  on<E extends keyof ClientEvents>(type: E, fn: (ev: ClientEvents[E]) => void): () => void;
   positions(): Record<string, Position>;
   connect(): Promise<void>;
   close(): void;
-  subscribe<D = unknown>(channel: string, handlers?: SubscriptionHandlers<D>): Subscription;
+  subscribe<D = unknown>(channel: string, options?: SubscribeOptions<D>): Subscription<D>;
   publish(channel: string, type: string, data: unknown, options?: { schemaVersion?: number }): Promise<{ id: string; offset: number; epoch: string }>;
 }
 
+/** An EventSource-compatible reader over fetch streaming (loaded by sse.js where there is no EventSource). */
 export class FetchEventSource {
   static readonly CONNECTING: 0;
   static readonly OPEN: 1;

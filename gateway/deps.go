@@ -73,8 +73,9 @@ type Deps struct {
 	// Gatherer is exposed at /metrics. Default: Registerer when it is also a
 	// Gatherer (a *prometheus.Registry); otherwise /metrics answers 404.
 	Gatherer prometheus.Gatherer
-	// ClientJS is the file system holding the browser client; the file
-	// "herald.js" in it is served at /client/herald.js. Default nil: 404.
+	// ClientJS is the file system holding the browser client; its .js
+	// files are served under /client/ (herald.js at /client/herald.js).
+	// Default nil: 404.
 	ClientJS fs.FS
 	// Revocations is the revocation list: every RevalidateInterval the
 	// gateway takes one snapshot of it and closes the connections whose

@@ -185,6 +185,9 @@ func routeLabel(path string) string {
 	case "/v1/sse", "/v1/ws", "/v1/tickets", "/healthz", "/readyz", "/metrics", "/", "/client/herald.js", "/ops/status":
 		return path
 	}
+	if strings.HasPrefix(path, "/client/") {
+		return "/client/" // the client's other modules
+	}
 	if strings.HasPrefix(path, "/ops/") || path == "/ops" {
 		return "/ops/" // the operator page and its files
 	}

@@ -1,8 +1,13 @@
 package gateway
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"io/fs"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -16,7 +21,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/healthz", methods(s.handleHealthz, http.MethodGet, http.MethodHead))
 	mux.Handle("/readyz", methods(s.handleReadyz, http.MethodGet, http.MethodHead))
 	mux.Handle("/metrics", methods(s.handleMetrics(), http.MethodGet, http.MethodHead))
-	mux.Handle("/client/herald.js", methods(s.handleClientJS, http.MethodGet, http.MethodHead))
+	mux.Handle("/client/", methods(s.handleClientJS, http.MethodGet, http.MethodHead))
 	mux.Handle("/{$}", methods(handleDemo, http.MethodGet, http.MethodHead))
 	s.opsRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -64,28 +69,32 @@ func (p slogPrinter) Println(v ...any) {
 	p.s.log.Error("gateway: metrics exposition failed", "error", v)
 }
 
+// handleClientJS serves the client's modules (/client/herald.js, the
+// whole client, and the modules it imports). The URLs carry no version,
+// so caches revalidate every time (no-cache) and get 304 while the ETag,
+// a hash of the file, matches.
 func (s *Server) handleClientJS(w http.ResponseWriter, r *http.Request) {
-	if s.deps.ClientJS == nil {
-		writeError(w, http.StatusNotFound, "not_found", "the client library is not bundled with this server")
-		return
+	name := strings.TrimPrefix(r.URL.Path, "/client/")
+	var b []byte
+	err := fs.ErrNotExist
+	if s.deps.ClientJS != nil && strings.HasSuffix(name, ".js") && fs.ValidPath(name) {
+		b, err = fs.ReadFile(s.deps.ClientJS, name)
 	}
-	b, err := fs.ReadFile(s.deps.ClientJS, "herald.js")
 	if err != nil {
-		writeError(w, http.StatusNotFound, "not_found", "the client library is not bundled with this server")
+		writeError(w, http.StatusNotFound, "not_found", "no such client module on this server")
 		return
 	}
+	sum := sha256.Sum256(b)
 	h := w.Header()
 	h.Set("Content-Type", "text/javascript; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
+	h.Set("ETag", `"`+hex.EncodeToString(sum[:12])+`"`)
 	h.Set("X-Content-Type-Options", "nosniff")
 	// Public code, fetched without credentials: a page of any origin may
 	// import it as a module (module scripts are fetched with CORS). What
 	// the page may then connect to is still governed by AllowedOrigins.
 	h.Set("Access-Control-Allow-Origin", "*")
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(b)
-	}
+	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(b))
 }
 
 // countRequests counts every request by route and status when the status

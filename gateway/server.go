@@ -94,9 +94,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 func (s *Server) Config() Config { return s.cfg }
 
 // Handler returns the gateway's routes: GET /v1/sse, /v1/ws, POST
-// /v1/tickets, GET /healthz, /readyz, /metrics, / (demo page),
-// /client/herald.js and, with Config.AdminToken, the operator view under
-// /ops/. A handler served without Start runs the revalidation
+// /v1/tickets, GET /healthz, /readyz, /metrics, / (demo page), the JS
+// client under /client/ and, with Config.AdminToken, the operator view
+// under /ops/. A handler served without Start runs the revalidation
 // timer from its first connection until Stop.
 func (s *Server) Handler() http.Handler { return s.handler }
 

@@ -167,7 +167,12 @@ func TestMetricsWithoutGatherer(t *testing.T) {
 
 func TestDemoPageAndClient(t *testing.T) {
 	e := newEnv(t, envOptions{deps: func(d *Deps) {
-		d.ClientJS = fstest.MapFS{"herald.js": {Data: []byte("export class Herald {}\n")}}
+		d.ClientJS = fstest.MapFS{
+			"herald.js": {Data: []byte("export class Herald {}\n")},
+			"core.js":   {Data: []byte("export const core = 1;\n")},
+			"notes.txt": {Data: []byte("not a module\n")},
+			"sub/x.js":  {Data: []byte("export {};\n")},
+		}
 	}})
 	code, hdr, body := e.get("/")
 	if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") {
@@ -193,6 +198,7 @@ func TestDemoPageAndClient(t *testing.T) {
 	if got := hdr.Get("Access-Control-Allow-Origin"); got != "*" {
 		t.Errorf("/client/herald.js Access-Control-Allow-Origin = %q, want * (importable as a module from any origin)", got)
 	}
+	checkClientModules(t, e)
 
 	bare := newEnv(t, envOptions{})
 	if code, _, _ := bare.get("/client/herald.js"); code != 404 {
@@ -205,6 +211,38 @@ func TestDemoPageAndClient(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
 		t.Fatalf("POST /v1/sse = %d Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+}
+
+// checkClientModules checks the modules under /client/ beside herald.js:
+// JavaScript, revalidated by ETag; nothing but .js files inside the folder.
+func checkClientModules(t *testing.T, e *testEnv) {
+	t.Helper()
+	code, hdr, body := e.get("/client/core.js")
+	if code != 200 || body != "export const core = 1;\n" || hdr.Get("Content-Type") != "text/javascript; charset=utf-8" {
+		t.Fatalf("/client/core.js = %d %q %q", code, hdr.Get("Content-Type"), body)
+	}
+	etag := hdr.Get("ETag")
+	if hdr.Get("Cache-Control") != "no-cache" || !strings.HasPrefix(etag, `"`) || hdr.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("/client/core.js headers: Cache-Control %q, ETag %q, X-Content-Type-Options %q", hdr.Get("Cache-Control"), etag, hdr.Get("X-Content-Type-Options"))
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.base+"/client/core.js", nil)
+	req.Header.Set("If-None-Match", etag)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotModified {
+		t.Fatalf("/client/core.js with If-None-Match its ETag = %d, want 304", resp.StatusCode)
+	}
+	if code, _, _ := e.get("/client/sub/x.js"); code != 200 {
+		t.Errorf("/client/sub/x.js = %d", code)
+	}
+	for _, p := range []string{"/client/notes.txt", "/client/missing.js", "/client/", "/client/../herald.js", "/client/sub/../../herald.js"} {
+		if code, _, _ := e.get(p); code != 404 {
+			t.Errorf("%s = %d, want 404", p, code)
+		}
 	}
 }
 

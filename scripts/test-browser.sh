@@ -14,18 +14,10 @@ set -euo pipefail
 
 log() { echo "test-browser: $*" >&2; }
 
-# retry runs its arguments up to three times, 5 s apart: a mirror or the
-# npm registry failing once must not fail the whole test run.
-retry() {
-  local n
-  for n in 1 2 3; do
-    "$@" && return 0
-    [ "$n" = 3 ] || { log "attempt $n of '$*' failed; retrying in 5 s"; sleep 5; }
-  done
-  return 1
-}
-
 cd "$(dirname "$0")/.."
+
+# shellcheck source=scripts/lib-node.sh
+. scripts/lib-node.sh
 
 CHROMIUM=/usr/bin/chromium
 PLAYWRIGHT_VERSION=1.64.1
@@ -47,8 +39,6 @@ if [ ! -x "$CHROMIUM" ]; then
   exit 1
 fi
 
-# shellcheck source=scripts/lib-node.sh
-. scripts/lib-node.sh
 ensure_node
 
 pw_dir="${XDG_CACHE_HOME:-$HOME/.cache}/herald-playwright"
@@ -69,7 +59,11 @@ bin_dir=$(mktemp -d)
 trap 'rm -rf "$bin_dir"' EXIT
 ${GO:-go} build -o "$bin_dir/herald" ./cmd/herald
 
+# Node 20 has WebSocket behind a flag (the example app publishes over it).
+flags=()
+if [ "$(node_major)" -lt 22 ]; then flags+=(--experimental-websocket); fi
+
 cd clientjs
 if [ "$#" -eq 0 ]; then set -- browser/*.test.js; fi
 HERALD_BIN="$bin_dir/herald" HERALD_PLAYWRIGHT_DIR="$pw_dir" HERALD_CHROMIUM="$CHROMIUM" \
-  node --test "$@"
+  node "${flags[@]}" --test "$@"

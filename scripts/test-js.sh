@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the JS client's tests (clientjs/, node --test) against a real Herald
 # built from this tree. Makes sure Node.js ≥ 20 is there first (as root it
-# installs Debian's nodejs when node is missing). The tests start their own
-# `herald serve` processes on 127.0.0.1 and stop them at the end.
+# installs Debian's nodejs when node is missing), and esbuild and
+# typescript, pinned (scripts/lib-node.sh): the tests check that dist/ is
+# built from the sources, the sizes, and the types. The tests start their
+# own `herald serve` processes on 127.0.0.1 and stop them at the end.
 set -euo pipefail
 
 log() { echo "test-js: $*" >&2; }
@@ -12,6 +14,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib-node.sh
 . scripts/lib-node.sh
 ensure_node
+ensure_jstools
 
 # One build for every test file (each runs in its own process).
 bin_dir=$(mktemp -d)

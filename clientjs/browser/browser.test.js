@@ -12,39 +12,25 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
 import { readFile } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import http from 'node:http';
-import { HeraldClient } from '../herald.js';
-import { Herald, TcpProxy, fastBackoff, recorder, waitUntil } from '../testutil/helpers.js';
+import { Herald, TcpProxy, fastBackoff, waitUntil, watch } from '../testutil/helpers.js';
+import { launchChromium, staticServer } from './lib.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const chromiumPath = process.env.HERALD_CHROMIUM || '/usr/bin/chromium';
-const playwrightDir = process.env.HERALD_PLAYWRIGHT_DIR || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'herald-playwright');
 
 // The documented fields of every publication (docs/protocol.md).
 const FIELDS = ['id', 'channel', 'offset', 'epoch', 'type', 'schema_version', 'time', 'freshness', 'data'];
 
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 
-function loadPlaywright() {
-  try {
-    return createRequire(join(playwrightDir, 'package.json'))('playwright-core');
-  } catch (e) {
-    throw new Error(`playwright-core is not installed in ${playwrightDir} (${e.message}): run scripts/test-browser.sh, which installs it`);
-  }
-}
-
 let browser;
 let harnessJs;
 
 before(async () => {
   harnessJs = await readFile(join(here, 'harness.js'), 'utf8');
-  const { chromium } = loadPlaywright();
-  browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'], timeout: 30_000 });
+  browser = await launchChromium();
 });
 
 after(async () => {
@@ -63,34 +49,6 @@ async function startProxy(t, h) {
   const p = await TcpProxy.start(h.port);
   t.after(() => p.close());
   return p;
-}
-
-/**
- * staticServer serves page.html, harness.js and this repository's
- * clientjs/herald.js on 127.0.0.1, an origin other than Herald's.
- */
-async function staticServer(t) {
-  const files = {
-    '/page.html': ['text/html; charset=utf-8', await readFile(join(here, 'page.html'))],
-    '/harness.js': ['text/javascript; charset=utf-8', await readFile(join(here, 'harness.js'))],
-    '/herald.js': ['text/javascript; charset=utf-8', await readFile(join(here, '..', 'herald.js'))],
-  };
-  const server = http.createServer((req, res) => {
-    const f = files[new URL(req.url, 'http://x').pathname];
-    if (f) {
-      res.writeHead(200, { 'Content-Type': f[0], 'Cache-Control': 'no-store' });
-      res.end(f[1]);
-    } else {
-      res.writeHead(404, { 'Content-Type': 'text/plain' });
-      res.end('not found');
-    }
-  });
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  t.after(() => {
-    server.closeAllConnections();
-    return new Promise((resolve) => server.close(() => resolve()));
-  });
-  return { url: `http://127.0.0.1:${server.address().port}` };
 }
 
 /**
@@ -145,18 +103,6 @@ async function openPage(t, { origin, served, client }) {
     },
   };
   return pg;
-}
-
-/**
- * watch subscribes a Node client (SSE over fetch) straight to h, so a test
- * knows when publications made during a cut are in the channel's history.
- */
-async function watch(t, h, token, channel) {
-  const c = new HeraldClient({ url: h.url, transport: 'sse', backoff: fastBackoff, getToken: async () => token });
-  t.after(() => c.close());
-  const r = recorder();
-  await c.subscribe(channel, r.handlers).ready;
-  return r;
 }
 
 /** metric returns the value of one sample of Herald's /metrics (0 when absent). */

@@ -1,4 +1,5 @@
-// The in-page side of the browser tests (browser.test.js). It imports
+// The in-page side of the browser tests (browser.test.js, and through
+// harness.probe, testutil/probe.js, behaviours.test.js). It imports
 // herald.js from the client= parameter of its own URL (page.html passes on
 // its own client=, by default /herald.js), or from Herald's /client/herald.js on
 // the page's origin when it has none (injected inline into Herald's demo
@@ -79,7 +80,28 @@ try {
     close(name) {
       clients.get(name)?.c.close();
     },
+
+    // probe starts a client driven by its event API (testutil/probe.js,
+    // served beside this file) for the behaviour scenarios.
+    async probe(name, opts) {
+      const { startProbe } = await import(new URL('probe.js', import.meta.url).href);
+      probes.set(name, startProbe(herald, opts));
+    },
+    probeRecord: (name) => probes.get(name).record(),
+    probeSubscribe: (name, channel) => probes.get(name).subscribe(channel),
+    probeClose: (name) => probes.get(name)?.close(),
+    onlineEvents: 0,
+
+    // setVisibility makes the page look hidden or visible, as a browser
+    // does when the tab goes to the background and back.
+    setVisibility(state) {
+      Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => state });
+      Object.defineProperty(document, 'hidden', { configurable: true, get: () => state === 'hidden' });
+      document.dispatchEvent(new Event('visibilitychange'));
+    },
   };
+  const probes = new Map();
+  window.addEventListener('online', () => window.harness.onlineEvents++);
   document.documentElement.dataset.harness = 'ready';
 } catch (e) {
   document.documentElement.dataset.harness = `herald.js failed to load from ${clientUrl}: ${(e && e.message) || e}`;

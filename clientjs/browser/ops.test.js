@@ -6,31 +6,19 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
 import { mkdtemp, writeFile, rm } from 'node:fs/promises';
-import { homedir, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Herald } from '../testutil/helpers.js';
-
-const chromiumPath = process.env.HERALD_CHROMIUM || '/usr/bin/chromium';
-const playwrightDir = process.env.HERALD_PLAYWRIGHT_DIR || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'herald-playwright');
+import { launchChromium } from './lib.js';
 
 const ADMIN_TOKEN = 'browser-ops-admin-token-0123456789';
 const TOKEN_KEY = 'herald.ops.token';
 
-function loadPlaywright() {
-  try {
-    return createRequire(join(playwrightDir, 'package.json'))('playwright-core');
-  } catch (e) {
-    throw new Error(`playwright-core is not installed in ${playwrightDir} (${e.message}): run scripts/test-browser.sh, which installs it`);
-  }
-}
-
 let browser;
 
 before(async () => {
-  const { chromium } = loadPlaywright();
-  browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'], timeout: 30_000 });
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -99,13 +99,15 @@ test('HeraldClient reconnects with bounded backoff (fake clock, refused port)', 
     },
     backoff: { initialMs: 500, maxMs: 30000, factor: 2, jitter: 'full', random: () => 0.999 },
     clock,
+    requestTimeoutMs: 999_999, // the connect timers, told apart from the reconnect timers
     onStateChange: (s) => states.push(s),
   });
   client.connect().catch(() => {});
   const delays = [];
+  const reconnectTimer = (t) => !t.cleared && !t.fired && t.ms !== 999_999;
   for (let i = 0; i < 12; i++) {
-    await waitUntil(() => timers.some((t) => !t.cleared && !t.fired), `reconnect timer ${i}`);
-    const t = timers.find((x) => !x.cleared && !x.fired);
+    await waitUntil(() => timers.some(reconnectTimer), `reconnect timer ${i}`);
+    const t = timers.find(reconnectTimer);
     t.fired = true;
     delays.push(t.ms);
     t.fn();

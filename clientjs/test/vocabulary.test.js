@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { PROTOCOL, closeAction, reasonAction } from '../herald.js';
+import { PROTOCOL, STOP_REASONS, closeAction, reasonAction } from '../herald.js';
 
 const vocabulary = JSON.parse(readFileSync(new URL('./vocabulary.json', import.meta.url), 'utf8'));
 
@@ -39,7 +39,7 @@ test('every close code is acted on as its range says', () => {
 });
 
 test('the ops the client sends are ops the server knows', () => {
-  const source = readFileSync(new URL('../herald.js', import.meta.url), 'utf8');
+  const source = ['../ws.js', '../core.js'].map((f) => readFileSync(new URL(f, import.meta.url), 'utf8')).join('\n');
   // Requests go through request('<op>', …); pongs are written directly.
   const sent = new Set([
     ...[...source.matchAll(/\.request\('([a-z_]+)'/g)].map((m) => m[1]),
@@ -47,4 +47,24 @@ test('the ops the client sends are ops the server knows', () => {
   ]);
   assert.ok(sent.size >= 6, `found ops ${[...sent]}`);
   for (const op of sent) assert.ok(vocabulary.ops.includes(op), `the client sends op ${op}, which the server does not know`);
+});
+
+// union returns the string literals of `export type name = …;` in herald.d.ts.
+function union(name) {
+  const dts = readFileSync(new URL('../herald.d.ts', import.meta.url), 'utf8');
+  const m = new RegExp(`export type ${name} =([^;]+);`).exec(dts);
+  assert.ok(m, `herald.d.ts declares ${name}`);
+  return [...m[1].matchAll(/'([a-z_.0-9]+)'/g)].map((x) => x[1]).sort();
+}
+
+test('the exported and declared reasons, error codes and ops are the server\'s', () => {
+  const stop = vocabulary.reasons.filter((r) => !r.reconnect).map((r) => r.code).sort();
+  assert.deepEqual([...STOP_REASONS].sort(), stop, 'STOP_REASONS');
+  assert.deepEqual(union('StopReason'), stop, 'StopReason in herald.d.ts');
+  assert.deepEqual(union('DisconnectReason'), vocabulary.reasons.map((r) => r.code).sort(), 'DisconnectReason in herald.d.ts');
+  assert.deepEqual(union('ServerErrorCode'), vocabulary.error_codes.map((e) => e.code).sort(), 'ServerErrorCode in herald.d.ts');
+  assert.deepEqual(union('Op'), [...vocabulary.ops].sort(), 'Op in herald.d.ts');
+  // The client's own codes never reuse a server code with another meaning.
+  const server = new Set([...vocabulary.error_codes.map((e) => e.code), ...vocabulary.reasons.map((r) => r.code)]);
+  for (const code of union('ClientErrorCode')) assert.ok(!server.has(code) || code === 'timeout', `client code ${code} is also a server code`);
 });

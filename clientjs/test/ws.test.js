@@ -258,3 +258,80 @@ test('ws: server restart: bounded reconnects, then onGap (new epoch) and live de
     await h.destroy();
   }
 });
+
+test('ws: on() returns the function that removes its listener; for await ends when unsubscribed', async () => {
+  const token = await herald.token({ subscribe: ['orders/*'] });
+  const c = client({ url: herald.url, getToken: async () => token });
+  const sub = c.subscribe('orders/8');
+  const all = [];
+  const some = [];
+  sub.on('publication', (p) => all.push(p.id));
+  const off = sub.on('publication', (p) => some.push(p.id));
+  const iterated = [];
+  const iteration = (async () => {
+    for await (const p of sub) iterated.push(p.id);
+    return 'ended';
+  })();
+  await sub.ready;
+  const a = await herald.publish('orders/8', { n: 1 });
+  await waitUntil(() => all.length === 1 && iterated.length === 1, 'the first publication');
+  off();
+  const b = await herald.publish('orders/8', { n: 2 });
+  await waitUntil(() => all.length === 2 && iterated.length === 2, 'the second publication');
+  assert.deepEqual(some, [a], 'the removed listener saw only the first');
+  assert.deepEqual(all, [a, b]);
+  sub.unsubscribe();
+  assert.equal(await iteration, 'ended');
+  assert.deepEqual(iterated, [a, b]);
+  assert.equal(sub.state, 'unsubscribed');
+  c.close();
+});
+
+test('ws: a publish whose reply never comes rejects with timeout when its timer fires (fake clock); the late reply is ignored', async () => {
+  const timers = [];
+  const clock = {
+    setTimeout: (fn, ms) => {
+      const t = { fn, ms, cleared: false, fired: false };
+      timers.push(t);
+      return t;
+    },
+    clearTimeout: (t) => {
+      if (t) t.cleared = true;
+    },
+    now: () => Date.now(),
+  };
+  const live = (pred) => timers.find((t) => !t.cleared && !t.fired && pred(t));
+  const fire = (t) => {
+    t.fired = true;
+    t.fn();
+  };
+  const token = await herald.token({ subscribe: ['rooms/*'], publish: ['rooms/*'] });
+  const states = stateLog();
+  const c = client({ url: proxy.url, getToken: async () => token, clock, requestTimeoutMs: 7777, onStateChange: states.onStateChange });
+  const r = recorder();
+  await c.subscribe('rooms/late', r.handlers).ready;
+
+  proxy.freeze(true); // the publish goes out, its reply is withheld
+  const outcome = c.publish('rooms/late', 'chat.message', { text: 'late' }).then(
+    () => 'resolved',
+    (e) => e,
+  );
+  const timer = await waitUntil(() => live((t) => t.ms === 7777), 'the publish timer');
+  fire(timer);
+  const err = await outcome;
+  assert.ok(err instanceof HeraldError, String(err));
+  assert.equal(err.code, 'timeout');
+  assert.equal(err.op, 'publish');
+  assert.equal(err.temporary, true);
+  assert.equal(c.state, 'reconnecting', 'the stalled connection was given up');
+  assert.equal(states.at(-1).reason, 'timeout');
+
+  proxy.freeze(false); // the late reply goes out, to the closed connection
+  fire(await waitUntil(() => live((t) => t.ms <= fastBackoff.maxMs), 'the reconnect timer'));
+  // The server did publish it: the resume replays it, once.
+  await waitUntil(() => c.state === 'connected' && r.pubs.length === 1, 'the publication, replayed on resume');
+  assert.deepEqual(r.pubs.map((p) => p.data), [{ text: 'late' }]);
+  assert.equal(r.recovered.length, 1);
+  assert.deepEqual(r.errors, []);
+  c.close();
+});

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net from 'node:net';
+import { HeraldClient } from '../herald.js';
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -212,7 +213,9 @@ export async function republish(h, channel, data, id) {
 /**
  * TcpProxy forwards 127.0.0.1:<port> to a target port. cut() drops every
  * connection (the client sees the network fail); hold(true) also refuses
- * new ones until hold(false).
+ * new ones until hold(false); freeze(true) keeps every byte from the
+ * server until freeze(false) (the connections stay open, the server's
+ * replies never come), then lets them through late.
  */
 export class TcpProxy {
   static async start(targetPort) {
@@ -220,6 +223,8 @@ export class TcpProxy {
     p.target = targetPort;
     p.sockets = new Set();
     p.held = false;
+    p.frozen = false;
+    p.late = [];
     p.server = net.createServer((c) => p._conn(c));
     await new Promise((resolve) => p.server.listen(0, '127.0.0.1', resolve));
     p.port = p.server.address().port;
@@ -239,14 +244,25 @@ export class TcpProxy {
       s.on('error', () => {});
     }
     c.pipe(u);
-    u.pipe(c);
+    u.on('data', (b) => {
+      if (this.frozen) this.late.push([c, b]);
+      else c.write(b);
+    });
     c.on('close', () => u.destroy());
-    u.on('close', () => c.destroy());
+    // A frozen network does not pass on the server's close either.
+    u.on('close', () => (this.frozen ? this.late.push([c, null]) : c.destroy()));
   }
 
   /** Drops every open connection. */
   cut() {
     for (const s of this.sockets) s.destroy();
+  }
+
+  /** Withholds what the server sends while frozen; unfreezing sends it, late. */
+  freeze(on) {
+    this.frozen = on;
+    if (on) return;
+    for (const [c, b] of this.late.splice(0)) if (!c.destroyed) b ? c.write(b) : c.destroy();
   }
 
   /** Refuses new connections while held. */
@@ -286,6 +302,19 @@ export function recorder() {
     onRecovered: (x) => r.recovered.push(x),
     onError: (e) => r.errors.push(e),
   };
+  return r;
+}
+
+/**
+ * watch subscribes a Node client (SSE) straight to h, so a test knows when
+ * publications made while another client is cut off are in the history.
+ * The test closes it.
+ */
+export async function watch(t, h, token, channel) {
+  const c = new HeraldClient({ url: h.url, transport: 'sse', backoff: fastBackoff, getToken: async () => token });
+  t.after(() => c.close());
+  const r = recorder();
+  await c.subscribe(channel, r.handlers).ready;
   return r;
 }
 

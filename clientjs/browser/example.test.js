@@ -1,0 +1,66 @@
+// The example page (example/: index.html, orders.js, served by the
+// example app, app.mjs) in headless Chromium against a real Herald: it
+// renders the order list from the application's state, applies live
+// updates, and reloads the state after a gap (a Herald restart, with an
+// update lost while it was down).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { Herald, SECRET } from '../testutil/helpers.js';
+import { startApp } from '../example/app.mjs';
+import { launchChromium } from './lib.js';
+
+let browser;
+
+before(async () => {
+  browser = await launchChromium();
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+const post = (app, id, status) =>
+  fetch(`${app.url}/api/orders/${id}`, { method: 'POST', body: JSON.stringify({ status }) }).then((r) => r.json());
+
+test('example: the order list from state, live updates, a reload after a gap', async (t) => {
+  const app = await startApp({ secret: SECRET });
+  t.after(() => app.close());
+  const h = await Herald.start({ args: ['--allowed-origins', app.url] });
+  t.after(() => h.destroy());
+  app.use(h.url);
+
+  const context = await browser.newContext();
+  t.after(() => context.close());
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(e.message));
+  await page.goto(`${app.url}/`);
+  const shows = (id, status) =>
+    page.waitForFunction(([i, s]) => document.querySelector(`#order-${i} span`)?.textContent === s, [id, status], { timeout: 120_000 });
+
+  // The state, rendered.
+  await page.waitForFunction(() => document.getElementById('status').textContent === 'live', null, { timeout: 120_000 });
+  assert.deepEqual(await page.$$eval('#orders li', (lis) => lis.map((li) => li.textContent)), ['A-1 tea: paid', 'A-2 coffee: paid', 'A-3 cocoa: packed']);
+  assert.equal(await page.evaluate(() => document.body.dataset.reloads), '1');
+
+  // A live update, applied once.
+  assert.equal((await post(app, 'A-2', 'shipped')).published, true);
+  await shows('A-2', 'shipped');
+  assert.equal(await page.getAttribute('#order-A-2', 'data-version'), '2');
+
+  // Herald restarts (the in-memory history is lost: a new epoch), and an
+  // update made while it is down is never published.
+  await h.stop();
+  await page.waitForFunction(() => document.getElementById('status').textContent.startsWith('reconnecting'), null, { timeout: 120_000 });
+  assert.equal((await post(app, 'A-3', 'delivered')).published, false);
+  await h.restart();
+  // The page reloads the state after the gap and shows the lost update.
+  await shows('A-3', 'delivered');
+  assert.equal(await page.evaluate(() => document.body.dataset.reloads), '2');
+  await page.waitForFunction(() => document.getElementById('status').textContent === 'live', null, { timeout: 120_000 });
+
+  // And live updates go on.
+  await post(app, 'A-1', 'refunded');
+  await shows('A-1', 'refunded');
+  assert.deepEqual(problems, [], 'no script error in the page');
+});

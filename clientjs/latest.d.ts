@@ -1,0 +1,2 @@
+// Type declarations of latest.js.
+export { latestWins, LatestWins } from './herald.js';

@@ -1,0 +1,217 @@
+// Herald's realtime client over Server-Sent Events only: the core
+// (core.js) with the SSE driver, and no WebSocket code. One SseLink per
+// stream carries every subscribed channel; the driver reopens the stream
+// when the channel set changes. In runtimes without EventSource (Node) it
+// loads FetchEventSource (eventsource.js) on first use.
+import { Client, HeraldError, reasonAction, endpoint } from './core.js';
+
+export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription } from './core.js';
+
+const parse = (s) => {
+  try {
+    const v = JSON.parse(s);
+    return v && typeof v === 'object' ? v : null;
+  } catch {
+    return null;
+  }
+};
+
+// refused returns what follows the refused request of response res.
+const refused = async (res) => {
+  const m = await import('./refusal.js');
+  return m.info(await m.readRefusal(res));
+};
+
+/** network is what follows a network failure (refusal.js uses it too). */
+export const network = (message) => ({ action: 'reconnect', reason: 'network', message });
+
+class SseLink {
+  constructor(client, token, channels) {
+    this.client = client;
+    this.token = token;
+    this.channels = channels;
+    this.established = this.ended = false;
+    this.source = null;
+    // The stream must open and subscribe every channel within requestTimeoutMs.
+    this.waiting = new Set(channels);
+    const ms = client._options.requestTimeoutMs;
+    this.timer = client._clock.setTimeout(() => {
+      const err = new HeraldError('timeout', `the stream did not start within ${ms} ms`, { temporary: true, op: 'subscribe' });
+      for (const ch of this.waiting) client._subs.get(ch)?._reject(err);
+      this._end({ action: 'reconnect', reason: 'timeout', message: err.message });
+    }, ms);
+    this._start();
+  }
+
+  // _url is the stream's URL: its channels and their subscription tokens.
+  async _url() {
+    const tokens = await this._subTokens();
+    const url = new URL(this.client._sseUrl);
+    for (const ch of this.channels) url.searchParams.append('channel', ch);
+    for (const t of tokens) url.searchParams.append('sub_token', t);
+    return url;
+  }
+
+  async _start() {
+    const c = this.client;
+    const cred = await this._credentials();
+    if (this.ended) return;
+    if (cred.fail) return this._end(cred.fail);
+    const url = await this._url();
+    if (this.ended) return;
+    let src;
+    try {
+      if (c._EventSource) {
+        for (const [k, v] of Object.entries(cred.query || {})) url.searchParams.set(k, v);
+        if (c._cursor) url.searchParams.set('last_event_id', c._cursor);
+        src = new c._EventSource(url.toString());
+      } else {
+        const headers = { ...cred.headers };
+        if (c._cursor) headers['Last-Event-ID'] = c._cursor;
+        const { FetchEventSource } = await import('./eventsource.js');
+        if (this.ended) return;
+        src = new FetchEventSource(url.toString(), { headers, fetch: c._fetch, idleTimeoutMs: c._options.sseIdleTimeoutMs });
+      }
+    } catch (e) {
+      return this._end(network(`cannot open the stream: ${e && e.message}`));
+    }
+    this.source = src;
+    const on = (type, fn) =>
+      src.addEventListener(type, (ev) => {
+        if (this.ended) return;
+        if (ev.lastEventId && type !== 'reauth') c._cursor = ev.lastEventId;
+        fn(parse(ev.data) || {}, ev);
+      });
+    on('open', () => {
+      this.established = true;
+      c._linkUp(this, {});
+    });
+    on('message', (pub) => c._deliver(pub));
+    on('subscribed', (d) => {
+      const sub = c._subs.get(d.channel);
+      this.waiting.delete(d.channel);
+      if (this.waiting.size === 0) c._clock.clearTimeout(this.timer);
+      if (sub && !sub.closed) c._subscribed(sub, { channel: d.channel, recovered: Boolean(d.recovered), offset: d.offset, epoch: d.epoch });
+    });
+    // The token expires soon (or did): open a new stream with a fresh one,
+    // resuming from the cursor.
+    on('reauth', (d) => this._end({ action: 'reauth', reason: 'token_expired', message: d.message }));
+    on('unsubscribed', (d) => c._serverUnsubscribed(this, d));
+    on('disconnect', (d) => {
+      const reason = String(d.reason || 'disconnected');
+      this._end({ action: reasonAction(reason, d.reconnect), reason, delayMs: d.reconnect ? d.delay_ms : undefined, message: d.message });
+    });
+    on('error', (_, ev) => {
+      // FetchEventSource gives up a silent stream with a "timeout" error.
+      if (ev.error && ev.error.code === 'timeout') this._end({ action: 'reconnect', reason: 'timeout', message: ev.error.message });
+      else if (this.established) this._end(network('the stream broke'));
+      else import('./refusal.js').then((m) => m.diagnose(this, ev));
+    });
+  }
+
+  // _credentials returns the query parameters or headers carrying the token:
+  // without an EventSource, the Authorization header; with one, a ticket,
+  // or access_token when the server has no tickets (404).
+  async _credentials() {
+    const c = this.client;
+    const auth = { Authorization: `Bearer ${this.token}` };
+    if (!c._EventSource) return { headers: auth };
+    if (c._fetch && !c._ticketsMissing) {
+      let res;
+      try {
+        res = await c._fetch(c._ticketUrl, { method: 'POST', headers: auth });
+      } catch (e) {
+        return { fail: network(`POST /v1/tickets: ${e && e.message}`) };
+      }
+      if (res.status !== 404) {
+        if (!res.ok) return { fail: await refused(res) };
+        const body = await res.json().catch(() => null);
+        if (body && typeof body.ticket === 'string' && body.ticket !== '') return { query: { ticket: body.ticket } };
+        return { fail: { action: 'reconnect', reason: 'server_error', message: 'no ticket' } };
+      }
+      res.body?.cancel().catch(() => {});
+      c._ticketsMissing = true;
+    }
+    return { query: { access_token: this.token } };
+  }
+
+  // _subTokens returns the subscription tokens of the stream's channels.
+  // A channel whose token cannot be had ends and leaves the stream.
+  async _subTokens() {
+    const c = this.client;
+    const out = [];
+    for (const ch of [...this.channels]) {
+      const sub = c._subs.get(ch);
+      try {
+        const t = sub && (await sub._token());
+        if (typeof t === 'string' && t !== '') out.push(t);
+      } catch (e) {
+        this.channels = this.channels.filter((x) => x !== ch);
+        this.waiting.delete(ch);
+        c._ended(sub, e);
+      }
+    }
+    return out;
+  }
+
+  _closeSource() {
+    try {
+      this.source?.close();
+    } catch {
+      // closed already
+    }
+  }
+
+  _end(info) {
+    if (this.ended) return;
+    this.close();
+    this.client._linkDown(this, info);
+  }
+
+  close() {
+    this.ended = true;
+    this.client._clock.clearTimeout(this.timer);
+    this._closeSource();
+  }
+}
+
+// restart reopens the stream (once per turn) with the new channel set,
+// resuming from the cursor.
+function restart(c, sub, link, why) {
+  if (c._restartQueued) return;
+  c._restartQueued = true;
+  Promise.resolve().then(() => {
+    c._restartQueued = false;
+    // While reconnecting, the next attempt takes the new set.
+    if (c._wanted && c._state !== 'reconnecting') c._reopen(why);
+  });
+}
+
+/** The SSE driver of Client (core.js). */
+export const sse = {
+  idle: true, // no channel, no stream
+  init(c, base) {
+    // With an EventSource (the browser's, or one passed in) credentials go
+    // in the URL; without, FetchEventSource sends them as a header.
+    c._EventSource = c._options.EventSource || globalThis.EventSource || null;
+    if (!c._EventSource && !c._fetch) throw new HeraldError('not_supported', 'no EventSource and no fetch in this runtime');
+    c._sseUrl = endpoint(base, '/v1/sse', false);
+    c._ticketUrl = endpoint(base, '/v1/tickets', false).toString();
+    c._ticketsMissing = c._restartQueued = false;
+    c._cursor = '';
+  },
+  open: (c, token) => new SseLink(c, token, [...c._subs.keys()]),
+  up() {},
+  added: restart,
+  removed: restart,
+  resubscribe: restart,
+  // probe: a browser EventSource cannot tell a stalled stream, so open a new one.
+  probe: (c, link, why) => restart(c, null, link, why),
+};
+
+/** HeraldClient over Server-Sent Events. */
+export class HeraldClient extends Client {
+  constructor(options) {
+    super(options, { sse });
+  }
+}

@@ -1,0 +1,66 @@
+// A probe drives one HeraldClient through its event API (client.on,
+// sub.on, for await) and records what it reports, as plain data. The
+// behaviour scenarios (scenarios.js) read it the same way in Node
+// (test/behaviours.test.js) and in a browser page (browser/harness.js).
+// It imports nothing: the caller passes the client module.
+
+/** plainError keeps the fields of a HeraldError that survive structured cloning. */
+export function plainError(e) {
+  if (!e) return null;
+  return { name: e.name, code: e.code, message: e.message, temporary: e.temporary, op: e.op, status: e.status, closeCode: e.closeCode };
+}
+
+/**
+ * startProbe opens a client of module herald (the client module) with
+ * opts ({transport, url, token, channels, backoff, requestTimeoutMs,
+ * resyncAfterHiddenMs, sseIdleTimeoutMs, window, document}) and subscribes
+ * it to opts.channels. Publications whose data has a key and a version are
+ * applied to rec.applied through latestWins, as an app would.
+ */
+export function startProbe(herald, opts) {
+  const rec = { states: [], connecting: [], connected: [], disconnected: [], errors: [], pubs: {}, iterated: {}, iterEnd: {}, gaps: [], ready: {}, subStates: [], subErrors: [], applied: {}, tokenCalls: 0 };
+  const { token, channels = [], ...rest } = opts;
+  const c = new herald.HeraldClient({
+    ...rest,
+    getToken: async () => {
+      rec.tokenCalls++;
+      return token;
+    },
+  });
+  c.on('state', (s) => rec.states.push({ state: s.state, previous: s.previous, reason: s.reason, delayMs: s.delayMs }));
+  c.on('connecting', (e) => rec.connecting.push({ reason: e.reason }));
+  c.on('connected', (e) => rec.connected.push({ reconnect: e.reconnect, recovered: e.recovered, reload: e.reload }));
+  c.on('disconnected', (e) => rec.disconnected.push({ reason: e.reason, reconnect: e.reconnect, delayMs: e.delayMs, message: e.error && e.error.message }));
+  c.on('error', (e) => rec.errors.push(String((e && e.message) || e)));
+  const orders = herald.latestWins(
+    (p) => p.data.key,
+    (p) => p.data.version,
+  );
+  const subscribe = (ch) => {
+    rec.pubs[ch] = [];
+    rec.iterated[ch] = [];
+    const sub = c.subscribe(ch);
+    sub.on('publication', (p) => {
+      rec.pubs[ch].push(p);
+      if (p.data && p.data.key !== undefined && orders(p)) rec.applied[p.data.key] = p.data.version;
+    });
+    sub.on('gap', (g) => rec.gaps.push(g));
+    sub.on('state', (s) => rec.subStates.push({ channel: ch, state: s.state, recovered: s.recovered, gap: s.gap, reason: s.reason }));
+    sub.on('error', (e) => rec.subErrors.push({ channel: ch, error: plainError(e) }));
+    sub.ready.then(
+      (r) => (rec.ready[ch] = r),
+      (e) => (rec.ready[ch] = { error: plainError(e) }),
+    );
+    (async () => {
+      for await (const p of sub) rec.iterated[ch].push(p.id);
+      rec.iterEnd[ch] = { done: true };
+    })().catch((e) => (rec.iterEnd[ch] = { error: plainError(e) }));
+  };
+  for (const ch of channels) subscribe(ch);
+  return {
+    client: c,
+    subscribe,
+    record: () => ({ ...rec, state: c.state, positions: c.positions() }),
+    close: () => c.close(),
+  };
+}

@@ -1,0 +1,395 @@
+// Herald's realtime client over the WebSocket (herald.v1) only: the core
+// (core.js) with the WebSocket driver, and no SSE code. herald.js has both.
+import { Client, PROTOCOL, HeraldError, reasonAction, endpoint } from './core.js';
+
+export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription } from './core.js';
+
+/** What to do after a WebSocket close code: 'reconnect', 'reauth' or 'stop'. */
+export function closeAction(code) {
+  if (code >= 4500 && code <= 4599) return 'stop';
+  if (code >= 4100 && code <= 4199) return 'reauth';
+  return 'reconnect';
+}
+
+// Requests that count against the server's max_inflight.
+const COUNTED = ['subscribe', 'publish', 'refresh'];
+
+const reconnect = (reason, message) => ({ action: 'reconnect', reason, message });
+
+class WsLink {
+  constructor(client, token) {
+    this.client = client;
+    this.token = token;
+    this.established = this.ended = this.opened = this.refreshing = false;
+    this.pending = new Map();
+    this.queue = [];
+    this.nextId = 1;
+    this.inflight = 0;
+    this.maxInflight = 16;
+    this.push = null; // the server's disconnect push
+    this.connectError = null;
+    this.watchdogMs = 0;
+    this.timers = { connect: null, watchdog: null, refresh: null, error: null };
+    this.ws = null;
+    // The handshake and the connect reply, within requestTimeoutMs.
+    this._timer('connect', client._options.requestTimeoutMs, () => this._end(reconnect('timeout', 'no connect reply in time')));
+    try {
+      this.ws = new client._WebSocket(client._wsUrl, PROTOCOL);
+    } catch (e) {
+      Promise.resolve().then(() => this._end(reconnect('network', `cannot open the WebSocket: ${e && e.message}`)));
+      return;
+    }
+    this.ws.onopen = () => this._open();
+    this.ws.onmessage = (ev) => this._message(ev);
+    this.ws.onerror = () => this._error();
+    this.ws.onclose = (ev) => this._closed(ev);
+  }
+
+  _timer(name, ms, fn) {
+    const clock = this.client._clock;
+    if (this.timers[name] !== null) clock.clearTimeout(this.timers[name]);
+    this.timers[name] = ms === null ? null : clock.setTimeout(() => {
+      this.timers[name] = null;
+      fn();
+    }, ms);
+  }
+
+  // _error: browsers follow the error event with a close event; Node 20's
+  // WebSocket may not, so a socket that never opened ends here, an open one soon.
+  _error() {
+    const info = { action: 'reconnect', reason: 'network', closeCode: 1006, message: 'the WebSocket failed' };
+    if (!this.opened) this._end(info);
+    else if (this.timers.error === null) this._timer('error', 1000, () => this._end(info));
+  }
+
+  _open() {
+    this.opened = true;
+    const connected = (result) => {
+      this._timer('connect', null);
+      this.established = true;
+      if (result.limits && result.limits.max_inflight > 0) this.maxInflight = result.limits.max_inflight;
+      if (result.ping_interval_ms > 0 && result.pong_timeout_ms > 0) this.watchdogMs = result.ping_interval_ms + result.pong_timeout_ms;
+      this._kick();
+      this._scheduleRefresh(result.expires_at);
+      this.client._linkUp(this, { client: result.client, expiresAt: result.expires_at });
+    };
+    this.request('connect', { token: this.token }, connected).catch((err) => {
+      this.connectError = err; // the server closes next, with the reason's code
+    });
+  }
+
+  _message(ev) {
+    if (this.ended || typeof ev.data !== 'string') return;
+    this._kick();
+    for (const line of ev.data.split('\n')) {
+      let f = null;
+      try {
+        f = JSON.parse(line);
+      } catch {
+        // not a frame
+      }
+      if (f && typeof f === 'object') this._frame(f);
+      if (this.ended) return;
+    }
+  }
+
+  _frame(f) {
+    const c = this.client;
+    switch (f.push) {
+      case undefined:
+        break;
+      case 'pub': {
+        const { push, ...pub } = f;
+        c._deliver(pub);
+        return;
+      }
+      case 'ping':
+        this._write({ op: 'pong' });
+        return;
+      case 'unsubscribed':
+        c._serverUnsubscribed(this, f);
+        return;
+      case 'refresh': // the server asks for a fresh token before expires_at
+        this._refresh(Number(f.expires_at) || 0);
+        return;
+      case 'disconnect':
+        this.push = f;
+        return;
+      default: // unknown pushes are ignored
+        return;
+    }
+    // A reply: to a pending request, else late (its request timed out) and ignored.
+    if (typeof f.id === 'number' && this.pending.has(f.id)) this._settle(f.id, f);
+    else if (f.error && f.id === undefined) c._report(new HeraldError(String(f.error.code), `herald: ${f.error.message}`));
+  }
+
+  // _kick restarts the liveness watchdog: a connection that received
+  // nothing for ping_interval_ms + pong_timeout_ms is dead.
+  _kick() {
+    if (this.watchdogMs > 0) this._timer('watchdog', this.watchdogMs, () => this._end(reconnect('timeout', `nothing received for ${this.watchdogMs} ms`)));
+  }
+
+  _scheduleRefresh(expiresAt) {
+    const c = this.client;
+    const left = expiresAt * 1000 - c._clock.now();
+    const ratio = c._options.refreshRatio;
+    this._timer('refresh', expiresAt > 0 && ratio > 0 && left > 0 ? left * ratio : null, () => this._refresh(expiresAt));
+  }
+
+  async _refresh(expiresAt) {
+    this._timer('refresh', null);
+    if (this.ended || this.refreshing) return;
+    this.refreshing = true;
+    try {
+      await this._refreshOnce(expiresAt);
+    } finally {
+      this.refreshing = false;
+    }
+  }
+
+  async _refreshOnce(expiresAt) {
+    const c = this.client;
+    // Without a new token, try again halfway to the expiry; past it the
+    // server closes with token_expired and the reconnect asks for one.
+    const later = () => {
+      const left = expiresAt * 1000 - c._clock.now();
+      if (left > 2000) this._timer('refresh', left / 2, () => this._refresh(expiresAt));
+    };
+    let token = null;
+    try {
+      token = await c._options.getToken({ reason: 'refresh' });
+    } catch (e) {
+      c._report(new HeraldError('token_error', `getToken (refresh) failed: ${e && e.message}`, { cause: e }));
+    }
+    if (this.ended) return;
+    if (typeof token !== 'string' || token === '' || token === this.token) return later();
+    try {
+      const res = await this.request('refresh', { token });
+      this.token = token;
+      this._scheduleRefresh(res.expires_at);
+    } catch (err) {
+      if (this.ended) return;
+      // forbidden: another subject or tenant, so open a new connection with it.
+      if (err.code === 'forbidden') return this._end({ action: 'reauth', reason: 'token_changed', message: err.message });
+      c._report(err);
+      later();
+    }
+  }
+
+  // request sends one request; the promise settles with its reply, or
+  // rejects with "timeout" after requestTimeoutMs, which also ends the
+  // connection (it is evidently stalled). onResult runs synchronously on
+  // success, before the frames that follow the reply in the same message.
+  request(op, fields = {}, onResult = null) {
+    if (this.ended) return Promise.reject(new HeraldError('disconnected', 'the connection is closed', { temporary: true, op }));
+    return new Promise((resolve, reject) => {
+      const c = this.client;
+      const ms = c._options.requestTimeoutMs;
+      const job = { op, fields, resolve, reject, onResult, counted: COUNTED.includes(op), id: 0 };
+      job.timer = c._clock.setTimeout(() => {
+        this.pending.delete(job.id);
+        reject(new HeraldError('timeout', `no reply to ${op} within ${ms} ms`, { temporary: true, op }));
+        this._end(reconnect('timeout', `no reply to ${op} within ${ms} ms`));
+      }, ms);
+      if (job.counted && this.inflight >= this.maxInflight) this.queue.push(job);
+      else this._send(job);
+    });
+  }
+
+  _send(job) {
+    job.id = this.nextId++;
+    if (job.counted) this.inflight++;
+    this.pending.set(job.id, job);
+    this._write({ id: job.id, op: job.op, ...job.fields });
+  }
+
+  _settle(id, f) {
+    const job = this.pending.get(id);
+    this.pending.delete(id);
+    this.client._clock.clearTimeout(job.timer);
+    if (job.counted) {
+      this.inflight--;
+      while (this.queue.length > 0 && this.inflight < this.maxInflight && !this.ended) this._send(this.queue.shift());
+    }
+    const e = f.error;
+    if (e) return job.reject(new HeraldError(String(e.code), String(e.message || e.code), { temporary: Boolean(e.temporary), op: job.op }));
+    const result = f.result || {};
+    if (job.onResult) {
+      try {
+        job.onResult(result);
+      } catch (err) {
+        this.client._report(err);
+      }
+    }
+    job.resolve(result);
+  }
+
+  _write(obj) {
+    if (this.ended || !this.ws) return;
+    try {
+      this.ws.send(JSON.stringify(obj));
+    } catch (e) {
+      this._end(reconnect('network', `send failed: ${e && e.message}`));
+    }
+  }
+
+  _closed(ev) {
+    const code = ev.code;
+    const p = this.push;
+    const message = (p && p.message) || ev.reason;
+    /** @type {any} */
+    let info;
+    if (code >= 4000 && code <= 4999) {
+      info = { action: closeAction(code), reason: (p && p.reason) || ev.reason || String(code), closeCode: code, delayMs: p && p.reconnect ? p.delay_ms : undefined, message };
+    } else if (p) {
+      info = { action: reasonAction(p.reason, p.reconnect), reason: p.reason, closeCode: code, delayMs: p.delay_ms, message };
+    } else {
+      info = { action: 'reconnect', reason: 'network', closeCode: code, message: `connection closed (${code}${ev.reason ? ' ' + ev.reason : ''})` };
+    }
+    const ce = this.connectError;
+    if (ce && info.action === 'stop') info.error = new HeraldError(ce.code, ce.message, { op: 'connect', closeCode: code });
+    this._end(info);
+  }
+
+  _end(info) {
+    if (this.ended) return;
+    this.close();
+    this.client._linkDown(this, info);
+  }
+
+  // close ends the connection from the client's side, reporting nothing.
+  close() {
+    if (this.ended) return;
+    this.ended = true;
+    const clock = this.client._clock;
+    for (const k of Object.keys(this.timers)) this._timer(k, null);
+    for (const job of [...this.pending.values(), ...this.queue]) {
+      clock.clearTimeout(job.timer);
+      job.reject(new HeraldError('disconnected', 'the connection closed before the reply', { temporary: true, op: job.op }));
+    }
+    this.pending.clear();
+    this.queue = [];
+    const ws = this.ws;
+    if (!ws) return;
+    ws.onopen = ws.onmessage = ws.onclose = null;
+    ws.onerror = () => {};
+    try {
+      if (ws.readyState === 0 || ws.readyState === 1) ws.close(1000);
+    } catch {
+      // already closing
+    }
+  }
+}
+
+// subscribe sends one subscribe request for sub, resuming from its position.
+async function subscribe(c, sub, link) {
+  if (sub.closed) return;
+  sub._set('subscribing');
+  const pending = c._unsubPending.get(sub.channel);
+  if (pending) await pending;
+  const fields = { channel: sub.channel };
+  if (sub.position) fields.since = sub.position;
+  try {
+    const t = await sub._token();
+    if (t) fields.token = t;
+  } catch (e) {
+    return c._ended(sub, e);
+  }
+  if (link !== c._link || sub.closed) return;
+  sub._inflight = link.request('subscribe', fields, (result) => {
+    if (link !== c._link) return;
+    if (sub.closed || c._subs.get(sub.channel) !== sub) unsubscribe(c, sub.channel, link);
+    else c._subscribed(sub, result);
+  });
+  sub._inflight.catch((err) => {
+    if (sub.closed) return;
+    if (err.code === 'timeout') sub._reject(err); // the reconnect subscribes again
+    if (link !== c._link || err.code === 'disconnected' || err.code === 'timeout') return;
+    if (!err.temporary) return c._ended(sub, err);
+    c._retrySoon(sub, link);
+    c._synced(sub, null);
+  });
+}
+
+function unsubscribe(c, channel, link) {
+  const p = link
+    .request('unsubscribe', { channel })
+    .catch(() => {})
+    .finally(() => {
+      if (c._unsubPending.get(channel) === p) c._unsubPending.delete(channel);
+    });
+  c._unsubPending.set(channel, p);
+}
+
+// connectedLink waits up to requestTimeoutMs for a connection.
+function connectedLink(c, op) {
+  if (c._state === 'connected' && c._link) return Promise.resolve(c._link);
+  return new Promise((resolve, reject) => {
+    const ms = c._options.requestTimeoutMs;
+    const t = c._clock.setTimeout(() => w.reject(new HeraldError('not_connected', `not connected within ${ms} ms`, { temporary: true, op })), ms);
+    let done = false;
+    const settle = (f) => (v) => {
+      if (done) return;
+      done = true;
+      c._clock.clearTimeout(t);
+      f(v);
+    };
+    const w = { resolve: settle(() => resolve(c._link)), reject: settle(reject) };
+    c._waiters.push(w);
+  });
+}
+
+/** The WebSocket driver of Client (core.js). */
+export const ws = {
+  async publish(c, channel, type, data, { schemaVersion = 1 } = {}) {
+    if (data === undefined) throw new HeraldError('invalid_argument', 'data is required (any JSON value, null included)', { op: 'publish' });
+    if (!c._wanted) c.connect().catch(() => {});
+    const link = await connectedLink(c, 'publish');
+    return link.request('publish', { channel, type, schema_version: schemaVersion, data });
+  },
+  init(c, base) {
+    c._WebSocket = c._options.WebSocket || globalThis.WebSocket;
+    if (typeof c._WebSocket !== 'function') {
+      throw new HeraldError('not_supported', 'no WebSocket in this runtime: pass the WebSocket option (Node 20: run with --experimental-websocket)');
+    }
+    c._wsUrl = endpoint(base, '/v1/ws', true).toString();
+    c._unsubPending = new Map();
+  },
+  open: (c, token) => new WsLink(c, token),
+  up(c, link) {
+    for (const sub of c._subs.values()) subscribe(c, sub, link);
+  },
+  added(c, sub) {
+    if (c._state === 'connected' && c._link) subscribe(c, sub, c._link);
+  },
+  removed(c, sub, wasActive) {
+    const link = c._link;
+    if (!link || c._state !== 'connected') return;
+    if (wasActive) return unsubscribe(c, sub.channel, link);
+    if (!sub._inflight) return;
+    // A subscribe still running is unsubscribed when its reply arrives (the
+    // server refuses unsubscribe before it); a new subscription of the
+    // channel waits for both.
+    const ch = sub.channel;
+    const p = sub._inflight
+      .catch(() => {})
+      .then(() => {
+        const q = c._unsubPending.get(ch);
+        return q !== p ? q : undefined;
+      })
+      .finally(() => {
+        if (c._unsubPending.get(ch) === p) c._unsubPending.delete(ch);
+      });
+    c._unsubPending.set(ch, p);
+  },
+  resubscribe: subscribe,
+  // probe: a ping that times out ends a dead connection.
+  probe: (c, link) => link.request('ping').catch(() => {}),
+};
+
+/** HeraldClient over the WebSocket. */
+export class HeraldClient extends Client {
+  constructor(options) {
+    super(options, { ws });
+  }
+}
