@@ -339,8 +339,10 @@ func (w *wsConn) checkIdle() {
 		w.c.Close(withMessage(ReasonTimeout, fmt.Sprintf(
 			"nothing received for %s (answer every ping with a pong)", w.cfg.ClientTimeout)), 0)
 		// A writer blocked on the silent peer would hold the connection
-		// until WriteTimeout.
-		w.sink.cancelWrite()
+		// until WriteTimeout: it gets finalWriteTimeout to finish (a peer
+		// that still reads gets its push and close code), then the
+		// connection is dropped.
+		w.sink.abort()
 		return
 	}
 	w.idleTimer.Reset(w.cfg.ClientTimeout - idle)

@@ -170,7 +170,7 @@ func (s *wsSink) write(f func(ctx context.Context) error) error {
 	return err
 }
 
-// abort is called when the connection is closed as slow: a write under
+// abort is called when the connection is closed as slow or timed out: a write under
 // way gets finalWriteTimeout more to finish (a slow but live client then
 // still receives its disconnect push and close code), after which it is
 // cancelled, which makes the WebSocket library drop the connection (a
@@ -180,16 +180,6 @@ func (s *wsSink) abort() {
 	s.mu.Lock()
 	if s.cancel != nil && s.grace == nil {
 		s.grace = time.AfterFunc(finalWriteTimeout, s.cancel)
-	}
-	s.mu.Unlock()
-}
-
-// cancelWrite ends a write under way at once, which drops the connection:
-// the client timed out, so it is gone and would never take the rest.
-func (s *wsSink) cancelWrite() {
-	s.mu.Lock()
-	if s.cancel != nil {
-		s.cancel()
 	}
 	s.mu.Unlock()
 }
