@@ -330,7 +330,7 @@ func TestPostgresLoneRecordsCostFewClaims(t *testing.T) {
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
 	rec := newRecorder()
-	w := startWorker(t, s, rec, WorkerConfig{PollInterval: time.Hour, IdleAfter: time.Minute, Lanes: 2})
+	w := startWorker(t, s, rec, WorkerConfig{PollInterval: time.Hour, IdleAfter: 5 * time.Second, Lanes: 2})
 	armedUntil := func() *time.Time {
 		var at *time.Time
 		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT armed_until FROM herald.outbox_wakeup`).Scan(&at), "read switch")
@@ -348,14 +348,34 @@ func TestPostgresLoneRecordsCostFewClaims(t *testing.T) {
 	}
 	claims := testutil.ToFloat64(w.m.claimBatch) + testutil.ToFloat64(w.m.claimEmpty) - before
 	t.Logf("%d lone records: %.0f claims (%.0f with records)", records, claims, testutil.ToFloat64(w.m.claimBatch))
-	// Each record: the woken claim, the completion's look for more, and
-	// at most one more (a follow-up look after arming).
+	// Each record: the woken claim and the completion's look for more;
+	// besides, a few looks after arming, backing off.
 	if claims > 3*records {
 		t.Fatalf("%d lone records cost %.0f claims, want at most %d", records, claims, 3*records)
 	}
 	if at := armedUntil(); at == nil {
 		t.Fatal("the trigger was left disarmed")
 	}
+}
+
+// TestPostgresRecordStagedBeforeArmingIsFound: a producer inserted while
+// the trigger was disarmed (no NOTIFY will come) and commits after the
+// Worker armed it; the Worker's looks after arming find the record long
+// before its next poll.
+func TestPostgresRecordStagedBeforeArmingIsFound(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	tx, ids := openStage(t, s, note("orders/1", `{}`))
+	rec := newRecorder()
+	startWorker(t, s, rec, WorkerConfig{PollInterval: time.Hour, IdleAfter: 30 * time.Second})
+	eventually(t, time.Minute, "the worker to arm the trigger", func() bool {
+		var at *time.Time
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT armed_until FROM herald.outbox_wakeup`).Scan(&at), "read switch")
+		return at != nil
+	})
+	testenv.Must(t, tx.Commit(ctx), "commit")
+	rec.waitFor(t, time.Minute, "the record committed after arming", func() bool { _, ok := rec.byID(ids[0]); return ok })
 }
 
 // openStage begins a producer transaction on its own connection and

@@ -18,7 +18,9 @@ type lane struct {
 	lead     bool      // arms and disarms the wake-up trigger
 	lastWork time.Time // when a claim last found records (or a wake-up came)
 	armed    bool      // this lane armed the wake-up trigger
-	followUp bool      // the next idle wait is a short one (just armed)
+	followUp bool      // just armed: look again a few times, backing off (idle)
+	armedAt  time.Time // when this lane last armed the trigger
+	looks    int       // looks since then (they back off, whatever is found)
 	empties  int       // claims in a row that found nothing (the active poll backs off)
 	// looked says the completion's claim just found nothing: the lane
 	// waits before it claims again.
@@ -206,11 +208,10 @@ func (w *Worker) flowing(l *lane) bool {
 func (w *Worker) armed(l *lane, req ClaimRequest) {
 	switch {
 	case req.Disarm:
-		l.armed = false
+		l.armed, l.followUp = false, false
 	case req.Arm > 0:
-		l.followUp = !l.armed
 		if !l.armed {
-			l.found = 0
+			l.followUp, l.armedAt, l.looks, l.found = true, time.Now(), 0, 0
 		}
 		l.armed = true
 	}
@@ -242,11 +243,14 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 		// The flow stopped during the claim: the next claim arms the
 		// trigger, at once, before the long wait.
 		wait = w.cfg.ActivePollInterval
-	case l.followUp:
-		// A producer that saw the trigger disarmed may commit just after
-		// the claim that armed it: look again shortly.
+	case l.followUp && time.Since(l.armedAt) < w.cfg.IdleAfter:
+		// A producer that saw the trigger disarmed (it sent no NOTIFY) may
+		// commit after the claim that armed it: look again, backing off,
+		// for IdleAfter after arming.
+		wait = activePoll(w.cfg.ActivePollInterval, w.cfg.IdleAfter, l.looks)
+		l.looks++
+	default:
 		l.followUp = false
-		wait = min(w.cfg.PollInterval, max(10*w.cfg.ActivePollInterval, time.Millisecond))
 	}
 	if w.waitKick(ctx, l, wait) {
 		l.lastWork = time.Now()
