@@ -1,6 +1,10 @@
 package auth
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/heraldgw/herald/internal/lifecycle"
+)
 
 var (
 	// ErrInvalidToken wraps every verification failure; the message after it
@@ -25,6 +29,11 @@ var (
 
 	// ErrInvalidRevocation wraps every rejected Revocation.
 	ErrInvalidRevocation = errors.New("invalid revocation")
+
+	// ErrStarted is wrapped by a second Verifier.Start.
+	ErrStarted = lifecycle.ErrStarted
+	// ErrStopped is wrapped by Verifier.Start after Stop.
+	ErrStopped = lifecycle.ErrStopped
 )
 
 // trunc keeps error messages short when input is hostile or huge.

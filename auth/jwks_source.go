@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -176,43 +175,4 @@ func (s *jwksSource) loop(ctx context.Context) {
 			_ = s.reload(ctx, true, false)
 		}
 	}
-}
-
-// service runs a loop goroutine between Start and Stop.
-type service struct {
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
-}
-
-// start runs fn in a goroutine once, until ctx ends or stop is called;
-// later calls do nothing and report false.
-func (sv *service) start(ctx context.Context, fn func(context.Context)) bool {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	if sv.started {
-		return false
-	}
-	sv.started = true
-	ctx, sv.cancel = context.WithCancel(ctx)
-	sv.done = make(chan struct{})
-	go func() {
-		defer close(sv.done)
-		fn(ctx)
-	}()
-	return true
-}
-
-// stop cancels the goroutine and waits for it; safe twice or before start.
-func (sv *service) stop() {
-	sv.mu.Lock()
-	cancel, done := sv.cancel, sv.done
-	sv.cancel = nil
-	sv.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
 }

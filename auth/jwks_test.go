@@ -120,8 +120,8 @@ func TestJWKSServiceLoopReloads(t *testing.T) {
 	if err := v.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.Start(context.Background()); err != nil {
-		t.Fatalf("second Start: %v", err)
+	if err := v.Start(context.Background()); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start = %v, want ErrStarted", err)
 	}
 	eventually(t, 5*time.Second, "the loop fetches on its interval", func() error {
 		if n := srv.fetches.Load(); n < 3 {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
 // MaxTokenBytes is the longest token Verify parses; longer input is
@@ -22,7 +24,7 @@ type Verifier struct {
 	cfg    Config
 	parser *jwt.Parser
 	jwks   *jwksSource // nil without Config.JWKS
-	svc    service
+	svc    lifecycle.Service
 	m      *authMetrics
 }
 
@@ -74,14 +76,15 @@ func newVerifier(cfg Config, m *authMetrics) *Verifier {
 // Start loads the JWKS (when configured) and reloads it every JWKSRefresh
 // until Stop or until ctx ends. The loop runs even when the first load
 // fails; the error is returned so the caller can log it, and Verify keeps
-// retrying at most once per JWKSMinRefresh. Calling Start again does
-// nothing. Without a JWKS, Start does nothing.
+// retrying at most once per JWKSMinRefresh. A second Start returns an
+// error wrapping ErrStarted, a Start after Stop one wrapping ErrStopped.
+// Without a JWKS, Start does nothing.
 func (v *Verifier) Start(ctx context.Context) error {
 	if v.jwks == nil {
 		return nil
 	}
-	if !v.svc.start(ctx, v.jwks.loop) {
-		return nil
+	if err := v.svc.Start(ctx, nil, v.jwks.loop); err != nil {
+		return fmt.Errorf("auth: start: %w", err)
 	}
 	if v.jwks.stale() {
 		return v.jwks.reload(ctx, true, false)
@@ -91,7 +94,7 @@ func (v *Verifier) Start(ctx context.Context) error {
 
 // Stop ends the reload loop and waits for it. It is safe to call twice or
 // before Start.
-func (v *Verifier) Stop() { v.svc.stop() }
+func (v *Verifier) Stop() { v.svc.Stop(nil) }
 
 // Verify checks a connection token: header (no crit), signature,
 // algorithm, exp/nbf (with leeway; exp, nbf and iat must be JSON numbers),

@@ -1,6 +1,10 @@
 package fanout
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/heraldgw/herald/internal/lifecycle"
+)
 
 var (
 	// ErrInvalidMessage is wrapped by every Publish error caused by the
@@ -22,7 +26,7 @@ var (
 	// ErrNotStarted is returned by RedisBroker.Subscribe before Start.
 	ErrNotStarted = errors.New("not started")
 	// ErrAlreadyStarted is returned by a second Start.
-	ErrAlreadyStarted = errors.New("already started")
+	ErrAlreadyStarted = lifecycle.ErrStarted
 	// ErrStopped is returned by calls made after Stop.
-	ErrStopped = errors.New("stopped")
+	ErrStopped = lifecycle.ErrStopped
 )

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/heraldgw/herald/internal/lifecycle"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ type MemoryBroker struct {
 	fences  map[string]int64 // newest accepted fence value per scope; never dropped
 
 	handler atomic.Pointer[Handler]
-	svc     service
+	svc     lifecycle.Service
 }
 
 var _ Broker = (*MemoryBroker)(nil)
@@ -51,13 +52,17 @@ func (b *MemoryBroker) Start(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("fanout: memory broker start: handler is nil")
 	}
-	return b.svc.start(ctx, "memory broker start", func() { b.handler.Store(&h) }, b.sweepLoop)
+	err := b.svc.Start(ctx, func(context.Context) error { b.handler.Store(&h); return nil }, b.sweepLoop)
+	if err != nil {
+		return wrapf("memory broker start", err)
+	}
+	return nil
 }
 
 // Stop stops the sweeper and detaches the handler; the history stays
 // readable. Safe to call twice and before Start.
 func (b *MemoryBroker) Stop() {
-	b.svc.stop(nil)
+	b.svc.Stop(nil)
 	b.handler.Store(nil)
 }
 

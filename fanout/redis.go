@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldgw/herald/internal/lifecycle"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -52,7 +53,7 @@ type RedisBroker struct {
 	handler   Handler
 	prepared  PreparedHandler // handler as PreparedHandler, or nil
 	resyncer  Resyncer        // handler as Resyncer, or nil
-	svc       service
+	svc       lifecycle.Service
 	closeOnce sync.Once
 	closed    atomic.Bool
 
@@ -254,7 +255,7 @@ func (b *RedisBroker) Ping(ctx context.Context) error {
 // closes the client. Safe to call twice and before Start; every later call
 // fails with ErrStopped.
 func (b *RedisBroker) Stop() {
-	b.svc.stop(func() {
+	b.svc.Stop(func() {
 		close(b.done)
 		b.mu.Lock()
 		if b.cancelRun != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldgw/herald/internal/lifecycle"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,8 +25,7 @@ func (b *RedisBroker) Start(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("fanout: redis broker start: handler is nil")
 	}
-	var err error
-	if serr := b.svc.start(ctx, "redis broker start", func() {
+	err := b.svc.Start(ctx, func(context.Context) error {
 		b.handler = h
 		b.prepared, _ = h.(PreparedHandler)
 		b.resyncer, _ = h.(Resyncer)
@@ -36,10 +36,13 @@ func (b *RedisBroker) Start(ctx context.Context, h Handler) error {
 		// waits for them.
 		b.runCtx, b.cancelRun = context.WithCancel(ctx)
 		if b.cluster == nil {
-			_, err = b.newShardLocked("")
+			_, err := b.newShardLocked("")
+			return err
 		}
-	}); serr != nil {
-		return serr
+		return nil
+	})
+	if errors.Is(err, lifecycle.ErrStarted) || errors.Is(err, lifecycle.ErrStopped) {
+		return wrapf("redis broker start", err)
 	}
 	return err
 }
@@ -53,7 +56,7 @@ func (b *RedisBroker) Subscribe(ctx context.Context, key Key) error {
 	if err := validateKey(key); err != nil {
 		return fmt.Errorf("fanout: subscribe: %w", err)
 	}
-	switch started, stopped := b.svc.state(); {
+	switch started, stopped := b.svc.State(); {
 	case stopped:
 		return wrapf("subscribe", ErrStopped)
 	case !started:

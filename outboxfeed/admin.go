@@ -48,8 +48,9 @@ var (
 	ErrInvalidRequest = errors.New("outboxfeed: invalid request")
 	// ErrNoAdmin is returned by AdminOf for a Store without an Admin.
 	ErrNoAdmin = errors.New("outboxfeed: store has no admin interface")
-	// ErrPrunerStopped is returned by Pruner.Start after Stop.
-	ErrPrunerStopped = errors.New("outboxfeed: pruner stopped")
+	// ErrPrunerStopped is returned by Pruner.Start after Stop (the same
+	// error as ErrStopped).
+	ErrPrunerStopped = ErrStopped
 )
 
 // AdminOf returns the Admin of s: PGStore and SQLiteStore have one, and a

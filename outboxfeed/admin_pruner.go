@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
 // DefaultRetention is how long dispatched records are kept by default.
@@ -94,11 +95,7 @@ type Pruner struct {
 	limit  *ratelog.Limiter
 	pruned prometheus.Counter
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	svc lifecycle.Service
 }
 
 // NewPruner builds a Pruner over store (which must have an Admin: both
@@ -134,38 +131,20 @@ func NewPruner(store Store, cfg PrunerConfig) (*Pruner, error) {
 
 // Start runs a prune at once and then every Interval, until Stop or until
 // ctx ends. It returns at once.
+// A second Start returns an error wrapping ErrStarted, a Start after Stop
+// one wrapping ErrStopped.
 func (p *Pruner) Start(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopped {
-		return ErrPrunerStopped
+	if err := p.svc.Start(ctx, nil, p.run); err != nil {
+		return fmt.Errorf("outboxfeed: pruner start: %w", err)
 	}
-	if p.started {
-		return nil
-	}
-	p.started = true
-	runCtx, cancel := context.WithCancel(ctx)
-	p.cancel, p.done = cancel, make(chan struct{})
-	go p.run(runCtx)
 	return nil
 }
 
 // Stop ends the Pruner; a batch in progress is cancelled (its transaction
-// rolls back whole).
-func (p *Pruner) Stop() {
-	p.mu.Lock()
-	p.stopped = true
-	cancel, done := p.cancel, p.done
-	p.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+// rolls back whole). It is safe before Start and twice.
+func (p *Pruner) Stop() { p.svc.Stop(nil) }
 
 func (p *Pruner) run(ctx context.Context) {
-	defer close(p.done)
 	t := time.NewTicker(max(p.cfg.Interval, time.Millisecond))
 	defer t.Stop()
 	for {

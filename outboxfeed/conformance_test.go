@@ -672,6 +672,9 @@ func testStopCompletesPublished(t *testing.T, h *harness) {
 		return nil
 	}
 	w := startWorker(t, h.store, rec, WorkerConfig{})
+	if err := w.Start(context.Background()); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start = %v, want ErrStarted", err)
+	}
 	ids := h.stage(t, true, note("orders/1", `{"n":1}`), note("orders/1", `{"n":2}`), note("orders/1", `{"n":3}`))
 	select {
 	case <-entered:

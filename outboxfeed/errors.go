@@ -1,6 +1,10 @@
 package outboxfeed
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/heraldgw/herald/internal/lifecycle"
+)
 
 // Sentinel errors. Wrapped errors carry the detail; test with errors.Is.
 var (
@@ -17,6 +21,8 @@ var (
 	// of the lifecycle states (the CHECK constraints make this impossible
 	// unless they were removed by hand).
 	ErrCorruptRecord = errors.New("outboxfeed: record matches no lifecycle state")
-	// ErrStopped is returned by Worker.Start after Stop.
-	ErrStopped = errors.New("outboxfeed: worker stopped")
+	// ErrStopped is wrapped by Worker.Start and Pruner.Start after Stop.
+	ErrStopped = lifecycle.ErrStopped
+	// ErrStarted is wrapped by a second Worker.Start or Pruner.Start.
+	ErrStarted = lifecycle.ErrStarted
 )

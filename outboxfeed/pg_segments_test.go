@@ -2,6 +2,7 @@ package outboxfeed
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,5 +170,27 @@ func TestPostgresRetentionDropsSegments(t *testing.T) {
 	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox`).Scan(&left), "count")
 	if left != 0 {
 		t.Fatalf("%d records left in herald.outbox", left)
+	}
+}
+
+// TestPrunerLifecycle: the Pruner starts once, prunes at once, and
+// refuses a second Start and a Start after Stop.
+func TestPrunerLifecycle(t *testing.T) {
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	p, err := NewPruner(s, PrunerConfig{Interval: time.Hour})
+	testenv.Must(t, err, "pruner")
+	testenv.Must(t, p.Start(ctx), "start")
+	if err := p.Start(ctx); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start = %v, want ErrStarted", err)
+	}
+	eventually(t, time.Minute, "the first prune to make segments", func() bool {
+		var n int
+		return s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_segment`).Scan(&n) == nil && n > 0
+	})
+	p.Stop()
+	p.Stop()
+	if err := p.Start(ctx); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
 	}
 }

@@ -8,13 +8,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
 // Worker claims batches of outbox records under a partition lease,
 // publishes them outside any transaction, and completes each batch only
-// while it still holds the lease (same owner and fence). It is a service: Start once, Stop to give back every
-// lease not yet completed; both are safe to call twice, and Stop before
-// Start.
+// while it still holds the lease (same owner and fence). It is a service
+// (internal/lifecycle): Start once, Stop to give back every lease not yet
+// completed; Stop is safe twice and before Start.
 type Worker struct {
 	store Store
 	pub   Publisher
@@ -23,11 +25,7 @@ type Worker struct {
 	m     *metrics
 	limit *ratelog.Limiter
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	svc lifecycle.Service
 
 	ready   atomic.Bool
 	errMu   sync.Mutex
@@ -80,50 +78,36 @@ func (w *Worker) Owner() string { return w.cfg.Owner }
 // Start launches the claim loop, the wake-up listener and the metrics
 // refresher. It returns at once; the Worker runs until Stop or until ctx
 // ends (which also gives the leases back).
+// A second Start returns an error wrapping ErrStarted, a Start after Stop
+// one wrapping ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped {
-		return ErrStopped
-	}
-	if w.started {
+	var wake <-chan struct{}
+	err := w.svc.Start(ctx, func(runCtx context.Context) error {
+		wake = w.store.Wakeups(runCtx)
 		return nil
-	}
-	w.started = true
-	runCtx, cancel := context.WithCancel(ctx)
-	w.cancel = cancel
-	w.done = make(chan struct{})
-	wake := w.store.Wakeups(runCtx)
-	var wg sync.WaitGroup
-	wg.Go(func() { w.runLanes(runCtx, wake) })
-	wg.Go(func() { w.statsLoop(runCtx) })
-	wg.Go(func() { w.probeLoop(runCtx) })
-	go func() {
+	}, func(runCtx context.Context) {
+		var wg sync.WaitGroup
+		wg.Go(func() { w.runLanes(runCtx, wake) })
+		wg.Go(func() { w.statsLoop(runCtx) })
+		wg.Go(func() { w.probeLoop(runCtx) })
 		wg.Wait()
 		for range wake { // the listener closes it once it has stopped
 		}
 		w.ready.Store(false)
 		w.m.storeUp.Set(0)
 		w.log.Info("outbox worker stopped")
-		close(w.done)
-	}()
+	})
+	if err != nil {
+		return fmt.Errorf("outboxfeed: worker start: %w", err)
+	}
 	w.log.Info("outbox worker started", "batch_size", w.cfg.BatchSize, "lanes", w.cfg.Lanes, "lease", w.cfg.LeaseDuration)
 	return nil
 }
 
 // Stop ends the Worker: in-flight publishes are cancelled, what the broker
 // accepted is completed, every other lease is released, then Stop returns.
-func (w *Worker) Stop() {
-	w.mu.Lock()
-	w.stopped = true
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+// It is safe before Start and twice.
+func (w *Worker) Stop() { w.svc.Stop(nil) }
 
 // Ready reports whether the outbox store answered the Worker's last claim
 // (false before the first one and during an outage).
