@@ -269,13 +269,13 @@ func gaugeValue(g prometheus.Gauge) float64 {
 
 // TestWSIdleConnectionCost: an idle connected and subscribed WebSocket
 // costs the server one goroutine (no writer while idle) and at most
-// 16 KiB: the reader is a goroutine of its own, not net/http's (whose
-// request and read buffer are gone with it), its stack stays at 4 KiB
-// (handleApart) and its read buffer is small (ws_netconn.go). Under the
-// race detector frames are larger and the reader's stack is 8 KiB, hence
-// a larger bound there.
+// 12 KiB: the reader is a goroutine of its own, not net/http's (whose
+// request and buffers are gone with it), its stack stays at 4 KiB
+// (handleApart) and its read and write buffers are small
+// (ws_netconn.go). Under the race detector frames are larger and the
+// reader's stack is 8 KiB, hence a larger bound there.
 func TestWSIdleConnectionCost(t *testing.T) {
-	checkIdleCost(t, transportWS, 16<<10)
+	checkIdleCost(t, transportWS, 12<<10)
 }
 
 // checkIdleCost fails unless 200 idle connections of transport cost one
