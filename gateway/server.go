@@ -33,6 +33,7 @@ type Server struct {
 	trusted    trustedProxies // Config.TrustedProxies, normalized
 	users      *userLimiter   // MaxConnectionsPerUser; nil when unlimited
 	reval      *revalidator
+	writers    *writerPool
 
 	mu        sync.Mutex
 	conns     map[*Conn]struct{}
@@ -85,6 +86,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.users = newUserLimiter(cfg.MaxConnectionsPerUser)
 	s.reval = newRevalidator(s)
+	s.writers = newWriterPool()
 	s.trusted = newTrustedProxies(cfg.TrustedProxies)
 	s.handler = s.withClient(s.routes())
 	return s, nil
@@ -241,6 +243,7 @@ func (s *Server) stop() {
 		if srv != nil {
 			<-serveDone
 		}
+		s.writers.stop()
 		s.log.Info("gateway: stopped", slog.Int("streams_closed", len(conns)))
 	})
 }

@@ -39,8 +39,9 @@ type sseConn struct {
 
 	opened bool // the stream started (counted by Server.opened); handler or reader only
 
-	mu sync.Mutex // guards nc against kill
-	nc net.Conn   // the hijacked connection; nil while net/http has it
+	mu  sync.Mutex // guards nc against kill
+	nc  net.Conn   // the hijacked connection; nil while net/http has it
+	out *chunkOut  // writes to nc
 
 	writing   atomic.Bool // a writer runs, the handler writes, or the final frames were written
 	beatDue   atomic.Bool // a heartbeat is to be written
@@ -78,12 +79,12 @@ func (sc *sseConn) hijack(w http.ResponseWriter, r *http.Request) bool {
 	}
 	// Nothing is left in net/http's buffers (startSSE flushed), and what
 	// the client sent after its request is of no use to the stream.
-	out := chunkOut{conn: nc}
+	sc.out = newChunkOut(nc, sc.srv.cfg.WriteTimeout)
 	sc.mu.Lock()
 	sc.nc = nc
 	sc.mu.Unlock()
-	sc.c.setAbort(out.abort) // first: no abort of the old out runs past this
-	sc.sink.out = out
+	sc.c.setAbort(sc.out.abort) // first: no abort of the old out runs past this
+	sc.sink.out = sc.out
 	sc.beat = stoppedTimer(sc.heartbeatDue)
 	sc.beat.Reset(sc.srv.cfg.HeartbeatInterval)
 	go sc.run()
@@ -135,7 +136,7 @@ func (sc *sseConn) wake() {
 		sc.cancel()
 	}
 	if sc.writing.CompareAndSwap(false, true) {
-		go sc.writeLoop()
+		sc.srv.writers.run(sc)
 	}
 }
 
@@ -171,29 +172,53 @@ func (sc *sseConn) writeLoop() {
 }
 
 // pump writes control events, queued publications, history to read and
-// a due heartbeat, each as Conn.writer does, until none is left.
+// a due heartbeat, each as Conn.writer does, in turn until none is left
+// (so a live stream cannot starve reading the history). Only the writer
+// receives from these channels, so one that is not empty is received from
+// without blocking, and without the cost of a select.
 func (sc *sseConn) pump() error {
 	c, s := sc.c, sc.sink
 	for !c.closed() {
-		var err error
-		select {
-		case <-c.ctlCh:
-			err = c.control(sc.ctx, s)
-		case <-c.queue.ready:
-			_, err = c.drain(s, nil)
-		case <-c.resyncCh:
-			err = c.resync(sc.ctx, s)
-		default:
-			if !sc.beatDue.Swap(false) {
-				return nil
+		busy := false
+		if signalled(c.ctlCh) {
+			busy = true
+			if err := c.control(sc.ctx, s); err != nil {
+				return err
 			}
-			err = c.heartbeat(s)
 		}
-		if err != nil {
-			return err
+		if signalled(c.queue.ready) {
+			busy = true
+			if _, err := c.drain(s, nil); err != nil {
+				return err
+			}
+		}
+		if signalled(c.resyncCh) {
+			busy = true
+			if err := c.resync(sc.ctx, s); err != nil {
+				return err
+			}
+		}
+		if sc.beatDue.Swap(false) {
+			busy = true
+			if err := c.heartbeat(s); err != nil {
+				return err
+			}
+		}
+		if !busy {
+			return nil
 		}
 	}
 	return nil
+}
+
+// signalled takes the signal from ch, a channel of capacity 1 that only
+// the caller receives from, and reports whether there was one.
+func signalled(ch chan struct{}) bool {
+	if len(ch) == 0 {
+		return false
+	}
+	<-ch
+	return true
 }
 
 // finish ends a hijacked stream: when it is intact and the reason is worth
@@ -207,7 +232,7 @@ func (sc *sseConn) finish() {
 	if !sc.broken && c.reason.tellsClient() {
 		t := time.Now().Add(min(sc.srv.cfg.WriteTimeout, finalWriteTimeout))
 		if s.setDeadline(t) == nil && s.final(c.reason, c.delay) == nil && s.flush() == nil {
-			_ = chunkOut{conn: sc.nc}.end()
+			_ = sc.out.end()
 		}
 	}
 	s.release()

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +172,68 @@ func BenchmarkSSEPublication(b *testing.B) {
 			}
 			b.SetBytes(int64(out.bytes / max(1, b.N)))
 		})
+	}
+}
+
+// TestSSEWriteTimeout: a hijacked stream whose client stops reading, with
+// a queue large enough never to fill, ends as write_timeout once a write
+// has been blocked for WriteTimeout.
+func TestSSEWriteTimeout(t *testing.T) {
+	e := newEnv(t, envOptions{history: 1000, cfg: Config{
+		WriteTimeout: 300 * time.Millisecond, QueueMaxBytes: 64 << 20, QueueMaxMessages: 100000,
+	}})
+	ts := smallBufferServer(t, e)
+	openStalledAt(t, ts.Listener.Addr().String(), e.token("acme", "u1", "orders/*"), testRecvBuffer)
+	timeouts := e.srv.metrics.disconnects.WithLabelValues("sse", ReasonWriteTimeout.Code)
+	payload := `"` + strings.Repeat("x", 16<<10) + `"`
+	for range 100 { // 1.6 MB: far more than the socket buffers hold
+		e.publish("acme", "orders/1", payload)
+	}
+	eventually(t, time.Minute, "the stalled stream to end as write_timeout", func() bool {
+		return e.counter(timeouts) == 1
+	})
+	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", ReasonSlow.Code)); n != 0 {
+		t.Fatalf("%v slow disconnects, want the write timeout alone", n)
+	}
+}
+
+// TestChunkOutKeepsANearDeadline: a deadline asked for at most slack after
+// the one set is not set again; a later one, the zero time and any after
+// an abort are.
+func TestChunkOutKeepsANearDeadline(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	o := newChunkOut(server, 16*time.Second) // slack 1s
+	base := time.Now().Add(time.Hour)
+	steps := []struct {
+		t    time.Time
+		sets bool
+	}{
+		{base, true},
+		{base.Add(500 * time.Millisecond), false},
+		{base.Add(time.Second), false},
+		{base.Add(1500 * time.Millisecond), true},
+		{base, true}, // earlier than the one set
+		{time.Time{}, true},
+		{base, true},
+	}
+	for i, s := range steps {
+		before := o.set.Load()
+		if err := o.setDeadline(s.t); err != nil {
+			t.Fatal(err)
+		}
+		if set := o.set.Load() != before || s.t.IsZero(); set != s.sets {
+			t.Fatalf("step %d: set %v, want %v", i, set, s.sets)
+		}
+	}
+	o.abort()
+	if o.set.Load() != 0 {
+		t.Fatal("abort left a deadline recorded")
+	}
+	before := o.set.Load()
+	_ = o.setDeadline(base)
+	if o.set.Load() == before {
+		t.Fatal("the deadline was not set again after an abort")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,9 +59,21 @@ func (o httpOut) abort() { _ = o.rc.SetWriteDeadline(time.Now()) }
 // wrote with Transfer-Encoding: chunked: each write is one chunk, sent at
 // once with a single write call, so there is nothing left to flush and no
 // buffer held between writes.
-type chunkOut struct{ conn net.Conn }
+type chunkOut struct {
+	conn net.Conn
+	// slack is how much earlier than asked a deadline already set may
+	// be and still be kept: a busy stream asks for one per batch, and
+	// each one set moves a runtime timer (several percent of the CPU a
+	// small batch costs).
+	slack time.Duration
+	set   atomic.Int64 // the deadline last set, Unix ns; 0: none, or aborted
+}
 
-func (o chunkOut) write(buf []byte) error {
+func newChunkOut(conn net.Conn, writeTimeout time.Duration) *chunkOut {
+	return &chunkOut{conn: conn, slack: writeTimeout / 16}
+}
+
+func (o *chunkOut) write(buf []byte) error {
 	n := len(buf) - sseRoom
 	if n <= 0 {
 		return nil // an empty chunk would end the body
@@ -79,13 +92,29 @@ func (o chunkOut) write(buf []byte) error {
 var lastChunk = []byte("0\r\n\r\n")
 
 // end writes the end of the body.
-func (o chunkOut) end() error {
+func (o *chunkOut) end() error {
 	_, err := o.conn.Write(lastChunk)
 	return err
 }
 
-func (o chunkOut) flush() error { return nil }
+func (o *chunkOut) flush() error { return nil }
 
-func (o chunkOut) setDeadline(t time.Time) error { return o.conn.SetWriteDeadline(t) }
+// setDeadline sets the write deadline t, unless the one set already comes
+// at most slack before it: a batch then has between WriteTimeout - slack
+// and WriteTimeout.
+func (o *chunkOut) setDeadline(t time.Time) error {
+	want := t.UnixNano()
+	if t.IsZero() {
+		want = 0
+	}
+	if set := o.set.Load(); set != 0 && want != 0 && set <= want && set >= want-int64(o.slack) {
+		return nil
+	}
+	o.set.Store(want)
+	return o.conn.SetWriteDeadline(t)
+}
 
-func (o chunkOut) abort() { _ = o.conn.SetWriteDeadline(time.Now()) }
+func (o *chunkOut) abort() {
+	o.set.Store(0)
+	_ = o.conn.SetWriteDeadline(time.Now())
+}

@@ -207,9 +207,10 @@ func measureIdle(tb testing.TB, transport string, n int) idleMeasure {
 	}
 	gauge := srv.metrics.connections.WithLabelValues(transport)
 	var readers, writers, netHTTP int
-	eventually(tb, 10*time.Second, "every connection to be open and its writer gone", func() bool {
+	eventually(tb, time.Minute, "every connection to be open and every writer gone", func() bool {
 		readers, writers, netHTTP = connGoroutines(transport)
-		return gaugeValue(gauge) == float64(n) && writers == 0 && (readers == n || readers == 0 && netHTTP >= n)
+		return gaugeValue(gauge) == float64(n) && writers == 0 && (readers == n || readers == 0 && netHTTP >= n) &&
+			stackCount("gateway.(*writerPool).work(") == 0
 	})
 	heapAfter, stackAfter := memInUse()
 	m := idleMeasure{
@@ -228,19 +229,34 @@ func wsGoroutines() (readers, writers int) {
 	return readers, writers
 }
 
-// connGoroutines counts the goroutines running the readers and the
-// writers of transport's connections, and those net/http runs for a
-// connection it still serves (the handler's, the background reader's).
-func connGoroutines(transport string) (readers, writers, netHTTP int) {
+// stacks returns the stacks of every goroutine, separated by blank lines.
+func stacks() []byte {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			buf = buf[:n]
-			break
+			return buf[:n]
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// stackCount counts the goroutines whose stack holds frame.
+func stackCount(frame string) int {
+	n := 0
+	for g := range bytes.SplitSeq(stacks(), []byte("\n\n")) {
+		if bytes.Contains(g, []byte(frame)) {
+			n++
+		}
+	}
+	return n
+}
+
+// connGoroutines counts the goroutines running the readers and the
+// writers of transport's connections, and those net/http runs for a
+// connection it still serves (the handler's, the background reader's).
+func connGoroutines(transport string) (readers, writers, netHTTP int) {
+	buf := stacks()
 	conn := "gateway.(*wsConn)."
 	if transport == transportSSE {
 		conn = "gateway.(*sseConn)."
