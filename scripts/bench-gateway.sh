@@ -11,6 +11,7 @@
 #
 #   bash scripts/bench-gateway.sh                      # about 10 minutes
 #   IDLE=5000 SUBS=2000 bash scripts/bench-gateway.sh  # a quick look
+#   PARTS="broadcast stalled" bash scripts/bench-gateway.sh
 #
 # Everything runs on loopback: connbench starts each server as its own
 # child process (herald serve; Centrifugo from the Go module proxy into
@@ -27,6 +28,7 @@ RATE=${RATE:-5}
 DURATION=${DURATION:-30s}
 HOLD=${HOLD:-20s}
 STALL=${STALL:-$((SUBS / 10))}
+PARTS=${PARTS:-idle broadcast stalled}
 OUT=${OUT:-bench-gateway-$(date -u +%Y%m%dT%H%M%SZ)}
 
 # One descriptor per connection on each side (server and generator are
@@ -47,27 +49,41 @@ mkdir -p "$OUT"
 go build -o "$OUT/connbench" ./loadtest/connbench
 go build -o "$OUT/herald" ./cmd/herald
 
+# A run that fails (its delivery check included) is reported and the
+# others go on; the script then exits 1.
+failed=0
 run() { # name, connbench flags...
 	local name=$1
 	shift
 	echo "== $name: connbench $*" >&2
-	"$OUT/connbench" "$@" >"$OUT/$name.md" 2>"$OUT/$name.log"
+	if ! "$OUT/connbench" "$@" >"$OUT/$name.md" 2>"$OUT/$name.log"; then
+		echo "== $name FAILED: $(tail -n 3 "$OUT/$name.log" | tr '\n' ' ')" >&2
+		failed=1
+	fi
 }
 herald() { run "$1" -herald-bin "$OUT/herald" "${@:2}"; }
 centrifugo() { run "$1" -server centrifugo -centrifugo-bin "$CF" "${@:2}"; }
 
-idle=(-scenario idle -conns "$IDLE" -channels 100 -duration "$HOLD")
-herald herald-idle-sse "${idle[@]}" -transport sse
-herald herald-idle-ws "${idle[@]}" -transport ws
-centrifugo centrifugo-idle-ws "${idle[@]}"
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
+if part idle; then
+	idle=(-scenario idle -conns "$IDLE" -channels 100 -duration "$HOLD")
+	herald herald-idle-sse "${idle[@]}" -transport sse
+	herald herald-idle-ws "${idle[@]}" -transport ws
+	centrifugo centrifugo-idle-ws "${idle[@]}"
+fi
 
 bcast=(-scenario broadcast -conns "$SUBS" -rate "$RATE" -duration "$DURATION" -drain 30s)
-herald herald-broadcast-sse "${bcast[@]}" -transport sse
-herald herald-broadcast-ws "${bcast[@]}" -transport ws
-centrifugo centrifugo-broadcast-ws "${bcast[@]}"
-
-herald herald-stalled-sse "${bcast[@]}" -stall "$STALL" -transport sse
-herald herald-stalled-ws "${bcast[@]}" -stall "$STALL" -transport ws
-centrifugo centrifugo-stalled-ws "${bcast[@]}" -stall "$STALL"
+if part broadcast; then
+	herald herald-broadcast-sse "${bcast[@]}" -transport sse
+	herald herald-broadcast-ws "${bcast[@]}" -transport ws
+	centrifugo centrifugo-broadcast-ws "${bcast[@]}"
+fi
+if part stalled; then
+	herald herald-stalled-sse "${bcast[@]}" -stall "$STALL" -transport sse
+	herald herald-stalled-ws "${bcast[@]}" -stall "$STALL" -transport ws
+	centrifugo centrifugo-stalled-ws "${bcast[@]}" -stall "$STALL"
+fi
 
 echo "reports in $OUT/" >&2
+exit "$failed"

@@ -170,8 +170,10 @@ func cfPubFields(f []byte) (pubInfo, bool) {
 }
 
 // cfPublisher publishes through Centrifugo's server API (POST
-// /api/publish with the API key), one request per publication over
-// keep-alive connections, up to 16 in flight: the path a backend uses.
+// /api/publish with the API key), one request per publication, up to 16
+// in flight: the path a backend uses. Each request has a connection of
+// its own: a POST sent on a kept-alive connection the server was closing
+// fails with EOF and cannot be retried (it may have published).
 type cfPublisher struct {
 	publisher
 	r  *runner
@@ -179,7 +181,7 @@ type cfPublisher struct {
 }
 
 func (r *runner) openCFPublisher() *cfPublisher {
-	p := &cfPublisher{r: r, hc: r.hc}
+	p := &cfPublisher{r: r, hc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	p.slots = make(chan struct{}, 16)
 	p.pad = strings.Repeat("x", r.cfg.PayloadBytes)
 	p.offsets = make([][]uint64, r.cfg.channels())
@@ -208,13 +210,16 @@ func (p *cfPublisher) publish(ctx context.Context, k int, now time.Time) {
 	var res struct {
 		Offset uint64 `json:"offset"`
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// An overloaded server may take a while to answer; a request given up
+	// on may still have published, which the delivery check would report.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err := cfAPI(ctx, p.hc, p.r.tgt, "publish", map[string]any{"channel": p.channels[c], "data": data}, &res)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		p.errs["api_error"]++
+		msg := err.Error()
+		p.errs["api_error: "+msg[:min(len(msg), 100)]]++
 		return
 	}
 	p.offsets[c] = append(p.offsets[c], res.Offset)
