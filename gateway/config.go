@@ -66,7 +66,9 @@ type Config struct {
 
 	// WriteTimeout is the deadline for writing and flushing one batch to a
 	// connection; a connection that misses it is closed with the reason
-	// "write_timeout". Default 10s.
+	// "write_timeout". An HTTP/1.1 SSE stream keeps a deadline it set for
+	// an earlier batch when it is at most WriteTimeout/16 sooner, so a
+	// batch there has at least 15/16 of it. Default 10s.
 	WriteTimeout time.Duration
 
 	// HeartbeatInterval is how often an SSE stream carries a ": ping" comment

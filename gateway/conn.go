@@ -57,12 +57,13 @@ type Conn struct {
 
 	deliveries interface{ Add(float64) } // herald_deliveries_total{transport}
 
-	// wake, when set (WebSocket), is called after a publication was queued,
-	// after Resync and once on Close, so the transport can start its writer
-	// on demand. It must not block. Set before the connection is shared.
+	// wake, when set, is called after a publication or a control event
+	// was queued, after Resync and once on Close, so the transport can
+	// start its writer on demand. It must not block. Set before the
+	// connection is shared.
 	wake func()
-	// kill, when set (WebSocket), tears the connection down at once; Stop
-	// calls it on connections that outlive ShutdownTimeout.
+	// kill, when set, tears the connection down at once; Stop calls it on
+	// connections that outlive ShutdownTimeout.
 	kill func()
 
 	abortMu sync.Mutex
@@ -370,11 +371,7 @@ func (c *Conn) writer(ctx context.Context, s sink) {
 		case <-c.resyncCh:
 			err = c.resync(ctx, s)
 		case <-heartbeat.C:
-			if err = s.setDeadline(time.Now().Add(cfg.WriteTimeout)); err == nil {
-				if err = s.heartbeat(); err == nil {
-					err = s.flush()
-				}
-			}
+			err = c.heartbeat(s)
 		case <-c.ctlCh:
 			err = c.control(ctx, s)
 		}
@@ -390,6 +387,17 @@ func (c *Conn) writer(ctx context.Context, s sink) {
 	if s.setDeadline(time.Now().Add(t)) == nil && s.final(c.reason, c.delay) == nil {
 		_ = s.flush()
 	}
+}
+
+// heartbeat writes and flushes a keep-alive frame under its own deadline.
+func (c *Conn) heartbeat(s sink) error {
+	if err := s.setDeadline(time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
+		return err
+	}
+	if err := s.heartbeat(); err != nil {
+		return err
+	}
+	return s.flush()
 }
 
 // drain writes batches until the queue is empty, then flushes.

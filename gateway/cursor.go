@@ -106,16 +106,16 @@ type cursorEncoder struct {
 	epochs []string
 }
 
+// appendText appends the textual cursor of entries to dst.
+func (e *cursorEncoder) appendText(dst []byte, entries []cursorEntry) []byte {
+	e.raw, e.epochs = appendCursor(e.raw[:0], entries, e.epochs)
+	return base64.RawURLEncoding.AppendEncode(dst, e.raw)
+}
+
 // encode returns the textual cursor of entries; the bytes are valid until
 // the next call.
 func (e *cursorEncoder) encode(entries []cursorEntry) []byte {
-	e.raw, e.epochs = appendCursor(e.raw[:0], entries, e.epochs)
-	n := base64.RawURLEncoding.EncodedLen(len(e.raw))
-	if cap(e.text) < n {
-		e.text = make([]byte, n)
-	}
-	e.text = e.text[:n]
-	base64.RawURLEncoding.Encode(e.text, e.raw)
+	e.text = e.appendText(e.text[:0], entries)
 	return e.text
 }
 

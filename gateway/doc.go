@@ -10,8 +10,12 @@
 // a log field and, where the stream can still carry it, a final "disconnect"
 // event telling the client whether and when to reconnect.
 //
-// The WebSocket's writer is started on demand and exits when the queues are
-// empty, so an idle connection holds only its reader goroutine.
+// After its head (the upgrade, or the SSE response's headers and first
+// events) an HTTP/1.1 connection leaves net/http (hijack): a reader
+// goroutine of its own notices the client going, and a writer is started
+// on demand and exits when the queues are empty, so an idle connection
+// holds only its reader goroutine (ws_conn.go, sse_conn.go). An HTTP/2 SSE
+// stream, which cannot be hijacked, is written by its handler.
 //
 // One server-wide revalidation timer (revalidate.go) walks every
 // connection each Config.RevalidateInterval: it cuts revoked tokens and

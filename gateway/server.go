@@ -33,6 +33,7 @@ type Server struct {
 	trusted    trustedProxies // Config.TrustedProxies, normalized
 	users      *userLimiter   // MaxConnectionsPerUser; nil when unlimited
 	reval      *revalidator
+	writers    *writerPool
 
 	mu        sync.Mutex
 	conns     map[*Conn]struct{}
@@ -85,6 +86,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.users = newUserLimiter(cfg.MaxConnectionsPerUser)
 	s.reval = newRevalidator(s)
+	s.writers = newWriterPool()
 	s.trusted = newTrustedProxies(cfg.TrustedProxies)
 	s.handler = s.withClient(s.routes())
 	return s, nil
@@ -203,15 +205,25 @@ func (s *Server) stop() {
 		for _, c := range conns {
 			c.Close(ReasonShutdown, s.reconnectJitter())
 		}
+		drained := false
 		select {
 		case <-s.drained:
+			drained = true
 		case <-ctx.Done():
 		}
-		if err := <-shutdownDone; err != nil && srv != nil {
+		// net/http's Shutdown waits only for the connections it still
+		// has; a hijacked one (WebSocket, HTTP/1.1 SSE) can outlast it.
+		err := <-shutdownDone
+		if err == nil && !drained {
+			err = ctx.Err()
+		}
+		if err != nil {
 			s.log.Warn("gateway: graceful shutdown timed out; closing remaining connections",
 				slog.String("error", err.Error()))
-			_ = srv.Close()
-			// srv.Close does not reach hijacked (WebSocket) connections.
+			if srv != nil {
+				_ = srv.Close()
+			}
+			// srv.Close does not reach hijacked connections.
 			s.mu.Lock()
 			left := make([]*Conn, 0, len(s.conns))
 			for c := range s.conns {
@@ -231,6 +243,7 @@ func (s *Server) stop() {
 		if srv != nil {
 			<-serveDone
 		}
+		s.writers.stop()
 		s.log.Info("gateway: stopped", slog.Int("streams_closed", len(conns)))
 	})
 }

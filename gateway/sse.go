@@ -17,71 +17,82 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.refuseConn(w, r, transportSSE, ReasonTooManyConnections, "")
 		return
 	}
-	defer s.releaseSlot()
-
 	req, reason, msg := s.parseSSE(r)
 	if (reason.Code == ReasonTokenExpired.Code || reason == reasonTicketInvalid) && acceptsEventStream(r) {
+		s.releaseSlot()
 		s.metrics.refused(transportSSE, reason)
 		s.expiredStream(w, r, msg)
 		return
 	}
 	if reason.Code != "" {
+		s.releaseSlot()
 		s.refuseConn(w, r, transportSSE, reason, msg)
 		return
 	}
 	conn := s.newConn(transportSSE, req.claims, clientOf(r).remote)
 	if !s.acquireUser(conn, req.claims) {
+		s.releaseSlot()
 		w.Header().Set("Retry-After", "1")
 		s.refuseConn(w, r, transportSSE, s.userLimitReason(), "")
 		return
 	}
-	defer s.releaseUser(conn)
-	conn.hooks = sseHooks{conn}
-	conn.ctlCh = make(chan struct{}, 1)
+	sc := newSSEConn(s, conn)
 	if !s.register(conn) {
+		s.releaseUser(conn)
+		s.releaseSlot()
 		s.refuseConn(w, r, transportSSE, ReasonShutdown, "")
 		return
 	}
-	defer s.unregister(conn)
-	sink := newSSESink(w)
-	conn.setAbort(sink.abort)
-	defer func() {
-		conn.setAbort(nil)
-		// Clear the per-batch deadline: the connection may serve another
-		// request after this one.
-		_ = sink.setDeadline(time.Time{})
-	}()
-	defer conn.unsubscribeAll()
+	if !sc.serve(w, r, req) {
+		sc.end()
+	}
+}
+
+// serve subscribes the stream and writes its head, then hands an HTTP/1.1
+// stream to its own goroutines (it then reports true) or writes the
+// stream until it ends.
+func (sc *sseConn) serve(w http.ResponseWriter, r *http.Request, req sseRequest) bool {
+	s, conn := sc.srv, sc.c
+	sc.sink = newSSESink(newHTTPOut(w))
+	conn.setAbort(sc.sink.abort)
 
 	subs, err := s.subscribeSSE(r, conn, req)
 	if err != nil && r.Context().Err() != nil {
 		conn.Close(ReasonClientClosed, 0)
-		return
+		return false
 	}
 	if err != nil {
 		conn.Close(ReasonServerError, 0)
 		s.refuseConn(w, r, transportSSE, ReasonServerError, "cannot subscribe: the broker did not answer")
 		s.connLog.Log(slog.LevelError, "gateway: sse subscribe failed",
 			slog.Uint64("conn", conn.id), slog.String("error", err.Error()))
-		return
+		return false
 	}
 	for i, ch := range req.channels {
 		conn.track(ch, req.subTokens[ch], req.decisions[i].RecheckAfter)
 	}
 	s.opened(conn)
-	defer s.closed(conn)
+	sc.opened = true
 
-	h := w.Header()
+	streamHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	if err := s.startSSE(sc.sink, conn, subs); err != nil {
+		conn.Close(writeErrorReason(r.Context(), err), 0)
+		return false
+	}
+	if sc.hijack(w, r) {
+		return true
+	}
+	conn.writer(r.Context(), sc.sink)
+	return false
+}
+
+// streamHeaders sets the headers of an event stream.
+func streamHeaders(h http.Header) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	if err := s.startSSE(sink, conn, subs); err != nil {
-		conn.Close(writeErrorReason(r.Context(), err), 0)
-		return
-	}
-	conn.writer(r.Context(), sink)
 }
 
 // acceptsEventStream reports whether the client asked for an event stream
@@ -101,13 +112,9 @@ func acceptsEventStream(r *http.Request) bool {
 // would stop EventSource for good, while a fresh token or ticket fixes
 // this.
 func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg string) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	h.Set("X-Content-Type-Options", "nosniff")
+	streamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	sink := newSSESink(w)
+	sink := newSSESink(newHTTPOut(w))
 	if sink.setDeadline(time.Now().Add(min(s.cfg.WriteTimeout, finalWriteTimeout))) == nil &&
 		sink.retry(s.cfg.SSERetry) == nil &&
 		sink.final(withMessage(ReasonTokenExpired, msg), 0) == nil {

@@ -16,7 +16,8 @@ type connCtl struct {
 	exp     time.Time // the expiry a fresh token is asked for
 }
 
-// pushCtl queues a control event for the writer; it never blocks. The
+// pushCtl queues a control event for the writer and wakes it; it never
+// blocks. The
 // queue holds at most one reauth per token and one end per channel.
 func (c *Conn) pushCtl(it connCtl) {
 	if c.closed() {
@@ -28,6 +29,9 @@ func (c *Conn) pushCtl(it connCtl) {
 	select {
 	case c.ctlCh <- struct{}{}:
 	default:
+	}
+	if c.wake != nil {
+		c.wake()
 	}
 }
 

@@ -2,67 +2,73 @@ package gateway
 
 import (
 	"encoding/json"
-	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
 )
 
-// sseSink writes the SSE framing (text/event-stream) of a connection.
+// sseBatchBytes is the size at which a sink hands what it buffered to its
+// out even though more is to come.
+const sseBatchBytes = 64 << 10
+
+// sseSink writes the SSE framing (text/event-stream) of a connection. It
+// builds events in a pooled buffer, held only until the next flush, and
+// hands them to its out in batches. Only the writer calls it, except abort.
 type sseSink struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	enc cursorEncoder
-	buf []byte
+	out  sseOut
+	enc  cursorEncoder
+	buf  []byte  // events not yet handed to out, after sseRoom free bytes; nil after a flush
+	bufp *[]byte // the pooled slice buf came from
 }
 
-func newSSESink(w http.ResponseWriter) *sseSink {
-	return &sseSink{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 256)}
-}
+func newSSESink(out sseOut) *sseSink { return &sseSink{out: out} }
 
-func (s *sseSink) setDeadline(t time.Time) error {
-	err := s.rc.SetWriteDeadline(t)
-	if err == http.ErrNotSupported {
-		return nil // a writer without deadlines (tests' recorders); nothing to set
+func (s *sseSink) setDeadline(t time.Time) error { return s.out.setDeadline(t) }
+
+// open returns the buffer to append an event to.
+func (s *sseSink) open() []byte {
+	if s.buf == nil {
+		s.bufp = batchBufs.Get().(*[]byte)
+		s.buf = append((*s.bufp)[:0], make([]byte, sseRoom)...)
 	}
+	return s.buf
+}
+
+// done takes back the buffer with one more event in it, and hands the
+// batch to the out once it is large.
+func (s *sseSink) done(b []byte) error {
+	s.buf = b
+	if len(b) < sseRoom+sseBatchBytes {
+		return nil
+	}
+	err := s.out.write(b)
+	s.buf = b[:sseRoom]
 	return err
 }
 
 // publication writes "id: <cursor>\ndata: <envelope>\n\n": no event field,
 // so EventSource.onmessage receives it. The envelope bytes are the shared
-// encoding of the publication, written as they are.
+// encoding of the publication, copied as they are; the cursor is encoded
+// into the batch buffer.
 func (s *sseSink) publication(p *fanout.Prepared, pos *positions) error {
-	s.buf = append(s.buf[:0], "id: "...)
-	s.buf = append(s.buf, s.enc.encode(pos.entries)...)
-	s.buf = append(s.buf, "\ndata: "...)
-	if _, err := s.w.Write(s.buf); err != nil {
-		return err
-	}
-	if _, err := s.w.Write(p.JSON()); err != nil {
-		return err
-	}
-	_, err := s.w.Write(eventEnd)
-	return err
+	b := append(s.open(), "id: "...)
+	b = s.enc.appendText(b, pos.entries)
+	b = append(b, "\ndata: "...)
+	b = append(b, p.JSON()...)
+	b = append(b, "\n\n"...)
+	return s.done(b)
 }
 
-var (
-	eventEnd  = []byte("\n\n")
-	pingFrame = []byte(": ping\n\n")
-)
+var pingFrame = []byte(": ping\n\n")
 
-func (s *sseSink) heartbeat() error {
-	_, err := s.w.Write(pingFrame)
-	return err
-}
+func (s *sseSink) heartbeat() error { return s.done(append(s.open(), pingFrame...)) }
 
 // retry writes the reconnection delay field.
 func (s *sseSink) retry(d time.Duration) error {
-	s.buf = append(s.buf[:0], "retry: "...)
-	s.buf = strconv.AppendInt(s.buf, d.Milliseconds(), 10)
-	s.buf = append(s.buf, "\n\n"...)
-	_, err := s.w.Write(s.buf)
-	return err
+	b := append(s.open(), "retry: "...)
+	b = strconv.AppendInt(b, d.Milliseconds(), 10)
+	return s.done(append(b, "\n\n"...))
 }
 
 // subscribedEvent is the data of a "subscribed" event.
@@ -83,9 +89,8 @@ func (s *sseSink) subscribed(sub subscription, pos *positions) error {
 	if err != nil {
 		return err
 	}
-	s.buf = append(s.buf[:0], "event: subscribed\nid: "...)
-	s.buf = append(s.buf, s.enc.encode(pos.entries)...)
-	return s.event(data)
+	b := append(s.open(), "event: subscribed\nid: "...)
+	return s.event(s.enc.appendText(b, pos.entries), data)
 }
 
 // disconnectEvent is the data of "disconnect" (and "reauth") events.
@@ -120,8 +125,7 @@ func (s *sseSink) refreshRequest(exp time.Time) error {
 	if err != nil {
 		return err
 	}
-	s.buf = append(s.buf[:0], "event: reauth"...)
-	return s.event(data)
+	return s.event(append(s.open(), "event: reauth"...), data)
 }
 
 // unsubscribed writes an "unsubscribed" event carrying the cursor of the
@@ -133,9 +137,8 @@ func (s *sseSink) unsubscribed(channel string, r Reason, pos *positions) error {
 	if err != nil {
 		return err
 	}
-	s.buf = append(s.buf[:0], "event: unsubscribed\nid: "...)
-	s.buf = append(s.buf, s.enc.encode(pos.entries)...)
-	return s.event(data)
+	b := append(s.open(), "event: unsubscribed\nid: "...)
+	return s.event(s.enc.appendText(b, pos.entries), data)
 }
 
 // final writes "reauth" when the token expired, then "disconnect".
@@ -147,26 +150,39 @@ func (s *sseSink) final(r Reason, delay time.Duration) error {
 		return err
 	}
 	if r.Code == ReasonTokenExpired.Code {
-		s.buf = append(s.buf[:0], "event: reauth"...)
-		if err := s.event(data); err != nil {
+		if err := s.event(append(s.open(), "event: reauth"...), data); err != nil {
 			return err
 		}
 	}
-	s.buf = append(s.buf[:0], "event: disconnect"...)
-	return s.event(data)
+	return s.event(append(s.open(), "event: disconnect"...), data)
 }
 
-// event completes the event whose fields are in s.buf with a data line.
-func (s *sseSink) event(data []byte) error {
-	s.buf = append(s.buf, "\ndata: "...)
-	s.buf = append(s.buf, data...)
-	s.buf = append(s.buf, "\n\n"...)
-	_, err := s.w.Write(s.buf)
-	return err
+// event completes the event whose fields b ends with with a data line.
+func (s *sseSink) event(b, data []byte) error {
+	b = append(b, "\ndata: "...)
+	b = append(b, data...)
+	return s.done(append(b, "\n\n"...))
 }
 
-func (s *sseSink) flush() error { return s.rc.Flush() }
-
-func (s *sseSink) abort() {
-	_ = s.rc.SetWriteDeadline(time.Now())
+// flush hands what is buffered to the out, pushes it on to the client and
+// returns the buffer to the pool.
+func (s *sseSink) flush() error {
+	if s.buf != nil {
+		err := s.out.write(s.buf)
+		s.release()
+		if err != nil {
+			return err
+		}
+	}
+	return s.out.flush()
 }
+
+// release returns the buffer to the pool, dropping what it holds.
+func (s *sseSink) release() {
+	if s.buf != nil {
+		putBatchBuf(s.bufp, s.buf)
+		s.buf, s.bufp = nil, nil
+	}
+}
+
+func (s *sseSink) abort() { s.out.abort() }

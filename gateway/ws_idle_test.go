@@ -31,9 +31,10 @@ import (
 // measured alone.
 const idleClientsEnv = "HERALD_TEST_IDLE_CLIENTS"
 
-// runIdleClients opens n connections, connects each and subscribes it to
-// one of ten channels, prints "ready", and keeps them open until its
-// standard input closes.
+// runIdleClients opens n connections (WebSocket for a ws:// url, SSE
+// streams for http://), connects each and subscribes it to one of ten
+// channels, prints "ready", and keeps them open until its standard input
+// closes.
 func runIdleClients(spec string) int {
 	parts := strings.Fields(spec)
 	if len(parts) != 3 {
@@ -46,14 +47,24 @@ func runIdleClients(spec string) int {
 		return 2
 	}
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	conns := make([]*websocket.Conn, 0, n)
+	conns := make([]io.Closer, 0, n)
 	defer func() {
 		for _, c := range conns {
-			_ = c.CloseNow()
+			_ = c.Close()
 		}
 	}()
-	for i := range n {
+	open := func(i int) (io.Closer, error) {
 		c, err := openIdleClient(hc, parts[0], parts[2], i)
+		if err != nil {
+			return nil, err
+		}
+		return closeNow{c}, nil
+	}
+	if strings.HasPrefix(parts[0], "http://") {
+		open = func(i int) (io.Closer, error) { return openIdleStream(parts[0], parts[2], i) }
+	}
+	for i := range n {
+		c, err := open(i)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "client %d: %v\n", i, err)
 			return 1
@@ -64,6 +75,11 @@ func runIdleClients(spec string) int {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
 }
+
+// closeNow closes a WebSocket without a close handshake.
+type closeNow struct{ c *websocket.Conn }
+
+func (c closeNow) Close() error { return c.c.CloseNow() }
 
 func openIdleClient(hc *http.Client, url, token string, i int) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -114,9 +130,9 @@ func memInUse() (heap, stacks uint64) {
 }
 
 // measureIdle runs a gateway, has a child process open n idle connected
-// and subscribed WebSocket connections to it, and measures what they cost
-// the server.
-func measureIdle(tb testing.TB, n int) idleMeasure {
+// and subscribed connections of transport to it, and measures what they
+// cost the server.
+func measureIdle(tb testing.TB, transport string, n int) idleMeasure {
 	tb.Helper()
 	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
 	if err != nil {
@@ -152,7 +168,11 @@ func measureIdle(tb testing.TB, n int) idleMeasure {
 	heapBefore, stackBefore := memInUse()
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=ws://%s/v1/ws %d %s", idleClientsEnv, srv.Addr(), n, tok))
+	url := "ws://" + srv.Addr() + "/v1/ws"
+	if transport == transportSSE {
+		url = "http://" + srv.Addr() + "/v1/sse"
+	}
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", idleClientsEnv, url, n, tok))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -185,17 +205,18 @@ func measureIdle(tb testing.TB, n int) idleMeasure {
 	case <-time.After(2 * time.Minute):
 		tb.Fatal("client process not ready after 2 minutes")
 	}
-	gauge := srv.metrics.connections.WithLabelValues(transportWS)
-	var readers, writers int
-	eventually(tb, 10*time.Second, "every connection to be open and its writer gone", func() bool {
-		readers, writers = wsGoroutines()
-		return gaugeValue(gauge) == float64(n) && readers == n && writers == 0
+	gauge := srv.metrics.connections.WithLabelValues(transport)
+	var readers, writers, netHTTP int
+	eventually(tb, time.Minute, "every connection to be open and every writer gone", func() bool {
+		readers, writers, netHTTP = connGoroutines(transport)
+		return gaugeValue(gauge) == float64(n) && writers == 0 && (readers == n || readers == 0 && netHTTP >= n) &&
+			stackCount("gateway.(*writerPool).work(") == 0
 	})
 	heapAfter, stackAfter := memInUse()
 	m := idleMeasure{
 		heapPerConn:       (float64(heapAfter) - float64(heapBefore)) / float64(n),
 		stackPerConn:      (float64(stackAfter) - float64(stackBefore)) / float64(n),
-		goroutinesPerConn: float64(readers+writers) / float64(n),
+		goroutinesPerConn: float64(readers+writers+netHTTP) / float64(n),
 	}
 	m.bytesPerConn = m.heapPerConn + m.stackPerConn
 	return m
@@ -204,24 +225,54 @@ func measureIdle(tb testing.TB, n int) idleMeasure {
 // wsGoroutines counts the goroutines running WebSocket readers and
 // writers.
 func wsGoroutines() (readers, writers int) {
+	readers, writers, _ = connGoroutines(transportWS)
+	return readers, writers
+}
+
+// stacks returns the stacks of every goroutine, separated by blank lines.
+func stacks() []byte {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			buf = buf[:n]
-			break
+			return buf[:n]
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
-		switch {
-		case bytes.Contains(g, []byte("gateway.(*wsConn).writeLoop(")):
-			writers++
-		case bytes.Contains(g, []byte("gateway.(*wsConn).run(")):
-			readers++
+}
+
+// stackCount counts the goroutines whose stack holds frame.
+func stackCount(frame string) int {
+	n := 0
+	for g := range bytes.SplitSeq(stacks(), []byte("\n\n")) {
+		if bytes.Contains(g, []byte(frame)) {
+			n++
 		}
 	}
-	return readers, writers
+	return n
+}
+
+// connGoroutines counts the goroutines running the readers and the
+// writers of transport's connections, and those net/http runs for a
+// connection it still serves (the handler's, the background reader's).
+func connGoroutines(transport string) (readers, writers, netHTTP int) {
+	buf := stacks()
+	conn := "gateway.(*wsConn)."
+	if transport == transportSSE {
+		conn = "gateway.(*sseConn)."
+	}
+	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		switch {
+		case bytes.Contains(g, []byte(conn+"writeLoop(")):
+			writers++
+		case bytes.Contains(g, []byte(conn+"run(")):
+			readers++
+		case bytes.Contains(g, []byte("net/http.(*conn).serve(")),
+			bytes.Contains(g, []byte("net/http.(*connReader).backgroundRead(")):
+			netHTTP++
+		}
+	}
+	return readers, writers, netHTTP
 }
 
 func gaugeValue(g prometheus.Gauge) float64 {
@@ -234,20 +285,25 @@ func gaugeValue(g prometheus.Gauge) float64 {
 
 // TestWSIdleConnectionCost: an idle connected and subscribed WebSocket
 // costs the server one goroutine (no writer while idle) and at most
-// 16 KiB: the reader is a goroutine of its own, not net/http's (whose
-// request and read buffer are gone with it), its stack stays at 4 KiB
-// (handleApart) and its read buffer is small (ws_netconn.go). Under the
-// race detector frames are larger and the reader's stack is 8 KiB, hence
-// a larger bound there.
+// 12 KiB: the reader is a goroutine of its own, not net/http's (whose
+// request and buffers are gone with it), its stack stays at 4 KiB
+// (handleApart) and its read and write buffers are small
+// (ws_netconn.go). Under the race detector frames are larger and the
+// reader's stack is 8 KiB, hence a larger bound there.
 func TestWSIdleConnectionCost(t *testing.T) {
+	checkIdleCost(t, transportWS, 12<<10)
+}
+
+// checkIdleCost fails unless 200 idle connections of transport cost one
+// goroutine and at most limit bytes each (8 KiB more under -race).
+func checkIdleCost(t *testing.T, transport string, limit int) {
 	const n = 200
-	m := measureIdle(t, n)
-	t.Logf("%d idle connections: %.0f bytes/conn (heap %.0f + stacks %.0f), %.2f goroutines/conn",
-		n, m.bytesPerConn, m.heapPerConn, m.stackPerConn, m.goroutinesPerConn)
+	m := measureIdle(t, transport, n)
+	t.Logf("%d idle %s connections: %.0f bytes/conn (heap %.0f + stacks %.0f), %.2f goroutines/conn",
+		n, transport, m.bytesPerConn, m.heapPerConn, m.stackPerConn, m.goroutinesPerConn)
 	if m.goroutinesPerConn != 1 {
 		t.Fatalf("%.2f goroutines per idle connection, want 1", m.goroutinesPerConn)
 	}
-	limit := 16 << 10
 	if raceEnabled {
 		limit += 8 << 10
 	}
@@ -259,11 +315,16 @@ func TestWSIdleConnectionCost(t *testing.T) {
 
 // BenchmarkIdleConnMemory reports what 1,000 idle WebSocket connections
 // cost the server, per connection. Run it with -benchtime 1x.
-func BenchmarkIdleConnMemory(b *testing.B) {
+func BenchmarkIdleConnMemory(b *testing.B) { benchIdle(b, transportWS) }
+
+// benchIdle reports what 1,000 idle connections of transport cost the
+// server, per connection.
+func benchIdle(b *testing.B, transport string) {
 	var m idleMeasure
 	for range b.N {
-		m = measureIdle(b, 1000)
+		m = measureIdle(b, transport, 1000)
 	}
+	b.ReportMetric(m.bytesPerConn/1024, "KiB/conn")
 	b.ReportMetric(m.bytesPerConn, "bytes/conn")
 	b.ReportMetric(m.heapPerConn, "heap-bytes/conn")
 	b.ReportMetric(m.stackPerConn, "stack-bytes/conn")

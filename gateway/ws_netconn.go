@@ -13,14 +13,19 @@ import (
 // wsReadBufSize is the read buffer coder/websocket gets for a connection:
 // bufio's minimum, instead of net/http's 4 KiB, which the library would
 // keep for the connection's lifetime. Client messages are few and small,
-// so the larger buffer would only save the odd read call. The write side
-// keeps net/http's 4 KiB buffer, which puts a frame's header and payload
-// in one write.
+// so the larger buffer would only save the odd read call.
 const wsReadBufSize = 16
 
+// wsWriteBufSize is the write buffer coder/websocket keeps for the
+// connection's lifetime, instead of net/http's 4 KiB: a message up to this
+// size (a frame header and its payload) leaves in one write; a larger one
+// in two (what fills the buffer, then the rest straight from the
+// message), as a message over 4 KiB did anyway. Most pushes are small.
+const wsWriteBufSize = 1024
+
 // wsHijacker is the http.ResponseWriter handed to websocket.Accept: its
-// Hijack gives the library a small read buffer, reading through a
-// wsFrameWatch, which it keeps in conn.
+// Hijack gives the library small buffers, reading through a wsFrameWatch,
+// which it keeps in conn.
 type wsHijacker struct {
 	http.ResponseWriter
 	maxMessage int64         // MaxMessageSize
@@ -42,7 +47,8 @@ func (h *wsHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		conn = &wsPrefixConn{Conn: conn, prefix: append([]byte(nil), b...)}
 	}
 	h.conn = &wsFrameWatch{Conn: conn, max: h.maxMessage}
-	return h.conn, bufio.NewReadWriter(bufio.NewReaderSize(h.conn, wsReadBufSize), brw.Writer), nil
+	rw := bufio.NewReadWriter(bufio.NewReaderSize(h.conn, wsReadBufSize), bufio.NewWriterSize(h.conn, wsWriteBufSize))
+	return h.conn, rw, nil
 }
 
 // wsPrefixConn is a connection whose first bytes were read before it was

@@ -29,6 +29,15 @@ var batchBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
+// putBatchBuf returns buf, taken from batchBufs as *p, to the pool, unless
+// it grew too large to keep.
+func putBatchBuf(p *[]byte, buf []byte) {
+	if cap(buf) <= 2*wsBatchBytes {
+		*p = buf[:0]
+		batchBufs.Put(p)
+	}
+}
+
 // wsSink writes herald.v1 frames to a WebSocket (the writer's sink). Frames
 // are batched into one text message, separated by "\n", and written when
 // the batch is full or the queues are empty; each message is written under
@@ -189,9 +198,6 @@ func (s *wsSink) release() {
 	if s.buf == nil {
 		return
 	}
-	if cap(s.buf) <= 2*wsBatchBytes {
-		*s.bufp = s.buf[:0]
-		batchBufs.Put(s.bufp)
-	}
+	putBatchBuf(s.bufp, s.buf)
 	s.buf, s.bufp = nil, nil
 }

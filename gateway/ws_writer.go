@@ -20,7 +20,7 @@ func (w *wsConn) wake() {
 		w.cancel()
 	}
 	if w.writing.CompareAndSwap(false, true) {
-		go w.writeLoop()
+		w.srv.writers.run(w)
 	}
 }
 

@@ -3,12 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,12 +35,12 @@ type centrifugo struct {
 // the files) and starts bin with it. The port, API key and HMAC secret
 // are filled in here.
 func startCentrifugo(bin, dir, name string, p cfParams) (*centrifugo, error) {
-	port, err := freePort()
+	port, err := benchkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	p.Port = port
-	p.APIKey, p.HMACSecret = randomHex(16), randomHex(32)
+	p.APIKey, p.HMACSecret = benchkit.RandomHex(16), benchkit.RandomHex(32)
 	body, err := renderConfig(p)
 	if err != nil {
 		return nil, err
@@ -179,21 +176,6 @@ func (c *centrifugo) historyOffset(ctx context.Context, channel string) (uint64,
 func (c *centrifugo) cpu() time.Duration {
 	d, _ := benchkit.ProcCPU(c.pid)
 	return d
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("cfbench: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // pollUntil is benchkit.PollUntil failing with "timed out after

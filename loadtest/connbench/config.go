@@ -13,7 +13,7 @@ import (
 // Bounds every run stays within: the generator only ever loads a server on
 // this machine, for a bounded time, with a bounded number of connections.
 const (
-	maxConns    = 15_000 // per side; the machine allows 20,000 open files per process
+	maxConns    = 19_500 // per side; the machine allows 20,000 open files per process
 	maxDuration = 10 * time.Minute
 	maxRate     = 100_000
 	maxServeFor = time.Hour
@@ -26,6 +26,14 @@ const (
 type config struct {
 	// Scenario is idle, broadcast or fanout. Default: broadcast.
 	Scenario string
+	// Server is the server under load: herald, or centrifugo (a child
+	// Centrifugo, CentrifugoBin, for comparison: WebSocket subscribers
+	// with its JSON protocol, publications through its server API).
+	// Default: herald.
+	Server string
+	// CentrifugoBin is the Centrifugo binary for Server centrifugo.
+	// Default: /tmp/cfbin/centrifugo.
+	CentrifugoBin string
 	// Transport of the subscribers: ws or sse. Default: ws.
 	Transport string
 	// PublishVia is how publications reach the server: ws (the herald.v1
@@ -96,7 +104,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		Scenario: "broadcast", Transport: "ws", PublishVia: "ws", Producers: 8, Conns: 1_000, Channels: 100, Rate: 100,
+		Scenario: "broadcast", Server: "herald", CentrifugoBin: "/tmp/cfbin/centrifugo", Transport: "ws", PublishVia: "ws", Producers: 8, Conns: 1_000, Channels: 100, Rate: 100,
 		Duration: 10 * time.Second, Drain: 5 * time.Second, ConnectTimeout: 2 * time.Minute,
 		DialConcurrency: 64, Tenant: "bench", ServeFor: 10 * time.Minute,
 	}
@@ -110,6 +118,8 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "idle, broadcast or fanout")
+	fs.StringVar(&c.Server, "server", c.Server, "server under load: herald, or centrifugo (a child Centrifugo from -centrifugo-bin; WebSocket subscribers, publications through its server API)")
+	fs.StringVar(&c.CentrifugoBin, "centrifugo-bin", c.CentrifugoBin, "with -server centrifugo: its binary (go install github.com/centrifugal/centrifugo/v6@v6.9.1)")
 	fs.StringVar(&c.Transport, "transport", c.Transport, "subscriber transport: ws or sse")
 	fs.StringVar(&c.PublishVia, "publish-via", c.PublishVia, "ws: the WebSocket publish op; outbox: stage each publication in herald.outbox in its own transaction (needs -database-url) and report commit → client latency")
 	fs.IntVar(&c.Producers, "producers", c.Producers, fmt.Sprintf("with -publish-via outbox: producer connections (1–%d)", maxProducers))
@@ -141,6 +151,9 @@ func (c *config) channels() int {
 	return min(c.Channels, c.Conns)
 }
 
+// centrifugo reports whether the server under load is Centrifugo.
+func (c *config) centrifugo() bool { return c.Server == "centrifugo" }
+
 // publishes reports whether the scenario publishes.
 func (c *config) publishes() bool { return c.Scenario != "idle" }
 
@@ -161,6 +174,7 @@ func (c *config) validate() error {
 		bad("-transport %q: want ws or sse", c.Transport)
 	}
 	c.validatePublishVia(bad)
+	c.validateServer(bad)
 	if c.Conns < 1 || c.Conns > maxConns {
 		bad("-conns %d: must be 1–%d", c.Conns, maxConns)
 	}
@@ -215,6 +229,30 @@ func (c *config) validate() error {
 		bad("-serve-for %v: must be > 0 and ≤ %v", c.ServeFor, maxServeFor)
 	}
 	return errors.Join(errs...)
+}
+
+// validateServer checks -server and what Centrifugo supports here.
+func (c *config) validateServer(bad func(format string, args ...any)) {
+	switch c.Server {
+	case "herald":
+		return
+	case "centrifugo":
+	default:
+		bad("-server %q: want herald or centrifugo", c.Server)
+		return
+	}
+	if c.Transport != "ws" {
+		bad("-server centrifugo: only -transport ws")
+	}
+	if c.PublishVia != "ws" {
+		bad("-server centrifugo: publications go through its server API; -publish-via is Herald's")
+	}
+	if c.URL != "" || c.ServeOnly || c.HeraldBin != "" || len(c.ServeArgs) > 0 || c.DatabaseURL != "" {
+		bad("-server centrifugo starts its own child: no -url, -serve-only, -herald-bin, -serve-arg or -database-url")
+	}
+	if c.CentrifugoBin == "" {
+		bad("-server centrifugo needs -centrifugo-bin")
+	}
 }
 
 // validatePublishVia checks -publish-via and what it needs.

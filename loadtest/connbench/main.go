@@ -95,9 +95,16 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int
 		cfg.DatabaseURL = db.URL
 	}
 	var tgt *target
-	if cfg.URL != "" {
+	switch {
+	case cfg.centrifugo():
+		if tgt, err = startCentrifugo(ctx, cfg); err != nil {
+			fmt.Fprintln(progress, err)
+			return 1
+		}
+		fmt.Fprintf(progress, "connbench: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.logPath)
+	case cfg.URL != "":
 		tgt = remoteTarget(cfg)
-	} else {
+	default:
 		tgt, err = startChild(ctx, cfg, progress)
 		if err != nil {
 			fmt.Fprintln(progress, err)

@@ -214,13 +214,31 @@ func TestConfigKeepsLoadOnLoopback(t *testing.T) {
 	}
 }
 
+// configCase is a change to the default config and what validate says.
+type configCase struct {
+	name string
+	edit func(*config)
+	want string // "" = valid; else a piece of the error
+}
+
+func checkConfigs(t *testing.T, cases []configCase) {
+	t.Helper()
+	for _, c := range cases {
+		cfg := defaultConfig()
+		c.edit(&cfg)
+		err := cfg.validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+}
+
 func TestConfigPublishVia(t *testing.T) {
 	const pg = "postgres://postgres@127.0.0.1:5432/test"
-	for _, c := range []struct {
-		name string
-		edit func(*config)
-		want string // "" = valid; else a piece of the error
-	}{
+	checkConfigs(t, []configCase{
 		{"default is ws", func(c *config) {}, ""},
 		{"outbox with a child", func(c *config) { c.PublishVia, c.DatabaseURL = "outbox", pg }, ""},
 		{"outbox with -url", func(c *config) {
@@ -239,15 +257,38 @@ func TestConfigPublishVia(t *testing.T) {
 		{"ws with -url takes no database", func(c *config) {
 			c.DatabaseURL, c.URL, c.Secret = pg, "http://127.0.0.1:8080", "s"
 		}, "with -url it is only for -publish-via outbox"},
-	} {
-		cfg := defaultConfig()
-		c.edit(&cfg)
-		err := cfg.validate()
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%s: %v", c.name, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+	})
+}
+
+func TestCentrifugoPubFields(t *testing.T) {
+	push := []byte(`{"push":{"channel":"bench:ab-c0","pub":{"data":{"t":1740823200123456789,"k":3,"p":"xx"},"offset":17}}}`)
+	if p, ok := cfPubFields(push); !ok || p != (pubInfo{offset: 17, sent: 1740823200123456789, seq: 3}) {
+		t.Errorf("fast path: %+v %v", p, ok)
+	}
+	// Another field order takes the JSON path.
+	slow := []byte(`{"push":{"channel":"bench:ab-c0","pub":{"offset":9,"data":{"k":3,"t":42}}}}`)
+	if p, ok := cfPubFields(slow); !ok || p != (pubInfo{offset: 9, sent: 42, seq: 3}) {
+		t.Errorf("fallback: %+v %v", p, ok)
+	}
+	for _, f := range []string{`{}`, `{"id":2,"subscribe":{"offset":3}}`, `{"push":{"pub":{"data":"not ours","offset":3}}}`} {
+		if _, ok := cfPubFields([]byte(f)); ok {
+			t.Errorf("%s taken for a publication", f)
 		}
 	}
+}
+
+func TestConfigServer(t *testing.T) {
+	checkConfigs(t, []configCase{
+		{"centrifugo", func(c *config) { c.Server = "centrifugo" }, ""},
+		{"centrifugo idle at the largest size", func(c *config) { c.Server, c.Scenario, c.Conns = "centrifugo", "idle", maxConns }, ""},
+		{"unknown server", func(c *config) { c.Server = "nats" }, `-server "nats": want herald or centrifugo`},
+		{"centrifugo over SSE", func(c *config) { c.Server, c.Transport = "centrifugo", "sse" }, "only -transport ws"},
+		{"centrifugo via the outbox", func(c *config) {
+			c.Server, c.PublishVia, c.DatabaseURL = "centrifugo", "outbox", "postgres://127.0.0.1/test"
+		}, "its server API"},
+		{"centrifugo by URL", func(c *config) {
+			c.Server, c.URL, c.Secret = "centrifugo", "http://127.0.0.1:8000", "s"
+		}, "starts its own child"},
+		{"centrifugo without a binary", func(c *config) { c.Server, c.CentrifugoBin = "centrifugo", "" }, "needs -centrifugo-bin"},
+	})
 }

@@ -67,9 +67,25 @@ func (r *runner) openPublisher(ctx context.Context) (*publisher, error) {
 // run publishes rate publications/s for d, round-robin over the channels,
 // then waits up to wait for the replies still outstanding.
 func (p *publisher) run(ctx context.Context, rate int, d, wait time.Duration) error {
+	buf := make([]byte, 0, 256+len(p.pad))
+	return p.pace(ctx, rate, d, wait, func(k int, now time.Time) error {
+		buf = appendPublish(buf[:0], uint64(firstPubID+k), p.channels[k%len(p.channels)], now, int64(k), p.pad)
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := p.conn.Write(wctx, websocket.MessageText, buf); err != nil {
+			return fmt.Errorf("connbench: publisher: send: %w", err)
+		}
+		return nil
+	})
+}
+
+// pace calls send for publications 0 to rate × d - 1 on schedule, each
+// once it holds a slot (whoever completes the request gives it back),
+// then waits up to wait for every slot to be given back. It stops early
+// when readDone closes: the connection ended.
+func (p *publisher) pace(ctx context.Context, rate int, d, wait time.Duration, send func(k int, now time.Time) error) error {
 	total := int(float64(rate) * d.Seconds())
 	start := time.Now()
-	buf := make([]byte, 0, 256+len(p.pad))
 	for k := range total {
 		due := dueAt(start, k, rate)
 		if err := sleepUntil(ctx, due); err != nil {
@@ -86,12 +102,8 @@ func (p *publisher) run(ctx context.Context, rate int, d, wait time.Duration) er
 		p.mu.Lock()
 		p.maxLag = max(p.maxLag, now.Sub(due))
 		p.mu.Unlock()
-		buf = appendPublish(buf[:0], uint64(firstPubID+k), p.channels[k%len(p.channels)], now, int64(k), p.pad)
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := p.conn.Write(wctx, websocket.MessageText, buf)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("connbench: publisher: send: %w", err)
+		if err := send(k, now); err != nil {
+			return err
 		}
 		p.mu.Lock()
 		p.sent++
@@ -129,9 +141,7 @@ func (p *publisher) readReplies(r *runner) {
 		buf = msg
 		eachFrame(msg, func(f []byte) {
 			if bytes.Equal(f, wsPingFrame) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = p.conn.Write(ctx, websocket.MessageText, pongFrame)
-				cancel()
+				answer(p.conn, pongFrame)
 				return
 			}
 			var sf serverFrame

@@ -24,6 +24,7 @@ type result struct {
 	before    snapshot // before any connection
 	connected snapshot // every connection open and subscribed
 	pubStart  snapshot // publishing begins (broadcast, fanout)
+	pubDone   snapshot // publishing ended; stalled subscribers not reading yet
 	after     snapshot // end of the hold (idle) or of the drain
 	pubEnd    time.Time
 	connect   time.Duration
@@ -126,7 +127,7 @@ func (r *result) print(w io.Writer) {
 		r.printMemory(row, r.before, r.after)
 	}
 	row("subscribers the server closed, by reason (client-seen)", "%s", countsText(r.closes))
-	if r.before.m != nil && r.after.m != nil {
+	if r.before.m != nil && r.after.m != nil && !c.centrifugo() {
 		match := map[string]string{"transport": c.Transport}
 		delta := diff(r.after.m.byLabel("herald_disconnects_total", "reason", match), r.before.m.byLabel("herald_disconnects_total", "reason", match))
 		row("server-counted disconnects during the run (herald_disconnects_total)", "%s", countsText(delta))
@@ -143,7 +144,10 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 	c := r.cfg
 	pubWindow := r.pubEnd.Sub(r.pubStart.at)
 	pubRow := "publications sent / accepted (WebSocket publish op, one connection)"
-	if r.viaOutbox() {
+	switch {
+	case c.centrifugo():
+		pubRow = "publications sent / accepted (server API publish, up to 16 requests in flight)"
+	case r.viaOutbox():
 		pubRow = fmt.Sprintf("outbox transactions begun / committed (BEGIN, Stage, COMMIT; %d producer connections)", r.outbox.producers)
 	}
 	row(pubRow, "%d / %d over %.2f s (%s, target %d/s); pacer fell behind by up to %s",
@@ -178,9 +182,13 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 	if c.Stall > 0 {
 		row("stalled subscribers (read nothing until publishing ended; not in the latency) / closed by the server", "%d / %d", c.Stall, r.stalledClosed)
 	}
+	if r.pubStart.rss >= 0 && r.pubDone.rss >= 0 {
+		row("server RSS when publishing began / ended (stalled subscribers not reading yet)", "%s / %s",
+			mib(float64(r.pubStart.rss)), mib(float64(r.pubDone.rss)))
+	}
 	row("missing (open subscribers) / missing (closed subscribers) / duplicate / out of order / not published", "%d / %d / %d / %d / %d",
 		r.missing, r.missingClosed, r.dups, r.ooo, r.stale+r.unexpected)
-	if r.before.m != nil && r.after.m != nil {
+	if r.before.m != nil && r.after.m != nil && !c.centrifugo() {
 		dropped, _ := r.after.m.value("herald_queue_dropped_total", nil)
 		dropped0, _ := r.before.m.value("herald_queue_dropped_total", nil)
 		match := map[string]string{"transport": c.Transport}
@@ -192,6 +200,9 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 
 // path names the publish path the latency figures measure.
 func (r *result) path() string {
+	if r.cfg.centrifugo() {
+		return "Centrifugo server API publish (HTTP) → broker → subscribers; latency from the publisher's send"
+	}
 	if !r.viaOutbox() {
 		return "WebSocket publish op (one connection) → broker → subscribers; latency from the publisher's send"
 	}

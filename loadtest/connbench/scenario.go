@@ -20,7 +20,10 @@ func run(ctx context.Context, cfg config, tgt *target, progress io.Writer) (*res
 	fmt.Fprintf(progress, "connbench: opening %d %s connections over %d channel(s) (run %s)\n", cfg.Conns, cfg.Transport, cfg.channels(), r.runID)
 	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	open := r.openWS
-	if cfg.Transport == "sse" {
+	switch {
+	case cfg.centrifugo():
+		open = r.openCF
+	case cfg.Transport == "sse":
 		open = r.openSSE
 	}
 	err := forEach(cctx, cfg.Conns, cfg.DialConcurrency, func(ctx context.Context, i int) error {
@@ -75,6 +78,9 @@ type source interface {
 }
 
 func (r *runner) openSource(ctx context.Context) (source, error) {
+	if r.cfg.centrifugo() {
+		return r.openCFPublisher(), nil
+	}
 	if r.cfg.PublishVia == "outbox" {
 		return r.openOutboxPublisher(ctx)
 	}
@@ -100,6 +106,7 @@ func (r *runner) publish(ctx context.Context, res *result, progress io.Writer) e
 		return err
 	}
 	res.pubEnd = time.Now()
+	res.pubDone = r.snapshot(ctx)
 	r.resumeStalled()
 
 	// Wait until every subscriber still connected has every offset its

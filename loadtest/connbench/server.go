@@ -23,8 +23,10 @@ import (
 // target is the server under load: a child `herald serve` this program
 // started, or a running server named by -url.
 type target struct {
+	name   string // "herald serve" or "centrifugo", for messages
 	base   string // http://127.0.0.1:port
 	secret string // HS256 secret the server verifies tokens with
+	apiKey string // Centrifugo's server API key
 	pid    int    // 0: unknown (a -url server without -server-pid)
 	desc   string // for the report
 
@@ -73,7 +75,7 @@ func startChild(ctx context.Context, cfg config, progress io.Writer) (_ *target,
 	}
 	secret := make([]byte, 24)
 	_, _ = rand.Read(secret)
-	t := &target{secret: hex.EncodeToString(secret), dir: dir, logPath: filepath.Join(dir, "herald.log"), exited: make(chan struct{})}
+	t := &target{name: "herald serve", secret: hex.EncodeToString(secret), dir: dir, logPath: filepath.Join(dir, "herald.log"), exited: make(chan struct{})}
 	args := []string{
 		"serve",
 		"--listen", "127.0.0.1:0",
@@ -140,7 +142,7 @@ func startChild(ctx context.Context, cfg config, progress io.Writer) (_ *target,
 	case <-ctx.Done():
 		return nil, fmt.Errorf("connbench: starting herald serve: %w", ctx.Err())
 	}
-	if err := waitReady(ctx, t); err != nil {
+	if err := waitOK(ctx, t, "/readyz"); err != nil {
 		return nil, err
 	}
 	t.desc = fmt.Sprintf("child `herald serve` (pid %d, %s, in-memory broker, --max-connections %d, --connect-attempts-per-ip -1%s)",
@@ -190,15 +192,15 @@ func moduleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// waitReady polls /readyz until 200 (the Worker's first claim went
-// through), for at most 30 s.
-func waitReady(ctx context.Context, t *target) error {
+// waitOK polls path until it answers 200 (Herald's /readyz: the Worker's
+// first claim went through), for at most 30 s.
+func waitOK(ctx context.Context, t *target, path string) error {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+"/readyz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+path, nil)
 		if err != nil {
-			return fmt.Errorf("connbench: readyz: %w", err)
+			return fmt.Errorf("connbench: %s: %w", path, err)
 		}
 		resp, err := hc.Do(req)
 		if err == nil {
@@ -207,12 +209,15 @@ func waitReady(ctx context.Context, t *target) error {
 				return nil
 			}
 		}
+		if !t.alive() {
+			return fmt.Errorf("connbench: %s exited: %v\n%s", t.name, t.waitErr, t.logTail())
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("connbench: %s/readyz not 200 after 30s (last: %v)\n%s", t.base, err, t.logTail())
+			return fmt.Errorf("connbench: %s%s not 200 after 30s (last: %v)\n%s", t.base, path, err, t.logTail())
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("connbench: readyz: %w", ctx.Err())
+			return fmt.Errorf("connbench: %s: %w", path, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -252,7 +257,7 @@ func (t *target) stop() error {
 	if t.waitErr != nil {
 		var ee *exec.ExitError
 		if !errors.As(t.waitErr, &ee) || ee.ExitCode() != 0 {
-			err = fmt.Errorf("connbench: herald serve (pid %d) did not exit cleanly: %w\n%s", t.pid, t.waitErr, t.logTail())
+			err = fmt.Errorf("connbench: %s (pid %d) did not exit cleanly: %w\n%s", t.name, t.pid, t.waitErr, t.logTail())
 		}
 	}
 	if t.dir != "" {

@@ -14,6 +14,9 @@ const tokenTTL = 2 * time.Hour
 // channelName is channel c of this run. The run id keeps runs against the
 // same server apart: a fresh channel starts at offset 0 with no history.
 func (r *runner) channelName(c int) string {
+	if r.cfg.centrifugo() {
+		return fmt.Sprintf("%s:%s-c%d", cfNamespace, r.runID, c)
+	}
 	return fmt.Sprintf("bench/%s/c%d", r.runID, c)
 }
 

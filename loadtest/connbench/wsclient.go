@@ -149,9 +149,37 @@ func (r *runner) openWS(ctx context.Context, s *subscriber) error {
 
 // readWS reads subscriber s's connection until it ends: publications are
 // accounted, pings answered, a disconnect push remembered as the reason.
-// It reads with a context that never ends, so no timer is armed per
-// message; stop() closes the connection instead.
 func (r *runner) readWS(conn *websocket.Conn, s *subscriber) {
+	r.readFrames(conn, s, func(f []byte, recv time.Time) string {
+		switch {
+		case bytes.HasPrefix(f, wsPubPrefix):
+			if p, ok := pubFields(f); ok {
+				r.received(s, p, recv)
+			}
+		case bytes.Equal(f, wsPingFrame):
+			answer(conn, pongFrame)
+		default:
+			var sf serverFrame
+			if json.Unmarshal(f, &sf) != nil {
+				return ""
+			}
+			switch sf.Push {
+			case "disconnect":
+				return sf.Reason
+			case "unsubscribed":
+				s.unsub++
+			}
+		}
+		return ""
+	})
+}
+
+// readFrames reads subscriber s's WebSocket until it ends, a stalled one
+// only once publishing ends, handing each frame to frame with the time
+// its message was read; frame returns the reason of a disconnect the
+// server announced, else "". It reads with a context that never ends, so
+// no timer is armed per message; stop() closes the connection instead.
+func (r *runner) readFrames(conn *websocket.Conn, s *subscriber, frame func(f []byte, recv time.Time) string) {
 	if s.stalled {
 		<-r.resume
 	}
@@ -167,29 +195,18 @@ func (r *runner) readWS(conn *websocket.Conn, s *subscriber) {
 		buf = msg
 		recv := time.Now()
 		eachFrame(msg, func(f []byte) {
-			switch {
-			case bytes.HasPrefix(f, wsPubPrefix):
-				if p, ok := pubFields(f); ok {
-					r.received(s, p, recv)
-				}
-			case bytes.Equal(f, wsPingFrame):
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = conn.Write(ctx, websocket.MessageText, pongFrame)
-				cancel()
-			default:
-				var sf serverFrame
-				if json.Unmarshal(f, &sf) != nil {
-					return
-				}
-				switch sf.Push {
-				case "disconnect":
-					pushed = sf.Reason
-				case "unsubscribed":
-					s.unsub++
-				}
+			if reason := frame(f, recv); reason != "" {
+				pushed = reason
 			}
 		})
 	}
+}
+
+// answer writes a reply to a server ping.
+func answer(conn *websocket.Conn, frame []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = conn.Write(ctx, websocket.MessageText, frame)
+	cancel()
 }
 
 // wsCloseReason names how a WebSocket ended: the close frame's reason text

@@ -1,0 +1,239 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/fanout"
+)
+
+// TestSSEClientCloseEndsStream: a client closing an idle HTTP/1.1 stream,
+// which left net/http, is noticed by its reader at once (no write is
+// needed to find out): the stream is counted closed as client_closed and
+// leaves the hub.
+func TestSSEClientCloseEndsStream(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour}})
+	s := e.stream(e.token("acme", "u1", "orders/*"), "orders/1")
+	if e.hub.Subscriptions() != 1 {
+		t.Fatalf("hub subscriptions = %d, want 1", e.hub.Subscriptions())
+	}
+	s.close()
+	eventually(t, time.Minute, "the stream to end and leave the hub", func() bool {
+		return e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", "client_closed")) == 1 &&
+			e.counter(e.srv.metrics.connections.WithLabelValues("sse")) == 0 &&
+			e.hub.Subscriptions() == 0
+	})
+}
+
+// TestSSEStreamEndsWithChunkedBody: a stream the server ends (here at
+// Stop) ends its chunked body properly after the disconnect event, so an
+// HTTP client reads a complete response rather than a cut connection.
+func TestSSEStreamEndsWithChunkedBody(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{ShutdownReconnectDelay: time.Millisecond}})
+	s := e.stream(e.token("acme", "u1", "orders/*"), "orders/1")
+	if len(s.resp.TransferEncoding) != 1 || s.resp.TransferEncoding[0] != "chunked" {
+		t.Fatalf("Transfer-Encoding %v, want chunked", s.resp.TransferEncoding)
+	}
+	pub := e.publish("acme", "orders/1", `{"n":1}`)
+	if _, p := s.publication(t); p.Offset != pub.Offset {
+		t.Fatalf("offset %d, want %d", p.Offset, pub.Offset)
+	}
+	e.srv.Stop()
+	if d := s.control(t, "disconnect"); d.Reason != ReasonShutdown.Code {
+		t.Fatalf("disconnect reason %q", d.Reason)
+	}
+	s.waitEOF(t)
+	if s.err.Error() != "EOF" {
+		t.Fatalf("body ended with %v, want a clean EOF", s.err)
+	}
+}
+
+// TestSSEOverHTTP2: an HTTP/2 stream, which cannot be hijacked, is served
+// through net/http as before: head, publications, heartbeats, and its end
+// when the client goes.
+func TestSSEOverHTTP2(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: 20 * time.Millisecond}})
+	ts := httptest.NewUnstartedServer(e.srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/v1/sse?channel=orders/1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.token("acme", "u1", "orders/*"))
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK {
+		cancel()
+		t.Fatalf("%s %d, want HTTP/2 200", resp.Proto, resp.StatusCode)
+	}
+	s := newSSEStream(resp, cancel)
+	defer s.close()
+	if ev := s.next(t, time.Minute); ev.Retry == "" {
+		t.Fatalf("first block is not the retry field: %+v", ev)
+	}
+	s.subscribed(t)
+	var pubs []fanout.Publication
+	for range 3 {
+		pubs = append(pubs, e.publish("acme", "orders/1", `{"n":1}`))
+	}
+	pings := 0
+	for got := 0; got < len(pubs) || pings == 0; {
+		ev := s.next(t, time.Minute)
+		switch {
+		case len(ev.Comments) == 1 && ev.Comments[0] == "ping":
+			pings++
+		case ev.Data != "":
+			p, err := fanout.DecodeEnvelope([]byte(ev.Data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Offset != pubs[got].Offset {
+				t.Fatalf("offset %d, want %d", p.Offset, pubs[got].Offset)
+			}
+			got++
+		}
+	}
+	s.close()
+	eventually(t, time.Minute, "the HTTP/2 stream to end", func() bool {
+		return e.counter(e.srv.metrics.connections.WithLabelValues("sse")) == 0 && e.hub.Subscriptions() == 0
+	})
+}
+
+// discardOut is an sseOut that drops what it is given.
+type discardOut struct{ bytes int }
+
+func (o *discardOut) write(buf []byte) error      { o.bytes += len(buf) - sseRoom; return nil }
+func (o *discardOut) flush() error                { return nil }
+func (o *discardOut) setDeadline(time.Time) error { return nil }
+func (o *discardOut) abort()                      {}
+
+// sinkDeliveries returns a function that writes one more publication of
+// channel 0 of a stream of channels channels to sink, as the writer does
+// for a live delivery (its position advances), flushing every 16.
+func sinkDeliveries(channels int) (*discardOut, func()) {
+	out := &discardOut{}
+	sink := newSSESink(out)
+	pos := newPositions("acme", channels)
+	for i := range channels {
+		pos.add(fmt.Sprintf("users/u-%d/orders", i), fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1000})
+	}
+	p := fanout.NewPrepared(fanout.Publication{
+		Message: fanout.Message{
+			ID: "0190a0b1-7c2d-7e3f-8a4b-5c6d7e8f9a0b", Key: fanout.Key{Tenant: "acme", Channel: "users/u-0/orders"},
+			Type: "order.updated", Data: json.RawMessage(`{"order_id":"ord_8f2c1a","status":"shipped"}`),
+		},
+		Position: fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1001},
+	})
+	n := 0
+	return out, func() {
+		pos.entries[0].pos.Offset++
+		_ = sink.publication(p, pos)
+		if n++; n%16 == 0 {
+			_ = sink.flush()
+		}
+	}
+}
+
+// TestSSEPublicationAllocs: writing a publication with its id (the
+// stream's cursor, encoded for this connection) costs no allocation.
+func TestSSEPublicationAllocs(t *testing.T) {
+	for _, channels := range []int{1, 8} {
+		_, deliver := sinkDeliveries(channels)
+		if n := testing.AllocsPerRun(1000, deliver); n != 0 {
+			t.Fatalf("%d channels: %.1f allocations per publication, want 0", channels, n)
+		}
+	}
+}
+
+// BenchmarkSSEPublication measures the SSE framing of one delivery: the
+// connection's cursor as its id, the shared envelope as its data. Run with
+// -benchmem: 0 allocs/op.
+func BenchmarkSSEPublication(b *testing.B) {
+	for _, channels := range []int{1, 8} {
+		b.Run(fmt.Sprintf("channels=%d", channels), func(b *testing.B) {
+			out, deliver := sinkDeliveries(channels)
+			b.ReportAllocs()
+			for b.Loop() {
+				deliver()
+			}
+			b.SetBytes(int64(out.bytes / max(1, b.N)))
+		})
+	}
+}
+
+// TestSSEWriteTimeout: a hijacked stream whose client stops reading, with
+// a queue large enough never to fill, ends as write_timeout once a write
+// has been blocked for WriteTimeout.
+func TestSSEWriteTimeout(t *testing.T) {
+	e := newEnv(t, envOptions{history: 1000, cfg: Config{
+		WriteTimeout: 300 * time.Millisecond, QueueMaxBytes: 64 << 20, QueueMaxMessages: 100000,
+	}})
+	ts := smallBufferServer(t, e)
+	openStalledAt(t, ts.Listener.Addr().String(), e.token("acme", "u1", "orders/*"), testRecvBuffer)
+	timeouts := e.srv.metrics.disconnects.WithLabelValues("sse", ReasonWriteTimeout.Code)
+	payload := `"` + strings.Repeat("x", 16<<10) + `"`
+	for range 100 { // 1.6 MB: far more than the socket buffers hold
+		e.publish("acme", "orders/1", payload)
+	}
+	eventually(t, time.Minute, "the stalled stream to end as write_timeout", func() bool {
+		return e.counter(timeouts) == 1
+	})
+	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", ReasonSlow.Code)); n != 0 {
+		t.Fatalf("%v slow disconnects, want the write timeout alone", n)
+	}
+}
+
+// TestChunkOutKeepsANearDeadline: a deadline asked for at most slack after
+// the one set is not set again; a later one, the zero time and any after
+// an abort are.
+func TestChunkOutKeepsANearDeadline(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	o := newChunkOut(server, 16*time.Second) // slack 1s
+	base := time.Now().Add(time.Hour)
+	steps := []struct {
+		t    time.Time
+		sets bool
+	}{
+		{base, true},
+		{base.Add(500 * time.Millisecond), false},
+		{base.Add(time.Second), false},
+		{base.Add(1500 * time.Millisecond), true},
+		{base, true}, // earlier than the one set
+		{time.Time{}, true},
+		{base, true},
+	}
+	for i, s := range steps {
+		before := o.set.Load()
+		if err := o.setDeadline(s.t); err != nil {
+			t.Fatal(err)
+		}
+		if set := o.set.Load() != before || s.t.IsZero(); set != s.sets {
+			t.Fatalf("step %d: set %v, want %v", i, set, s.sets)
+		}
+	}
+	o.abort()
+	if o.set.Load() != 0 {
+		t.Fatal("abort left a deadline recorded")
+	}
+	before := o.set.Load()
+	_ = o.setDeadline(base)
+	if o.set.Load() == before {
+		t.Fatal("the deadline was not set again after an abort")
+	}
+}

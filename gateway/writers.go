@@ -1,0 +1,58 @@
+package gateway
+
+import "time"
+
+// writerIdle is how long a writer goroutine waits for another
+// connection's writer to run before it exits.
+const writerIdle = 2 * time.Second
+
+// writerJob is a connection's on-demand writer: it writes what is
+// pending and returns.
+type writerJob interface{ writeLoop() }
+
+// writerPool runs the on-demand writers of connections (SSE streams that
+// left net/http, WebSockets) on goroutines that stay for writerIdle after
+// their last job. A writer runs at once, on a goroutine waiting for work
+// or else on a new one, never behind another writer (one stuck on a slow
+// client included). While publications flow, writers thus neither start
+// a goroutine nor grow a fresh stack for every batch; an idle server has
+// no writer goroutine left.
+type writerPool struct {
+	jobs chan writerJob // unbuffered: a job goes only to a waiting goroutine
+	quit chan struct{}  // closed by Stop: waiting goroutines exit
+}
+
+func newWriterPool() *writerPool {
+	return &writerPool{jobs: make(chan writerJob), quit: make(chan struct{})}
+}
+
+// run runs j's writeLoop on a waiting goroutine, or on a new one.
+func (p *writerPool) run(j writerJob) {
+	select {
+	case p.jobs <- j:
+	default:
+		go p.work(j)
+	}
+}
+
+// work runs j, then the jobs handed to it until it has waited writerIdle
+// for one, or the server stops.
+func (p *writerPool) work(j writerJob) {
+	j.writeLoop()
+	idle := time.NewTimer(writerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case j := <-p.jobs:
+			j.writeLoop()
+			idle.Reset(writerIdle)
+		case <-idle.C:
+			return
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// stop lets every waiting goroutine go; run still works after it.
+func (p *writerPool) stop() { close(p.quit) }

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+)
+
+// cfNamespace is the Centrifugo namespace of the run's channels: history
+// on, so every publication carries its offset as Herald's do.
+const cfNamespace = "bench"
+
+// cfConfig is Centrifugo v6's JSON config for a run (key names as in
+// v6.9.1's internal/config): one namespace with history and client-side
+// subscriptions, the server API behind a key, Prometheus metrics on the
+// client port (for the Go runtime figures), warnings only in the log.
+func cfConfig(port int, secret, apiKey string) ([]byte, error) {
+	return json.MarshalIndent(map[string]any{
+		"http_server": map[string]any{"address": "127.0.0.1", "port": port},
+		"log":         map[string]any{"level": "warn"},
+		"usage_stats": map[string]any{"disabled": true},
+		"health":      map[string]any{"enabled": true},
+		"prometheus":  map[string]any{"enabled": true},
+		"http_api":    map[string]any{"key": apiKey},
+		"client":      map[string]any{"token": map[string]any{"hmac_secret_key": secret}},
+		"channel": map[string]any{"namespaces": []any{map[string]any{
+			"name":                       cfNamespace,
+			"history_size":               1000,
+			"history_ttl":                "300s",
+			"allow_subscribe_for_client": true,
+		}}},
+	}, "", "  ")
+}
+
+// startCentrifugo starts cfg.CentrifugoBin as the server under load, on a
+// free loopback port, with a config written into a temporary directory
+// (removed by stop), and waits until /health answers 200.
+func startCentrifugo(ctx context.Context, cfg config) (_ *target, err error) {
+	dir, err := os.MkdirTemp("", "connbench-cf-")
+	if err != nil {
+		return nil, fmt.Errorf("connbench: temp dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	port, err := benchkit.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	t := &target{
+		name: "centrifugo", secret: benchkit.RandomHex(32), apiKey: benchkit.RandomHex(16), dir: dir,
+		base: "http://127.0.0.1:" + strconv.Itoa(port), logPath: filepath.Join(dir, "centrifugo.log"), exited: make(chan struct{}),
+	}
+	body, err := cfConfig(port, t.secret, t.apiKey)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
+		return nil, fmt.Errorf("connbench: centrifugo config: %w", err)
+	}
+	logFile, err := os.Create(t.logPath)
+	if err != nil {
+		return nil, fmt.Errorf("connbench: centrifugo log: %w", err)
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	cmd := exec.Command(cfg.CentrifugoBin, "--config", cfgPath)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("connbench: start %s: %w", cfg.CentrifugoBin, err)
+	}
+	t.cmd, t.pid = cmd, cmd.Process.Pid
+	go func() {
+		t.waitErr = cmd.Wait()
+		close(t.exited)
+	}()
+	defer func() {
+		if err != nil {
+			_ = t.stop()
+		}
+	}()
+	if err := waitOK(ctx, t, "/health"); err != nil {
+		return nil, err
+	}
+	t.desc = fmt.Sprintf("child Centrifugo (%s, pid %d, in-memory broker, namespace %q with history)", cfg.CentrifugoBin, t.pid, cfNamespace)
+	return t, nil
+}
+
+// cfAPI calls Centrifugo's server API method with body and decodes its
+// result into out.
+func cfAPI(ctx context.Context, hc *http.Client, t *target, method string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base+"/api/"+method, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-API-Key", t.apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("connbench: centrifugo API %s: %w", method, err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var reply struct {
+		Error *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+		Result json.RawMessage `json:"result"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(rb, &reply) != nil {
+		return fmt.Errorf("connbench: centrifugo API %s: %s: %s", method, resp.Status, rb)
+	}
+	if reply.Error != nil {
+		return fmt.Errorf("connbench: centrifugo API %s: %d %s", method, reply.Error.Code, reply.Error.Message)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(reply.Result, out)
+}
