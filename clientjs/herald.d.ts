@@ -20,7 +20,14 @@ export const STOP_REASONS: readonly StopReason[];
 export type ServerErrorCode =
   | 'bad_request' | 'not_found' | 'unauthorized' | 'token_expired' | 'forbidden'
   | 'already_subscribed' | 'not_subscribed' | 'too_many_subscriptions' | 'too_many_requests'
-  | 'server_error' | 'authorization_unavailable' | 'revoked' | 'too_many_connections';
+  | 'duplicate_id' | 'server_error' | 'authorization_unavailable' | 'revoked' | 'too_many_connections';
+
+/**
+ * Why a subscription did not recover: the `reason` the server sends with
+ * every `recovered: false` (docs/protocol.md, "Resume"). A newer server
+ * may send others.
+ */
+export type RecoveryReason = 'no_position' | 'epoch_changed' | 'history_exceeded' | 'position_ahead';
 
 /**
  * Codes of the errors the client raises itself: `timeout` (no reply within
