@@ -145,6 +145,8 @@ export class ChannelState {
 export interface SubscribeResult {
   channel: string;
   recovered: boolean;
+  /** With recovered: false, why (the server's). */
+  reason?: RecoveryReason | (string & {});
   offset: number;
   epoch: string;
 }
@@ -152,6 +154,8 @@ export interface SubscribeResult {
 export interface Gap extends Position {
   channel: string;
   reason: GapReason;
+  /** A resume that failed (not_recovered, epoch_changed on subscribing): the server's reason; absent for offset_gap. */
+  recovery?: RecoveryReason | (string & {});
 }
 
 export type SubscriptionState = 'subscribing' | 'subscribed' | 'unsubscribed';
@@ -164,6 +168,8 @@ export interface SubscriptionStateChange {
   recovered?: boolean;
   /** subscribed: the gap when a position was not resumed. */
   gap?: GapReason | null;
+  /** subscribed with recovered: false: the server's reason (no_position for a new subscription). */
+  recovery?: RecoveryReason | (string & {});
   /** Why the subscription is subscribing again or ended. */
   reason?: string;
   error?: HeraldError;
@@ -232,6 +238,8 @@ export interface Connected {
   recovered: boolean;
   /** The channels that were not resumed: reload their authoritative state. */
   reload: string[];
+  /** For each channel of reload, the server's reason it was not resumed. */
+  reasons: Record<string, RecoveryReason | (string & {}) | undefined>;
   client?: string;
   expiresAt?: number;
 }
