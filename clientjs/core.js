@@ -351,6 +351,7 @@ export class Client extends Emitter {
     this._ups = 0;
     this._hiddenAt = 0;
     this.lastError = null;
+    this.server = null;
     if (typeof o.onStateChange === 'function') this.on('state', o.onStateChange);
     if (typeof o.onError === 'function') this.on('error', o.onError);
     this._onOnline = () => this._wake('online');

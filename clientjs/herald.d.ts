@@ -244,6 +244,16 @@ export interface Connected {
   expiresAt?: number;
 }
 
+/** What the server said of itself in the last WebSocket connect reply (client.server). */
+export interface ServerInfo {
+  /** The server's release, for logs and bug reports (not for feature tests). */
+  version?: string;
+  /** The server's clock minus this device's, ms, when the reply came: Date.now() + clockOffsetMs is about the server's time. */
+  clockOffsetMs?: number;
+  /** How far back a resume position is served: a channel's last `size` publications, dropped after `ttlMs` without one (its epoch then changes). */
+  history?: { size?: number; ttlMs?: number };
+}
+
 export interface Disconnected extends StateChange {
   /** True when the client reconnects (after delayMs), false when it stopped. */
   reconnect: boolean;
@@ -308,6 +318,8 @@ export class HeraldClient {
   readonly transport: 'ws' | 'sse';
   /** The error that ended the last connection, or null. */
   lastError: HeraldError | null;
+  /** From the last WebSocket connect reply; null before one (and over SSE, which has none). */
+  readonly server: ServerInfo | null;
   /** Calls fn for each event; returns the function that removes it. */
   on<E extends keyof ClientEvents>(type: E, fn: (ev: ClientEvents[E]) => void): () => void;
   positions(): Record<string, Position>;

@@ -60,7 +60,7 @@ export function startProbe(herald, opts) {
   return {
     client: c,
     subscribe,
-    record: () => ({ ...rec, state: c.state, positions: c.positions() }),
+    record: () => ({ ...rec, state: c.state, positions: c.positions(), server: c.server }),
     close: () => c.close(),
   };
 }

@@ -269,4 +269,23 @@ export const scenarios = [
       assert.equal(r.pubs['orders/8'].length, 1, 'nothing replayed');
     },
   },
+  {
+    name: 'client.server: the WebSocket connect reply\'s version, clock offset and history window (none over SSE)',
+    async run(t, { env, transport }) {
+      const h = await env.startHerald(['--history-size', '7', '--history-ttl', '90s']);
+      const token = await h.token({ subscribe: ['orders/*'] });
+      const c = await env.open({ transport, url: h.url, token, channels: ['orders/10'], backoff: fastBackoff });
+      const r = await waitFor(c, (x) => x.connected.length === 1, 'the first connection');
+      if (transport === 'sse') {
+        assert.equal(r.server, null);
+        return;
+      }
+      assert.equal(typeof r.server.version, 'string');
+      assert.ok(r.server.version.length > 0, 'a version');
+      assert.deepEqual(r.server.history, { size: 7, ttlMs: 90_000 });
+      // The server runs on this machine: its clock is this one's, give or take the reply's trip.
+      assert.equal(typeof r.server.clockOffsetMs, 'number');
+      assert.ok(Math.abs(r.server.clockOffsetMs) < 5000, `clock offset ${r.server.clockOffsetMs} ms`);
+    },
+  },
 ];
