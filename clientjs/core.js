@@ -351,6 +351,7 @@ export class Client extends Emitter {
     this._ups = 0;
     this._hiddenAt = 0;
     this.lastError = null;
+    this.server = null;
     if (typeof o.onStateChange === 'function') this.on('state', o.onStateChange);
     if (typeof o.onError === 'function') this.on('error', o.onError);
     this._onOnline = () => this._wake('online');
@@ -538,21 +539,25 @@ export class Client extends Emitter {
       this._reauthing = false;
     }, this._backoff.options.resetAfterMs);
     this.lastError = null;
-    this._sync = { info, waiting: new Set([...this._subs.values()].filter((s) => !s.closed)), reload: [], first: this._ups++ === 0 };
+    this._sync = { info, waiting: new Set([...this._subs.values()].filter((s) => !s.closed)), reload: [], reasons: {}, first: this._ups++ === 0 };
     this._setState(CONNECTED, info);
     this._driver.up(this, link);
     this._synced(null, null);
   }
 
   // _synced notes that sub has its answer on this connection; once every
-  // subscription has, the "connected" event says what was recovered.
-  _synced(sub, gap) {
+  // subscription has, the "connected" event says what was recovered (and
+  // in reasons, the server's reason for each channel to reload).
+  _synced(sub, gap, recovery) {
     const s = this._sync;
     if (!s || (sub && !s.waiting.delete(sub))) return;
-    if (gap) s.reload.push(sub.channel);
+    if (gap) {
+      s.reload.push(sub.channel);
+      s.reasons[sub.channel] = recovery;
+    }
     if (s.waiting.size > 0) return;
     this._sync = null;
-    this._emit('connected', { ...s.info, reconnect: !s.first, recovered: s.reload.length === 0, reload: s.reload });
+    this._emit('connected', { ...s.info, reconnect: !s.first, recovered: s.reload.length === 0, reload: s.reload, reasons: s.reasons });
   }
 
   // _linkDown decides what follows the end of a connection or attempt:
@@ -601,21 +606,24 @@ export class Client extends Emitter {
     if (v.deliver) sub._emit('publication', pub);
   }
 
-  _gap(sub, reason) {
+  // _gap reports a gap; recovery is the server's reason when a resume failed.
+  _gap(sub, reason, recovery) {
     const p = sub.position;
-    sub._emit('gap', { channel: sub.channel, reason, offset: p.offset, epoch: p.epoch });
+    sub._emit('gap', { channel: sub.channel, reason, recovery, offset: p.offset, epoch: p.epoch });
   }
 
-  // _subscribed applies a subscription result (WebSocket reply, SSE event).
+  // _subscribed applies a subscription result (WebSocket reply, SSE
+  // event); with recovered: false, its reason says why.
   _subscribed(sub, result) {
     const resumed = sub.position !== null;
     sub._backoff.reset();
     const gap = sub._state.subscribed(result);
-    sub._set('subscribed', { recovered: Boolean(result.recovered), gap });
+    const recovery = result.recovered ? undefined : result.reason;
+    sub._set('subscribed', { recovered: Boolean(result.recovered), gap, recovery });
     sub._resolve(result);
-    if (gap) this._gap(sub, gap);
+    if (gap) this._gap(sub, gap, recovery);
     else if (resumed && result.recovered) sub._emit('recovered', { channel: sub.channel, offset: result.offset, epoch: result.epoch });
-    this._synced(sub, gap);
+    this._synced(sub, gap, recovery);
   }
 
   // _ended ends a subscription for good (refused, or ended by the server).

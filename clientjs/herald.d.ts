@@ -20,7 +20,14 @@ export const STOP_REASONS: readonly StopReason[];
 export type ServerErrorCode =
   | 'bad_request' | 'not_found' | 'unauthorized' | 'token_expired' | 'forbidden'
   | 'already_subscribed' | 'not_subscribed' | 'too_many_subscriptions' | 'too_many_requests'
-  | 'server_error' | 'authorization_unavailable' | 'revoked' | 'too_many_connections';
+  | 'duplicate_id' | 'server_error' | 'authorization_unavailable' | 'revoked' | 'too_many_connections';
+
+/**
+ * Why a subscription did not recover: the `reason` the server sends with
+ * every `recovered: false` (docs/protocol.md, "Resume"). A newer server
+ * may send others.
+ */
+export type RecoveryReason = 'no_position' | 'epoch_changed' | 'history_exceeded' | 'position_ahead';
 
 /**
  * Codes of the errors the client raises itself: `timeout` (no reply within
@@ -138,6 +145,8 @@ export class ChannelState {
 export interface SubscribeResult {
   channel: string;
   recovered: boolean;
+  /** With recovered: false, why (the server's). */
+  reason?: RecoveryReason | (string & {});
   offset: number;
   epoch: string;
 }
@@ -145,6 +154,8 @@ export interface SubscribeResult {
 export interface Gap extends Position {
   channel: string;
   reason: GapReason;
+  /** A resume that failed (not_recovered, epoch_changed on subscribing): the server's reason; absent for offset_gap. */
+  recovery?: RecoveryReason | (string & {});
 }
 
 export type SubscriptionState = 'subscribing' | 'subscribed' | 'unsubscribed';
@@ -157,6 +168,8 @@ export interface SubscriptionStateChange {
   recovered?: boolean;
   /** subscribed: the gap when a position was not resumed. */
   gap?: GapReason | null;
+  /** subscribed with recovered: false: the server's reason (no_position for a new subscription). */
+  recovery?: RecoveryReason | (string & {});
   /** Why the subscription is subscribing again or ended. */
   reason?: string;
   error?: HeraldError;
@@ -225,8 +238,20 @@ export interface Connected {
   recovered: boolean;
   /** The channels that were not resumed: reload their authoritative state. */
   reload: string[];
+  /** For each channel of reload, the server's reason it was not resumed. */
+  reasons: Record<string, RecoveryReason | (string & {}) | undefined>;
   client?: string;
   expiresAt?: number;
+}
+
+/** What the server said of itself in the last WebSocket connect reply (client.server). */
+export interface ServerInfo {
+  /** The server's release, for logs and bug reports (not for feature tests). */
+  version?: string;
+  /** The server's clock minus this device's, ms, when the reply came: Date.now() + clockOffsetMs is about the server's time. */
+  clockOffsetMs?: number;
+  /** How far back a resume position is served: a channel's last `size` publications, dropped after `ttlMs` without one (its epoch then changes). */
+  history?: { size?: number; ttlMs?: number };
 }
 
 export interface Disconnected extends StateChange {
@@ -293,6 +318,8 @@ export class HeraldClient {
   readonly transport: 'ws' | 'sse';
   /** The error that ended the last connection, or null. */
   lastError: HeraldError | null;
+  /** From the last WebSocket connect reply; null before one (and over SSE, which has none). */
+  readonly server: ServerInfo | null;
   /** Calls fn for each event; returns the function that removes it. */
   on<E extends keyof ClientEvents>(type: E, fn: (ev: ClientEvents[E]) => void): () => void;
   positions(): Record<string, Position>;

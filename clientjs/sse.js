@@ -91,7 +91,7 @@ class SseLink {
       const sub = c._subs.get(d.channel);
       this.waiting.delete(d.channel);
       if (this.waiting.size === 0) c._clock.clearTimeout(this.timer);
-      if (sub && !sub.closed) c._subscribed(sub, { channel: d.channel, recovered: Boolean(d.recovered), offset: d.offset, epoch: d.epoch });
+      if (sub && !sub.closed) c._subscribed(sub, { ...d, recovered: Boolean(d.recovered) });
     });
     // The token expires soon (or did): open a new stream with a fresh one,
     // resuming from the cursor.

@@ -29,6 +29,8 @@ class WsLink {
     this.push = null; // the server's disconnect push
     this.connectError = null;
     this.watchdogMs = 0;
+    this.skew = 0; // the server's clock minus the client's, ms
+    this.deadline = 0; // when the token expires, by the client's clock
     this.timers = { connect: null, watchdog: null, refresh: null, error: null };
     this.ws = null;
     // The handshake and the connect reply, within requestTimeoutMs.
@@ -70,8 +72,14 @@ class WsLink {
       if (result.limits && result.limits.max_inflight > 0) this.maxInflight = result.limits.max_inflight;
       if (result.ping_interval_ms > 0 && result.pong_timeout_ms > 0) this.watchdogMs = result.ping_interval_ms + result.pong_timeout_ms;
       this._kick();
-      this._scheduleRefresh(result.expires_at);
-      this.client._linkUp(this, { client: result.client, expiresAt: result.expires_at });
+      const c = this.client;
+      const h = result.history;
+      const t = result.server_time_ms;
+      if (t > 0) this.skew = t - c._clock.now();
+      c.server = { version: result.version, clockOffsetMs: t > 0 ? this.skew : undefined, history: h && { size: h.size, ttlMs: h.ttl_ms } };
+      // The token's life by the server's clock, never the device's.
+      this._expires(result.expires_in >= 0 ? result.expires_in * 1000 : this._left(result.expires_at));
+      c._linkUp(this, { client: result.client, expiresAt: result.expires_at });
     };
     this.request('connect', { token: this.token }, connected).catch((err) => {
       this.connectError = err; // the server closes next, with the reason's code
@@ -110,7 +118,8 @@ class WsLink {
         c._serverUnsubscribed(this, f);
         return;
       case 'refresh': // the server asks for a fresh token before expires_at
-        this._refresh(Number(f.expires_at) || 0);
+        this._expires(f.expires_in_ms >= 0 ? f.expires_in_ms : this._left(f.expires_at));
+        this._refresh();
         return;
       case 'disconnect':
         this.push = f;
@@ -129,31 +138,38 @@ class WsLink {
     if (this.watchdogMs > 0) this._timer('watchdog', this.watchdogMs, () => this._end(reconnect('timeout', `nothing received for ${this.watchdogMs} ms`)));
   }
 
-  _scheduleRefresh(expiresAt) {
-    const c = this.client;
-    const left = expiresAt * 1000 - c._clock.now();
-    const ratio = c._options.refreshRatio;
-    this._timer('refresh', expiresAt > 0 && ratio > 0 && left > 0 ? left * ratio : null, () => this._refresh(expiresAt));
+  // _left returns the ms until expiresAt (Unix seconds) by the server's clock.
+  _left(expiresAt) {
+    return expiresAt * 1000 - this.client._clock.now() - this.skew;
   }
 
-  async _refresh(expiresAt) {
+  // _expires notes that the token expires in ms and schedules the refresh
+  // at refreshRatio of that.
+  _expires(ms) {
+    const c = this.client;
+    const ratio = c._options.refreshRatio;
+    this.deadline = c._clock.now() + ms;
+    this._timer('refresh', ms > 0 && ratio > 0 ? ms * ratio : null, () => this._refresh());
+  }
+
+  async _refresh() {
     this._timer('refresh', null);
     if (this.ended || this.refreshing) return;
     this.refreshing = true;
     try {
-      await this._refreshOnce(expiresAt);
+      await this._refreshOnce();
     } finally {
       this.refreshing = false;
     }
   }
 
-  async _refreshOnce(expiresAt) {
+  async _refreshOnce() {
     const c = this.client;
     // Without a new token, try again halfway to the expiry; past it the
     // server closes with token_expired and the reconnect asks for one.
     const later = () => {
-      const left = expiresAt * 1000 - c._clock.now();
-      if (left > 2000) this._timer('refresh', left / 2, () => this._refresh(expiresAt));
+      const left = this.deadline - c._clock.now();
+      if (left > 2000) this._timer('refresh', left / 2, () => this._refresh());
     };
     let token = null;
     try {
@@ -166,7 +182,7 @@ class WsLink {
     try {
       const res = await this.request('refresh', { token });
       this.token = token;
-      this._scheduleRefresh(res.expires_at);
+      this._expires(this._left(res.expires_at));
     } catch (err) {
       if (this.ended) return;
       // forbidden: another subject or tenant, so open a new connection with it.

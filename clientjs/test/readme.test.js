@@ -1,7 +1,8 @@
 // README.md says what the code does: the five lines a web developer
 // copies come first; the defaults in the options table are the client's;
 // the reasons it lists as stopping are STOP_REASONS; and docs/protocol.md
-// gives the same request timeout and serving path.
+// gives the same request timeout and serving path, recovery reasons and
+// token refresh clock.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -39,4 +40,20 @@ test('README and docs/protocol.md agree with the code on reasons, timeouts and s
   assert.match(protocol, /served under `\/client\/`/);
   assert.match(readme, /`Cache-Control: no-cache` and an `ETag`/);
   assert.match(protocol, /`Cache-Control: no-cache` and an `ETag`/);
+});
+
+// rows returns the first-column codes of the table that starts at head in text.
+function rows(text, head) {
+  const i = text.indexOf(head);
+  assert.ok(i >= 0, `a table at ${head}`);
+  return [...text.slice(i).split('\n\n')[0].matchAll(/^\| `([a-z_]+)` \|/gm)].map((m) => m[1]).sort();
+}
+
+test('README and docs/protocol.md list the server\'s recovery reasons, and refresh by its clock', () => {
+  const vocabulary = JSON.parse(readFileSync(new URL('./vocabulary.json', import.meta.url), 'utf8'));
+  const want = [...vocabulary.recovery_reasons].sort();
+  assert.deepEqual(rows(readme, '| recovery reason | meaning |'), want, 'README');
+  assert.deepEqual(rows(protocol, '<!-- generated: recovery-reasons'), want, 'docs/protocol.md');
+  assert.match(protocol, /schedule the token refresh from `expires_in`/);
+  assert.match(readme, /never the device's clock[^.]*: the `connect` reply's `expires_in`/);
 });

@@ -1,7 +1,7 @@
 // Checks the client's protocol constants against test/vocabulary.json, which
 // the gateway's tests generate from the server's one table of reasons,
-// close codes, error codes and ops (gateway/reasons.go, go test ./gateway
-// -run TestVocabulary -update).
+// close codes, error codes, recovery reasons and ops (gateway/reasons.go,
+// gateway/recovery.go; go test ./gateway -run TestVocabulary -update).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -57,12 +57,13 @@ function union(name) {
   return [...m[1].matchAll(/'([a-z_.0-9]+)'/g)].map((x) => x[1]).sort();
 }
 
-test('the exported and declared reasons, error codes and ops are the server\'s', () => {
+test('the exported and declared reasons, error codes, recovery reasons and ops are the server\'s', () => {
   const stop = vocabulary.reasons.filter((r) => !r.reconnect).map((r) => r.code).sort();
   assert.deepEqual([...STOP_REASONS].sort(), stop, 'STOP_REASONS');
   assert.deepEqual(union('StopReason'), stop, 'StopReason in herald.d.ts');
   assert.deepEqual(union('DisconnectReason'), vocabulary.reasons.map((r) => r.code).sort(), 'DisconnectReason in herald.d.ts');
   assert.deepEqual(union('ServerErrorCode'), vocabulary.error_codes.map((e) => e.code).sort(), 'ServerErrorCode in herald.d.ts');
+  assert.deepEqual(union('RecoveryReason'), [...vocabulary.recovery_reasons].sort(), 'RecoveryReason in herald.d.ts');
   assert.deepEqual(union('Op'), [...vocabulary.ops].sort(), 'Op in herald.d.ts');
   // The client's own codes never reuse a server code with another meaning.
   const server = new Set([...vocabulary.error_codes.map((e) => e.code), ...vocabulary.reasons.map((r) => r.code)]);

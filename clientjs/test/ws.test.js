@@ -140,6 +140,39 @@ test('ws: resumes after the network drops, recovered with nothing lost', async (
   watcher.close();
 });
 
+test('ws: the token is refreshed on the server\'s clock (the connect reply\'s expires_in), however wrong the device\'s clock is', async () => {
+  // A device clock an hour fast would take every token for long expired,
+  // one an hour slow would wait 50 minutes: each refreshes at refreshRatio
+  // of the token's life as the server counts it, well before the server's
+  // own refresh push (refresh-ahead, 1 s before exp). The refresh reply's
+  // expires_at is read against the server's clock too.
+  const run = async (skewMs) => {
+    const calls = [];
+    let expires = 0; // the current token's exp, by this machine's clock
+    const states = stateLog();
+    const c = client({
+      url: herald.url,
+      refreshRatio: 0.2,
+      onStateChange: states.onStateChange,
+      clock: { setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (h) => clearTimeout(h), now: () => Date.now() + skewMs },
+      getToken: async ({ reason }) => {
+        calls.push({ reason, leftMs: expires - Date.now() });
+        const ttl = 10 + calls.length; // a new exp, so never the same token twice
+        expires = Date.now() + ttl * 1000;
+        return herald.token({ subscribe: ['orders/*'], ttl: `${ttl}s` });
+      },
+    });
+    await c.subscribe('orders/20').ready;
+    assert.ok(Math.abs(c.server.clockOffsetMs + skewMs) < 5000, `the clock offset ${c.server.clockOffsetMs} ms mirrors the skew ${skewMs} ms`);
+    await waitUntil(() => calls.length === 3, 'two in-band refreshes', 60_000);
+    assert.deepEqual(calls.map((x) => x.reason), ['connect', 'refresh', 'refresh']);
+    for (const x of calls.slice(1)) assert.ok(x.leftMs > 4000, `refreshed with ${x.leftMs} ms left: the server's push, not the client's schedule`);
+    assert.deepEqual(states.filter((s) => s.state === 'reconnecting'), [], 'no reconnect');
+    c.close();
+  };
+  await Promise.all([run(3_600_000), run(-3_600_000)]);
+});
+
 test('ws: an expired token is replaced and the connection resumes; refresh keeps it up', async () => {
   // An app that cannot refresh in time: asked for a token to refresh with,
   // it has only the current one, so the server closes the connection with

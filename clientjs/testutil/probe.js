@@ -12,14 +12,14 @@ export function plainError(e) {
 
 /**
  * startProbe opens a client of module herald (the client module) with
- * opts ({transport, url, token, channels, backoff, requestTimeoutMs,
+ * opts ({transport, url, token, channels, since, backoff, requestTimeoutMs,
  * resyncAfterHiddenMs, sseIdleTimeoutMs, window, document}) and subscribes
- * it to opts.channels. Publications whose data has a key and a version are
+ * it to opts.channels, from since[channel] when given. Publications whose data has a key and a version are
  * applied to rec.applied through latestWins, as an app would.
  */
 export function startProbe(herald, opts) {
   const rec = { states: [], connecting: [], connected: [], disconnected: [], errors: [], pubs: {}, iterated: {}, iterEnd: {}, gaps: [], ready: {}, subStates: [], subErrors: [], applied: {}, tokenCalls: 0 };
-  const { token, channels = [], ...rest } = opts;
+  const { token, channels = [], since = {}, ...rest } = opts;
   const c = new herald.HeraldClient({
     ...rest,
     getToken: async () => {
@@ -29,7 +29,7 @@ export function startProbe(herald, opts) {
   });
   c.on('state', (s) => rec.states.push({ state: s.state, previous: s.previous, reason: s.reason, delayMs: s.delayMs }));
   c.on('connecting', (e) => rec.connecting.push({ reason: e.reason }));
-  c.on('connected', (e) => rec.connected.push({ reconnect: e.reconnect, recovered: e.recovered, reload: e.reload }));
+  c.on('connected', (e) => rec.connected.push({ reconnect: e.reconnect, recovered: e.recovered, reload: e.reload, reasons: e.reasons }));
   c.on('disconnected', (e) => rec.disconnected.push({ reason: e.reason, reconnect: e.reconnect, delayMs: e.delayMs, message: e.error && e.error.message }));
   c.on('error', (e) => rec.errors.push(String((e && e.message) || e)));
   const orders = herald.latestWins(
@@ -39,13 +39,13 @@ export function startProbe(herald, opts) {
   const subscribe = (ch) => {
     rec.pubs[ch] = [];
     rec.iterated[ch] = [];
-    const sub = c.subscribe(ch);
+    const sub = c.subscribe(ch, since[ch] ? { since: since[ch] } : {});
     sub.on('publication', (p) => {
       rec.pubs[ch].push(p);
       if (p.data && p.data.key !== undefined && orders(p)) rec.applied[p.data.key] = p.data.version;
     });
     sub.on('gap', (g) => rec.gaps.push(g));
-    sub.on('state', (s) => rec.subStates.push({ channel: ch, state: s.state, recovered: s.recovered, gap: s.gap, reason: s.reason }));
+    sub.on('state', (s) => rec.subStates.push({ channel: ch, state: s.state, recovered: s.recovered, gap: s.gap, recovery: s.recovery, reason: s.reason }));
     sub.on('error', (e) => rec.subErrors.push({ channel: ch, error: plainError(e) }));
     sub.ready.then(
       (r) => (rec.ready[ch] = r),
@@ -60,7 +60,7 @@ export function startProbe(herald, opts) {
   return {
     client: c,
     subscribe,
-    record: () => ({ ...rec, state: c.state, positions: c.positions() }),
+    record: () => ({ ...rec, state: c.state, positions: c.positions(), server: c.server }),
     close: () => c.close(),
   };
 }

@@ -111,7 +111,7 @@ export const scenarios = [
 
       r = await waitFor(c, (x) => x.connected.length === 2 && x.pubs['orders/3'].length === 3, 'the reconnect on "online"');
       assert.equal(r.connecting.at(-1).reason, 'online');
-      assert.deepEqual(r.connected[1], { reconnect: true, recovered: true, reload: [] });
+      assert.deepEqual(r.connected[1], { reconnect: true, recovered: true, reload: [], reasons: {} });
       assert.deepEqual(ids(r.pubs['orders/3']), [first, ...during]);
       assert.deepEqual(r.gaps, []);
       assert.deepEqual(r.errors, []);
@@ -136,7 +136,7 @@ export const scenarios = [
       else assert.equal(r.connecting.at(-1).reason, 'online');
       proxy.freeze(false);
       r = await waitFor(c, (x) => x.connected.length >= 2 && x.state === 'connected', 'a new connection');
-      assert.deepEqual(r.connected.at(-1), { reconnect: true, recovered: true, reload: [] });
+      assert.deepEqual(r.connected.at(-1), { reconnect: true, recovered: true, reload: [], reasons: {} });
       const id = await h.publish('orders/9', { n: 1 });
       await waitFor(c, (x) => x.pubs['orders/9'].some((p) => p.id === id), 'live delivery on the new connection');
     },
@@ -164,9 +164,11 @@ export const scenarios = [
 
       let r = await waitFor(c, (x) => x.connected.length === 2, 'the reconnect on "visible"');
       assert.equal(r.connecting.at(-1).reason, 'visible');
-      assert.deepEqual(r.connected[1], { reconnect: true, recovered: false, reload: ['orders/4'] });
+      assert.deepEqual(r.connected[1], { reconnect: true, recovered: false, reload: ['orders/4'], reasons: { 'orders/4': 'history_exceeded' } });
       assert.equal(r.gaps.length, 1);
       assert.equal(r.gaps[0].reason, 'not_recovered');
+      assert.equal(r.gaps[0].recovery, 'history_exceeded', 'the server says why');
+      assert.deepEqual(r.subStates.filter((s) => s.state === 'subscribed').map((s) => s.recovery), ['no_position', 'history_exceeded']);
       assert.equal(r.pubs['orders/4'].length, 1, 'nothing replayed: the history no longer reaches back');
       const live = await h.publish('orders/4', { n: 6 });
       r = await waitFor(c, (x) => x.pubs['orders/4'].length === 2, 'live delivery after the gap');
@@ -204,7 +206,7 @@ export const scenarios = [
       await waitFor(c, (r) => r.connected.length === 1, 'the first connection');
       await h.publish('orders/6', { n: 1 });
       let r = await waitFor(c, (x) => x.pubs['orders/6'].length === 1 && x.connected.length === 1, 'the first publication');
-      assert.deepEqual(r.connected[0], { reconnect: false, recovered: true, reload: [] });
+      assert.deepEqual(r.connected[0], { reconnect: false, recovered: true, reload: [], reasons: {} });
       const epoch1 = r.pubs['orders/6'][0].epoch;
 
       await h.stop(); // graceful: a disconnect with reason "shutdown"
@@ -213,8 +215,9 @@ export const scenarios = [
       assert.equal(r.disconnected[0].reconnect, true);
       await h.restart();
       r = await waitFor(c, (x) => x.connected.length === 2, 'the reconnect to the new server');
-      assert.deepEqual(r.connected[1], { reconnect: true, recovered: false, reload: ['orders/6'] });
+      assert.deepEqual(r.connected[1], { reconnect: true, recovered: false, reload: ['orders/6'], reasons: { 'orders/6': 'epoch_changed' } });
       assert.equal(r.gaps[0].reason, 'epoch_changed');
+      assert.equal(r.gaps[0].recovery, 'epoch_changed');
       assert.notEqual(r.gaps[0].epoch, epoch1);
       const id = await h.publish('orders/6', { n: 2 });
       r = await waitFor(c, (x) => x.iterated['orders/6'].includes(id), 'live delivery after the restart');
@@ -237,9 +240,52 @@ export const scenarios = [
       assert.equal(r.disconnected[0].reason, 'timeout');
       proxy.freeze(false);
       r = await waitFor(c, (x) => x.connected.length >= 2 && x.state === 'connected', 'a new connection');
-      assert.deepEqual(r.connected.at(-1), { reconnect: true, recovered: true, reload: [] });
+      assert.deepEqual(r.connected.at(-1), { reconnect: true, recovered: true, reload: [], reasons: {} });
       const id = await h.publish('orders/7', { n: 1 });
       await waitFor(c, (x) => x.pubs['orders/7'].some((p) => p.id === id), 'live delivery on the new connection');
+    },
+  },
+  {
+    name: 'a saved position the server never published: the gap and "connected" say why (WebSocket: position_ahead; SSE, whose cursor is opaque: no_position)',
+    async run(t, { env, transport }) {
+      const h = await env.startHerald();
+      const token = await h.token({ subscribe: ['orders/*'] });
+      const watcher = await watch(t, h, token, 'orders/8');
+      await h.publish('orders/8', { n: 1 });
+      await waitUntil(() => watcher.pubs.length === 1, 'the first publication');
+      const { epoch } = watcher.pubs[0];
+      const c = await env.open({ transport, url: h.url, token, channels: ['orders/8'], since: { 'orders/8': { offset: 50, epoch } }, backoff: fastBackoff });
+      let r = await waitFor(c, (x) => x.connected.length === 1 && x.gaps.length === 1, 'the subscription and its gap');
+      const why = transport === 'ws' ? 'position_ahead' : 'no_position';
+      assert.deepEqual(r.connected[0], { reconnect: false, recovered: false, reload: ['orders/8'], reasons: { 'orders/8': why } });
+      assert.deepEqual(r.gaps[0], { channel: 'orders/8', reason: 'not_recovered', recovery: why, offset: 1, epoch });
+      assert.equal(r.ready['orders/8'].reason, why, 'sub.ready has the server\'s result');
+      const sub = r.subStates.find((s) => s.state === 'subscribed');
+      assert.equal(sub.recovered, false);
+      assert.equal(sub.gap, 'not_recovered');
+      assert.equal(sub.recovery, why);
+      const id = await h.publish('orders/8', { n: 2 });
+      r = await waitFor(c, (x) => x.pubs['orders/8'].some((p) => p.id === id), 'live delivery after the gap');
+      assert.equal(r.pubs['orders/8'].length, 1, 'nothing replayed');
+    },
+  },
+  {
+    name: 'client.server: the WebSocket connect reply\'s version, clock offset and history window (none over SSE)',
+    async run(t, { env, transport }) {
+      const h = await env.startHerald(['--history-size', '7', '--history-ttl', '90s']);
+      const token = await h.token({ subscribe: ['orders/*'] });
+      const c = await env.open({ transport, url: h.url, token, channels: ['orders/10'], backoff: fastBackoff });
+      const r = await waitFor(c, (x) => x.connected.length === 1, 'the first connection');
+      if (transport === 'sse') {
+        assert.equal(r.server, null);
+        return;
+      }
+      assert.equal(typeof r.server.version, 'string');
+      assert.ok(r.server.version.length > 0, 'a version');
+      assert.deepEqual(r.server.history, { size: 7, ttlMs: 90_000 });
+      // The server runs on this machine: its clock is this one's, give or take the reply's trip.
+      assert.equal(typeof r.server.clockOffsetMs, 'number');
+      assert.ok(Math.abs(r.server.clockOffsetMs) < 5000, `clock offset ${r.server.clockOffsetMs} ms`);
     },
   },
 ];

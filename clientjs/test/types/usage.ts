@@ -1,6 +1,6 @@
 // The README's uses of the client, type-checked against the declarations
 // (herald.d.ts, sse.d.ts, ws.d.ts, latest.d.ts) by test/types.test.js.
-import { HeraldClient, HeraldError, latestWins, type Publication, type Connected } from '../../herald.js';
+import { HeraldClient, HeraldError, latestWins, type Publication, type Connected, type RecoveryReason } from '../../herald.js';
 import { HeraldClient as SseClient } from '../../sse.js';
 import { HeraldClient as WsClient, closeAction } from '../../ws.js';
 import { latestWins as latestWins2 } from '../../latest.js';
@@ -21,16 +21,19 @@ export async function readme(render: (o: Order) => void, load: () => Promise<Ord
   const off = sub.on('publication', (p) => {
     if (orders(p)) render(p.data);
   });
-  sub.on('gap', (g) => console.log(g.channel, g.reason, g.offset, g.epoch));
-  sub.on('state', (s) => console.log(s.state, s.recovered));
+  sub.on('gap', (g) => console.log(g.channel, g.reason, g.recovery, g.offset, g.epoch));
+  sub.on('state', (s) => console.log(s.state, s.recovered, s.recovery));
   sub.on('error', (e: HeraldError) => console.log(e.code, e.temporary));
   client.on('connected', (c: Connected) => {
-    for (const ch of c.reload) console.log('reload', ch, c.recovered, c.reconnect);
+    for (const ch of c.reload) console.log('reload', ch, c.reasons[ch], c.recovered, c.reconnect);
   });
   client.on('disconnected', (d) => console.log(d.reason, d.delayMs, d.reconnect));
   client.on('connecting', (s) => console.log(s.reason));
   const first = await sub.ready;
-  console.log(first.recovered, first.offset, sub.position?.epoch, sub.state);
+  console.log(first.recovered, first.reason, first.offset, sub.position?.epoch, sub.state);
+  const why: RecoveryReason = 'history_exceeded';
+  const s = client.server;
+  if (s) console.log(why, s.version, Date.now() + (s.clockOffsetMs ?? 0), s.history?.size, s.history?.ttlMs);
   for (const o of await load()) render(o);
   for await (const p of sub) render(p.data);
   off();
