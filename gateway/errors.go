@@ -1,6 +1,10 @@
 package gateway
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/heraldgw/herald/internal/lifecycle"
+)
 
 var (
 	// ErrBadFrame is wrapped by every WebSocket client-frame decode error.
@@ -10,7 +14,7 @@ var (
 	// ErrInvalidConfig is wrapped by every Config or Deps validation error.
 	ErrInvalidConfig = errors.New("invalid config")
 	// ErrStarted is returned by Start on a server that was already started.
-	ErrStarted = errors.New("server already started")
+	ErrStarted = lifecycle.ErrStarted
 	// ErrStopped is returned by Start on a server that was stopped.
-	ErrStopped = errors.New("server stopped")
+	ErrStopped = lifecycle.ErrStopped
 )

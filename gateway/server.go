@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
 // Server is the gateway: an http.Handler, and a service that runs it on
@@ -42,10 +44,9 @@ type Server struct {
 	httpSrv   *http.Server
 	ln        net.Listener
 	serveDone chan struct{}
-	stopCh    chan struct{}
-	watchDone chan struct{}
 	stopped   bool
 	stopOnce  sync.Once
+	svc       lifecycle.Service
 }
 
 // New returns a gateway for cfg and deps; zero Config fields take their
@@ -79,7 +80,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		metrics:  m,
 		gatherer: g,
 		conns:    map[*Conn]struct{}{},
-		stopCh:   make(chan struct{}),
 	}
 	if cfg.ConnectAttemptsPerIP > 0 {
 		s.attempts = newIPLimiter(cfg.ConnectAttemptsPerIP, cfg.ConnectAttemptsBurst, maxIPBuckets)
@@ -106,13 +106,19 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // or until ctx is done (which stops the server gracefully). It also starts
 // the revalidation timer (Config.RevalidateInterval).
 func (s *Server) Start(ctx context.Context) error {
+	err := s.svc.Start(ctx, s.listen, s.serve, s.watch)
+	if errors.Is(err, lifecycle.ErrStarted) || errors.Is(err, lifecycle.ErrStopped) {
+		return fmt.Errorf("gateway: start: %w", err)
+	}
+	return err
+}
+
+// listen opens the listener and readies the HTTP server (Start's init).
+func (s *Server) listen(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.stopped:
+	if s.stopped { // Stop ran its graceful part before Start
 		return fmt.Errorf("gateway: start: %w", ErrStopped)
-	case s.httpSrv != nil:
-		return fmt.Errorf("gateway: start: %w", ErrStarted)
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
@@ -127,24 +133,27 @@ func (s *Server) Start(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.serveDone = make(chan struct{})
-	s.watchDone = make(chan struct{})
-	go func() {
-		defer close(s.serveDone)
-		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("gateway: serve failed", slog.String("error", err.Error()))
-		}
-	}()
-	go func() {
-		defer close(s.watchDone)
-		select {
-		case <-ctx.Done():
-			s.stop()
-		case <-s.stopCh:
-		}
-	}()
 	s.reval.start()
 	s.log.Info("gateway: listening", slog.String("addr", ln.Addr().String()))
 	return nil
+}
+
+// serve serves until the server is shut down.
+func (s *Server) serve(context.Context) {
+	s.mu.Lock()
+	srv, ln, done := s.httpSrv, s.ln, s.serveDone
+	s.mu.Unlock()
+	defer close(done)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Error("gateway: serve failed", slog.String("error", err.Error()))
+	}
+}
+
+// watch stops the server gracefully once Start's context ends (or Stop
+// cancels it).
+func (s *Server) watch(ctx context.Context) {
+	<-ctx.Done()
+	s.stop()
 }
 
 // Addr is the address the server listens on, or "" before Start.
@@ -164,12 +173,7 @@ func (s *Server) Addr() string {
 // what remains. It is safe to call twice, and before Start.
 func (s *Server) Stop() {
 	s.stop()
-	s.mu.Lock()
-	watchDone := s.watchDone
-	s.mu.Unlock()
-	if watchDone != nil {
-		<-watchDone
-	}
+	s.svc.Stop(nil)
 }
 
 func (s *Server) stop() {
@@ -187,7 +191,6 @@ func (s *Server) stop() {
 		}
 		srv, serveDone := s.httpSrv, s.serveDone
 		s.mu.Unlock()
-		close(s.stopCh)
 		// Every stream is told "shutdown" now; the timer has nothing left to
 		// decide.
 		s.reval.stop()
