@@ -191,13 +191,8 @@ export function endpoint(base, path, ws) {
   return u;
 }
 
-const HANDLERS = [
-  ['onPublication', 'publication'],
-  ['onGap', 'gap'],
-  ['onRecovered', 'recovered'],
-  ['onError', 'error'],
-  ['onState', 'state'],
-];
+// The events a subscription's options can have handlers for: onPublication, ….
+const HANDLED = ['publication', 'gap', 'recovered', 'error', 'state'];
 
 /** One channel of a client: client.subscribe(channel, options). */
 export class Subscription extends Emitter {
@@ -210,15 +205,16 @@ export class Subscription extends Emitter {
     /** @type {import('./herald.js').SubscriptionState} */
     this._status = 'subscribing';
     this._retry = null;
-    this._inflight = null;
     this._backoff = new Backoff(client._options.backoff);
-    this._resolve = this._reject = null;
     this.ready = new Promise((res, rej) => {
       this._resolve = res;
       this._reject = rej;
     });
     this.ready.catch(() => {});
-    for (const [k, ev] of HANDLERS) if (typeof h[k] === 'function') this.on(ev, h[k]);
+    for (const ev of HANDLED) {
+      const fn = h['on' + ev[0].toUpperCase() + ev.slice(1)];
+      if (typeof fn === 'function') this.on(ev, fn);
+    }
   }
 
   get position() {
@@ -243,7 +239,7 @@ export class Subscription extends Emitter {
   }
 
   _fault(e) {
-    this._client._report(e);
+    this._client._fault(e);
   }
 
   /** @param {import('./herald.js').SubscriptionState} state */
@@ -331,8 +327,8 @@ export class Client extends Emitter {
     this._options = o;
     this._driver = d;
     this._backoff = new Backoff(o.backoff);
-    this._clock = o.clock || { setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (t) => clearTimeout(t), now: () => Date.now() };
-    this._fetch = o.fetch || (globalThis.fetch && globalThis.fetch.bind(globalThis));
+    this._clock = o.clock || { setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (t) => clearTimeout(t), now: Date.now };
+    this._fetch = o.fetch || globalThis.fetch?.bind(globalThis);
     const target = (x) => (x && typeof x.addEventListener === 'function' ? x : null);
     this._win = target(o.window !== undefined ? o.window : globalThis);
     this._doc = target(o.document !== undefined ? o.document : globalThis.document);
@@ -437,7 +433,7 @@ export class Client extends Emitter {
   _stop() {
     if (this._wanted) this._listen('removeEventListener');
     this._wanted = false;
-    this._clearTimer();
+    this._timer = this._cancel(this._timer);
   }
 
   // _wake reconnects at once (the network is back, the page is visible
@@ -466,33 +462,25 @@ export class Client extends Emitter {
     if ((state === RECONNECTING || state === CLOSED) && previous !== CLOSED) this._emit('disconnected', { ...ev, reconnect: state === RECONNECTING });
   }
 
-  _fault(e) {
-    this._report(e);
-  }
-
-  _report(err) {
+  // _fault reports err with the "error" event, or on the console without listeners.
+  _fault(err) {
     if (!this._emit('error', err)) super._fault(err);
   }
 
-  _clearTimer() {
-    if (this._timer !== null) this._clock.clearTimeout(this._timer);
-    this._timer = null;
-  }
-
-  _clearRetry(sub) {
-    if (sub._retry !== null) this._clock.clearTimeout(sub._retry);
-    sub._retry = null;
+  // _cancel clears timer t (null: none); it returns null, the new value.
+  _cancel(t) {
+    if (t !== null) this._clock.clearTimeout(t);
+    return null;
   }
 
   // _detach forgets the connection: subscriptions wait for the next one.
   _detach() {
     this._link = null;
     this._sync = null;
-    if (this._stable !== null) this._clock.clearTimeout(this._stable);
-    this._stable = null;
+    this._stable = this._cancel(this._stable);
     for (const s of this._subs.values()) {
       if (s.active) s._set('subscribing');
-      this._clearRetry(s);
+      s._retry = this._cancel(s._retry);
     }
   }
 
@@ -505,7 +493,7 @@ export class Client extends Emitter {
 
   // _attempt fetches a token and opens one connection.
   async _attempt(why) {
-    this._clearTimer();
+    this._timer = this._cancel(this._timer);
     if (!this._wanted) return;
     const gen = ++this._gen;
     if (this._driver.idle && this._subs.size === 0) {
@@ -517,7 +505,7 @@ export class Client extends Emitter {
     try {
       token = await this._options.getToken({ reason: this._tokenReason });
     } catch (e) {
-      if (gen === this._gen) this._linkDown(null, { action: 'reconnect', reason: 'token_error', error: new HeraldError('token_error', `getToken failed: ${e && e.message}`, { temporary: true, cause: e }) });
+      if (gen === this._gen) this._linkDown(null, { reason: 'token_error', error: new HeraldError('token_error', `getToken failed: ${e && e.message}`, { temporary: true, cause: e }) });
       return;
     }
     if (gen !== this._gen || !this._wanted) return;
@@ -532,14 +520,14 @@ export class Client extends Emitter {
   // _linkUp runs when a connection is established.
   _linkUp(link, info = {}) {
     if (link !== this._link) return;
-    if (this._stable !== null) this._clock.clearTimeout(this._stable);
+    this._cancel(this._stable);
     this._stable = this._clock.setTimeout(() => {
       this._stable = null;
       this._backoff.reset();
       this._reauthing = false;
     }, this._backoff.options.resetAfterMs);
     this.lastError = null;
-    this._sync = { info, waiting: new Set([...this._subs.values()].filter((s) => !s.closed)), reload: [], reasons: {}, first: this._ups++ === 0 };
+    this._sync = { _info: info, _waiting: new Set([...this._subs.values()].filter((s) => !s.closed)), reload: [], reasons: {}, _first: this._ups++ === 0 };
     this._setState(CONNECTED, info);
     this._driver.up(this, link);
     this._synced(null, null);
@@ -550,18 +538,18 @@ export class Client extends Emitter {
   // in reasons, the server's reason for each channel to reload).
   _synced(sub, gap, recovery) {
     const s = this._sync;
-    if (!s || (sub && !s.waiting.delete(sub))) return;
+    if (!s || (sub && !s._waiting.delete(sub))) return;
     if (gap) {
       s.reload.push(sub.channel);
       s.reasons[sub.channel] = recovery;
     }
-    if (s.waiting.size > 0) return;
+    if (s._waiting.size > 0) return;
     this._sync = null;
-    this._emit('connected', { ...s.info, reconnect: !s.first, recovered: s.reload.length === 0, reload: s.reload, reasons: s.reasons });
+    this._emit('connected', { ...s._info, reconnect: !s._first, recovered: s.reload.length === 0, reload: s.reload, reasons: s.reasons });
   }
 
   // _linkDown decides what follows the end of a connection or attempt:
-  // info.action ("reconnect" | "reauth" | "stop"), reason, delayMs, error.
+  // info.action ("reauth", "stop", else reconnect), reason, delayMs, error.
   _linkDown(link, info) {
     if (link !== null && link !== this._link) return;
     this._detach();
@@ -584,7 +572,7 @@ export class Client extends Emitter {
       // The first token_expired after a connection that stayed up is
       // answered at once; repeated ones back off.
       this._tokenReason = 'token_expired';
-      delay = link && link.established && !this._reauthing ? 0 : this._backoff.next();
+      delay = link && link._established && !this._reauthing ? 0 : this._backoff.next();
       this._reauthing = true;
     } else {
       delay = info.delayMs > 0 ? info.delayMs : this._backoff.next();
@@ -629,7 +617,7 @@ export class Client extends Emitter {
   // _ended ends a subscription for good (refused, or ended by the server).
   _ended(sub, err) {
     if (this._subs.get(sub.channel) === sub) this._subs.delete(sub.channel);
-    this._clearRetry(sub);
+    sub._retry = this._cancel(sub._retry);
     sub._reject(err);
     sub._emit('error', err);
     sub._set('unsubscribed', { reason: err.code, error: err });
@@ -639,7 +627,7 @@ export class Client extends Emitter {
   _unsubscribe(sub) {
     if (sub.closed) return;
     const wasActive = sub.active;
-    this._clearRetry(sub);
+    sub._retry = this._cancel(sub._retry);
     if (this._subs.get(sub.channel) === sub) this._subs.delete(sub.channel);
     sub._reject(new HeraldError('unsubscribed', sub.channel));
     sub._set('unsubscribed', { reason: 'unsubscribed' });
@@ -649,7 +637,7 @@ export class Client extends Emitter {
 
   // _retrySoon subscribes sub again after its backoff, on the same connection.
   _retrySoon(sub, link) {
-    this._clearRetry(sub);
+    this._cancel(sub._retry);
     sub._retry = this._clock.setTimeout(() => {
       sub._retry = null;
       if (link === this._link) this._driver.resubscribe(this, sub, link);

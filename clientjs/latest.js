@@ -27,7 +27,3 @@ export function latestWins(keyFn, versionFn) {
   Object.defineProperty(accept, 'size', { get: () => latest.size });
   return accept;
 }
-
-// The transport-independent core: connection lifecycle, reconnects,
-// subscriptions, delivery and events. A transport plugs in as a driver
-// (wslink.js, sselink.js); the entry modules choose which.

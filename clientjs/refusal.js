@@ -23,6 +23,9 @@ export async function readRefusal(res) {
 /** info maps a refusal to what the client does next. */
 export const info = (r) => ({ action: reasonAction(r.code), reason: r.code, status: r.status, message: r.message || `refused: ${r.status} ${r.code}`, delayMs: r.retryAfterMs });
 
+/** refused returns what follows the refused request of response res. */
+export const refused = async (res) => info(await readRefusal(res));
+
 /**
  * diagnose ends an SSE stream that did not open, saying why: the error
  * event of a FetchEventSource has the status; a browser EventSource hides
@@ -30,7 +33,7 @@ export const info = (r) => ({ action: reasonAction(r.code), reason: r.code, stat
  * Authorization header.
  */
 export async function diagnose(link, ev) {
-  const c = link.client;
+  const c = link._client;
   link._closeSource();
   if (typeof ev.status === 'number') return link._end(info(ev));
   if (ev.error !== undefined || !c._fetch) return link._end(network(`cannot open the stream${ev.error ? ': ' + ev.error.message : ''}`));
@@ -38,7 +41,7 @@ export async function diagnose(link, ev) {
   const abort = new AbortController();
   let res;
   try {
-    res = await c._fetch(url.toString(), { headers: { Authorization: `Bearer ${link.token}`, Accept: 'text/event-stream' }, signal: abort.signal });
+    res = await c._fetch(url.toString(), { headers: { Authorization: `Bearer ${link._token}`, Accept: 'text/event-stream' }, signal: abort.signal });
   } catch (e) {
     return link._end(network(`cannot open the stream: ${e && e.message}`));
   }
@@ -46,5 +49,5 @@ export async function diagnose(link, ev) {
     abort.abort();
     return link._end(network('the stream failed to open'));
   }
-  link._end(info(await readRefusal(res)));
+  link._end(await refused(res));
 }

@@ -3,42 +3,27 @@
 // stream carries every subscribed channel; the driver reopens the stream
 // when the channel set changes. In runtimes without EventSource (Node) it
 // loads FetchEventSource (eventsource.js) on first use.
-import { Client, HeraldError, reasonAction, endpoint } from './core.js';
+import { Client, HeraldError, reasonAction, endpoint, PROTOCOL, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
 
-export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription } from './core.js';
-
-const parse = (s) => {
-  try {
-    const v = JSON.parse(s);
-    return v && typeof v === 'object' ? v : null;
-  } catch {
-    return null;
-  }
-};
-
-// refused returns what follows the refused request of response res.
-const refused = async (res) => {
-  const m = await import('./refusal.js');
-  return m.info(await m.readRefusal(res));
-};
+export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription };
 
 /** network is what follows a network failure (refusal.js uses it too). */
 export const network = (message) => ({ action: 'reconnect', reason: 'network', message });
 
 class SseLink {
   constructor(client, token, channels) {
-    this.client = client;
-    this.token = token;
-    this.channels = channels;
-    this.established = this.ended = false;
-    this.source = null;
+    this._client = client;
+    this._token = token;
+    this._channels = channels;
+    this._established = this._ended = false;
+    this._source = null;
     // The stream must open and subscribe every channel within requestTimeoutMs.
-    this.waiting = new Set(channels);
+    this._waiting = new Set(channels);
     const ms = client._options.requestTimeoutMs;
-    this.timer = client._clock.setTimeout(() => {
+    this._timer = client._clock.setTimeout(() => {
       const err = new HeraldError('timeout', `the stream did not start within ${ms} ms`, { temporary: true, op: 'subscribe' });
-      for (const ch of this.waiting) client._subs.get(ch)?._reject(err);
-      this._end({ action: 'reconnect', reason: 'timeout', message: err.message });
+      for (const ch of this._waiting) client._subs.get(ch)?._reject(err);
+      this._end({ reason: 'timeout', message: err.message });
     }, ms);
     this._start();
   }
@@ -46,19 +31,19 @@ class SseLink {
   // _url is the stream's URL: its channels and their subscription tokens.
   async _url() {
     const tokens = await this._subTokens();
-    const url = new URL(this.client._sseUrl);
-    for (const ch of this.channels) url.searchParams.append('channel', ch);
+    const url = new URL(this._client._sseUrl);
+    for (const ch of this._channels) url.searchParams.append('channel', ch);
     for (const t of tokens) url.searchParams.append('sub_token', t);
     return url;
   }
 
   async _start() {
-    const c = this.client;
+    const c = this._client;
     const cred = await this._credentials();
-    if (this.ended) return;
+    if (this._ended) return;
     if (cred.fail) return this._end(cred.fail);
     const url = await this._url();
-    if (this.ended) return;
+    if (this._ended) return;
     let src;
     try {
       if (c._EventSource) {
@@ -69,28 +54,34 @@ class SseLink {
         const headers = { ...cred.headers };
         if (c._cursor) headers['Last-Event-ID'] = c._cursor;
         const { FetchEventSource } = await import('./eventsource.js');
-        if (this.ended) return;
+        if (this._ended) return;
         src = new FetchEventSource(url.toString(), { headers, fetch: c._fetch, idleTimeoutMs: c._options.sseIdleTimeoutMs });
       }
     } catch (e) {
       return this._end(network(`cannot open the stream: ${e && e.message}`));
     }
-    this.source = src;
+    this._source = src;
     const on = (type, fn) =>
       src.addEventListener(type, (ev) => {
-        if (this.ended) return;
+        if (this._ended) return;
         if (ev.lastEventId && type !== 'reauth') c._cursor = ev.lastEventId;
-        fn(parse(ev.data) || {}, ev);
+        let d = null;
+        try {
+          d = JSON.parse(ev.data);
+        } catch {
+          // not JSON
+        }
+        fn(d && typeof d === 'object' ? d : {}, ev);
       });
     on('open', () => {
-      this.established = true;
+      this._established = true;
       c._linkUp(this, {});
     });
     on('message', (pub) => c._deliver(pub));
     on('subscribed', (d) => {
       const sub = c._subs.get(d.channel);
-      this.waiting.delete(d.channel);
-      if (this.waiting.size === 0) c._clock.clearTimeout(this.timer);
+      this._waiting.delete(d.channel);
+      if (this._waiting.size === 0) c._clock.clearTimeout(this._timer);
       if (sub && !sub.closed) c._subscribed(sub, { ...d, recovered: Boolean(d.recovered) });
     });
     // The token expires soon (or did): open a new stream with a fresh one,
@@ -103,8 +94,8 @@ class SseLink {
     });
     on('error', (_, ev) => {
       // FetchEventSource gives up a silent stream with a "timeout" error.
-      if (ev.error && ev.error.code === 'timeout') this._end({ action: 'reconnect', reason: 'timeout', message: ev.error.message });
-      else if (this.established) this._end(network('the stream broke'));
+      if (ev.error && ev.error.code === 'timeout') this._end({ reason: 'timeout', message: ev.error.message });
+      else if (this._established) this._end(network('the stream broke'));
       else import('./refusal.js').then((m) => m.diagnose(this, ev));
     });
   }
@@ -113,8 +104,8 @@ class SseLink {
   // without an EventSource, the Authorization header; with one, a ticket,
   // or access_token when the server has no tickets (404).
   async _credentials() {
-    const c = this.client;
-    const auth = { Authorization: `Bearer ${this.token}` };
+    const c = this._client;
+    const auth = { Authorization: `Bearer ${this._token}` };
     if (!c._EventSource) return { headers: auth };
     if (c._fetch && !c._ticketsMissing) {
       let res;
@@ -124,30 +115,30 @@ class SseLink {
         return { fail: network(`POST /v1/tickets: ${e && e.message}`) };
       }
       if (res.status !== 404) {
-        if (!res.ok) return { fail: await refused(res) };
+        if (!res.ok) return { fail: await (await import('./refusal.js')).refused(res) };
         const body = await res.json().catch(() => null);
         if (body && typeof body.ticket === 'string' && body.ticket !== '') return { query: { ticket: body.ticket } };
-        return { fail: { action: 'reconnect', reason: 'server_error', message: 'no ticket' } };
+        return { fail: { reason: 'server_error', message: 'no ticket' } };
       }
       res.body?.cancel().catch(() => {});
       c._ticketsMissing = true;
     }
-    return { query: { access_token: this.token } };
+    return { query: { access_token: this._token } };
   }
 
   // _subTokens returns the subscription tokens of the stream's channels.
   // A channel whose token cannot be had ends and leaves the stream.
   async _subTokens() {
-    const c = this.client;
+    const c = this._client;
     const out = [];
-    for (const ch of [...this.channels]) {
+    for (const ch of [...this._channels]) {
       const sub = c._subs.get(ch);
       try {
         const t = sub && (await sub._token());
         if (typeof t === 'string' && t !== '') out.push(t);
       } catch (e) {
-        this.channels = this.channels.filter((x) => x !== ch);
-        this.waiting.delete(ch);
+        this._channels = this._channels.filter((x) => x !== ch);
+        this._waiting.delete(ch);
         c._ended(sub, e);
       }
     }
@@ -156,21 +147,21 @@ class SseLink {
 
   _closeSource() {
     try {
-      this.source?.close();
+      this._source?.close();
     } catch {
       // closed already
     }
   }
 
   _end(info) {
-    if (this.ended) return;
+    if (this._ended) return;
     this.close();
-    this.client._linkDown(this, info);
+    this._client._linkDown(this, info);
   }
 
   close() {
-    this.ended = true;
-    this.client._clock.clearTimeout(this.timer);
+    this._ended = true;
+    this._client._clock.clearTimeout(this._timer);
     this._closeSource();
   }
 }
@@ -206,7 +197,7 @@ export const sse = {
   removed: restart,
   resubscribe: restart,
   // probe: a browser EventSource cannot tell a stalled stream, so open a new one.
-  probe: (c, link, why) => restart(c, null, link, why),
+  probe: (c, link, why) => restart(c, 0, 0, why),
 };
 
 /** HeraldClient over Server-Sent Events. */

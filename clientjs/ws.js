@@ -1,8 +1,8 @@
 // Herald's realtime client over the WebSocket (herald.v1) only: the core
 // (core.js) with the WebSocket driver, and no SSE code. herald.js has both.
-import { Client, PROTOCOL, HeraldError, reasonAction, endpoint } from './core.js';
+import { Client, PROTOCOL, HeraldError, reasonAction, endpoint, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
 
-export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription } from './core.js';
+export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription };
 
 /** What to do after a WebSocket close code: 'reconnect', 'reauth' or 'stop'. */
 export function closeAction(code) {
@@ -14,44 +14,44 @@ export function closeAction(code) {
 // Requests that count against the server's max_inflight.
 const COUNTED = ['subscribe', 'publish', 'refresh'];
 
-const reconnect = (reason, message) => ({ action: 'reconnect', reason, message });
+const reconnect = (reason, message) => ({ reason, message });
 
 class WsLink {
   constructor(client, token) {
-    this.client = client;
-    this.token = token;
-    this.established = this.ended = this.opened = this.refreshing = false;
-    this.pending = new Map();
-    this.queue = [];
-    this.nextId = 1;
-    this.inflight = 0;
-    this.maxInflight = 16;
-    this.push = null; // the server's disconnect push
-    this.connectError = null;
-    this.watchdogMs = 0;
-    this.skew = 0; // the server's clock minus the client's, ms
-    this.deadline = 0; // when the token expires, by the client's clock
-    this.timers = { connect: null, watchdog: null, refresh: null, error: null };
-    this.ws = null;
+    this._client = client;
+    this._token = token;
+    this._established = this._ended = this._opened = this._refreshing = false;
+    this._pending = new Map();
+    this._queue = [];
+    this._nextId = 1;
+    this._inflight = 0;
+    this._maxInflight = 16;
+    this._push = null; // the server's disconnect push
+    this._connectError = null;
+    this._watchdogMs = 0;
+    this._skew = 0; // the server's clock minus the client's, ms
+    this._deadline = 0; // when the token expires, by the client's clock
+    this._timers = { connect: null, watchdog: null, refresh: null, error: null };
+    this._ws = null;
     // The handshake and the connect reply, within requestTimeoutMs.
     this._timer('connect', client._options.requestTimeoutMs, () => this._end(reconnect('timeout', 'no connect reply in time')));
     try {
-      this.ws = new client._WebSocket(client._wsUrl, PROTOCOL);
+      this._ws = new client._WebSocket(client._wsUrl, PROTOCOL);
     } catch (e) {
       Promise.resolve().then(() => this._end(reconnect('network', `cannot open the WebSocket: ${e && e.message}`)));
       return;
     }
-    this.ws.onopen = () => this._open();
-    this.ws.onmessage = (ev) => this._message(ev);
-    this.ws.onerror = () => this._error();
-    this.ws.onclose = (ev) => this._closed(ev);
+    this._ws.onopen = () => this._open();
+    this._ws.onmessage = (ev) => this._message(ev);
+    this._ws.onerror = () => this._error();
+    this._ws.onclose = (ev) => this._closed(ev);
   }
 
   _timer(name, ms, fn) {
-    const clock = this.client._clock;
-    if (this.timers[name] !== null) clock.clearTimeout(this.timers[name]);
-    this.timers[name] = ms === null ? null : clock.setTimeout(() => {
-      this.timers[name] = null;
+    const clock = this._client._clock;
+    if (this._timers[name] !== null) clock.clearTimeout(this._timers[name]);
+    this._timers[name] = ms === null ? null : clock.setTimeout(() => {
+      this._timers[name] = null;
       fn();
     }, ms);
   }
@@ -59,35 +59,35 @@ class WsLink {
   // _error: browsers follow the error event with a close event; Node 20's
   // WebSocket may not, so a socket that never opened ends here, an open one soon.
   _error() {
-    const info = { action: 'reconnect', reason: 'network', closeCode: 1006, message: 'the WebSocket failed' };
-    if (!this.opened) this._end(info);
-    else if (this.timers.error === null) this._timer('error', 1000, () => this._end(info));
+    const info = { reason: 'network', closeCode: 1006, message: 'the WebSocket failed' };
+    if (!this._opened) this._end(info);
+    else if (this._timers.error === null) this._timer('error', 1000, () => this._end(info));
   }
 
   _open() {
-    this.opened = true;
+    this._opened = true;
     const connected = (result) => {
       this._timer('connect', null);
-      this.established = true;
-      if (result.limits && result.limits.max_inflight > 0) this.maxInflight = result.limits.max_inflight;
-      if (result.ping_interval_ms > 0 && result.pong_timeout_ms > 0) this.watchdogMs = result.ping_interval_ms + result.pong_timeout_ms;
+      this._established = true;
+      if (result.limits && result.limits.max_inflight > 0) this._maxInflight = result.limits.max_inflight;
+      if (result.ping_interval_ms > 0 && result.pong_timeout_ms > 0) this._watchdogMs = result.ping_interval_ms + result.pong_timeout_ms;
       this._kick();
-      const c = this.client;
+      const c = this._client;
       const h = result.history;
       const t = result.server_time_ms;
-      if (t > 0) this.skew = t - c._clock.now();
-      c.server = { version: result.version, clockOffsetMs: t > 0 ? this.skew : undefined, history: h && { size: h.size, ttlMs: h.ttl_ms } };
+      if (t > 0) this._skew = t - c._clock.now();
+      c.server = { version: result.version, clockOffsetMs: t > 0 ? this._skew : undefined, history: h && { size: h.size, ttlMs: h.ttl_ms } };
       // The token's life by the server's clock, never the device's.
       this._expires(result.expires_in >= 0 ? result.expires_in * 1000 : this._left(result.expires_at));
       c._linkUp(this, { client: result.client, expiresAt: result.expires_at });
     };
-    this.request('connect', { token: this.token }, connected).catch((err) => {
-      this.connectError = err; // the server closes next, with the reason's code
+    this.request('connect', { token: this._token }, connected).catch((err) => {
+      this._connectError = err; // the server closes next, with the reason's code
     });
   }
 
   _message(ev) {
-    if (this.ended || typeof ev.data !== 'string') return;
+    if (this._ended || typeof ev.data !== 'string') return;
     this._kick();
     for (const line of ev.data.split('\n')) {
       let f = null;
@@ -97,12 +97,12 @@ class WsLink {
         // not a frame
       }
       if (f && typeof f === 'object') this._frame(f);
-      if (this.ended) return;
+      if (this._ended) return;
     }
   }
 
   _frame(f) {
-    const c = this.client;
+    const c = this._client;
     switch (f.push) {
       case undefined:
         break;
@@ -122,72 +122,72 @@ class WsLink {
         this._refresh();
         return;
       case 'disconnect':
-        this.push = f;
+        this._push = f;
         return;
       default: // unknown pushes are ignored
         return;
     }
     // A reply: to a pending request, else late (its request timed out) and ignored.
-    if (typeof f.id === 'number' && this.pending.has(f.id)) this._settle(f.id, f);
-    else if (f.error && f.id === undefined) c._report(new HeraldError(String(f.error.code), `herald: ${f.error.message}`));
+    if (typeof f.id === 'number' && this._pending.has(f.id)) this._settle(f.id, f);
+    else if (f.error && f.id === undefined) c._fault(new HeraldError(String(f.error.code), `herald: ${f.error.message}`));
   }
 
   // _kick restarts the liveness watchdog: a connection that received
   // nothing for ping_interval_ms + pong_timeout_ms is dead.
   _kick() {
-    if (this.watchdogMs > 0) this._timer('watchdog', this.watchdogMs, () => this._end(reconnect('timeout', `nothing received for ${this.watchdogMs} ms`)));
+    if (this._watchdogMs > 0) this._timer('watchdog', this._watchdogMs, () => this._end(reconnect('timeout', `nothing received for ${this._watchdogMs} ms`)));
   }
 
   // _left returns the ms until expiresAt (Unix seconds) by the server's clock.
   _left(expiresAt) {
-    return expiresAt * 1000 - this.client._clock.now() - this.skew;
+    return expiresAt * 1000 - this._client._clock.now() - this._skew;
   }
 
   // _expires notes that the token expires in ms and schedules the refresh
   // at refreshRatio of that.
   _expires(ms) {
-    const c = this.client;
+    const c = this._client;
     const ratio = c._options.refreshRatio;
-    this.deadline = c._clock.now() + ms;
+    this._deadline = c._clock.now() + ms;
     this._timer('refresh', ms > 0 && ratio > 0 ? ms * ratio : null, () => this._refresh());
   }
 
   async _refresh() {
     this._timer('refresh', null);
-    if (this.ended || this.refreshing) return;
-    this.refreshing = true;
+    if (this._ended || this._refreshing) return;
+    this._refreshing = true;
     try {
       await this._refreshOnce();
     } finally {
-      this.refreshing = false;
+      this._refreshing = false;
     }
   }
 
   async _refreshOnce() {
-    const c = this.client;
+    const c = this._client;
     // Without a new token, try again halfway to the expiry; past it the
     // server closes with token_expired and the reconnect asks for one.
     const later = () => {
-      const left = this.deadline - c._clock.now();
+      const left = this._deadline - c._clock.now();
       if (left > 2000) this._timer('refresh', left / 2, () => this._refresh());
     };
     let token = null;
     try {
       token = await c._options.getToken({ reason: 'refresh' });
     } catch (e) {
-      c._report(new HeraldError('token_error', `getToken (refresh) failed: ${e && e.message}`, { cause: e }));
+      c._fault(new HeraldError('token_error', `getToken (refresh) failed: ${e && e.message}`, { cause: e }));
     }
-    if (this.ended) return;
-    if (typeof token !== 'string' || token === '' || token === this.token) return later();
+    if (this._ended) return;
+    if (typeof token !== 'string' || token === '' || token === this._token) return later();
     try {
       const res = await this.request('refresh', { token });
-      this.token = token;
+      this._token = token;
       this._expires(this._left(res.expires_at));
     } catch (err) {
-      if (this.ended) return;
+      if (this._ended) return;
       // forbidden: another subject or tenant, so open a new connection with it.
       if (err.code === 'forbidden') return this._end({ action: 'reauth', reason: 'token_changed', message: err.message });
-      c._report(err);
+      c._fault(err);
       later();
     }
   }
@@ -197,53 +197,53 @@ class WsLink {
   // connection (it is evidently stalled). onResult runs synchronously on
   // success, before the frames that follow the reply in the same message.
   request(op, fields = {}, onResult = null) {
-    if (this.ended) return Promise.reject(new HeraldError('disconnected', 'the connection is closed', { temporary: true, op }));
+    if (this._ended) return Promise.reject(new HeraldError('disconnected', 'the connection is closed', { temporary: true, op }));
     return new Promise((resolve, reject) => {
-      const c = this.client;
+      const c = this._client;
       const ms = c._options.requestTimeoutMs;
-      const job = { op, fields, resolve, reject, onResult, counted: COUNTED.includes(op), id: 0 };
-      job.timer = c._clock.setTimeout(() => {
-        this.pending.delete(job.id);
+      const job = { op, id: 0, _fields: fields, _resolve: resolve, _reject: reject, _onResult: onResult, _counted: COUNTED.includes(op) };
+      job._timer = c._clock.setTimeout(() => {
+        this._pending.delete(job.id);
         reject(new HeraldError('timeout', `no reply to ${op} within ${ms} ms`, { temporary: true, op }));
         this._end(reconnect('timeout', `no reply to ${op} within ${ms} ms`));
       }, ms);
-      if (job.counted && this.inflight >= this.maxInflight) this.queue.push(job);
+      if (job._counted && this._inflight >= this._maxInflight) this._queue.push(job);
       else this._send(job);
     });
   }
 
   _send(job) {
-    job.id = this.nextId++;
-    if (job.counted) this.inflight++;
-    this.pending.set(job.id, job);
-    this._write({ id: job.id, op: job.op, ...job.fields });
+    job.id = this._nextId++;
+    if (job._counted) this._inflight++;
+    this._pending.set(job.id, job);
+    this._write({ id: job.id, op: job.op, ...job._fields });
   }
 
   _settle(id, f) {
-    const job = this.pending.get(id);
-    this.pending.delete(id);
-    this.client._clock.clearTimeout(job.timer);
-    if (job.counted) {
-      this.inflight--;
-      while (this.queue.length > 0 && this.inflight < this.maxInflight && !this.ended) this._send(this.queue.shift());
+    const job = this._pending.get(id);
+    this._pending.delete(id);
+    this._client._clock.clearTimeout(job._timer);
+    if (job._counted) {
+      this._inflight--;
+      while (this._queue.length > 0 && this._inflight < this._maxInflight && !this._ended) this._send(this._queue.shift());
     }
     const e = f.error;
-    if (e) return job.reject(new HeraldError(String(e.code), String(e.message || e.code), { temporary: Boolean(e.temporary), op: job.op }));
+    if (e) return job._reject(new HeraldError(String(e.code), String(e.message || e.code), { temporary: Boolean(e.temporary), op: job.op }));
     const result = f.result || {};
-    if (job.onResult) {
+    if (job._onResult) {
       try {
-        job.onResult(result);
+        job._onResult(result);
       } catch (err) {
-        this.client._report(err);
+        this._client._fault(err);
       }
     }
-    job.resolve(result);
+    job._resolve(result);
   }
 
   _write(obj) {
-    if (this.ended || !this.ws) return;
+    if (this._ended || !this._ws) return;
     try {
-      this.ws.send(JSON.stringify(obj));
+      this._ws.send(JSON.stringify(obj));
     } catch (e) {
       this._end(reconnect('network', `send failed: ${e && e.message}`));
     }
@@ -251,7 +251,7 @@ class WsLink {
 
   _closed(ev) {
     const code = ev.code;
-    const p = this.push;
+    const p = this._push;
     const message = (p && p.message) || ev.reason;
     /** @type {any} */
     let info;
@@ -260,32 +260,32 @@ class WsLink {
     } else if (p) {
       info = { action: reasonAction(p.reason, p.reconnect), reason: p.reason, closeCode: code, delayMs: p.delay_ms, message };
     } else {
-      info = { action: 'reconnect', reason: 'network', closeCode: code, message: `connection closed (${code}${ev.reason ? ' ' + ev.reason : ''})` };
+      info = { reason: 'network', closeCode: code, message: `connection closed (${code}${ev.reason ? ' ' + ev.reason : ''})` };
     }
-    const ce = this.connectError;
+    const ce = this._connectError;
     if (ce && info.action === 'stop') info.error = new HeraldError(ce.code, ce.message, { op: 'connect', closeCode: code });
     this._end(info);
   }
 
   _end(info) {
-    if (this.ended) return;
+    if (this._ended) return;
     this.close();
-    this.client._linkDown(this, info);
+    this._client._linkDown(this, info);
   }
 
   // close ends the connection from the client's side, reporting nothing.
   close() {
-    if (this.ended) return;
-    this.ended = true;
-    const clock = this.client._clock;
-    for (const k of Object.keys(this.timers)) this._timer(k, null);
-    for (const job of [...this.pending.values(), ...this.queue]) {
-      clock.clearTimeout(job.timer);
-      job.reject(new HeraldError('disconnected', 'the connection closed before the reply', { temporary: true, op: job.op }));
+    if (this._ended) return;
+    this._ended = true;
+    const clock = this._client._clock;
+    for (const k of Object.keys(this._timers)) this._timer(k, null);
+    for (const job of [...this._pending.values(), ...this._queue]) {
+      clock.clearTimeout(job._timer);
+      job._reject(new HeraldError('disconnected', 'the connection closed before the reply', { temporary: true, op: job.op }));
     }
-    this.pending.clear();
-    this.queue = [];
-    const ws = this.ws;
+    this._pending.clear();
+    this._queue = [];
+    const ws = this._ws;
     if (!ws) return;
     ws.onopen = ws.onmessage = ws.onclose = null;
     ws.onerror = () => {};

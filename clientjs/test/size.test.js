@@ -1,8 +1,9 @@
 // What an app loads, gzipped (gzip -9), module by module as Herald serves
 // them (dist/): the whole client (herald.js and every module it imports,
-// statically or not) within 12 KiB, an SSE-only app in a browser (sse.js
+// statically or not) within 12 KB, an SSE-only app in a browser (sse.js
 // and its static imports: no FetchEventSource, no refusal handling until
-// a request is refused) within 6 KiB. Fails over budget.
+// a request is refused) within 6 KB. KB as bundle-size tools count it:
+// 1,000 bytes. Fails over budget.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -28,7 +29,9 @@ function gzipped(files) {
   return files.reduce((n, f) => n + gzipSync(source(f), { level: 9 }).length, 0);
 }
 
-test('the whole client is within 12 KiB gzipped, an SSE-only app within 6 KiB', (t) => {
+const KB = 1000;
+
+test('the whole client is within 12 KB gzipped, an SSE-only app within 6 KB', (t) => {
   const whole = graph('herald.js', true);
   const sse = graph('sse.js', false);
   const ws = graph('ws.js', false);
@@ -37,6 +40,6 @@ test('the whole client is within 12 KiB gzipped, an SSE-only app within 6 KiB', 
   t.diagnostic(`SSE-only in a browser (${sse.join(' ')}): ${sizes.sse} bytes gzipped`);
   t.diagnostic(`WebSocket-only (${ws.join(' ')}): ${sizes.ws} bytes gzipped`);
   assert.ok(!sse.includes('ws.js') && !ws.includes('sse.js') && !ws.includes('eventsource.js'), 'one transport loads no code of the other');
-  assert.ok(sizes.whole <= 12 * 1024, `the whole client is ${sizes.whole} bytes gzipped, over 12 KiB`);
-  assert.ok(sizes.sse <= 6 * 1024, `an SSE-only app loads ${sizes.sse} bytes gzipped, over 6 KiB`);
+  assert.ok(sizes.whole <= 12 * KB, `the whole client is ${sizes.whole} bytes gzipped, over 12 KB (12,000 bytes)`);
+  assert.ok(sizes.sse <= 6 * KB, `an SSE-only app loads ${sizes.sse} bytes gzipped, over 6 KB (6,000 bytes)`);
 });
