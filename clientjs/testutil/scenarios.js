@@ -133,7 +133,9 @@ export const scenarios = [
       assert.equal(r.disconnected[0].reason, 'timeout');
       // The WebSocket is checked with a ping; a stream is replaced by a new one.
       if (transport === 'ws') assert.match(r.disconnected[0].message, /ping/);
-      else assert.equal(r.connecting.at(-1).reason, 'online');
+      // (on a busy machine the new stream may have timed out and been
+      // retried already: the replacement is one of the attempts)
+      else assert.ok(r.connecting.some((x) => x.reason === 'online'), 'a stream opened because the client came online');
       proxy.freeze(false);
       r = await waitFor(c, (x) => x.connected.length >= 2 && x.state === 'connected', 'a new connection');
       assert.deepEqual(r.connected.at(-1), { reconnect: true, recovered: true, reload: [], reasons: {} });
