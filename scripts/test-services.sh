@@ -10,16 +10,8 @@ set -euo pipefail
 
 log() { echo "test-services: $*" >&2; }
 
-# retry runs its arguments up to three times, 5 s apart: a mirror failing
-# once must not fail the whole test run.
-retry() {
-  local n
-  for n in 1 2 3; do
-    "$@" && return 0
-    [ "$n" = 3 ] || { log "attempt $n of '$*' failed; retrying in 5 s"; sleep 5; }
-  done
-  return 1
-}
+# shellcheck source=scripts/lib-retry.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-retry.sh"
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
