@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
 // These tests cover pure helpers only: nothing here needs PostgreSQL or
@@ -63,19 +65,7 @@ func TestRenderConfig(t *testing.T) {
 				AllowSubscribeForClient bool   `json:"allow_subscribe_for_client"`
 			} `json:"namespaces"`
 		} `json:"channel"`
-		Consumers []struct {
-			Name       string `json:"name"`
-			Enabled    bool   `json:"enabled"`
-			Type       string `json:"type"`
-			Postgresql struct {
-				DSN                          string `json:"dsn"`
-				OutboxTableName              string `json:"outbox_table_name"`
-				NumPartitions                int    `json:"num_partitions"`
-				PartitionSelectLimit         int    `json:"partition_select_limit"`
-				PartitionPollInterval        string `json:"partition_poll_interval"`
-				PartitionNotificationChannel string `json:"partition_notification_channel"`
-			} `json:"postgresql"`
-		} `json:"consumers"`
+		Consumers []cfoutbox.ConsumerConfig `json:"consumers"`
 	}
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
@@ -87,15 +77,12 @@ func TestRenderConfig(t *testing.T) {
 	if ns := c.Channel.Namespaces; len(ns) != 1 || ns[0].Name != "bench" || ns[0].HistorySize != 100 || ns[0].HistoryTTL != "300s" {
 		t.Fatalf("namespaces: %s", b)
 	}
-	if len(c.Consumers) != 1 {
+	want := cfoutbox.ConsumerConfig{Name: consumerName, Enabled: true, Type: "postgresql", PostgreSQL: cfoutbox.PostgreSQLConfig{
+		DSN: "postgres://x/y", OutboxTableName: "outbox", NumPartitions: 4, PartitionSelectLimit: 1000,
+		PartitionPollInterval: "300ms", PartitionNotificationChannel: "centrifugo_partition_change",
+	}}
+	if len(c.Consumers) != 1 || c.Consumers[0] != want {
 		t.Fatalf("consumers: %s", b)
-	}
-	cs := c.Consumers[0]
-	pg := cs.Postgresql
-	if !cs.Enabled || cs.Type != "postgresql" || cs.Name == "" || pg.DSN != "postgres://x/y" || pg.OutboxTableName != "outbox" ||
-		pg.NumPartitions != 4 || pg.PartitionSelectLimit != 1000 || pg.PartitionPollInterval != "300ms" ||
-		pg.PartitionNotificationChannel != notifyChannel {
-		t.Fatalf("consumer: %s", b)
 	}
 	b, _ = renderConfig(cfParams{Partitions: 1, Batch: 100, PollInterval: time.Second})
 	if strings.Contains(string(b), "partition_notification_channel") || !strings.Contains(string(b), `"channel_limit": 128`) {

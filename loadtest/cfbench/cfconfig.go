@@ -3,16 +3,29 @@ package main
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
-// Names shared by the table, the trigger and Centrifugo's config.
+// Names shared by the table, the trigger and Centrifugo's config: those
+// of Centrifugo's docs.
 const (
-	outboxTable   = "outbox"
-	notifyChannel = "centrifugo_partition_change" // as in Centrifugo's docs
+	outboxTable   = cfoutbox.DocTable
+	notifyChannel = cfoutbox.DocNotifyChannel
 	benchNS       = "bench"
 	warmupChannel = benchNS + ":warmup"
 	consumerName  = "outbox"
 )
+
+// outbox is the table every phase uses, with the pg_notify trigger or
+// not.
+func outbox(trigger bool) cfoutbox.Outbox {
+	o := cfoutbox.Outbox{Table: outboxTable}
+	if trigger {
+		o.Notify = notifyChannel
+	}
+	return o
+}
 
 // cfParams is what varies between the Centrifugo configs one run writes.
 type cfParams struct {
@@ -30,25 +43,17 @@ type cfParams struct {
 
 // renderConfig writes Centrifugo v6's JSON config. Key names are v6.9.1's
 // (internal/config/config.go and internal/configtypes): http_server,
-// client.token.hmac_secret_key, channel.namespaces, consumers[].postgresql.
+// client.token.hmac_secret_key, channel.namespaces, consumers[].postgresql
+// (cfoutbox.Consumer).
 func renderConfig(p cfParams) ([]byte, error) {
 	level := p.LogLevel
 	if level == "" {
 		level = "info"
 	}
-	pg := map[string]any{
-		"dsn":                     p.DSN,
-		"outbox_table_name":       outboxTable,
-		"num_partitions":          p.Partitions,
-		"partition_select_limit":  p.Batch,
-		"partition_poll_interval": p.PollInterval.String(),
-	}
-	if p.Notify {
-		pg["partition_notification_channel"] = notifyChannel
-	}
-	consumers := []any{map[string]any{
-		"name": consumerName, "enabled": true, "type": "postgresql", "postgresql": pg,
-	}}
+	consumers := []any{cfoutbox.Consumer{
+		Name: consumerName, DSN: p.DSN, Outbox: outbox(p.Notify),
+		Partitions: p.Partitions, Batch: p.Batch, PollInterval: p.PollInterval,
+	}.Config()}
 	cfg := map[string]any{
 		"http_server": map[string]any{"address": "127.0.0.1", "port": p.Port},
 		"log":         map[string]any{"level": level},

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 )
 
@@ -35,42 +36,16 @@ func createDB(ctx context.Context, adminURL string) (*scratchdb.DB, error) {
 // per-row pg_notify trigger from Centrifugo's docs (payload: the
 // partition number, which the consumer LISTENs for).
 func recreateTable(ctx context.Context, pool *pgxpool.Pool, trigger bool) error {
-	stmts := []string{
-		`DROP TABLE IF EXISTS ` + outboxTable,
-		`CREATE TABLE ` + outboxTable + ` (
-			id bigserial PRIMARY KEY,
-			method text,
-			payload bytea,
-			partition int
-		)`,
-		`CREATE INDEX ` + outboxTable + `_partition_id_idx ON ` + outboxTable + ` (partition, id)`,
-	}
-	if trigger {
-		stmts = append(stmts,
-			`CREATE OR REPLACE FUNCTION centrifugo_notify_partition_change()
-			RETURNS TRIGGER AS $$
-			BEGIN
-				PERFORM pg_notify('`+notifyChannel+`', NEW.partition::text);
-				RETURN NEW;
-			END;
-			$$ LANGUAGE plpgsql`,
-			`CREATE OR REPLACE TRIGGER centrifugo_notify_partition_trigger
-			AFTER INSERT ON `+outboxTable+`
-			FOR EACH ROW
-			EXECUTE FUNCTION centrifugo_notify_partition_change()`)
-	}
-	for _, s := range stmts {
-		if _, err := pool.Exec(ctx, s); err != nil {
-			return fmt.Errorf("cfbench: create outbox table: %w", err)
-		}
+	if err := outbox(trigger).Create(ctx, pool); err != nil {
+		return fmt.Errorf("cfbench: %w", err)
 	}
 	return nil
 }
 
 // payload is record i's publish command: the shape every phase inserts.
 func payload(i, channels int) []byte {
-	return []byte(`{"channel":"bench:ch-` + strconv.Itoa(i%channels) + `","data":{"n":` + strconv.Itoa(i) +
-		`,"note":"outbox benchmark record"}}`)
+	return cfoutbox.AppendPublish(nil, "bench:ch-"+strconv.Itoa(i%channels),
+		[]byte(`{"n":`+strconv.Itoa(i)+`,"note":"outbox benchmark record"}`))
 }
 
 // stageSQL inserts records [0, n) with generate_series, building the same
@@ -114,7 +89,7 @@ func countRows(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 
 // insertOne inserts one row in its own statement (autocommit).
 func insertOne(ctx context.Context, pool *pgxpool.Pool, body []byte, partition int) error {
-	_, err := pool.Exec(ctx, `INSERT INTO `+outboxTable+` (method, payload, partition) VALUES ('publish', $1, $2)`, body, partition)
+	_, err := pool.Exec(ctx, outbox(false).InsertSQL(), body, partition)
 	if err != nil {
 		return fmt.Errorf("cfbench: insert: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
 // latencyResult is the outcome of the latency phase.
@@ -206,9 +207,9 @@ func produceOne(ctx context.Context, pool *pgxpool.Pool, k, channels, partitions
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
 	insertAt, ts := mono(), time.Now().UnixNano()
-	body := []byte(`{"channel":"bench:ch-` + strconv.Itoa(k%channels) + `","data":{"n":` + strconv.Itoa(k) +
-		`,"ts":` + strconv.FormatInt(ts, 10) + `,"note":"outbox benchmark record"}}`)
-	if _, err := tx.Exec(ctx, `INSERT INTO `+outboxTable+` (method, payload, partition) VALUES ('publish', $1, $2)`, body, k%partitions); err != nil {
+	body := cfoutbox.AppendPublish(nil, "bench:ch-"+strconv.Itoa(k%channels), []byte(`{"n":`+strconv.Itoa(k)+
+		`,"ts":`+strconv.FormatInt(ts, 10)+`,"note":"outbox benchmark record"}`))
+	if _, err := tx.Exec(ctx, outbox(false).InsertSQL(), body, k%partitions); err != nil {
 		return commitMark{}, fmt.Errorf("cfbench: insert: %w", err)
 	}
 	before := mono()
