@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
 // cfNamespace is the Centrifugo namespace of the run's channels: history
@@ -23,9 +25,10 @@ const cfNamespace = "bench"
 // cfConfig is Centrifugo v6's JSON config for a run (key names as in
 // v6.9.1's internal/config): one namespace with history and client-side
 // subscriptions, the server API behind a key, Prometheus metrics on the
-// client port (for the Go runtime figures), warnings only in the log.
-func cfConfig(port int, secret, apiKey string) ([]byte, error) {
-	return json.MarshalIndent(map[string]any{
+// client port (for the Go runtime figures), warnings only in the log,
+// and with consumer (-publish-via outbox) its PostgreSQL outbox consumer.
+func cfConfig(port int, secret, apiKey string, consumer *cfoutbox.Consumer) ([]byte, error) {
+	cfg := map[string]any{
 		"http_server": map[string]any{"address": "127.0.0.1", "port": port},
 		"log":         map[string]any{"level": "warn"},
 		"usage_stats": map[string]any{"disabled": true},
@@ -39,13 +42,18 @@ func cfConfig(port int, secret, apiKey string) ([]byte, error) {
 			"history_ttl":                "300s",
 			"allow_subscribe_for_client": true,
 		}}},
-	}, "", "  ")
+	}
+	if consumer != nil {
+		cfg["consumers"] = []any{consumer.Config()}
+	}
+	return json.MarshalIndent(cfg, "", "  ")
 }
 
 // startCentrifugo starts cfg.CentrifugoBin as the server under load, on a
 // free loopback port, with a config written into a temporary directory
-// (removed by stop), and waits until /health answers 200.
-func startCentrifugo(ctx context.Context, cfg config) (_ *target, err error) {
+// (removed by stop), and waits until /health answers 200 and, with
+// consumer, until the consumer drains its (already created) table.
+func startCentrifugo(ctx context.Context, cfg config, consumer *cfoutbox.Consumer) (_ *target, err error) {
 	dir, err := os.MkdirTemp("", "connbench-cf-")
 	if err != nil {
 		return nil, fmt.Errorf("connbench: temp dir: %w", err)
@@ -63,7 +71,8 @@ func startCentrifugo(ctx context.Context, cfg config) (_ *target, err error) {
 		name: "centrifugo", secret: benchkit.RandomHex(32), apiKey: benchkit.RandomHex(16), dir: dir,
 		base: "http://127.0.0.1:" + strconv.Itoa(port), logPath: filepath.Join(dir, "centrifugo.log"), exited: make(chan struct{}),
 	}
-	body, err := cfConfig(port, t.secret, t.apiKey)
+	t.cfOutbox = consumer
+	body, err := cfConfig(port, t.secret, t.apiKey, consumer)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +105,13 @@ func startCentrifugo(ctx context.Context, cfg config) (_ *target, err error) {
 		return nil, err
 	}
 	t.desc = fmt.Sprintf("child Centrifugo (%s, pid %d, in-memory broker, namespace %q with history)", cfg.CentrifugoBin, t.pid, cfNamespace)
+	if consumer != nil {
+		if err := warmCFOutbox(ctx, consumer, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("%w\n%s", err, t.logTail())
+		}
+		t.desc = fmt.Sprintf("child Centrifugo (%s, pid %d, in-memory broker, namespace %q with history, %s)",
+			cfg.CentrifugoBin, t.pid, cfNamespace, describeCF(consumer))
+	}
 	return t, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
 // Bounds every run stays within: the generator only ever loads a server on
@@ -34,12 +36,23 @@ type config struct {
 	// CentrifugoBin is the Centrifugo binary for Server centrifugo.
 	// Default: /tmp/cfbin/centrifugo.
 	CentrifugoBin string
+	// CFBatch, CFPartitions, CFPollInterval and CFNotify shape
+	// Centrifugo's PostgreSQL outbox consumer with PublishVia outbox:
+	// partition_select_limit, num_partitions, partition_poll_interval,
+	// and the per-row pg_notify trigger with partition_notification_channel.
+	// Default: cfbench's best, 1,000 × 4, 300ms, notifications on.
+	CFBatch        int
+	CFPartitions   int
+	CFPollInterval time.Duration
+	CFNotify       bool
 	// Transport of the subscribers: ws or sse. Default: ws.
 	Transport string
 	// PublishVia is how publications reach the server: ws (the herald.v1
-	// publish op on one WebSocket) or outbox (each staged with
-	// outboxfeed.Stage in its own transaction on DatabaseURL, which the
-	// server's Worker drains). Default: ws.
+	// publish op on one WebSocket; Centrifugo's server API) or outbox
+	// (each staged in its own transaction on DatabaseURL, which the
+	// server's consumer drains: outboxfeed.Stage into herald.outbox for
+	// Herald, a publish command into a fresh table of Centrifugo's
+	// documented outbox shape for Centrifugo). Default: ws.
 	PublishVia string
 	// Producers is the outbox publisher's PostgreSQL connections, each
 	// running one transaction at a time. Default: 8.
@@ -104,7 +117,9 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		Scenario: "broadcast", Server: "herald", CentrifugoBin: "/tmp/cfbin/centrifugo", Transport: "ws", PublishVia: "ws", Producers: 8, Conns: 1_000, Channels: 100, Rate: 100,
+		Scenario: "broadcast", Server: "herald", CentrifugoBin: "/tmp/cfbin/centrifugo",
+		CFBatch: cfoutbox.BestBatch, CFPartitions: cfoutbox.BestPartitions, CFPollInterval: cfoutbox.DefaultPoll, CFNotify: true,
+		Transport: "ws", PublishVia: "ws", Producers: 8, Conns: 1_000, Channels: 100, Rate: 100,
 		Duration: 10 * time.Second, Drain: 5 * time.Second, ConnectTimeout: 2 * time.Minute,
 		DialConcurrency: 64, Tenant: "bench", ServeFor: 10 * time.Minute,
 	}
@@ -120,8 +135,12 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "idle, broadcast or fanout")
 	fs.StringVar(&c.Server, "server", c.Server, "server under load: herald, or centrifugo (a child Centrifugo from -centrifugo-bin; WebSocket subscribers, publications through its server API)")
 	fs.StringVar(&c.CentrifugoBin, "centrifugo-bin", c.CentrifugoBin, "with -server centrifugo: its binary (go install github.com/centrifugal/centrifugo/v6@v6.9.1)")
+	fs.IntVar(&c.CFBatch, "centrifugo-batch", c.CFBatch, "with -server centrifugo -publish-via outbox: its consumer's partition_select_limit")
+	fs.IntVar(&c.CFPartitions, "centrifugo-partitions", c.CFPartitions, fmt.Sprintf("with -server centrifugo -publish-via outbox: its consumer's num_partitions (1–%d)", cfoutbox.MaxPartitions))
+	fs.DurationVar(&c.CFPollInterval, "centrifugo-poll-interval", c.CFPollInterval, "with -server centrifugo -publish-via outbox: its consumer's partition_poll_interval")
+	fs.BoolVar(&c.CFNotify, "centrifugo-notify", c.CFNotify, "with -server centrifugo -publish-via outbox: install its documented per-row pg_notify trigger and LISTEN (partition_notification_channel)")
 	fs.StringVar(&c.Transport, "transport", c.Transport, "subscriber transport: ws or sse")
-	fs.StringVar(&c.PublishVia, "publish-via", c.PublishVia, "ws: the WebSocket publish op; outbox: stage each publication in herald.outbox in its own transaction (needs -database-url) and report commit → client latency")
+	fs.StringVar(&c.PublishVia, "publish-via", c.PublishVia, "ws: the WebSocket publish op (Centrifugo: its server API); outbox: stage each publication in its own transaction (needs -database-url) in herald.outbox (Centrifugo: a fresh table its PostgreSQL consumer drains) and report commit → client latency")
 	fs.IntVar(&c.Producers, "producers", c.Producers, fmt.Sprintf("with -publish-via outbox: producer connections (1–%d)", maxProducers))
 	fs.IntVar(&c.Conns, "conns", c.Conns, fmt.Sprintf("subscriber connections (1–%d)", maxConns))
 	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the subscribers spread over (broadcast: always 1)")
@@ -244,14 +263,25 @@ func (c *config) validateServer(bad func(format string, args ...any)) {
 	if c.Transport != "ws" {
 		bad("-server centrifugo: only -transport ws")
 	}
-	if c.PublishVia != "ws" {
-		bad("-server centrifugo: publications go through its server API; -publish-via is Herald's")
+	if c.URL != "" || c.ServeOnly || c.HeraldBin != "" || len(c.ServeArgs) > 0 {
+		bad("-server centrifugo starts its own child: no -url, -serve-only, -herald-bin or -serve-arg")
 	}
-	if c.URL != "" || c.ServeOnly || c.HeraldBin != "" || len(c.ServeArgs) > 0 || c.DatabaseURL != "" {
-		bad("-server centrifugo starts its own child: no -url, -serve-only, -herald-bin, -serve-arg or -database-url")
+	if c.DatabaseURL != "" && c.PublishVia != "outbox" {
+		bad("-server centrifugo: -database-url is for -publish-via outbox only (the database its outbox consumer drains)")
 	}
 	if c.CentrifugoBin == "" {
 		bad("-server centrifugo needs -centrifugo-bin")
+	}
+	if c.PublishVia == "outbox" {
+		if c.CFBatch < 1 || c.CFBatch > 100_000 {
+			bad("-centrifugo-batch %d: must be 1–100,000", c.CFBatch)
+		}
+		if c.CFPartitions < 1 || c.CFPartitions > cfoutbox.MaxPartitions {
+			bad("-centrifugo-partitions %d: must be 1–%d", c.CFPartitions, cfoutbox.MaxPartitions)
+		}
+		if c.CFPollInterval < time.Millisecond || c.CFPollInterval > time.Minute {
+			bad("-centrifugo-poll-interval %v: must be 1ms–1m", c.CFPollInterval)
+		}
 	}
 }
 
@@ -269,7 +299,7 @@ func (c *config) validatePublishVia(bad func(format string, args ...any)) {
 		return
 	}
 	if c.DatabaseURL == "" {
-		bad("-publish-via outbox needs -database-url (postgres://…): the PostgreSQL server the producers stage in and the server's Worker drains")
+		bad("-publish-via outbox needs -database-url (postgres://…): the PostgreSQL server the producers stage in and the server's outbox consumer drains")
 	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		bad("-database-url: -publish-via outbox needs a postgres:// URL (the embedded SQLite store has no producers' side)")
 	}

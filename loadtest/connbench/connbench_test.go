@@ -271,7 +271,7 @@ func TestOutboxNeedsTheServersDatabase(t *testing.T) {
 	db := outboxDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := openProducerPool(ctx, db.URL, 2)
+	pool, err := openProducerPool(ctx, db.URL, 2, heraldOutbox)
 	if err == nil {
 		pool.Close()
 		t.Fatal("a database without herald.outbox was accepted")

@@ -19,7 +19,10 @@
 // server offers; with -publish-via outbox it stages each publication in
 // PostgreSQL's herald.outbox in its own transaction, as an application
 // does, and the report adds the latency from COMMIT to the subscriber
-// (a child then gets a fresh database of its own). Every run is bounded in
+// (a child then gets a fresh database of its own). -server centrifugo puts
+// Centrifugo v6.9.1 under the same load for comparison, publishing through
+// its server API, or with -publish-via outbox through its PostgreSQL
+// outbox consumer on a table of the run's own. Every run is bounded in
 // connections (15,000) and time, and ends with a markdown report.
 // docs/loadtest.md explains every number.
 //
@@ -38,6 +41,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 )
 
@@ -77,7 +81,25 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int
 		fmt.Fprintf(progress, "connbench: -conns %d needs %d open files per process; the limit is %d\n", cfg.Conns, need, limit)
 		return 1
 	}
-	if cfg.PublishVia == "outbox" && cfg.URL == "" {
+	var consumer *cfoutbox.Consumer
+	switch {
+	case cfg.PublishVia == "outbox" && cfg.centrifugo():
+		// A table of this run's own in the given database, dropped once
+		// Centrifugo has stopped (deferred: after tgt.stop below).
+		c := cfOutboxConsumer(cfg)
+		if err := createCFOutbox(ctx, &c); err != nil {
+			fmt.Fprintln(progress, err)
+			return 1
+		}
+		consumer = &c
+		fmt.Fprintf(progress, "connbench: centrifugo outbox table %s in database %s (dropped at the end)\n", c.Outbox.Table, dbName(cfg.DatabaseURL))
+		defer func() {
+			if err := dropCFOutbox(ctx, &c); err != nil {
+				fmt.Fprintln(progress, err)
+				code = 1
+			}
+		}()
+	case cfg.PublishVia == "outbox" && cfg.URL == "":
 		// The child and the producers share a database of this run's own,
 		// dropped once the child has stopped: runs never share an outbox.
 		db, err := scratchdb.Create(ctx, cfg.DatabaseURL, "herald_connbench_")
@@ -97,7 +119,7 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int
 	var tgt *target
 	switch {
 	case cfg.centrifugo():
-		if tgt, err = startCentrifugo(ctx, cfg); err != nil {
+		if tgt, err = startCentrifugo(ctx, cfg, consumer); err != nil {
 			fmt.Fprintln(progress, err)
 			return 1
 		}

@@ -10,12 +10,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// heraldOutbox is the table Herald's producers stage in.
+const heraldOutbox = "herald.outbox"
+
 // openProducerPool opens n connections to databaseURL for the outbox
 // publisher, all of them before the run starts (so no transaction pays for
-// a connect), and checks the outbox schema is there: the server migrates
-// it on start, so a -url server that does not use this database shows up
-// here rather than as a run where nothing arrives.
-func openProducerPool(ctx context.Context, databaseURL string, n int) (*pgxpool.Pool, error) {
+// a connect), and checks the outbox table is there: Herald migrates
+// herald.outbox on start, so a -url server that does not use this
+// database shows up here rather than as a run where nothing arrives.
+func openProducerPool(ctx context.Context, databaseURL string, n int, table string) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("connbench: -database-url: %w", err)
@@ -26,7 +29,7 @@ func openProducerPool(ctx context.Context, databaseURL string, n int) (*pgxpool.
 	if err != nil {
 		return nil, fmt.Errorf("connbench: producer pool: %w", err)
 	}
-	if err := warmUp(ctx, pool, n, databaseURL); err != nil {
+	if err := warmUp(ctx, pool, n, databaseURL, table); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -34,8 +37,8 @@ func openProducerPool(ctx context.Context, databaseURL string, n int) (*pgxpool.
 }
 
 // warmUp opens all n connections of pool at once (holding each until all
-// are open) and checks that herald.outbox exists.
-func warmUp(ctx context.Context, pool *pgxpool.Pool, n int, databaseURL string) error {
+// are open) and checks that table exists.
+func warmUp(ctx context.Context, pool *pgxpool.Pool, n int, databaseURL, table string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conns := make([]*pgxpool.Conn, 0, n)
@@ -52,11 +55,14 @@ func warmUp(ctx context.Context, pool *pgxpool.Pool, n int, databaseURL string) 
 		conns = append(conns, c)
 	}
 	var outbox *string
-	if err := conns[0].QueryRow(ctx, `SELECT to_regclass('herald.outbox')::text`).Scan(&outbox); err != nil {
+	if err := conns[0].QueryRow(ctx, `SELECT to_regclass($1)::text`, table).Scan(&outbox); err != nil {
 		return fmt.Errorf("connbench: producer pool: %w", err)
 	}
 	if outbox == nil {
-		return fmt.Errorf("connbench: database %s has no herald.outbox: the server migrates it on start, so it is not the database the server uses", dbName(databaseURL))
+		if table == heraldOutbox {
+			return fmt.Errorf("connbench: database %s has no herald.outbox: the server migrates it on start, so it is not the database the server uses", dbName(databaseURL))
+		}
+		return fmt.Errorf("connbench: database %s has no table %s", dbName(databaseURL), table)
 	}
 	return nil
 }

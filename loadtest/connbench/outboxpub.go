@@ -10,18 +10,23 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // outboxPublisher publishes as an application does: each publication is
-// staged with outboxfeed.Stage in a transaction of its own (BEGIN, Stage,
-// COMMIT) on one of -producers pooled connections; the server's outbox
-// Worker claims the record and publishes it to the broker. The time COMMIT
-// returned is recorded in the run's commitLog under the publication's
-// sequence number k, which the payload carries to the subscribers (as
-// does the message id, below).
+// staged in a transaction of its own on one of -producers pooled
+// connections, and the server's outbox consumer publishes it to the
+// broker. For Herald, BEGIN, outboxfeed.Stage, COMMIT (its Worker claims
+// the record); for Centrifugo, BEGIN, one INSERT of a publish command into
+// its outbox table, COMMIT (its PostgreSQL consumer reads, publishes and
+// deletes the row). Either way the time COMMIT returned is recorded in
+// the run's commitLog under the publication's sequence number k, which
+// the payload carries to the subscribers (as does Herald's message id,
+// below).
 type outboxPublisher struct {
 	pool     *pgxpool.Pool
+	cf       *cfoutbox.Consumer // Centrifugo's consumer; nil for Herald
 	runID    string
 	tenant   string
 	channels []string
@@ -42,19 +47,28 @@ type outboxPublisher struct {
 // outboxInfo describes the outbox side of a run, for the report.
 type outboxInfo struct {
 	database  string // the database name
+	table     string // the table the producers insert into
 	postgres  string // server version and commit settings
 	producers int
 }
 
 func (r *runner) openOutboxPublisher(ctx context.Context) (*outboxPublisher, error) {
-	pool, err := openProducerPool(ctx, r.cfg.DatabaseURL, r.cfg.Producers)
+	cf := r.tgt.cfOutbox
+	if r.cfg.centrifugo() != (cf != nil) {
+		return nil, fmt.Errorf("connbench: outbox publisher: server %s without its outbox consumer", r.cfg.Server)
+	}
+	table := heraldOutbox
+	if cf != nil {
+		table = cf.Outbox.Table
+	}
+	pool, err := openProducerPool(ctx, r.cfg.DatabaseURL, r.cfg.Producers, table)
 	if err != nil {
 		return nil, err
 	}
 	p := &outboxPublisher{
-		pool: pool, runID: r.runID, tenant: r.cfg.Tenant,
+		pool: pool, cf: cf, runID: r.runID, tenant: r.cfg.Tenant,
 		pad: strings.Repeat("x", r.cfg.PayloadBytes), workers: r.cfg.Producers, commits: r.commits,
-		info: outboxInfo{database: dbName(r.cfg.DatabaseURL), postgres: postgresInfo(ctx, pool), producers: r.cfg.Producers},
+		info: outboxInfo{database: dbName(r.cfg.DatabaseURL), table: table, postgres: postgresInfo(ctx, pool), producers: r.cfg.Producers},
 		seqs: make([][]uint64, r.cfg.channels()), errs: make(map[string]int),
 	}
 	for c := range r.cfg.channels() {
@@ -81,9 +95,9 @@ func (p *outboxPublisher) run(ctx context.Context, rate int, d, wait time.Durati
 	var wg sync.WaitGroup
 	for range p.workers {
 		wg.Go(func() {
-			buf := make([]byte, 0, 64+len(p.pad))
+			var b stageBufs
 			for k := range jobs {
-				buf = p.stage(wctx, k, buf)
+				p.stage(wctx, k, &b)
 			}
 		})
 	}
@@ -125,35 +139,49 @@ func (p *outboxPublisher) pace(ctx context.Context, jobs chan<- int, rate, total
 	return nil
 }
 
-// stage runs publication k's transaction: BEGIN, Stage, COMMIT. The
-// payload's t is the time just before BEGIN; the COMMIT time is taken as
-// soon as Commit returns. buf holds the payload (reused; pgx is done with
-// it once Commit returns).
-func (p *outboxPublisher) stage(ctx context.Context, k int, buf []byte) []byte {
+// stageBufs are one producer's buffers, reused from one transaction to
+// the next (pgx is done with them once Commit returns).
+type stageBufs struct {
+	data   []byte // the publication's data
+	record []byte // Centrifugo: the publish command holding it
+}
+
+// stage runs publication k's transaction: BEGIN, Stage (Herald) or INSERT
+// (Centrifugo), COMMIT. The payload's t is the time just before BEGIN; the
+// COMMIT time is taken as soon as Commit returns.
+func (p *outboxPublisher) stage(ctx context.Context, k int, b *stageBufs) {
 	c := k % len(p.channels)
 	begin := time.Now()
-	buf = appendData(buf[:0], begin, int64(k), p.pad)
+	b.data = appendData(b.data[:0], begin, int64(k), p.pad)
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
 		p.fail("begin", err)
-		return buf
+		return
 	}
-	want := p.messageID(k)
-	id, err := outboxfeed.Stage(ctx, tx, outboxfeed.Notification{
-		ID: want, TenantID: p.tenant, Channel: p.channels[c],
-		Type: "bench.tick", SchemaVersion: 1, Payload: buf,
-	})
-	if err == nil && id != want {
-		err = fmt.Errorf("outboxfeed.Stage returned id %s, want %s", id, want)
+	step := "stage"
+	if p.cf != nil {
+		step = "insert"
+		b.record = cfoutbox.AppendPublish(b.record[:0], p.channels[c], b.data)
+		_, err = tx.Exec(ctx, p.cf.Outbox.InsertSQL(), b.record, cfPartition(c, p.cf.Partitions))
+	} else {
+		want := p.messageID(k)
+		var id string
+		id, err = outboxfeed.Stage(ctx, tx, outboxfeed.Notification{
+			ID: want, TenantID: p.tenant, Channel: p.channels[c],
+			Type: "bench.tick", SchemaVersion: 1, Payload: b.data,
+		})
+		if err == nil && id != want {
+			err = fmt.Errorf("outboxfeed.Stage returned id %s, want %s", id, want)
+		}
 	}
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		p.fail("stage", err)
-		return buf
+		p.fail(step, err)
+		return
 	}
 	if err := tx.Commit(ctx); err != nil {
 		p.fail("commit", err)
-		return buf
+		return
 	}
 	committed := time.Now()
 	p.commits.set(uint64(k), committed)
@@ -161,8 +189,15 @@ func (p *outboxPublisher) stage(ctx context.Context, k int, buf []byte) []byte {
 	p.mu.Lock()
 	p.seqs[c] = append(p.seqs[c], uint64(k))
 	p.mu.Unlock()
-	return buf
 }
+
+// cfPartition is the Centrifugo outbox partition of channel index c: by
+// channel, so that one partition, consumed in order under its advisory
+// lock, carries all of a channel's records and they are published in
+// commit order (as Herald partitions by channel). With round-robin
+// publishing over a channel count that partitions divides, as in the
+// 5,000-channel comparison, this is k mod partitions.
+func cfPartition(c, partitions int) int { return c % partitions }
 
 // fail counts a failed transaction under its step and (shortened) error.
 func (p *outboxPublisher) fail(step string, err error) {

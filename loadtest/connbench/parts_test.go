@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
 // TestHistogramQuantiles compares the histogram with exact nearest-rank
@@ -285,10 +288,131 @@ func TestConfigServer(t *testing.T) {
 		{"centrifugo over SSE", func(c *config) { c.Server, c.Transport = "centrifugo", "sse" }, "only -transport ws"},
 		{"centrifugo via the outbox", func(c *config) {
 			c.Server, c.PublishVia, c.DatabaseURL = "centrifugo", "outbox", "postgres://127.0.0.1/test"
-		}, "its server API"},
+		}, ""},
+		{"centrifugo via the outbox without a database", func(c *config) {
+			c.Server, c.PublishVia = "centrifugo", "outbox"
+		}, "-publish-via outbox needs -database-url"},
+		{"centrifugo with a database but the server API", func(c *config) {
+			c.Server, c.DatabaseURL = "centrifugo", "postgres://127.0.0.1/test"
+		}, "-database-url is for -publish-via outbox only"},
+		{"centrifugo outbox shape out of bounds", func(c *config) {
+			c.Server, c.PublishVia, c.DatabaseURL = "centrifugo", "outbox", "postgres://127.0.0.1/test"
+			c.CFBatch, c.CFPartitions, c.CFPollInterval = 0, 257, 0
+		}, "-centrifugo-batch 0"},
+		{"centrifugo outbox partitions out of bounds", func(c *config) {
+			c.Server, c.PublishVia, c.DatabaseURL, c.CFPartitions = "centrifugo", "outbox", "postgres://127.0.0.1/test", 0
+		}, "-centrifugo-partitions 0: must be 1–256"},
+		{"centrifugo outbox poll out of bounds", func(c *config) {
+			c.Server, c.PublishVia, c.DatabaseURL, c.CFPollInterval = "centrifugo", "outbox", "postgres://127.0.0.1/test", time.Microsecond
+		}, "-centrifugo-poll-interval 1µs"},
 		{"centrifugo by URL", func(c *config) {
 			c.Server, c.URL, c.Secret = "centrifugo", "http://127.0.0.1:8000", "s"
 		}, "starts its own child"},
 		{"centrifugo without a binary", func(c *config) { c.Server, c.CentrifugoBin = "centrifugo", "" }, "needs -centrifugo-bin"},
 	})
+}
+
+// TestCentrifugoOutboxConfig: with -publish-via outbox, Centrifugo's config
+// gets one postgresql consumer of the run's own table in the
+// -database-url database, in cfbench's best shape by default.
+func TestCentrifugoOutboxConfig(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Server, cfg.PublishVia, cfg.DatabaseURL = "centrifugo", "outbox", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := cfOutboxConsumer(cfg)
+	if err := c.Outbox.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(c.Outbox.Table, "connbench_cf_") || c.Outbox.Notify != c.Outbox.Table || c.Name != "connbench_"+strings.TrimPrefix(c.Outbox.Table, "connbench_cf_") {
+		t.Errorf("names: consumer %q, table %q, notify %q", c.Name, c.Outbox.Table, c.Outbox.Notify)
+	}
+	if other := cfOutboxConsumer(cfg); other.Outbox.Table == c.Outbox.Table {
+		t.Errorf("two runs share table %s", c.Outbox.Table)
+	}
+	b, err := cfConfig(8123, "secret", "key", &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		HTTPServer struct {
+			Port int `json:"port"`
+		} `json:"http_server"`
+		HTTPAPI struct {
+			Key string `json:"key"`
+		} `json:"http_api"`
+		Channel struct {
+			Namespaces []struct {
+				Name        string `json:"name"`
+				HistorySize int    `json:"history_size"`
+			} `json:"namespaces"`
+		} `json:"channel"`
+		Consumers []cfoutbox.ConsumerConfig `json:"consumers"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.HTTPServer.Port != 8123 || got.HTTPAPI.Key != "key" || len(got.Channel.Namespaces) != 1 || got.Channel.Namespaces[0].Name != cfNamespace || got.Channel.Namespaces[0].HistorySize == 0 {
+		t.Errorf("server settings: %s", b)
+	}
+	want := cfoutbox.ConsumerConfig{Name: c.Name, Enabled: true, Type: "postgresql", PostgreSQL: cfoutbox.PostgreSQLConfig{
+		DSN: cfg.DatabaseURL, OutboxTableName: c.Outbox.Table, NumPartitions: 4, PartitionSelectLimit: 1000,
+		PartitionPollInterval: "300ms", PartitionNotificationChannel: c.Outbox.Table,
+	}}
+	if len(got.Consumers) != 1 || got.Consumers[0] != want {
+		t.Errorf("consumers: %s", b)
+	}
+	// Without the outbox: no consumer.
+	if b, _ := cfConfig(8123, "secret", "key", nil); strings.Contains(string(b), "consumers") {
+		t.Errorf("a consumer without -publish-via outbox: %s", b)
+	}
+	// Polling only: no trigger, no LISTEN channel.
+	cfg.CFNotify = false
+	if c := cfOutboxConsumer(cfg); c.Outbox.Notify != "" || strings.Contains(strings.Join(c.Outbox.CreateStatements(), " "), "pg_notify") {
+		t.Errorf("-centrifugo-notify=false: %+v", c.Outbox)
+	}
+}
+
+// TestCentrifugoOutboxRecord: the publish command a producer inserts
+// carries the data Herald's producers stage ({"t":…,"k":…}), which comes
+// back in the publication push with k; a channel's records all go to one
+// partition.
+func TestCentrifugoOutboxRecord(t *testing.T) {
+	begin := time.Unix(0, 1740823200123456789)
+	data := appendData(nil, begin, 10007, "")
+	rec := cfoutbox.AppendPublish(nil, "bench:ab12-c7", data)
+	if want := `{"channel":"bench:ab12-c7","data":{"t":1740823200123456789,"k":10007}}`; string(rec) != want {
+		t.Fatalf("record %s, want %s", rec, want)
+	}
+	var cmd struct {
+		Channel string          `json:"channel"`
+		Data    json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(rec, &cmd); err != nil || cmd.Channel != "bench:ab12-c7" {
+		t.Fatalf("record %s: %+v %v", rec, cmd, err)
+	}
+	// Centrifugo publishes data as it is; its push carries it before the offset.
+	push := []byte(`{"push":{"channel":"bench:ab12-c7","pub":{"data":` + string(cmd.Data) + `,"offset":3}}}`)
+	if p, ok := cfPubFields(push); !ok || p != (pubInfo{offset: 3, sent: begin.UnixNano(), seq: 10007}) {
+		t.Errorf("push of the record: %+v %v", p, ok)
+	}
+	// Round-robin publication k goes to channel k mod C; its partition
+	// is the channel's, which with C = 5,000 and 4 partitions is k mod 4.
+	const channels, partitions = 5000, 4
+	for k := range 3 * channels {
+		c := k % channels
+		if cfPartition(c, partitions) != k%partitions {
+			t.Fatalf("publication %d: partition %d, want %d", k, cfPartition(c, partitions), k%partitions)
+		}
+	}
+	seen := map[int]int{}
+	for k := 0; k < 3*7; k++ {
+		c := k % 7 // 7 channels over 4 partitions: a channel still keeps one
+		p := cfPartition(c, partitions)
+		if q, ok := seen[c]; ok && q != p {
+			t.Fatalf("channel %d in partitions %d and %d", c, q, p)
+		}
+		seen[c] = p
+	}
 }

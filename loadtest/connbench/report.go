@@ -29,6 +29,7 @@ type result struct {
 	pubEnd    time.Time
 	connect   time.Duration
 	retries   int64
+	logErrors int // Centrifugo: lines at level error in its log (-1: unreadable)
 
 	sent          int
 	accepted      [][]uint64 // per channel: offsets the server gave the publications (ws), sequence numbers committed (outbox)
@@ -127,6 +128,9 @@ func (r *result) print(w io.Writer) {
 		r.printMemory(row, r.before, r.after)
 	}
 	row("subscribers the server closed, by reason (client-seen)", "%s", countsText(r.closes))
+	if c.centrifugo() {
+		row("Centrifugo log lines at level error (a failed outbox batch is logged there)", "%d", r.logErrors)
+	}
 	if r.before.m != nil && r.after.m != nil && !c.centrifugo() {
 		match := map[string]string{"transport": c.Transport}
 		delta := diff(r.after.m.byLabel("herald_disconnects_total", "reason", match), r.before.m.byLabel("herald_disconnects_total", "reason", match))
@@ -145,10 +149,12 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 	pubWindow := r.pubEnd.Sub(r.pubStart.at)
 	pubRow := "publications sent / accepted (WebSocket publish op, one connection)"
 	switch {
-	case c.centrifugo():
-		pubRow = "publications sent / accepted (server API publish, up to 16 requests in flight)"
+	case r.viaOutbox() && c.centrifugo():
+		pubRow = fmt.Sprintf("outbox transactions begun / committed (BEGIN, INSERT, COMMIT; %d producer connections)", r.outbox.producers)
 	case r.viaOutbox():
 		pubRow = fmt.Sprintf("outbox transactions begun / committed (BEGIN, Stage, COMMIT; %d producer connections)", r.outbox.producers)
+	case c.centrifugo():
+		pubRow = "publications sent / accepted (server API publish, up to 16 requests in flight)"
 	}
 	row(pubRow, "%d / %d over %.2f s (%s, target %d/s); pacer fell behind by up to %s",
 		r.sent, r.published(), pubWindow.Seconds(), rate(int64(r.published()), pubWindow), c.Rate, ms(r.maxLag))
@@ -200,14 +206,17 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 
 // path names the publish path the latency figures measure.
 func (r *result) path() string {
-	if r.cfg.centrifugo() {
+	switch {
+	case r.viaOutbox() && r.cfg.centrifugo():
+		return fmt.Sprintf("outbox: BEGIN, INSERT INTO %s ('publish', {channel, data}, partition), COMMIT on %d producer connections to database %s (%s) → Centrifugo's PostgreSQL outbox consumer → broker → subscribers; latency from the producer's COMMIT returning",
+			r.outbox.table, r.outbox.producers, r.outbox.database, r.outbox.postgres)
+	case r.viaOutbox():
+		return fmt.Sprintf("outbox: BEGIN, outboxfeed.Stage, COMMIT on %d producer connections to database %s (%s) → the server's outbox Worker → broker → subscribers; latency from the producer's COMMIT returning",
+			r.outbox.producers, r.outbox.database, r.outbox.postgres)
+	case r.cfg.centrifugo():
 		return "Centrifugo server API publish (HTTP) → broker → subscribers; latency from the publisher's send"
 	}
-	if !r.viaOutbox() {
-		return "WebSocket publish op (one connection) → broker → subscribers; latency from the publisher's send"
-	}
-	return fmt.Sprintf("outbox: BEGIN, outboxfeed.Stage, COMMIT on %d producer connections to database %s (%s) → the server's outbox Worker → broker → subscribers; latency from the producer's COMMIT returning",
-		r.outbox.producers, r.outbox.database, r.outbox.postgres)
+	return "WebSocket publish op (one connection) → broker → subscribers; latency from the publisher's send"
 }
 
 // printMemory writes the server's memory per connection: the change from

@@ -55,6 +55,9 @@ func run(ctx context.Context, cfg config, tgt *target, progress io.Writer) (*res
 		return nil, fmt.Errorf("connbench: the server exited during the run\n%s", tgt.logTail())
 	}
 	r.stop()
+	if cfg.centrifugo() {
+		res.logErrors = tgt.errorLines()
+	}
 	res.loadEnd = hostinfo.LoadAvg()
 	res.retries = r.retries
 	r.account(res)
@@ -78,11 +81,11 @@ type source interface {
 }
 
 func (r *runner) openSource(ctx context.Context) (source, error) {
-	if r.cfg.centrifugo() {
-		return r.openCFPublisher(), nil
-	}
-	if r.cfg.PublishVia == "outbox" {
+	switch {
+	case r.cfg.PublishVia == "outbox":
 		return r.openOutboxPublisher(ctx)
+	case r.cfg.centrifugo():
+		return r.openCFPublisher(), nil
 	}
 	return r.openPublisher(ctx)
 }

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
 // target is the server under load: a child `herald serve` this program
@@ -29,6 +31,9 @@ type target struct {
 	apiKey string // Centrifugo's server API key
 	pid    int    // 0: unknown (a -url server without -server-pid)
 	desc   string // for the report
+	// cfOutbox is Centrifugo's outbox consumer with -publish-via outbox;
+	// nil otherwise.
+	cfOutbox *cfoutbox.Consumer
 
 	cmd     *exec.Cmd
 	dir     string // the child's temporary directory (data dir, log)
@@ -265,6 +270,17 @@ func (t *target) stop() error {
 		t.dir = ""
 	}
 	return err
+}
+
+// errorLines counts the lines at level error in a child Centrifugo's JSON
+// log: its outbox consumer reports a failed batch there (and retries it,
+// which the delivery check would see as duplicates).
+func (t *target) errorLines() int {
+	b, err := os.ReadFile(t.logPath)
+	if err != nil {
+		return -1
+	}
+	return bytes.Count(b, []byte(`"level":"error"`))
 }
 
 // logTail is the end of the child's log, for error messages.
