@@ -6,8 +6,11 @@
 #   ROUNDS=1 RECORDS=50000 bash scripts/bench-outbox.sh   # a quick look
 #
 # Centrifugo comes from the Go module proxy into /tmp/cfbin (nothing of it
-# enters the repository; cfbench writes its config at run time). Every
-# benchmark creates and drops its own database on $DATABASE_URL's server.
+# enters the repository; cfbench and connbench write its config at run
+# time). Every benchmark creates and drops its own database on
+# $DATABASE_URL's server, except connbench with Centrifugo, which creates
+# and drops an outbox table of its own (connbench_cf_<random>) in
+# $DATABASE_URL's database.
 # The reports go to $OUT (default bench-<time>/), one Markdown file each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,14 +48,21 @@ done
 run herald-drain-redis "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS" -broker redis
 run herald-drain-xmin "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS" -hold-xmin
 
-# A steady 1,000 records/s from 16 producers, one record per transaction:
-# commit → broker accept (outboxbench), commit → client (connbench, through
-# a real herald serve, 1,000 subscribers over 1,000 channels) and
-# Centrifugo's commit → client (cfbench, one client on 1,000 channels).
+# A steady 1,000 records/s from 16 producers, one record per transaction.
+# Commit → client in one harness and one shape for both servers
+# (connbench: 5,000 subscribers, each on its own channel, records
+# round-robin over the 5,000 channels): Herald through a real herald serve
+# and its Worker, Centrifugo through its PostgreSQL outbox consumer at
+# cfbench's best (batch 1,000, 4 partitions, pg_notify trigger + LISTEN).
+CONNBENCH_LATENCY=(-publish-via outbox -database-url "$DB" -scenario fanout
+	-conns 5000 -channels 5000 -rate 1000 -duration 10s -producers 16)
+run herald-latency-client "$OUT/connbench" -server herald -herald-bin "$OUT/herald" "${CONNBENCH_LATENCY[@]}"
+run centrifugo-latency-client "$OUT/connbench" -server centrifugo -centrifugo-bin "$CF" "${CONNBENCH_LATENCY[@]}"
+# Beside them: commit → broker accept and the Worker's PostgreSQL CPU per
+# record (outboxbench), and Centrifugo's with one client on 1,000 channels
+# (cfbench), which also reads its database's PostgreSQL CPU per record.
 run herald-latency "$OUT/outboxbench" -database-url "$DB" -phases latency -latency-duration 10s
-run herald-latency-client "$OUT/connbench" -herald-bin "$OUT/herald" -publish-via outbox -database-url "$DB" \
-	-scenario fanout -conns 1000 -channels 1000 -rate 1000 -duration 10s -producers 16
-run centrifugo-latency "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases latency
+run centrifugo-latency-1client "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases latency
 
 # Producers' commit rate while Herald drains against no consumer at all.
 run herald-producers "$OUT/outboxbench" -database-url "$DB" -phases producers -producer-duration 5s
