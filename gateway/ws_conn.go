@@ -105,6 +105,9 @@ func (w *wsConn) attach(ws *websocket.Conn, raw *wsFrameWatch) {
 	w.ws = ws
 	w.raw = raw
 	w.sink.ws = ws
+	if raw != nil {
+		w.sink.raw = raw
+	}
 	w.c.wake = w.wake
 	w.c.kill = func() { _ = ws.CloseNow() }
 	w.c.setAbort(w.sink.abort)

@@ -190,7 +190,7 @@ func TestWSTimeoutReleasesAtOnce(t *testing.T) {
 func (s *wsSink) writing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cancel != nil
+	return s.cancel != nil || s.inWrite
 }
 
 // TestWSTimeoutReleasesBlockedWriter: a peer that stopped reading (and

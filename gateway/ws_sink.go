@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,9 +58,16 @@ type wsSink struct {
 	// failed.
 	timedOut atomic.Bool
 
-	mu     sync.Mutex
-	cancel context.CancelFunc // of the write under way
-	grace  *time.Timer        // set by abort: cancels the write under way
+	// raw is the connection under ws. When set, a message's deadline is
+	// its write deadline, which costs no timer or context per message;
+	// without it (tests) a cancelled context bounds the write.
+	raw net.Conn
+
+	mu      sync.Mutex
+	inWrite bool               // a message write is under way (raw)
+	abortAt time.Time          // set by abort: no write may last beyond it (raw)
+	cancel  context.CancelFunc // of the write under way (no raw)
+	grace   *time.Timer        // set by abort: cancels the write under way (no raw)
 }
 
 var _ sink = (*wsSink)(nil)
@@ -158,6 +168,9 @@ func (s *wsSink) write(f func(ctx context.Context) error) error {
 	if !s.limit.IsZero() {
 		wait = min(wait, time.Until(s.limit))
 	}
+	if s.raw != nil {
+		return s.writeRaw(f, wait)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	deadline := time.AfterFunc(wait, func() {
@@ -187,10 +200,52 @@ func (s *wsSink) write(f func(ctx context.Context) error) error {
 // within that time, not WriteTimeout.
 func (s *wsSink) abort() {
 	s.mu.Lock()
+	if s.raw != nil {
+		if s.abortAt.IsZero() {
+			s.abortAt = time.Now().Add(finalWriteTimeout)
+			if s.inWrite {
+				_ = s.raw.SetWriteDeadline(s.abortAt)
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
 	if s.cancel != nil && s.grace == nil {
 		s.grace = time.AfterFunc(finalWriteTimeout, s.cancel)
 	}
 	s.mu.Unlock()
+}
+
+// writeRaw runs one message write under the connection's write deadline
+// (now + wait, or abort's if sooner), cleared afterwards so that the
+// library's own control frames (pongs, the close frame) are not bound by
+// it. A write that misses it fails; the connection is then dropped, as a
+// cancelled context makes the library do.
+func (s *wsSink) writeRaw(f func(ctx context.Context) error, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	s.mu.Lock()
+	if !s.abortAt.IsZero() && s.abortAt.Before(deadline) {
+		deadline = s.abortAt
+	}
+	s.inWrite = true
+	err := s.raw.SetWriteDeadline(deadline)
+	s.mu.Unlock()
+	if err == nil {
+		err = f(context.Background())
+	}
+	s.mu.Lock()
+	s.inWrite = false
+	if err == nil {
+		err = s.raw.SetWriteDeadline(time.Time{})
+	}
+	s.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.timedOut.Store(true)
+		}
+		_ = s.ws.CloseNow()
+	}
+	return err
 }
 
 // release returns the batch buffer to the pool.
