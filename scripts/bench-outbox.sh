@@ -66,6 +66,7 @@ run centrifugo-latency-1client "$OUT/cfbench" -database-url "$DB" -centrifugo "$
 
 # Producers' commit rate while Herald drains against no consumer at all.
 run herald-producers "$OUT/outboxbench" -database-url "$DB" -phases producers -producer-duration 5s
+run centrifugo-producers "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases producers
 
 # An idle Worker and one at 10 records/s: what PostgreSQL spends.
 run herald-idle "$OUT/outboxbench" -database-url "$DB" -phases latency -rate 10 -latency-duration 10s
