@@ -42,19 +42,22 @@ import (
 //	recv C EVENT [id=PAT] JSON   the next SSE event is EVENT ("message" for
 //	                             a publication) and its data matches JSON
 //	recv C retry N               the next SSE block is the retry field
+//	recv* C EVENT [id=PAT] JSON  zero or more next SSE events match
 //	closed C [CODE]              the server ended C (WebSocket: with CODE)
 //	close C                      C goes away (drops its connection)
 //	publish CHANNEL [N]          the server publishes N (1) times
 //	lag C CHANNEL N              publish N or more times, until C has had
 //	                             to catch up from the history
 //	stall C, resume C            C stops and starts reading its socket
+//	                             (SSE: once it has taken what it buffered)
 //	revoke sid=S | jti=J         revoke a session or a token
 //	hook called, hook release    wait for the held webhook call; answer it
 //
 // In an expected frame, a string value is a pattern when it starts with
 // "$" or "~": "$_" matches any value, "$x" binds x to the value the first
-// time and must equal it afterwards, "$x++" must be one more than x (any
-// integer while x is unbound) and rebinds x, "~RE" is a regular
+// time and must equal it afterwards, "$x=" binds x whatever it held,
+// "$x++" must be one more than x (any integer while x is unbound) and
+// rebinds x, "~RE" is a regular
 // expression the string must match. Everything else must be equal, and
 // an object must have exactly the fields listed. In send and open lines,
 // $x is replaced by x's value (JSON in frames, the bare string in query
@@ -151,7 +154,7 @@ type heldHook struct {
 
 func (r *replay) fatalf(format string, args ...any) {
 	r.t.Helper()
-	r.t.Fatalf("%s: %s: %s", r.t.Name(), r.where, fmt.Sprintf(format, args...))
+	r.t.Fatalf("%s: %s", r.where, fmt.Sprintf(format, args...))
 }
 
 func replayTranscript(t *testing.T, js *jsonSchema, path string) {
@@ -180,6 +183,11 @@ func replayTranscript(t *testing.T, js *jsonSchema, path string) {
 		}
 	}
 	r.e = newEnv(t, o)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", r.e.logs)
+		}
+	})
 	r.base, r.dial = "http://"+r.e.srv.Addr(), r.e.client
 	if small {
 		r.base, r.dial = smallBufferServer(t, r.e).URL, smallRecvClient(t)
@@ -190,6 +198,9 @@ func replayTranscript(t *testing.T, js *jsonSchema, path string) {
 	}
 	r.where = step{line: len(steps), verb: "(end)"}
 	for name, c := range r.ws {
+		if c.pending != nil {
+			r.fatalf("client %s: a frame the transcript does not expect: %s", name, c.pending.Raw)
+		}
 		select {
 		case f, ok := <-c.frames:
 			if ok {
@@ -199,6 +210,9 @@ func replayTranscript(t *testing.T, js *jsonSchema, path string) {
 		}
 	}
 	for name, s := range r.sse {
+		if s.pending != nil {
+			r.fatalf("client %s: an event the transcript does not expect: %+v", name, *s.pending)
+		}
 		select {
 		case ev, ok := <-s.events:
 			if ok && !ev.Heartbeat() {
@@ -285,11 +299,15 @@ func (r *replay) step(s step) {
 		r.wsConn(arg(0)).send(r.substitute(s.json, true))
 	case "recv":
 		if c, ok := r.sse[arg(0)]; ok {
-			r.recvSSE(c, s)
+			r.recvSSE(c, s, false)
 			return
 		}
 		r.recvWS(r.wsConn(arg(0)), s.json, false)
 	case "recv*":
+		if c, ok := r.sse[arg(0)]; ok {
+			r.recvSSE(c, s, true)
+			return
+		}
 		r.recvWS(r.wsConn(arg(0)), s.json, true)
 	case "closed":
 		r.closed(arg(0), s.args[1:])
@@ -312,8 +330,16 @@ func (r *replay) step(s step) {
 		r.wsConn(arg(0)).close()
 		delete(r.ws, arg(0))
 	case "stall":
+		if c, ok := r.sse[arg(0)]; ok {
+			c.Stall()
+			return
+		}
 		r.wsConn(arg(0)).stall()
 	case "resume":
+		if c, ok := r.sse[arg(0)]; ok {
+			c.Resume()
+			return
+		}
 		r.wsConn(arg(0)).resume()
 	case "revoke":
 		k, v, _ := strings.Cut(arg(0), "=")
@@ -403,8 +429,12 @@ type transcriptWS struct {
 	pending *wsFrame
 }
 
-// transcriptSSE is an SSE client of a transcript.
-type transcriptSSE = sseStream
+// transcriptSSE is an SSE client of a transcript, with the event a recv*
+// looked at and left for the next step.
+type transcriptSSE struct {
+	*sseStream
+	pending *sseEvent
+}
 
 func (r *replay) wsConn(name string) *transcriptWS {
 	c, ok := r.ws[name]
@@ -458,7 +488,7 @@ func (r *replay) openSSE(name string, args []string) {
 	}
 	s := newSSEStream(resp, cancel)
 	r.t.Cleanup(s.close)
-	r.sse[name] = s
+	r.sse[name] = &transcriptSSE{sseStream: s}
 }
 
 // nextWS returns the next frame of c, failing when the connection ends.
@@ -518,24 +548,49 @@ func (c *transcriptWS) peek(r *replay) (wsFrame, bool) {
 	return *c.pending, true
 }
 
-func (r *replay) recvSSE(s *transcriptSSE, st step) {
+// recvSSE matches the next SSE event (zero or more events, with many)
+// against the step; heartbeats are skipped.
+func (r *replay) recvSSE(s *transcriptSSE, st step, many bool) {
 	r.t.Helper()
 	if len(st.args) < 2 {
 		r.fatalf("recv C EVENT …")
 	}
-	ev := s.next(r.t, time.Minute)
-	for ev.Heartbeat() {
-		ev = s.next(r.t, time.Minute)
+	for {
+		ev, ok := s.peek(r)
+		if !ok {
+			if many {
+				return
+			}
+			r.fatalf("the stream ended (%v)", s.err)
+		}
+		saved := maps.Clone(r.vars)
+		if err := r.matchSSE(ev, st); err != nil {
+			r.vars = saved
+			if many {
+				return // the event is the next step's
+			}
+			r.fatalf("%v", err)
+		}
+		s.pending = nil
+		if !many {
+			return
+		}
 	}
+}
+
+// matchSSE matches one SSE event against the step's event name, id and
+// data, and checks the data of subscribed events and publications
+// against the schema.
+func (r *replay) matchSSE(ev sseEvent, st step) error {
 	name := st.args[1]
 	if name == "retry" {
 		if len(st.args) < 3 || ev.Retry != st.args[2] || ev.Name != "" || ev.Data != "" || ev.HasID {
-			r.fatalf("block %+v, want retry %v", ev, st.args[2:])
+			return fmt.Errorf("block %+v, want retry %v", ev, st.args[2:])
 		}
-		return
+		return nil
 	}
 	if got := cmp.Or(ev.Name, "message"); got != name {
-		r.fatalf("event %q (%s), want %q", got, ev.Data, name)
+		return fmt.Errorf("event %q (%s), want %q", got, ev.Data, name)
 	}
 	wantID := ""
 	for _, a := range st.args[2:] {
@@ -544,16 +599,16 @@ func (r *replay) recvSSE(s *transcriptSSE, st step) {
 		}
 	}
 	if (wantID != "") != ev.HasID {
-		r.fatalf("event %s: id %q present %v, want %q", name, ev.ID, ev.HasID, wantID)
+		return fmt.Errorf("event %s: id %q present %v, want %q", name, ev.ID, ev.HasID, wantID)
 	}
 	if wantID != "" {
 		if err := r.match(wantID, ev.ID, "id"); err != nil {
-			r.fatalf("event %s: %v", name, err)
+			return fmt.Errorf("event %s: %v", name, err)
 		}
 	}
 	var got any
 	if err := decodeNumbers([]byte(ev.Data), &got); err != nil {
-		r.fatalf("event %s data %q: %v", name, ev.Data, err)
+		return fmt.Errorf("event %s data %q: %v", name, ev.Data, err)
 	}
 	if def := map[string]string{"message": "envelope", "subscribed": "subscribeResult"}[name]; def != "" {
 		var v any
@@ -563,14 +618,36 @@ func (r *replay) recvSSE(s *transcriptSSE, st step) {
 		}
 	}
 	if err := r.match(r.decode(st.json), got, "data"); err != nil {
-		r.fatalf("event %s data %s\n  does not match %s\n  %v", name, ev.Data, st.json, err)
+		return fmt.Errorf("event %s data %s\n  does not match %s\n  %v", name, ev.Data, st.json, err)
 	}
+	return nil
+}
+
+// peek returns the event the next recv looks at, without taking it;
+// heartbeats are skipped.
+func (s *transcriptSSE) peek(r *replay) (sseEvent, bool) {
+	for s.pending == nil {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				return sseEvent{}, false
+			}
+			if !ev.Heartbeat() {
+				s.pending = &ev
+			}
+		case <-time.After(time.Minute):
+			r.fatalf("no event within a minute")
+		}
+	}
+	return *s.pending, true
 }
 
 func (r *replay) closed(name string, args []string) {
 	r.t.Helper()
 	if s, ok := r.sse[name]; ok {
-		s.waitEOF(r.t)
+		if ev, ok := s.peek(r); ok {
+			r.fatalf("event %+v, want the end of the stream", ev)
+		}
 		return
 	}
 	c := r.wsConn(name)
@@ -685,6 +762,10 @@ func (r *replay) bind(name string, got any, at string) error {
 	if name == "_" {
 		return nil
 	}
+	if base, ok := strings.CutSuffix(name, "="); ok {
+		r.vars[base] = string(gb)
+		return nil
+	}
 	if base, ok := strings.CutSuffix(name, "++"); ok {
 		n, isNum := got.(json.Number)
 		v, err := n.Int64()
@@ -737,6 +818,8 @@ func TestTranscriptPatterns(t *testing.T) {
 		{`{"a":"$n++"}`, `{"a":5}`, true}, // n is 5 from here on
 		{`{"a":"$n++"}`, `{"a":5}`, false},
 		{`{"a":"$n++"}`, `{"a":"6"}`, false},
+		{`{"a":"$s="}`, `{"a":"y"}`, true}, // s is "y" from here on
+		{`{"a":"$s"}`, `{"a":"x"}`, false},
 		{`{"a":"~^[0-9]+$"}`, `{"a":"123"}`, true},
 		{`{"a":"~^[0-9]+$"}`, `{"a":123}`, false},
 		{`{"a":"$fresh","b":"$fresh"}`, `{"a":1,"b":2}`, false},
@@ -753,7 +836,7 @@ func TestTranscriptPatterns(t *testing.T) {
 			r.vars = saved
 		}
 	}
-	if r.vars["n"] != "5" || r.vars["fresh"] != "" {
+	if r.vars["n"] != "5" || r.vars["s"] != `"y"` || r.vars["fresh"] != "" {
 		t.Fatalf("bindings after the cases: %v", r.vars)
 	}
 }

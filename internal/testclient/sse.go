@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +57,8 @@ type SSE struct {
 	events  chan Event
 	done    chan struct{}
 	closing chan struct{}
+	unstall chan struct{}
+	stalled atomic.Bool
 	once    sync.Once
 	err     error
 }
@@ -71,7 +74,7 @@ func NewSSE(resp *http.Response, cancel context.CancelFunc, o SSEOptions) *SSE {
 		cancel = func() {}
 	}
 	s := &SSE{Resp: resp, cancel: cancel, events: make(chan Event, n), done: make(chan struct{}),
-		closing: make(chan struct{})}
+		closing: make(chan struct{}), unstall: make(chan struct{}, 1)}
 	go s.read(o.OnEnd)
 	return s
 }
@@ -112,7 +115,7 @@ func (e *StatusError) Error() string {
 func (s *SSE) read(onEnd func(error)) {
 	defer close(s.done)
 	defer close(s.events)
-	br := bufio.NewReaderSize(s.Resp.Body, 1<<20)
+	br := bufio.NewReaderSize(stallReader{s}, 1<<20)
 	var ev Event
 	started := false
 	for {
@@ -154,6 +157,33 @@ func (s *SSE) read(onEnd func(error)) {
 		case "retry":
 			ev.Retry = value
 		}
+	}
+}
+
+// stallReader reads the body, except while the stream is stalled.
+type stallReader struct{ s *SSE }
+
+func (r stallReader) Read(p []byte) (int, error) {
+	for r.s.stalled.Load() {
+		select {
+		case <-r.s.closing:
+			return 0, errClosed
+		case <-r.s.unstall:
+		}
+	}
+	return r.s.Resp.Body.Read(p)
+}
+
+// Stall makes the reader stop reading the body once it has handed over
+// what it buffered, so the server sees a client that does not read.
+func (s *SSE) Stall() { s.stalled.Store(true) }
+
+// Resume makes a stalled reader read again.
+func (s *SSE) Resume() {
+	s.stalled.Store(false)
+	select {
+	case s.unstall <- struct{}{}:
+	default:
 	}
 }
 

@@ -16,6 +16,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// plain keeps no connection, nor its goroutines, after a test.
+var plain = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 // TestSSE: blocks are parsed field by field, heartbeats are reported, the
 // end of the body is told once, and a non-200 answer is a StatusError.
 func TestSSE(t *testing.T) {
@@ -31,7 +34,7 @@ func TestSSE(t *testing.T) {
 
 	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 	var ended error
-	s, err := OpenSSE(nil, req, SSEOptions{OnEnd: func(err error) { ended = err }})
+	s, err := OpenSSE(plain, req, SSEOptions{OnEnd: func(err error) { ended = err }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +66,7 @@ func TestSSE(t *testing.T) {
 	}
 
 	req, _ = http.NewRequest(http.MethodGet, srv.URL+"?refuse=1", nil)
-	_, err = OpenSSE(nil, req, SSEOptions{})
+	_, err = OpenSSE(plain, req, SSEOptions{})
 	var se *StatusError
 	if !errors.As(err, &se) || se.Status != http.StatusForbidden || !strings.Contains(se.Body, `"no"`) {
 		t.Fatalf("refused request: %v", err)
@@ -82,7 +85,7 @@ func TestSSECloseWhileFull(t *testing.T) {
 	}))
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
-	s, err := OpenSSE(nil, req, SSEOptions{Buffer: 1})
+	s, err := OpenSSE(plain, req, SSEOptions{Buffer: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +113,7 @@ func TestWS(t *testing.T) {
 	}))
 	defer srv.Close()
 	c, _, err := DialWS(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"),
-		WSOptions{AnswerPings: true}, func(b []byte) string { return string(b) })
+		WSOptions{AnswerPings: true, HTTPClient: plain}, func(b []byte) string { return string(b) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +158,7 @@ func TestWSStallAndClose(t *testing.T) {
 	}))
 	defer srv.Close()
 	c, _, err := DialWS(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"),
-		WSOptions{}, func(b []byte) string { return string(b) })
+		WSOptions{HTTPClient: plain}, func(b []byte) string { return string(b) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,4 +175,39 @@ func TestWSStallAndClose(t *testing.T) {
 	next <- struct{}{}
 	c.Close()
 	c.Close()
+}
+
+// TestSSEStall: a stream goes on after Stall and Resume, and Close stops
+// it while stalled.
+func TestSSEStall(t *testing.T) {
+	next := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, d := range []string{"a", "b"} {
+			io.WriteString(w, "data: "+d+"\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	s, err := OpenSSE(plain, req, SSEOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := s.Next(5 * time.Second); ev.Data != "a" {
+		t.Fatalf("first event %+v", ev)
+	}
+	s.Stall() // a read already waiting may still take "b"
+	next <- struct{}{}
+	s.Resume()
+	if ev, _ := s.Next(5 * time.Second); ev.Data != "b" {
+		t.Fatalf("second event %+v", ev)
+	}
+	s.Stall()
+	s.Close()
 }
