@@ -3,7 +3,9 @@ package gateway
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -351,5 +353,30 @@ func TestProtocolDocFrameTable(t *testing.T) {
 	delete(pub, "push")
 	if !reflect.DeepEqual(pub, env) {
 		t.Errorf("$defs/pub without push is not $defs/envelope: %v, %v", pub, env)
+	}
+}
+
+// TestProtocolDocLinksTranscripts: docs/protocol.md links every
+// transcript of testdata/transcripts, the normative examples, and links
+// none that does not exist.
+func TestProtocolDocLinksTranscripts(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(transcriptDir, "*.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := protocolDocFrom(t, "# ")
+	linked := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\(\.\./gateway/testdata/transcripts/([^)]+)\)`).FindAllStringSubmatch(doc, -1) {
+		linked[m[1]] = true
+	}
+	for _, f := range files {
+		if !linked[filepath.Base(f)] {
+			t.Errorf("docs/protocol.md does not link the transcript %s", filepath.Base(f))
+		}
+		delete(linked, filepath.Base(f))
+	}
+	for name := range linked {
+		t.Errorf("docs/protocol.md links the transcript %s, which does not exist", name)
 	}
 }
