@@ -51,6 +51,7 @@ import (
 //	stall C, resume C            C stops and starts reading its socket
 //	                             (SSE: once it has taken what it buffered)
 //	revoke sid=S | jti=J         revoke a session or a token
+//	stop                         stop the server gracefully (Server.Stop)
 //	hook called, hook release    wait for the held webhook call; answer it
 //
 // In an expected frame, a string value is a pattern when it starts with
@@ -253,6 +254,8 @@ func (r *replay) config(cfg *Config, o *envOptions, k, v string) {
 		cfg.QueueMaxMessages = num()
 	case "queue_bytes":
 		cfg.QueueMaxBytes = num()
+	case "shutdown_delay":
+		cfg.ShutdownReconnectDelay = dur()
 	case "small_buffers":
 	case "hook":
 		if v != "hold" {
@@ -355,6 +358,8 @@ func (r *replay) step(s step) {
 		if err := r.revs.Revoke(context.Background(), rev); err != nil {
 			r.fatalf("revoke: %v", err)
 		}
+	case "stop":
+		r.e.srv.Stop()
 	case "hook":
 		switch arg(0) {
 		case "called":
