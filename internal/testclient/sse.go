@@ -113,8 +113,9 @@ func (e *StatusError) Error() string {
 }
 
 func (s *SSE) read(onEnd func(error)) {
-	defer close(s.done)
+	// Events closes after Done, so Err is set for a test that saw it close.
 	defer close(s.events)
+	defer close(s.done)
 	br := bufio.NewReaderSize(stallReader{s}, 1<<20)
 	var ev Event
 	started := false

@@ -83,8 +83,9 @@ func DialWS[F any](ctx context.Context, url string, o WSOptions, parse func([]by
 }
 
 func (c *WS[F]) read(answerPings bool, onEnd func(error)) {
-	defer close(c.done)
+	// Frames closes after Done, so Err is set for a test that saw it close.
 	defer close(c.frames)
+	defer close(c.done)
 	c.err = c.readLoop(answerPings)
 	if onEnd != nil {
 		onEnd(c.err)
