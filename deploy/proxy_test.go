@@ -29,9 +29,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/internal/testclient"
 	"github.com/heraldgw/herald/internal/testenv"
 )
 
@@ -710,21 +709,18 @@ type sseEvent struct {
 	Event, ID, Data string
 }
 
+// sseStream is the shared test client's stream as these checks read it.
 type sseStream struct {
-	resp   *http.Response
-	events chan sseEvent // closed when the stream ends
-	cancel context.CancelFunc
-	done   chan struct{}
+	resp *http.Response
+	sse  *testclient.SSE
 }
 
 // openSSE opens /v1/sse through the proxy. On a non-200 answer it returns
 // the status and body and no stream.
 func openSSE(t *testing.T, client *http.Client, url, token, lastEventID string) (*sseStream, int, string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -734,71 +730,38 @@ func openSSE(t *testing.T, client *http.Client, url, token, lastEventID string) 
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
 	}
-	resp, err := client.Do(req)
+	sse, err := testclient.OpenSSE(client, req, testclient.SSEOptions{})
 	if err != nil {
-		cancel()
+		var refused *testclient.StatusError
+		if errors.As(err, &refused) {
+			return nil, refused.Status, refused.Body
+		}
 		return nil, 0, err.Error()
 	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		cancel()
-		return nil, resp.StatusCode, string(b)
-	}
-	s := &sseStream{resp: resp, events: make(chan sseEvent, 4096), cancel: cancel, done: make(chan struct{})}
-	go s.read()
-	t.Cleanup(s.Close)
-	return s, resp.StatusCode, ""
+	t.Cleanup(sse.Close)
+	return &sseStream{resp: sse.Resp, sse: sse}, http.StatusOK, ""
 }
 
-func (s *sseStream) read() {
-	defer close(s.done)
-	defer close(s.events)
-	defer s.resp.Body.Close()
-	br := bufio.NewReader(s.resp.Body)
-	var ev sseEvent
-	var data []string
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			return
-		}
-		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case line == "":
-			if len(data) > 0 || ev.Event != "" {
-				ev.Data = strings.Join(data, "\n")
-				s.events <- ev
-			}
-			ev, data = sseEvent{}, nil
-		case strings.HasPrefix(line, ":"):
-			s.events <- sseEvent{Comment: true, Data: line}
-		case strings.HasPrefix(line, "event:"):
-			ev.Event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-		case strings.HasPrefix(line, "id:"):
-			ev.ID = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
-		case strings.HasPrefix(line, "data:"):
-			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
-		}
-	}
-}
+func (s *sseStream) Close() { s.sse.Close() }
 
-func (s *sseStream) Close() {
-	s.cancel()
-	<-s.done
-}
-
-// next returns the next event or comment; ok is false when the stream
-// ended. It fails the test after d.
+// next returns the next event or heartbeat (the retry field is skipped);
+// ok is false when the stream ended. It fails the test after d.
 func (s *sseStream) next(t *testing.T, d time.Duration) (sseEvent, bool) {
 	t.Helper()
-	select {
-	case ev, ok := <-s.events:
-		return ev, ok
-	case <-time.After(d):
-		t.Fatalf("nothing on the SSE stream within %v", d)
+	deadline := time.Now().Add(d)
+	for {
+		ev, err := s.sse.Next(time.Until(deadline))
+		switch {
+		case errors.Is(err, testclient.ErrEnded):
+			return sseEvent{}, false
+		case err != nil:
+			t.Fatalf("nothing on the SSE stream within %v", d)
+		case ev.Heartbeat():
+			return sseEvent{Comment: true, Data: ": " + strings.Join(ev.Comments, " ")}, true
+		case ev.Name != "" || ev.Data != "":
+			return sseEvent{Event: ev.Name, ID: ev.ID, Data: ev.Data}, true
+		}
 	}
-	return sseEvent{}, false
 }
 
 // envelope is the part of a publication the tests look at.
@@ -856,11 +819,19 @@ func (f wsFrame) str(k string) string {
 	return s
 }
 
+// parseFrame reads one server frame; nil for a line that is not JSON.
+func parseFrame(line []byte) wsFrame {
+	var f wsFrame
+	if json.Unmarshal(line, &f) != nil {
+		return nil
+	}
+	return f
+}
+
+// wsClient is the shared test client answering pings, as these checks
+// use it.
 type wsClient struct {
-	c      *websocket.Conn
-	frames chan wsFrame // every frame but pings; closed when the connection ends
-	pings  chan struct{}
-	done   chan struct{}
+	*testclient.WS[wsFrame]
 	nextID int
 }
 
@@ -870,11 +841,9 @@ func dialWS(t *testing.T, client *http.Client, p *proxy) (*wsClient, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, p.base+"/v1/ws", &websocket.DialOptions{
-		HTTPClient:   client,
-		Subprotocols: []string{"herald.v1"},
-		HTTPHeader:   http.Header{"Origin": []string{p.base}},
-	})
+	ws, resp, err := testclient.DialWS(ctx, p.base+"/v1/ws", testclient.WSOptions{
+		HTTPClient: client, Header: http.Header{"Origin": []string{p.base}}, Buffer: 4096, AnswerPings: true,
+	}, parseFrame)
 	if err != nil {
 		if resp != nil {
 			b, _ := io.ReadAll(resp.Body)
@@ -882,46 +851,8 @@ func dialWS(t *testing.T, client *http.Client, p *proxy) (*wsClient, error) {
 		}
 		return nil, err
 	}
-	w := &wsClient{c: c, frames: make(chan wsFrame, 4096), pings: make(chan struct{}, 4096), done: make(chan struct{})}
-	go w.read()
-	t.Cleanup(w.Close)
-	return w, nil
-}
-
-func (w *wsClient) read() {
-	defer close(w.done)
-	defer close(w.frames)
-	for {
-		_, msg, err := w.c.Read(context.Background())
-		if err != nil {
-			return
-		}
-		for line := range strings.SplitSeq(string(msg), "\n") {
-			if line == "" {
-				continue
-			}
-			var f wsFrame
-			if err := json.Unmarshal([]byte(line), &f); err != nil {
-				continue
-			}
-			if f.str("push") == "ping" {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = w.c.Write(ctx, websocket.MessageText, []byte(`{"op":"pong"}`))
-				cancel()
-				select {
-				case w.pings <- struct{}{}:
-				default:
-				}
-				continue
-			}
-			w.frames <- f
-		}
-	}
-}
-
-func (w *wsClient) Close() {
-	_ = w.c.CloseNow()
-	<-w.done
+	t.Cleanup(ws.Close)
+	return &wsClient{WS: ws}, nil
 }
 
 // request sends op with fields and returns its reply's result; an error
@@ -935,9 +866,7 @@ func (w *wsClient) request(t *testing.T, op string, fields map[string]any) wsFra
 		msg[k] = v
 	}
 	b, _ := json.Marshal(msg)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w.c.Write(ctx, websocket.MessageText, b); err != nil {
+	if err := w.Send(b); err != nil {
 		t.Fatalf("websocket %s: %v", op, err)
 	}
 	want := strconv.Itoa(id)
@@ -958,19 +887,21 @@ func (w *wsClient) request(t *testing.T, op string, fields map[string]any) wsFra
 // frame returns the next frame; the connection ending fails the test.
 func (w *wsClient) frame(t *testing.T, d time.Duration) wsFrame {
 	t.Helper()
-	select {
-	case f, ok := <-w.frames:
-		if !ok {
+	deadline := time.Now().Add(d)
+	for {
+		f, err := w.Next(time.Until(deadline))
+		switch {
+		case errors.Is(err, testclient.ErrEnded):
 			t.Fatal("the WebSocket connection ended")
-		}
-		if f.str("push") == "disconnect" {
+		case err != nil:
+			t.Fatalf("no WebSocket frame within %v", d)
+		case f == nil:
+			continue // not JSON
+		case f.str("push") == "disconnect":
 			t.Fatalf("WebSocket disconnect: %v", f)
 		}
 		return f
-	case <-time.After(d):
-		t.Fatalf("no WebSocket frame within %v", d)
 	}
-	return nil
 }
 
 // publication returns the next pub push.
@@ -1335,9 +1266,9 @@ func checkIdleWebSocket(t *testing.T, c *cluster, p *proxy, cl clients) {
 	pings := 0
 	for time.Since(start) < idleHold {
 		select {
-		case <-w.pings:
+		case <-w.Pings():
 			pings++
-		case f, ok := <-w.frames:
+		case f, ok := <-w.Frames():
 			if !ok {
 				t.Fatalf("the idle WebSocket was closed after %v (proxy idle timeout %v), %d pings seen\n%s",
 					time.Since(start).Round(time.Millisecond), shortIdleTimeout, pings, fileTail(p.log))
@@ -1462,7 +1393,7 @@ func checkRestartWebSocket(t *testing.T, c *cluster, p *proxy, cl clients) {
 	victim.kill()
 	for ended := false; !ended; {
 		select {
-		case _, ok := <-w.frames:
+		case _, ok := <-w.Frames():
 			ended = !ok
 		case <-time.After(15 * time.Second):
 			t.Fatal("the WebSocket stayed open after its node died")

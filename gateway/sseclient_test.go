@@ -1,93 +1,39 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testclient"
 )
 
 // sseEvent is one dispatched block of an SSE stream (fields up to a blank
 // line). Blocks holding only a retry field or a comment are reported too.
-type sseEvent struct {
-	Name     string // event field
-	ID       string // id field
-	HasID    bool
-	Data     string // data lines joined with "\n"
-	Retry    string // retry field
-	Comments []string
-}
+type sseEvent = testclient.Event
 
-// sseStream reads an SSE response in the background.
+// sseStream reads an SSE response in the background: the shared test
+// client, with the reads the gateway's tests make of it.
 type sseStream struct {
+	*testclient.SSE
 	resp   *http.Response
-	cancel context.CancelFunc
-	events chan sseEvent
-	done   chan struct{} // closed when the body ends
-	err    error         // why the body ended; valid after done
+	events <-chan sseEvent
+	err    error // why the body ended; valid once events is closed
 }
 
 func newSSEStream(resp *http.Response, cancel context.CancelFunc) *sseStream {
-	s := &sseStream{resp: resp, cancel: cancel, events: make(chan sseEvent, 4096), done: make(chan struct{})}
-	go s.read()
+	s := &sseStream{resp: resp}
+	s.SSE = testclient.NewSSE(resp, cancel, testclient.SSEOptions{OnEnd: func(err error) { s.err = err }})
+	s.events = s.Events()
 	return s
 }
 
-func (s *sseStream) read() {
-	defer close(s.done)
-	defer close(s.events)
-	br := bufio.NewReaderSize(s.resp.Body, 1<<20)
-	var ev sseEvent
-	started := false
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			s.err = err
-			return
-		}
-		line = strings.TrimSuffix(line, "\n")
-		if line == "" {
-			if started {
-				s.events <- ev
-			}
-			ev, started = sseEvent{}, false
-			continue
-		}
-		started = true
-		if strings.HasPrefix(line, ":") {
-			ev.Comments = append(ev.Comments, strings.TrimSpace(line[1:]))
-			continue
-		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "event":
-			ev.Name = value
-		case "id":
-			ev.ID, ev.HasID = value, true
-		case "data":
-			if ev.Data != "" {
-				ev.Data += "\n"
-			}
-			ev.Data += value
-		case "retry":
-			ev.Retry = value
-		}
-	}
-}
-
 // close ends the stream from the client's side and waits for the reader.
-func (s *sseStream) close() {
-	s.cancel()
-	_ = s.resp.Body.Close()
-	<-s.done
-}
+func (s *sseStream) close() { s.Close() }
 
 // next returns the next block, failing the test after timeout or at EOF.
 func (s *sseStream) next(t *testing.T, timeout time.Duration) sseEvent {

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/internal/testclient"
 )
 
 // wsFrame is one server→client frame as a test sees it.
@@ -99,19 +98,18 @@ func fastPubFrame(b []byte) wsFrame {
 	return f
 }
 
-// wsClient is a herald.v1 test client on a real WebSocket.
+// pubFramePrefix starts every publication push.
+var pubFramePrefix = []byte(`{"push":"pub",`)
+
+// wsClient is a herald.v1 test client on a real WebSocket: the shared
+// test client, with the requests and reads the gateway's tests make.
 type wsClient struct {
-	t       testing.TB
-	conn    *websocket.Conn
-	frames  chan wsFrame
-	done    chan struct{} // closed when the reader stops
-	closing chan struct{}
-	stalled atomic.Bool
-	unstall chan struct{} // capacity 1: resume after stall
-	fast    bool
-	err     error // why the reader stopped; valid after done
-	nextID  atomic.Uint64
-	once    sync.Once
+	*testclient.WS[wsFrame]
+	t      testing.TB
+	conn   *websocket.Conn
+	frames <-chan wsFrame
+	err    error // why the reader stopped; valid once frames is closed
+	nextID atomic.Uint64
 }
 
 type dialOpts struct {
@@ -145,9 +143,6 @@ func (e *testEnv) tryDialWS(o dialOpts) (*wsClient, *http.Response, error) {
 }
 
 func dialWSURL(t testing.TB, base string, o dialOpts, def *http.Client) (*wsClient, *http.Response, error) {
-	if o.subprotocol == nil {
-		o.subprotocol = []string{wsProtocol}
-	}
 	if o.client == nil {
 		o.client = def
 	}
@@ -157,79 +152,34 @@ func dialWSURL(t testing.TB, base string, o dialOpts, def *http.Client) (*wsClie
 	if o.query != "" {
 		u += "?" + o.query
 	}
-	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
-		Subprotocols: o.subprotocol, HTTPHeader: o.header, HTTPClient: o.client,
-	})
+	parse := func(line []byte) wsFrame {
+		if o.fast && bytes.HasPrefix(line, pubFramePrefix) {
+			return fastPubFrame(line)
+		}
+		return parseWSFrame(t, line)
+	}
+	c := &wsClient{t: t}
+	ws, resp, err := testclient.DialWS(ctx, u, testclient.WSOptions{
+		Subprotocols: o.subprotocol, Header: o.header, HTTPClient: o.client, Buffer: o.buffer,
+		OnEnd: func(err error) { c.err = err },
+	}, parse)
 	if err != nil {
 		return nil, resp, err
 	}
-	conn.SetReadLimit(-1)
-	n := o.buffer
-	if n == 0 {
-		n = 256
-	}
-	c := &wsClient{
-		t: t, conn: conn, frames: make(chan wsFrame, n),
-		done: make(chan struct{}), closing: make(chan struct{}), unstall: make(chan struct{}, 1), fast: o.fast,
-	}
-	go c.read()
+	c.WS, c.conn, c.frames = ws, ws.Conn, ws.Frames()
 	t.Cleanup(c.close)
 	return c, resp, nil
 }
 
-func (c *wsClient) read() {
-	defer close(c.done)
-	defer close(c.frames)
-	for {
-		if c.stalled.Load() {
-			select {
-			case <-c.closing:
-			case <-c.unstall:
-			}
-		}
-		_, b, err := c.conn.Read(context.Background())
-		if err != nil {
-			c.err = err
-			return
-		}
-		for line := range bytes.SplitSeq(b, []byte{'\n'}) {
-			var f wsFrame
-			if c.fast && bytes.HasPrefix(line, pubPrefix) {
-				f = fastPubFrame(line)
-			} else {
-				f = parseWSFrame(c.t, line)
-			}
-			select {
-			case c.frames <- f:
-			case <-c.closing:
-				c.err = errors.New("client closed")
-				return
-			}
-		}
-	}
-}
-
 // stall makes the client stop reading after the message it is reading.
-func (c *wsClient) stall() { c.stalled.Store(true) }
+func (c *wsClient) stall() { c.Stall() }
 
 // resume makes a stalled client read again.
-func (c *wsClient) resume() {
-	c.stalled.Store(false)
-	select {
-	case c.unstall <- struct{}{}:
-	default:
-	}
-}
+func (c *wsClient) resume() { c.Resume() }
 
 // close ends the connection from the client's side and waits for the
 // reader.
-func (c *wsClient) close() {
-	c.once.Do(func() {
-		close(c.closing)
-		_ = c.conn.CloseNow()
-		<-c.done
-	})
-}
+func (c *wsClient) close() { c.Close() }
 
 // send writes one frame.
 func (c *wsClient) send(v any) {
@@ -245,9 +195,7 @@ func (c *wsClient) send(v any) {
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.conn.Write(ctx, websocket.MessageText, b); err != nil {
+	if err := c.Send(b); err != nil {
 		c.t.Fatalf("write %s: %v", trunc(string(b), 80), err)
 	}
 }

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/testclient"
 )
 
 // sseEvent is one parsed server-sent event.
@@ -30,22 +30,18 @@ type envelope struct {
 	Data          json.RawMessage `json:"data"`
 }
 
-// sseStream is an open SSE response read by a goroutine.
+// sseStream is an open SSE response read by the shared test client.
 type sseStream struct {
 	Status int
 	Body   string // error body when Status != 200
-	events chan sseEvent
-	cancel context.CancelFunc
-	done   chan struct{}
+	sse    *testclient.SSE
 }
 
 // openSSE opens url with the bearer token and, on 200, reads events.
 func openSSE(t *testing.T, url, token, lastEventID string) *sseStream {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
 	if token != "" {
@@ -54,74 +50,42 @@ func openSSE(t *testing.T, url, token, lastEventID string) *sseStream {
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	sse, err := testclient.OpenSSE(nil, req, testclient.SSEOptions{})
+	var refused *testclient.StatusError
+	if errors.As(err, &refused) {
+		return &sseStream{Status: refused.Status, Body: refused.Body}
+	}
 	if err != nil {
-		cancel()
 		t.Fatalf("open SSE: %v", err)
 	}
-	s := &sseStream{Status: resp.StatusCode, events: make(chan sseEvent, 1024), cancel: cancel, done: make(chan struct{})}
-	if resp.StatusCode != http.StatusOK {
-		var b strings.Builder
-		buf := make([]byte, 4096)
-		n, _ := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		s.Body = b.String()
-		resp.Body.Close()
-		cancel()
-		close(s.done)
-		close(s.events)
-		return s
-	}
-	go func() {
-		defer close(s.done)
-		defer close(s.events)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		var ev sseEvent
-		var data []string
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if len(data) > 0 || ev.Event != "" {
-					ev.Data = strings.Join(data, "\n")
-					s.events <- ev
-				}
-				ev, data = sseEvent{}, nil
-			case strings.HasPrefix(line, ":"):
-			case strings.HasPrefix(line, "event:"):
-				ev.Event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-			case strings.HasPrefix(line, "id:"):
-				ev.ID = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
-			case strings.HasPrefix(line, "data:"):
-				data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
-			}
-		}
-	}()
-	t.Cleanup(s.Close)
-	return s
+	t.Cleanup(sse.Close)
+	return &sseStream{Status: http.StatusOK, sse: sse}
 }
 
 // Close ends the stream and waits for its reader.
 func (s *sseStream) Close() {
-	s.cancel()
-	<-s.done
+	if s.sse != nil {
+		s.sse.Close()
+	}
 }
 
-// next returns the next event, failing after d.
+// next returns the next event with a name or data (skipping the retry
+// field and heartbeats), failing after d.
 func (s *sseStream) next(t *testing.T, d time.Duration) sseEvent {
 	t.Helper()
-	select {
-	case ev, ok := <-s.events:
-		if !ok {
-			t.Fatalf("SSE stream ended")
-		}
-		return ev
-	case <-time.After(d):
-		t.Fatalf("no SSE event within %v", d)
+	if s.sse == nil {
+		t.Fatalf("SSE request refused: %d %s", s.Status, s.Body)
 	}
-	return sseEvent{}
+	deadline := time.Now().Add(d)
+	for {
+		ev, err := s.sse.Next(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("SSE stream: %v", err)
+		}
+		if ev.Name != "" || ev.Data != "" {
+			return sseEvent{Event: ev.Name, ID: ev.ID, Data: ev.Data}
+		}
+	}
 }
 
 // nextPublication skips control events and decodes the next publication.
@@ -144,19 +108,14 @@ func (s *sseStream) nextPublication(t *testing.T, d time.Duration) (envelope, st
 // expectQuiet fails if a publication arrives within d.
 func (s *sseStream) expectQuiet(t *testing.T, d time.Duration) {
 	t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
+	deadline := time.Now().Add(d)
 	for {
-		select {
-		case ev, ok := <-s.events:
-			if !ok {
-				return
-			}
-			if ev.Event == "" {
-				t.Fatalf("unexpected publication: %s", ev.Data)
-			}
-		case <-timer.C:
-			return
+		ev, err := s.sse.Next(time.Until(deadline))
+		if err != nil {
+			return // the stream ended, or d passed
+		}
+		if ev.Name == "" && ev.Data != "" {
+			t.Fatalf("unexpected publication: %s", ev.Data)
 		}
 	}
 }

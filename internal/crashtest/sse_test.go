@@ -1,18 +1,16 @@
 package crashtest
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testclient"
 )
 
 // plainHTTP makes one-off requests without keeping connections (and their
@@ -31,8 +29,7 @@ func httpStatus(url string) (int, error) {
 
 // sseClient reads one SSE stream and counts the publications per id.
 type sseClient struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	done chan struct{} // closed when every event has been counted
 
 	mu         sync.Mutex
 	seen       map[string]int // publication id → deliveries
@@ -49,68 +46,46 @@ func openSSE(t *testing.T, base, token string, channels []string) *sseClient {
 	for _, ch := range channels {
 		q.Add("channel", ch)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sse?"+q.Encode(), nil)
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/sse?"+q.Encode(), nil)
 	if err != nil {
-		cancel()
 		t.Fatalf("sse request: %v", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	tr := &http.Transport{ResponseHeaderTimeout: 10 * time.Second, DisableKeepAlives: true}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	stream, err := testclient.OpenSSE(&http.Client{Transport: tr}, req, testclient.SSEOptions{})
 	if err != nil {
-		cancel()
 		t.Fatalf("open sse stream: %v", err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		cancel()
-		t.Fatalf("open sse stream: %s", resp.Status)
-	}
-	c := &sseClient{cancel: cancel, done: make(chan struct{}), seen: map[string]int{}}
+	c := &sseClient{done: make(chan struct{}), seen: map[string]int{}}
 	go func() {
 		defer close(c.done)
-		defer resp.Body.Close()
-		err := c.read(resp)
+		err := c.count(stream.Events())
+		stream.Close()
+		if err == nil {
+			err = errors.New("stream closed by the server")
+		}
 		c.mu.Lock()
 		c.ended = err
 		c.mu.Unlock()
 	}()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-c.done:
-		case <-time.After(10 * time.Second):
-			t.Error("sse reader did not stop within 10s")
-		}
+		stream.Close()
+		<-c.done
 		tr.CloseIdleConnections()
 	})
 	return c
 }
 
-// read parses events until the stream ends.
-func (c *sseClient) read(resp *http.Response) error {
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var event, data string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if err := c.dispatch(event, data); err != nil {
-				return err
-			}
-			event, data = "", ""
-		case strings.HasPrefix(line, "event:"):
-			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-		case strings.HasPrefix(line, "data:"):
-			data = strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
+// count counts the events until the stream ends or one of them ends the
+// test's interest (a disconnect, a reauth, a publication that is not an
+// envelope).
+func (c *sseClient) count(events <-chan testclient.Event) error {
+	for ev := range events {
+		if err := c.dispatch(ev.Name, ev.Data); err != nil {
+			return err
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	return errors.New("stream closed by the server")
+	return nil
 }
 
 // dispatch handles one complete event.
