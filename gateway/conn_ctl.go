@@ -27,7 +27,7 @@ type ctlItem struct {
 	exp     time.Time // ctlRefresh: the expiry of the current token
 	id      uint64    // ctlSubscribe, ctlUnsubscribe: the request replied to
 	channel string    // ctlSubscribe, ctlUnsubscribe, ctlEnd
-	reason  Reason    // ctlEnd: why
+	reason  *Reason   // ctlEnd: why
 	sub     *subscribeReq
 }
 
@@ -74,13 +74,13 @@ func (q *ctlQueue) push(it ctlItem) pushResult {
 	return pushed
 }
 
-// take moves every queued item into spare (emptied first) and returns it.
-func (q *ctlQueue) take(spare []ctlItem) []ctlItem {
-	clear(spare)
-	spare = spare[:0]
+// take removes every queued item and returns them. Control items are
+// few, so the queue keeps no buffer between them: an idle connection
+// holds none.
+func (q *ctlQueue) take() []ctlItem {
 	q.mu.Lock()
 	items := q.items
-	q.items = spare
+	q.items = nil
 	q.bytes = 0
 	q.mu.Unlock()
 	return items
@@ -137,10 +137,10 @@ func (c *Conn) control(it *ctlItem) error {
 		}
 		c.srv.metrics.subsEnded.WithLabelValues(c.transport, it.reason.Code).Inc()
 		if c.closeWhenEmpty && len(c.keys) == 0 {
-			c.Close(it.reason, 0)
+			c.Close(*it.reason, 0)
 			return nil
 		}
-		return s.unsubscribed(0, it.channel, it.reason, c.pos)
+		return s.unsubscribed(0, it.channel, *it.reason, c.pos)
 	}
 	return nil
 }

@@ -104,7 +104,7 @@ func (c *Conn) endSubscription(channel string, r Reason) {
 	delete(c.subs, channel)
 	c.subsMu.Unlock()
 	c.untrack(channel)
-	c.pushCtl(ctlItem{kind: ctlEnd, channel: channel, reason: r})
+	c.pushCtl(ctlItem{kind: ctlEnd, channel: channel, reason: &r})
 }
 
 // heldSub is a subscription made, with its subscription token.

@@ -153,11 +153,10 @@ func (c *Conn) writeLoop() {
 // buffered when the connection closes is left for finish.
 func (c *Conn) pump() error {
 	var spare []*fanout.Prepared
-	var items []ctlItem
 	wrote := false
 	for !c.closed() {
 		signalled(c.queue.ready)
-		items = c.ctl.take(items)
+		items := c.ctl.take()
 		batch := c.queue.take(spare)
 		resync := signalled(c.resyncCh)
 		beat := c.beatDue.Swap(false)
