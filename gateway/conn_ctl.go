@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
@@ -52,6 +53,8 @@ type ctlQueue struct {
 	maxBytes int
 	maxMsgs  int
 
+	n atomic.Int32 // len(items), read without the lock by the writer's checks
+
 	mu     sync.Mutex
 	items  []ctlItem
 	bytes  int
@@ -71,6 +74,7 @@ func (q *ctlQueue) push(it ctlItem) pushResult {
 	}
 	q.items = append(q.items, it)
 	q.bytes += size
+	q.n.Store(int32(len(q.items)))
 	return pushed
 }
 
@@ -78,20 +82,20 @@ func (q *ctlQueue) push(it ctlItem) pushResult {
 // few, so the queue keeps no buffer between them: an idle connection
 // holds none.
 func (q *ctlQueue) take() []ctlItem {
+	if q.empty() {
+		return nil // the writer's hot path: no lock
+	}
 	q.mu.Lock()
 	items := q.items
 	q.items = nil
 	q.bytes = 0
+	q.n.Store(0)
 	q.mu.Unlock()
 	return items
 }
 
 // empty reports whether nothing is queued.
-func (q *ctlQueue) empty() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.items) == 0
-}
+func (q *ctlQueue) empty() bool { return q.n.Load() == 0 }
 
 // close refuses every later push and returns what was queued.
 func (q *ctlQueue) close() []ctlItem {
@@ -100,6 +104,7 @@ func (q *ctlQueue) close() []ctlItem {
 	q.closed = true
 	items := q.items
 	q.items = nil
+	q.n.Store(0)
 	return items
 }
 
