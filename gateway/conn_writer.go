@@ -155,11 +155,17 @@ func (c *Conn) pump() error {
 	var spare []*fanout.Prepared
 	wrote := false
 	for !c.closed() {
-		signalled(c.queue.ready)
 		items := c.ctl.take()
 		batch := c.queue.take(spare)
+		if len(batch) == 0 && signalled(c.queue.ready) {
+			// Take the signal only with the queue found empty, and look
+			// again: a push that came in between has signalled. While
+			// publications flow the signal stays set, and neither a push
+			// nor a round touches the channel.
+			batch = c.queue.take(batch)
+		}
 		resync := signalled(c.resyncCh)
-		beat := c.beatDue.Swap(false)
+		beat := c.beatDue.Load() && c.beatDue.Swap(false)
 		if len(items) == 0 && len(batch) == 0 && !resync && !beat {
 			break
 		}
