@@ -2,9 +2,7 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,37 +15,20 @@ import (
 // finalWriteTimeout bounds writing the last event of a closing connection.
 const finalWriteTimeout = 2 * time.Second
 
-// sink is what a transport gives the connection core: buffered writes of the
-// transport's frames, a flush, and a deadline. Only the connection's writer
-// calls its methods, except abort.
-type sink interface {
-	// setDeadline sets the deadline of the writes and flush that follow.
-	setDeadline(t time.Time) error
-	// publication buffers one publication; pos already includes it.
-	publication(p *fanout.Prepared, pos *positions) error
-	// heartbeat buffers a keep-alive frame.
-	heartbeat() error
-	// final buffers the last frames of a connection closed for r, telling the
-	// client whether and when (delay) to reconnect.
-	final(r Reason, delay time.Duration) error
-	// refreshRequest buffers the request for a fresh token before exp.
-	refreshRequest(exp time.Time) error
-	// unsubscribed buffers the end of one subscription for r; pos no
-	// longer holds its channel.
-	unsubscribed(channel string, r Reason, pos *positions) error
-	// flush sends what is buffered.
-	flush() error
-	// abort interrupts a write blocked on the client. Any goroutine may call
-	// it; the frame being written is lost, so nothing more is written after.
-	abort()
-}
+// hubCallTimeout bounds one hub or history call the writer makes for a
+// subscription change.
+const hubCallTimeout = 5 * time.Second
 
-// Conn is one realtime connection, whatever its transport. The hub delivers
-// to it through Deliver, which never blocks; one writer drains its queue.
+// Conn is one realtime connection, whatever its transport: its
+// subscriptions and their positions, its bounded queue, its control queue,
+// its revalidation state and why it closed. The hub delivers to it through
+// Deliver, which never blocks; one writer (conn_writer.go) drains both
+// queues into the transport's sink, the only thing it knows of the
+// transport.
 type Conn struct {
 	srv       *Server
 	id        uint64
-	transport string
+	transport string // the metric label: transportSSE or transportWS
 	claims    *auth.Claims
 	queue     *sendQueue
 	pos       *positions // writer only
@@ -57,14 +38,33 @@ type Conn struct {
 
 	deliveries interface{ Add(float64) } // herald_deliveries_total{transport}
 
-	// wake, when set, is called after a publication or a control event
-	// was queued, after Resync and once on Close, so the transport can
-	// start its writer on demand. It must not block. Set before the
+	// cur holds the claims of the connection's current token: set when
+	// the connection is authenticated (an SSE request, a WebSocket's
+	// connect), replaced by a refresh; nil before.
+	cur atomic.Pointer[auth.Claims]
+	// closeWhenEmpty ends the connection with its last subscription (a
+	// stream whose channels are fixed when it opens). tickExpiry leaves
+	// the token's expiry to the revalidation tick; otherwise the
+	// transport runs a timer of its own. Both are set before the
 	// connection is shared.
-	wake func()
-	// kill, when set, tears the connection down at once; Stop calls it on
-	// connections that outlive ShutdownTimeout.
-	kill func()
+	closeWhenEmpty bool
+	tickExpiry     bool
+
+	// The writer (conn_writer.go). out is the transport's sink, set before
+	// the writer may start.
+	out       sink
+	ctx       context.Context // the writer's hub and broker calls; cancelled once the connection closes
+	cancel    context.CancelFunc
+	writing   atomic.Bool // a writer runs, the transport holds it off, or the final frames were written
+	beatDue   atomic.Bool // a heartbeat is to be written
+	beatMu    sync.Mutex  // guards beat against finish
+	beat      *time.Timer // HeartbeatInterval, from startHeartbeat
+	broken    bool        // writer only: a write failed, the stream is not intact
+	finalDone chan struct{}
+
+	// ctl is the one control queue: replies, token refresh requests and
+	// subscription changes, in order (conn_ctl.go).
+	ctl ctlQueue
 
 	abortMu sync.Mutex
 	abortFn func()
@@ -85,20 +85,15 @@ type Conn struct {
 	// slow.
 	catchingUp bool
 
-	// hooks lets the revalidation timer reach the transport; set before
-	// the connection is registered.
-	hooks connHooks
+	// subsMu guards subs: the subscriptions a client asked for by request
+	// (conn_subs.go); nil for a stream subscribed when it opened.
+	subsMu sync.Mutex
+	subs   map[string]*clientSub
+
 	// revalMu guards the revalidation state below.
 	revalMu  sync.Mutex
 	askedExp time.Time           // the exp a fresh token was last asked for
 	rechecks map[string]*recheck // subscriptions whose authorization lapses
-
-	// ctl holds control events for the core writer (SSE): a reauth request
-	// or the end of one subscription. ctlCh is nil for transports with a
-	// writer of their own.
-	ctlMu sync.Mutex
-	ctl   []connCtl
-	ctlCh chan struct{} // capacity 1: "ctl is not empty"
 
 	// userKey is the user whose MaxConnectionsPerUser slot the connection
 	// holds, when hasUserSlot; only the connection's handler touches them.
@@ -111,8 +106,11 @@ type Conn struct {
 	delay     time.Duration // reconnect delay to announce; set before done is closed
 }
 
+// newConn returns a connection whose writer is held off until the
+// transport calls startWriting.
 func (s *Server) newConn(transport string, claims *auth.Claims, remote string) *Conn {
-	return &Conn{
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Conn{
 		srv:       s,
 		id:        s.nextConnID.Add(1),
 		transport: transport,
@@ -121,11 +119,17 @@ func (s *Server) newConn(transport string, claims *auth.Claims, remote string) *
 		pos:       newPositions(claims.Tenant, 4),
 		opened:    time.Now(),
 		remote:    remote,
+		ctx:       ctx,
+		cancel:    cancel,
+		finalDone: make(chan struct{}),
+		ctl:       ctlQueue{maxBytes: s.cfg.QueueMaxBytes, maxMsgs: s.cfg.QueueMaxMessages},
 		done:      make(chan struct{}),
 		resyncCh:  make(chan struct{}, 1),
 
 		deliveries: s.metrics.deliveries.WithLabelValues(transport),
 	}
+	c.writing.Store(true)
+	return c
 }
 
 var _ fanout.ResyncSubscriber = (*Conn)(nil)
@@ -144,9 +148,7 @@ func (c *Conn) Deliver(p *fanout.Prepared) {
 		}
 		c.lag()
 	case pushed:
-		if c.wake != nil {
-			c.wake()
-		}
+		c.wake()
 	}
 }
 
@@ -191,9 +193,7 @@ func (c *Conn) signalResync() {
 	case c.resyncCh <- struct{}{}:
 	default:
 	}
-	if c.wake != nil {
-		c.wake()
-	}
+	c.wake()
 }
 
 // requestResync has the writer read key from the history; only the
@@ -243,9 +243,7 @@ func (c *Conn) Close(r Reason, delay time.Duration) {
 			}
 			c.abortMu.Unlock()
 		}
-		if c.wake != nil {
-			c.wake()
-		}
+		c.wake()
 	})
 }
 
@@ -253,9 +251,7 @@ func (c *Conn) Close(r Reason, delay time.Duration) {
 // tears it down at once without waiting for a final frame.
 func (c *Conn) hardClose(r Reason) {
 	c.Close(r, 0)
-	if c.kill != nil {
-		c.kill()
-	}
+	c.out.kill()
 }
 
 // Done is closed once the connection is closing; Reason is then valid.
@@ -335,229 +331,35 @@ func (c *Conn) subscribe(ctx context.Context, channel string, since *fanout.Posi
 
 // unsubscribeAll removes the connection from the hub.
 func (c *Conn) unsubscribeAll() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	for _, k := range c.keys {
-		if err := c.srv.deps.Hub.Unsubscribe(ctx, k, c); err != nil {
-			c.srv.connLog.Log(slog.LevelWarn, "gateway: unsubscribe failed",
-				slog.Uint64("conn", c.id), slog.String("channel", k.Channel), slog.String("error", err.Error()))
-		}
+		c.leaveHub(k)
 	}
 	c.keys = nil
 }
 
-// writer drains the connection's queue into s until the connection closes
-// or ctx (the client's request) ends: it takes everything queued, writes it
-// as one batch under one deadline, and flushes only when the queue is empty.
-// It also writes heartbeats and the control events of the revalidation
-// timer (which also closes the connection when its token runs out). On
-// exit it writes the final frames when the stream is intact.
-func (c *Conn) writer(ctx context.Context, s sink) {
-	cfg := &c.srv.cfg
-	heartbeat := time.NewTicker(cfg.HeartbeatInterval)
-	defer heartbeat.Stop()
-
-	var batch []*fanout.Prepared
-	intact := true
-	for intact && !c.closed() {
-		var err error
-		select {
-		case <-ctx.Done():
-			c.Close(ReasonClientClosed, 0)
-			return
-		case <-c.done:
-		case <-c.queue.ready:
-			batch, err = c.drain(s, batch)
-		case <-c.resyncCh:
-			err = c.resync(ctx, s)
-		case <-heartbeat.C:
-			err = c.heartbeat(s)
-		case <-c.ctlCh:
-			err = c.control(ctx, s)
-		}
-		if err != nil {
-			intact = false
-			c.Close(writeErrorReason(ctx, err), 0)
-		}
+// leave ends the subscription to channel on the writer's side: it leaves
+// the hub and stops tracking the channel, so nothing of it follows (writer
+// only). It reports false when the channel was not subscribed.
+func (c *Conn) leave(channel string) bool {
+	key := fanout.Key{Tenant: c.claims.Tenant, Channel: channel}
+	i := slices.Index(c.keys, key)
+	if i < 0 {
+		return false
 	}
-	if !intact || !c.reason.tellsClient() {
-		return
-	}
-	t := min(cfg.WriteTimeout, finalWriteTimeout)
-	if s.setDeadline(time.Now().Add(t)) == nil && s.final(c.reason, c.delay) == nil {
-		_ = s.flush()
-	}
+	c.keys = slices.Delete(c.keys, i, i+1)
+	c.pos.remove(channel)
+	c.written.Delete(channel)
+	c.untrack(channel)
+	c.leaveHub(key)
+	return true
 }
 
-// heartbeat writes and flushes a keep-alive frame under its own deadline.
-func (c *Conn) heartbeat(s sink) error {
-	if err := s.setDeadline(time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
-		return err
+// leaveHub unsubscribes the connection from key on the hub.
+func (c *Conn) leaveHub(key fanout.Key) {
+	ctx, cancel := context.WithTimeout(context.Background(), hubCallTimeout)
+	defer cancel()
+	if err := c.srv.deps.Hub.Unsubscribe(ctx, key, c); err != nil {
+		c.srv.connLog.Log(slog.LevelWarn, "gateway: unsubscribe failed",
+			slog.Uint64("conn", c.id), slog.String("channel", key.Channel), slog.String("error", err.Error()))
 	}
-	if err := s.heartbeat(); err != nil {
-		return err
-	}
-	return s.flush()
-}
-
-// drain writes batches until the queue is empty, then flushes.
-func (c *Conn) drain(s sink, spare []*fanout.Prepared) ([]*fanout.Prepared, error) {
-	written := false
-	for !c.closed() {
-		batch := c.queue.take(spare)
-		spare = batch
-		if len(batch) == 0 {
-			if written {
-				return spare, s.flush()
-			}
-			return spare, nil
-		}
-		if err := s.setDeadline(time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
-			return spare, err
-		}
-		n, err := c.writeLive(s, batch)
-		c.queue.release(batch)
-		if err != nil {
-			return spare, err
-		}
-		written = written || n > 0
-	}
-	return spare, nil
-}
-
-// writeLive buffers the publications of batch (taken from the queue) the
-// client does not have yet, in order, and returns how many it wrote. One
-// that comes after a gap in its channel is not written: the channel is read
-// from the history instead (resync), which holds it too.
-func (c *Conn) writeLive(s sink, batch []*fanout.Prepared) (int, error) {
-	n := 0
-	defer func() { c.deliveries.Add(float64(n)) }()
-	for _, p := range batch {
-		switch c.pos.admitNext(p.Key(), p.Position()) {
-		case admitRepeat:
-			continue
-		case admitGap:
-			c.requestResync(p.Key())
-			continue
-		}
-		if err := s.publication(p, c.pos); err != nil {
-			return n, err
-		}
-		c.noteWritten(p.Key().Channel, p.Position().Offset)
-		n++
-	}
-	return n, nil
-}
-
-// catchUpPage is how many publications the writer reads from a channel's
-// history at a time: half the queue bound, so catching up holds no more
-// than the queue would.
-func (c *Conn) catchUpPage() int { return max(1, c.srv.cfg.QueueMaxMessages/2) }
-
-// resync reads channels forward from the history, from the last position
-// written to the client, a page at a time: every channel after the queue
-// dropped publications (lagging), and the channels Resync named or a gap
-// or a full page left to read. A channel with more to read is asked again,
-// so the live queue and the other channels are served in between.
-func (c *Conn) resync(ctx context.Context, s sink) error {
-	c.resyncMu.Lock()
-	keys := c.resyncKeys
-	c.resyncKeys = nil
-	c.resyncMu.Unlock()
-	if c.lagging.Swap(false) {
-		c.catchingUp = true
-		keys = keys[:0]
-		for _, ch := range c.pos.names {
-			keys = append(keys, fanout.Key{Tenant: c.claims.Tenant, Channel: ch})
-		}
-	}
-	page := c.catchUpPage()
-	written := false
-	for _, key := range keys {
-		i, ok := c.pos.index[key.Channel]
-		if !ok {
-			continue
-		}
-		rec, err := c.srv.deps.Broker.Recover(ctx, key, c.pos.entries[i].pos, page)
-		if err != nil && ctx.Err() != nil {
-			c.Close(ReasonClientClosed, 0)
-			return nil
-		}
-		if err != nil {
-			c.srv.connLog.Log(slog.LevelError, "gateway: resync recover failed",
-				slog.Uint64("conn", c.id), slog.String("channel", key.Channel), slog.String("error", err.Error()))
-			c.Close(ReasonServerError, 0)
-			return nil
-		}
-		if !rec.Recovered {
-			if c.catchingUp {
-				// It fell further behind than the history reaches.
-				c.Close(ReasonSlow, 0)
-			} else {
-				c.Close(ReasonInsufficientState, 0)
-			}
-			return nil
-		}
-		if len(rec.Publications) == page {
-			c.requestResync(key)
-		}
-		if len(rec.Publications) == 0 {
-			continue
-		}
-		if err := s.setDeadline(time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
-			return err
-		}
-		n, err := c.writeRecovered(s, rec.Publications)
-		if err != nil {
-			return err
-		}
-		written = written || n > 0
-	}
-	if c.catchingUp && !c.lagging.Load() {
-		c.resyncMu.Lock()
-		if len(c.resyncKeys) == 0 {
-			c.catchingUp = false
-		}
-		c.resyncMu.Unlock()
-	}
-	if written {
-		return s.flush()
-	}
-	return nil
-}
-
-// writeRecovered buffers the recovered publications the client does not
-// have yet, in order, and returns how many it wrote.
-func (c *Conn) writeRecovered(s sink, pubs []fanout.Publication) (int, error) {
-	n := 0
-	for i := range pubs {
-		p := &pubs[i]
-		if !c.pos.admit(p.Key, p.Position) {
-			continue
-		}
-		if err := s.publication(fanout.NewPrepared(*p), c.pos); err != nil {
-			c.deliveries.Add(float64(n))
-			return n, err
-		}
-		c.noteWritten(p.Key.Channel, p.Offset)
-		n++
-	}
-	c.deliveries.Add(float64(n))
-	return n, nil
-}
-
-// writeErrorReason classifies a failed write.
-func writeErrorReason(ctx context.Context, err error) Reason {
-	switch {
-	case ctx.Err() != nil:
-		return ReasonClientClosed
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return ReasonWriteTimeout
-	}
-	return ReasonClientClosed
-}
-
-// tellsClient reports whether a connection closed for r gets a final event.
-func (r Reason) tellsClient() bool {
-	return r.Code != ReasonClientClosed.Code && r.Code != ReasonWriteTimeout.Code
 }

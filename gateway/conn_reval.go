@@ -5,24 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/subscriptions"
 )
-
-// connHooks is what the revalidation timer needs from a connection's
-// transport. Every method may be called from any goroutine and must not
-// block.
-type connHooks interface {
-	// currentClaims returns the claims of the connection's current token,
-	// or nil while it has none (a WebSocket before connect).
-	currentClaims() *auth.Claims
-	// askRefresh asks the client for a fresh token before exp: a "refresh"
-	// push (WebSocket) or a "reauth" event (SSE).
-	askRefresh(exp time.Time)
-	// endSubscription ends one subscription for r, leaving the others; it
-	// does nothing when the channel is not subscribed.
-	endSubscription(channel string, r Reason)
-}
 
 // recheck is a subscription whose authorization lapses: one allowed by a
 // subscription token or by the webhook (Decision.RecheckAfter > 0).
@@ -112,8 +96,8 @@ func (c *Conn) reauthorized(channel, subToken string, expect *recheck, d subscri
 		c.srv.connLog.Log(slog.LevelWarn, "gateway: re-authorization failed; ending the subscription",
 			slog.Uint64("conn", c.id), slog.String("channel", channel), slog.String("error", err.Error()))
 	}
-	if end.Code != "" && c.hooks != nil {
-		c.hooks.endSubscription(channel, end)
+	if end.Code != "" {
+		c.endSubscription(channel, end)
 	}
 }
 

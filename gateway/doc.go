@@ -2,20 +2,24 @@
 // WebSocket transport (ws.go; the protocol is docs/protocol.md), health and
 // readiness probes, Prometheus metrics and the demo page.
 //
-// Every stream is a connection (conn.go) with one bounded send queue
-// (queue.go) that the fan-out hub fills with a non-blocking enqueue, and one
-// writer that drains it, writes a batch and flushes only when the queue is
-// empty. A connection that falls behind its bound is closed with the reason
-// "slow"; every close has a typed Reason (reasons.go) that is a metric label,
-// a log field and, where the stream can still carry it, a final "disconnect"
+// Every stream is a connection (conn.go), whatever its transport, with
+// one bounded send queue (queue.go) that the fan-out hub fills with a
+// non-blocking enqueue, one control queue (conn_ctl.go) and one writer
+// (conn_writer.go) that drains both into the transport's sink, writes a
+// batch and flushes only when nothing is left. A connection whose queue
+// overflows drops what it holds and catches up from the channel history;
+// only one that falls behind the history is closed, as "slow". Every
+// close has a typed Reason (reasons.go) that is a metric label, a log
+// field and, where the stream can still carry it, a final "disconnect"
 // event telling the client whether and when to reconnect.
 //
 // After its head (the upgrade, or the SSE response's headers and first
 // events) an HTTP/1.1 connection leaves net/http (hijack): a reader
-// goroutine of its own notices the client going, and a writer is started
-// on demand and exits when the queues are empty, so an idle connection
-// holds only its reader goroutine (ws_conn.go, sse_conn.go). An HTTP/2 SSE
-// stream, which cannot be hijacked, is written by its handler.
+// goroutine of its own notices the client going, and the writer is
+// started on demand and exits when the queues are empty, so an idle
+// connection holds only its reader goroutine (ws_conn.go, sse_conn.go).
+// An HTTP/2 SSE stream, which cannot be hijacked, keeps its handler
+// waiting while the writer writes through net/http.
 //
 // One server-wide revalidation timer (revalidate.go) walks every
 // connection each Config.RevalidateInterval: it cuts revoked tokens and

@@ -67,7 +67,7 @@ func (s *syncBuffer) String() string {
 }
 
 // newTestBroker makes the broker o names.
-func newTestBroker(t *testing.T, o envOptions) (fanout.Broker, error) {
+func newTestBroker(t testing.TB, o envOptions) (fanout.Broker, error) {
 	switch o.broker {
 	case "":
 		return fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.history})
@@ -86,18 +86,28 @@ func newTestBroker(t *testing.T, o envOptions) (fanout.Broker, error) {
 
 func newEnv(t *testing.T, o envOptions) *testEnv {
 	t.Helper()
-	broker, err := newTestBroker(t, o)
+	e := startTestServer(t, o)
+	e.t = t
+	return e
+}
+
+// startTestServer starts a gateway on 127.0.0.1:0 for o over a broker and
+// hub of its own, stopped when tb ends; the testEnv it returns has no t
+// (newEnv sets it).
+func startTestServer(tb testing.TB, o envOptions) *testEnv {
+	tb.Helper()
+	broker, err := newTestBroker(tb, o)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := broker.Start(context.Background(), hub); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(broker.Stop)
+	tb.Cleanup(broker.Stop)
 
 	logs := &syncBuffer{}
 	reg := prometheus.NewRegistry()
@@ -119,17 +129,17 @@ func newEnv(t *testing.T, o envOptions) *testEnv {
 	}
 	srv, err := New(cfg, deps)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	tr := &http.Transport{DisableKeepAlives: true}
 	e := &testEnv{
-		t: t, srv: srv, base: "http://" + srv.Addr(), broker: broker, hub: hub, reg: reg,
+		srv: srv, base: "http://" + srv.Addr(), broker: broker, hub: hub, reg: reg,
 		client: &http.Client{Transport: tr}, logs: logs,
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		srv.Stop()
 		tr.CloseIdleConnections()
 	})

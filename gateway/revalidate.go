@@ -147,10 +147,10 @@ func (rv *revalidator) tick() {
 
 // check revalidates one connection.
 func (rv *revalidator) check(c *Conn, set *auth.RevocationSet, now time.Time) {
-	if c.closed() || c.hooks == nil {
+	if c.closed() {
 		return
 	}
-	claims := c.hooks.currentClaims()
+	claims := c.currentClaims()
 	if claims == nil {
 		return // a WebSocket before connect
 	}
@@ -170,7 +170,7 @@ func (rv *revalidator) check(c *Conn, set *auth.RevocationSet, now time.Time) {
 // 401). It reports whether the connection was closed. A WebSocket's
 // expiry runs on a timer of its own (ws_expiry.go), to the millisecond.
 func (rv *revalidator) checkExpiry(c *Conn, exp, now time.Time) bool {
-	if c.transport != transportSSE {
+	if !c.tickExpiry {
 		return false
 	}
 	if !now.Before(exp.Add(-2 * rv.interval)) {
@@ -180,7 +180,7 @@ func (rv *revalidator) checkExpiry(c *Conn, exp, now time.Time) bool {
 		return true
 	}
 	if !now.Before(exp.Add(-rv.refreshAhead)) && c.markAsked(exp) {
-		c.hooks.askRefresh(exp)
+		c.askRefresh(exp)
 	}
 	return false
 }

@@ -36,7 +36,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.refuseConn(w, r, transportSSE, s.userLimitReason(), "")
 		return
 	}
-	sc := newSSEConn(s, conn)
+	sc := newSSEConn(s, conn, w)
 	if !s.register(conn) {
 		s.releaseUser(conn)
 		s.releaseSlot()
@@ -49,13 +49,10 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve subscribes the stream and writes its head, then hands an HTTP/1.1
-// stream to its own goroutines (it then reports true) or writes the
-// stream until it ends.
+// stream to its own goroutines (it then reports true), or waits while the
+// writer writes the stream until it ends.
 func (sc *sseConn) serve(w http.ResponseWriter, r *http.Request, req sseRequest) bool {
 	s, conn := sc.srv, sc.c
-	sc.sink = newSSESink(newHTTPOut(w))
-	conn.setAbort(sc.sink.abort)
-
 	subs, err := s.subscribeSSE(r, conn, req)
 	if err != nil && r.Context().Err() != nil {
 		conn.Close(ReasonClientClosed, 0)
@@ -80,10 +77,18 @@ func (sc *sseConn) serve(w http.ResponseWriter, r *http.Request, req sseRequest)
 		conn.Close(writeErrorReason(r.Context(), err), 0)
 		return false
 	}
-	if sc.hijack(w, r) {
+	hijacked := sc.hijack(w, r)
+	conn.startHeartbeat()
+	conn.startWriting()
+	if hijacked {
 		return true
 	}
-	conn.writer(r.Context(), sc.sink)
+	select {
+	case <-r.Context().Done():
+		conn.Close(ReasonClientClosed, 0)
+	case <-conn.finalDone:
+	}
+	<-conn.finalDone
 	return false
 }
 
@@ -114,7 +119,7 @@ func acceptsEventStream(r *http.Request) bool {
 func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg string) {
 	streamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	sink := newSSESink(newHTTPOut(w))
+	sink := newSSESink(newHTTPOut(w), s.cfg.WriteTimeout)
 	if sink.setDeadline(time.Now().Add(min(s.cfg.WriteTimeout, finalWriteTimeout))) == nil &&
 		sink.retry(s.cfg.SSERetry) == nil &&
 		sink.final(withMessage(ReasonTokenExpired, msg), 0) == nil {
@@ -146,14 +151,14 @@ func (s *Server) subscribeSSE(r *http.Request, conn *Conn, req sseRequest) ([]su
 // startSSE writes the head of a stream as one batch: the retry field, a
 // subscribed event per channel, then the recovered publications.
 func (s *Server) startSSE(sink *sseSink, conn *Conn, subs []subscription) error {
-	if err := sink.setDeadline(time.Now().Add(s.cfg.WriteTimeout)); err != nil {
+	if err := sink.arm(); err != nil {
 		return err
 	}
 	if err := sink.retry(s.cfg.SSERetry); err != nil {
 		return err
 	}
 	for _, sub := range subs {
-		if err := sink.subscribed(sub, conn.pos); err != nil {
+		if err := sink.subscribed(0, sub, conn.pos); err != nil {
 			return err
 		}
 	}

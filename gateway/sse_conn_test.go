@@ -120,13 +120,15 @@ func (o *discardOut) write(buf []byte) error      { o.bytes += len(buf) - sseRoo
 func (o *discardOut) flush() error                { return nil }
 func (o *discardOut) setDeadline(time.Time) error { return nil }
 func (o *discardOut) abort()                      {}
+func (o *discardOut) finish(bool)                 {}
+func (o *discardOut) kill()                       {}
 
 // sinkDeliveries returns a function that writes one more publication of
 // channel 0 of a stream of channels channels to sink, as the writer does
 // for a live delivery (its position advances), flushing every 16.
 func sinkDeliveries(channels int) (*discardOut, func()) {
 	out := &discardOut{}
-	sink := newSSESink(out)
+	sink := newSSESink(out, time.Minute)
 	pos := newPositions("acme", channels)
 	for i := range channels {
 		pos.add(fmt.Sprintf("users/u-%d/orders", i), fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1000})

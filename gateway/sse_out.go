@@ -22,6 +22,10 @@ type sseOut interface {
 	setDeadline(t time.Time) error
 	// abort makes a write blocked on the client fail now.
 	abort()
+	// finish ends the body, when intact, and closes what the out owns.
+	finish(intact bool)
+	// kill closes what the out owns at once; any goroutine may call it.
+	kill()
 }
 
 // sseRoom is the room a sink leaves at the start of its buffer for the
@@ -54,6 +58,13 @@ func (o httpOut) setDeadline(t time.Time) error {
 }
 
 func (o httpOut) abort() { _ = o.rc.SetWriteDeadline(time.Now()) }
+
+// finish does nothing: net/http ends the response when the handler
+// returns.
+func (o httpOut) finish(bool) {}
+
+// kill does nothing: net/http closes its connections (Server.Stop).
+func (o httpOut) kill() {}
 
 // chunkOut writes the rest of an HTTP/1.1 response whose head net/http
 // wrote with Transfer-Encoding: chunked: each write is one chunk, sent at
@@ -91,11 +102,16 @@ func (o *chunkOut) write(buf []byte) error {
 // lastChunk is the end of a chunked body.
 var lastChunk = []byte("0\r\n\r\n")
 
-// end writes the end of the body.
-func (o *chunkOut) end() error {
-	_, err := o.conn.Write(lastChunk)
-	return err
+// finish writes the end of the body when intact, and closes the
+// connection, which ends the stream's reader.
+func (o *chunkOut) finish(intact bool) {
+	if intact {
+		_, _ = o.conn.Write(lastChunk)
+	}
+	_ = o.conn.Close()
 }
+
+func (o *chunkOut) kill() { _ = o.conn.Close() }
 
 func (o *chunkOut) flush() error { return nil }
 

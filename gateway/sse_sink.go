@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
@@ -14,15 +15,33 @@ const sseBatchBytes = 64 << 10
 
 // sseSink writes the SSE framing (text/event-stream) of a connection. It
 // builds events in a pooled buffer, held only until the next flush, and
-// hands them to its out in batches. Only the writer calls it, except abort.
+// hands them to its out in batches. Only the writer calls it, except kill.
 type sseSink struct {
-	out  sseOut
-	enc  cursorEncoder
-	buf  []byte  // events not yet handed to out, after sseRoom free bytes; nil after a flush
-	bufp *[]byte // the pooled slice buf came from
+	out     sseOut
+	timeout time.Duration // WriteTimeout, per batch
+	enc     cursorEncoder
+	buf     []byte  // events not yet handed to out, after sseRoom free bytes; nil after a flush
+	bufp    *[]byte // the pooled slice buf came from
+
+	mu sync.Mutex // guards out against kill
 }
 
-func newSSESink(out sseOut) *sseSink { return &sseSink{out: out} }
+var _ sink = (*sseSink)(nil)
+
+func newSSESink(out sseOut, timeout time.Duration) *sseSink {
+	return &sseSink{out: out, timeout: timeout}
+}
+
+// setOut replaces the out (once the stream left net/http); the writer
+// must not run.
+func (s *sseSink) setOut(out sseOut) {
+	s.mu.Lock()
+	s.out = out
+	s.mu.Unlock()
+}
+
+// arm sets the deadline of the batch that follows.
+func (s *sseSink) arm() error { return s.out.setDeadline(time.Now().Add(s.timeout)) }
 
 func (s *sseSink) setDeadline(t time.Time) error { return s.out.setDeadline(t) }
 
@@ -81,8 +100,9 @@ type subscribedEvent struct {
 }
 
 // subscribed writes a "subscribed" event carrying the stream's cursor as
-// its id, so a client that sees no publication still resumes from here.
-func (s *sseSink) subscribed(sub subscription, pos *positions) error {
+// its id, so a client that sees no publication still resumes from here. A
+// stream makes no subscribe requests: id is 0.
+func (s *sseSink) subscribed(_ uint64, sub subscription, pos *positions) error {
 	data, err := json.Marshal(subscribedEvent{
 		Channel: sub.channel, Recovered: sub.recovered, Reason: sub.why.Code, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
 	})
@@ -128,9 +148,13 @@ func (s *sseSink) refreshRequest(exp time.Time) error {
 	return s.event(append(s.open(), "event: reauth"...), data)
 }
 
+// subscribeFailed writes nothing: a stream makes no subscribe requests.
+func (s *sseSink) subscribeFailed(uint64, string) error { return nil }
+
 // unsubscribed writes an "unsubscribed" event carrying the cursor of the
-// channels left, so a reconnect resumes them.
-func (s *sseSink) unsubscribed(channel string, r Reason, pos *positions) error {
+// channels left, so a reconnect resumes them. Only the server ends a
+// stream's subscriptions: id is 0.
+func (s *sseSink) unsubscribed(_ uint64, channel string, r Reason, pos *positions) error {
 	data, err := json.Marshal(unsubscribedEvent{
 		Channel: channel, Reason: r.Code, Resubscribe: r.Reconnect, Message: r.Message,
 	})
@@ -156,6 +180,9 @@ func (s *sseSink) final(r Reason, delay time.Duration) error {
 	}
 	return s.event(append(s.open(), "event: disconnect"...), data)
 }
+
+// frame writes b, whole events, as they are.
+func (s *sseSink) frame(b []byte) error { return s.done(append(s.open(), b...)) }
 
 // event completes the event whose fields b ends with with a data line.
 func (s *sseSink) event(b, data []byte) error {
@@ -185,4 +212,16 @@ func (s *sseSink) release() {
 	}
 }
 
-func (s *sseSink) abort() { s.out.abort() }
+// close ends the body, when intact, returns the buffer and closes the
+// connection of a stream that left net/http.
+func (s *sseSink) close(_ Reason, intact bool) {
+	s.release()
+	s.out.finish(intact)
+}
+
+func (s *sseSink) kill() {
+	s.mu.Lock()
+	out := s.out
+	s.mu.Unlock()
+	out.kill()
+}

@@ -26,18 +26,19 @@ import (
 //     for (wsConn.handleApart), so its own stack stays small: connect,
 //     ping and unsubscribe are answered there, and subscribe, publish and
 //     refresh start a goroutine each, at most MaxInflight at once;
-//   - a writer started on demand (wsConn.wake) whenever something is queued
-//     and gone again once the queues are empty, so an idle connection holds
-//     one goroutine. The writer is the only one to write data frames: it
-//     batches everything queued into messages of newline-separated frames,
-//     each message written under its own deadline, and it performs the
-//     subscriptions' hub and history work, so a subscription's reply, its
-//     recovered publications and its live ones leave in order;
+//   - the connection core's writer (conn_writer.go), started on demand
+//     whenever something is queued and gone again once the queues are
+//     empty, so an idle connection holds one goroutine. The writer is the
+//     only one to write data frames: through wsSink it batches everything
+//     queued into messages of newline-separated frames, each message
+//     written under its own deadline, and it performs the subscriptions'
+//     hub and history work, so a subscription's reply, its recovered
+//     publications and its live ones leave in order;
 //   - timers instead of goroutines for the connect timeout, the client
-//     timeout, the server's pings and the token's expiry (ws_expiry.go);
-//     revocation and re-authorization are the server-wide revalidation
-//     timer's (revalidate.go), which reaches the connection through
-//     connHooks.
+//     timeout, the server's pings (the core's heartbeat) and the token's
+//     expiry (ws_expiry.go); revocation and re-authorization are the
+//     server-wide revalidation timer's (revalidate.go), which ends a
+//     subscription or the connection through the core.
 
 // publisher is a broker that takes client publications (fanout.Broker).
 type publisher interface {
@@ -118,12 +119,11 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.metrics.refused(transportWS, ReasonBadRequest)
 		s.connLog.Log(slog.LevelDebug, "gateway: websocket upgrade failed",
 			slog.String("remote", clientOf(r).remote), slog.String("error", err.Error()))
-		wc.cancel()
+		conn.cancel()
 		return
 	}
 	// From here on r.Context() must not be used: the connection is hijacked.
 	wc.attach(ws, hj.conn)
-	conn.hooks = wc
 	if !s.register(conn) {
 		conn.Close(ReasonShutdown, s.reconnectJitter())
 	}

@@ -16,11 +16,12 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
-	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// wsConn is the WebSocket side of one Conn.
+// wsConn is the WebSocket side of one Conn: the reader, the herald.v1
+// requests and the connection's timers. The Conn's writer writes through
+// sink.
 type wsConn struct {
 	srv *Server
 	c   *Conn
@@ -29,16 +30,9 @@ type wsConn struct {
 	raw *wsFrameWatch // the connection under ws: its reads and their deadline
 	hc  httpCredentials
 
-	// ctx bounds the connection's requests and the writer's hub and broker
-	// calls; it is cancelled as soon as the connection closes. Reads and
-	// writes of frames never use it.
-	ctx    context.Context
-	cancel context.CancelFunc
-
 	clientID  string
 	connected atomic.Bool
 	opened    bool // reader (or the handler it waits for) only: counted by Server.opened
-	claims    atomic.Pointer[auth.Claims]
 	pubGrants atomic.Pointer[publishGrants]
 
 	lastRecv atomic.Int64 // unix nanoseconds of the last frame received
@@ -47,29 +41,15 @@ type wsConn struct {
 	ids      []uint64 // the ids of the requests in flight (ws_inflight.go)
 	reqs     sync.WaitGroup
 
-	subsMu sync.Mutex
-	subs   map[string]*wsSub // every subscription, pending or done
-
 	connectTimer *time.Timer
 	idleTimer    *time.Timer
-	pingTimer    *time.Timer // from connect
 
 	// The token expiry timer (ws_expiry.go), from connect.
 	expMu      sync.Mutex
 	expTimer   *time.Timer
 	expStopped bool
 
-	ctl       ctlQueue
-	writing   atomic.Bool // a writer runs, or the final frames were written
-	sink      wsSink
-	broken    bool          // writer only: a write failed, the stream is not intact
-	finalDone chan struct{} // closed once the writer closed the WebSocket
-}
-
-// wsSub is one subscription of a connection.
-type wsSub struct {
-	pending  bool   // the subscribe request is under way
-	subToken string // the subscription token it was allowed with, for rechecks
+	sink wsSink
 }
 
 // publishGrants are the compiled publish grants of the current token.
@@ -80,16 +60,11 @@ type publishGrants struct {
 
 // newWSConn prepares the WebSocket side of c; attach binds the socket.
 func newWSConn(s *Server, c *Conn, hc httpCredentials) *wsConn {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &wsConn{
-		srv: s, c: c, cfg: &s.cfg, hc: hc,
-		ctx: ctx, cancel: cancel,
-		clientID:  uuid.NewString(),
-		ctl:       ctlQueue{maxBytes: s.cfg.QueueMaxBytes, maxMsgs: s.cfg.QueueMaxMessages},
-		finalDone: make(chan struct{}),
-	}
+	w := &wsConn{srv: s, c: c, cfg: &s.cfg, hc: hc, clientID: uuid.NewString()}
 	w.sink.timeout = s.cfg.WriteTimeout
 	w.sink.expiryGrace = s.cfg.ExpiryGrace
+	w.sink.requests = s.metrics.wsRequests
+	c.out = &w.sink
 	w.touch()
 	return w
 }
@@ -105,12 +80,9 @@ func (w *wsConn) attach(ws *websocket.Conn, raw *wsFrameWatch) {
 	w.ws = ws
 	w.raw = raw
 	w.sink.ws = ws
-	if raw != nil {
-		w.sink.raw = raw
-	}
-	w.c.wake = w.wake
-	w.c.kill = func() { _ = ws.CloseNow() }
+	w.sink.raw = raw
 	w.c.setAbort(w.sink.abort)
+	w.c.startWriting()
 }
 
 // run is the connection's goroutine: it reads frames until the connection
@@ -156,15 +128,12 @@ func (w *wsConn) startTimers() {
 func (w *wsConn) end() {
 	defer w.srv.releaseSlot()
 	defer w.srv.unregister(w.c)
-	<-w.finalDone
+	<-w.c.finalDone
 
 	w.connectTimer.Stop()
 	w.idleTimer.Stop()
-	if w.pingTimer != nil {
-		w.pingTimer.Stop()
-	}
 	w.stopExpiry()
-	w.cancel()
+	w.c.cancel()
 	w.reqs.Wait()
 	w.c.setAbort(nil)
 	w.c.unsubscribeAll()
@@ -360,43 +329,16 @@ func (w *wsConn) connectTimedOut() {
 	w.c.Close(withMessage(ReasonTimeout, fmt.Sprintf("no connect frame within %s", w.cfg.ConnectTimeout)), 0)
 }
 
-// ping queues the server's application-level ping and re-arms itself.
-func (w *wsConn) ping() {
-	if w.c.closed() {
-		return
-	}
-	w.enqueue(wsItem{kind: itemPing})
-	w.pingTimer.Reset(w.cfg.HeartbeatInterval)
-}
-
-// currentClaims implements connHooks: the claims of the current token,
-// nil before connect.
-func (w *wsConn) currentClaims() *auth.Claims {
-	if !w.connected.Load() {
-		return nil
-	}
-	return w.claims.Load()
-}
-
-// askRefresh implements connHooks: a refresh push. The expiry timer
-// (ws_expiry.go) is what calls it for a WebSocket.
-func (w *wsConn) askRefresh(exp time.Time) {
-	w.enqueue(wsItem{kind: itemRefresh, exp: exp})
-}
-
-// endSubscription implements connHooks: an unsubscribed push.
-func (w *wsConn) endSubscription(channel string, r Reason) { w.revoke(channel, r) }
-
 // reply queues a success reply.
 func (w *wsConn) reply(id uint64, op string, result any) {
 	w.srv.metrics.wsRequests.WithLabelValues(op, "ok").Inc()
-	w.enqueue(wsItem{kind: itemFrame, frame: encodeResult(id, result)})
+	w.c.pushCtl(ctlItem{kind: ctlFrame, frame: encodeResult(id, result)})
 }
 
 // replyError queues an error reply.
 func (w *wsConn) replyError(id uint64, op, code, message string) {
 	w.srv.metrics.wsRequests.WithLabelValues(op, code).Inc()
-	w.enqueue(wsItem{kind: itemFrame, frame: encodeError(id, code, message)})
+	w.c.pushCtl(ctlItem{kind: ctlFrame, frame: encodeError(id, code, message)})
 }
 
 // logError logs a failure of this connection, rate limited.

@@ -43,7 +43,7 @@ func (w *wsConn) stopExpiry() {
 func (w *wsConn) expiryDue() {
 	w.expMu.Lock()
 	defer w.expMu.Unlock()
-	claims := w.claims.Load()
+	claims := w.c.cur.Load()
 	if w.expStopped || w.expTimer == nil || claims == nil || claims.ExpiresAt.IsZero() || w.c.closed() {
 		return
 	}
@@ -54,7 +54,7 @@ func (w *wsConn) expiryDue() {
 		w.c.Close(withMessage(ReasonTokenExpired, expiredMessage), 0)
 	case !now.Before(ask):
 		if w.c.markAsked(exp) {
-			w.askRefresh(exp)
+			w.c.askRefresh(exp)
 		}
 		w.expTimer.Reset(end.Sub(now))
 	default:

@@ -58,7 +58,7 @@ func TestWSRefreshPushInsideGrace(t *testing.T) {
 		t.Fatalf("refresh push %+v", p)
 	}
 	c.closedWith(ReasonTokenExpired.Code, closeTokenExpired)
-	if early := exp.Add(grace).Sub(time.Now()); early > 0 {
+	if early := time.Until(exp.Add(grace)); early > 0 {
 		t.Fatalf("closed %s before exp + ExpiryGrace", early)
 	}
 }

@@ -252,9 +252,10 @@ func stackCount(frame string) int {
 	return n
 }
 
-// connGoroutines counts the goroutines running the readers and the
-// writers of transport's connections, and those net/http runs for a
-// connection it still serves (the handler's, the background reader's).
+// connGoroutines counts the goroutines running the readers of
+// transport's connections, the connections' writers (the core's, shared
+// by every transport) and those net/http runs for a connection it still
+// serves (the handler's, the background reader's).
 func connGoroutines(transport string) (readers, writers, netHTTP int) {
 	buf := stacks()
 	conn := "gateway.(*wsConn)."
@@ -263,7 +264,7 @@ func connGoroutines(transport string) (readers, writers, netHTTP int) {
 	}
 	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
 		switch {
-		case bytes.Contains(g, []byte(conn+"writeLoop(")):
+		case bytes.Contains(g, []byte("gateway.(*Conn).writeLoop(")):
 			writers++
 		case bytes.Contains(g, []byte(conn+"run(")):
 			readers++

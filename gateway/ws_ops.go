@@ -38,7 +38,7 @@ func (w *wsConn) connect(f *clientFrame) {
 	case w.hc.ticket != "":
 		// Redeemed only now that connect relies on it (it is spent even if
 		// the connect is refused below: see redeemTicket).
-		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.ConnectTimeout)
+		ctx, cancel := context.WithTimeout(w.c.ctx, w.cfg.ConnectTimeout)
 		var reason Reason
 		var msg string
 		claims, reason, msg = w.srv.redeemTicket(ctx, w.hc.ticket)
@@ -70,8 +70,7 @@ func (w *wsConn) connect(f *clientFrame) {
 	w.adopt(claims)
 	w.connected.Store(true)
 	w.connectTimer.Stop()
-	w.pingTimer = stoppedTimer(w.ping)
-	w.pingTimer.Reset(w.cfg.HeartbeatInterval)
+	w.c.startHeartbeat()
 	w.opened = true
 	w.srv.opened(w.c)
 	w.reply(f.ID, opConnect, w.connectResult(claims, time.Now()))
@@ -126,7 +125,7 @@ func wsErrorCode(r Reason) string {
 func (w *wsConn) adopt(claims *auth.Claims) {
 	g, err := subscriptions.CompileGrants(claims.Publish, claims.Subject)
 	w.pubGrants.Store(&publishGrants{grants: g, err: err})
-	w.claims.Store(claims)
+	w.c.cur.Store(claims)
 }
 
 func unixOrZero(t time.Time) int64 {
@@ -145,54 +144,46 @@ func (w *wsConn) subscribe(f *clientFrame) {
 			w.requestDone(f.ID)
 		}
 	}()
-	ch := f.Channel
-	w.subsMu.Lock()
-	if _, ok := w.subs[ch]; ok {
-		w.subsMu.Unlock()
+	ch, c := f.Channel, w.c
+	switch c.reserve(ch, f.Token) {
+	case reserveTaken:
 		w.replyError(f.ID, opSubscribe, codeAlreadySubscribed, fmt.Sprintf("already subscribed to %q", ch))
 		return
-	}
-	if len(w.subs) >= w.cfg.MaxSubscriptions {
-		w.subsMu.Unlock()
+	case reserveFull:
 		w.srv.metrics.limit(limitSubscriptions)
 		w.replyError(f.ID, opSubscribe, codeTooManySubscriptions, fmt.Sprintf(
 			"at most %d subscriptions per connection: unsubscribe from one first", w.cfg.MaxSubscriptions))
 		return
 	}
-	if w.subs == nil {
-		w.subs = make(map[string]*wsSub)
-	}
-	w.subs[ch] = &wsSub{pending: true, subToken: f.Token}
-	w.subsMu.Unlock()
 
 	// A refresh that lands while this is decided skips it (it re-checks
 	// established subscriptions only), so decide again with the newer
 	// token until the token did not change under the decision.
-	claims := w.claims.Load()
-	d, err := w.srv.deps.Authorizer.Authorize(w.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
-	for err == nil && d.Allowed && w.ctx.Err() == nil {
-		cur := w.claims.Load()
+	claims := c.cur.Load()
+	d, err := w.srv.deps.Authorizer.Authorize(c.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+	for err == nil && d.Allowed && c.ctx.Err() == nil {
+		cur := c.cur.Load()
 		if cur == claims {
 			break
 		}
 		claims = cur
-		d, err = w.srv.deps.Authorizer.Authorize(w.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+		d, err = w.srv.deps.Authorizer.Authorize(c.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
 	}
 	switch {
-	case w.ctx.Err() != nil:
-		w.forget(ch)
+	case c.ctx.Err() != nil:
+		c.forget(ch)
 		return
 	case errors.Is(err, subscriptions.ErrInvalidName):
-		w.forget(ch)
+		c.forget(ch)
 		w.replyError(f.ID, opSubscribe, codeBadRequest, err.Error())
 		return
 	case err != nil:
-		w.forget(ch)
+		c.forget(ch)
 		w.logError("gateway: authorize failed", err, slog.String("tenant", claims.Tenant))
 		w.replyError(f.ID, opSubscribe, codeServerError, "cannot authorize the subscription now; retry later")
 		return
 	case !d.Allowed:
-		w.forget(ch)
+		c.forget(ch)
 		msg := d.Reason
 		if msg == "" {
 			msg = fmt.Sprintf("channel %q is not allowed", ch)
@@ -200,76 +191,36 @@ func (w *wsConn) subscribe(f *clientFrame) {
 		w.replyError(f.ID, opSubscribe, wsErrorCode(denialReason(d)), msg)
 		return
 	}
-	op := &wsSubOp{id: f.ID, channel: ch, subToken: f.Token, recheckAfter: d.RecheckAfter}
+	id := f.ID
+	req := &subscribeReq{subToken: f.Token, recheckAfter: d.RecheckAfter, done: func() { w.requestDone(id) }}
 	if f.Since != nil {
-		op.since = &fanout.Position{Offset: f.Since.Offset, Epoch: f.Since.Epoch}
+		req.since = &fanout.Position{Offset: f.Since.Offset, Epoch: f.Since.Epoch}
 	}
-	if w.enqueue(wsItem{kind: itemSubscribe, sub: op}) {
+	if c.pushCtl(ctlItem{kind: ctlSubscribe, id: id, channel: ch, sub: req}) {
 		handedOff = true
 	} else {
-		w.forget(ch)
+		c.forget(ch)
 	}
 }
 
-// forget drops a subscription that did not come about.
-func (w *wsConn) forget(ch string) {
-	w.subsMu.Lock()
-	delete(w.subs, ch)
-	w.subsMu.Unlock()
-}
-
-// subscribed marks a pending subscription done.
-func (w *wsConn) subscribed(ch string) {
-	w.subsMu.Lock()
-	if s, ok := w.subs[ch]; ok {
-		s.pending = false
-	}
-	w.subsMu.Unlock()
-}
-
-// unsubscribe ends a subscription (on the goroutine the reader waits for); the writer leaves the
-// hub and replies, after which no publication of the channel follows.
+// unsubscribe ends a subscription (on the goroutine the reader waits
+// for); the writer leaves the hub and replies, after which no publication
+// of the channel follows.
 func (w *wsConn) unsubscribe(f *clientFrame) {
-	w.subsMu.Lock()
-	s, ok := w.subs[f.Channel]
-	switch {
-	case !ok:
-		w.subsMu.Unlock()
+	switch w.c.unsubscribe(f.ID, f.Channel) {
+	case notSubscribed:
 		w.replyError(f.ID, opUnsubscribe, codeNotSubscribed, fmt.Sprintf("not subscribed to %q", f.Channel))
-		return
-	case s.pending:
-		w.subsMu.Unlock()
+	case stillPending:
 		w.replyError(f.ID, opUnsubscribe, codeNotSubscribed, fmt.Sprintf(
 			"the subscription to %q is still being made: wait for its reply", f.Channel))
-		return
 	}
-	delete(w.subs, f.Channel)
-	w.subsMu.Unlock()
-	w.c.untrack(f.Channel)
-	w.enqueue(wsItem{kind: itemUnsubscribe, sub: &wsSubOp{id: f.ID, channel: f.Channel}})
-}
-
-// revoke ends a subscription from the server's side with an unsubscribed
-// push carrying r (a revoked grant, a lost history). It does nothing when
-// the channel is not, or not yet, subscribed.
-func (w *wsConn) revoke(ch string, r Reason) {
-	w.subsMu.Lock()
-	s, ok := w.subs[ch]
-	if !ok || s.pending {
-		w.subsMu.Unlock()
-		return
-	}
-	delete(w.subs, ch)
-	w.subsMu.Unlock()
-	w.c.untrack(ch)
-	w.enqueue(wsItem{kind: itemRevoke, sub: &wsSubOp{channel: ch, reason: r}})
 }
 
 // publish publishes a client message on an interactive channel the
 // token's publish grants allow (request goroutine).
 func (w *wsConn) publish(f *clientFrame) {
 	defer w.requestDone(f.ID)
-	claims, pg := w.claims.Load(), w.pubGrants.Load()
+	claims, pg := w.c.cur.Load(), w.pubGrants.Load()
 	switch {
 	case pg.err != nil:
 		w.replyError(f.ID, opPublish, codeForbidden, "the token holds an invalid publish grant: "+pg.err.Error())
@@ -283,7 +234,7 @@ func (w *wsConn) publish(f *clientFrame) {
 		w.replyError(f.ID, opPublish, codeForbidden, "publishing is not available on this server")
 		return
 	}
-	pub, err := p.Publish(w.ctx, fanout.Message{
+	pub, err := p.Publish(w.c.ctx, fanout.Message{
 		ID:            uuid.NewString(),
 		Key:           fanout.Key{Tenant: claims.Tenant, Channel: f.Channel},
 		Type:          f.Type,
@@ -292,7 +243,7 @@ func (w *wsConn) publish(f *clientFrame) {
 		Data:          f.Data,
 	})
 	switch {
-	case w.ctx.Err() != nil:
+	case w.c.ctx.Err() != nil:
 		return
 	case errors.Is(err, fanout.ErrInvalidMessage):
 		w.replyError(f.ID, opPublish, codeBadRequest, err.Error())
@@ -328,7 +279,7 @@ func (w *wsConn) refresh(f *clientFrame) {
 		w.replyError(f.ID, opRefresh, codeUnauthorized, msg)
 		return
 	}
-	cur := w.claims.Load()
+	cur := w.c.cur.Load()
 	if claims.Subject != cur.Subject || claims.Tenant != cur.Tenant {
 		w.replyError(f.ID, opRefresh, codeForbidden,
 			"the new token is for another subject or tenant: open a new connection with it")
@@ -342,22 +293,14 @@ func (w *wsConn) refresh(f *clientFrame) {
 
 // recheck re-authorizes every subscription with claims.
 func (w *wsConn) recheck(claims *auth.Claims) {
-	type entry struct{ channel, subToken string }
-	w.subsMu.Lock()
-	list := make([]entry, 0, len(w.subs))
-	for ch, s := range w.subs {
-		if !s.pending {
-			list = append(list, entry{ch, s.subToken})
-		}
-	}
-	w.subsMu.Unlock()
-	for _, e := range list {
-		d, err := w.srv.deps.Authorizer.Authorize(w.ctx, subscriptions.Request{
+	c := w.c
+	for _, e := range c.heldSubs() {
+		d, err := w.srv.deps.Authorizer.Authorize(c.ctx, subscriptions.Request{
 			Claims: claims, Channel: e.channel, SubToken: e.subToken,
 		})
-		if w.ctx.Err() != nil {
+		if c.ctx.Err() != nil {
 			return
 		}
-		w.c.reauthorized(e.channel, e.subToken, nil, d, err)
+		c.reauthorized(e.channel, e.subToken, nil, d, err)
 	}
 }

@@ -209,14 +209,14 @@ func TestWSTimeoutReleasesBlockedWriter(t *testing.T) {
 	if len(conns) != 1 {
 		t.Fatalf("%d connections", len(conns))
 	}
-	conn, w := conns[0], conns[0].hooks.(*wsConn)
+	conn, sink := conns[0], conns[0].out.(*wsSink)
 	// The peer stops here. 400 publications of 64 KB are more than the
 	// socket buffers of both ends hold.
 	data := `"` + strings.Repeat("x", 64<<10) + `"`
 	for range 400 {
 		e.publish("acme", "orders/1", data)
 	}
-	eventually(t, time.Minute, "the writer to block on the stopped peer", w.sink.writing)
+	eventually(t, time.Minute, "the writer to block on the stopped peer", sink.writing)
 	<-conn.done // the client timeout
 	if r := conn.Reason(); r.Code != ReasonTimeout.Code {
 		t.Fatalf("closed for %s", r.Code)

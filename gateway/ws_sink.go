@@ -3,13 +3,14 @@ package gateway
 import (
 	"context"
 	"errors"
-	"net"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heraldgw/herald/fanout"
 )
@@ -44,24 +45,24 @@ func putBatchBuf(p *[]byte, buf []byte) {
 // wsSink writes herald.v1 frames to a WebSocket (the writer's sink). Frames
 // are batched into one text message, separated by "\n", and written when
 // the batch is full or the queues are empty; each message is written under
-// its own deadline. Only the writer calls it, except abort.
+// its own deadline. Only the writer calls it, except abort and kill.
 type wsSink struct {
-	ws          *websocket.Conn
-	timeout     time.Duration // WriteTimeout, per message
-	expiryGrace time.Duration // ExpiryGrace, announced in refresh pushes
-	limit       time.Time     // when set, no write may last beyond it
-	buf         []byte        // the batch; nil while the writer is idle
-	bufp        *[]byte       // the pooled slice buf came from
+	ws *websocket.Conn
+	// raw is the connection under ws. When set, a message's deadline is
+	// its write deadline, which costs no timer or context per message;
+	// without it (tests) a cancelled context bounds the write.
+	raw         *wsFrameWatch
+	requests    *prometheus.CounterVec // herald_ws_requests_total{op,result}
+	timeout     time.Duration          // WriteTimeout, per message
+	expiryGrace time.Duration          // ExpiryGrace, announced in refresh pushes
+	limit       time.Time              // when set, no write may last beyond it
+	buf         []byte                 // the batch; nil while the writer is idle
+	bufp        *[]byte                // the pooled slice buf came from
 
 	// timedOut is set, before the WebSocket library drops the connection,
 	// when a write missed its deadline; the reader then knows why its read
 	// failed.
 	timedOut atomic.Bool
-
-	// raw is the connection under ws. When set, a message's deadline is
-	// its write deadline, which costs no timer or context per message;
-	// without it (tests) a cancelled context bounds the write.
-	raw net.Conn
 
 	mu      sync.Mutex
 	inWrite bool               // a message write is under way (raw)
@@ -72,8 +73,13 @@ type wsSink struct {
 
 var _ sink = (*wsSink)(nil)
 
-// setDeadline bounds the writes that follow by t (the zero time: only
-// by the per-message timeout).
+// arm gives each message that follows the whole per-message timeout.
+func (s *wsSink) arm() error {
+	s.limit = time.Time{}
+	return nil
+}
+
+// setDeadline bounds the writes that follow by t as well.
 func (s *wsSink) setDeadline(t time.Time) error {
 	s.limit = t
 	return nil
@@ -86,30 +92,52 @@ func (s *wsSink) publication(p *fanout.Prepared, _ *positions) error {
 	if len(env) < 2 || env[0] != '{' {
 		return nil // not an envelope; Prepared never produces one
 	}
-	return s.frame(pubPrefix, env[1:])
+	return s.put(pubPrefix, env[1:])
 }
 
 // heartbeat buffers the server's ping.
-func (s *wsSink) heartbeat() error { return s.frame(nil, wsPingFrame) }
+func (s *wsSink) heartbeat() error { return s.put(nil, wsPingFrame) }
 
 // final buffers the disconnect push.
 func (s *wsSink) final(r Reason, delay time.Duration) error {
-	return s.frame(nil, encodeDisconnect(r, delay))
+	return s.put(nil, encodeDisconnect(r, delay))
 }
 
 // refreshRequest buffers the push asking for a fresh token before exp.
 func (s *wsSink) refreshRequest(exp time.Time) error {
-	return s.frame(nil, encodeRefresh(exp, s.expiryGrace))
+	return s.put(nil, encodeRefresh(exp, s.expiryGrace))
 }
 
-// unsubscribed buffers the push ending one subscription.
-func (s *wsSink) unsubscribed(channel string, r Reason, _ *positions) error {
-	return s.frame(nil, encodeUnsubscribed(channel, r))
+// subscribed buffers the reply to the subscribe request id.
+func (s *wsSink) subscribed(id uint64, sub subscription, _ *positions) error {
+	s.requests.WithLabelValues(opSubscribe, "ok").Inc()
+	return s.put(nil, encodeResult(id, wsSubscribeResult{
+		Channel: sub.channel, Recovered: sub.recovered, Reason: sub.why.Code, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
+	}))
 }
 
-// frame buffers the frame head+body, writing the batch first when the
+// subscribeFailed buffers the error reply to the subscribe request id.
+func (s *wsSink) subscribeFailed(id uint64, _ string) error {
+	s.requests.WithLabelValues(opSubscribe, codeServerError).Inc()
+	return s.put(nil, encodeError(id, codeServerError, "cannot subscribe now: the broker did not answer; retry later"))
+}
+
+// unsubscribed buffers the reply to the unsubscribe request id, or with id
+// 0 the push ending one subscription for r.
+func (s *wsSink) unsubscribed(id uint64, channel string, r Reason, _ *positions) error {
+	if id != 0 {
+		s.requests.WithLabelValues(opUnsubscribe, "ok").Inc()
+		return s.put(nil, encodeResult(id, wsEmpty{}))
+	}
+	return s.put(nil, encodeUnsubscribed(channel, r))
+}
+
+// frame buffers a whole frame.
+func (s *wsSink) frame(b []byte) error { return s.put(nil, b) }
+
+// put buffers the frame head+body, writing the batch first when the
 // frame would overflow it; a big frame becomes a message of its own.
-func (s *wsSink) frame(head, body []byte) error {
+func (s *wsSink) put(head, body []byte) error {
 	n := len(head) + len(body)
 	if n >= wsBigFrame {
 		if err := s.flush(); err != nil {
@@ -148,7 +176,8 @@ func (s *wsSink) frame(head, body []byte) error {
 	return nil
 }
 
-// flush writes the batch as one message.
+// flush writes the batch as one message and returns its buffer to the
+// pool: an idle connection holds none.
 func (s *wsSink) flush() error {
 	if len(s.buf) == 0 {
 		return nil
@@ -156,9 +185,12 @@ func (s *wsSink) flush() error {
 	err := s.write(func(ctx context.Context) error {
 		return s.ws.Write(ctx, websocket.MessageText, s.buf)
 	})
-	s.buf = s.buf[:0]
+	s.release()
 	return err
 }
+
+// errWriteTimeout is the error of a write that missed its deadline.
+var errWriteTimeout = fmt.Errorf("gateway: websocket write: %w", os.ErrDeadlineExceeded)
 
 // write runs one message write under its deadline; abort can cancel it.
 // Either way the context ends and the WebSocket library closes the
@@ -189,6 +221,9 @@ func (s *wsSink) write(f func(ctx context.Context) error) error {
 		s.grace = nil
 	}
 	s.mu.Unlock()
+	if err != nil && s.timedOut.Load() {
+		return errWriteTimeout
+	}
 	return err
 }
 
@@ -247,6 +282,37 @@ func (s *wsSink) writeRaw(f func(ctx context.Context) error, wait time.Duration)
 	}
 	return err
 }
+
+// close ends the connection: with the reason's close code when the final
+// frames went out (the close handshake waits at most a few seconds for
+// the client, and not at all for one closed for a timeout); otherwise it
+// drops the TCP connection.
+func (s *wsSink) close(r Reason, intact bool) {
+	s.release()
+	if !intact {
+		_ = s.ws.CloseNow()
+		return
+	}
+	if r.Code == ReasonMessageTooBig.Code && s.raw != nil && s.raw.tooBig.Load() {
+		// Refused at its frame header (wsFrameWatch): the close frame is
+		// out now, and the payload the client may still be sending is
+		// read and discarded for a short while only.
+		s.raw.drain(time.Now().Add(finalWriteTimeout))
+	}
+	if r.Code == ReasonTimeout.Code && s.raw != nil {
+		// The client sent nothing for a timeout: it is most likely gone,
+		// and coder/websocket would wait 5 s for its close frame (first
+		// for the reader, blocked reading it, then for the frame) with
+		// the connection and its goroutines held. An expired read
+		// deadline ends the reader's read and the handshake's wait at
+		// once; the close frame is still written before the connection
+		// is dropped.
+		_ = s.raw.SetReadDeadline(time.Now())
+	}
+	_ = s.ws.Close(closeCode(r), r.Code)
+}
+
+func (s *wsSink) kill() { _ = s.ws.CloseNow() }
 
 // release returns the batch buffer to the pool.
 func (s *wsSink) release() {
