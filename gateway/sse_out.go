@@ -20,7 +20,9 @@ type sseOut interface {
 	flush() error
 	// setDeadline sets the deadline of the writes and flush that follow.
 	setDeadline(t time.Time) error
-	// abort makes a write blocked on the client fail now.
+	// abort gives a write blocked on the client finalWriteTimeout more,
+	// then makes it fail: a slow but live client still gets its
+	// disconnect event, a stalled one is cut within that time.
 	abort()
 	// finish ends the body, when intact, and closes what the out owns.
 	finish(intact bool)
@@ -57,7 +59,7 @@ func (o httpOut) setDeadline(t time.Time) error {
 	return err
 }
 
-func (o httpOut) abort() { _ = o.rc.SetWriteDeadline(time.Now()) }
+func (o httpOut) abort() { _ = o.rc.SetWriteDeadline(time.Now().Add(finalWriteTimeout)) }
 
 // finish does nothing: net/http ends the response when the handler
 // returns.
@@ -132,5 +134,5 @@ func (o *chunkOut) setDeadline(t time.Time) error {
 
 func (o *chunkOut) abort() {
 	o.set.Store(0)
-	_ = o.conn.SetWriteDeadline(time.Now())
+	_ = o.conn.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 }
