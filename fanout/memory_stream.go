@@ -11,8 +11,7 @@ type memStream struct {
 	mu      sync.Mutex
 	epoch   string
 	top     uint64
-	ring    []Publication // oldest at ring[head] once full
-	head    int
+	ring    memRing
 	evicted bool // removed from the broker; a holder must look it up again
 
 	// lastActive is the unix-nano time of the last publication (or of
@@ -34,35 +33,20 @@ func (s *memStream) expireIfIdle(now, ttl int64) {
 	}
 	s.epoch = newEpoch()
 	s.top = 0
-	s.ring = nil
-	s.head = 0
+	s.ring = memRing{}
 	s.lastActive.Store(now)
 }
 
-// append adds p as the newest publication, dropping the oldest beyond size.
-// The ring grows by doubling up to exactly size, so idle channels with few
-// publications stay small. Caller holds mu.
-func (s *memStream) append(p Publication, size int) {
-	if len(s.ring) < size {
-		if len(s.ring) == cap(s.ring) {
-			grown := make([]Publication, len(s.ring), min(max(2*cap(s.ring), 4), size))
-			copy(grown, s.ring)
-			s.ring = grown
-		}
-		s.ring = append(s.ring, p)
-		return
-	}
-	s.ring[s.head] = p
-	s.head = (s.head + 1) % size
-}
+// append adds p as the newest publication, dropping the oldest beyond
+// size. Caller holds mu.
+func (s *memStream) append(p Publication, size int) { s.ring.push(p, size) }
 
 // find returns the newest retained publication with message id, scanning
 // the ring newest first. Caller holds mu.
 func (s *memStream) find(id string) (Publication, bool) {
-	n := len(s.ring)
-	for i := n - 1; i >= 0; i-- {
-		if p := s.ring[(s.head+i)%n]; p.ID == id {
-			return p, true
+	for i := s.ring.n - 1; i >= 0; i-- {
+		if p := s.ring.at(i); p.ID == id {
+			return *p, true
 		}
 	}
 	return Publication{}, false
@@ -78,7 +62,7 @@ func (s *memStream) recover(since Position, limit int) Recovery {
 	if missing == 0 {
 		return Recovery{Top: top, Recovered: true, Publications: []Publication{}}
 	}
-	if missing > uint64(len(s.ring)) {
+	if missing > uint64(s.ring.n) {
 		return Recovery{Top: top}
 	}
 	take := missing
@@ -86,9 +70,53 @@ func (s *memStream) recover(since Position, limit int) Recovery {
 		take = uint64(limit)
 	}
 	out := make([]Publication, 0, take)
-	n := len(s.ring)
+	n := s.ring.n
 	for i := n - int(missing); i < n-int(missing-take); i++ {
-		out = append(out, s.ring[(s.head+i)%n])
+		out = append(out, *s.ring.at(i))
 	}
 	return Recovery{Top: top, Recovered: true, Publications: out}
 }
+
+// memChunk is how many publications one chunk of a memRing holds.
+const memChunk = 64
+
+// memRing holds a stream's latest publications in chunks of memChunk, so
+// that growing it never copies what it holds, except while the first
+// chunk grows by doubling (an idle channel with few publications stays
+// small). Once it holds size publications it overwrites the oldest.
+type memRing struct {
+	chunks [][]Publication
+	n      int // publications held
+	head   int // the oldest, once full
+}
+
+// push adds p as the newest publication, dropping the oldest beyond size.
+func (r *memRing) push(p Publication, size int) {
+	if r.n == size {
+		*r.slot(r.head) = p
+		r.head = (r.head + 1) % size
+		return
+	}
+	c, off := r.n/memChunk, r.n%memChunk
+	want := min(memChunk, size-c*memChunk) // the chunk's final capacity
+	switch {
+	case c == len(r.chunks) && c == 0:
+		r.chunks = append(r.chunks, make([]Publication, 0, min(4, want)))
+	case c == len(r.chunks):
+		r.chunks = append(r.chunks, make([]Publication, 0, want))
+	case off == cap(r.chunks[c]):
+		grown := make([]Publication, off, min(2*off, want))
+		copy(grown, r.chunks[c])
+		r.chunks[c] = grown
+	}
+	r.chunks[c] = append(r.chunks[c], p)
+	r.n++
+}
+
+// at is the i-th publication held, oldest first (0 ≤ i < n).
+func (r *memRing) at(i int) *Publication {
+	return r.slot((r.head + i) % r.n)
+}
+
+// slot is the storage of the j-th publication in insertion order.
+func (r *memRing) slot(j int) *Publication { return &r.chunks[j/memChunk][j%memChunk] }

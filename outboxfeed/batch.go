@@ -32,6 +32,11 @@ type ClaimRequest struct {
 	// asynchronously: a commit lost to a server crash only means the batch
 	// is published again, never that a record is lost.
 	Durable bool
+
+	// full says the claim will most likely read a full batch (it goes on
+	// in a partition whose last batch had more after it): the store sizes
+	// the batch for Limit records at once instead of growing it.
+	full bool
 }
 
 // Batch is a claimed partition and the records to dispatch under its

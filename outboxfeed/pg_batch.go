@@ -122,6 +122,11 @@ func scanClaim(rows pgx.Rows, req *ClaimRequest) (*Batch, error) {
 	var heads map[fanout.Key]head
 	var queued []Record
 	var ranged []Record
+	if req.full {
+		// A Record is large: growing the slice to a full batch would
+		// allocate and copy it twice over.
+		ranged = make([]Record, 0, req.Limit+1)
+	}
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
 			return nil, err
@@ -181,7 +186,10 @@ func scanClaim(rows pgx.Rows, req *ClaimRequest) (*Batch, error) {
 			b.Blocked[k] = struct{}{}
 		}
 	}
-	b.Records = append(queued, ranged...)
+	b.Records = ranged
+	if len(queued) > 0 {
+		b.Records = append(queued, ranged...)
+	}
 	for i := range b.Records {
 		b.Records[i].State = Processing{LeaseOwner: b.Owner, Fence: b.Fence, Attempt: b.Records[i].Attempt}
 	}

@@ -288,6 +288,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 			part = b.Partition
 		}
 		req := w.claimRequest(l, part)
+		req.full = b.More
 		next = &req
 	}
 	held, nb, err := w.complete(ctx, b, out, next, claimedAt)

@@ -47,7 +47,7 @@ type config struct {
 	// (the Worker's default).
 	Concurrency int
 	// Lanes is how many batches the Worker keeps in flight. Default: 0,
-	// the Worker's own default (2).
+	// the Worker's own default (4).
 	Lanes int
 
 	// StagedProducers is how many producers insert concurrently in the
@@ -152,7 +152,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the records spread over")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "Worker claim batch size")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "Worker channels published in parallel per batch")
-	fs.IntVar(&c.Lanes, "lanes", c.Lanes, "Worker batches in flight at once (0 = the Worker's default, 2)")
+	fs.IntVar(&c.Lanes, "lanes", c.Lanes, "Worker batches in flight at once (0 = the Worker's default, 4)")
 	fs.IntVar(&c.Retained, "retained", c.Retained, "latency, producers: dispatched rows in the table at the start (0 = empty table)")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "latency: paced staging rate, records/s")
 	fs.DurationVar(&c.LatencyDuration, "latency-duration", c.LatencyDuration, "latency: how long to stage")
