@@ -4,9 +4,9 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // A cursor is the opaque resume position of a stream: for every channel of
@@ -33,30 +33,15 @@ const (
 	maxEpochLen      = 255
 )
 
-// cursorEntry is one channel's position in a cursor.
-type cursorEntry struct {
-	hash uint32
-	pos  fanout.Position
-}
-
-// channelHash identifies a channel inside a cursor.
-func channelHash(key fanout.Key) uint32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key.Tenant))
-	_, _ = h.Write([]byte{'/'})
-	_, _ = h.Write([]byte(key.Channel))
-	return h.Sum32()
-}
-
 // cursor is a parsed resume position.
-type cursor []cursorEntry
+type cursor []session.CursorEntry
 
 // lookup returns the position stored for key.
 func (c cursor) lookup(key fanout.Key) (fanout.Position, bool) {
-	h := channelHash(key)
+	h := session.ChannelHash(key)
 	for _, e := range c {
-		if e.hash == h {
-			return e.pos, true
+		if e.Hash == h {
+			return e.Pos, true
 		}
 	}
 	return fanout.Position{}, false
@@ -64,11 +49,11 @@ func (c cursor) lookup(key fanout.Key) (fanout.Position, bool) {
 
 // appendCursor appends the binary (not yet base64) form of entries to dst.
 // epochs is scratch space reused between calls.
-func appendCursor(dst []byte, entries []cursorEntry, epochs []string) ([]byte, []string) {
+func appendCursor(dst []byte, entries []session.CursorEntry, epochs []string) ([]byte, []string) {
 	epochs = epochs[:0]
 	for _, e := range entries {
-		if indexOf(epochs, e.pos.Epoch) < 0 {
-			epochs = append(epochs, e.pos.Epoch)
+		if indexOf(epochs, e.Pos.Epoch) < 0 {
+			epochs = append(epochs, e.Pos.Epoch)
 		}
 	}
 	dst = append(dst, cursorVersion)
@@ -82,9 +67,9 @@ func appendCursor(dst []byte, entries []cursorEntry, epochs []string) ([]byte, [
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(entries)))
 	for _, e := range entries {
-		dst = binary.BigEndian.AppendUint32(dst, e.hash)
-		dst = binary.AppendUvarint(dst, uint64(indexOf(epochs, e.pos.Epoch)))
-		dst = binary.AppendUvarint(dst, e.pos.Offset)
+		dst = binary.BigEndian.AppendUint32(dst, e.Hash)
+		dst = binary.AppendUvarint(dst, uint64(indexOf(epochs, e.Pos.Epoch)))
+		dst = binary.AppendUvarint(dst, e.Pos.Offset)
 	}
 	return dst, epochs
 }
@@ -107,14 +92,14 @@ type cursorEncoder struct {
 }
 
 // appendText appends the textual cursor of entries to dst.
-func (e *cursorEncoder) appendText(dst []byte, entries []cursorEntry) []byte {
+func (e *cursorEncoder) appendText(dst []byte, entries []session.CursorEntry) []byte {
 	e.raw, e.epochs = appendCursor(e.raw[:0], entries, e.epochs)
 	return base64.RawURLEncoding.AppendEncode(dst, e.raw)
 }
 
 // encode returns the textual cursor of entries; the bytes are valid until
 // the next call.
-func (e *cursorEncoder) encode(entries []cursorEntry) []byte {
+func (e *cursorEncoder) encode(entries []session.CursorEntry) []byte {
 	e.text = e.appendText(e.text[:0], entries)
 	return e.text
 }
@@ -147,19 +132,19 @@ func parseCursor(s string) (cursor, error) {
 	nEntries := r.count("entry count", maxCursorEntries)
 	entries := make(cursor, 0, min(nEntries, 128))
 	for i := 0; i < nEntries && r.err == nil; i++ {
-		var e cursorEntry
-		e.hash = r.uint32()
+		var e session.CursorEntry
+		e.Hash = r.uint32()
 		idx := r.count("epoch index", maxCursorEntries)
-		e.pos.Offset = r.uvarint()
+		e.Pos.Offset = r.uvarint()
 		if r.err != nil {
 			break
 		}
 		if idx >= len(epochs) {
 			return nil, bad("entry %d names epoch %d of %d", i, idx, len(epochs))
 		}
-		e.pos.Epoch = epochs[idx]
+		e.Pos.Epoch = epochs[idx]
 		for _, prev := range entries {
-			if prev.hash == e.hash {
+			if prev.Hash == e.Hash {
 				return nil, bad("entry %d repeats a channel", i)
 			}
 		}

@@ -7,16 +7,17 @@ import (
 	"testing"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 func TestCursorRoundTrip(t *testing.T) {
 	k1 := fanout.Key{Tenant: "acme", Channel: "orders/1"}
 	k2 := fanout.Key{Tenant: "acme", Channel: "orders/2"}
 	k3 := fanout.Key{Tenant: "acme", Channel: "users/u1/inbox"}
-	entries := []cursorEntry{
-		{channelHash(k1), fanout.Position{Offset: 42, Epoch: "e1"}},
-		{channelHash(k2), fanout.Position{Offset: 0, Epoch: "e1"}},
-		{channelHash(k3), fanout.Position{Offset: 1 << 40, Epoch: "another-epoch"}},
+	entries := []session.CursorEntry{
+		{Hash: session.ChannelHash(k1), Pos: fanout.Position{Offset: 42, Epoch: "e1"}},
+		{Hash: session.ChannelHash(k2), Pos: fanout.Position{Offset: 0, Epoch: "e1"}},
+		{Hash: session.ChannelHash(k3), Pos: fanout.Position{Offset: 1 << 40, Epoch: "another-epoch"}},
 	}
 	var enc cursorEncoder
 	text := string(enc.encode(entries))
@@ -28,8 +29,8 @@ func TestCursorRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, k := range []fanout.Key{k1, k2, k3} {
-		if pos, ok := c.lookup(k); !ok || pos != entries[i].pos {
-			t.Errorf("lookup %v = %v %v, want %v", k, pos, ok, entries[i].pos)
+		if pos, ok := c.lookup(k); !ok || pos != entries[i].Pos {
+			t.Errorf("lookup %v = %v %v, want %v", k, pos, ok, entries[i].Pos)
 		}
 	}
 	if _, ok := c.lookup(fanout.Key{Tenant: "globex", Channel: "orders/1"}); ok {
@@ -75,11 +76,11 @@ func TestParseCursorErrors(t *testing.T) {
 func FuzzParseCursor(f *testing.F) {
 	var enc cursorEncoder
 	f.Add(string(enc.encode(nil)))
-	f.Add(string(enc.encode([]cursorEntry{{hash: 1, pos: fanout.Position{Offset: 1, Epoch: "e"}}})))
-	f.Add(string(enc.encode([]cursorEntry{
-		{hash: 1, pos: fanout.Position{Offset: 10, Epoch: "e1"}},
-		{hash: 2, pos: fanout.Position{Offset: 0, Epoch: ""}},
-		{hash: 3, pos: fanout.Position{Offset: ^uint64(0), Epoch: "e1"}},
+	f.Add(string(enc.encode([]session.CursorEntry{{Hash: 1, Pos: fanout.Position{Offset: 1, Epoch: "e"}}})))
+	f.Add(string(enc.encode([]session.CursorEntry{
+		{Hash: 1, Pos: fanout.Position{Offset: 10, Epoch: "e1"}},
+		{Hash: 2, Pos: fanout.Position{Offset: 0, Epoch: ""}},
+		{Hash: 3, Pos: fanout.Position{Offset: ^uint64(0), Epoch: "e1"}},
 	})))
 	f.Add("")
 	f.Add("AQ")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // protocolDocFrom returns docs/protocol.md from the first occurrence of
@@ -67,7 +68,7 @@ func docSSEExample(t *testing.T) []cursorStep {
 		if err != nil || len(c) != 1 {
 			t.Fatalf("example id %q: %v, %d entries", id, err, len(c))
 		}
-		steps = append(steps, cursorStep{name, c[0].pos.Offset})
+		steps = append(steps, cursorStep{name, c[0].Pos.Offset})
 	}
 	return steps
 }
@@ -88,11 +89,11 @@ func TestProtocolDocSSECursors(t *testing.T) {
 			at15 = fanout.Position{Offset: p.Offset, Epoch: p.Epoch}
 		}
 	}
-	pos := newPositions("acme", 1)
-	pos.add("orders/42", at15)
+	pos := session.NewPositions("acme", 1)
+	pos.Add("orders/42", at15)
 	var enc cursorEncoder
 	s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: q("channel", "orders/42"),
-		lastID: string(enc.encode(pos.entries))})
+		lastID: string(enc.encode(pos.Entries))})
 	s.next(t, 5*time.Second) // retry
 	var got []cursorStep
 	for len(got) < len(want) {
@@ -104,7 +105,7 @@ func TestProtocolDocSSECursors(t *testing.T) {
 		if !ev.HasID || err != nil || len(c) != 1 {
 			t.Fatalf("event %+v: cursor %v", ev, err)
 		}
-		got = append(got, cursorStep{ev.Name, c[0].pos.Offset})
+		got = append(got, cursorStep{ev.Name, c[0].Pos.Offset})
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("docs/protocol.md's example stream has the cursors %v; the server writes %v", want, got)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -230,7 +231,7 @@ func TestSlowWebhookBlocksNothing(t *testing.T) {
 	if err := revs.Revoke(context.Background(), auth.Revocation{SessionID: "victim", Until: exp}); err != nil {
 		t.Fatal(err)
 	}
-	victim.closedWith("revoked", closeRevoked)
+	victim.closedWith("revoked", session.CloseRevoked)
 	if cut := time.Since(revoked); cut > testInterval+testSlack {
 		t.Fatalf("revocation cut %s after, with a hanging webhook", cut)
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"net/http"
 	"time"
 )
@@ -14,9 +15,9 @@ import (
 //   - a reader, a goroutine of its own with a small stack and buffer,
 //     notices the client closing the connection (sseConn.run) and ends
 //     the stream;
-//   - the connection's writer (conn_writer.go) starts on demand and is
-//     gone again once everything is written, so an idle stream holds one
-//     goroutine;
+//   - the connection's writer (internal/session/conn_writer.go) starts
+//     on demand and is gone again once everything is written, so an idle
+//     stream holds one goroutine;
 //   - the body stays chunked: each batch is one chunk, written with one
 //     write call (chunkOut).
 //
@@ -24,7 +25,7 @@ import (
 // writer writes through the ResponseWriter, until the stream ends.
 type sseConn struct {
 	srv  *Server
-	c    *Conn
+	c    *session.Conn
 	sink *sseSink
 
 	opened bool     // the stream started (counted by Server.opened); handler or reader only
@@ -32,14 +33,14 @@ type sseConn struct {
 }
 
 // newSSEConn prepares the SSE side of c, writing to w, before c is shared.
-func newSSEConn(s *Server, c *Conn, w http.ResponseWriter) *sseConn {
+func newSSEConn(s *Server, c *session.Conn, w http.ResponseWriter) *sseConn {
 	out := newHTTPOut(w)
 	sc := &sseConn{srv: s, c: c, sink: newSSESink(out, s.cfg.WriteTimeout)}
-	c.out = sc.sink
-	c.closeWhenEmpty = true // a stream's channels are fixed when it opens
-	c.tickExpiry = true
-	c.cur.Store(c.claims)
-	c.setAbort(out.abort)
+	c.Out = sc.sink
+	c.CloseWhenEmpty = true // a stream's channels are fixed when it opens
+	c.TickExpiry = true
+	c.Cur.Store(c.Claims)
+	c.SetAbort(out.abort)
 	return sc
 }
 
@@ -58,7 +59,7 @@ func (sc *sseConn) hijack(w http.ResponseWriter, r *http.Request) bool {
 	// Nothing is left in net/http's buffers (startSSE flushed), and what
 	// the client sent after its request is of no use to the stream.
 	out := newChunkOut(nc, sc.srv.cfg.WriteTimeout)
-	sc.c.setAbort(out.abort) // first: no abort of the old out runs past this
+	sc.c.SetAbort(out.abort) // first: no abort of the old out runs past this
 	sc.sink.setOut(out)
 	go sc.run(out)
 	return true
@@ -73,7 +74,7 @@ func (sc *sseConn) run(out *chunkOut) {
 		}
 	}
 	sc.c.Close(ReasonClientClosed, 0)
-	<-sc.c.finalDone
+	<-sc.c.FinalDone
 	sc.end()
 }
 
@@ -84,12 +85,12 @@ func (sc *sseConn) end() {
 	if sc.opened {
 		s.closed(c)
 	}
-	c.unsubscribeAll()
-	c.setAbort(nil)
+	c.UnsubscribeAll()
+	c.SetAbort(nil)
 	// Clear the per-batch deadline: a connection net/http kept may serve
 	// another request after this one.
-	_ = sc.sink.setDeadline(time.Time{})
-	c.cancel()
+	_ = sc.sink.SetDeadline(time.Time{})
+	c.Cancel()
 	s.unregister(c)
 	s.releaseUser(c)
 	s.releaseSlot()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // TestSSEClientCloseEndsStream: a client closing an idle HTTP/1.1 stream,
@@ -129,9 +130,9 @@ func (o *discardOut) kill()                       {}
 func sinkDeliveries(channels int) (*discardOut, func()) {
 	out := &discardOut{}
 	sink := newSSESink(out, time.Minute)
-	pos := newPositions("acme", channels)
+	pos := session.NewPositions("acme", channels)
 	for i := range channels {
-		pos.add(fmt.Sprintf("users/u-%d/orders", i), fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1000})
+		pos.Add(fmt.Sprintf("users/u-%d/orders", i), fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1000})
 	}
 	p := fanout.NewPrepared(fanout.Publication{
 		Message: fanout.Message{
@@ -142,10 +143,10 @@ func sinkDeliveries(channels int) (*discardOut, func()) {
 	})
 	n := 0
 	return out, func() {
-		pos.entries[0].pos.Offset++
-		_ = sink.publication(p, pos)
+		pos.Entries[0].Pos.Offset++
+		_ = sink.Publication(p, pos)
 		if n++; n%16 == 0 {
-			_ = sink.flush()
+			_ = sink.Flush()
 		}
 	}
 }

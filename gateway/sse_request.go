@@ -8,6 +8,7 @@ import (
 	"net/url"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -147,7 +148,7 @@ func (s *Server) authorizeSSE(r *http.Request, req *sseRequest) (Reason, string)
 			if msg == "" {
 				msg = fmt.Sprintf("channel %q is not allowed", ch)
 			}
-			return denialReason(d), msg
+			return session.DenialReason(d), msg
 		}
 		req.decisions = append(req.decisions, d)
 	}

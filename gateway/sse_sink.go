@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // sseBatchBytes is the size at which a sink hands what it buffered to its
@@ -26,7 +27,7 @@ type sseSink struct {
 	mu sync.Mutex // guards out against kill
 }
 
-var _ sink = (*sseSink)(nil)
+var _ session.Sink = (*sseSink)(nil)
 
 func newSSESink(out sseOut, timeout time.Duration) *sseSink {
 	return &sseSink{out: out, timeout: timeout}
@@ -40,10 +41,10 @@ func (s *sseSink) setOut(out sseOut) {
 	s.mu.Unlock()
 }
 
-// arm sets the deadline of the batch that follows.
-func (s *sseSink) arm() error { return s.out.setDeadline(time.Now().Add(s.timeout)) }
+// Arm sets the deadline of the batch that follows.
+func (s *sseSink) Arm() error { return s.out.setDeadline(time.Now().Add(s.timeout)) }
 
-func (s *sseSink) setDeadline(t time.Time) error { return s.out.setDeadline(t) }
+func (s *sseSink) SetDeadline(t time.Time) error { return s.out.setDeadline(t) }
 
 // open returns the buffer to append an event to.
 func (s *sseSink) open() []byte {
@@ -66,13 +67,13 @@ func (s *sseSink) done(b []byte) error {
 	return err
 }
 
-// publication writes "id: <cursor>\ndata: <envelope>\n\n": no event field,
+// Publication writes "id: <cursor>\ndata: <envelope>\n\n": no event field,
 // so EventSource.onmessage receives it. The envelope bytes are the shared
 // encoding of the publication, copied as they are; the cursor is encoded
 // into the batch buffer.
-func (s *sseSink) publication(p *fanout.Prepared, pos *positions) error {
+func (s *sseSink) Publication(p *fanout.Prepared, pos *session.Positions) error {
 	b := append(s.open(), "id: "...)
-	b = s.enc.appendText(b, pos.entries)
+	b = s.enc.appendText(b, pos.Entries)
 	b = append(b, "\ndata: "...)
 	b = append(b, p.JSON()...)
 	b = append(b, "\n\n"...)
@@ -81,7 +82,7 @@ func (s *sseSink) publication(p *fanout.Prepared, pos *positions) error {
 
 var pingFrame = []byte(": ping\n\n")
 
-func (s *sseSink) heartbeat() error { return s.done(append(s.open(), pingFrame...)) }
+func (s *sseSink) Heartbeat() error { return s.done(append(s.open(), pingFrame...)) }
 
 // retry writes the reconnection delay field.
 func (s *sseSink) retry(d time.Duration) error {
@@ -99,18 +100,18 @@ type subscribedEvent struct {
 	Epoch     string `json:"epoch"`
 }
 
-// subscribed writes a "subscribed" event carrying the stream's cursor as
+// Subscribed writes a "subscribed" event carrying the stream's cursor as
 // its id, so a client that sees no publication still resumes from here. A
 // stream makes no subscribe requests: id is 0.
-func (s *sseSink) subscribed(_ uint64, sub subscription, pos *positions) error {
+func (s *sseSink) Subscribed(_ uint64, sub session.Subscription, pos *session.Positions) error {
 	data, err := json.Marshal(subscribedEvent{
-		Channel: sub.channel, Recovered: sub.recovered, Reason: sub.why.Code, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
+		Channel: sub.Channel, Recovered: sub.Recovered, Reason: sub.Why.Code, Offset: sub.Top.Offset, Epoch: sub.Top.Epoch,
 	})
 	if err != nil {
 		return err
 	}
 	b := append(s.open(), "event: subscribed\nid: "...)
-	return s.event(s.enc.appendText(b, pos.entries), data)
+	return s.event(s.enc.appendText(b, pos.Entries), data)
 }
 
 // disconnectEvent is the data of "disconnect" (and "reauth") events.
@@ -136,9 +137,9 @@ type unsubscribedEvent struct {
 // reauthMessage tells an SSE client what to do on reauth.
 const reauthMessage = "the token expires soon: fetch a fresh token (or ticket) and open a new stream with last_event_id"
 
-// refreshRequest writes a "reauth" event ahead of the token's expiry; the
+// RefreshRequest writes a "reauth" event ahead of the token's expiry; the
 // stream goes on until the server closes it, before exp.
-func (s *sseSink) refreshRequest(exp time.Time) error {
+func (s *sseSink) RefreshRequest(exp time.Time) error {
 	data, err := json.Marshal(disconnectEvent{
 		Reason: ReasonTokenExpired.Code, Reconnect: true, Message: reauthMessage, ExpiresAt: exp.Unix(),
 	})
@@ -148,13 +149,13 @@ func (s *sseSink) refreshRequest(exp time.Time) error {
 	return s.event(append(s.open(), "event: reauth"...), data)
 }
 
-// subscribeFailed writes nothing: a stream makes no subscribe requests.
-func (s *sseSink) subscribeFailed(uint64, string) error { return nil }
+// SubscribeFailed writes nothing: a stream makes no subscribe requests.
+func (s *sseSink) SubscribeFailed(uint64, string) error { return nil }
 
-// unsubscribed writes an "unsubscribed" event carrying the cursor of the
+// Unsubscribed writes an "unsubscribed" event carrying the cursor of the
 // channels left, so a reconnect resumes them. Only the server ends a
 // stream's subscriptions: id is 0.
-func (s *sseSink) unsubscribed(_ uint64, channel string, r Reason, pos *positions) error {
+func (s *sseSink) Unsubscribed(_ uint64, channel string, r Reason, pos *session.Positions) error {
 	data, err := json.Marshal(unsubscribedEvent{
 		Channel: channel, Reason: r.Code, Resubscribe: r.Reconnect, Message: r.Message,
 	})
@@ -162,11 +163,11 @@ func (s *sseSink) unsubscribed(_ uint64, channel string, r Reason, pos *position
 		return err
 	}
 	b := append(s.open(), "event: unsubscribed\nid: "...)
-	return s.event(s.enc.appendText(b, pos.entries), data)
+	return s.event(s.enc.appendText(b, pos.Entries), data)
 }
 
-// final writes "reauth" when the token expired, then "disconnect".
-func (s *sseSink) final(r Reason, delay time.Duration) error {
+// Final writes "reauth" when the token expired, then "disconnect".
+func (s *sseSink) Final(r Reason, delay time.Duration) error {
 	data, err := json.Marshal(disconnectEvent{
 		Reason: r.Code, Reconnect: r.Reconnect, DelayMS: delay.Milliseconds(), Message: r.Message,
 	})
@@ -181,8 +182,8 @@ func (s *sseSink) final(r Reason, delay time.Duration) error {
 	return s.event(append(s.open(), "event: disconnect"...), data)
 }
 
-// frame writes b, whole events, as they are.
-func (s *sseSink) frame(b []byte) error { return s.done(append(s.open(), b...)) }
+// Frame writes b, whole events, as they are.
+func (s *sseSink) Frame(b []byte) error { return s.done(append(s.open(), b...)) }
 
 // event completes the event whose fields b ends with with a data line.
 func (s *sseSink) event(b, data []byte) error {
@@ -191,9 +192,9 @@ func (s *sseSink) event(b, data []byte) error {
 	return s.done(append(b, "\n\n"...))
 }
 
-// flush hands what is buffered to the out, pushes it on to the client and
+// Flush hands what is buffered to the out, pushes it on to the client and
 // returns the buffer to the pool.
-func (s *sseSink) flush() error {
+func (s *sseSink) Flush() error {
 	if s.buf != nil {
 		err := s.out.write(s.buf)
 		s.release()
@@ -212,14 +213,14 @@ func (s *sseSink) release() {
 	}
 }
 
-// close ends the body, when intact, returns the buffer and closes the
+// Close ends the body, when intact, returns the buffer and closes the
 // connection of a stream that left net/http.
-func (s *sseSink) close(_ Reason, intact bool) {
+func (s *sseSink) Close(_ Reason, intact bool) {
 	s.release()
 	s.out.finish(intact)
 }
 
-func (s *sseSink) kill() {
+func (s *sseSink) Kill() {
 	s.mu.Lock()
 	out := s.out
 	s.mu.Unlock()

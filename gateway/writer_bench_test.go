@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // countOut is an sseOut that counts the publications it is handed.
@@ -71,15 +72,15 @@ func BenchmarkWriterSSE(b *testing.B) {
 
 // startBenchWriter returns a connection of e's server subscribed to
 // orders/1 (not on the hub) whose writer writes SSE into out.
-func startBenchWriter(b *testing.B, e *testEnv, out sseOut) *Conn {
+func startBenchWriter(b *testing.B, e *testEnv, out sseOut) *session.Conn {
 	claims := &auth.Claims{Tenant: "acme", Subject: "u1"}
 	c := e.srv.newConn(transportSSE, claims, "bench")
-	c.out = newSSESink(out, time.Minute)
-	c.pos.add("orders/1", fanout.Position{Epoch: "0190a0b1-7c2d-7e3f"})
-	c.startWriting()
+	c.Out = newSSESink(out, time.Minute)
+	c.Pos.Add("orders/1", fanout.Position{Epoch: "0190a0b1-7c2d-7e3f"})
+	c.StartWriting()
 	b.Cleanup(func() {
 		c.Close(ReasonClientClosed, 0)
-		<-c.finalDone
+		<-c.FinalDone
 	})
 	return c
 }

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import "time"
 
@@ -10,24 +10,24 @@ const writerIdle = 2 * time.Second
 // pending and returns.
 type writerJob interface{ writeLoop() }
 
-// writerPool runs the on-demand writers of connections (SSE streams that
+// WriterPool runs the on-demand writers of connections (SSE streams that
 // left net/http, WebSockets) on goroutines that stay for writerIdle after
 // their last job. A writer runs at once, on a goroutine waiting for work
 // or else on a new one, never behind another writer (one stuck on a slow
 // client included). While publications flow, writers thus neither start
 // a goroutine nor grow a fresh stack for every batch; an idle server has
 // no writer goroutine left.
-type writerPool struct {
+type WriterPool struct {
 	jobs chan writerJob // unbuffered: a job goes only to a waiting goroutine
 	quit chan struct{}  // closed by Stop: waiting goroutines exit
 }
 
-func newWriterPool() *writerPool {
-	return &writerPool{jobs: make(chan writerJob), quit: make(chan struct{})}
+func NewWriterPool() *WriterPool {
+	return &WriterPool{jobs: make(chan writerJob), quit: make(chan struct{})}
 }
 
-// run runs j's writeLoop on a waiting goroutine, or on a new one.
-func (p *writerPool) run(j writerJob) {
+// Run runs j's writeLoop on a waiting goroutine, or on a new one.
+func (p *WriterPool) Run(j writerJob) {
 	select {
 	case p.jobs <- j:
 	default:
@@ -37,7 +37,7 @@ func (p *writerPool) run(j writerJob) {
 
 // work runs j, then the jobs handed to it until it has waited writerIdle
 // for one, or the server stops.
-func (p *writerPool) work(j writerJob) {
+func (p *WriterPool) work(j writerJob) {
 	j.writeLoop()
 	idle := time.NewTimer(writerIdle)
 	defer idle.Stop()
@@ -54,5 +54,5 @@ func (p *writerPool) work(j writerJob) {
 	}
 }
 
-// stop lets every waiting goroutine go; run still works after it.
-func (p *writerPool) stop() { close(p.quit) }
+// Stop lets every waiting goroutine go; run still works after it.
+func (p *WriterPool) Stop() { close(p.quit) }
