@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // protocolDocFrom returns docs/protocol.md from the first occurrence of
@@ -64,7 +65,7 @@ func docSSEExample(t *testing.T) []cursorStep {
 		if id == "" {
 			continue
 		}
-		c, err := parseCursor(id)
+		c, err := sse.ParseCursor(id)
 		if err != nil || len(c) != 1 {
 			t.Fatalf("example id %q: %v, %d entries", id, err, len(c))
 		}
@@ -91,9 +92,9 @@ func TestProtocolDocSSECursors(t *testing.T) {
 	}
 	pos := session.NewPositions("acme", 1)
 	pos.Add("orders/42", at15)
-	var enc cursorEncoder
+	var enc sse.CursorEncoder
 	s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: q("channel", "orders/42"),
-		lastID: string(enc.encode(pos.Entries))})
+		lastID: string(enc.Encode(pos.Entries))})
 	s.next(t, 5*time.Second) // retry
 	var got []cursorStep
 	for len(got) < len(want) {
@@ -101,7 +102,7 @@ func TestProtocolDocSSECursors(t *testing.T) {
 			e.publish("acme", "orders/42", `1`) // offset 18, live
 		}
 		ev := s.nextEvent(t)
-		c, err := parseCursor(ev.ID)
+		c, err := sse.ParseCursor(ev.ID)
 		if !ev.HasID || err != nil || len(c) != 1 {
 			t.Fatalf("event %+v: cursor %v", ev, err)
 		}

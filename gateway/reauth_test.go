@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -141,7 +142,7 @@ func TestReauthorizeWebhookSSE(t *testing.T) {
 
 	hook.allow.Store(false)
 	ev := s.nextEvent(t)
-	var u unsubscribedEvent
+	var u sse.UnsubscribedEvent
 	if ev.Name != "unsubscribed" || json.Unmarshal([]byte(ev.Data), &u) != nil || !ev.HasID {
 		t.Fatalf("want an unsubscribed event with an id, got %+v", ev)
 	}

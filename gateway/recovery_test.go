@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // recoveryCase is a channel with history and the position a client
@@ -102,8 +103,8 @@ func TestSSERecoveryReasons(t *testing.T) {
 			pos.Add(rc.channel, *since)
 		}
 	}
-	var enc cursorEncoder
-	s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: query, lastID: string(enc.encode(pos.Entries))})
+	var enc sse.CursorEncoder
+	s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: query, lastID: string(enc.Encode(pos.Entries))})
 	s.next(t, 5*time.Second) // retry
 	for _, rc := range cases {
 		ev, sub := s.subscribed(t)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // Revalidation timing in these tests: 100 ms ticks, a fresh token asked
@@ -79,7 +80,7 @@ func refreshPush(t testing.TB, f wsFrame) wsRefreshPush {
 }
 
 // reauthEvent decodes the data of a reauth event.
-func (s *sseStream) reauthEvent(t *testing.T) disconnectEvent {
+func (s *sseStream) reauthEvent(t *testing.T) sse.DisconnectEvent {
 	t.Helper()
 	return s.control(t, "reauth")
 }

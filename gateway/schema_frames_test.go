@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // schemaSession drives a WebSocket client through every kind of server
@@ -117,9 +118,9 @@ func sseCheck(t *testing.T, e *testEnv, js *jsonSchema, seen map[string]int) {
 	e.publish("acme", "orders/3", `2`)
 	pos := session.NewPositions("acme", 1)
 	pos.Add("orders/3", fanout.Position{Offset: p.Offset, Epoch: p.Epoch})
-	var enc cursorEncoder
+	var enc sse.CursorEncoder
 	st := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: q("channel", "orders/3", "channel", "orders/4"),
-		lastID: string(enc.encode(pos.Entries))})
+		lastID: string(enc.Encode(pos.Entries))})
 	st.next(t, 5*time.Second) // retry
 	check := func(def, data string) {
 		t.Helper()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
@@ -38,6 +39,7 @@ type Server struct {
 	users      *userLimiter   // MaxConnectionsPerUser; nil when unlimited
 	reval      *revalidator
 	env        *session.Env // what every connection shares: bounds, hub, history, counters, writers
+	sseEnv     *sse.Env     // what every SSE stream shares
 
 	mu        sync.Mutex
 	conns     map[*session.Conn]struct{}
@@ -110,6 +112,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		Log:     s.connLog,
 		Writers: session.NewWriterPool(),
 	}
+	s.sseEnv = &sse.Env{Server: (*sseHost)(s), WriteTimeout: cfg.WriteTimeout}
 	s.trusted = newTrustedProxies(cfg.TrustedProxies)
 	s.handler = s.withClient(s.routes())
 	return s, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // handleSSE serves GET /v1/sse?channel=C&channel=D.
@@ -37,23 +38,23 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.refuseConn(w, r, transportSSE, s.userLimitReason(), "")
 		return
 	}
-	sc := newSSEConn(s, conn, w)
+	sc := sse.NewStream(s.sseEnv, conn, w)
 	if !s.register(conn) {
 		s.releaseUser(conn)
 		s.releaseSlot()
 		s.refuseConn(w, r, transportSSE, ReasonShutdown, "")
 		return
 	}
-	if !sc.serve(w, r, req) {
-		sc.end()
+	if !s.serveSSE(sc, w, r, req) {
+		sc.End()
 	}
 }
 
-// serve subscribes the stream and writes its head, then hands an HTTP/1.1
-// stream to its own goroutines (it then reports true), or waits while the
-// writer writes the stream until it ends.
-func (sc *sseConn) serve(w http.ResponseWriter, r *http.Request, req sseRequest) bool {
-	s, conn := sc.srv, sc.c
+// serveSSE subscribes the stream and writes its head, then hands an
+// HTTP/1.1 stream to its own goroutines (it then reports true), or waits
+// while the writer writes the stream until it ends.
+func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request, req sseRequest) bool {
+	conn := sc.Conn
 	subs, err := s.subscribeSSE(r, conn, req)
 	if err != nil && r.Context().Err() != nil {
 		conn.Close(ReasonClientClosed, 0)
@@ -70,15 +71,15 @@ func (sc *sseConn) serve(w http.ResponseWriter, r *http.Request, req sseRequest)
 		conn.Track(ch, req.subTokens[ch], req.decisions[i].RecheckAfter)
 	}
 	s.opened(conn)
-	sc.opened = true
+	sc.Opened = true
 
 	streamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	if err := s.startSSE(sc.sink, conn, subs); err != nil {
+	if err := s.startSSE(sc.Sink, conn, subs); err != nil {
 		conn.Close(session.WriteErrorReason(r.Context(), err), 0)
 		return false
 	}
-	hijacked := sc.hijack(w, r)
+	hijacked := sc.Hijack(w, r)
 	conn.StartHeartbeat()
 	conn.StartWriting()
 	if hijacked {
@@ -120,9 +121,9 @@ func acceptsEventStream(r *http.Request) bool {
 func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg string) {
 	streamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	sink := newSSESink(newHTTPOut(w), s.cfg.WriteTimeout)
+	sink := sse.NewSink(sse.NewHTTPOut(w), s.cfg.WriteTimeout)
 	if sink.SetDeadline(time.Now().Add(min(s.cfg.WriteTimeout, session.FinalWriteTimeout))) == nil &&
-		sink.retry(s.cfg.SSERetry) == nil &&
+		sink.Retry(s.cfg.SSERetry) == nil &&
 		sink.Final(session.WithMessage(ReasonTokenExpired, msg), 0) == nil {
 		_ = sink.Flush()
 	}
@@ -137,7 +138,7 @@ func (s *Server) subscribeSSE(r *http.Request, conn *session.Conn, req sseReques
 	subs := make([]session.Subscription, 0, len(req.channels))
 	for _, ch := range req.channels {
 		var since *fanout.Position
-		if pos, ok := req.cursor.lookup(fanout.Key{Tenant: req.claims.Tenant, Channel: ch}); ok {
+		if pos, ok := req.cursor.Lookup(fanout.Key{Tenant: req.claims.Tenant, Channel: ch}); ok {
 			since = &pos
 		}
 		sub, err := conn.Subscribe(r.Context(), ch, since)
@@ -151,11 +152,11 @@ func (s *Server) subscribeSSE(r *http.Request, conn *session.Conn, req sseReques
 
 // startSSE writes the head of a stream as one batch: the retry field, a
 // subscribed event per channel, then the recovered publications.
-func (s *Server) startSSE(sink *sseSink, conn *session.Conn, subs []session.Subscription) error {
+func (s *Server) startSSE(sink *sse.Sink, conn *session.Conn, subs []session.Subscription) error {
 	if err := sink.Arm(); err != nil {
 		return err
 	}
-	if err := sink.retry(s.cfg.SSERetry); err != nil {
+	if err := sink.Retry(s.cfg.SSERetry); err != nil {
 		return err
 	}
 	for _, sub := range subs {
@@ -187,4 +188,18 @@ func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason Reason, 
 		slog.String("url", redactURL(r.URL)),
 		slog.String("remote", clientOf(r).remote),
 		slog.String("message", msg))
+}
+
+// sseHost is the Server as its SSE streams see it (sse.Server).
+type sseHost Server
+
+// Closed counts and logs a stream that ended.
+func (h *sseHost) Closed(c *session.Conn) { (*Server)(h).closed(c) }
+
+// Release gives back the stream's registration and its slots.
+func (h *sseHost) Release(c *session.Conn) {
+	s := (*Server)(h)
+	s.unregister(c)
+	s.releaseUser(c)
+	s.releaseSlot()
 }

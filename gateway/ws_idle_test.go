@@ -260,7 +260,7 @@ func connGoroutines(transport string) (readers, writers, netHTTP int) {
 	buf := stacks()
 	conn := "gateway.(*wsConn)."
 	if transport == transportSSE {
-		conn = "gateway.(*sseConn)."
+		conn = "sse.(*Stream)."
 	}
 	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
 		switch {

@@ -27,22 +27,6 @@ const (
 	wsBigFrame = 16 << 10
 )
 
-// batchBufs recycles batch buffers: a connection holds one only while its
-// writer runs.
-var batchBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, 4096)
-	return &b
-}}
-
-// putBatchBuf returns buf, taken from batchBufs as *p, to the pool, unless
-// it grew too large to keep.
-func putBatchBuf(p *[]byte, buf []byte) {
-	if cap(buf) <= 2*wsBatchBytes {
-		*p = buf[:0]
-		batchBufs.Put(p)
-	}
-}
-
 // wsSink writes herald.v1 frames to a WebSocket (the writer's sink). Frames
 // are batched into one text message, separated by "\n", and written when
 // the batch is full or the queues are empty; each message is written under
@@ -166,7 +150,7 @@ func (s *wsSink) put(head, body []byte) error {
 		}
 	}
 	if s.buf == nil {
-		s.bufp = batchBufs.Get().(*[]byte)
+		s.bufp = session.GetBatchBuf()
 		s.buf = (*s.bufp)[:0]
 	}
 	if len(s.buf) > 0 {
@@ -320,6 +304,6 @@ func (s *wsSink) release() {
 	if s.buf == nil {
 		return
 	}
-	putBatchBuf(s.bufp, s.buf)
+	session.PutBatchBuf(s.bufp, s.buf)
 	s.buf, s.bufp = nil, nil
 }

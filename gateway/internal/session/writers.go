@@ -1,6 +1,9 @@
 package session
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // writerIdle is how long a writer goroutine waits for another
 // connection's writer to run before it exits.
@@ -56,3 +59,26 @@ func (p *WriterPool) work(j writerJob) {
 
 // Stop lets every waiting goroutine go; run still works after it.
 func (p *WriterPool) Stop() { close(p.quit) }
+
+// maxBatchBuf is the largest batch buffer kept for reuse: twice the size
+// at which a sink writes a batch although more is to come.
+const maxBatchBuf = 128 << 10
+
+// batchBufs recycles the batch buffers of the transports' sinks: a
+// connection holds one only while its writer runs.
+var batchBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 4096)
+	return &b
+}}
+
+// GetBatchBuf returns an empty batch buffer, pooled.
+func GetBatchBuf() *[]byte { return batchBufs.Get().(*[]byte) }
+
+// PutBatchBuf returns buf, taken from GetBatchBuf as *p, to the pool,
+// unless it grew too large to keep.
+func PutBatchBuf(p *[]byte, buf []byte) {
+	if cap(buf) <= maxBatchBuf {
+		*p = buf[:0]
+		batchBufs.Put(p)
+	}
+}

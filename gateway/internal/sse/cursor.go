@@ -1,8 +1,9 @@
-package gateway
+package sse
 
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/heraldgw/herald/fanout"
@@ -33,11 +34,15 @@ const (
 	maxEpochLen      = 255
 )
 
-// cursor is a parsed resume position.
-type cursor []session.CursorEntry
+// ErrBadCursor is wrapped by every resume-cursor parse error (the
+// gateway's ErrBadCursor).
+var ErrBadCursor = errors.New("bad cursor")
 
-// lookup returns the position stored for key.
-func (c cursor) lookup(key fanout.Key) (fanout.Position, bool) {
+// Cursor is a parsed resume position.
+type Cursor []session.CursorEntry
+
+// Lookup returns the position stored for key.
+func (c Cursor) Lookup(key fanout.Key) (fanout.Position, bool) {
 	h := session.ChannelHash(key)
 	for _, e := range c {
 		if e.Hash == h {
@@ -83,29 +88,29 @@ func indexOf(list []string, s string) int {
 	return -1
 }
 
-// cursorEncoder encodes a connection's cursors into reused buffers, so
+// CursorEncoder encodes a connection's cursors into reused buffers, so
 // writing an id costs no allocation once the buffers have grown.
-type cursorEncoder struct {
+type CursorEncoder struct {
 	raw    []byte
 	text   []byte
 	epochs []string
 }
 
 // appendText appends the textual cursor of entries to dst.
-func (e *cursorEncoder) appendText(dst []byte, entries []session.CursorEntry) []byte {
+func (e *CursorEncoder) appendText(dst []byte, entries []session.CursorEntry) []byte {
 	e.raw, e.epochs = appendCursor(e.raw[:0], entries, e.epochs)
 	return base64.RawURLEncoding.AppendEncode(dst, e.raw)
 }
 
-// encode returns the textual cursor of entries; the bytes are valid until
+// Encode returns the textual cursor of entries; the bytes are valid until
 // the next call.
-func (e *cursorEncoder) encode(entries []session.CursorEntry) []byte {
+func (e *CursorEncoder) Encode(entries []session.CursorEntry) []byte {
 	e.text = e.appendText(e.text[:0], entries)
 	return e.text
 }
 
-// parseCursor decodes a textual cursor. It never panics.
-func parseCursor(s string) (cursor, error) {
+// ParseCursor decodes a textual cursor. It never panics.
+func ParseCursor(s string) (Cursor, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("gateway: %w: "+format, append([]any{ErrBadCursor}, a...)...)
 	}
@@ -130,7 +135,7 @@ func parseCursor(s string) (cursor, error) {
 		epochs = append(epochs, string(r.bytes(n)))
 	}
 	nEntries := r.count("entry count", maxCursorEntries)
-	entries := make(cursor, 0, min(nEntries, 128))
+	entries := make(Cursor, 0, min(nEntries, 128))
 	for i := 0; i < nEntries && r.err == nil; i++ {
 		var e session.CursorEntry
 		e.Hash = r.uint32()
