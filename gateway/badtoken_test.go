@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"net/http"
 	"strconv"
 	"testing"
@@ -58,7 +59,7 @@ func TestBadTokensRefusedOnBothTransports(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := e.dialWS(dialOpts{})
 			c.fails(c.request(opConnect, map[string]any{"token": tok}), codeUnauthorized)
-			c.closedWith(ReasonUnauthorized.Code, closeUnauthorized)
+			c.closedWith(ReasonUnauthorized.Code, session.CloseUnauthorized)
 			e.refused(request{bearer: tok, query: q("channel", "orders/1")}, http.StatusUnauthorized, ReasonUnauthorized.Code)
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // Token sources, for logs and errors (never the token itself).
@@ -24,7 +25,7 @@ const (
 
 // reasonTicketInvalid refuses an unknown, expired or used ticket. A fresh
 // ticket fixes it, so an EventSource gets reauth instead of a 401.
-var reasonTicketInvalid = withMessage(ReasonUnauthorized,
+var reasonTicketInvalid = session.WithMessage(ReasonUnauthorized,
 	"the ticket is unknown, expired or already used: tickets are single-use, fetch a new one (POST /v1/tickets)")
 
 var errAccessTokenQueryOff = errors.New("the access_token query parameter is disabled on this server; send Authorization: Bearer or the cookie")

@@ -1,23 +1,25 @@
-// Package gateway is Herald's HTTP server: the SSE transport, the herald.v1
-// WebSocket transport (ws.go; the protocol is docs/protocol.md), health and
-// readiness probes, Prometheus metrics and the demo page.
+// Package gateway is Herald's HTTP server: the SSE handler (sse.go, over
+// the transport in internal/sse), the herald.v1 WebSocket transport
+// (ws.go; the protocol is docs/protocol.md), health and readiness probes,
+// Prometheus metrics and the demo page.
 //
-// Every stream is a connection (conn.go), whatever its transport, with
-// one bounded send queue (queue.go) that the fan-out hub fills with a
-// non-blocking enqueue, one control queue (conn_ctl.go) and one writer
-// (conn_writer.go) that drains both into the transport's sink, writes a
+// Every stream is a connection (internal/session: Conn), whatever its
+// transport, with one bounded send queue that the fan-out hub fills with
+// a non-blocking enqueue, one control queue and one writer that drains
+// both into the transport's sink (internal/sse, ws_sink.go), writes a
 // batch and flushes only when nothing is left. A connection whose queue
 // overflows drops what it holds and catches up from the channel history;
 // only one that falls behind the history is closed, as "slow". Every
-// close has a typed Reason (reasons.go) that is a metric label, a log
-// field and, where the stream can still carry it, a final "disconnect"
-// event telling the client whether and when to reconnect.
+// close has a typed Reason (internal/session/reasons.go, aliased here as
+// Reason and the Reason* variables) that is a metric label, a log field
+// and, where the stream can still carry it, a final "disconnect" event
+// telling the client whether and when to reconnect.
 //
 // After its head (the upgrade, or the SSE response's headers and first
 // events) an HTTP/1.1 connection leaves net/http (hijack): a reader
 // goroutine of its own notices the client going, and the writer is
 // started on demand and exits when the queues are empty, so an idle
-// connection holds only its reader goroutine (ws_conn.go, sse_conn.go).
+// connection holds only its reader goroutine (ws_conn.go, internal/sse).
 // An HTTP/2 SSE stream, which cannot be hijacked, keeps its handler
 // waiting while the writer writes through net/http.
 //
@@ -27,7 +29,8 @@
 // whose token ran out, and re-authorizes subscriptions allowed by a
 // subscription token or the webhook, ending a withdrawn one alone.
 //
-// A stream's resume position is an opaque cursor (cursor.go) covering every
-// channel of the stream; a client that presents it gets every missed
-// publication in order, or is told recovered:false and nothing partial.
+// A stream's resume position is an opaque cursor (internal/sse) covering
+// every channel of the stream; a client that presents it gets every
+// missed publication in order, or is told recovered:false and nothing
+// partial.
 package gateway

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
@@ -10,7 +11,7 @@ var (
 	// ErrBadFrame is wrapped by every WebSocket client-frame decode error.
 	ErrBadFrame = errors.New("bad frame")
 	// ErrBadCursor is wrapped by every resume-cursor parse error.
-	ErrBadCursor = errors.New("bad cursor")
+	ErrBadCursor = sse.ErrBadCursor
 	// ErrInvalidConfig is wrapped by every Config or Deps validation error.
 	ErrInvalidConfig = errors.New("invalid config")
 	// ErrStarted is returned by Start on a server that was already started.

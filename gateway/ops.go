@@ -248,7 +248,7 @@ func (s *Server) connectionCounts() opsConnections {
 	defer s.mu.Unlock()
 	n := opsConnections{Total: len(s.conns), Max: s.cfg.MaxConnections}
 	for c := range s.conns {
-		switch c.transport {
+		switch c.Transport {
 		case transportSSE:
 			n.SSE++
 		case transportWS:

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // protocolDocFrom returns docs/protocol.md from the first occurrence of
@@ -63,11 +65,11 @@ func docSSEExample(t *testing.T) []cursorStep {
 		if id == "" {
 			continue
 		}
-		c, err := parseCursor(id)
+		c, err := sse.ParseCursor(id)
 		if err != nil || len(c) != 1 {
 			t.Fatalf("example id %q: %v, %d entries", id, err, len(c))
 		}
-		steps = append(steps, cursorStep{name, c[0].pos.Offset})
+		steps = append(steps, cursorStep{name, c[0].Pos.Offset})
 	}
 	return steps
 }
@@ -88,11 +90,11 @@ func TestProtocolDocSSECursors(t *testing.T) {
 			at15 = fanout.Position{Offset: p.Offset, Epoch: p.Epoch}
 		}
 	}
-	pos := newPositions("acme", 1)
-	pos.add("orders/42", at15)
-	var enc cursorEncoder
+	pos := session.NewPositions("acme", 1)
+	pos.Add("orders/42", at15)
+	var enc sse.CursorEncoder
 	s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: q("channel", "orders/42"),
-		lastID: string(enc.encode(pos.entries))})
+		lastID: string(enc.Encode(pos.Entries))})
 	s.next(t, 5*time.Second) // retry
 	var got []cursorStep
 	for len(got) < len(want) {
@@ -100,11 +102,11 @@ func TestProtocolDocSSECursors(t *testing.T) {
 			e.publish("acme", "orders/42", `1`) // offset 18, live
 		}
 		ev := s.nextEvent(t)
-		c, err := parseCursor(ev.ID)
+		c, err := sse.ParseCursor(ev.ID)
 		if !ev.HasID || err != nil || len(c) != 1 {
 			t.Fatalf("event %+v: cursor %v", ev, err)
 		}
-		got = append(got, cursorStep{ev.Name, c[0].pos.Offset})
+		got = append(got, cursorStep{ev.Name, c[0].Pos.Offset})
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("docs/protocol.md's example stream has the cursors %v; the server writes %v", want, got)

@@ -1,166 +1,35 @@
 package gateway
 
-import (
-	"net/http"
+import "github.com/heraldgw/herald/gateway/internal/session"
 
-	"github.com/coder/websocket"
-)
-
-// Reason says why a connection was closed or a stream refused. Its Code is a
-// metric label, a log field, the "reason" of the final disconnect event, the
-// text of the WebSocket close frame and the error code of a refused
-// request. Every Reason is declared once, below, with everything a client
-// or an operator learns from it; docs/protocol.md's table, docs/metrics.md's
-// label values and the JS client's fixture are generated from or checked
-// against this table (vocabulary_test.go).
-type Reason struct {
-	// Code is a stable snake_case identifier.
-	Code string
-	// Reconnect tells the client whether reconnecting can succeed without
-	// changing anything (a fresh token counts as changing something).
-	Reconnect bool
-	// Status is the HTTP status of a request refused for this reason; 0
-	// when no request is refused for it.
-	Status int
-	// Close is the WebSocket close code announcing it; 0 when no close
-	// frame of Herald's carries it (closeCode then picks the range's
-	// catch-all).
-	Close websocket.StatusCode
-	// Message describes the reason to a human.
-	Message string
-
-	doc reasonDoc
-}
-
-// reasonDoc is what docs/protocol.md's disconnect-reason table says of a
-// reason beyond its fields.
-type reasonDoc struct {
-	reconnect string // the "reconnect?" column
-	sse       string // how SSE conveys it: refused request / in-stream
-	close     string // the WS close code column, when more than the code
-	advice    string // what the client does
-}
-
-// String returns Code.
-func (r Reason) String() string { return r.Code }
-
-// WebSocket close codes of herald.v1. The range says what the client does:
-//
-//	4000–4099  reconnect (with backoff, or after the announced delay)
-//	4100–4199  fetch a fresh token, then reconnect
-//	4500–4599  do not reconnect: the same request would fail again
-//
-// A reason without its own code closes with the catch-all of its range.
-const (
-	closeShutdown           websocket.StatusCode = 4000
-	closeSlow               websocket.StatusCode = 4001
-	closeServerError        websocket.StatusCode = 4002
-	closeInsufficientState  websocket.StatusCode = 4003
-	closeWriteTimeout       websocket.StatusCode = 4004
-	closeTimeout            websocket.StatusCode = 4005
-	closeTooManyConnections websocket.StatusCode = 4006
-	closeTooManyRequests    websocket.StatusCode = 4007
-	closeAuthzUnavailable   websocket.StatusCode = 4008 // reserved: it ends single subscriptions, never a connection
-	closeReconnect          websocket.StatusCode = 4099 // any other reason with Reconnect
-	closeTokenExpired       websocket.StatusCode = 4100
-	closeBadRequest         websocket.StatusCode = 4500 // reserved: a malformed upgrade gets HTTP 400, a malformed frame an error reply
-	closeUnauthorized       websocket.StatusCode = 4501
-	closeForbidden          websocket.StatusCode = 4502
-	closeMessageTooBig      websocket.StatusCode = 4503
-	closeProtocolError      websocket.StatusCode = 4504
-	closeRevoked            websocket.StatusCode = 4505
-	closeNoReconnect        websocket.StatusCode = 4599 // any other reason without Reconnect
-)
-
-// closeCode is the close code announcing r.
-func closeCode(r Reason) websocket.StatusCode {
-	switch {
-	case r.Close != 0:
-		return r.Close
-	case r.Reconnect:
-		return closeReconnect
-	}
-	return closeNoReconnect
-}
+// Reason says why a connection was closed or a stream refused. Its Code is
+// a metric label, a log field, the "reason" of the final disconnect event,
+// the text of the WebSocket close frame and the error code of a refused
+// request. The table of reasons is the connection core's
+// (internal/session/reasons.go).
+type Reason = session.Reason
 
 // The reasons a connection ends or a stream is refused.
 var (
-	ReasonShutdown = Reason{Code: "shutdown", Reconnect: true, Status: http.StatusServiceUnavailable, Close: closeShutdown,
-		Message: "server is shutting down",
-		doc: reasonDoc{reconnect: "yes, after `delay_ms`", sse: "503 / `disconnect`",
-			advice: "wait the announced jittered delay, reconnect (another node answers), resume"}}
-	ReasonSlow = Reason{Code: "slow", Reconnect: true, Close: closeSlow,
-		Message: "client fell further behind than the channel history reaches",
-		doc: reasonDoc{sse: "— / `disconnect`",
-			advice: "the client read so slowly that the channel history no longer holds what it has not read (a client behind its send queue only catches up from the history; WebSocket: or it did not read its replies); reconnect with your positions (you will get `recovered: false`)"}}
-	ReasonServerError = Reason{Code: "server_error", Reconnect: true, Status: http.StatusInternalServerError, Close: closeServerError,
-		Message: "internal server error",
-		doc: reasonDoc{reconnect: "yes, with backoff", sse: "500 / `disconnect`",
-			advice: "a broker or authorizer failure; reconnect with backoff, resume"}}
-	ReasonInsufficientState = Reason{Code: "insufficient_state", Reconnect: true, Close: closeInsufficientState,
-		Message: "publications were lost and the history cannot fill the gap",
-		doc: reasonDoc{sse: "— / `disconnect`",
-			advice: "publications were lost in transit and the history cannot fill the gap; reconnect with your positions (you will get `recovered: false`)"}}
-	ReasonWriteTimeout = Reason{Code: "write_timeout", Reconnect: true, Close: closeWriteTimeout,
-		Message: "write timed out",
-		doc: reasonDoc{sse: "— / (never seen: the stream is broken)", close: "4004 (not deliverable)",
-			advice: "the network stalled; reconnect and resume"}}
-	ReasonTimeout = Reason{Code: "timeout", Reconnect: true, Close: closeTimeout,
-		Message: "client sent nothing within the client timeout",
-		doc: reasonDoc{reconnect: "yes, with backoff", sse: "— / —",
-			advice: "WebSocket only: nothing received within the client timeout, or no `connect` within the connect timeout"}}
-	ReasonTooManyConnections = Reason{Code: "too_many_connections", Reconnect: true, Status: http.StatusServiceUnavailable, Close: closeTooManyConnections,
-		Message: "too many connections on this host",
-		doc: reasonDoc{reconnect: "yes, with backoff", sse: "503 + `Retry-After` (node bound) or 429 (per-user bound)",
-			close:  "4006 (refused before upgrade: HTTP 503 / 429)",
-			advice: "the node is at its connection bound, or the user at `MaxConnectionsPerUser`: close other connections first"}}
-	ReasonTooManyRequests = Reason{Code: "too_many_requests", Reconnect: true, Status: http.StatusTooManyRequests, Close: closeTooManyRequests,
-		Message: "too many connection attempts from this address",
-		doc: reasonDoc{reconnect: "yes, after `Retry-After`", sse: "429 + `Retry-After`", close: "4007 (refused before upgrade: HTTP 429)",
-			advice: "too many connection attempts from your address"}}
-	ReasonClientClosed = Reason{Code: "client_closed", Reconnect: true,
-		Message: "client closed the connection",
-		doc:     reasonDoc{reconnect: "—", sse: "—", close: "—", advice: "the client went away; never sent"}}
-	ReasonTokenExpired = Reason{Code: "token_expired", Reconnect: true, Status: http.StatusUnauthorized, Close: closeTokenExpired,
-		Message: "token expired",
-		doc: reasonDoc{reconnect: "after fetching a fresh token",
-			sse:    "401 (an `EventSource`: a 200 stream with `reauth` + `disconnect`) / `reauth` + `disconnect`",
-			advice: "get a new token (or ticket) from your application, then reconnect (WebSocket: better, `refresh` when asked)"}}
-	ReasonAuthorizationUnavailable = Reason{Code: "authorization_unavailable", Reconnect: true, Status: http.StatusServiceUnavailable, Close: closeAuthzUnavailable,
-		Message: "the authorization webhook is unavailable",
-		doc: reasonDoc{reconnect: "yes, with backoff", sse: "503 / `unsubscribed` event (or `disconnect` when it was the stream's last channel)",
-			close:  "4008, reserved: a WebSocket gets an error reply or an `unsubscribed` push and stays open",
-			advice: "the authorization webhook could not be asked: that one subscription was refused or ended; subscribe again later"}}
-	ReasonBadRequest = Reason{Code: "bad_request", Status: http.StatusBadRequest, Close: closeBadRequest,
-		Message: "bad request",
-		doc: reasonDoc{sse: "400",
-			close:  "4500 (reserved: a malformed upgrade request, such as an unparsable query string, is refused with HTTP 400 before the upgrade; a malformed frame gets an error reply and the connection stays)",
-			advice: "the request is malformed; fix it"}}
-	ReasonUnauthorized = Reason{Code: "unauthorized", Status: http.StatusUnauthorized, Close: closeUnauthorized,
-		Message: "missing or invalid token",
-		doc:     reasonDoc{sse: "401", advice: "the token is missing or does not verify; do not retry with it"}}
-	ReasonForbidden = Reason{Code: "forbidden", Status: http.StatusForbidden, Close: closeForbidden,
-		Message: "channel not allowed",
-		doc: reasonDoc{sse: "403", close: "4502 (reserved: a refused subscription gets an error reply; a refused origin gets HTTP 403)",
-			advice: "a channel is not allowed (SSE: the whole request is refused)"}}
-	ReasonMessageTooBig = Reason{Code: "message_too_big", Close: closeMessageTooBig,
-		Message: "message exceeds the maximum message size",
-		doc:     reasonDoc{sse: "—", advice: "WebSocket only: a message exceeded the maximum message size"}}
-	ReasonProtocolError = Reason{Code: "protocol_error", Status: http.StatusBadRequest, Close: closeProtocolError,
-		Message: "protocol violation",
-		doc:     reasonDoc{sse: "—", advice: "WebSocket only: a binary or non-UTF-8 message, or a request before `connect`"}}
-	ReasonRevoked = Reason{Code: "revoked", Status: http.StatusUnauthorized, Close: closeRevoked,
-		Message: "the token or its session was revoked",
-		doc: reasonDoc{sse: "401 / `disconnect`",
-			advice: "the token (`jti`) or its session (`sid`) was revoked (`herald revoke`). Do not reconnect with it and do not silently fetch another: drop the credentials and send the user through your sign-in"}}
+	ReasonShutdown                 = session.ReasonShutdown
+	ReasonSlow                     = session.ReasonSlow
+	ReasonServerError              = session.ReasonServerError
+	ReasonInsufficientState        = session.ReasonInsufficientState
+	ReasonWriteTimeout             = session.ReasonWriteTimeout
+	ReasonTimeout                  = session.ReasonTimeout
+	ReasonTooManyConnections       = session.ReasonTooManyConnections
+	ReasonTooManyRequests          = session.ReasonTooManyRequests
+	ReasonClientClosed             = session.ReasonClientClosed
+	ReasonTokenExpired             = session.ReasonTokenExpired
+	ReasonAuthorizationUnavailable = session.ReasonAuthorizationUnavailable
+	ReasonBadRequest               = session.ReasonBadRequest
+	ReasonUnauthorized             = session.ReasonUnauthorized
+	ReasonForbidden                = session.ReasonForbidden
+	ReasonMessageTooBig            = session.ReasonMessageTooBig
+	ReasonProtocolError            = session.ReasonProtocolError
+	ReasonRevoked                  = session.ReasonRevoked
 )
 
 // Reasons lists every Reason in the order docs/protocol.md shows them, for
 // docs and for pre-creating metric series.
-var Reasons = []Reason{
-	ReasonShutdown, ReasonSlow, ReasonServerError, ReasonInsufficientState,
-	ReasonWriteTimeout, ReasonTimeout, ReasonTooManyConnections, ReasonTooManyRequests,
-	ReasonClientClosed, ReasonTokenExpired, ReasonAuthorizationUnavailable,
-	ReasonBadRequest, ReasonUnauthorized, ReasonForbidden, ReasonMessageTooBig,
-	ReasonProtocolError, ReasonRevoked,
-}
+var Reasons = session.Reasons

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -140,7 +142,7 @@ func TestReauthorizeWebhookSSE(t *testing.T) {
 
 	hook.allow.Store(false)
 	ev := s.nextEvent(t)
-	var u unsubscribedEvent
+	var u sse.UnsubscribedEvent
 	if ev.Name != "unsubscribed" || json.Unmarshal([]byte(ev.Data), &u) != nil || !ev.HasID {
 		t.Fatalf("want an unsubscribed event with an id, got %+v", ev)
 	}
@@ -230,7 +232,7 @@ func TestSlowWebhookBlocksNothing(t *testing.T) {
 	if err := revs.Revoke(context.Background(), auth.Revocation{SessionID: "victim", Until: exp}); err != nil {
 		t.Fatal(err)
 	}
-	victim.closedWith("revoked", closeRevoked)
+	victim.closedWith("revoked", session.CloseRevoked)
 	if cut := time.Since(revoked); cut > testInterval+testSlack {
 		t.Fatalf("revocation cut %s after, with a hanging webhook", cut)
 	}

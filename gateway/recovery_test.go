@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // recoveryCase is a channel with history and the position a client
@@ -15,7 +17,7 @@ import (
 type recoveryCase struct {
 	channel string
 	since   func(top fanout.Position) *fanout.Position
-	want    recoveryReason
+	want    session.RecoveryReason
 }
 
 // recoveryCases publishes on each case's channel (history 3, five
@@ -23,22 +25,22 @@ type recoveryCase struct {
 // recovers (want.Code "").
 func recoveryCases(e *testEnv) []recoveryCase {
 	cases := []recoveryCase{
-		{"orders/live", func(fanout.Position) *fanout.Position { return nil }, recoveryNoPosition},
+		{"orders/live", func(fanout.Position) *fanout.Position { return nil }, session.RecoveryNoPosition},
 		{"orders/epoch", func(top fanout.Position) *fanout.Position {
 			return &fanout.Position{Offset: 1, Epoch: top.Epoch + "x"}
-		}, recoveryEpochChanged},
+		}, session.RecoveryEpochChanged},
 		{"orders/old", func(top fanout.Position) *fanout.Position {
 			return &fanout.Position{Offset: 1, Epoch: top.Epoch}
-		}, recoveryHistoryExceeded},
+		}, session.RecoveryHistoryExceeded},
 		{"orders/ahead", func(top fanout.Position) *fanout.Position {
 			return &fanout.Position{Offset: top.Offset + 1, Epoch: top.Epoch}
-		}, recoveryPositionAhead},
+		}, session.RecoveryPositionAhead},
 		{"orders/ok", func(top fanout.Position) *fanout.Position {
 			return &fanout.Position{Offset: top.Offset - 1, Epoch: top.Epoch}
-		}, recoveryReason{}},
+		}, session.RecoveryReason{}},
 	}
-	if len(cases) != len(recoveryReasons)+1 {
-		e.t.Fatalf("%d cases for %d recovery reasons", len(cases), len(recoveryReasons))
+	if len(cases) != len(session.RecoveryReasons)+1 {
+		e.t.Fatalf("%d cases for %d recovery reasons", len(cases), len(session.RecoveryReasons))
 	}
 	return cases
 }
@@ -93,16 +95,16 @@ func TestSSERecoveryReasons(t *testing.T) {
 	e := newEnv(t, envOptions{history: 3})
 	cases := recoveryCases(e)
 	tops := publishCases(e, cases)
-	pos := newPositions("acme", len(cases))
+	pos := session.NewPositions("acme", len(cases))
 	query := url.Values{}
 	for _, rc := range cases {
 		query.Add("channel", rc.channel)
 		if since := rc.since(tops[rc.channel]); since != nil {
-			pos.add(rc.channel, *since)
+			pos.Add(rc.channel, *since)
 		}
 	}
-	var enc cursorEncoder
-	s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: query, lastID: string(enc.encode(pos.entries))})
+	var enc sse.CursorEncoder
+	s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: query, lastID: string(enc.Encode(pos.Entries))})
 	s.next(t, 5*time.Second) // retry
 	for _, rc := range cases {
 		ev, sub := s.subscribed(t)

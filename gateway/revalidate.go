@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -38,7 +39,7 @@ type revalidator struct {
 
 	set  atomic.Pointer[auth.RevocationSet] // the last good snapshot
 	jobs chan struct{}                      // re-authorization slots
-	buf  []*Conn                            // the ticker's connection list
+	buf  []*session.Conn                    // the ticker's connection list
 
 	mu      sync.Mutex
 	started bool
@@ -146,11 +147,11 @@ func (rv *revalidator) tick() {
 }
 
 // check revalidates one connection.
-func (rv *revalidator) check(c *Conn, set *auth.RevocationSet, now time.Time) {
-	if c.closed() {
+func (rv *revalidator) check(c *session.Conn, set *auth.RevocationSet, now time.Time) {
+	if c.Closed() {
 		return
 	}
-	claims := c.currentClaims()
+	claims := c.CurrentClaims()
 	if claims == nil {
 		return // a WebSocket before connect
 	}
@@ -169,44 +170,39 @@ func (rv *revalidator) check(c *Conn, set *auth.RevocationSet, now time.Time) {
 // exp (before the token expires, so EventSource's reconnect never meets a
 // 401). It reports whether the connection was closed. A WebSocket's
 // expiry runs on a timer of its own (ws_expiry.go), to the millisecond.
-func (rv *revalidator) checkExpiry(c *Conn, exp, now time.Time) bool {
-	if !c.tickExpiry {
+func (rv *revalidator) checkExpiry(c *session.Conn, exp, now time.Time) bool {
+	if !c.TickExpiry {
 		return false
 	}
 	if !now.Before(exp.Add(-2 * rv.interval)) {
-		c.Close(withMessage(ReasonTokenExpired,
+		c.Close(session.WithMessage(ReasonTokenExpired,
 			"the token expires at "+exp.UTC().Format(time.RFC3339)+
 				": fetch a fresh token (or ticket) and open a new stream with last_event_id"), 0)
 		return true
 	}
-	if !now.Before(exp.Add(-rv.refreshAhead)) && c.markAsked(exp) {
-		c.askRefresh(exp)
+	if !now.Before(exp.Add(-rv.refreshAhead)) && c.MarkAsked(exp) {
+		c.AskRefresh(exp)
 	}
 	return false
 }
 
 // dueRechecks starts the re-authorizations of c that are due, as long as
 // slots are free; the rest stay due for the next tick.
-func (rv *revalidator) dueRechecks(c *Conn, claims *auth.Claims, now time.Time) {
-	c.revalMu.Lock()
-	defer c.revalMu.Unlock()
-	for ch, rc := range c.rechecks {
-		if rc.running || now.Before(rc.due) {
-			continue
-		}
+func (rv *revalidator) dueRechecks(c *session.Conn, claims *auth.Claims, now time.Time) {
+	c.DueRechecks(now, func(ch, subToken string, rc *session.Recheck) bool {
 		select {
 		case rv.jobs <- struct{}{}:
 		default:
-			return
+			return false
 		}
-		rc.running = true
 		rv.wg.Add(1)
-		go rv.recheck(c, ch, rc, rc.subToken, claims)
-	}
+		go rv.recheck(c, ch, rc, subToken, claims)
+		return true
+	})
 }
 
 // recheck re-authorizes one subscription off the ticker's goroutine.
-func (rv *revalidator) recheck(c *Conn, ch string, rc *recheck, subToken string, claims *auth.Claims) {
+func (rv *revalidator) recheck(c *session.Conn, ch string, rc *session.Recheck, subToken string, claims *auth.Claims) {
 	defer rv.wg.Done()
 	defer func() { <-rv.jobs }()
 	ctx, cancel := context.WithTimeout(rv.ctx, recheckTimeout)
@@ -217,5 +213,5 @@ func (rv *revalidator) recheck(c *Conn, ch string, rc *recheck, subToken string,
 	if rv.ctx.Err() != nil {
 		return
 	}
-	c.reauthorized(ch, subToken, rc, d, err)
+	c.Reauthorized(ch, subToken, rc, d, err)
 }

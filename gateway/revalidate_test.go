@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // Revalidation timing in these tests: 100 ms ticks, a fresh token asked
@@ -78,7 +80,7 @@ func refreshPush(t testing.TB, f wsFrame) wsRefreshPush {
 }
 
 // reauthEvent decodes the data of a reauth event.
-func (s *sseStream) reauthEvent(t *testing.T) disconnectEvent {
+func (s *sseStream) reauthEvent(t *testing.T) sse.DisconnectEvent {
 	t.Helper()
 	return s.control(t, "reauth")
 }
@@ -169,7 +171,7 @@ func TestWSExpiryCutOff(t *testing.T) {
 	if ahead := exp.Sub(asked); ahead > testAhead+testSlack || ahead < 0 {
 		t.Fatalf("refresh asked %s before exp, want within RefreshAhead (%s)", ahead, testAhead)
 	}
-	d := c.closedWith("token_expired", closeTokenExpired)
+	d := c.closedWith("token_expired", session.CloseTokenExpired)
 	cut := time.Since(exp)
 	if !d.Reconnect {
 		t.Fatalf("disconnect %+v", d)
@@ -255,7 +257,7 @@ func TestRevocationCutOff(t *testing.T) {
 		t.Fatalf("sse disconnect %+v, want revoked without reconnect", d)
 	}
 	sseA.waitEOF(t)
-	wsA.closedWith("revoked", closeRevoked)
+	wsA.closedWith("revoked", session.CloseRevoked)
 	cutWS := time.Since(revoked)
 	for name, cut := range map[string]time.Duration{"sse": cutSSE, "ws": cutWS} {
 		if cut > testInterval+testSlack {
@@ -279,7 +281,7 @@ func TestRevocationCutOff(t *testing.T) {
 	if err := revs.Revoke(context.Background(), auth.Revocation{TokenID: "j-c", Until: expC}); err != nil {
 		t.Fatal(err)
 	}
-	wsC.closedWith("revoked", closeRevoked)
+	wsC.closedWith("revoked", session.CloseRevoked)
 	t.Logf("revocation (jti): WebSocket cut after %s", time.Since(revoked).Round(time.Millisecond))
 	pub = e.publish("acme", "orders/1", `2`)
 	if _, p := sseB.publication(t); p.Offset != pub.Offset {
@@ -290,7 +292,7 @@ func TestRevocationCutOff(t *testing.T) {
 	e.refused(request{query: q("channel", "orders/1"), bearer: tokA}, 401, "revoked")
 	c := e.dialWS(dialOpts{})
 	c.fails(c.request(opConnect, map[string]any{"token": tokA}), codeRevoked)
-	c.closedWith("revoked", closeRevoked)
+	c.closedWith("revoked", session.CloseRevoked)
 	eventually(t, 5*time.Second, "the disconnects to be counted", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", "revoked")) == 1 &&
 			e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "revoked")) == 2
@@ -350,7 +352,7 @@ func TestRevocationStoreOutage(t *testing.T) {
 
 	revs.fail.Store(false)
 	back := time.Now()
-	c.closedWith("revoked", closeRevoked)
+	c.closedWith("revoked", session.CloseRevoked)
 	if cut := time.Since(back); cut > testInterval+testSlack {
 		t.Fatalf("cut %s after the store came back", cut)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // schemaSession drives a WebSocket client through every kind of server
@@ -114,11 +116,11 @@ func sseCheck(t *testing.T, e *testEnv, js *jsonSchema, seen map[string]int) {
 	t.Helper()
 	p := e.publish("acme", "orders/3", `1`)
 	e.publish("acme", "orders/3", `2`)
-	pos := newPositions("acme", 1)
-	pos.add("orders/3", fanout.Position{Offset: p.Offset, Epoch: p.Epoch})
-	var enc cursorEncoder
+	pos := session.NewPositions("acme", 1)
+	pos.Add("orders/3", fanout.Position{Offset: p.Offset, Epoch: p.Epoch})
+	var enc sse.CursorEncoder
 	st := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: q("channel", "orders/3", "channel", "orders/4"),
-		lastID: string(enc.encode(pos.entries))})
+		lastID: string(enc.Encode(pos.Entries))})
 	st.next(t, 5*time.Second) // retry
 	check := func(def, data string) {
 		t.Helper()

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"math"
 	"os"
 	"reflect"
@@ -198,7 +199,7 @@ func TestFrameSchemaVocabulary(t *testing.T) {
 	for _, e := range wsErrors {
 		codes = append(codes, e.code)
 	}
-	for _, r := range recoveryReasons {
+	for _, r := range session.RecoveryReasons {
 		recovery = append(recovery, r.Code)
 	}
 	for name, want := range map[string][]string{"reason": reasons, "errorCode": codes, "recoveryReason": recovery} {

@@ -15,6 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
@@ -35,10 +38,11 @@ type Server struct {
 	trusted    trustedProxies // Config.TrustedProxies, normalized
 	users      *userLimiter   // MaxConnectionsPerUser; nil when unlimited
 	reval      *revalidator
-	writers    *writerPool
+	env        *session.Env // what every connection shares: bounds, hub, history, counters, writers
+	sseEnv     *sse.Env     // what every SSE stream shares
 
 	mu        sync.Mutex
-	conns     map[*Conn]struct{}
+	conns     map[*session.Conn]struct{}
 	draining  bool
 	drained   chan struct{} // closed once draining and conns is empty
 	httpSrv   *http.Server
@@ -79,14 +83,36 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		connLog:  ratelog.New(log, 10*time.Second, 20),
 		metrics:  m,
 		gatherer: g,
-		conns:    map[*Conn]struct{}{},
+		conns:    map[*session.Conn]struct{}{},
 	}
 	if cfg.ConnectAttemptsPerIP > 0 {
 		s.attempts = newIPLimiter(cfg.ConnectAttemptsPerIP, cfg.ConnectAttemptsBurst, maxIPBuckets)
 	}
 	s.users = newUserLimiter(cfg.MaxConnectionsPerUser)
 	s.reval = newRevalidator(s)
-	s.writers = newWriterPool()
+	s.env = &session.Env{
+		Bounds: session.Bounds{
+			QueueMaxBytes:     cfg.QueueMaxBytes,
+			QueueMaxMessages:  cfg.QueueMaxMessages,
+			HistorySize:       cfg.HistorySize,
+			MaxSubscriptions:  cfg.MaxSubscriptions,
+			HeartbeatInterval: cfg.HeartbeatInterval,
+			WriteTimeout:      cfg.WriteTimeout,
+		},
+		Hub:     deps.Hub,
+		History: deps.Broker,
+		Counters: session.Counters{
+			Deliveries:     m.deliveries,
+			QueueDropped:   m.queueDropped,
+			CatchUps:       m.catchUps,
+			QueueLimit:     m.limitRejections.WithLabelValues(limitQueue),
+			SubsEnded:      m.subsEnded,
+			ReauthFailures: m.revalFailures.WithLabelValues(checkReauthorize),
+		},
+		Log:     s.connLog,
+		Writers: session.NewWriterPool(),
+	}
+	s.sseEnv = &sse.Env{Server: (*sseHost)(s), WriteTimeout: cfg.WriteTimeout}
 	s.trusted = newTrustedProxies(cfg.TrustedProxies)
 	s.handler = s.withClient(s.routes())
 	return s, nil
@@ -185,7 +211,7 @@ func (s *Server) stop() {
 		if len(s.conns) == 0 {
 			close(s.drained)
 		}
-		conns := make([]*Conn, 0, len(s.conns))
+		conns := make([]*session.Conn, 0, len(s.conns))
 		for c := range s.conns {
 			conns = append(conns, c)
 		}
@@ -228,13 +254,13 @@ func (s *Server) stop() {
 			}
 			// srv.Close does not reach hijacked connections.
 			s.mu.Lock()
-			left := make([]*Conn, 0, len(s.conns))
+			left := make([]*session.Conn, 0, len(s.conns))
 			for c := range s.conns {
 				left = append(left, c)
 			}
 			s.mu.Unlock()
 			for _, c := range left {
-				c.hardClose(ReasonShutdown)
+				c.HardClose(ReasonShutdown)
 			}
 			// Closing the connections fails the streams' writes; give their
 			// handlers a moment to return.
@@ -246,7 +272,7 @@ func (s *Server) stop() {
 		if srv != nil {
 			<-serveDone
 		}
-		s.writers.stop()
+		s.env.Writers.Stop()
 		s.log.Info("gateway: stopped", slog.Int("streams_closed", len(conns)))
 	})
 }
@@ -269,7 +295,7 @@ func (s *Server) acquireSlot() bool {
 func (s *Server) releaseSlot() { s.slots.Add(-1) }
 
 // register adds c to the live connections, unless the server is stopping.
-func (s *Server) register(c *Conn) bool {
+func (s *Server) register(c *session.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -281,7 +307,7 @@ func (s *Server) register(c *Conn) bool {
 }
 
 // connList appends every live connection to buf and returns it.
-func (s *Server) connList(buf []*Conn) []*Conn {
+func (s *Server) connList(buf []*session.Conn) []*session.Conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
@@ -290,7 +316,7 @@ func (s *Server) connList(buf []*Conn) []*Conn {
 	return buf
 }
 
-func (s *Server) unregister(c *Conn) {
+func (s *Server) unregister(c *session.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, c)
@@ -304,34 +330,41 @@ func (s *Server) unregister(c *Conn) {
 }
 
 // opened counts and logs a connection whose stream starts.
-func (s *Server) opened(c *Conn) {
-	s.metrics.connections.WithLabelValues(c.transport).Inc()
-	s.metrics.connectionsTotal.WithLabelValues(c.transport).Inc()
-	s.connLog.Log(slog.LevelDebug, "gateway: connection opened", c.logAttrs()...)
+func (s *Server) opened(c *session.Conn) {
+	s.metrics.connections.WithLabelValues(c.Transport).Inc()
+	s.metrics.connectionsTotal.WithLabelValues(c.Transport).Inc()
+	s.connLog.Log(slog.LevelDebug, "gateway: connection opened", connAttrs(c)...)
 }
 
 // closed counts and logs a connection that ended.
-func (s *Server) closed(c *Conn) {
+func (s *Server) closed(c *session.Conn) {
 	r := c.Reason()
-	s.metrics.connections.WithLabelValues(c.transport).Dec()
-	s.metrics.disconnects.WithLabelValues(c.transport, r.Code).Inc()
+	s.metrics.connections.WithLabelValues(c.Transport).Dec()
+	s.metrics.disconnects.WithLabelValues(c.Transport, r.Code).Inc()
 	level := slog.LevelDebug
 	switch r.Code {
 	case ReasonSlow.Code, ReasonWriteTimeout.Code, ReasonServerError.Code:
 		level = slog.LevelWarn
 	}
-	attrs := append(c.logAttrs(),
+	attrs := append(connAttrs(c),
 		slog.String("reason", r.Code),
-		slog.Duration("duration", time.Since(c.opened)))
+		slog.Duration("duration", time.Since(c.Opened)))
 	s.connLog.Log(level, "gateway: connection closed", attrs...)
 }
 
-func (c *Conn) logAttrs() []slog.Attr {
+// newConn returns a connection of transport whose writer is held off
+// until the transport calls StartWriting.
+func (s *Server) newConn(transport string, claims *auth.Claims, remote string) *session.Conn {
+	return session.New(s.env, s.nextConnID.Add(1), transport, claims, remote)
+}
+
+// connAttrs are the log fields of c.
+func connAttrs(c *session.Conn) []slog.Attr {
 	return []slog.Attr{
-		slog.Uint64("conn", c.id),
-		slog.String("transport", c.transport),
-		slog.String("tenant", c.claims.Tenant),
-		slog.String("sub", c.claims.Subject),
-		slog.String("remote", c.remote),
+		slog.Uint64("conn", c.ID),
+		slog.String("transport", c.Transport),
+		slog.String("tenant", c.Claims.Tenant),
+		slog.String("sub", c.Claims.Subject),
+		slog.String("remote", c.Remote),
 	}
 }

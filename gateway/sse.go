@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // handleSSE serves GET /v1/sse?channel=C&channel=D.
@@ -36,23 +38,23 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.refuseConn(w, r, transportSSE, s.userLimitReason(), "")
 		return
 	}
-	sc := newSSEConn(s, conn, w)
+	sc := sse.NewStream(s.sseEnv, conn, w)
 	if !s.register(conn) {
 		s.releaseUser(conn)
 		s.releaseSlot()
 		s.refuseConn(w, r, transportSSE, ReasonShutdown, "")
 		return
 	}
-	if !sc.serve(w, r, req) {
-		sc.end()
+	if !s.serveSSE(sc, w, r, req) {
+		sc.End()
 	}
 }
 
-// serve subscribes the stream and writes its head, then hands an HTTP/1.1
-// stream to its own goroutines (it then reports true), or waits while the
-// writer writes the stream until it ends.
-func (sc *sseConn) serve(w http.ResponseWriter, r *http.Request, req sseRequest) bool {
-	s, conn := sc.srv, sc.c
+// serveSSE subscribes the stream and writes its head, then hands an
+// HTTP/1.1 stream to its own goroutines (it then reports true), or waits
+// while the writer writes the stream until it ends.
+func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request, req sseRequest) bool {
+	conn := sc.Conn
 	subs, err := s.subscribeSSE(r, conn, req)
 	if err != nil && r.Context().Err() != nil {
 		conn.Close(ReasonClientClosed, 0)
@@ -62,33 +64,33 @@ func (sc *sseConn) serve(w http.ResponseWriter, r *http.Request, req sseRequest)
 		conn.Close(ReasonServerError, 0)
 		s.refuseConn(w, r, transportSSE, ReasonServerError, "cannot subscribe: the broker did not answer")
 		s.connLog.Log(slog.LevelError, "gateway: sse subscribe failed",
-			slog.Uint64("conn", conn.id), slog.String("error", err.Error()))
+			slog.Uint64("conn", conn.ID), slog.String("error", err.Error()))
 		return false
 	}
 	for i, ch := range req.channels {
-		conn.track(ch, req.subTokens[ch], req.decisions[i].RecheckAfter)
+		conn.Track(ch, req.subTokens[ch], req.decisions[i].RecheckAfter)
 	}
 	s.opened(conn)
-	sc.opened = true
+	sc.Opened = true
 
 	streamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	if err := s.startSSE(sc.sink, conn, subs); err != nil {
-		conn.Close(writeErrorReason(r.Context(), err), 0)
+	if err := s.startSSE(sc.Sink, conn, subs); err != nil {
+		conn.Close(session.WriteErrorReason(r.Context(), err), 0)
 		return false
 	}
-	hijacked := sc.hijack(w, r)
-	conn.startHeartbeat()
-	conn.startWriting()
+	hijacked := sc.Hijack(w, r)
+	conn.StartHeartbeat()
+	conn.StartWriting()
 	if hijacked {
 		return true
 	}
 	select {
 	case <-r.Context().Done():
 		conn.Close(ReasonClientClosed, 0)
-	case <-conn.finalDone:
+	case <-conn.FinalDone:
 	}
-	<-conn.finalDone
+	<-conn.FinalDone
 	return false
 }
 
@@ -119,27 +121,27 @@ func acceptsEventStream(r *http.Request) bool {
 func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg string) {
 	streamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	sink := newSSESink(newHTTPOut(w), s.cfg.WriteTimeout)
-	if sink.setDeadline(time.Now().Add(min(s.cfg.WriteTimeout, finalWriteTimeout))) == nil &&
-		sink.retry(s.cfg.SSERetry) == nil &&
-		sink.final(withMessage(ReasonTokenExpired, msg), 0) == nil {
-		_ = sink.flush()
+	sink := sse.NewSink(sse.NewHTTPOut(w), s.cfg.WriteTimeout)
+	if sink.SetDeadline(time.Now().Add(min(s.cfg.WriteTimeout, session.FinalWriteTimeout))) == nil &&
+		sink.Retry(s.cfg.SSERetry) == nil &&
+		sink.Final(session.WithMessage(ReasonTokenExpired, msg), 0) == nil {
+		_ = sink.Flush()
 	}
-	_ = sink.setDeadline(time.Time{})
+	_ = sink.SetDeadline(time.Time{})
 	s.connLog.Log(slog.LevelDebug, "gateway: expired token answered with reauth",
 		slog.String("url", redactURL(r.URL)), slog.String("remote", clientOf(r).remote))
 }
 
 // subscribeSSE subscribes conn to every channel, resuming those the cursor
 // covers.
-func (s *Server) subscribeSSE(r *http.Request, conn *Conn, req sseRequest) ([]subscription, error) {
-	subs := make([]subscription, 0, len(req.channels))
+func (s *Server) subscribeSSE(r *http.Request, conn *session.Conn, req sseRequest) ([]session.Subscription, error) {
+	subs := make([]session.Subscription, 0, len(req.channels))
 	for _, ch := range req.channels {
 		var since *fanout.Position
-		if pos, ok := req.cursor.lookup(fanout.Key{Tenant: req.claims.Tenant, Channel: ch}); ok {
+		if pos, ok := req.cursor.Lookup(fanout.Key{Tenant: req.claims.Tenant, Channel: ch}); ok {
 			since = &pos
 		}
-		sub, err := conn.subscribe(r.Context(), ch, since)
+		sub, err := conn.Subscribe(r.Context(), ch, since)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: subscribe %q: %w", ch, err)
 		}
@@ -150,24 +152,24 @@ func (s *Server) subscribeSSE(r *http.Request, conn *Conn, req sseRequest) ([]su
 
 // startSSE writes the head of a stream as one batch: the retry field, a
 // subscribed event per channel, then the recovered publications.
-func (s *Server) startSSE(sink *sseSink, conn *Conn, subs []subscription) error {
-	if err := sink.arm(); err != nil {
+func (s *Server) startSSE(sink *sse.Sink, conn *session.Conn, subs []session.Subscription) error {
+	if err := sink.Arm(); err != nil {
 		return err
 	}
-	if err := sink.retry(s.cfg.SSERetry); err != nil {
+	if err := sink.Retry(s.cfg.SSERetry); err != nil {
 		return err
 	}
 	for _, sub := range subs {
-		if err := sink.subscribed(0, sub, conn.pos); err != nil {
+		if err := sink.Subscribed(0, sub, conn.Pos); err != nil {
 			return err
 		}
 	}
 	for _, sub := range subs {
-		if _, err := conn.writeRecovered(sink, sub.pubs); err != nil {
+		if _, err := conn.WriteRecovered(sink, sub.Pubs); err != nil {
 			return err
 		}
 	}
-	return sink.flush()
+	return sink.Flush()
 }
 
 // refuseConn answers a connection attempt of transport refused before its
@@ -186,4 +188,18 @@ func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason Reason, 
 		slog.String("url", redactURL(r.URL)),
 		slog.String("remote", clientOf(r).remote),
 		slog.String("message", msg))
+}
+
+// sseHost is the Server as its SSE streams see it (sse.Server).
+type sseHost Server
+
+// Closed counts and logs a stream that ended.
+func (h *sseHost) Closed(c *session.Conn) { (*Server)(h).closed(c) }
+
+// Release gives back the stream's registration and its slots.
+func (h *sseHost) Release(c *session.Conn) {
+	s := (*Server)(h)
+	s.unregister(c)
+	s.releaseUser(c)
+	s.releaseSlot()
 }

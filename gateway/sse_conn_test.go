@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // TestSSEClientCloseEndsStream: a client closing an idle HTTP/1.1 stream,
@@ -116,22 +117,22 @@ func TestSSEOverHTTP2(t *testing.T) {
 // discardOut is an sseOut that drops what it is given.
 type discardOut struct{ bytes int }
 
-func (o *discardOut) write(buf []byte) error      { o.bytes += len(buf) - sseRoom; return nil }
-func (o *discardOut) flush() error                { return nil }
-func (o *discardOut) setDeadline(time.Time) error { return nil }
-func (o *discardOut) abort()                      {}
-func (o *discardOut) finish(bool)                 {}
-func (o *discardOut) kill()                       {}
+func (o *discardOut) Write(buf []byte) error      { o.bytes += len(buf) - sse.Room; return nil }
+func (o *discardOut) Flush() error                { return nil }
+func (o *discardOut) SetDeadline(time.Time) error { return nil }
+func (o *discardOut) Abort()                      {}
+func (o *discardOut) Finish(bool)                 {}
+func (o *discardOut) Kill()                       {}
 
 // sinkDeliveries returns a function that writes one more publication of
 // channel 0 of a stream of channels channels to sink, as the writer does
 // for a live delivery (its position advances), flushing every 16.
 func sinkDeliveries(channels int) (*discardOut, func()) {
 	out := &discardOut{}
-	sink := newSSESink(out, time.Minute)
-	pos := newPositions("acme", channels)
+	sink := sse.NewSink(out, time.Minute)
+	pos := session.NewPositions("acme", channels)
 	for i := range channels {
-		pos.add(fmt.Sprintf("users/u-%d/orders", i), fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1000})
+		pos.Add(fmt.Sprintf("users/u-%d/orders", i), fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1000})
 	}
 	p := fanout.NewPrepared(fanout.Publication{
 		Message: fanout.Message{
@@ -142,10 +143,10 @@ func sinkDeliveries(channels int) (*discardOut, func()) {
 	})
 	n := 0
 	return out, func() {
-		pos.entries[0].pos.Offset++
-		_ = sink.publication(p, pos)
+		pos.Entries[0].Pos.Offset++
+		_ = sink.Publication(p, pos)
 		if n++; n%16 == 0 {
-			_ = sink.flush()
+			_ = sink.Flush()
 		}
 	}
 }
@@ -196,46 +197,5 @@ func TestSSEWriteTimeout(t *testing.T) {
 	})
 	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", ReasonSlow.Code)); n != 0 {
 		t.Fatalf("%v slow disconnects, want the write timeout alone", n)
-	}
-}
-
-// TestChunkOutKeepsANearDeadline: a deadline asked for at most slack after
-// the one set is not set again; a later one, the zero time and any after
-// an abort are.
-func TestChunkOutKeepsANearDeadline(t *testing.T) {
-	server, client := net.Pipe()
-	defer server.Close()
-	defer client.Close()
-	o := newChunkOut(server, 16*time.Second) // slack 1s
-	base := time.Now().Add(time.Hour)
-	steps := []struct {
-		t    time.Time
-		sets bool
-	}{
-		{base, true},
-		{base.Add(500 * time.Millisecond), false},
-		{base.Add(time.Second), false},
-		{base.Add(1500 * time.Millisecond), true},
-		{base, true}, // earlier than the one set
-		{time.Time{}, true},
-		{base, true},
-	}
-	for i, s := range steps {
-		before := o.set.Load()
-		if err := o.setDeadline(s.t); err != nil {
-			t.Fatal(err)
-		}
-		if set := o.set.Load() != before || s.t.IsZero(); set != s.sets {
-			t.Fatalf("step %d: set %v, want %v", i, set, s.sets)
-		}
-	}
-	o.abort()
-	if o.set.Load() != 0 {
-		t.Fatal("abort left a deadline recorded")
-	}
-	before := o.set.Load()
-	_ = o.setDeadline(base)
-	if o.set.Load() == before {
-		t.Fatal("the deadline was not set again after an abort")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net/url"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -15,7 +17,7 @@ import (
 type sseRequest struct {
 	claims   *auth.Claims
 	channels []string
-	cursor   cursor // nil: start live
+	cursor   sse.Cursor // nil: start live
 	// subTokens maps a channel to the subscription token sent for it.
 	subTokens map[string]string
 	// decisions holds each channel's authorization, in channel order.
@@ -118,7 +120,7 @@ func (s *Server) sseQuery(r *http.Request, query url.Values) (sseRequest, Reason
 		raw = query.Get("last_event_id")
 	}
 	if raw != "" {
-		c, err := parseCursor(raw)
+		c, err := sse.ParseCursor(raw)
 		if err != nil {
 			return sseRequest{}, ReasonBadRequest, "Last-Event-ID / last_event_id: " + err.Error()
 		}
@@ -147,7 +149,7 @@ func (s *Server) authorizeSSE(r *http.Request, req *sseRequest) (Reason, string)
 			if msg == "" {
 				msg = fmt.Sprintf("channel %q is not allowed", ch)
 			}
-			return denialReason(d), msg
+			return session.DenialReason(d), msg
 		}
 		req.decisions = append(req.decisions, d)
 	}

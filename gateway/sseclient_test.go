@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/internal/testclient"
 )
 
@@ -80,13 +81,13 @@ func (s *sseStream) publication(t *testing.T) (sseEvent, fanout.Publication) {
 }
 
 // subscribed reads the next event, which must be "subscribed".
-func (s *sseStream) subscribed(t *testing.T) (sseEvent, subscribedEvent) {
+func (s *sseStream) subscribed(t *testing.T) (sseEvent, sse.SubscribedEvent) {
 	t.Helper()
 	ev := s.nextEvent(t)
 	if ev.Name != "subscribed" {
 		t.Fatalf("want subscribed, got %q: %s", ev.Name, ev.Data)
 	}
-	var d subscribedEvent
+	var d sse.SubscribedEvent
 	if err := json.Unmarshal([]byte(ev.Data), &d); err != nil {
 		t.Fatalf("subscribed data %q: %v", ev.Data, err)
 	}
@@ -97,13 +98,13 @@ func (s *sseStream) subscribed(t *testing.T) (sseEvent, subscribedEvent) {
 }
 
 // control reads the next event, which must be named name.
-func (s *sseStream) control(t *testing.T, name string) disconnectEvent {
+func (s *sseStream) control(t *testing.T, name string) sse.DisconnectEvent {
 	t.Helper()
 	ev := s.nextEvent(t)
 	if ev.Name != name {
 		t.Fatalf("want event %q, got %q: %s", name, ev.Name, ev.Data)
 	}
-	var d disconnectEvent
+	var d sse.DisconnectEvent
 	if err := json.Unmarshal([]byte(ev.Data), &d); err != nil {
 		t.Fatalf("%s data %q: %v", name, ev.Data, err)
 	}

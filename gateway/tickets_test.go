@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // testClock is a settable clock for ticket stores.
@@ -155,7 +156,7 @@ func TestTicketRedeemWS(t *testing.T) {
 	if !strings.Contains(msg, "single-use") {
 		t.Fatalf("message %q", msg)
 	}
-	replay.closedWith("unauthorized", closeUnauthorized)
+	replay.closedWith("unauthorized", session.CloseUnauthorized)
 }
 
 func TestTicketRequests(t *testing.T) {

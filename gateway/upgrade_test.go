@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // gathered reads one series of a registered metric by name and labels from
@@ -151,7 +152,7 @@ func TestWSUpgradeAuthBeforeUserLimit(t *testing.T) {
 	expired := e.mint("u1", time.Now().Add(-20*time.Second), []string{"orders/*"}, nil)
 	c := e.dialWS(dialOpts{header: http.Header{"Authorization": {"Bearer " + expired}}})
 	c.fails(c.request(opConnect, nil), codeTokenExpired)
-	c.closedWith("token_expired", closeTokenExpired)
+	c.closedWith("token_expired", session.CloseTokenExpired)
 
 	revokedTok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, sid: "s-gone"})
 	if err := revs.Revoke(context.Background(), auth.Revocation{SessionID: "s-gone", Until: exp}); err != nil {
@@ -164,7 +165,7 @@ func TestWSUpgradeAuthBeforeUserLimit(t *testing.T) {
 	eventually(t, 5*time.Second, "the revocation snapshot", func() bool { return e.srv.reval.revoked(claims) })
 	c = e.dialWS(dialOpts{header: http.Header{"Authorization": {"Bearer " + revokedTok}}})
 	c.fails(c.request(opConnect, nil), codeRevoked)
-	c.closedWith("revoked", closeRevoked)
+	c.closedWith("revoked", session.CloseRevoked)
 
 	// A good token of the same user is still refused by the bound.
 	e.refusedHandshake(dialOpts{header: http.Header{"Authorization": {"Bearer " + live}}},
@@ -281,7 +282,7 @@ func TestTicketSpentByUserRefusal(t *testing.T) {
 	tr = e.ticket(tok)
 	c := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(tr.Ticket)})
 	c.fails(c.request(opConnect, nil), codeTooManyConnections)
-	c.closedWith("too_many_connections", closeTooManyConnections)
+	c.closedWith("too_many_connections", session.CloseTooManyConnections)
 	spent(t, tickets, tr.Ticket, "ws at the per-user bound")
 
 	tr = e.ticket(tok)
@@ -321,13 +322,13 @@ func TestConnectRefusalsCounted(t *testing.T) {
 	e.refusedHandshake(dialOpts{header: http.Header{"Authorization": {"Bearer " + tok}}}, 429, "too_many_connections")
 	c := e.dialWS(dialOpts{})
 	c.fails(c.request(opConnect, map[string]any{"token": "not-a-jwt"}), codeUnauthorized)
-	c.closedWith("unauthorized", closeUnauthorized)
+	c.closedWith("unauthorized", session.CloseUnauthorized)
 	c = e.dialWS(dialOpts{})
 	c.fails(c.request(opConnect, map[string]any{"token": tok}), codeTooManyConnections)
-	c.closedWith("too_many_connections", closeTooManyConnections)
+	c.closedWith("too_many_connections", session.CloseTooManyConnections)
 	c = e.dialWS(dialOpts{})
 	c.request(opSubscribe, map[string]any{"channel": "orders/1"})
-	c.closedWith("protocol_error", closeProtocolError)
+	c.closedWith("protocol_error", session.CloseProtocolError)
 	// A client that leaves before connect was not refused.
 	c = e.dialWS(dialOpts{})
 	c.ok(c.request(opPing, nil), nil)

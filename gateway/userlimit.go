@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // userLimiter counts the open connections of each user (tenant and
@@ -67,21 +68,21 @@ func (l *userLimiter) release(key string) {
 
 // acquireUser takes a per-user slot for c's user; the connection keeps it
 // until releaseUser.
-func (s *Server) acquireUser(c *Conn, claims *auth.Claims) bool {
+func (s *Server) acquireUser(c *session.Conn, claims *auth.Claims) bool {
 	key := userKey(claims)
 	if !s.users.acquire(key) {
 		s.metrics.limit(limitUserConns)
 		return false
 	}
-	c.userKey, c.hasUserSlot = key, true
+	c.UserKey, c.HasUserSlot = key, true
 	return true
 }
 
 // releaseUser returns c's per-user slot, if it holds one.
-func (s *Server) releaseUser(c *Conn) {
-	if c.hasUserSlot {
-		c.hasUserSlot = false
-		s.users.release(c.userKey)
+func (s *Server) releaseUser(c *session.Conn) {
+	if c.HasUserSlot {
+		c.HasUserSlot = false
+		s.users.release(c.UserKey)
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"net/http"
 	"net/url"
 	"testing"
@@ -26,7 +27,7 @@ func TestMaxConnectionsPerUser(t *testing.T) {
 	}
 	late := e.dialWS(dialOpts{})
 	late.fails(late.request(opConnect, map[string]any{"token": tok}), codeTooManyConnections)
-	late.closedWith("too_many_connections", closeTooManyConnections)
+	late.closedWith("too_many_connections", session.CloseTooManyConnections)
 
 	// The same subject in another tenant is another user.
 	e.stream(e.token("globex", "u1", "orders/*"), "orders/1")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"os"
 	"regexp"
 	"slices"
@@ -101,15 +102,15 @@ func TestVocabularyTable(t *testing.T) {
 			t.Errorf("reason %q: duplicate or not snake_case", r.Code)
 		}
 		seen[r.Code] = true
-		if r.Message == "" || r.doc.advice == "" || r.doc.sse == "" {
+		if r.Message == "" || session.DocOf(r).Advice == "" || session.DocOf(r).SSE == "" {
 			t.Errorf("reason %s: message, advice and SSE column are required", r.Code)
 		}
 		if r.Close == 0 && r.Code != ReasonClientClosed.Code {
 			t.Errorf("reason %s has no close code", r.Code)
 		}
 	}
-	for _, r := range recoveryReasons {
-		if seen[r.Code] || r.doc == "" || !regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`).MatchString(r.Code) {
+	for _, r := range session.RecoveryReasons {
+		if seen[r.Code] || r.Doc == "" || !regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`).MatchString(r.Code) {
 			t.Errorf("recovery reason %q: a reason code already, undocumented or not snake_case", r.Code)
 		}
 		seen[r.Code] = true
@@ -144,15 +145,15 @@ func reasonTable() string {
 	var b strings.Builder
 	b.WriteString("| reason | reconnect? | SSE (refused request / in-stream) | WS close code | what the client does |\n|---|---|---|---|---|\n")
 	for _, r := range Reasons {
-		reconnect := r.doc.reconnect
+		reconnect := session.DocOf(r).Reconnect
 		if reconnect == "" {
 			reconnect = map[bool]string{true: "yes", false: "no"}[r.Reconnect]
 		}
-		closeCol := r.doc.close
+		closeCol := session.DocOf(r).Close
 		if closeCol == "" {
 			closeCol = strconv.Itoa(int(r.Close))
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", r.Code, reconnect, r.doc.sse, closeCol, r.doc.advice)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", r.Code, reconnect, session.DocOf(r).SSE, closeCol, session.DocOf(r).Advice)
 	}
 	return b.String()
 }
@@ -160,8 +161,8 @@ func reasonTable() string {
 func recoveryReasonTable() string {
 	var b strings.Builder
 	b.WriteString("| reason | meaning |\n|---|---|\n")
-	for _, r := range recoveryReasons {
-		fmt.Fprintf(&b, "| `%s` | %s |\n", r.Code, r.doc)
+	for _, r := range session.RecoveryReasons {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", r.Code, r.Doc)
 	}
 	return b.String()
 }
@@ -215,7 +216,7 @@ func vocabularyJSON(t *testing.T) []byte {
 	for _, e := range wsErrors {
 		v.ErrorCodes = append(v.ErrorCodes, errorCode{e.code, e.temporary})
 	}
-	for _, r := range recoveryReasons {
+	for _, r := range session.RecoveryReasons {
 		v.RecoveryReasons = append(v.RecoveryReasons, r.Code)
 	}
 	out, err := json.MarshalIndent(v, "", "  ")

@@ -9,6 +9,8 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 // countOut is an sseOut that counts the publications it is handed.
@@ -18,13 +20,13 @@ type countOut struct {
 	wrote chan struct{} // capacity 1: "n grew"
 }
 
-func (o *countOut) write(buf []byte) error {
-	o.n.Add(int64(bytes.Count(buf[sseRoom:], []byte("\ndata: "))))
+func (o *countOut) Write(buf []byte) error {
+	o.n.Add(int64(bytes.Count(buf[sse.Room:], []byte("\ndata: "))))
 	select {
 	case o.wrote <- struct{}{}:
 	default:
 	}
-	return o.discardOut.write(buf)
+	return o.discardOut.Write(buf)
 }
 
 // waitFor waits until n publications were written.
@@ -71,15 +73,15 @@ func BenchmarkWriterSSE(b *testing.B) {
 
 // startBenchWriter returns a connection of e's server subscribed to
 // orders/1 (not on the hub) whose writer writes SSE into out.
-func startBenchWriter(b *testing.B, e *testEnv, out sseOut) *Conn {
+func startBenchWriter(b *testing.B, e *testEnv, out sse.Out) *session.Conn {
 	claims := &auth.Claims{Tenant: "acme", Subject: "u1"}
 	c := e.srv.newConn(transportSSE, claims, "bench")
-	c.out = newSSESink(out, time.Minute)
-	c.pos.add("orders/1", fanout.Position{Epoch: "0190a0b1-7c2d-7e3f"})
-	c.startWriting()
+	c.Out = sse.NewSink(out, time.Minute)
+	c.Pos.Add("orders/1", fanout.Position{Epoch: "0190a0b1-7c2d-7e3f"})
+	c.StartWriting()
 	b.Cleanup(func() {
 		c.Close(ReasonClientClosed, 0)
-		<-c.finalDone
+		<-c.FinalDone
 	})
 	return c
 }

@@ -26,9 +26,9 @@ import (
 //     for (wsConn.handleApart), so its own stack stays small: connect,
 //     ping and unsubscribe are answered there, and subscribe, publish and
 //     refresh start a goroutine each, at most MaxInflight at once;
-//   - the connection core's writer (conn_writer.go), started on demand
-//     whenever something is queued and gone again once the queues are
-//     empty, so an idle connection holds one goroutine. The writer is the
+//   - the connection core's writer (internal/session/conn_writer.go),
+//     started on demand whenever something is queued and gone again once
+//     the queues are empty, so an idle connection holds one goroutine. The writer is the
 //     only one to write data frames: through wsSink it batches everything
 //     queued into messages of newline-separated frames, each message
 //     written under its own deadline, and it performs the subscriptions'
@@ -119,7 +119,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.metrics.refused(transportWS, ReasonBadRequest)
 		s.connLog.Log(slog.LevelDebug, "gateway: websocket upgrade failed",
 			slog.String("remote", clientOf(r).remote), slog.String("error", err.Error()))
-		conn.cancel()
+		conn.Cancel()
 		return
 	}
 	// From here on r.Context() must not be used: the connection is hijacked.

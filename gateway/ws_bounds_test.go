@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // TestWSMessageTooBig: a message over MaxMessageSize closes with
@@ -37,7 +38,7 @@ func TestWSMessageTooBig(t *testing.T) {
 			c.send(frame(max))
 			c.ok(1, nil)
 			c.send(frame(max + 1))
-			d := c.closedWith("message_too_big", closeMessageTooBig)
+			d := c.closedWith("message_too_big", session.CloseMessageTooBig)
 			if d.Reconnect || !strings.Contains(d.Message, strconv.Itoa(max)) {
 				t.Fatalf("disconnect %+v", d)
 			}
@@ -47,7 +48,7 @@ func TestWSMessageTooBig(t *testing.T) {
 			// A much larger one (many frames' worth) is cut off the same way.
 			c = e.connected("orders/*")
 			c.send(frame(1 << 20))
-			c.closedWith("message_too_big", closeMessageTooBig)
+			c.closedWith("message_too_big", session.CloseMessageTooBig)
 			e.connected("orders/*").subscribe("orders/1", nil)
 		})
 	}
@@ -86,7 +87,7 @@ func TestWSClientTimeout(t *testing.T) {
 			}
 		}
 	})
-	d := silent.closedWith("timeout", closeTimeout)
+	d := silent.closedWith("timeout", session.CloseTimeout)
 	if !d.Reconnect {
 		t.Fatalf("disconnect %+v", d)
 	}
@@ -109,7 +110,7 @@ func TestWSClientTimeout(t *testing.T) {
 func TestWSConnectTimeout(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{ConnectTimeout: 200 * time.Millisecond}})
 	c := e.dialWS(dialOpts{})
-	d := c.closedWith("timeout", closeTimeout)
+	d := c.closedWith("timeout", session.CloseTimeout)
 	if !strings.Contains(d.Message, "connect") {
 		t.Fatalf("disconnect %+v", d)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // TestWSCloseCodeTable: every Reason has a close code in the range that
@@ -18,7 +19,7 @@ import (
 func TestWSCloseCodeTable(t *testing.T) {
 	seen := map[websocket.StatusCode]string{}
 	for _, r := range Reasons {
-		code := closeCode(r)
+		code := session.CloseCode(r)
 		switch {
 		case r.Code == ReasonTokenExpired.Code:
 			if code < 4100 || code > 4199 {
@@ -38,10 +39,10 @@ func TestWSCloseCodeTable(t *testing.T) {
 		}
 		seen[code] = r.Code
 	}
-	if got := closeCode(Reason{Code: "future_retry", Reconnect: true}); got != closeReconnect {
+	if got := session.CloseCode(Reason{Code: "future_retry", Reconnect: true}); got != session.CloseReconnect {
 		t.Errorf("unknown reconnecting reason: %d", got)
 	}
-	if got := closeCode(Reason{Code: "future_final"}); got != closeNoReconnect {
+	if got := session.CloseCode(Reason{Code: "future_final"}); got != session.CloseNoReconnect {
 		t.Errorf("unknown final reason: %d", got)
 	}
 }
@@ -51,7 +52,7 @@ func TestWSConnectRefusals(t *testing.T) {
 	t.Run("unauthorized", func(t *testing.T) {
 		c := e.dialWS(dialOpts{})
 		c.fails(c.request(opConnect, map[string]any{"token": "not-a-jwt"}), codeUnauthorized)
-		d := c.closedWith("unauthorized", closeUnauthorized)
+		d := c.closedWith("unauthorized", session.CloseUnauthorized)
 		if d.Reconnect || d.Message == "" {
 			t.Fatalf("disconnect %+v", d)
 		}
@@ -59,12 +60,12 @@ func TestWSConnectRefusals(t *testing.T) {
 	t.Run("no token", func(t *testing.T) {
 		c := e.dialWS(dialOpts{})
 		c.fails(c.request(opConnect, nil), codeUnauthorized)
-		c.closedWith("unauthorized", closeUnauthorized)
+		c.closedWith("unauthorized", session.CloseUnauthorized)
 	})
 	t.Run("token expired", func(t *testing.T) {
 		c := e.dialWS(dialOpts{})
 		c.fails(c.request(opConnect, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), codeTokenExpired)
-		d := c.closedWith("token_expired", closeTokenExpired)
+		d := c.closedWith("token_expired", session.CloseTokenExpired)
 		if !d.Reconnect {
 			t.Fatalf("disconnect %+v", d)
 		}
@@ -73,7 +74,7 @@ func TestWSConnectRefusals(t *testing.T) {
 		c := e.dialWS(dialOpts{})
 		c.ok(c.request(opPing, nil), nil) // ping is fine before connect
 		c.request(opSubscribe, map[string]any{"channel": "orders/1"})
-		d := c.closedWith("protocol_error", closeProtocolError)
+		d := c.closedWith("protocol_error", session.CloseProtocolError)
 		if !strings.Contains(d.Message, "connect") {
 			t.Fatalf("disconnect %+v", d)
 		}
@@ -160,7 +161,7 @@ func TestWSResync(t *testing.T) {
 		e.publish("acme", "orders/1", itoa(uint64(i)))
 	}
 	e.hub.HandleResync(key)
-	d := c.closedWith("insufficient_state", closeInsufficientState)
+	d := c.closedWith("insufficient_state", session.CloseInsufficientState)
 	if !d.Reconnect {
 		t.Fatalf("disconnect %+v", d)
 	}
@@ -169,7 +170,7 @@ func TestWSResync(t *testing.T) {
 	c.subscribe("orders/1", nil)
 	rec.fail.Store(true)
 	e.hub.HandleResync(key)
-	c.closedWith("server_error", closeServerError)
+	c.closedWith("server_error", session.CloseServerError)
 }
 
 // TestWSProtocolViolations: binary and non-UTF-8 messages close with
@@ -189,7 +190,7 @@ func TestWSProtocolViolations(t *testing.T) {
 			if err := send(c); err != nil {
 				t.Fatal(err)
 			}
-			d := c.closedWith("protocol_error", closeProtocolError)
+			d := c.closedWith("protocol_error", session.CloseProtocolError)
 			if d.Reconnect || d.Message == "" {
 				t.Fatalf("disconnect %+v", d)
 			}
@@ -212,7 +213,7 @@ func TestWSGracefulShutdown(t *testing.T) {
 	clients[1].subscribe("orders/1", nil)
 	e.srv.Stop()
 	for i, c := range clients {
-		d := c.closedWith("shutdown", closeShutdown)
+		d := c.closedWith("shutdown", session.CloseShutdown)
 		if !d.Reconnect || d.DelayMS < 0 || d.DelayMS > delay.Milliseconds() {
 			t.Fatalf("client %d: disconnect %+v, want reconnect within %s", i, d, delay)
 		}

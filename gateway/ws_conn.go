@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -24,7 +25,7 @@ import (
 // sink.
 type wsConn struct {
 	srv *Server
-	c   *Conn
+	c   *session.Conn
 	cfg *Config
 	ws  *websocket.Conn
 	raw *wsFrameWatch // the connection under ws: its reads and their deadline
@@ -59,12 +60,12 @@ type publishGrants struct {
 }
 
 // newWSConn prepares the WebSocket side of c; attach binds the socket.
-func newWSConn(s *Server, c *Conn, hc httpCredentials) *wsConn {
+func newWSConn(s *Server, c *session.Conn, hc httpCredentials) *wsConn {
 	w := &wsConn{srv: s, c: c, cfg: &s.cfg, hc: hc, clientID: uuid.NewString()}
 	w.sink.timeout = s.cfg.WriteTimeout
 	w.sink.expiryGrace = s.cfg.ExpiryGrace
 	w.sink.requests = s.metrics.wsRequests
-	c.out = &w.sink
+	c.Out = &w.sink
 	w.touch()
 	return w
 }
@@ -81,8 +82,8 @@ func (w *wsConn) attach(ws *websocket.Conn, raw *wsFrameWatch) {
 	w.raw = raw
 	w.sink.ws = ws
 	w.sink.raw = raw
-	w.c.setAbort(w.sink.abort)
-	w.c.startWriting()
+	w.c.SetAbort(w.sink.abort)
+	w.c.StartWriting()
 }
 
 // run is the connection's goroutine: it reads frames until the connection
@@ -128,15 +129,15 @@ func (w *wsConn) startTimers() {
 func (w *wsConn) end() {
 	defer w.srv.releaseSlot()
 	defer w.srv.unregister(w.c)
-	<-w.c.finalDone
+	<-w.c.FinalDone
 
 	w.connectTimer.Stop()
 	w.idleTimer.Stop()
 	w.stopExpiry()
-	w.c.cancel()
+	w.c.Cancel()
 	w.reqs.Wait()
-	w.c.setAbort(nil)
-	w.c.unsubscribeAll()
+	w.c.SetAbort(nil)
+	w.c.UnsubscribeAll()
 	w.srv.releaseUser(w.c)
 	switch r := w.c.Reason(); {
 	case w.opened:
@@ -177,7 +178,7 @@ func (w *wsConn) readLoop() {
 			w.c.Close(r, 0)
 			return
 		}
-		if w.c.closed() {
+		if w.c.Closed() {
 			return // the reason is set already
 		}
 	}
@@ -194,13 +195,13 @@ func (w *wsConn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes
 	w.touch()
 	if buf.Len() > max {
 		w.srv.metrics.limit(limitMessageSize)
-		return withMessage(ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", max))
+		return session.WithMessage(ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", max))
 	}
 	if typ != websocket.MessageText {
-		return withMessage(ReasonProtocolError, wsProtocol+" uses text messages only; got a binary message")
+		return session.WithMessage(ReasonProtocolError, wsProtocol+" uses text messages only; got a binary message")
 	}
 	if !utf8.Valid(buf.Bytes()) {
-		return withMessage(ReasonProtocolError, "a text message was not valid UTF-8")
+		return session.WithMessage(ReasonProtocolError, "a text message was not valid UTF-8")
 	}
 	return w.handleApart(buf.Bytes())
 }
@@ -233,15 +234,9 @@ func (w *wsConn) readErrorReason() Reason {
 		return ReasonWriteTimeout
 	case w.raw != nil && w.raw.tooBig.Load():
 		w.srv.metrics.limit(limitMessageSize)
-		return withMessage(ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", w.cfg.MaxMessageSize))
+		return session.WithMessage(ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", w.cfg.MaxMessageSize))
 	}
 	return ReasonClientClosed
-}
-
-// withMessage returns r with a specific message for the client.
-func withMessage(r Reason, msg string) Reason {
-	r.Message = msg
-	return r
 }
 
 // handle decodes and dispatches one client frame.
@@ -257,7 +252,7 @@ func (w *wsConn) handle(msg []byte) Reason {
 	}
 	op := wsOpsByName[f.Op] // decodeFrame took only known ops
 	if !w.connected.Load() && !op.beforeConnect {
-		return withMessage(ReasonProtocolError, fmt.Sprintf("%q before connect: the first request must be connect", f.Op))
+		return session.WithMessage(ReasonProtocolError, fmt.Sprintf("%q before connect: the first request must be connect", f.Op))
 	}
 	if op.reply && w.idInFlight(f.ID) {
 		w.refuseDuplicateID(&f)
@@ -302,13 +297,13 @@ func (w *wsConn) touch() { w.lastRecv.Store(time.Now().UnixNano()) }
 // checkIdle closes a connection silent for ClientTimeout; otherwise it
 // looks again when that could first happen.
 func (w *wsConn) checkIdle() {
-	if w.c.closed() {
+	if w.c.Closed() {
 		return
 	}
 	idle := time.Since(time.Unix(0, w.lastRecv.Load()))
 	if idle >= w.cfg.ClientTimeout {
 		w.srv.metrics.limit(limitClientTimeout)
-		w.c.Close(withMessage(ReasonTimeout, fmt.Sprintf(
+		w.c.Close(session.WithMessage(ReasonTimeout, fmt.Sprintf(
 			"nothing received for %s (answer every ping with a pong)", w.cfg.ClientTimeout)), 0)
 		// A writer blocked on the silent peer would hold the connection
 		// until WriteTimeout: it gets finalWriteTimeout to finish (a peer
@@ -322,27 +317,27 @@ func (w *wsConn) checkIdle() {
 
 // connectTimedOut closes a connection that sent no connect frame in time.
 func (w *wsConn) connectTimedOut() {
-	if w.connected.Load() || w.c.closed() {
+	if w.connected.Load() || w.c.Closed() {
 		return
 	}
 	w.srv.metrics.limit(limitConnectTimeout)
-	w.c.Close(withMessage(ReasonTimeout, fmt.Sprintf("no connect frame within %s", w.cfg.ConnectTimeout)), 0)
+	w.c.Close(session.WithMessage(ReasonTimeout, fmt.Sprintf("no connect frame within %s", w.cfg.ConnectTimeout)), 0)
 }
 
 // reply queues a success reply.
 func (w *wsConn) reply(id uint64, op string, result any) {
 	w.srv.metrics.wsRequests.WithLabelValues(op, "ok").Inc()
-	w.c.pushCtl(ctlItem{kind: ctlFrame, frame: encodeResult(id, result)})
+	w.c.PushCtl(session.CtlItem{Kind: session.CtlFrame, Frame: encodeResult(id, result)})
 }
 
 // replyError queues an error reply.
 func (w *wsConn) replyError(id uint64, op, code, message string) {
 	w.srv.metrics.wsRequests.WithLabelValues(op, code).Inc()
-	w.c.pushCtl(ctlItem{kind: ctlFrame, frame: encodeError(id, code, message)})
+	w.c.PushCtl(session.CtlItem{Kind: session.CtlFrame, Frame: encodeError(id, code, message)})
 }
 
 // logError logs a failure of this connection, rate limited.
 func (w *wsConn) logError(msg string, err error, attrs ...slog.Attr) {
-	attrs = append(attrs, slog.Uint64("conn", w.c.id), slog.String("error", err.Error()))
+	attrs = append(attrs, slog.Uint64("conn", w.c.ID), slog.String("error", err.Error()))
 	w.srv.connLog.Log(slog.LevelError, msg, attrs...)
 }

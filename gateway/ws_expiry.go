@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"time"
 )
 
@@ -43,18 +44,18 @@ func (w *wsConn) stopExpiry() {
 func (w *wsConn) expiryDue() {
 	w.expMu.Lock()
 	defer w.expMu.Unlock()
-	claims := w.c.cur.Load()
-	if w.expStopped || w.expTimer == nil || claims == nil || claims.ExpiresAt.IsZero() || w.c.closed() {
+	claims := w.c.Cur.Load()
+	if w.expStopped || w.expTimer == nil || claims == nil || claims.ExpiresAt.IsZero() || w.c.Closed() {
 		return
 	}
 	exp, now := claims.ExpiresAt, time.Now()
 	end, ask := exp.Add(w.cfg.ExpiryGrace), exp.Add(-w.cfg.RefreshAhead)
 	switch {
 	case !now.Before(end):
-		w.c.Close(withMessage(ReasonTokenExpired, expiredMessage), 0)
+		w.c.Close(session.WithMessage(ReasonTokenExpired, expiredMessage), 0)
 	case !now.Before(ask):
-		if w.c.markAsked(exp) {
-			w.c.askRefresh(exp)
+		if w.c.MarkAsked(exp) {
+			w.c.AskRefresh(exp)
 		}
 		w.expTimer.Reset(end.Sub(now))
 	default:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // slowReval is a Config whose revalidation tick never comes during a test,
@@ -57,7 +58,7 @@ func TestWSRefreshPushInsideGrace(t *testing.T) {
 	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS != 0 || p.GraceMS != grace.Milliseconds() {
 		t.Fatalf("refresh push %+v", p)
 	}
-	c.closedWith(ReasonTokenExpired.Code, closeTokenExpired)
+	c.closedWith(ReasonTokenExpired.Code, session.CloseTokenExpired)
 	if early := time.Until(exp.Add(grace)); early > 0 {
 		t.Fatalf("closed %s before exp + ExpiryGrace", early)
 	}

@@ -210,7 +210,7 @@ func measureIdle(tb testing.TB, transport string, n int) idleMeasure {
 	eventually(tb, time.Minute, "every connection to be open and every writer gone", func() bool {
 		readers, writers, netHTTP = connGoroutines(transport)
 		return gaugeValue(gauge) == float64(n) && writers == 0 && (readers == n || readers == 0 && netHTTP >= n) &&
-			stackCount("gateway.(*writerPool).work(") == 0
+			stackCount("session.(*WriterPool).work(") == 0
 	})
 	heapAfter, stackAfter := memInUse()
 	m := idleMeasure{
@@ -260,11 +260,11 @@ func connGoroutines(transport string) (readers, writers, netHTTP int) {
 	buf := stacks()
 	conn := "gateway.(*wsConn)."
 	if transport == transportSSE {
-		conn = "gateway.(*sseConn)."
+		conn = "sse.(*Stream)."
 	}
 	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
 		switch {
-		case bytes.Contains(g, []byte("gateway.(*Conn).writeLoop(")):
+		case bytes.Contains(g, []byte("session.(*Conn).writeLoop(")):
 			writers++
 		case bytes.Contains(g, []byte(conn+"run(")):
 			readers++

@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -38,7 +39,7 @@ func (w *wsConn) connect(f *clientFrame) {
 	case w.hc.ticket != "":
 		// Redeemed only now that connect relies on it (it is spent even if
 		// the connect is refused below: see redeemTicket).
-		ctx, cancel := context.WithTimeout(w.c.ctx, w.cfg.ConnectTimeout)
+		ctx, cancel := context.WithTimeout(w.c.Ctx, w.cfg.ConnectTimeout)
 		var reason Reason
 		var msg string
 		claims, reason, msg = w.srv.redeemTicket(ctx, w.hc.ticket)
@@ -65,12 +66,12 @@ func (w *wsConn) connect(f *clientFrame) {
 		return
 	}
 
-	w.c.claims = claims
-	w.c.pos = newPositions(claims.Tenant, 4)
+	w.c.Claims = claims
+	w.c.Pos = session.NewPositions(claims.Tenant, 4)
 	w.adopt(claims)
 	w.connected.Store(true)
 	w.connectTimer.Stop()
-	w.c.startHeartbeat()
+	w.c.StartHeartbeat()
 	w.opened = true
 	w.srv.opened(w.c)
 	w.reply(f.ID, opConnect, w.connectResult(claims, time.Now()))
@@ -109,7 +110,7 @@ func (w *wsConn) refuseConnect(id uint64, r Reason, msg string) {
 		msg = r.Message
 	}
 	w.replyError(id, opConnect, wsErrorCode(r), msg)
-	w.c.Close(withMessage(r, msg), 0)
+	w.c.Close(session.WithMessage(r, msg), 0)
 }
 
 // wsErrorCode is the error code of a request refused for r: the reason's
@@ -125,7 +126,7 @@ func wsErrorCode(r Reason) string {
 func (w *wsConn) adopt(claims *auth.Claims) {
 	g, err := subscriptions.CompileGrants(claims.Publish, claims.Subject)
 	w.pubGrants.Store(&publishGrants{grants: g, err: err})
-	w.c.cur.Store(claims)
+	w.c.Cur.Store(claims)
 }
 
 func unixOrZero(t time.Time) int64 {
@@ -145,11 +146,11 @@ func (w *wsConn) subscribe(f *clientFrame) {
 		}
 	}()
 	ch, c := f.Channel, w.c
-	switch c.reserve(ch, f.Token) {
-	case reserveTaken:
+	switch c.Reserve(ch, f.Token) {
+	case session.ReserveTaken:
 		w.replyError(f.ID, opSubscribe, codeAlreadySubscribed, fmt.Sprintf("already subscribed to %q", ch))
 		return
-	case reserveFull:
+	case session.ReserveFull:
 		w.srv.metrics.limit(limitSubscriptions)
 		w.replyError(f.ID, opSubscribe, codeTooManySubscriptions, fmt.Sprintf(
 			"at most %d subscriptions per connection: unsubscribe from one first", w.cfg.MaxSubscriptions))
@@ -159,47 +160,47 @@ func (w *wsConn) subscribe(f *clientFrame) {
 	// A refresh that lands while this is decided skips it (it re-checks
 	// established subscriptions only), so decide again with the newer
 	// token until the token did not change under the decision.
-	claims := c.cur.Load()
-	d, err := w.srv.deps.Authorizer.Authorize(c.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
-	for err == nil && d.Allowed && c.ctx.Err() == nil {
-		cur := c.cur.Load()
+	claims := c.Cur.Load()
+	d, err := w.srv.deps.Authorizer.Authorize(c.Ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+	for err == nil && d.Allowed && c.Ctx.Err() == nil {
+		cur := c.Cur.Load()
 		if cur == claims {
 			break
 		}
 		claims = cur
-		d, err = w.srv.deps.Authorizer.Authorize(c.ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+		d, err = w.srv.deps.Authorizer.Authorize(c.Ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
 	}
 	switch {
-	case c.ctx.Err() != nil:
-		c.forget(ch)
+	case c.Ctx.Err() != nil:
+		c.Forget(ch)
 		return
 	case errors.Is(err, subscriptions.ErrInvalidName):
-		c.forget(ch)
+		c.Forget(ch)
 		w.replyError(f.ID, opSubscribe, codeBadRequest, err.Error())
 		return
 	case err != nil:
-		c.forget(ch)
+		c.Forget(ch)
 		w.logError("gateway: authorize failed", err, slog.String("tenant", claims.Tenant))
 		w.replyError(f.ID, opSubscribe, codeServerError, "cannot authorize the subscription now; retry later")
 		return
 	case !d.Allowed:
-		c.forget(ch)
+		c.Forget(ch)
 		msg := d.Reason
 		if msg == "" {
 			msg = fmt.Sprintf("channel %q is not allowed", ch)
 		}
-		w.replyError(f.ID, opSubscribe, wsErrorCode(denialReason(d)), msg)
+		w.replyError(f.ID, opSubscribe, wsErrorCode(session.DenialReason(d)), msg)
 		return
 	}
 	id := f.ID
-	req := &subscribeReq{subToken: f.Token, recheckAfter: d.RecheckAfter, done: func() { w.requestDone(id) }}
+	req := &session.SubscribeReq{SubToken: f.Token, RecheckAfter: d.RecheckAfter, Done: func() { w.requestDone(id) }}
 	if f.Since != nil {
-		req.since = &fanout.Position{Offset: f.Since.Offset, Epoch: f.Since.Epoch}
+		req.Since = &fanout.Position{Offset: f.Since.Offset, Epoch: f.Since.Epoch}
 	}
-	if c.pushCtl(ctlItem{kind: ctlSubscribe, id: id, channel: ch, sub: req}) {
+	if c.PushCtl(session.CtlItem{Kind: session.CtlSubscribe, ID: id, Channel: ch, Sub: req}) {
 		handedOff = true
 	} else {
-		c.forget(ch)
+		c.Forget(ch)
 	}
 }
 
@@ -207,10 +208,10 @@ func (w *wsConn) subscribe(f *clientFrame) {
 // for); the writer leaves the hub and replies, after which no publication
 // of the channel follows.
 func (w *wsConn) unsubscribe(f *clientFrame) {
-	switch w.c.unsubscribe(f.ID, f.Channel) {
-	case notSubscribed:
+	switch w.c.Unsubscribe(f.ID, f.Channel) {
+	case session.NotSubscribed:
 		w.replyError(f.ID, opUnsubscribe, codeNotSubscribed, fmt.Sprintf("not subscribed to %q", f.Channel))
-	case stillPending:
+	case session.StillPending:
 		w.replyError(f.ID, opUnsubscribe, codeNotSubscribed, fmt.Sprintf(
 			"the subscription to %q is still being made: wait for its reply", f.Channel))
 	}
@@ -220,7 +221,7 @@ func (w *wsConn) unsubscribe(f *clientFrame) {
 // token's publish grants allow (request goroutine).
 func (w *wsConn) publish(f *clientFrame) {
 	defer w.requestDone(f.ID)
-	claims, pg := w.c.cur.Load(), w.pubGrants.Load()
+	claims, pg := w.c.Cur.Load(), w.pubGrants.Load()
 	switch {
 	case pg.err != nil:
 		w.replyError(f.ID, opPublish, codeForbidden, "the token holds an invalid publish grant: "+pg.err.Error())
@@ -234,7 +235,7 @@ func (w *wsConn) publish(f *clientFrame) {
 		w.replyError(f.ID, opPublish, codeForbidden, "publishing is not available on this server")
 		return
 	}
-	pub, err := p.Publish(w.c.ctx, fanout.Message{
+	pub, err := p.Publish(w.c.Ctx, fanout.Message{
 		ID:            uuid.NewString(),
 		Key:           fanout.Key{Tenant: claims.Tenant, Channel: f.Channel},
 		Type:          f.Type,
@@ -243,7 +244,7 @@ func (w *wsConn) publish(f *clientFrame) {
 		Data:          f.Data,
 	})
 	switch {
-	case w.c.ctx.Err() != nil:
+	case w.c.Ctx.Err() != nil:
 		return
 	case errors.Is(err, fanout.ErrInvalidMessage):
 		w.replyError(f.ID, opPublish, codeBadRequest, err.Error())
@@ -279,7 +280,7 @@ func (w *wsConn) refresh(f *clientFrame) {
 		w.replyError(f.ID, opRefresh, codeUnauthorized, msg)
 		return
 	}
-	cur := w.c.cur.Load()
+	cur := w.c.Cur.Load()
 	if claims.Subject != cur.Subject || claims.Tenant != cur.Tenant {
 		w.replyError(f.ID, opRefresh, codeForbidden,
 			"the new token is for another subject or tenant: open a new connection with it")
@@ -294,13 +295,13 @@ func (w *wsConn) refresh(f *clientFrame) {
 // recheck re-authorizes every subscription with claims.
 func (w *wsConn) recheck(claims *auth.Claims) {
 	c := w.c
-	for _, e := range c.heldSubs() {
-		d, err := w.srv.deps.Authorizer.Authorize(c.ctx, subscriptions.Request{
-			Claims: claims, Channel: e.channel, SubToken: e.subToken,
+	for _, e := range c.HeldSubs() {
+		d, err := w.srv.deps.Authorizer.Authorize(c.Ctx, subscriptions.Request{
+			Claims: claims, Channel: e.Channel, SubToken: e.SubToken,
 		})
-		if c.ctx.Err() != nil {
+		if c.Ctx.Err() != nil {
 			return
 		}
-		c.reauthorized(e.channel, e.subToken, nil, d, err)
+		c.Reauthorized(e.Channel, e.SubToken, nil, d, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // handshakeWait is how long coder/websocket's Close waits for the peer's
@@ -113,8 +114,8 @@ func TestWSOversizeFrameHeader(t *testing.T) {
 			c := dialRaw(t, e, connectFrame(e, 1))
 			c.awaitReplies([]uint64{1}, nil)
 			c.send(header(c))
-			if code := c.awaitClose(false); code != closeMessageTooBig {
-				t.Fatalf("close code %d, want %d", code, closeMessageTooBig)
+			if code := c.awaitClose(false); code != session.CloseMessageTooBig {
+				t.Fatalf("close code %d, want %d", code, session.CloseMessageTooBig)
 			}
 			if d := c.disconnectPush(); d.Ctl.Reason != ReasonMessageTooBig.Code {
 				t.Fatalf("disconnect %s", d.Raw)
@@ -169,7 +170,7 @@ func TestWSTimeoutReleasesAtOnce(t *testing.T) {
 	conn := conns[0]
 	// The peer stops here: nothing more is read or written until the
 	// server has let the connection go.
-	<-conn.done // the client timeout
+	<-conn.Done() // the client timeout
 	if r := conn.Reason(); r.Code != ReasonTimeout.Code {
 		t.Fatalf("closed for %s", r.Code)
 	}
@@ -178,8 +179,8 @@ func TestWSTimeoutReleasesAtOnce(t *testing.T) {
 		return len(e.srv.connList(nil)) == 0 && e.srv.slots.Load() == 0 && readers == 0 && writers == 0 &&
 			gaugeValue(e.srv.metrics.connections.WithLabelValues(transportWS)) == 0
 	})
-	if code := c.awaitClose(true); code != closeTimeout {
-		t.Fatalf("close code %d, want %d", code, closeTimeout)
+	if code := c.awaitClose(true); code != session.CloseTimeout {
+		t.Fatalf("close code %d, want %d", code, session.CloseTimeout)
 	}
 	if d := c.disconnectPush(); d.Ctl.Reason != ReasonTimeout.Code {
 		t.Fatalf("disconnect %s", d.Raw)
@@ -209,7 +210,7 @@ func TestWSTimeoutReleasesBlockedWriter(t *testing.T) {
 	if len(conns) != 1 {
 		t.Fatalf("%d connections", len(conns))
 	}
-	conn, sink := conns[0], conns[0].out.(*wsSink)
+	conn, sink := conns[0], conns[0].Out.(*wsSink)
 	// The peer stops here. 400 publications of 64 KB are more than the
 	// socket buffers of both ends hold.
 	data := `"` + strings.Repeat("x", 64<<10) + `"`
@@ -217,7 +218,7 @@ func TestWSTimeoutReleasesBlockedWriter(t *testing.T) {
 		e.publish("acme", "orders/1", data)
 	}
 	eventually(t, time.Minute, "the writer to block on the stopped peer", sink.writing)
-	<-conn.done // the client timeout
+	<-conn.Done() // the client timeout
 	if r := conn.Reason(); r.Code != ReasonTimeout.Code {
 		t.Fatalf("closed for %s", r.Code)
 	}

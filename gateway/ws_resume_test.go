@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // TestWSResumeRecovered: a client that subscribes with its last position
@@ -132,7 +133,7 @@ func mustTop(t *testing.T, e *testEnv, key fanout.Key) fanout.Position {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rec, err := e.broker.Recover(ctx, key, fanout.Position{Epoch: noEpoch}, 0)
+	rec, err := e.broker.Recover(ctx, key, fanout.Position{Epoch: session.NoEpoch}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

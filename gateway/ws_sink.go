@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 const (
@@ -25,22 +26,6 @@ const (
 	// into the batch buffer.
 	wsBigFrame = 16 << 10
 )
-
-// batchBufs recycles batch buffers: a connection holds one only while its
-// writer runs.
-var batchBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, 4096)
-	return &b
-}}
-
-// putBatchBuf returns buf, taken from batchBufs as *p, to the pool, unless
-// it grew too large to keep.
-func putBatchBuf(p *[]byte, buf []byte) {
-	if cap(buf) <= 2*wsBatchBytes {
-		*p = buf[:0]
-		batchBufs.Put(p)
-	}
-}
 
 // wsSink writes herald.v1 frames to a WebSocket (the writer's sink). Frames
 // are batched into one text message, separated by "\n", and written when
@@ -71,23 +56,23 @@ type wsSink struct {
 	grace   *time.Timer        // set by abort: cancels the write under way (no raw)
 }
 
-var _ sink = (*wsSink)(nil)
+var _ session.Sink = (*wsSink)(nil)
 
-// arm gives each message that follows the whole per-message timeout.
-func (s *wsSink) arm() error {
+// Arm gives each message that follows the whole per-message timeout.
+func (s *wsSink) Arm() error {
 	s.limit = time.Time{}
 	return nil
 }
 
-// setDeadline bounds the writes that follow by t as well.
-func (s *wsSink) setDeadline(t time.Time) error {
+// SetDeadline bounds the writes that follow by t as well.
+func (s *wsSink) SetDeadline(t time.Time) error {
 	s.limit = t
 	return nil
 }
 
-// publication buffers {"push":"pub", followed by the shared envelope
+// Publication buffers {"push":"pub", followed by the shared envelope
 // without its opening brace: the envelope is never re-encoded.
-func (s *wsSink) publication(p *fanout.Prepared, _ *positions) error {
+func (s *wsSink) Publication(p *fanout.Prepared, _ *session.Positions) error {
 	env := p.JSON()
 	if len(env) < 2 || env[0] != '{' {
 		return nil // not an envelope; Prepared never produces one
@@ -95,36 +80,36 @@ func (s *wsSink) publication(p *fanout.Prepared, _ *positions) error {
 	return s.put(pubPrefix, env[1:])
 }
 
-// heartbeat buffers the server's ping.
-func (s *wsSink) heartbeat() error { return s.put(nil, wsPingFrame) }
+// Heartbeat buffers the server's ping.
+func (s *wsSink) Heartbeat() error { return s.put(nil, wsPingFrame) }
 
-// final buffers the disconnect push.
-func (s *wsSink) final(r Reason, delay time.Duration) error {
+// Final buffers the disconnect push.
+func (s *wsSink) Final(r Reason, delay time.Duration) error {
 	return s.put(nil, encodeDisconnect(r, delay))
 }
 
-// refreshRequest buffers the push asking for a fresh token before exp.
-func (s *wsSink) refreshRequest(exp time.Time) error {
+// RefreshRequest buffers the push asking for a fresh token before exp.
+func (s *wsSink) RefreshRequest(exp time.Time) error {
 	return s.put(nil, encodeRefresh(exp, s.expiryGrace))
 }
 
-// subscribed buffers the reply to the subscribe request id.
-func (s *wsSink) subscribed(id uint64, sub subscription, _ *positions) error {
+// Subscribed buffers the reply to the subscribe request id.
+func (s *wsSink) Subscribed(id uint64, sub session.Subscription, _ *session.Positions) error {
 	s.requests.WithLabelValues(opSubscribe, "ok").Inc()
 	return s.put(nil, encodeResult(id, wsSubscribeResult{
-		Channel: sub.channel, Recovered: sub.recovered, Reason: sub.why.Code, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
+		Channel: sub.Channel, Recovered: sub.Recovered, Reason: sub.Why.Code, Offset: sub.Top.Offset, Epoch: sub.Top.Epoch,
 	}))
 }
 
-// subscribeFailed buffers the error reply to the subscribe request id.
-func (s *wsSink) subscribeFailed(id uint64, _ string) error {
+// SubscribeFailed buffers the error reply to the subscribe request id.
+func (s *wsSink) SubscribeFailed(id uint64, _ string) error {
 	s.requests.WithLabelValues(opSubscribe, codeServerError).Inc()
 	return s.put(nil, encodeError(id, codeServerError, "cannot subscribe now: the broker did not answer; retry later"))
 }
 
-// unsubscribed buffers the reply to the unsubscribe request id, or with id
+// Unsubscribed buffers the reply to the unsubscribe request id, or with id
 // 0 the push ending one subscription for r.
-func (s *wsSink) unsubscribed(id uint64, channel string, r Reason, _ *positions) error {
+func (s *wsSink) Unsubscribed(id uint64, channel string, r Reason, _ *session.Positions) error {
 	if id != 0 {
 		s.requests.WithLabelValues(opUnsubscribe, "ok").Inc()
 		return s.put(nil, encodeResult(id, wsEmpty{}))
@@ -132,15 +117,15 @@ func (s *wsSink) unsubscribed(id uint64, channel string, r Reason, _ *positions)
 	return s.put(nil, encodeUnsubscribed(channel, r))
 }
 
-// frame buffers a whole frame.
-func (s *wsSink) frame(b []byte) error { return s.put(nil, b) }
+// Frame buffers a whole frame.
+func (s *wsSink) Frame(b []byte) error { return s.put(nil, b) }
 
 // put buffers the frame head+body, writing the batch first when the
 // frame would overflow it; a big frame becomes a message of its own.
 func (s *wsSink) put(head, body []byte) error {
 	n := len(head) + len(body)
 	if n >= wsBigFrame {
-		if err := s.flush(); err != nil {
+		if err := s.Flush(); err != nil {
 			return err
 		}
 		return s.write(func(ctx context.Context) error {
@@ -160,12 +145,12 @@ func (s *wsSink) put(head, body []byte) error {
 		})
 	}
 	if len(s.buf) > 0 && len(s.buf)+1+n > wsBatchBytes {
-		if err := s.flush(); err != nil {
+		if err := s.Flush(); err != nil {
 			return err
 		}
 	}
 	if s.buf == nil {
-		s.bufp = batchBufs.Get().(*[]byte)
+		s.bufp = session.GetBatchBuf()
 		s.buf = (*s.bufp)[:0]
 	}
 	if len(s.buf) > 0 {
@@ -176,9 +161,9 @@ func (s *wsSink) put(head, body []byte) error {
 	return nil
 }
 
-// flush writes the batch as one message and returns its buffer to the
+// Flush writes the batch as one message and returns its buffer to the
 // pool: an idle connection holds none.
-func (s *wsSink) flush() error {
+func (s *wsSink) Flush() error {
 	if len(s.buf) == 0 {
 		return nil
 	}
@@ -237,7 +222,7 @@ func (s *wsSink) abort() {
 	s.mu.Lock()
 	if s.raw != nil {
 		if s.abortAt.IsZero() {
-			s.abortAt = time.Now().Add(finalWriteTimeout)
+			s.abortAt = time.Now().Add(session.FinalWriteTimeout)
 			if s.inWrite {
 				_ = s.raw.SetWriteDeadline(s.abortAt)
 			}
@@ -246,7 +231,7 @@ func (s *wsSink) abort() {
 		return
 	}
 	if s.cancel != nil && s.grace == nil {
-		s.grace = time.AfterFunc(finalWriteTimeout, s.cancel)
+		s.grace = time.AfterFunc(session.FinalWriteTimeout, s.cancel)
 	}
 	s.mu.Unlock()
 }
@@ -283,11 +268,11 @@ func (s *wsSink) writeRaw(f func(ctx context.Context) error, wait time.Duration)
 	return err
 }
 
-// close ends the connection: with the reason's close code when the final
+// Close ends the connection: with the reason's close code when the final
 // frames went out (the close handshake waits at most a few seconds for
 // the client, and not at all for one closed for a timeout); otherwise it
 // drops the TCP connection.
-func (s *wsSink) close(r Reason, intact bool) {
+func (s *wsSink) Close(r Reason, intact bool) {
 	s.release()
 	if !intact {
 		_ = s.ws.CloseNow()
@@ -297,7 +282,7 @@ func (s *wsSink) close(r Reason, intact bool) {
 		// Refused at its frame header (wsFrameWatch): the close frame is
 		// out now, and the payload the client may still be sending is
 		// read and discarded for a short while only.
-		s.raw.drain(time.Now().Add(finalWriteTimeout))
+		s.raw.drain(time.Now().Add(session.FinalWriteTimeout))
 	}
 	if r.Code == ReasonTimeout.Code && s.raw != nil {
 		// The client sent nothing for a timeout: it is most likely gone,
@@ -309,16 +294,16 @@ func (s *wsSink) close(r Reason, intact bool) {
 		// is dropped.
 		_ = s.raw.SetReadDeadline(time.Now())
 	}
-	_ = s.ws.Close(closeCode(r), r.Code)
+	_ = s.ws.Close(session.CloseCode(r), r.Code)
 }
 
-func (s *wsSink) kill() { _ = s.ws.CloseNow() }
+func (s *wsSink) Kill() { _ = s.ws.CloseNow() }
 
 // release returns the batch buffer to the pool.
 func (s *wsSink) release() {
 	if s.buf == nil {
 		return
 	}
-	putBatchBuf(s.bufp, s.buf)
+	session.PutBatchBuf(s.bufp, s.buf)
 	s.buf, s.bufp = nil, nil
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -274,8 +275,8 @@ func TestWSLaggardBeyondHistory(t *testing.T) {
 			break
 		}
 	}
-	if _, code := c.closed(); code != closeSlow {
-		t.Fatalf("close code %d, want %d", code, closeSlow)
+	if _, code := c.closed(); code != session.CloseSlow {
+		t.Fatalf("close code %d, want %d", code, session.CloseSlow)
 	}
 	eventually(t, 5*time.Second, "the slow disconnect to be counted", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "slow")) == 1 &&

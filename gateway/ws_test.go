@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -101,7 +102,7 @@ func TestWSConnectUsesUpgradeCredentials(t *testing.T) {
 	if msg := c.fails(c.request(opConnect, nil), codeUnauthorized).Message; !strings.Contains(msg, "Bearer") {
 		t.Fatalf("message %q", msg)
 	}
-	c.closedWith("unauthorized", closeUnauthorized)
+	c.closedWith("unauthorized", session.CloseUnauthorized)
 }
 
 func TestWSPublish(t *testing.T) {

@@ -1,7 +1,8 @@
 // Checks the client's protocol constants against test/vocabulary.json, which
 // the gateway's tests generate from the server's one table of reasons,
-// close codes, error codes, recovery reasons and ops (gateway/reasons.go,
-// gateway/recovery.go; go test ./gateway -run TestVocabulary -update).
+// close codes, error codes, recovery reasons and ops
+// (gateway/internal/session/reasons.go and recovery.go; go test ./gateway
+// -run TestVocabulary -update).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';

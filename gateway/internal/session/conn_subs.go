@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"time"
@@ -17,34 +17,34 @@ type clientSub struct {
 	subToken string // the subscription token it was allowed with, for rechecks
 }
 
-// reservation says what became of a reserve.
-type reservation int
+// Reservation says what became of a reserve.
+type Reservation int
 
 const (
-	reserved     reservation = iota // the channel is the request's to subscribe
-	reserveTaken                    // the channel is subscribed, or being subscribed
-	reserveFull                     // MaxSubscriptions are held
+	Reserved     Reservation = iota // the channel is the request's to subscribe
+	ReserveTaken                    // the channel is subscribed, or being subscribed
+	ReserveFull                     // MaxSubscriptions are held
 )
 
-// reserve holds channel for a subscribe request with subToken.
-func (c *Conn) reserve(channel, subToken string) reservation {
+// Reserve holds channel for a subscribe request with subToken.
+func (c *Conn) Reserve(channel, subToken string) Reservation {
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()
 	if _, ok := c.subs[channel]; ok {
-		return reserveTaken
+		return ReserveTaken
 	}
-	if len(c.subs) >= c.srv.cfg.MaxSubscriptions {
-		return reserveFull
+	if len(c.subs) >= c.env.Bounds.MaxSubscriptions {
+		return ReserveFull
 	}
 	if c.subs == nil {
 		c.subs = make(map[string]*clientSub)
 	}
 	c.subs[channel] = &clientSub{pending: true, subToken: subToken}
-	return reserved
+	return Reserved
 }
 
-// forget drops a subscription that did not come about.
-func (c *Conn) forget(channel string) {
+// Forget drops a subscription that did not come about.
+func (c *Conn) Forget(channel string) {
 	c.subsMu.Lock()
 	delete(c.subs, channel)
 	c.subsMu.Unlock()
@@ -59,34 +59,34 @@ func (c *Conn) made(channel string) {
 	c.subsMu.Unlock()
 }
 
-// unsubscribeState says what an unsubscribe request found.
-type unsubscribeState int
+// UnsubscribeState says what an unsubscribe request found.
+type UnsubscribeState int
 
 const (
-	unsubscribed  unsubscribeState = iota // the subscription is ended
-	notSubscribed                         // there is none
-	stillPending                          // it is still being made
+	Unsubscribed  UnsubscribeState = iota // the subscription is ended
+	NotSubscribed                         // there is none
+	StillPending                          // it is still being made
 )
 
-// unsubscribe ends a subscription the client asked to end: the writer
+// Unsubscribe ends a subscription the client asked to end: the writer
 // leaves the hub and replies to request id, after which no publication of
 // the channel follows.
-func (c *Conn) unsubscribe(id uint64, channel string) unsubscribeState {
+func (c *Conn) Unsubscribe(id uint64, channel string) UnsubscribeState {
 	c.subsMu.Lock()
 	s, ok := c.subs[channel]
 	switch {
 	case !ok:
 		c.subsMu.Unlock()
-		return notSubscribed
+		return NotSubscribed
 	case s.pending:
 		c.subsMu.Unlock()
-		return stillPending
+		return StillPending
 	}
 	delete(c.subs, channel)
 	c.subsMu.Unlock()
 	c.untrack(channel)
-	c.pushCtl(ctlItem{kind: ctlUnsubscribe, id: id, channel: channel})
-	return unsubscribed
+	c.PushCtl(CtlItem{Kind: CtlUnsubscribe, ID: id, Channel: channel})
+	return Unsubscribed
 }
 
 // endSubscription ends one subscription from the server's side for r (a
@@ -104,29 +104,29 @@ func (c *Conn) endSubscription(channel string, r Reason) {
 	delete(c.subs, channel)
 	c.subsMu.Unlock()
 	c.untrack(channel)
-	c.pushCtl(ctlItem{kind: ctlEnd, channel: channel, reason: &r})
+	c.PushCtl(CtlItem{Kind: CtlEnd, Channel: channel, Reason: &r})
 }
 
-// heldSub is a subscription made, with its subscription token.
-type heldSub struct{ channel, subToken string }
+// HeldSub is a subscription made, with its subscription token.
+type HeldSub struct{ Channel, SubToken string }
 
-// heldSubs lists the subscriptions made by request.
-func (c *Conn) heldSubs() []heldSub {
+// HeldSubs lists the subscriptions made by request.
+func (c *Conn) HeldSubs() []HeldSub {
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()
-	list := make([]heldSub, 0, len(c.subs))
+	list := make([]HeldSub, 0, len(c.subs))
 	for ch, s := range c.subs {
 		if !s.pending {
-			list = append(list, heldSub{ch, s.subToken})
+			list = append(list, HeldSub{ch, s.subToken})
 		}
 	}
 	return list
 }
 
-// currentClaims returns the claims of the connection's current token, or
+// CurrentClaims returns the claims of the connection's current token, or
 // nil while it has none (a WebSocket before connect).
-func (c *Conn) currentClaims() *auth.Claims { return c.cur.Load() }
+func (c *Conn) CurrentClaims() *auth.Claims { return c.Cur.Load() }
 
-// askRefresh asks the client for a fresh token before exp: a "reauth"
+// AskRefresh asks the client for a fresh token before exp: a "reauth"
 // event (SSE) or a "refresh" push (WebSocket).
-func (c *Conn) askRefresh(exp time.Time) { c.pushCtl(ctlItem{kind: ctlRefresh, exp: exp}) }
+func (c *Conn) AskRefresh(exp time.Time) { c.PushCtl(CtlItem{Kind: CtlRefresh, Exp: exp}) }

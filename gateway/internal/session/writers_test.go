@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"testing"
@@ -15,19 +15,19 @@ func (f jobFunc) writeLoop() { f() }
 // a job stuck on a client never holds another one up; Stop lets the
 // waiting goroutines go.
 func TestWriterPoolReusesWaitingGoroutines(t *testing.T) {
-	p := newWriterPool()
-	const worker = "gateway.(*writerPool).work("
+	p := NewWriterPool()
+	const worker = "session.(*WriterPool).work("
 	ran := make(chan struct{})
-	p.run(jobFunc(func() { ran <- struct{}{} }))
+	p.Run(jobFunc(func() { ran <- struct{}{} }))
 	<-ran
 	eventually(t, time.Minute, "the writer to wait for work", func() bool {
-		return stackCount(worker) == 1 && stackCount("gateway.jobFunc.writeLoop(") == 0
+		return stackCount(worker) == 1 && stackCount("session.jobFunc.writeLoop(") == 0
 	})
 	for range 10 {
-		p.run(jobFunc(func() { ran <- struct{}{} }))
+		p.Run(jobFunc(func() { ran <- struct{}{} }))
 		<-ran
 		eventually(t, time.Minute, "the job to be done", func() bool {
-			return stackCount("gateway.jobFunc.writeLoop(") == 0
+			return stackCount("session.jobFunc.writeLoop(") == 0
 		})
 		if n := stackCount(worker); n != 1 {
 			t.Fatalf("%d writer goroutines, want the one waiting", n)
@@ -35,14 +35,14 @@ func TestWriterPoolReusesWaitingGoroutines(t *testing.T) {
 	}
 
 	stuck := make(chan struct{})
-	p.run(jobFunc(func() { <-stuck }))
-	p.run(jobFunc(func() { ran <- struct{}{} }))
+	p.Run(jobFunc(func() { <-stuck }))
+	p.Run(jobFunc(func() { ran <- struct{}{} }))
 	<-ran // while the other is stuck
 	close(stuck)
 
-	p.stop()
+	p.Stop()
 	eventually(t, time.Minute, "the waiting writers to exit", func() bool { return stackCount(worker) == 0 })
-	p.run(jobFunc(func() { ran <- struct{}{} })) // still runs after stop
+	p.Run(jobFunc(func() { ran <- struct{}{} })) // still runs after stop
 	<-ran
 	eventually(t, time.Minute, "the writer to exit", func() bool { return stackCount(worker) == 0 })
 }

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -10,44 +10,44 @@ import (
 	"github.com/heraldgw/herald/fanout"
 )
 
-// sink is what a transport gives the connection core: it frames what the
+// Sink is what a transport gives the connection core: it frames what the
 // writer hands it in the transport's own way, buffers it and sends it.
 // Only the connection's writer calls its methods, except kill.
-type sink interface {
-	// arm starts the write timeout (Config.WriteTimeout) of the batch that
+type Sink interface {
+	// Arm starts the write timeout (Config.WriteTimeout) of the batch that
 	// follows.
-	arm() error
-	// setDeadline bounds every write that follows by t (the final frames).
-	setDeadline(t time.Time) error
-	// publication buffers one publication; pos already includes it.
-	publication(p *fanout.Prepared, pos *positions) error
-	// heartbeat buffers a keep-alive frame.
-	heartbeat() error
-	// refreshRequest buffers the request for a fresh token before exp.
-	refreshRequest(exp time.Time) error
-	// subscribed buffers the start of a subscription: the reply to request
+	Arm() error
+	// SetDeadline bounds every write that follows by t (the final frames).
+	SetDeadline(t time.Time) error
+	// Publication buffers one publication; pos already includes it.
+	Publication(p *fanout.Prepared, pos *Positions) error
+	// Heartbeat buffers a keep-alive frame.
+	Heartbeat() error
+	// RefreshRequest buffers the request for a fresh token before exp.
+	RefreshRequest(exp time.Time) error
+	// Subscribed buffers the start of a subscription: the reply to request
 	// id, or with id 0 the event of a stream that subscribed as it opened;
 	// pos holds the channel.
-	subscribed(id uint64, sub subscription, pos *positions) error
-	// subscribeFailed buffers the refusal of request id to subscribe to
+	Subscribed(id uint64, sub Subscription, pos *Positions) error
+	// SubscribeFailed buffers the refusal of request id to subscribe to
 	// channel: the hub or the history did not answer.
-	subscribeFailed(id uint64, channel string) error
-	// unsubscribed buffers the end of one subscription: the reply to
+	SubscribeFailed(id uint64, channel string) error
+	// Unsubscribed buffers the end of one subscription: the reply to
 	// request id, or with id 0 the server's notice that it ended it for r;
 	// pos no longer holds its channel.
-	unsubscribed(id uint64, channel string, r Reason, pos *positions) error
-	// frame buffers a frame the transport encoded already (a reply).
-	frame(b []byte) error
-	// final buffers the last frames of a connection closed for r, telling
+	Unsubscribed(id uint64, channel string, r Reason, pos *Positions) error
+	// Frame buffers a frame the transport encoded already (a reply).
+	Frame(b []byte) error
+	// Final buffers the last frames of a connection closed for r, telling
 	// the client whether and when (delay) to reconnect.
-	final(r Reason, delay time.Duration) error
-	// flush sends what is buffered.
-	flush() error
-	// close ends the connection once the writer is done: intact says the
+	Final(r Reason, delay time.Duration) error
+	// Flush sends what is buffered.
+	Flush() error
+	// Close ends the connection once the writer is done: intact says the
 	// final frames went out, so the transport may end it cleanly.
-	close(r Reason, intact bool)
-	// kill drops the connection at once; any goroutine may call it.
-	kill()
+	Close(r Reason, intact bool)
+	// Kill drops the connection at once; any goroutine may call it.
+	Kill()
 }
 
 // The writer. A connection has at most one writer at a time, started on
@@ -69,18 +69,18 @@ type sink interface {
 // connection is closing, stops its hub and broker calls. It never blocks;
 // the hub calls it on its delivery path.
 func (c *Conn) wake() {
-	if c.closed() {
-		c.cancel()
+	if c.Closed() {
+		c.Cancel()
 	}
 	if c.writing.CompareAndSwap(false, true) {
-		c.srv.writers.run(c)
+		c.env.Writers.Run(c)
 	}
 }
 
-// startWriting lets writers start, once the transport is ready (the head
+// StartWriting lets writers start, once the transport is ready (the head
 // of an SSE stream is written; a WebSocket is attached), and starts one
 // if anything is pending already.
-func (c *Conn) startWriting() {
+func (c *Conn) StartWriting() {
 	c.writing.Store(false)
 	if c.pending() {
 		c.wake()
@@ -89,29 +89,29 @@ func (c *Conn) startWriting() {
 
 // pending reports whether the writer has work.
 func (c *Conn) pending() bool {
-	return c.closed() || len(c.queue.ready) > 0 || len(c.resyncCh) > 0 || c.beatDue.Load() || !c.ctl.empty()
+	return c.Closed() || len(c.queue.ready) > 0 || len(c.resyncCh) > 0 || c.beatDue.Load() || !c.ctl.empty()
 }
 
-// startHeartbeat has the writer send a keep-alive frame every
+// StartHeartbeat has the writer send a keep-alive frame every
 // HeartbeatInterval from now on.
-func (c *Conn) startHeartbeat() {
+func (c *Conn) StartHeartbeat() {
 	c.beatMu.Lock()
 	defer c.beatMu.Unlock()
-	if c.beat == nil && !c.closed() {
-		c.beat = time.AfterFunc(c.srv.cfg.HeartbeatInterval, c.heartbeatDue)
+	if c.beat == nil && !c.Closed() {
+		c.beat = time.AfterFunc(c.env.Bounds.HeartbeatInterval, c.heartbeatDue)
 	}
 }
 
 // heartbeatDue has the writer send a heartbeat, and re-arms the timer.
 func (c *Conn) heartbeatDue() {
-	if c.closed() {
+	if c.Closed() {
 		return
 	}
 	c.beatDue.Store(true)
 	c.wake()
 	c.beatMu.Lock()
-	if !c.closed() {
-		c.beat.Reset(c.srv.cfg.HeartbeatInterval)
+	if !c.Closed() {
+		c.beat.Reset(c.env.Bounds.HeartbeatInterval)
 	}
 	c.beatMu.Unlock()
 }
@@ -129,7 +129,7 @@ func (c *Conn) stopHeartbeat() {
 // nothing is, and exits, unless something arrived meanwhile.
 func (c *Conn) writeLoop() {
 	for {
-		if c.closed() {
+		if c.Closed() {
 			c.finish()
 			return
 		}
@@ -137,7 +137,7 @@ func (c *Conn) writeLoop() {
 			c.fail(err)
 			continue
 		}
-		if c.closed() {
+		if c.Closed() {
 			continue
 		}
 		c.writing.Store(false)
@@ -154,7 +154,7 @@ func (c *Conn) writeLoop() {
 func (c *Conn) pump() error {
 	var spare []*fanout.Prepared
 	wrote := false
-	for !c.closed() {
+	for !c.Closed() {
 		items := c.ctl.take()
 		batch := c.queue.take(spare)
 		if len(batch) == 0 && signalled(c.queue.ready) {
@@ -177,24 +177,24 @@ func (c *Conn) pump() error {
 			return err
 		}
 	}
-	if wrote && !c.closed() {
-		return c.out.flush()
+	if wrote && !c.Closed() {
+		return c.Out.Flush()
 	}
 	return nil
 }
 
 // round writes one batch: control items first, then the publications
 // taken from the queue, then what the history owes, then a heartbeat.
-func (c *Conn) round(items []ctlItem, batch []*fanout.Prepared, resync, beat bool) error {
-	s := c.out
-	if err := s.arm(); err != nil {
+func (c *Conn) round(items []CtlItem, batch []*fanout.Prepared, resync, beat bool) error {
+	s := c.Out
+	if err := s.Arm(); err != nil {
 		return err
 	}
 	for i := range items {
 		if err := c.control(&items[i]); err != nil {
 			return err
 		}
-		if c.closed() {
+		if c.Closed() {
 			return nil
 		}
 	}
@@ -208,7 +208,7 @@ func (c *Conn) round(items []ctlItem, batch []*fanout.Prepared, resync, beat boo
 		}
 	}
 	if beat {
-		return s.heartbeat()
+		return s.Heartbeat()
 	}
 	return nil
 }
@@ -227,53 +227,53 @@ func signalled(ch chan struct{}) bool {
 // written to it.
 func (c *Conn) fail(err error) {
 	c.broken = true
-	c.Close(writeErrorReason(c.ctx, err), 0)
+	c.Close(WriteErrorReason(c.Ctx, err), 0)
 }
 
 // finish ends the connection: when the stream is intact and the reason is
 // worth telling, it writes the replies still queued and the final frames
 // under a short deadline; then the transport closes the connection.
 func (c *Conn) finish() {
-	defer close(c.finalDone)
-	c.cancel()
+	defer close(c.FinalDone)
+	c.Cancel()
 	c.stopHeartbeat()
 	items := c.ctl.close()
-	s := c.out
+	s := c.Out
 	intact := !c.broken && c.reason.tellsClient()
 	if intact {
-		err := s.setDeadline(time.Now().Add(min(c.srv.cfg.WriteTimeout, finalWriteTimeout)))
+		err := s.SetDeadline(time.Now().Add(min(c.env.Bounds.WriteTimeout, FinalWriteTimeout)))
 		for i := 0; i < len(items) && err == nil; i++ {
-			if items[i].kind == ctlFrame {
-				err = s.frame(items[i].frame)
+			if items[i].Kind == CtlFrame {
+				err = s.Frame(items[i].Frame)
 			}
 		}
 		if err == nil {
-			err = s.final(c.reason, c.delay)
+			err = s.Final(c.reason, c.delay)
 		}
 		if err == nil {
-			err = s.flush()
+			err = s.Flush()
 		}
 		intact = err == nil
 	}
-	s.close(c.reason, intact)
+	s.Close(c.reason, intact)
 }
 
 // writeLive buffers the publications of batch (taken from the queue) the
 // client does not have yet, in order, and returns how many it wrote. One
 // that comes after a gap in its channel is not written: the channel is read
 // from the history instead (resync), which holds it too.
-func (c *Conn) writeLive(s sink, batch []*fanout.Prepared) (int, error) {
+func (c *Conn) writeLive(s Sink, batch []*fanout.Prepared) (int, error) {
 	n := 0
 	defer func() { c.deliveries.Add(float64(n)) }()
 	for _, p := range batch {
-		switch c.pos.admitNext(p.Key(), p.Position()) {
-		case admitRepeat:
+		switch c.Pos.AdmitNext(p.Key(), p.Position()) {
+		case AdmitRepeat:
 			continue
-		case admitGap:
+		case AdmitGap:
 			c.requestResync(p.Key())
 			continue
 		}
-		if err := s.publication(p, c.pos); err != nil {
+		if err := s.Publication(p, c.Pos); err != nil {
 			return n, err
 		}
 		c.noteWritten(p.Key().Channel, p.Position().Offset)
@@ -285,14 +285,14 @@ func (c *Conn) writeLive(s sink, batch []*fanout.Prepared) (int, error) {
 // catchUpPage is how many publications the writer reads from a channel's
 // history at a time: half the queue bound, so catching up holds no more
 // than the queue would.
-func (c *Conn) catchUpPage() int { return max(1, c.srv.cfg.QueueMaxMessages/2) }
+func (c *Conn) catchUpPage() int { return max(1, c.env.Bounds.QueueMaxMessages/2) }
 
 // resync reads channels forward from the history, from the last position
 // written to the client, a page at a time: every channel after the queue
 // dropped publications (lagging), and the channels Resync named or a gap
 // or a full page left to read. A channel with more to read is asked again,
 // so the live queue and the other channels are served in between.
-func (c *Conn) resync(s sink) error {
+func (c *Conn) resync(s Sink) error {
 	c.resyncMu.Lock()
 	keys := c.resyncKeys
 	c.resyncKeys = nil
@@ -300,24 +300,24 @@ func (c *Conn) resync(s sink) error {
 	if c.lagging.Swap(false) {
 		c.catchingUp = true
 		keys = keys[:0]
-		for _, ch := range c.pos.names {
-			keys = append(keys, fanout.Key{Tenant: c.claims.Tenant, Channel: ch})
+		for _, ch := range c.Pos.names {
+			keys = append(keys, fanout.Key{Tenant: c.Claims.Tenant, Channel: ch})
 		}
 	}
 	page := c.catchUpPage()
 	for _, key := range keys {
-		i, ok := c.pos.index[key.Channel]
+		i, ok := c.Pos.index[key.Channel]
 		if !ok {
 			continue
 		}
-		rec, err := c.srv.deps.Broker.Recover(c.ctx, key, c.pos.entries[i].pos, page)
-		if err != nil && c.ctx.Err() != nil {
+		rec, err := c.env.History.Recover(c.Ctx, key, c.Pos.Entries[i].Pos, page)
+		if err != nil && c.Ctx.Err() != nil {
 			c.Close(ReasonClientClosed, 0)
 			return nil
 		}
 		if err != nil {
-			c.srv.connLog.Log(slog.LevelError, "gateway: resync recover failed",
-				slog.Uint64("conn", c.id), slog.String("channel", key.Channel), slog.String("error", err.Error()))
+			c.env.Log.Log(slog.LevelError, "gateway: resync recover failed",
+				slog.Uint64("conn", c.ID), slog.String("channel", key.Channel), slog.String("error", err.Error()))
 			c.Close(ReasonServerError, 0)
 			return nil
 		}
@@ -336,10 +336,10 @@ func (c *Conn) resync(s sink) error {
 		if len(rec.Publications) == 0 {
 			continue
 		}
-		if err := s.arm(); err != nil {
+		if err := s.Arm(); err != nil {
 			return err
 		}
-		if _, err := c.writeRecovered(s, rec.Publications); err != nil {
+		if _, err := c.WriteRecovered(s, rec.Publications); err != nil {
 			return err
 		}
 	}
@@ -353,17 +353,17 @@ func (c *Conn) resync(s sink) error {
 	return nil
 }
 
-// writeRecovered buffers the recovered publications the client does not
+// WriteRecovered buffers the recovered publications the client does not
 // have yet, in order, and returns how many it wrote.
-func (c *Conn) writeRecovered(s sink, pubs []fanout.Publication) (int, error) {
+func (c *Conn) WriteRecovered(s Sink, pubs []fanout.Publication) (int, error) {
 	n := 0
 	defer func() { c.deliveries.Add(float64(n)) }()
 	for i := range pubs {
 		p := &pubs[i]
-		if !c.pos.admit(p.Key, p.Position) {
+		if !c.Pos.Admit(p.Key, p.Position) {
 			continue
 		}
-		if err := s.publication(fanout.NewPrepared(*p), c.pos); err != nil {
+		if err := s.Publication(fanout.NewPrepared(*p), c.Pos); err != nil {
 			return n, err
 		}
 		c.noteWritten(p.Key.Channel, p.Offset)
@@ -372,8 +372,8 @@ func (c *Conn) writeRecovered(s sink, pubs []fanout.Publication) (int, error) {
 	return n, nil
 }
 
-// writeErrorReason classifies a failed write.
-func writeErrorReason(ctx context.Context, err error) Reason {
+// WriteErrorReason classifies a failed write.
+func WriteErrorReason(ctx context.Context, err error) Reason {
 	switch {
 	case ctx.Err() != nil:
 		return ReasonClientClosed

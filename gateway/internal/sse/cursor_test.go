@@ -1,4 +1,4 @@
-package gateway
+package sse
 
 import (
 	"encoding/base64"
@@ -7,36 +7,37 @@ import (
 	"testing"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 func TestCursorRoundTrip(t *testing.T) {
 	k1 := fanout.Key{Tenant: "acme", Channel: "orders/1"}
 	k2 := fanout.Key{Tenant: "acme", Channel: "orders/2"}
 	k3 := fanout.Key{Tenant: "acme", Channel: "users/u1/inbox"}
-	entries := []cursorEntry{
-		{channelHash(k1), fanout.Position{Offset: 42, Epoch: "e1"}},
-		{channelHash(k2), fanout.Position{Offset: 0, Epoch: "e1"}},
-		{channelHash(k3), fanout.Position{Offset: 1 << 40, Epoch: "another-epoch"}},
+	entries := []session.CursorEntry{
+		{Hash: session.ChannelHash(k1), Pos: fanout.Position{Offset: 42, Epoch: "e1"}},
+		{Hash: session.ChannelHash(k2), Pos: fanout.Position{Offset: 0, Epoch: "e1"}},
+		{Hash: session.ChannelHash(k3), Pos: fanout.Position{Offset: 1 << 40, Epoch: "another-epoch"}},
 	}
-	var enc cursorEncoder
-	text := string(enc.encode(entries))
+	var enc CursorEncoder
+	text := string(enc.Encode(entries))
 	if len(text) > 60 {
 		t.Errorf("cursor for 3 channels is %d characters: %s", len(text), text)
 	}
-	c, err := parseCursor(text)
+	c, err := ParseCursor(text)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, k := range []fanout.Key{k1, k2, k3} {
-		if pos, ok := c.lookup(k); !ok || pos != entries[i].pos {
-			t.Errorf("lookup %v = %v %v, want %v", k, pos, ok, entries[i].pos)
+		if pos, ok := c.Lookup(k); !ok || pos != entries[i].Pos {
+			t.Errorf("lookup %v = %v %v, want %v", k, pos, ok, entries[i].Pos)
 		}
 	}
-	if _, ok := c.lookup(fanout.Key{Tenant: "globex", Channel: "orders/1"}); ok {
+	if _, ok := c.Lookup(fanout.Key{Tenant: "globex", Channel: "orders/1"}); ok {
 		t.Errorf("another tenant's channel maps to an entry")
 	}
 	// Re-encoding into the same buffers gives the same text.
-	if again := string(enc.encode(entries)); again != text {
+	if again := string(enc.Encode(entries)); again != text {
 		t.Errorf("re-encoding differs: %s vs %s", again, text)
 	}
 }
@@ -64,7 +65,7 @@ func TestParseCursorErrors(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := parseCursor(c.in)
+			_, err := ParseCursor(c.in)
 			if !errors.Is(err, ErrBadCursor) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("parseCursor(%q) = %v, want ErrBadCursor mentioning %q", c.in, err, c.want)
 			}
@@ -73,20 +74,20 @@ func TestParseCursorErrors(t *testing.T) {
 }
 
 func FuzzParseCursor(f *testing.F) {
-	var enc cursorEncoder
-	f.Add(string(enc.encode(nil)))
-	f.Add(string(enc.encode([]cursorEntry{{hash: 1, pos: fanout.Position{Offset: 1, Epoch: "e"}}})))
-	f.Add(string(enc.encode([]cursorEntry{
-		{hash: 1, pos: fanout.Position{Offset: 10, Epoch: "e1"}},
-		{hash: 2, pos: fanout.Position{Offset: 0, Epoch: ""}},
-		{hash: 3, pos: fanout.Position{Offset: ^uint64(0), Epoch: "e1"}},
+	var enc CursorEncoder
+	f.Add(string(enc.Encode(nil)))
+	f.Add(string(enc.Encode([]session.CursorEntry{{Hash: 1, Pos: fanout.Position{Offset: 1, Epoch: "e"}}})))
+	f.Add(string(enc.Encode([]session.CursorEntry{
+		{Hash: 1, Pos: fanout.Position{Offset: 10, Epoch: "e1"}},
+		{Hash: 2, Pos: fanout.Position{Offset: 0, Epoch: ""}},
+		{Hash: 3, Pos: fanout.Position{Offset: ^uint64(0), Epoch: "e1"}},
 	})))
 	f.Add("")
 	f.Add("AQ")
 	f.Add("!!!")
 	f.Add("AQEBZQIAAAABAAcAAAABAAg")
 	f.Fuzz(func(t *testing.T, s string) {
-		c, err := parseCursor(s)
+		c, err := ParseCursor(s)
 		if err != nil {
 			if !errors.Is(err, ErrBadCursor) {
 				t.Fatalf("error %v does not wrap ErrBadCursor", err)
@@ -95,8 +96,8 @@ func FuzzParseCursor(f *testing.F) {
 		}
 		// A cursor that parses re-encodes to one that parses to the same
 		// entries.
-		var enc cursorEncoder
-		again, err := parseCursor(string(enc.encode(c)))
+		var enc CursorEncoder
+		again, err := ParseCursor(string(enc.Encode(c)))
 		if err != nil {
 			t.Fatalf("re-encoded cursor does not parse: %v", err)
 		}

@@ -1,4 +1,4 @@
-package gateway
+package sse
 
 import (
 	"encoding/json"
@@ -7,72 +7,73 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // sseBatchBytes is the size at which a sink hands what it buffered to its
 // out even though more is to come.
 const sseBatchBytes = 64 << 10
 
-// sseSink writes the SSE framing (text/event-stream) of a connection. It
+// Sink writes the SSE framing (text/event-stream) of a connection. It
 // builds events in a pooled buffer, held only until the next flush, and
 // hands them to its out in batches. Only the writer calls it, except kill.
-type sseSink struct {
-	out     sseOut
+type Sink struct {
+	out     Out
 	timeout time.Duration // WriteTimeout, per batch
-	enc     cursorEncoder
-	buf     []byte  // events not yet handed to out, after sseRoom free bytes; nil after a flush
+	enc     CursorEncoder
+	buf     []byte  // events not yet handed to out, after Room free bytes; nil after a flush
 	bufp    *[]byte // the pooled slice buf came from
 
 	mu sync.Mutex // guards out against kill
 }
 
-var _ sink = (*sseSink)(nil)
+var _ session.Sink = (*Sink)(nil)
 
-func newSSESink(out sseOut, timeout time.Duration) *sseSink {
-	return &sseSink{out: out, timeout: timeout}
+func NewSink(out Out, timeout time.Duration) *Sink {
+	return &Sink{out: out, timeout: timeout}
 }
 
 // setOut replaces the out (once the stream left net/http); the writer
 // must not run.
-func (s *sseSink) setOut(out sseOut) {
+func (s *Sink) setOut(out Out) {
 	s.mu.Lock()
 	s.out = out
 	s.mu.Unlock()
 }
 
-// arm sets the deadline of the batch that follows.
-func (s *sseSink) arm() error { return s.out.setDeadline(time.Now().Add(s.timeout)) }
+// Arm sets the deadline of the batch that follows.
+func (s *Sink) Arm() error { return s.out.SetDeadline(time.Now().Add(s.timeout)) }
 
-func (s *sseSink) setDeadline(t time.Time) error { return s.out.setDeadline(t) }
+func (s *Sink) SetDeadline(t time.Time) error { return s.out.SetDeadline(t) }
 
 // open returns the buffer to append an event to.
-func (s *sseSink) open() []byte {
+func (s *Sink) open() []byte {
 	if s.buf == nil {
-		s.bufp = batchBufs.Get().(*[]byte)
-		s.buf = append((*s.bufp)[:0], make([]byte, sseRoom)...)
+		s.bufp = session.GetBatchBuf()
+		s.buf = append((*s.bufp)[:0], make([]byte, Room)...)
 	}
 	return s.buf
 }
 
 // done takes back the buffer with one more event in it, and hands the
 // batch to the out once it is large.
-func (s *sseSink) done(b []byte) error {
+func (s *Sink) done(b []byte) error {
 	s.buf = b
-	if len(b) < sseRoom+sseBatchBytes {
+	if len(b) < Room+sseBatchBytes {
 		return nil
 	}
-	err := s.out.write(b)
-	s.buf = b[:sseRoom]
+	err := s.out.Write(b)
+	s.buf = b[:Room]
 	return err
 }
 
-// publication writes "id: <cursor>\ndata: <envelope>\n\n": no event field,
+// Publication writes "id: <cursor>\ndata: <envelope>\n\n": no event field,
 // so EventSource.onmessage receives it. The envelope bytes are the shared
 // encoding of the publication, copied as they are; the cursor is encoded
 // into the batch buffer.
-func (s *sseSink) publication(p *fanout.Prepared, pos *positions) error {
+func (s *Sink) Publication(p *fanout.Prepared, pos *session.Positions) error {
 	b := append(s.open(), "id: "...)
-	b = s.enc.appendText(b, pos.entries)
+	b = s.enc.appendText(b, pos.Entries)
 	b = append(b, "\ndata: "...)
 	b = append(b, p.JSON()...)
 	b = append(b, "\n\n"...)
@@ -81,17 +82,17 @@ func (s *sseSink) publication(p *fanout.Prepared, pos *positions) error {
 
 var pingFrame = []byte(": ping\n\n")
 
-func (s *sseSink) heartbeat() error { return s.done(append(s.open(), pingFrame...)) }
+func (s *Sink) Heartbeat() error { return s.done(append(s.open(), pingFrame...)) }
 
-// retry writes the reconnection delay field.
-func (s *sseSink) retry(d time.Duration) error {
+// Retry writes the reconnection delay field.
+func (s *Sink) Retry(d time.Duration) error {
 	b := append(s.open(), "retry: "...)
 	b = strconv.AppendInt(b, d.Milliseconds(), 10)
 	return s.done(append(b, "\n\n"...))
 }
 
-// subscribedEvent is the data of a "subscribed" event.
-type subscribedEvent struct {
+// SubscribedEvent is the data of a "subscribed" event.
+type SubscribedEvent struct {
 	Channel   string `json:"channel"`
 	Recovered bool   `json:"recovered"`
 	Reason    string `json:"reason,omitempty"` // why not recovered
@@ -99,22 +100,22 @@ type subscribedEvent struct {
 	Epoch     string `json:"epoch"`
 }
 
-// subscribed writes a "subscribed" event carrying the stream's cursor as
+// Subscribed writes a "subscribed" event carrying the stream's cursor as
 // its id, so a client that sees no publication still resumes from here. A
 // stream makes no subscribe requests: id is 0.
-func (s *sseSink) subscribed(_ uint64, sub subscription, pos *positions) error {
-	data, err := json.Marshal(subscribedEvent{
-		Channel: sub.channel, Recovered: sub.recovered, Reason: sub.why.Code, Offset: sub.top.Offset, Epoch: sub.top.Epoch,
+func (s *Sink) Subscribed(_ uint64, sub session.Subscription, pos *session.Positions) error {
+	data, err := json.Marshal(SubscribedEvent{
+		Channel: sub.Channel, Recovered: sub.Recovered, Reason: sub.Why.Code, Offset: sub.Top.Offset, Epoch: sub.Top.Epoch,
 	})
 	if err != nil {
 		return err
 	}
 	b := append(s.open(), "event: subscribed\nid: "...)
-	return s.event(s.enc.appendText(b, pos.entries), data)
+	return s.event(s.enc.appendText(b, pos.Entries), data)
 }
 
-// disconnectEvent is the data of "disconnect" (and "reauth") events.
-type disconnectEvent struct {
+// DisconnectEvent is the data of "disconnect" (and "reauth") events.
+type DisconnectEvent struct {
 	Reason    string `json:"reason"`
 	Reconnect bool   `json:"reconnect"`
 	DelayMS   int64  `json:"delay_ms"`
@@ -124,9 +125,9 @@ type disconnectEvent struct {
 	ExpiresAt int64 `json:"expires_at,omitempty"`
 }
 
-// unsubscribedEvent is the data of an "unsubscribed" event: the server
+// UnsubscribedEvent is the data of an "unsubscribed" event: the server
 // ended one channel of the stream, the others go on.
-type unsubscribedEvent struct {
+type UnsubscribedEvent struct {
 	Channel     string `json:"channel"`
 	Reason      string `json:"reason"`
 	Resubscribe bool   `json:"resubscribe"`
@@ -136,11 +137,11 @@ type unsubscribedEvent struct {
 // reauthMessage tells an SSE client what to do on reauth.
 const reauthMessage = "the token expires soon: fetch a fresh token (or ticket) and open a new stream with last_event_id"
 
-// refreshRequest writes a "reauth" event ahead of the token's expiry; the
+// RefreshRequest writes a "reauth" event ahead of the token's expiry; the
 // stream goes on until the server closes it, before exp.
-func (s *sseSink) refreshRequest(exp time.Time) error {
-	data, err := json.Marshal(disconnectEvent{
-		Reason: ReasonTokenExpired.Code, Reconnect: true, Message: reauthMessage, ExpiresAt: exp.Unix(),
+func (s *Sink) RefreshRequest(exp time.Time) error {
+	data, err := json.Marshal(DisconnectEvent{
+		Reason: session.ReasonTokenExpired.Code, Reconnect: true, Message: reauthMessage, ExpiresAt: exp.Unix(),
 	})
 	if err != nil {
 		return err
@@ -148,32 +149,32 @@ func (s *sseSink) refreshRequest(exp time.Time) error {
 	return s.event(append(s.open(), "event: reauth"...), data)
 }
 
-// subscribeFailed writes nothing: a stream makes no subscribe requests.
-func (s *sseSink) subscribeFailed(uint64, string) error { return nil }
+// SubscribeFailed writes nothing: a stream makes no subscribe requests.
+func (s *Sink) SubscribeFailed(uint64, string) error { return nil }
 
-// unsubscribed writes an "unsubscribed" event carrying the cursor of the
+// Unsubscribed writes an "unsubscribed" event carrying the cursor of the
 // channels left, so a reconnect resumes them. Only the server ends a
 // stream's subscriptions: id is 0.
-func (s *sseSink) unsubscribed(_ uint64, channel string, r Reason, pos *positions) error {
-	data, err := json.Marshal(unsubscribedEvent{
+func (s *Sink) Unsubscribed(_ uint64, channel string, r session.Reason, pos *session.Positions) error {
+	data, err := json.Marshal(UnsubscribedEvent{
 		Channel: channel, Reason: r.Code, Resubscribe: r.Reconnect, Message: r.Message,
 	})
 	if err != nil {
 		return err
 	}
 	b := append(s.open(), "event: unsubscribed\nid: "...)
-	return s.event(s.enc.appendText(b, pos.entries), data)
+	return s.event(s.enc.appendText(b, pos.Entries), data)
 }
 
-// final writes "reauth" when the token expired, then "disconnect".
-func (s *sseSink) final(r Reason, delay time.Duration) error {
-	data, err := json.Marshal(disconnectEvent{
+// Final writes "reauth" when the token expired, then "disconnect".
+func (s *Sink) Final(r session.Reason, delay time.Duration) error {
+	data, err := json.Marshal(DisconnectEvent{
 		Reason: r.Code, Reconnect: r.Reconnect, DelayMS: delay.Milliseconds(), Message: r.Message,
 	})
 	if err != nil {
 		return err
 	}
-	if r.Code == ReasonTokenExpired.Code {
+	if r.Code == session.ReasonTokenExpired.Code {
 		if err := s.event(append(s.open(), "event: reauth"...), data); err != nil {
 			return err
 		}
@@ -181,47 +182,47 @@ func (s *sseSink) final(r Reason, delay time.Duration) error {
 	return s.event(append(s.open(), "event: disconnect"...), data)
 }
 
-// frame writes b, whole events, as they are.
-func (s *sseSink) frame(b []byte) error { return s.done(append(s.open(), b...)) }
+// Frame writes b, whole events, as they are.
+func (s *Sink) Frame(b []byte) error { return s.done(append(s.open(), b...)) }
 
 // event completes the event whose fields b ends with with a data line.
-func (s *sseSink) event(b, data []byte) error {
+func (s *Sink) event(b, data []byte) error {
 	b = append(b, "\ndata: "...)
 	b = append(b, data...)
 	return s.done(append(b, "\n\n"...))
 }
 
-// flush hands what is buffered to the out, pushes it on to the client and
+// Flush hands what is buffered to the out, pushes it on to the client and
 // returns the buffer to the pool.
-func (s *sseSink) flush() error {
+func (s *Sink) Flush() error {
 	if s.buf != nil {
-		err := s.out.write(s.buf)
+		err := s.out.Write(s.buf)
 		s.release()
 		if err != nil {
 			return err
 		}
 	}
-	return s.out.flush()
+	return s.out.Flush()
 }
 
 // release returns the buffer to the pool, dropping what it holds.
-func (s *sseSink) release() {
+func (s *Sink) release() {
 	if s.buf != nil {
-		putBatchBuf(s.bufp, s.buf)
+		session.PutBatchBuf(s.bufp, s.buf)
 		s.buf, s.bufp = nil, nil
 	}
 }
 
-// close ends the body, when intact, returns the buffer and closes the
+// Close ends the body, when intact, returns the buffer and closes the
 // connection of a stream that left net/http.
-func (s *sseSink) close(_ Reason, intact bool) {
+func (s *Sink) Close(_ session.Reason, intact bool) {
 	s.release()
-	s.out.finish(intact)
+	s.out.Finish(intact)
 }
 
-func (s *sseSink) kill() {
+func (s *Sink) Kill() {
 	s.mu.Lock()
 	out := s.out
 	s.mu.Unlock()
-	out.kill()
+	out.Kill()
 }

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -33,28 +33,28 @@ func (s *memSink) record(ev string) error {
 	return nil
 }
 
-func (s *memSink) arm() error                  { return nil }
-func (s *memSink) setDeadline(time.Time) error { return nil }
-func (s *memSink) heartbeat() error            { return s.record("heartbeat") }
-func (s *memSink) refreshRequest(time.Time) error {
+func (s *memSink) Arm() error                  { return nil }
+func (s *memSink) SetDeadline(time.Time) error { return nil }
+func (s *memSink) Heartbeat() error            { return s.record("heartbeat") }
+func (s *memSink) RefreshRequest(time.Time) error {
 	return s.record("refresh")
 }
-func (s *memSink) subscribed(id uint64, sub subscription, _ *positions) error {
-	return s.record(fmt.Sprintf("subscribed %d %s", id, sub.channel))
+func (s *memSink) Subscribed(id uint64, sub Subscription, _ *Positions) error {
+	return s.record(fmt.Sprintf("subscribed %d %s", id, sub.Channel))
 }
-func (s *memSink) subscribeFailed(id uint64, ch string) error {
+func (s *memSink) SubscribeFailed(id uint64, ch string) error {
 	return s.record(fmt.Sprintf("subscribe failed %d %s", id, ch))
 }
-func (s *memSink) unsubscribed(id uint64, ch string, r Reason, _ *positions) error {
+func (s *memSink) Unsubscribed(id uint64, ch string, r Reason, _ *Positions) error {
 	return s.record(fmt.Sprintf("unsubscribed %d %s %s", id, ch, r.Code))
 }
-func (s *memSink) frame(b []byte) error { return s.record("frame " + string(b)) }
-func (s *memSink) final(r Reason, _ time.Duration) error {
+func (s *memSink) Frame(b []byte) error { return s.record("frame " + string(b)) }
+func (s *memSink) Final(r Reason, _ time.Duration) error {
 	return s.record("final " + r.Code)
 }
-func (s *memSink) kill() {}
+func (s *memSink) Kill() {}
 
-func (s *memSink) publication(p *fanout.Prepared, _ *positions) error {
+func (s *memSink) Publication(p *fanout.Prepared, _ *Positions) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ch := p.Key().Channel
@@ -63,7 +63,7 @@ func (s *memSink) publication(p *fanout.Prepared, _ *positions) error {
 	return nil
 }
 
-func (s *memSink) flush() error {
+func (s *memSink) Flush() error {
 	s.mu.Lock()
 	g := s.gate
 	s.mu.Unlock()
@@ -73,7 +73,7 @@ func (s *memSink) flush() error {
 	return nil
 }
 
-func (s *memSink) close(_ Reason, intact bool) {
+func (s *memSink) Close(_ Reason, intact bool) {
 	s.mu.Lock()
 	s.closed, s.intact = true, intact
 	s.mu.Unlock()
@@ -111,23 +111,23 @@ func (s *memSink) log() []string {
 	return slices.Clone(s.events)
 }
 
-// newCoreConn returns a connection of e's server writing to sink,
-// subscribed live to channels, its writer held off until startWriting.
-func newCoreConn(t *testing.T, e *testEnv, sink *memSink, channels ...string) *Conn {
+// newCoreConn returns a connection of e writing to sink, subscribed live
+// to channels, its writer held off until StartWriting.
+func newCoreConn(t *testing.T, e *coreEnv, sink *memSink, channels ...string) *Conn {
 	t.Helper()
 	claims := &auth.Claims{Tenant: "acme", Subject: "u1"}
-	c := e.srv.newConn(transportSSE, claims, "test")
-	c.out = sink
-	c.cur.Store(claims)
+	c := New(e.env, e.nextID(), "sse", claims, "test")
+	c.Out = sink
+	c.Cur.Store(claims)
 	for _, ch := range channels {
-		if _, err := c.subscribe(context.Background(), ch, nil); err != nil {
+		if _, err := c.Subscribe(context.Background(), ch, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Cleanup(func() {
 		c.Close(ReasonShutdown, 0)
-		<-c.finalDone
-		c.unsubscribeAll()
+		<-c.FinalDone
+		c.UnsubscribeAll()
 	})
 	return c
 }
@@ -137,11 +137,11 @@ func newCoreConn(t *testing.T, e *testEnv, sink *memSink, channels ...string) *C
 // due heartbeat; closing, it writes the replies still queued and the
 // final frames, and the transport closes intact.
 func TestConnRoundOrder(t *testing.T) {
-	e := newEnv(t, envOptions{history: 100, cfg: Config{HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour}})
+	e := newCoreEnv(t, 100, Bounds{HeartbeatInterval: time.Hour})
 	sink := newMemSink()
 	c := newCoreConn(t, e, sink, "orders/1")
 	c.beatDue.Store(true)
-	c.pushCtl(ctlItem{kind: ctlFrame, frame: []byte("reply 1")})
+	c.PushCtl(CtlItem{Kind: CtlFrame, Frame: []byte("reply 1")})
 	for range 3 {
 		e.publish("acme", "orders/1", `1`)
 	}
@@ -150,7 +150,7 @@ func TestConnRoundOrder(t *testing.T) {
 		defer c.queue.mu.Unlock()
 		return len(c.queue.items) == 3
 	})
-	c.startWriting()
+	c.StartWriting()
 	want := []string{"frame reply 1", "pub orders/1@1", "pub orders/1@2", "pub orders/1@3", "heartbeat"}
 	eventually(t, time.Minute, "the round to be written", func() bool { return len(sink.log()) == len(want) })
 	if got := sink.log(); !slices.Equal(got, want) {
@@ -160,10 +160,10 @@ func TestConnRoundOrder(t *testing.T) {
 	sink.stall() // the next round's flush blocks: the reply below stays queued
 	e.publish("acme", "orders/1", `1`)
 	eventually(t, time.Minute, "the writer to block", func() bool { return sink.last("orders/1") == 4 })
-	c.pushCtl(ctlItem{kind: ctlFrame, frame: []byte("reply 2")})
+	c.PushCtl(CtlItem{Kind: CtlFrame, Frame: []byte("reply 2")})
 	c.Close(ReasonShutdown, 0)
 	sink.unstall()
-	<-c.finalDone
+	<-c.FinalDone
 	want = append(want, "pub orders/1@4", "frame reply 2", "final shutdown")
 	if got := sink.log(); !slices.Equal(got, want) || !sink.closed || !sink.intact {
 		t.Fatalf("%q (closed %v, intact %v), want %q closed intact", got, sink.closed, sink.intact, want)
@@ -177,14 +177,12 @@ func TestConnRoundOrder(t *testing.T) {
 // each channel exactly once and in order, and is never closed.
 func TestConnFlipsBetweenLiveAndCatchUp(t *testing.T) {
 	const flips = 30
-	e := newEnv(t, envOptions{history: 100000, cfg: Config{
-		QueueMaxMessages: 4, HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
-	}})
+	e := newCoreEnv(t, 100000, Bounds{QueueMaxMessages: 4, HeartbeatInterval: time.Hour})
 	sink := newMemSink()
 	channels := []string{"orders/1", "orders/2"}
 	c := newCoreConn(t, e, sink, channels...)
-	c.startWriting()
-	catchUps := e.srv.metrics.catchUps.WithLabelValues(transportSSE)
+	c.StartWriting()
+	catchUps := e.env.Counters.CatchUps.WithLabelValues("sse")
 	published := map[string]uint64{}
 	publish := func(i int) {
 		ch := channels[i%len(channels)]
@@ -242,7 +240,7 @@ func TestConnFlipsBetweenLiveAndCatchUp(t *testing.T) {
 			t.Fatalf("%s: %d publications, want %d", ch, len(got), published[ch])
 		}
 	}
-	if c.closed() {
+	if c.Closed() {
 		t.Fatalf("closed as %s", c.Reason().Code)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"strings"
@@ -97,10 +97,10 @@ func TestSendQueueClosed(t *testing.T) {
 }
 
 func TestPositionsAdmit(t *testing.T) {
-	ps := newPositions("acme", 2)
-	ps.add("a", fanout.Position{Offset: 5, Epoch: "e"})
-	ps.add("b", fanout.Position{Offset: 0, Epoch: "f"})
-	if ps.add("a", fanout.Position{}) {
+	ps := NewPositions("acme", 2)
+	ps.Add("a", fanout.Position{Offset: 5, Epoch: "e"})
+	ps.Add("b", fanout.Position{Offset: 0, Epoch: "f"})
+	if ps.Add("a", fanout.Position{}) {
 		t.Fatal("a channel was added twice")
 	}
 	k := func(ch string) fanout.Key { return fanout.Key{Tenant: "acme", Channel: ch} }
@@ -118,41 +118,41 @@ func TestPositionsAdmit(t *testing.T) {
 		{fanout.Key{Tenant: "globex", Channel: "b"}, fanout.Position{Offset: 9, Epoch: "f"}, false}, // other tenant
 	}
 	for i, s := range steps {
-		if got := ps.admit(s.key, s.pos); got != s.want {
+		if got := ps.Admit(s.key, s.pos); got != s.want {
 			t.Fatalf("step %d: admit(%v, %v) = %v", i, s.key, s.pos, got)
 		}
 	}
-	ps.remove("a")
-	if ps.admit(k("a"), fanout.Position{Offset: 100, Epoch: "e2"}) {
+	ps.Remove("a")
+	if ps.Admit(k("a"), fanout.Position{Offset: 100, Epoch: "e2"}) {
 		t.Fatal("a removed channel admitted a publication")
 	}
-	if !ps.admit(k("b"), fanout.Position{Offset: 2, Epoch: "f"}) || len(ps.entries) != 1 {
+	if !ps.Admit(k("b"), fanout.Position{Offset: 2, Epoch: "f"}) || len(ps.Entries) != 1 {
 		t.Fatal("removing a channel broke the others")
 	}
 }
 
 func TestPositionsAdmitNext(t *testing.T) {
-	ps := newPositions("acme", 2)
-	ps.add("a", fanout.Position{Offset: 5, Epoch: "e"})
+	ps := NewPositions("acme", 2)
+	ps.Add("a", fanout.Position{Offset: 5, Epoch: "e"})
 	k := fanout.Key{Tenant: "acme", Channel: "a"}
 	steps := []struct {
 		pos  fanout.Position
-		want admission
+		want Admission
 	}{
-		{fanout.Position{Offset: 5, Epoch: "e"}, admitRepeat},
-		{fanout.Position{Offset: 7, Epoch: "e"}, admitGap}, // 6 is missing
-		{fanout.Position{Offset: 6, Epoch: "e"}, admitNext},
-		{fanout.Position{Offset: 7, Epoch: "e"}, admitNext},
-		{fanout.Position{Offset: 7, Epoch: "e"}, admitRepeat},
-		{fanout.Position{Offset: 3, Epoch: "e2"}, admitNext}, // a new epoch, at any offset
-		{fanout.Position{Offset: 9, Epoch: "e2"}, admitGap},
+		{fanout.Position{Offset: 5, Epoch: "e"}, AdmitRepeat},
+		{fanout.Position{Offset: 7, Epoch: "e"}, AdmitGap}, // 6 is missing
+		{fanout.Position{Offset: 6, Epoch: "e"}, AdmitWrite},
+		{fanout.Position{Offset: 7, Epoch: "e"}, AdmitWrite},
+		{fanout.Position{Offset: 7, Epoch: "e"}, AdmitRepeat},
+		{fanout.Position{Offset: 3, Epoch: "e2"}, AdmitWrite}, // a new epoch, at any offset
+		{fanout.Position{Offset: 9, Epoch: "e2"}, AdmitGap},
 	}
 	for i, s := range steps {
-		if got := ps.admitNext(k, s.pos); got != s.want {
+		if got := ps.AdmitNext(k, s.pos); got != s.want {
 			t.Fatalf("step %d: admitNext(%v) = %v, want %v", i, s.pos, got, s.want)
 		}
 	}
-	if got := ps.admitNext(fanout.Key{Tenant: "acme", Channel: "b"}, fanout.Position{Offset: 1, Epoch: "e"}); got != admitRepeat {
+	if got := ps.AdmitNext(fanout.Key{Tenant: "acme", Channel: "b"}, fanout.Position{Offset: 1, Epoch: "e"}); got != AdmitRepeat {
 		t.Fatalf("untracked channel: %v", got)
 	}
 }

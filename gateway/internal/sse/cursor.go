@@ -1,12 +1,13 @@
-package gateway
+package sse
 
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // A cursor is the opaque resume position of a stream: for every channel of
@@ -33,30 +34,19 @@ const (
 	maxEpochLen      = 255
 )
 
-// cursorEntry is one channel's position in a cursor.
-type cursorEntry struct {
-	hash uint32
-	pos  fanout.Position
-}
+// ErrBadCursor is wrapped by every resume-cursor parse error (the
+// gateway's ErrBadCursor).
+var ErrBadCursor = errors.New("bad cursor")
 
-// channelHash identifies a channel inside a cursor.
-func channelHash(key fanout.Key) uint32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key.Tenant))
-	_, _ = h.Write([]byte{'/'})
-	_, _ = h.Write([]byte(key.Channel))
-	return h.Sum32()
-}
+// Cursor is a parsed resume position.
+type Cursor []session.CursorEntry
 
-// cursor is a parsed resume position.
-type cursor []cursorEntry
-
-// lookup returns the position stored for key.
-func (c cursor) lookup(key fanout.Key) (fanout.Position, bool) {
-	h := channelHash(key)
+// Lookup returns the position stored for key.
+func (c Cursor) Lookup(key fanout.Key) (fanout.Position, bool) {
+	h := session.ChannelHash(key)
 	for _, e := range c {
-		if e.hash == h {
-			return e.pos, true
+		if e.Hash == h {
+			return e.Pos, true
 		}
 	}
 	return fanout.Position{}, false
@@ -64,11 +54,11 @@ func (c cursor) lookup(key fanout.Key) (fanout.Position, bool) {
 
 // appendCursor appends the binary (not yet base64) form of entries to dst.
 // epochs is scratch space reused between calls.
-func appendCursor(dst []byte, entries []cursorEntry, epochs []string) ([]byte, []string) {
+func appendCursor(dst []byte, entries []session.CursorEntry, epochs []string) ([]byte, []string) {
 	epochs = epochs[:0]
 	for _, e := range entries {
-		if indexOf(epochs, e.pos.Epoch) < 0 {
-			epochs = append(epochs, e.pos.Epoch)
+		if indexOf(epochs, e.Pos.Epoch) < 0 {
+			epochs = append(epochs, e.Pos.Epoch)
 		}
 	}
 	dst = append(dst, cursorVersion)
@@ -82,9 +72,9 @@ func appendCursor(dst []byte, entries []cursorEntry, epochs []string) ([]byte, [
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(entries)))
 	for _, e := range entries {
-		dst = binary.BigEndian.AppendUint32(dst, e.hash)
-		dst = binary.AppendUvarint(dst, uint64(indexOf(epochs, e.pos.Epoch)))
-		dst = binary.AppendUvarint(dst, e.pos.Offset)
+		dst = binary.BigEndian.AppendUint32(dst, e.Hash)
+		dst = binary.AppendUvarint(dst, uint64(indexOf(epochs, e.Pos.Epoch)))
+		dst = binary.AppendUvarint(dst, e.Pos.Offset)
 	}
 	return dst, epochs
 }
@@ -98,29 +88,29 @@ func indexOf(list []string, s string) int {
 	return -1
 }
 
-// cursorEncoder encodes a connection's cursors into reused buffers, so
+// CursorEncoder encodes a connection's cursors into reused buffers, so
 // writing an id costs no allocation once the buffers have grown.
-type cursorEncoder struct {
+type CursorEncoder struct {
 	raw    []byte
 	text   []byte
 	epochs []string
 }
 
 // appendText appends the textual cursor of entries to dst.
-func (e *cursorEncoder) appendText(dst []byte, entries []cursorEntry) []byte {
+func (e *CursorEncoder) appendText(dst []byte, entries []session.CursorEntry) []byte {
 	e.raw, e.epochs = appendCursor(e.raw[:0], entries, e.epochs)
 	return base64.RawURLEncoding.AppendEncode(dst, e.raw)
 }
 
-// encode returns the textual cursor of entries; the bytes are valid until
+// Encode returns the textual cursor of entries; the bytes are valid until
 // the next call.
-func (e *cursorEncoder) encode(entries []cursorEntry) []byte {
+func (e *CursorEncoder) Encode(entries []session.CursorEntry) []byte {
 	e.text = e.appendText(e.text[:0], entries)
 	return e.text
 }
 
-// parseCursor decodes a textual cursor. It never panics.
-func parseCursor(s string) (cursor, error) {
+// ParseCursor decodes a textual cursor. It never panics.
+func ParseCursor(s string) (Cursor, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("gateway: %w: "+format, append([]any{ErrBadCursor}, a...)...)
 	}
@@ -145,21 +135,21 @@ func parseCursor(s string) (cursor, error) {
 		epochs = append(epochs, string(r.bytes(n)))
 	}
 	nEntries := r.count("entry count", maxCursorEntries)
-	entries := make(cursor, 0, min(nEntries, 128))
+	entries := make(Cursor, 0, min(nEntries, 128))
 	for i := 0; i < nEntries && r.err == nil; i++ {
-		var e cursorEntry
-		e.hash = r.uint32()
+		var e session.CursorEntry
+		e.Hash = r.uint32()
 		idx := r.count("epoch index", maxCursorEntries)
-		e.pos.Offset = r.uvarint()
+		e.Pos.Offset = r.uvarint()
 		if r.err != nil {
 			break
 		}
 		if idx >= len(epochs) {
 			return nil, bad("entry %d names epoch %d of %d", i, idx, len(epochs))
 		}
-		e.pos.Epoch = epochs[idx]
+		e.Pos.Epoch = epochs[idx]
 		for _, prev := range entries {
-			if prev.hash == e.hash {
+			if prev.Hash == e.Hash {
 				return nil, bad("entry %d repeats a channel", i)
 			}
 		}

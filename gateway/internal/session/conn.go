@@ -1,4 +1,4 @@
-package gateway
+package session
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"github.com/heraldgw/herald/fanout"
 )
 
-// finalWriteTimeout bounds writing the last event of a closing connection.
-const finalWriteTimeout = 2 * time.Second
+// FinalWriteTimeout bounds writing the last event of a closing connection.
+const FinalWriteTimeout = 2 * time.Second
 
 // hubCallTimeout bounds one hub or history call the writer makes for a
 // subscription change.
@@ -26,41 +26,41 @@ const hubCallTimeout = 5 * time.Second
 // queues into the transport's sink, the only thing it knows of the
 // transport.
 type Conn struct {
-	srv       *Server
-	id        uint64
-	transport string // the metric label: transportSSE or transportWS
-	claims    *auth.Claims
+	env       *Env
+	ID        uint64
+	Transport string // the metric label: transportSSE or transportWS
+	Claims    *auth.Claims
 	queue     *sendQueue
-	pos       *positions // writer only
+	Pos       *Positions // writer only
 	keys      []fanout.Key
-	opened    time.Time
-	remote    string // the client's address (clientOf), for logs
+	Opened    time.Time
+	Remote    string // the client's address (clientOf), for logs
 
 	deliveries interface{ Add(float64) } // herald_deliveries_total{transport}
 
-	// cur holds the claims of the connection's current token: set when
+	// Cur holds the claims of the connection's current token: set when
 	// the connection is authenticated (an SSE request, a WebSocket's
 	// connect), replaced by a refresh; nil before.
-	cur atomic.Pointer[auth.Claims]
-	// closeWhenEmpty ends the connection with its last subscription (a
+	Cur atomic.Pointer[auth.Claims]
+	// CloseWhenEmpty ends the connection with its last subscription (a
 	// stream whose channels are fixed when it opens). tickExpiry leaves
 	// the token's expiry to the revalidation tick; otherwise the
 	// transport runs a timer of its own. Both are set before the
 	// connection is shared.
-	closeWhenEmpty bool
-	tickExpiry     bool
+	CloseWhenEmpty bool
+	TickExpiry     bool
 
 	// The writer (conn_writer.go). out is the transport's sink, set before
 	// the writer may start.
-	out       sink
-	ctx       context.Context // the writer's hub and broker calls; cancelled once the connection closes
-	cancel    context.CancelFunc
+	Out       Sink
+	Ctx       context.Context // the writer's hub and broker calls; cancelled once the connection closes
+	Cancel    context.CancelFunc
 	writing   atomic.Bool // a writer runs, the transport holds it off, or the final frames were written
 	beatDue   atomic.Bool // a heartbeat is to be written
 	beatMu    sync.Mutex  // guards beat against finish
 	beat      *time.Timer // HeartbeatInterval, from startHeartbeat
 	broken    bool        // writer only: a write failed, the stream is not intact
-	finalDone chan struct{}
+	FinalDone chan struct{}
 
 	// ctl is the one control queue: replies, token refresh requests and
 	// subscription changes, in order (conn_ctl.go).
@@ -93,12 +93,12 @@ type Conn struct {
 	// revalMu guards the revalidation state below.
 	revalMu  sync.Mutex
 	askedExp time.Time           // the exp a fresh token was last asked for
-	rechecks map[string]*recheck // subscriptions whose authorization lapses
+	rechecks map[string]*Recheck // subscriptions whose authorization lapses
 
-	// userKey is the user whose MaxConnectionsPerUser slot the connection
+	// UserKey is the user whose MaxConnectionsPerUser slot the connection
 	// holds, when hasUserSlot; only the connection's handler touches them.
-	userKey     string
-	hasUserSlot bool
+	UserKey     string
+	HasUserSlot bool
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -106,27 +106,29 @@ type Conn struct {
 	delay     time.Duration // reconnect delay to announce; set before done is closed
 }
 
-// newConn returns a connection whose writer is held off until the
-// transport calls startWriting.
-func (s *Server) newConn(transport string, claims *auth.Claims, remote string) *Conn {
+// New returns connection id of env, for transport (its metric label),
+// authenticated with claims, from the client address remote. Its writer
+// is held off until the transport calls StartWriting.
+func New(env *Env, id uint64, transport string, claims *auth.Claims, remote string) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
+	b := &env.Bounds
 	c := &Conn{
-		srv:       s,
-		id:        s.nextConnID.Add(1),
-		transport: transport,
-		claims:    claims,
-		queue:     newSendQueue(s.cfg.QueueMaxBytes, s.cfg.QueueMaxMessages),
-		pos:       newPositions(claims.Tenant, 4),
-		opened:    time.Now(),
-		remote:    remote,
-		ctx:       ctx,
-		cancel:    cancel,
-		finalDone: make(chan struct{}),
-		ctl:       ctlQueue{maxBytes: s.cfg.QueueMaxBytes, maxMsgs: s.cfg.QueueMaxMessages},
+		env:       env,
+		ID:        id,
+		Transport: transport,
+		Claims:    claims,
+		queue:     newSendQueue(b.QueueMaxBytes, b.QueueMaxMessages),
+		Pos:       NewPositions(claims.Tenant, 4),
+		Opened:    time.Now(),
+		Remote:    remote,
+		Ctx:       ctx,
+		Cancel:    cancel,
+		FinalDone: make(chan struct{}),
+		ctl:       ctlQueue{maxBytes: b.QueueMaxBytes, maxMsgs: b.QueueMaxMessages},
 		done:      make(chan struct{}),
 		resyncCh:  make(chan struct{}, 1),
 
-		deliveries: s.metrics.deliveries.WithLabelValues(transport),
+		deliveries: env.Counters.Deliveries.WithLabelValues(transport),
 	}
 	c.writing.Store(true)
 	return c
@@ -141,7 +143,7 @@ var _ fanout.ResyncSubscriber = (*Conn)(nil)
 func (c *Conn) Deliver(p *fanout.Prepared) {
 	switch r, dropped := c.queue.push(p); r {
 	case pushFull:
-		c.srv.metrics.queueDropped.Add(float64(dropped))
+		c.env.Counters.QueueDropped.Add(float64(dropped))
 		if c.behindHistory(p) {
 			c.Close(ReasonSlow, 0)
 			return
@@ -155,7 +157,7 @@ func (c *Conn) Deliver(p *fanout.Prepared) {
 // behindHistory reports whether the connection is further behind on p's
 // channel than the history reaches (Config.HistorySize).
 func (c *Conn) behindHistory(p *fanout.Prepared) bool {
-	n := c.srv.cfg.HistorySize
+	n := c.env.Bounds.HistorySize
 	if n <= 0 {
 		return false
 	}
@@ -166,7 +168,7 @@ func (c *Conn) behindHistory(p *fanout.Prepared) bool {
 // noteWritten records that the publication of channel at offset was handed
 // to the transport (or that the channel's subscription starts there).
 func (c *Conn) noteWritten(channel string, offset uint64) {
-	if c.srv.cfg.HistorySize <= 0 {
+	if c.env.Bounds.HistorySize <= 0 {
 		return
 	}
 	v, ok := c.written.Load(channel)
@@ -180,9 +182,9 @@ func (c *Conn) noteWritten(channel string, offset uint64) {
 // position it wrote: the queue dropped publications that are all there.
 func (c *Conn) lag() {
 	if !c.lagging.Swap(true) {
-		c.srv.metrics.catchUps.WithLabelValues(c.transport).Inc()
-		c.srv.connLog.Log(slog.LevelInfo, "gateway: connection fell behind its send queue; catching up from the history",
-			slog.Uint64("conn", c.id), slog.String("transport", c.transport))
+		c.env.Counters.CatchUps.WithLabelValues(c.Transport).Inc()
+		c.env.Log.Log(slog.LevelInfo, "gateway: connection fell behind its send queue; catching up from the history",
+			slog.Uint64("conn", c.ID), slog.String("transport", c.Transport))
 	}
 	c.signalResync()
 }
@@ -216,7 +218,7 @@ func (c *Conn) requestResync(key fanout.Key) {
 // or closes the connection with ReasonInsufficientState when the history
 // cannot fill the gap.
 func (c *Conn) Resync(key fanout.Key) {
-	if key.Tenant != c.claims.Tenant {
+	if key.Tenant != c.Claims.Tenant {
 		return
 	}
 	c.resyncMu.Lock()
@@ -236,7 +238,7 @@ func (c *Conn) Close(r Reason, delay time.Duration) {
 		c.queue.close()
 		close(c.done)
 		if r.Code == ReasonSlow.Code {
-			c.srv.metrics.limit(limitQueue)
+			c.env.Counters.QueueLimit.Inc()
 			c.abortMu.Lock()
 			if c.abortFn != nil {
 				c.abortFn()
@@ -247,11 +249,11 @@ func (c *Conn) Close(r Reason, delay time.Duration) {
 	})
 }
 
-// hardClose closes the connection for r and, where the transport can,
+// HardClose closes the connection for r and, where the transport can,
 // tears it down at once without waiting for a final frame.
-func (c *Conn) hardClose(r Reason) {
+func (c *Conn) HardClose(r Reason) {
 	c.Close(r, 0)
-	c.out.kill()
+	c.Out.Kill()
 }
 
 // Done is closed once the connection is closing; Reason is then valid.
@@ -263,7 +265,7 @@ func (c *Conn) Reason() Reason {
 	return c.reason
 }
 
-func (c *Conn) closed() bool {
+func (c *Conn) Closed() bool {
 	select {
 	case <-c.done:
 		return true
@@ -272,65 +274,65 @@ func (c *Conn) closed() bool {
 	}
 }
 
-// setAbort installs the transport's abort before the connection can be
+// SetAbort installs the transport's abort before the connection can be
 // closed as slow; setAbort(nil) before the transport's writer is gone waits
 // for an abort in progress, so none reaches a finished response.
-func (c *Conn) setAbort(f func()) {
+func (c *Conn) SetAbort(f func()) {
 	c.abortMu.Lock()
 	c.abortFn = f
 	c.abortMu.Unlock()
 }
 
-// subscription is the outcome of subscribing a connection to one channel.
-type subscription struct {
-	channel string
-	// recovered is true when since was given and the history held every
+// Subscription is the outcome of subscribing a connection to one channel.
+type Subscription struct {
+	Channel string
+	// Recovered is true when since was given and the history held every
 	// publication after it; pubs then holds them, in order.
-	recovered bool
-	// why says why it did not recover (when !recovered).
-	why  recoveryReason
-	pubs []fanout.Publication
-	// top is the channel's position when the subscription began.
-	top fanout.Position
+	Recovered bool
+	// Why says why it did not recover (when !recovered).
+	Why  RecoveryReason
+	Pubs []fanout.Publication
+	// Top is the channel's position when the subscription began.
+	Top fanout.Position
 }
 
 // noEpoch is an epoch no broker produces: recovering from it yields the
 // channel's top and no publications.
-const noEpoch = "\x00herald-live"
+const NoEpoch = "\x00herald-live"
 
-// subscribe subscribes the connection to channel on the hub and only then
+// Subscribe subscribes the connection to channel on the hub and only then
 // asks the broker for history, so a publication is either in the recovered
 // history, in the queue, or in both (the writer drops the repeat); never in
 // neither. since == nil starts live. The writer must not run concurrently.
-func (c *Conn) subscribe(ctx context.Context, channel string, since *fanout.Position) (subscription, error) {
-	key := fanout.Key{Tenant: c.claims.Tenant, Channel: channel}
-	if err := c.srv.deps.Hub.Subscribe(ctx, key, c); err != nil {
-		return subscription{}, err
+func (c *Conn) Subscribe(ctx context.Context, channel string, since *fanout.Position) (Subscription, error) {
+	key := fanout.Key{Tenant: c.Claims.Tenant, Channel: channel}
+	if err := c.env.Hub.Subscribe(ctx, key, c); err != nil {
+		return Subscription{}, err
 	}
 	c.keys = append(c.keys, key)
-	ask := fanout.Position{Epoch: noEpoch}
+	ask := fanout.Position{Epoch: NoEpoch}
 	if since != nil {
 		ask = *since
 	}
-	rec, err := c.srv.deps.Broker.Recover(ctx, key, ask, 0)
+	rec, err := c.env.History.Recover(ctx, key, ask, 0)
 	if err != nil {
-		return subscription{}, err
+		return Subscription{}, err
 	}
-	sub := subscription{channel: channel, top: rec.Top}
+	sub := Subscription{Channel: channel, Top: rec.Top}
 	if since != nil && rec.Recovered {
-		sub.recovered, sub.pubs = true, rec.Publications
-		c.pos.add(channel, *since)
+		sub.Recovered, sub.Pubs = true, rec.Publications
+		c.Pos.Add(channel, *since)
 		c.noteWritten(channel, since.Offset)
 	} else {
-		sub.why = notRecovered(since, rec)
-		c.pos.add(channel, rec.Top)
+		sub.Why = notRecovered(since, rec)
+		c.Pos.Add(channel, rec.Top)
 		c.noteWritten(channel, rec.Top.Offset)
 	}
 	return sub, nil
 }
 
-// unsubscribeAll removes the connection from the hub.
-func (c *Conn) unsubscribeAll() {
+// UnsubscribeAll removes the connection from the hub.
+func (c *Conn) UnsubscribeAll() {
 	for _, k := range c.keys {
 		c.leaveHub(k)
 	}
@@ -341,13 +343,13 @@ func (c *Conn) unsubscribeAll() {
 // the hub and stops tracking the channel, so nothing of it follows (writer
 // only). It reports false when the channel was not subscribed.
 func (c *Conn) leave(channel string) bool {
-	key := fanout.Key{Tenant: c.claims.Tenant, Channel: channel}
+	key := fanout.Key{Tenant: c.Claims.Tenant, Channel: channel}
 	i := slices.Index(c.keys, key)
 	if i < 0 {
 		return false
 	}
 	c.keys = slices.Delete(c.keys, i, i+1)
-	c.pos.remove(channel)
+	c.Pos.Remove(channel)
 	c.written.Delete(channel)
 	c.untrack(channel)
 	c.leaveHub(key)
@@ -358,8 +360,8 @@ func (c *Conn) leave(channel string) bool {
 func (c *Conn) leaveHub(key fanout.Key) {
 	ctx, cancel := context.WithTimeout(context.Background(), hubCallTimeout)
 	defer cancel()
-	if err := c.srv.deps.Hub.Unsubscribe(ctx, key, c); err != nil {
-		c.srv.connLog.Log(slog.LevelWarn, "gateway: unsubscribe failed",
-			slog.Uint64("conn", c.id), slog.String("channel", key.Channel), slog.String("error", err.Error()))
+	if err := c.env.Hub.Unsubscribe(ctx, key, c); err != nil {
+		c.env.Log.Log(slog.LevelWarn, "gateway: unsubscribe failed",
+			slog.Uint64("conn", c.ID), slog.String("channel", key.Channel), slog.String("error", err.Error()))
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package sse
 
 import (
 	"net"
@@ -6,33 +6,35 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
-// sseOut carries the bytes of an SSE stream to the client: through
+// Out carries the bytes of an SSE stream to the client: through
 // net/http's response (HTTP/2, or a writer that cannot be hijacked), or
 // straight to the connection taken over from net/http after the headers
 // (HTTP/1.1; chunkOut).
-type sseOut interface {
-	// write sends buf[sseRoom:], whole events; the first sseRoom bytes of
+type Out interface {
+	// Write sends buf[Room:], whole events; the first Room bytes of
 	// buf are free for the out's own framing, which may overwrite them.
-	write(buf []byte) error
-	// flush pushes what write sent on to the client.
-	flush() error
-	// setDeadline sets the deadline of the writes and flush that follow.
-	setDeadline(t time.Time) error
-	// abort gives a write blocked on the client finalWriteTimeout more,
-	// then makes it fail: a slow but live client still gets its
+	Write(buf []byte) error
+	// Flush pushes what write sent on to the client.
+	Flush() error
+	// SetDeadline sets the deadline of the writes and flush that follow.
+	SetDeadline(t time.Time) error
+	// Abort gives a write blocked on the client session.FinalWriteTimeout
+	// more, then makes it fail: a slow but live client still gets its
 	// disconnect event, a stalled one is cut within that time.
-	abort()
-	// finish ends the body, when intact, and closes what the out owns.
-	finish(intact bool)
-	// kill closes what the out owns at once; any goroutine may call it.
-	kill()
+	Abort()
+	// Finish ends the body, when intact, and closes what the out owns.
+	Finish(intact bool)
+	// Kill closes what the out owns at once; any goroutine may call it.
+	Kill()
 }
 
-// sseRoom is the room a sink leaves at the start of its buffer for the
+// Room is the room a sink leaves at the start of its buffer for the
 // framing of a chunk: up to 8 hexadecimal digits and CRLF.
-const sseRoom = 10
+const Room = 10
 
 // httpOut writes through net/http's ResponseWriter.
 type httpOut struct {
@@ -40,18 +42,18 @@ type httpOut struct {
 	rc *http.ResponseController
 }
 
-func newHTTPOut(w http.ResponseWriter) httpOut {
+func NewHTTPOut(w http.ResponseWriter) httpOut {
 	return httpOut{w: w, rc: http.NewResponseController(w)}
 }
 
-func (o httpOut) write(buf []byte) error {
-	_, err := o.w.Write(buf[sseRoom:])
+func (o httpOut) Write(buf []byte) error {
+	_, err := o.w.Write(buf[Room:])
 	return err
 }
 
-func (o httpOut) flush() error { return o.rc.Flush() }
+func (o httpOut) Flush() error { return o.rc.Flush() }
 
-func (o httpOut) setDeadline(t time.Time) error {
+func (o httpOut) SetDeadline(t time.Time) error {
 	err := o.rc.SetWriteDeadline(t)
 	if err == http.ErrNotSupported {
 		return nil // a writer without deadlines (tests' recorders); nothing to set
@@ -59,14 +61,14 @@ func (o httpOut) setDeadline(t time.Time) error {
 	return err
 }
 
-func (o httpOut) abort() { _ = o.rc.SetWriteDeadline(time.Now().Add(finalWriteTimeout)) }
+func (o httpOut) Abort() { _ = o.rc.SetWriteDeadline(time.Now().Add(session.FinalWriteTimeout)) }
 
-// finish does nothing: net/http ends the response when the handler
+// Finish does nothing: net/http ends the response when the handler
 // returns.
-func (o httpOut) finish(bool) {}
+func (o httpOut) Finish(bool) {}
 
-// kill does nothing: net/http closes its connections (Server.Stop).
-func (o httpOut) kill() {}
+// Kill does nothing: net/http closes its connections (Server.Stop).
+func (o httpOut) Kill() {}
 
 // chunkOut writes the rest of an HTTP/1.1 response whose head net/http
 // wrote with Transfer-Encoding: chunked: each write is one chunk, sent at
@@ -86,15 +88,15 @@ func newChunkOut(conn net.Conn, writeTimeout time.Duration) *chunkOut {
 	return &chunkOut{conn: conn, slack: writeTimeout / 16}
 }
 
-func (o *chunkOut) write(buf []byte) error {
-	n := len(buf) - sseRoom
+func (o *chunkOut) Write(buf []byte) error {
+	n := len(buf) - Room
 	if n <= 0 {
 		return nil // an empty chunk would end the body
 	}
-	var head [sseRoom]byte
+	var head [Room]byte
 	h := strconv.AppendUint(head[:0], uint64(n), 16)
 	h = append(h, '\r', '\n')
-	start := sseRoom - len(h)
+	start := Room - len(h)
 	copy(buf[start:], h)
 	buf = append(buf, '\r', '\n')
 	_, err := o.conn.Write(buf[start:])
@@ -104,23 +106,23 @@ func (o *chunkOut) write(buf []byte) error {
 // lastChunk is the end of a chunked body.
 var lastChunk = []byte("0\r\n\r\n")
 
-// finish writes the end of the body when intact, and closes the
+// Finish writes the end of the body when intact, and closes the
 // connection, which ends the stream's reader.
-func (o *chunkOut) finish(intact bool) {
+func (o *chunkOut) Finish(intact bool) {
 	if intact {
 		_, _ = o.conn.Write(lastChunk)
 	}
 	_ = o.conn.Close()
 }
 
-func (o *chunkOut) kill() { _ = o.conn.Close() }
+func (o *chunkOut) Kill() { _ = o.conn.Close() }
 
-func (o *chunkOut) flush() error { return nil }
+func (o *chunkOut) Flush() error { return nil }
 
-// setDeadline sets the write deadline t, unless the one set already comes
+// SetDeadline sets the write deadline t, unless the one set already comes
 // at most slack before it: a batch then has between WriteTimeout - slack
 // and WriteTimeout.
-func (o *chunkOut) setDeadline(t time.Time) error {
+func (o *chunkOut) SetDeadline(t time.Time) error {
 	want := t.UnixNano()
 	if t.IsZero() {
 		want = 0
@@ -132,7 +134,7 @@ func (o *chunkOut) setDeadline(t time.Time) error {
 	return o.conn.SetWriteDeadline(t)
 }
 
-func (o *chunkOut) abort() {
+func (o *chunkOut) Abort() {
 	o.set.Store(0)
-	_ = o.conn.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	_ = o.conn.SetWriteDeadline(time.Now().Add(session.FinalWriteTimeout))
 }

@@ -1,0 +1,127 @@
+package session
+
+import (
+	"hash/fnv"
+
+	"github.com/heraldgw/herald/fanout"
+)
+
+// Positions tracks, for every channel of one connection, the position of
+// the last publication written to it (or where its subscription began). It
+// filters out what the client already has, and is the content of the
+// stream's cursor. Only the connection's writer touches it.
+type Positions struct {
+	tenant  string
+	Entries []CursorEntry // in subscription order; the cursor's entries
+	index   map[string]int
+	names   []string // channel of entries[i]
+}
+
+func NewPositions(tenant string, capacity int) *Positions {
+	return &Positions{
+		tenant:  tenant,
+		Entries: make([]CursorEntry, 0, capacity),
+		index:   make(map[string]int, capacity),
+		names:   make([]string, 0, capacity),
+	}
+}
+
+// Add starts tracking channel at pos. It reports false if the channel is
+// already tracked.
+func (ps *Positions) Add(channel string, pos fanout.Position) bool {
+	if _, ok := ps.index[channel]; ok {
+		return false
+	}
+	ps.index[channel] = len(ps.Entries)
+	ps.Entries = append(ps.Entries, CursorEntry{
+		Hash: ChannelHash(fanout.Key{Tenant: ps.tenant, Channel: channel}),
+		Pos:  pos,
+	})
+	ps.names = append(ps.names, channel)
+	return true
+}
+
+// Remove stops tracking channel.
+func (ps *Positions) Remove(channel string) {
+	i, ok := ps.index[channel]
+	if !ok {
+		return
+	}
+	delete(ps.index, channel)
+	ps.Entries = append(ps.Entries[:i], ps.Entries[i+1:]...)
+	ps.names = append(ps.names[:i], ps.names[i+1:]...)
+	for j := i; j < len(ps.names); j++ {
+		ps.index[ps.names[j]] = j
+	}
+}
+
+// Of returns the position of key's channel, nil when it is not tracked.
+func (ps *Positions) Of(key fanout.Key) *fanout.Position {
+	if key.Tenant != ps.tenant {
+		return nil
+	}
+	i, ok := ps.index[key.Channel]
+	if !ok {
+		return nil
+	}
+	return &ps.Entries[i].Pos
+}
+
+// Admission is what admitNext decided about a publication.
+type Admission int
+
+const (
+	AdmitRepeat Admission = iota // the client has it (or the channel is not tracked): skip it
+	AdmitWrite                   // the next one: write it
+	AdmitGap                     // publications before it are missing: read them from the history first
+)
+
+// AdmitNext is admit for the live stream: of the same epoch it takes only
+// the publication right after the channel's position, so a publication
+// the connection missed (dropped from its full queue, lost in transit) is
+// found by the next one of its channel and read from the history. A new
+// epoch is taken at any offset, as admit does.
+func (ps *Positions) AdmitNext(key fanout.Key, pos fanout.Position) Admission {
+	cur := ps.Of(key)
+	if cur == nil {
+		return AdmitRepeat
+	}
+	if pos.Epoch == cur.Epoch {
+		switch {
+		case pos.Offset <= cur.Offset:
+			return AdmitRepeat
+		case pos.Offset > cur.Offset+1:
+			return AdmitGap
+		}
+	}
+	*cur = pos
+	return AdmitWrite
+}
+
+// Admit reports whether the publication of key at pos should be written:
+// its channel is tracked and it is newer than what the client has (a later
+// offset in the same epoch, or any offset in a new epoch). An admitted
+// publication advances the channel's position.
+func (ps *Positions) Admit(key fanout.Key, pos fanout.Position) bool {
+	cur := ps.Of(key)
+	if cur == nil || pos.Epoch == cur.Epoch && pos.Offset <= cur.Offset {
+		return false
+	}
+	*cur = pos
+	return true
+}
+
+// CursorEntry is one channel's position in a cursor.
+type CursorEntry struct {
+	Hash uint32
+	Pos  fanout.Position
+}
+
+// ChannelHash identifies a channel inside a cursor.
+func ChannelHash(key fanout.Key) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key.Tenant))
+	_, _ = h.Write([]byte{'/'})
+	_, _ = h.Write([]byte(key.Channel))
+	return h.Sum32()
+}
