@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net/http"
 	"strconv"
 	"testing"
@@ -58,7 +59,7 @@ func TestBadTokensRefusedOnBothTransports(t *testing.T) {
 	for name, tok := range cases {
 		t.Run(name, func(t *testing.T) {
 			c := e.dialWS(dialOpts{})
-			c.fails(c.request(opConnect, map[string]any{"token": tok}), codeUnauthorized)
+			c.fails(c.request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeUnauthorized)
 			c.closedWith(ReasonUnauthorized.Code, session.CloseUnauthorized)
 			e.refused(request{bearer: tok, query: q("channel", "orders/1")}, http.StatusUnauthorized, ReasonUnauthorized.Code)
 		})

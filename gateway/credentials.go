@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // Token sources, for logs and errors (never the token itself).
@@ -19,8 +20,8 @@ const (
 	sourceHeader = "authorization header"
 	sourceCookie = "cookie"
 	sourceQuery  = "access_token query parameter"
-	sourceTicket = "ticket"
-	sourceFrame  = "connect frame"
+	sourceTicket = ws.SourceTicket
+	sourceFrame  = ws.SourceFrame
 )
 
 // reasonTicketInvalid refuses an unknown, expired or used ticket. A fresh

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // BenchmarkDelivery measures the delivery path to one subscriber over
@@ -112,7 +113,7 @@ func benchSSEReader(b *testing.B, addr, tok string) func(want int64) error {
 // returns a function that reads it until want publications came.
 func benchWSReader(b *testing.B, addr, tok string) func(want int64) error {
 	ctx := context.Background()
-	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/ws", &websocket.DialOptions{Subprotocols: []string{wsProtocol}})
+	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/ws", &websocket.DialOptions{Subprotocols: []string{ws.Protocol}})
 	if err != nil {
 		b.Fatal(err)
 	}

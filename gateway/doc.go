@@ -1,12 +1,12 @@
 // Package gateway is Herald's HTTP server: the SSE handler (sse.go, over
-// the transport in internal/sse), the herald.v1 WebSocket transport
-// (ws.go; the protocol is docs/protocol.md), health and readiness probes,
-// Prometheus metrics and the demo page.
+// the transport in internal/sse), the herald.v1 WebSocket handler (ws.go,
+// over the transport in internal/ws; the protocol is docs/protocol.md),
+// health and readiness probes, Prometheus metrics and the demo page.
 //
 // Every stream is a connection (internal/session: Conn), whatever its
 // transport, with one bounded send queue that the fan-out hub fills with
 // a non-blocking enqueue, one control queue and one writer that drains
-// both into the transport's sink (internal/sse, ws_sink.go), writes a
+// both into the transport's sink (internal/sse, internal/ws), writes a
 // batch and flushes only when nothing is left. A connection whose queue
 // overflows drops what it holds and catches up from the channel history;
 // only one that falls behind the history is closed, as "slow". Every
@@ -19,7 +19,7 @@
 // events) an HTTP/1.1 connection leaves net/http (hijack): a reader
 // goroutine of its own notices the client going, and the writer is
 // started on demand and exits when the queues are empty, so an idle
-// connection holds only its reader goroutine (ws_conn.go, internal/sse).
+// connection holds only its reader goroutine (internal/ws, internal/sse).
 // An HTTP/2 SSE stream, which cannot be hijacked, keeps its handler
 // waiting while the writer writes through net/http.
 //

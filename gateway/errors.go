@@ -4,12 +4,13 @@ import (
 	"errors"
 
 	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
 var (
 	// ErrBadFrame is wrapped by every WebSocket client-frame decode error.
-	ErrBadFrame = errors.New("bad frame")
+	ErrBadFrame = ws.ErrBadFrame
 	// ErrBadCursor is wrapped by every resume-cursor parse error.
 	ErrBadCursor = sse.ErrBadCursor
 	// ErrInvalidConfig is wrapped by every Config or Deps validation error.

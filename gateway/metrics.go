@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // Transport labels.
@@ -38,12 +40,12 @@ type metrics struct {
 const (
 	limitConnections    = "connections"          // MaxConnections
 	limitConnectRate    = "connect_rate"         // ConnectAttemptsPerIP
-	limitMessageSize    = "message_size"         // MaxMessageSize
-	limitInflight       = "inflight"             // MaxInflight
-	limitSubscriptions  = "subscriptions"        // MaxSubscriptions
+	limitMessageSize    = ws.LimitMessageSize    // MaxMessageSize
+	limitInflight       = ws.LimitInflight       // MaxInflight
+	limitSubscriptions  = ws.LimitSubscriptions  // MaxSubscriptions
 	limitQueue          = "queue"                // QueueMaxBytes / QueueMaxMessages
-	limitClientTimeout  = "client_timeout"       // ClientTimeout
-	limitConnectTimeout = "connect_timeout"      // ConnectTimeout
+	limitClientTimeout  = ws.LimitClientTimeout  // ClientTimeout
+	limitConnectTimeout = ws.LimitConnectTimeout // ConnectTimeout
 	limitUserConns      = "connections_per_user" // MaxConnectionsPerUser
 )
 

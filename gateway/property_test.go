@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // The end-to-end authorization property: over random tenants, subjects,
@@ -245,7 +246,7 @@ func propOpen(t *testing.T, e *testEnv, pc *propConn) {
 		pc.wsc = e.dialWS(dialOpts{})
 		pc.wsc.connect(tok)
 		for _, ch := range pc.denied {
-			pc.wsc.fails(pc.wsc.request(opSubscribe, map[string]any{"channel": ch}), codeForbidden)
+			pc.wsc.fails(pc.wsc.request(ws.OpSubscribe, map[string]any{"channel": ch}), ws.CodeForbidden)
 		}
 		for _, ch := range pc.allowed {
 			pc.wsc.subscribe(ch, nil)

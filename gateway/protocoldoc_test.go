@@ -14,6 +14,7 @@ import (
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // protocolDocFrom returns docs/protocol.md from the first occurrence of
@@ -274,12 +275,12 @@ func TestProtocolDocFrameTable(t *testing.T) {
 	}
 
 	requestFields := map[string]string{} // json name → JSON type
-	for _, f := range reflect.VisibleFields(reflect.TypeFor[clientFrame]()) {
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[ws.ClientFrame]()) {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		requestFields[name] = map[reflect.Kind]string{reflect.String: "string", reflect.Uint64: "integer",
 			reflect.Int: "integer", reflect.Pointer: "object", reflect.Slice: "any"}[f.Type.Kind()]
 	}
-	for _, f := range reflect.VisibleFields(reflect.TypeFor[wsPosition]()) {
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[ws.Position]()) {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		requestFields["since."+name] = map[reflect.Kind]string{reflect.String: "string", reflect.Uint64: "integer"}[f.Type.Kind()]
 	}
@@ -287,7 +288,7 @@ func TestProtocolDocFrameTable(t *testing.T) {
 	for _, frame := range order {
 		fields := byFrame[frame]
 		if opName, ok := strings.CutPrefix(frame, "→ "); ok {
-			op, known := wsOpsByName[opName]
+			op, known := ws.OpsByName[opName]
 			if !known {
 				t.Errorf("frame table: request %q is not an op", opName)
 				continue
@@ -298,11 +299,11 @@ func TestProtocolDocFrameTable(t *testing.T) {
 					t.Errorf("%s: field %s (%s) is not one the server decodes as %s", frame, name, r.typ, ty)
 				}
 			}
-			if _, has := fields["id"]; has != op.reply {
-				t.Errorf("%s: an id row %v, the op gets a reply %v", frame, has, op.reply)
+			if _, has := fields["id"]; has != op.Reply {
+				t.Errorf("%s: an id row %v, the op gets a reply %v", frame, has, op.Reply)
 			}
-			if _, has := fields["channel"]; has != op.channel {
-				t.Errorf("%s: a channel row %v, the op names a channel %v", frame, has, op.channel)
+			if _, has := fields["channel"]; has != op.Channel {
+				t.Errorf("%s: a channel row %v, the op names a channel %v", frame, has, op.Channel)
 			}
 			if _, has := fields["op"]; !has {
 				t.Errorf("%s: no op row", frame)
@@ -338,9 +339,9 @@ func TestProtocolDocFrameTable(t *testing.T) {
 			}
 		}
 	}
-	for _, op := range wsOpTable {
-		if !seenOps[op.name] {
-			t.Errorf("frame table: no rows for the op %s", op.name)
+	for _, op := range ws.OpTable {
+		if !seenOps[op.Name] {
+			t.Errorf("frame table: no rows for the op %s", op.Name)
 		}
 	}
 	for frame := range docFrameDefs {

@@ -14,6 +14,7 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -119,7 +120,7 @@ func TestReauthorizeWebhookWS(t *testing.T) {
 	if p := c.pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
 		t.Fatalf("got %+v, want only orders/1", p)
 	}
-	c.fails(c.request(opUnsubscribe, map[string]any{"channel": "docs/1"}), codeNotSubscribed)
+	c.fails(c.request(ws.OpUnsubscribe, map[string]any{"channel": "docs/1"}), ws.CodeNotSubscribed)
 	if n := e.counter(e.srv.metrics.subsEnded.WithLabelValues("ws", "forbidden")); n != 1 {
 		t.Fatalf("herald_subscriptions_ended_total{ws,forbidden} = %v", n)
 	}
@@ -179,7 +180,7 @@ func TestWebhookDown(t *testing.T) {
 		!f.Ctl.Resubscribe || !strings.Contains(f.Ctl.Message, "authorization webhook unavailable") {
 		t.Fatalf("want unsubscribed docs/1 authorization_unavailable, got %s", f.Raw)
 	}
-	msg := c.fails(c.request(opSubscribe, map[string]any{"channel": "docs/2"}), codeAuthzUnavailable).Message
+	msg := c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/2"}), ws.CodeAuthzUnavailable).Message
 	if !strings.Contains(msg, "authorization webhook unavailable") {
 		t.Fatalf("message %q", msg)
 	}
@@ -204,7 +205,7 @@ func TestWebhookDown(t *testing.T) {
 	ln.Close()
 	e2 := hookEnv(t, dead, nil)
 	c2 := e2.connected("orders/*")
-	c2.fails(c2.request(opSubscribe, map[string]any{"channel": "docs/1"}), codeAuthzUnavailable)
+	c2.fails(c2.request(ws.OpSubscribe, map[string]any{"channel": "docs/1"}), ws.CodeAuthzUnavailable)
 	c2.subscribe("orders/1", nil)
 }
 
@@ -237,8 +238,8 @@ func TestSlowWebhookBlocksNothing(t *testing.T) {
 		t.Fatalf("revocation cut %s after, with a hanging webhook", cut)
 	}
 
-	sub := c.request(opSubscribe, map[string]any{"channel": "docs/2"})
-	ping := c.request(opPing, nil)
+	sub := c.request(ws.OpSubscribe, map[string]any{"channel": "docs/2"})
+	ping := c.request(ws.OpPing, nil)
 	start := time.Now()
 	var got []uint64
 	for len(got) < 2 {
@@ -253,7 +254,7 @@ func TestSlowWebhookBlocksNothing(t *testing.T) {
 				t.Fatalf("ping failed: %s", f.Raw)
 			}
 		case f.ID == sub:
-			if f.Error == nil || f.Error.Code != codeAuthzUnavailable {
+			if f.Error == nil || f.Error.Code != ws.CodeAuthzUnavailable {
 				t.Fatalf("subscribe: %s", f.Raw)
 			}
 			if waited := time.Since(start); waited < timeout*2/3 {

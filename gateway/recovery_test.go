@@ -10,6 +10,7 @@ import (
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // recoveryCase is a channel with history and the position a client
@@ -69,10 +70,10 @@ func TestWSRecoveryReasons(t *testing.T) {
 	for _, rc := range cases {
 		fields := map[string]any{"channel": rc.channel}
 		if since := rc.since(tops[rc.channel]); since != nil {
-			fields["since"] = wsPosition{Offset: since.Offset, Epoch: since.Epoch}
+			fields["since"] = ws.Position{Offset: since.Offset, Epoch: since.Epoch}
 		}
-		f := c.reply(c.request(opSubscribe, fields))
-		var res wsSubscribeResult
+		f := c.reply(c.request(ws.OpSubscribe, fields))
+		var res ws.SubscribeResult
 		if f.Error != nil || json.Unmarshal(f.Result, &res) != nil {
 			t.Fatalf("%s: %s", rc.channel, f.Raw)
 		}

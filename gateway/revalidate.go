@@ -169,7 +169,7 @@ func (rv *revalidator) check(c *session.Conn, set *auth.RevocationSet, now time.
 // exp, and closes it at the first tick within 2 × RevalidateInterval of
 // exp (before the token expires, so EventSource's reconnect never meets a
 // 401). It reports whether the connection was closed. A WebSocket's
-// expiry runs on a timer of its own (ws_expiry.go), to the millisecond.
+// expiry runs on a timer of its own (internal/ws/ws_expiry.go), to the millisecond.
 func (rv *revalidator) checkExpiry(c *session.Conn, exp, now time.Time) bool {
 	if !c.TickExpiry {
 		return false

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // Revalidation timing in these tests: 100 ms ticks, a fresh token asked
@@ -67,9 +68,9 @@ func mintSpec(t testing.TB, s tokenSpec) (string, time.Time) {
 }
 
 // refreshPush decodes a frame that must be a refresh push.
-func refreshPush(t testing.TB, f wsFrame) wsRefreshPush {
+func refreshPush(t testing.TB, f wsFrame) ws.RefreshPush {
 	t.Helper()
-	var p wsRefreshPush
+	var p ws.RefreshPush
 	if f.Push != "refresh" {
 		t.Fatalf("want a refresh push, got %s", f.Raw)
 	}
@@ -203,8 +204,8 @@ func TestWSRefreshKeepsAlive(t *testing.T) {
 		}
 		tok, exp = mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: time.Second})
 		exps = append(exps, exp)
-		var res wsRefreshResult
-		c.ok(c.request(opRefresh, map[string]any{"token": tok}), &res)
+		var res ws.RefreshResult
+		c.ok(c.request(ws.OpRefresh, map[string]any{"token": tok}), &res)
 		if res.ExpiresAt != exp.Unix() {
 			t.Fatalf("refresh result %+v", res)
 		}
@@ -219,7 +220,7 @@ func TestWSRefreshKeepsAlive(t *testing.T) {
 		t.Fatalf("refresh push for %d, want %d", p.ExpiresAt, exp.Unix())
 	}
 	<-time.After(time.Until(exps[lifetimes-1].Add(testGrace + 2*testInterval)))
-	c.ok(c.request(opPing, nil), nil)
+	c.ok(c.request(ws.OpPing, nil), nil)
 	t.Logf("WS: alive %s past the first token's exp, across %d token lifetimes, by in-band refresh",
 		time.Since(exps[0]).Round(time.Millisecond), lifetimes)
 	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "token_expired")); n != 0 {
@@ -291,7 +292,7 @@ func TestRevocationCutOff(t *testing.T) {
 	// The revoked token cannot come back.
 	e.refused(request{query: q("channel", "orders/1"), bearer: tokA}, 401, "revoked")
 	c := e.dialWS(dialOpts{})
-	c.fails(c.request(opConnect, map[string]any{"token": tokA}), codeRevoked)
+	c.fails(c.request(ws.OpConnect, map[string]any{"token": tokA}), ws.CodeRevoked)
 	c.closedWith("revoked", session.CloseRevoked)
 	eventually(t, 5*time.Second, "the disconnects to be counted", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", "revoked")) == 1 &&
@@ -340,7 +341,7 @@ func TestRevocationStoreOutage(t *testing.T) {
 	n = revs.calls.Load()
 	eventually(t, 5*time.Second, "several failed snapshots", func() bool { return revs.calls.Load() > n+5 })
 	// B's revocation is not seen yet: it stays connected.
-	c.ok(c.request(opPing, nil), nil)
+	c.ok(c.request(ws.OpPing, nil), nil)
 	// A's revocation, from the last good snapshot, still holds.
 	e.refused(request{query: q("channel", "orders/1"), bearer: tokA}, 401, "revoked")
 	if got := e.counter(e.srv.metrics.revalFailures.WithLabelValues(checkRevocations)); got < 5 {

@@ -12,6 +12,7 @@ import (
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // schemaSession drives a WebSocket client through every kind of server
@@ -79,21 +80,21 @@ func TestFrameSchemaAgainstServer(t *testing.T) {
 		t.Fatalf("unknown op answered %s", f.Raw)
 	}
 	// Closer to its exp than RefreshAhead: a refresh push follows.
-	s.reply(opConnect, map[string]any{"token": e.mint("u1", time.Now().Add(30*time.Second),
+	s.reply(ws.OpConnect, map[string]any{"token": e.mint("u1", time.Now().Add(30*time.Second),
 		[]string{"orders/*", "users/u1"}, []string{"rooms/*"})})
 	s.push("refresh")
-	s.reply(opSubscribe, map[string]any{"channel": "orders/1"})
+	s.reply(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
 	p := e.publish("acme", "orders/2", `{"n":1}`)
 	e.publish("acme", "orders/2", `2`)
-	s.reply(opSubscribe, map[string]any{"channel": "orders/2", "since": wsPosition{Offset: p.Offset, Epoch: p.Epoch}})
+	s.reply(ws.OpSubscribe, map[string]any{"channel": "orders/2", "since": ws.Position{Offset: p.Offset, Epoch: p.Epoch}})
 	s.push("pub")
-	s.reply(opSubscribe, map[string]any{"channel": "users/u1"})
-	s.reply(opPublish, map[string]any{"channel": "rooms/lobby", "type": "chat.message", "schema_version": 1, "data": nil})
-	s.reply(opUnsubscribe, map[string]any{"channel": "orders/1"})
+	s.reply(ws.OpSubscribe, map[string]any{"channel": "users/u1"})
+	s.reply(ws.OpPublish, map[string]any{"channel": "rooms/lobby", "type": "chat.message", "schema_version": 1, "data": nil})
+	s.reply(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"})
 	s.push("ping")
-	s.reply(opRefresh, map[string]any{"token": e.mint("u1", time.Now().Add(time.Hour), []string{"orders/*"}, nil)})
+	s.reply(ws.OpRefresh, map[string]any{"token": e.mint("u1", time.Now().Add(time.Hour), []string{"orders/*"}, nil)})
 	s.push("unsubscribed")
-	s.reply(opPing, nil)
+	s.reply(ws.OpPing, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.c.conn.Write(ctx, websocket.MessageBinary, []byte("{}")); err != nil {

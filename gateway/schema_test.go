@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"math"
 	"os"
 	"reflect"
@@ -196,8 +197,8 @@ func TestFrameSchemaVocabulary(t *testing.T) {
 	for _, r := range Reasons {
 		reasons = append(reasons, r.Code)
 	}
-	for _, e := range wsErrors {
-		codes = append(codes, e.code)
+	for _, e := range ws.Errors {
+		codes = append(codes, e.Code)
 	}
 	for _, r := range session.RecoveryReasons {
 		recovery = append(recovery, r.Code)

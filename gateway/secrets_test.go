@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // TestTokensNeverLogged drives every path that takes a credential — good
@@ -53,10 +54,10 @@ func TestTokensNeverLogged(t *testing.T) {
 
 	c := e.dialWS(dialOpts{query: "access_token=" + url.QueryEscape(tok)})
 	c.connect("")
-	c.fails(c.request(opRefresh, map[string]any{"token": forged}), codeUnauthorized)
-	c.fails(c.request(opSubscribe, map[string]any{"channel": "docs/9", "token": sub}), codeForbidden)
+	c.fails(c.request(ws.OpRefresh, map[string]any{"token": forged}), ws.CodeUnauthorized)
+	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/9", "token": sub}), ws.CodeForbidden)
 	bad := e.dialWS(dialOpts{query: "access_token=" + url.QueryEscape(forged)})
-	bad.fails(bad.request(opConnect, nil), codeUnauthorized)
+	bad.fails(bad.request(ws.OpConnect, nil), ws.CodeUnauthorized)
 	bad.closed()
 	c.close()
 

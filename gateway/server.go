@@ -18,6 +18,7 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
@@ -40,6 +41,7 @@ type Server struct {
 	reval      *revalidator
 	env        *session.Env // what every connection shares: bounds, hub, history, counters, writers
 	sseEnv     *sse.Env     // what every SSE stream shares
+	wsEnv      *ws.Env      // what every WebSocket connection shares
 
 	mu        sync.Mutex
 	conns     map[*session.Conn]struct{}
@@ -113,6 +115,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		Writers: session.NewWriterPool(),
 	}
 	s.sseEnv = &sse.Env{Server: (*sseHost)(s), WriteTimeout: cfg.WriteTimeout}
+	s.wsEnv = newWSEnv(s)
 	s.trusted = newTrustedProxies(cfg.TrustedProxies)
 	s.handler = s.withClient(s.routes())
 	return s, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // testClock is a settable clock for ticket stores.
@@ -152,7 +153,7 @@ func TestTicketRedeemWS(t *testing.T) {
 		t.Fatalf("got %+v", p)
 	}
 	replay := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(tr.Ticket)})
-	msg := replay.fails(replay.request(opConnect, nil), codeUnauthorized).Message
+	msg := replay.fails(replay.request(ws.OpConnect, nil), ws.CodeUnauthorized).Message
 	if !strings.Contains(msg, "single-use") {
 		t.Fatalf("message %q", msg)
 	}

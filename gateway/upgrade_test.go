@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // gathered reads one series of a registered metric by name and labels from
@@ -151,7 +152,7 @@ func TestWSUpgradeAuthBeforeUserLimit(t *testing.T) {
 	// Expired 20 s ago: it verifies (1 min leeway) but is past ExpiryGrace.
 	expired := e.mint("u1", time.Now().Add(-20*time.Second), []string{"orders/*"}, nil)
 	c := e.dialWS(dialOpts{header: http.Header{"Authorization": {"Bearer " + expired}}})
-	c.fails(c.request(opConnect, nil), codeTokenExpired)
+	c.fails(c.request(ws.OpConnect, nil), ws.CodeTokenExpired)
 	c.closedWith("token_expired", session.CloseTokenExpired)
 
 	revokedTok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, sid: "s-gone"})
@@ -164,7 +165,7 @@ func TestWSUpgradeAuthBeforeUserLimit(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the revocation snapshot", func() bool { return e.srv.reval.revoked(claims) })
 	c = e.dialWS(dialOpts{header: http.Header{"Authorization": {"Bearer " + revokedTok}}})
-	c.fails(c.request(opConnect, nil), codeRevoked)
+	c.fails(c.request(ws.OpConnect, nil), ws.CodeRevoked)
 	c.closedWith("revoked", session.CloseRevoked)
 
 	// A good token of the same user is still refused by the bound.
@@ -188,7 +189,7 @@ func (e *testEnv) rawUpgrade(query, version string) int {
 	req.Header.Set("Upgrade", "websocket")
 	req.Header.Set("Sec-WebSocket-Version", version)
 	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
-	req.Header.Set("Sec-WebSocket-Protocol", wsProtocol)
+	req.Header.Set("Sec-WebSocket-Protocol", ws.Protocol)
 	resp, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
@@ -241,7 +242,7 @@ func TestTicketNotSpentByRefusedUpgrade(t *testing.T) {
 	})
 	try("ws: closed before connect", func(ticket string) {
 		c := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(ticket)})
-		c.ok(c.request(opPing, nil), nil)
+		c.ok(c.request(ws.OpPing, nil), nil)
 		c.close()
 	})
 	if n := e.counter(e.srv.metrics.tickets.WithLabelValues(ticketRedeemed)); n != 0 {
@@ -281,7 +282,7 @@ func TestTicketSpentByUserRefusal(t *testing.T) {
 
 	tr = e.ticket(tok)
 	c := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(tr.Ticket)})
-	c.fails(c.request(opConnect, nil), codeTooManyConnections)
+	c.fails(c.request(ws.OpConnect, nil), ws.CodeTooManyConnections)
 	c.closedWith("too_many_connections", session.CloseTooManyConnections)
 	spent(t, tickets, tr.Ticket, "ws at the per-user bound")
 
@@ -321,17 +322,17 @@ func TestConnectRefusalsCounted(t *testing.T) {
 	e.refusedHandshake(dialOpts{subprotocol: []string{}}, 400, "bad_request")
 	e.refusedHandshake(dialOpts{header: http.Header{"Authorization": {"Bearer " + tok}}}, 429, "too_many_connections")
 	c := e.dialWS(dialOpts{})
-	c.fails(c.request(opConnect, map[string]any{"token": "not-a-jwt"}), codeUnauthorized)
+	c.fails(c.request(ws.OpConnect, map[string]any{"token": "not-a-jwt"}), ws.CodeUnauthorized)
 	c.closedWith("unauthorized", session.CloseUnauthorized)
 	c = e.dialWS(dialOpts{})
-	c.fails(c.request(opConnect, map[string]any{"token": tok}), codeTooManyConnections)
+	c.fails(c.request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeTooManyConnections)
 	c.closedWith("too_many_connections", session.CloseTooManyConnections)
 	c = e.dialWS(dialOpts{})
-	c.request(opSubscribe, map[string]any{"channel": "orders/1"})
+	c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
 	c.closedWith("protocol_error", session.CloseProtocolError)
 	// A client that leaves before connect was not refused.
 	c = e.dialWS(dialOpts{})
-	c.ok(c.request(opPing, nil), nil)
+	c.ok(c.request(ws.OpPing, nil), nil)
 	c.close()
 
 	want := map[[2]string]float64{

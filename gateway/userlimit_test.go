@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net/http"
 	"net/url"
 	"testing"
@@ -26,7 +27,7 @@ func TestMaxConnectionsPerUser(t *testing.T) {
 		t.Fatalf("WebSocket with the token in the upgrade: %v %v", resp, err)
 	}
 	late := e.dialWS(dialOpts{})
-	late.fails(late.request(opConnect, map[string]any{"token": tok}), codeTooManyConnections)
+	late.fails(late.request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeTooManyConnections)
 	late.closedWith("too_many_connections", session.CloseTooManyConnections)
 
 	// The same subject in another tenant is another user.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"os"
 	"regexp"
 	"slices"
@@ -23,7 +24,7 @@ const (
 )
 
 // TestVocabularyDocs checks that docs/protocol.md's disconnect-reason and
-// error-code tables are the ones the Reasons and wsErrors tables yield
+// error-code tables are the ones the Reasons and ws.Errors tables yield
 // (-update rewrites them), and that docs/metrics.md names every reason as
 // a label value.
 func TestVocabularyDocs(t *testing.T) {
@@ -116,11 +117,11 @@ func TestVocabularyTable(t *testing.T) {
 		seen[r.Code] = true
 	}
 	errs := map[string]bool{}
-	for _, e := range wsErrors {
-		if errs[e.code] || e.meaning == "" {
-			t.Errorf("error code %q: duplicate or undocumented", e.code)
+	for _, e := range ws.Errors {
+		if errs[e.Code] || e.Meaning == "" {
+			t.Errorf("error code %q: duplicate or undocumented", e.Code)
 		}
-		errs[e.code] = true
+		errs[e.Code] = true
 	}
 }
 
@@ -170,8 +171,8 @@ func recoveryReasonTable() string {
 func errorCodeTable() string {
 	var b strings.Builder
 	b.WriteString("| code | temporary | meaning |\n|---|---|---|\n")
-	for _, e := range wsErrors {
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", e.code, map[bool]string{true: "yes", false: "no"}[e.temporary], e.meaning)
+	for _, e := range ws.Errors {
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", e.Code, map[bool]string{true: "yes", false: "no"}[e.Temporary], e.Meaning)
 	}
 	return b.String()
 }
@@ -202,19 +203,19 @@ func vocabularyJSON(t *testing.T) []byte {
 		Ops             []string     `json:"ops"`
 		RecoveryReasons []string     `json:"recovery_reasons"`
 	}{
-		Protocol: wsProtocol,
+		Protocol: ws.Protocol,
 		CloseRanges: []closeRange{
 			{4000, 4099, "reconnect"}, {4100, 4199, "reauth"}, {4500, 4599, "stop"},
 		},
 	}
-	for _, op := range wsOpTable {
-		v.Ops = append(v.Ops, op.name)
+	for _, op := range ws.OpTable {
+		v.Ops = append(v.Ops, op.Name)
 	}
 	for _, r := range Reasons {
 		v.Reasons = append(v.Reasons, reason{r.Code, r.Reconnect, r.Status, int(r.Close)})
 	}
-	for _, e := range wsErrors {
-		v.ErrorCodes = append(v.ErrorCodes, errorCode{e.code, e.temporary})
+	for _, e := range ws.Errors {
+		v.ErrorCodes = append(v.ErrorCodes, errorCode{e.Code, e.Temporary})
 	}
 	for _, r := range session.RecoveryReasons {
 		v.RecoveryReasons = append(v.RecoveryReasons, r.Code)

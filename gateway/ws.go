@@ -7,66 +7,36 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/heraldgw/herald/auth"
-	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/subscriptions"
 )
 
 // The WebSocket transport (GET /v1/ws, subprotocol herald.v1; the protocol
-// is docs/protocol.md). Each connection has:
-//
-//   - a reader, which owns the connection: a goroutine of its own
-//     (wsConn.run), started by the HTTP handler, which then returns, so
-//     net/http's request and buffers are not kept for the connection's
-//     lifetime. It reads every frame (never under a deadline context,
-//     which would close the connection) with a small read buffer
-//     (ws_netconn.go) and handles each on a short-lived goroutine it waits
-//     for (wsConn.handleApart), so its own stack stays small: connect,
-//     ping and unsubscribe are answered there, and subscribe, publish and
-//     refresh start a goroutine each, at most MaxInflight at once;
-//   - the connection core's writer (internal/session/conn_writer.go),
-//     started on demand whenever something is queued and gone again once
-//     the queues are empty, so an idle connection holds one goroutine. The writer is the
-//     only one to write data frames: through wsSink it batches everything
-//     queued into messages of newline-separated frames, each message
-//     written under its own deadline, and it performs the subscriptions'
-//     hub and history work, so a subscription's reply, its recovered
-//     publications and its live ones leave in order;
-//   - timers instead of goroutines for the connect timeout, the client
-//     timeout, the server's pings (the core's heartbeat) and the token's
-//     expiry (ws_expiry.go); revocation and re-authorization are the
-//     server-wide revalidation timer's (revalidate.go), which ends a
-//     subscription or the connection through the core.
-
-// publisher is a broker that takes client publications (fanout.Broker).
-type publisher interface {
-	Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error)
-}
-
-// publisher returns Deps.Broker when it can publish: client publications
-// on interactive channels go through the broker (history and fan-out),
-// never through the outbox.
-func (s *Server) publisher() publisher {
-	p, _ := s.deps.Broker.(publisher)
-	return p
-}
+// is docs/protocol.md): the handler checks the handshake and the upgrade
+// request's credential, then hands the connection to internal/ws, which
+// reads, answers and times it (ws.Conn) and writes it through the core's
+// writer (ws.Server is what it needs of the Server: wsHost below).
 
 // handleWS serves GET /v1/ws: it checks the handshake (Upgrade, subprotocol
 // herald.v1, Origin, query string) and the connection bounds before
 // upgrading, then runs the connection until it ends. Every refusal before
 // the upgrade is counted in herald_connect_refusals_total, and so is a
-// connection closed before its connect succeeded (wsConn.run).
+// connection closed before its connect succeeded (ws.Conn.Run).
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !offersToken(r.Header, "Upgrade", "websocket") {
 		s.metrics.refused(transportWS, ReasonBadRequest)
 		w.Header().Set("Upgrade", "websocket")
 		writeError(w, http.StatusUpgradeRequired, ReasonBadRequest.Code,
-			"this endpoint speaks WebSocket: send an Upgrade: websocket request offering the subprotocol "+wsProtocol)
+			"this endpoint speaks WebSocket: send an Upgrade: websocket request offering the subprotocol "+ws.Protocol)
 		return
 	}
-	if !offersToken(r.Header, "Sec-WebSocket-Protocol", wsProtocol) {
+	if !offersToken(r.Header, "Sec-WebSocket-Protocol", ws.Protocol) {
 		s.refuseSubprotocol(w, r)
 		return
 	}
@@ -95,7 +65,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	hc := s.upgradeCredentials(r, query)
-	if hc.claims != nil && s.users.full(userKey(hc.claims)) {
+	if hc.Claims != nil && s.users.full(userKey(hc.Claims)) {
 		s.metrics.limit(limitUserConns)
 		w.Header().Set("Retry-After", "1")
 		s.refuseConn(w, r, transportWS, s.userLimitReason(), "")
@@ -103,16 +73,16 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 
 	conn := s.newConn(transportWS, &auth.Claims{}, clientOf(r).remote)
-	wc := newWSConn(s, conn, hc)
-	hj := &wsHijacker{ResponseWriter: w, maxMessage: int64(s.cfg.MaxMessageSize)}
-	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
-		Subprotocols:       []string{wsProtocol},
+	wc := ws.NewConn(s.wsEnv, conn, hc)
+	hj := &ws.Hijacker{ResponseWriter: w, MaxMessage: int64(s.cfg.MaxMessageSize)}
+	wsc, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
+		Subprotocols:       []string{ws.Protocol},
 		InsecureSkipVerify: true, // originAllowed has checked the Origin
 		OnPingReceived: func(context.Context, []byte) bool {
-			wc.touch()
+			wc.Touch()
 			return true
 		},
-		OnPongReceived: func(context.Context, []byte) { wc.touch() },
+		OnPongReceived: func(context.Context, []byte) { wc.Touch() },
 	})
 	if err != nil {
 		// Accept has answered the request (a broken handshake: 4xx).
@@ -123,12 +93,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// From here on r.Context() must not be used: the connection is hijacked.
-	wc.attach(ws, hj.conn)
+	wc.Attach(wsc, hj.Conn)
 	if !s.register(conn) {
 		conn.Close(ReasonShutdown, s.reconnectJitter())
 	}
 	handedOff = true
-	go wc.run()
+	go wc.Run()
 }
 
 // refuseSubprotocol answers a handshake that offers none of the
@@ -147,10 +117,10 @@ func (s *Server) refuseSubprotocol(w http.ResponseWriter, r *http.Request) {
 	if offered := strings.Join(tokens, ", "); offered != "" {
 		msg = fmt.Sprintf("WebSocket subprotocols offered, %q, are not supported", trunc(offered, 100))
 	}
-	msg += "; this server speaks " + strings.Join(wsProtocols, ", ") + ": offer one in Sec-WebSocket-Protocol"
+	msg += "; this server speaks " + strings.Join(ws.Protocols, ", ") + ": offer one in Sec-WebSocket-Protocol"
 	s.metrics.refused(transportWS, ReasonBadRequest)
 	writeJSON(w, ReasonBadRequest.Status, errorBody{Error: errorDetail{
-		Code: ReasonBadRequest.Code, Message: msg, Protocols: wsProtocols,
+		Code: ReasonBadRequest.Code, Message: msg, Protocols: ws.Protocols,
 	}})
 }
 
@@ -161,23 +131,76 @@ func (s *Server) refuseSubprotocol(w http.ResponseWriter, r *http.Request) {
 // never a 429. A ticket is only noted: connect redeems it if it relies on
 // it, so an upgrade refused for anything, or a connect that brings its own
 // token, leaves the ticket unspent.
-func (s *Server) upgradeCredentials(r *http.Request, query url.Values) httpCredentials {
+func (s *Server) upgradeCredentials(r *http.Request, query url.Values) ws.Credentials {
 	cred, reason, msg := s.requestCredential(r, query)
-	hc := httpCredentials{source: cred.source, ticket: cred.ticket, reason: reason, msg: msg}
+	hc := ws.Credentials{Source: cred.source, Ticket: cred.ticket, Reason: reason, Msg: msg}
 	if reason.Code == "" && cred.token != "" {
-		hc.claims, hc.reason, hc.msg = s.checkToken(cred, s.cfg.ExpiryGrace)
+		hc.Claims, hc.Reason, hc.Msg = s.checkToken(cred, s.cfg.ExpiryGrace)
 	}
 	return hc
 }
 
-// httpCredentials is what the upgrade request carried, if anything: the
-// claims of its verified and admitted token, a ticket not yet redeemed,
-// or why the credential was refused. A connect frame without a token uses
-// them.
-type httpCredentials struct {
-	claims *auth.Claims
-	ticket string // redeemed by connect
-	source string
-	reason Reason // non-empty Code: the credential was refused
-	msg    string
+// newWSEnv is what the WebSocket connections of s share.
+func newWSEnv(s *Server) *ws.Env {
+	cfg := &s.cfg
+	return &ws.Env{
+		Server: (*wsHost)(s),
+		Config: ws.Config{
+			Version:           cfg.Version,
+			CookieName:        cfg.CookieName,
+			MaxMessageSize:    cfg.MaxMessageSize,
+			MaxSubscriptions:  cfg.MaxSubscriptions,
+			MaxInflight:       cfg.MaxInflight,
+			HistorySize:       cfg.HistorySize,
+			HistoryTTL:        cfg.HistoryTTL,
+			WriteTimeout:      cfg.WriteTimeout,
+			ConnectTimeout:    cfg.ConnectTimeout,
+			ClientTimeout:     cfg.ClientTimeout,
+			HeartbeatInterval: cfg.HeartbeatInterval,
+			ExpiryGrace:       cfg.ExpiryGrace,
+			RefreshAhead:      cfg.RefreshAhead,
+		},
+		Log:      s.connLog,
+		Requests: s.metrics.wsRequests,
+	}
+}
+
+// wsHost is the Server as its WebSocket connections see it (ws.Server).
+type wsHost Server
+
+func (h *wsHost) VerifyToken(token, source string) (*auth.Claims, Reason, string) {
+	return (*Server)(h).verifyToken(token, source)
+}
+
+func (h *wsHost) RedeemTicket(ctx context.Context, ticket string) (*auth.Claims, Reason, string) {
+	return (*Server)(h).redeemTicket(ctx, ticket)
+}
+
+func (h *wsHost) Admit(c *auth.Claims, source string, slack time.Duration) (Reason, string) {
+	return (*Server)(h).admit(c, source, slack)
+}
+
+func (h *wsHost) AcquireUser(c *session.Conn, claims *auth.Claims) bool {
+	return (*Server)(h).acquireUser(c, claims)
+}
+
+func (h *wsHost) UserLimitReason() Reason     { return (*Server)(h).userLimitReason() }
+func (h *wsHost) Opened(c *session.Conn)      { (*Server)(h).opened(c) }
+func (h *wsHost) Closed(c *session.Conn)      { (*Server)(h).closed(c) }
+func (h *wsHost) Unregister(c *session.Conn)  { (*Server)(h).unregister(c) }
+func (h *wsHost) ReleaseUser(c *session.Conn) { (*Server)(h).releaseUser(c) }
+func (h *wsHost) ReleaseSlot()                { (*Server)(h).releaseSlot() }
+func (h *wsHost) Limit(limit string)          { h.metrics.limit(limit) }
+func (h *wsHost) Refused(r Reason)            { h.metrics.refused(transportWS, r) }
+
+// Publisher returns Deps.Broker when it can publish: client publications
+// on interactive channels go through the broker (history and fan-out),
+// never through the outbox.
+func (h *wsHost) Publisher() ws.Publisher {
+	p, _ := h.deps.Broker.(ws.Publisher)
+	return p
+}
+
+func (h *wsHost) Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error) {
+	return h.deps.Authorizer.Authorize(ctx, r)
 }

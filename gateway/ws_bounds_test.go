@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // TestWSMessageTooBig: a message over MaxMessageSize closes with
@@ -99,7 +100,7 @@ func TestWSClientTimeout(t *testing.T) {
 	})
 	close(done)
 	wg.Wait()
-	live.ok(live.request(opPing, nil), nil)
+	live.ok(live.request(ws.OpPing, nil), nil)
 	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitClientTimeout)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{client_timeout} = %v", n)
 	}
@@ -141,9 +142,9 @@ func TestWSHandshakeRefusals(t *testing.T) {
 	// message and as a list.
 	supported := func(t *testing.T, d errorDetail, offered string) {
 		t.Helper()
-		if !slices.Equal(d.Protocols, []string{wsProtocol}) || !strings.Contains(d.Message, "speaks "+wsProtocol) ||
+		if !slices.Equal(d.Protocols, []string{ws.Protocol}) || !strings.Contains(d.Message, "speaks "+ws.Protocol) ||
 			!strings.Contains(d.Message, offered) {
-			t.Fatalf("refusal %+v: want protocols [%s], named in the message with %q", d, wsProtocol, offered)
+			t.Fatalf("refusal %+v: want protocols [%s], named in the message with %q", d, ws.Protocol, offered)
 		}
 	}
 	t.Run("no subprotocol", func(t *testing.T) {
@@ -167,7 +168,7 @@ func TestWSHandshakeRefusals(t *testing.T) {
 	})
 	t.Run("not an upgrade", func(t *testing.T) {
 		status, _, body := e.get("/v1/ws")
-		if status != http.StatusUpgradeRequired || !strings.Contains(body, wsProtocol) {
+		if status != http.StatusUpgradeRequired || !strings.Contains(body, ws.Protocol) {
 			t.Fatalf("GET /v1/ws = %d %s", status, body)
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/testclient"
 )
 
@@ -22,7 +23,7 @@ type wsFrame struct {
 	// Replies.
 	ID     uint64
 	Result json.RawMessage
-	Error  *wsErrorDetail
+	Error  *ws.ErrorDetail
 	// Publication pushes.
 	Pub wsPubFrame
 	// Other pushes (disconnect, unsubscribed).
@@ -69,7 +70,7 @@ func parseWSFrame(t testing.TB, b []byte) wsFrame {
 		var r struct {
 			ID     uint64          `json:"id"`
 			Result json.RawMessage `json:"result"`
-			Error  *wsErrorDetail  `json:"error"`
+			Error  *ws.ErrorDetail `json:"error"`
 		}
 		err = json.Unmarshal(b, &r)
 		f.ID, f.Result, f.Error = r.ID, r.Result, r.Error
@@ -257,39 +258,39 @@ func (c *wsClient) ok(id uint64, v any) {
 }
 
 // fails waits for the error reply to id with code.
-func (c *wsClient) fails(id uint64, code string) wsErrorDetail {
+func (c *wsClient) fails(id uint64, code string) ws.ErrorDetail {
 	c.t.Helper()
 	f := c.reply(id)
 	if f.Error == nil || f.Error.Code != code || f.Error.Message == "" {
 		c.t.Fatalf("want error %q, got %s", code, f.Raw)
 	}
-	if f.Error.Temporary != wsErrorCodes[code] {
+	if f.Error.Temporary != ws.ErrorCodes[code] {
 		c.t.Fatalf("error %q temporary = %v", code, f.Error.Temporary)
 	}
 	return *f.Error
 }
 
 // connect sends connect with token and returns its result.
-func (c *wsClient) connect(token string) wsConnectResult {
+func (c *wsClient) connect(token string) ws.ConnectResult {
 	c.t.Helper()
 	fields := map[string]any{}
 	if token != "" {
 		fields["token"] = token
 	}
-	var res wsConnectResult
-	c.ok(c.request(opConnect, fields), &res)
+	var res ws.ConnectResult
+	c.ok(c.request(ws.OpConnect, fields), &res)
 	return res
 }
 
 // subscribe subscribes to channel (resuming from since when given).
-func (c *wsClient) subscribe(channel string, since *wsPosition) wsSubscribeResult {
+func (c *wsClient) subscribe(channel string, since *ws.Position) ws.SubscribeResult {
 	c.t.Helper()
 	fields := map[string]any{"channel": channel}
 	if since != nil {
 		fields["since"] = since
 	}
-	var res wsSubscribeResult
-	c.ok(c.request(opSubscribe, fields), &res)
+	var res ws.SubscribeResult
+	c.ok(c.request(ws.OpSubscribe, fields), &res)
 	if res.Channel != channel {
 		c.t.Fatalf("subscribe result for %q, want %q", res.Channel, channel)
 	}

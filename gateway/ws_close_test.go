@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // TestWSCloseCodeTable: every Reason has a close code in the range that
@@ -51,7 +52,7 @@ func TestWSConnectRefusals(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	t.Run("unauthorized", func(t *testing.T) {
 		c := e.dialWS(dialOpts{})
-		c.fails(c.request(opConnect, map[string]any{"token": "not-a-jwt"}), codeUnauthorized)
+		c.fails(c.request(ws.OpConnect, map[string]any{"token": "not-a-jwt"}), ws.CodeUnauthorized)
 		d := c.closedWith("unauthorized", session.CloseUnauthorized)
 		if d.Reconnect || d.Message == "" {
 			t.Fatalf("disconnect %+v", d)
@@ -59,12 +60,12 @@ func TestWSConnectRefusals(t *testing.T) {
 	})
 	t.Run("no token", func(t *testing.T) {
 		c := e.dialWS(dialOpts{})
-		c.fails(c.request(opConnect, nil), codeUnauthorized)
+		c.fails(c.request(ws.OpConnect, nil), ws.CodeUnauthorized)
 		c.closedWith("unauthorized", session.CloseUnauthorized)
 	})
 	t.Run("token expired", func(t *testing.T) {
 		c := e.dialWS(dialOpts{})
-		c.fails(c.request(opConnect, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), codeTokenExpired)
+		c.fails(c.request(ws.OpConnect, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), ws.CodeTokenExpired)
 		d := c.closedWith("token_expired", session.CloseTokenExpired)
 		if !d.Reconnect {
 			t.Fatalf("disconnect %+v", d)
@@ -72,8 +73,8 @@ func TestWSConnectRefusals(t *testing.T) {
 	})
 	t.Run("request before connect", func(t *testing.T) {
 		c := e.dialWS(dialOpts{})
-		c.ok(c.request(opPing, nil), nil) // ping is fine before connect
-		c.request(opSubscribe, map[string]any{"channel": "orders/1"})
+		c.ok(c.request(ws.OpPing, nil), nil) // ping is fine before connect
+		c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
 		d := c.closedWith("protocol_error", session.CloseProtocolError)
 		if !strings.Contains(d.Message, "connect") {
 			t.Fatalf("disconnect %+v", d)
@@ -125,7 +126,7 @@ func (f *failingRecoverer) Recover(ctx context.Context, key fanout.Key, since fa
 }
 
 func (f *failingRecoverer) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
-	return f.Recoverer.(publisher).Publish(ctx, msg)
+	return f.Recoverer.(ws.Publisher).Publish(ctx, msg)
 }
 
 // TestWSResync: publications lost on their way to this node are recovered
@@ -142,7 +143,7 @@ func TestWSResync(t *testing.T) {
 	c.subscribe("orders/1", nil)
 	// A subscribe whose history does not answer fails with server_error.
 	rec.fail.Store(true)
-	c.fails(c.request(opSubscribe, map[string]any{"channel": "orders/2"}), codeServerError)
+	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "orders/2"}), ws.CodeServerError)
 	rec.fail.Store(false)
 	c.subscribe("orders/2", nil)
 

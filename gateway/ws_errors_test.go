@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -46,17 +47,17 @@ func TestWSErrorReplies(t *testing.T) {
 	c := e.connected("orders/*", "fail/*")
 
 	noID := map[string]string{
-		`{not json`:                           codeBadRequest,
-		`[1,2]`:                               codeBadRequest,
-		`"ping"`:                              codeBadRequest,
-		`{"op":"ping"}`:                       codeBadRequest,
-		`{"id":-1,"op":"ping"}`:               codeBadRequest,
-		`{"id":"x","op":"ping"}`:              codeBadRequest,
-		`{"id":1.5,"op":"ping"}`:              codeBadRequest,
-		`{"id":0,"op":"subscribe"}`:           codeBadRequest,
-		`{"op":"ping","id":3}garbage`:         codeBadRequest,
-		`{"id":9007199254740992,"op":"ping"}`: codeBadRequest,
-		`{"id":18446744073709551615,"op":"subscribe","channel":"orders/1"}`: codeBadRequest,
+		`{not json`:                           ws.CodeBadRequest,
+		`[1,2]`:                               ws.CodeBadRequest,
+		`"ping"`:                              ws.CodeBadRequest,
+		`{"op":"ping"}`:                       ws.CodeBadRequest,
+		`{"id":-1,"op":"ping"}`:               ws.CodeBadRequest,
+		`{"id":"x","op":"ping"}`:              ws.CodeBadRequest,
+		`{"id":1.5,"op":"ping"}`:              ws.CodeBadRequest,
+		`{"id":0,"op":"subscribe"}`:           ws.CodeBadRequest,
+		`{"op":"ping","id":3}garbage`:         ws.CodeBadRequest,
+		`{"id":9007199254740992,"op":"ping"}`: ws.CodeBadRequest,
+		`{"id":18446744073709551615,"op":"subscribe","channel":"orders/1"}`: ws.CodeBadRequest,
 	}
 	for frame, code := range noID {
 		c.send(frame)
@@ -67,18 +68,18 @@ func TestWSErrorReplies(t *testing.T) {
 		}
 	}
 	withID := map[string]string{
-		`{"id":5,"op":"dance"}`:                     codeNotFound,
-		`{"id":6}`:                                  codeBadRequest,
-		`{"id":7,"op":"subscribe"}`:                 codeBadRequest,
-		`{"id":8,"op":"subscribe","channel":"a b"}`: codeBadRequest,
-		`{"id":9,"op":"subscribe","channel":7}`:     codeBadRequest,
-		`{"id":10,"op":"subscribe","channel":"orders/1","since":{"offset":1}}`:                 codeBadRequest,
-		`{"id":11,"op":"unsubscribe","channel":"orders/1"}`:                                    codeNotSubscribed,
-		`{"id":12,"op":"subscribe","channel":"secret/1"}`:                                      codeForbidden,
-		`{"id":13,"op":"connect","token":"x"}`:                                                 codeBadRequest,
-		`{"id":14,"op":"subscribe","channel":"fail/1"}`:                                        codeServerError,
-		`{"id":15,"op":"refresh"}`:                                                             codeBadRequest,
-		`{"id":16,"op":"publish","channel":"orders/1","type":"t","schema_version":1,"data":1}`: codeForbidden,
+		`{"id":5,"op":"dance"}`:                     ws.CodeNotFound,
+		`{"id":6}`:                                  ws.CodeBadRequest,
+		`{"id":7,"op":"subscribe"}`:                 ws.CodeBadRequest,
+		`{"id":8,"op":"subscribe","channel":"a b"}`: ws.CodeBadRequest,
+		`{"id":9,"op":"subscribe","channel":7}`:     ws.CodeBadRequest,
+		`{"id":10,"op":"subscribe","channel":"orders/1","since":{"offset":1}}`:                 ws.CodeBadRequest,
+		`{"id":11,"op":"unsubscribe","channel":"orders/1"}`:                                    ws.CodeNotSubscribed,
+		`{"id":12,"op":"subscribe","channel":"secret/1"}`:                                      ws.CodeForbidden,
+		`{"id":13,"op":"connect","token":"x"}`:                                                 ws.CodeBadRequest,
+		`{"id":14,"op":"subscribe","channel":"fail/1"}`:                                        ws.CodeServerError,
+		`{"id":15,"op":"refresh"}`:                                                             ws.CodeBadRequest,
+		`{"id":16,"op":"publish","channel":"orders/1","type":"t","schema_version":1,"data":1}`: ws.CodeForbidden,
 	}
 	for frame, code := range withID {
 		c.send(frame)
@@ -86,21 +87,21 @@ func TestWSErrorReplies(t *testing.T) {
 		if f.Push != "" || f.ID == 0 || !strings.Contains(frame, `"id":`+itoa(f.ID)) {
 			t.Fatalf("%s: got %s, want the reply to its id", frame, f.Raw)
 		}
-		if f.Error == nil || f.Error.Code != code || f.Error.Message == "" || f.Error.Temporary != wsErrorCodes[code] {
+		if f.Error == nil || f.Error.Code != code || f.Error.Message == "" || f.Error.Temporary != ws.ErrorCodes[code] {
 			t.Fatalf("%s: got %s, want error %s", frame, f.Raw, code)
 		}
 	}
 	c.subscribe("orders/1", nil)
-	c.fails(c.request(opSubscribe, map[string]any{"channel": "orders/1"}), codeAlreadySubscribed)
+	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"}), ws.CodeAlreadySubscribed)
 	// Unknown fields are ignored.
-	c.ok(c.request(opPing, map[string]any{"future": []int{1, 2}}), nil)
+	c.ok(c.request(ws.OpPing, map[string]any{"future": []int{1, 2}}), nil)
 
 	// Still healthy: it receives what is published.
 	pub := e.publish("acme", "orders/1", `1`)
 	if p := c.pub(); p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
-	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues("invalid", codeBadRequest)); n < 1 {
+	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues("invalid", ws.CodeBadRequest)); n < 1 {
 		t.Fatalf("herald_ws_requests_total{invalid,bad_request} = %v", n)
 	}
 }
@@ -125,13 +126,13 @@ func TestWSTooManyRequests(t *testing.T) {
 	authz := newGateAuthorizer()
 	e := newEnv(t, envOptions{cfg: Config{MaxInflight: 2}, deps: func(d *Deps) { d.Authorizer = authz }})
 	c := e.connected("slow/*", "orders/*")
-	a := c.request(opSubscribe, map[string]any{"channel": "slow/1"})
-	b := c.request(opSubscribe, map[string]any{"channel": "slow/2"})
+	a := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
+	b := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/2"})
 	eventually(t, 5*time.Second, "two requests in flight", func() bool { return authz.waiting.Load() == 2 })
-	over := c.request(opSubscribe, map[string]any{"channel": "orders/1"})
-	c.fails(over, codeTooManyRequests)
+	over := c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
+	c.fails(over, ws.CodeTooManyRequests)
 	// Cheap requests are not invocations: ping still answers.
-	c.ok(c.request(opPing, nil), nil)
+	c.ok(c.request(ws.OpPing, nil), nil)
 	close(authz.release)
 	got := map[uint64]bool{}
 	for range 2 {
@@ -157,8 +158,8 @@ func TestWSTooManySubscriptions(t *testing.T) {
 	c := e.connected("orders/*")
 	c.subscribe("orders/1", nil)
 	c.subscribe("orders/2", nil)
-	c.fails(c.request(opSubscribe, map[string]any{"channel": "orders/3"}), codeTooManySubscriptions)
-	c.ok(c.request(opUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
+	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "orders/3"}), ws.CodeTooManySubscriptions)
+	c.ok(c.request(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
 	c.subscribe("orders/3", nil)
 	pub := e.publish("acme", "orders/3", `3`)
 	if p := c.pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
@@ -175,14 +176,14 @@ func TestWSUnsubscribeWhileSubscribing(t *testing.T) {
 	authz := newGateAuthorizer()
 	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
 	c := e.connected("slow/*")
-	id := c.request(opSubscribe, map[string]any{"channel": "slow/1"})
+	id := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
 	eventually(t, 5*time.Second, "the subscribe to be authorizing", func() bool { return authz.waiting.Load() == 1 })
-	msg := c.fails(c.request(opUnsubscribe, map[string]any{"channel": "slow/1"}), codeNotSubscribed).Message
+	msg := c.fails(c.request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), ws.CodeNotSubscribed).Message
 	if !strings.Contains(msg, "wait for its reply") {
 		t.Fatalf("message %q", msg)
 	}
-	c.fails(c.request(opSubscribe, map[string]any{"channel": "slow/1"}), codeAlreadySubscribed)
+	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"}), ws.CodeAlreadySubscribed)
 	close(authz.release)
 	c.ok(id, nil)
-	c.ok(c.request(opUnsubscribe, map[string]any{"channel": "slow/1"}), nil)
+	c.ok(c.request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), nil)
 }

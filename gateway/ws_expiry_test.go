@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // slowReval is a Config whose revalidation tick never comes during a test,
@@ -32,7 +33,7 @@ func TestWSRefreshPushAtRefreshAhead(t *testing.T) {
 	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS > ahead.Milliseconds() || p.GraceMS != 5000 {
 		t.Fatalf("refresh push %+v", p)
 	}
-	c.ok(c.request(opPing, nil), nil) // one push per token, and the connection goes on
+	c.ok(c.request(ws.OpPing, nil), nil) // one push per token, and the connection goes on
 }
 
 // TestWSRefreshPushInsideGrace: a token already past its exp, accepted

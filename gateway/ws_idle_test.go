@@ -22,6 +22,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -84,7 +85,7 @@ func (c closeNow) Close() error { return c.c.CloseNow() }
 func openIdleClient(hc *http.Client, url, token string, i int) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{wsProtocol}, HTTPClient: hc})
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{ws.Protocol}, HTTPClient: hc})
 	if err != nil {
 		return nil, err
 	}
@@ -258,15 +259,15 @@ func stackCount(frame string) int {
 // serves (the handler's, the background reader's).
 func connGoroutines(transport string) (readers, writers, netHTTP int) {
 	buf := stacks()
-	conn := "gateway.(*wsConn)."
+	run := "internal/ws.(*Conn).Run("
 	if transport == transportSSE {
-		conn = "sse.(*Stream)."
+		run = "internal/sse.(*Stream).run("
 	}
 	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
 		switch {
 		case bytes.Contains(g, []byte("session.(*Conn).writeLoop(")):
 			writers++
-		case bytes.Contains(g, []byte(conn+"run(")):
+		case bytes.Contains(g, []byte(run)):
 			readers++
 		case bytes.Contains(g, []byte("net/http.(*conn).serve(")),
 			bytes.Contains(g, []byte("net/http.(*connReader).backgroundRead(")):
@@ -289,7 +290,7 @@ func gaugeValue(g prometheus.Gauge) float64 {
 // 12 KiB: the reader is a goroutine of its own, not net/http's (whose
 // request and buffers are gone with it), its stack stays at 4 KiB
 // (handleApart) and its read and write buffers are small
-// (ws_netconn.go). Under the race detector frames are larger and the
+// (internal/ws/ws_netconn.go). Under the race detector frames are larger and the
 // reader's stack is 8 KiB, hence a larger bound there.
 func TestWSIdleConnectionCost(t *testing.T) {
 	checkIdleCost(t, transportWS, 12<<10)

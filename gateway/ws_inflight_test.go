@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -32,24 +33,24 @@ func TestWSDuplicateInflightID(t *testing.T) {
 	e := hookEnvTimeout(t, hook.URL, time.Minute, nil)
 	c := e.connected("orders/*")
 
-	id := c.request(opSubscribe, map[string]any{"channel": "docs/1"})
+	id := c.request(ws.OpSubscribe, map[string]any{"channel": "docs/1"})
 	<-called
-	c.send(map[string]any{"id": id, "op": opPing})
-	if msg := c.fails(id, codeDuplicateID).Message; !contains(msg, "in flight") {
+	c.send(map[string]any{"id": id, "op": ws.OpPing})
+	if msg := c.fails(id, ws.CodeDuplicateID).Message; !contains(msg, "in flight") {
 		t.Fatalf("message %q", msg)
 	}
-	c.send(map[string]any{"id": id, "op": opSubscribe, "channel": "orders/1"})
-	c.fails(id, codeDuplicateID)
+	c.send(map[string]any{"id": id, "op": ws.OpSubscribe, "channel": "orders/1"})
+	c.fails(id, ws.CodeDuplicateID)
 
 	close(release)
-	var res wsSubscribeResult
+	var res ws.SubscribeResult
 	c.ok(id, &res)
 	if res.Channel != "docs/1" {
 		t.Fatalf("reply to %d is for %q, want docs/1", id, res.Channel)
 	}
-	c.send(map[string]any{"id": id, "op": opPing})
+	c.send(map[string]any{"id": id, "op": ws.OpPing})
 	c.ok(id, nil)
-	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(opSubscribe, codeDuplicateID)); n != 1 {
+	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(ws.OpSubscribe, ws.CodeDuplicateID)); n != 1 {
 		t.Fatalf("herald_ws_requests_total{subscribe,duplicate_id} = %v", n)
 	}
 }

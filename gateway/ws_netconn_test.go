@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"io"
 	"net"
 	"net/http"
@@ -43,7 +44,7 @@ func dialRaw(t *testing.T, e *testEnv, extra []byte) *rawWS {
 	t.Cleanup(func() { _ = conn.Close() })
 	req := "GET /v1/ws HTTP/1.1\r\nHost: " + e.srv.Addr() + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
 		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
-		"Sec-WebSocket-Protocol: " + wsProtocol + "\r\n\r\n"
+		"Sec-WebSocket-Protocol: " + ws.Protocol + "\r\n\r\n"
 	if _, err := conn.Write(append([]byte(req), extra...)); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -42,13 +43,13 @@ func TestWSRefreshDuringSubscribe(t *testing.T) {
 	}})
 	c := e.dialWS(dialOpts{})
 	c.connect(e.wsToken("u1", []string{"secret/**", "orders/*"}, nil))
-	sub := c.request(opSubscribe, map[string]any{"channel": "secret/x"})
+	sub := c.request(ws.OpSubscribe, map[string]any{"channel": "secret/x"})
 	select {
 	case <-entered: // the subscribe is being decided with the old token
 	case <-time.After(5 * time.Second):
 		t.Fatal("subscribe never reached the authorizer")
 	}
-	ref := c.request(opRefresh, map[string]any{"token": e.wsToken("u1", []string{"orders/*"}, nil)})
+	ref := c.request(ws.OpRefresh, map[string]any{"token": e.wsToken("u1", []string{"orders/*"}, nil)})
 	c.ok(ref, nil)
-	c.fails(sub, codeForbidden)
+	c.fails(sub, ws.CodeForbidden)
 }

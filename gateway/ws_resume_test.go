@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // TestWSResumeRecovered: a client that subscribes with its last position
@@ -31,7 +32,7 @@ func TestWSResumeRecovered(t *testing.T) {
 	}
 
 	c = e.connected("orders/*")
-	res := c.subscribe("orders/1", &wsPosition{Offset: last.Offset, Epoch: last.Epoch})
+	res := c.subscribe("orders/1", &ws.Position{Offset: last.Offset, Epoch: last.Epoch})
 	if !res.Recovered || res.Offset != 7 || res.Epoch != sub.Epoch {
 		t.Fatalf("resumed subscribe = %+v, want recovered at offset 7", res)
 	}
@@ -46,11 +47,11 @@ func TestWSResumeRecovered(t *testing.T) {
 	}
 	// Resuming at the top recovers nothing and is still recovered.
 	c2 := e.connected("orders/*")
-	res = c2.subscribe("orders/1", &wsPosition{Offset: live.Offset, Epoch: live.Epoch})
+	res = c2.subscribe("orders/1", &ws.Position{Offset: live.Offset, Epoch: live.Epoch})
 	if !res.Recovered || res.Offset != live.Offset {
 		t.Fatalf("subscribe at the top = %+v", res)
 	}
-	c2.ok(c2.request(opPing, nil), nil) // no publication came first
+	c2.ok(c2.request(ws.OpPing, nil), nil) // no publication came first
 }
 
 // TestWSResumeNotRecovered: a position the history no longer covers, or
@@ -62,7 +63,7 @@ func TestWSResumeNotRecovered(t *testing.T) {
 	for i := 2; i <= 10; i++ {
 		e.publish("acme", "orders/1", fmt.Sprint(i))
 	}
-	for name, since := range map[string]wsPosition{
+	for name, since := range map[string]ws.Position{
 		"trimmed":     {Offset: first.Offset, Epoch: first.Epoch},
 		"other epoch": {Offset: 9, Epoch: "an-epoch-of-another-life"},
 	} {
@@ -73,7 +74,7 @@ func TestWSResumeNotRecovered(t *testing.T) {
 			if res.Recovered || res.Offset != top.Offset || res.Epoch != first.Epoch {
 				t.Fatalf("subscribe = %+v, want recovered:false at offset %d", res, top.Offset)
 			}
-			c.ok(c.request(opPing, nil), nil) // nothing partial was sent
+			c.ok(c.request(ws.OpPing, nil), nil) // nothing partial was sent
 			pub := e.publish("acme", "orders/1", `"next"`)
 			if p := c.pub(); p.Offset != pub.Offset {
 				t.Fatalf("live offset %d, want %d", p.Offset, pub.Offset)
@@ -105,9 +106,9 @@ func TestWSSubscribeDuringPublishing(t *testing.T) {
 	var starts []uint64
 	for i := range 8 {
 		c := e.connected("orders/*")
-		var res wsSubscribeResult
+		var res ws.SubscribeResult
 		if i%2 == 0 {
-			res = c.subscribe("orders/1", &wsPosition{Offset: 1, Epoch: mustTop(t, e, key).Epoch})
+			res = c.subscribe("orders/1", &ws.Position{Offset: 1, Epoch: mustTop(t, e, key).Epoch})
 			if !res.Recovered {
 				t.Fatalf("resume from offset 1 not recovered: %+v", res)
 			}
@@ -125,7 +126,7 @@ func TestWSSubscribeDuringPublishing(t *testing.T) {
 				t.Fatalf("client %d (from %d): offset %d, want %d", i, starts[i], p.Offset, want)
 			}
 		}
-		c.ok(c.request(opPing, nil), nil) // and nothing more
+		c.ok(c.request(ws.OpPing, nil), nil) // and nothing more
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -189,10 +190,10 @@ func TestWSLaggardsCatchUp(t *testing.T) {
 	heapAfter := heapInUse()
 
 	// Bound: each stalled connection may hold its queue (QueueMaxBytes), a
-	// batch buffer being written (wsBatchBytes) and the frames its client
+	// batch buffer being written (ws.BatchBytes) and the frames its client
 	// had read before stalling; everything else is shared. Allow that for
 	// all ten plus 4 MiB for the test's own bookkeeping and GC noise.
-	bound := uint64(stalled*(maxBytes+wsBatchBytes+256<<10) + 4<<20)
+	bound := uint64(stalled*(maxBytes+ws.BatchBytes+256<<10) + 4<<20)
 	grow := func(h uint64) int64 { return int64(h) - int64(heapBefore) }
 	t.Logf("every stalled client lagged after %d publications of %d B; heap before %d KiB, "+
 		"then %+d KiB, after %d more publications %+d KiB (bound %d KiB)",
@@ -283,7 +284,7 @@ func TestWSLaggardBeyondHistory(t *testing.T) {
 			e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitQueue)) == 1
 	})
 	r := e.connected("orders/*")
-	res := r.subscribe("orders/1", &wsPosition{Offset: lastOffset, Epoch: sub.Epoch})
+	res := r.subscribe("orders/1", &ws.Position{Offset: lastOffset, Epoch: sub.Epoch})
 	if res.Recovered {
 		t.Fatalf("resumed from offset %d behind a history of %d: %+v", lastOffset, history, res)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -19,7 +20,7 @@ func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
 		Version: "1.2.3", HistorySize: 100, HistoryTTL: 5 * time.Minute}})
 	c := e.dialWS(dialOpts{})
-	if got := c.conn.Subprotocol(); got != wsProtocol {
+	if got := c.conn.Subprotocol(); got != ws.Protocol {
 		t.Fatalf("negotiated subprotocol %q", got)
 	}
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
@@ -33,11 +34,11 @@ func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
 		t.Fatalf("connect result %+v: server_time_ms or expires_in off (connected between %d and %d ms)",
 			res, before.UnixMilli(), after.UnixMilli())
 	}
-	want := wsConnectResult{
-		Client: res.Client, Protocol: wsProtocol, Version: "1.2.3", PingIntervalMS: 3600000, PongTimeoutMS: 3600000,
+	want := ws.ConnectResult{
+		Client: res.Client, Protocol: ws.Protocol, Version: "1.2.3", PingIntervalMS: 3600000, PongTimeoutMS: 3600000,
 		ServerTimeMS: res.ServerTimeMS, ExpiresAt: exp.Unix(), ExpiresIn: res.ExpiresIn,
-		History: &wsHistory{Size: 100, TTLMS: 300000},
-		Limits:  wsLimits{MaxMessageSize: 64 << 10, MaxSubscriptions: 128, MaxInflight: 16},
+		History: &ws.History{Size: 100, TTLMS: 300000},
+		Limits:  ws.Limits{MaxMessageSize: 64 << 10, MaxSubscriptions: 128, MaxInflight: 16},
 	}
 	if !reflect.DeepEqual(res, want) || len(res.Client) < 16 {
 		t.Fatalf("connect result %+v\nwant %+v", res, want)
@@ -60,12 +61,12 @@ func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
 		t.Fatalf("publication %+v, published %+v", p, pub)
 	}
 
-	c.ok(c.request(opPing, nil), nil)
-	c.ok(c.request(opUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
+	c.ok(c.request(ws.OpPing, nil), nil)
+	c.ok(c.request(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
 	e.publish("acme", "orders/1", `2`)
 	// Nothing of orders/1 follows the unsubscribe reply: the next frame is
 	// the reply to this ping.
-	c.ok(c.request(opPing, nil), nil)
+	c.ok(c.request(ws.OpPing, nil), nil)
 
 	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 1 {
 		t.Fatalf("herald_connections{ws} = %v", n)
@@ -74,7 +75,7 @@ func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
 	eventually(t, 5*time.Second, "the connection to be counted closed", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "client_closed")) == 1
 	})
-	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(opSubscribe, "ok")); n != 1 {
+	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(ws.OpSubscribe, "ok")); n != 1 {
 		t.Fatalf("herald_ws_requests_total{subscribe,ok} = %v", n)
 	}
 }
@@ -99,7 +100,7 @@ func TestWSConnectUsesUpgradeCredentials(t *testing.T) {
 	c.connect(tok)
 	// A malformed Authorization header is reported at connect.
 	c = e.dialWS(dialOpts{header: http.Header{"Authorization": {"Basic abc"}}})
-	if msg := c.fails(c.request(opConnect, nil), codeUnauthorized).Message; !strings.Contains(msg, "Bearer") {
+	if msg := c.fails(c.request(ws.OpConnect, nil), ws.CodeUnauthorized).Message; !strings.Contains(msg, "Bearer") {
 		t.Fatalf("message %q", msg)
 	}
 	c.closedWith("unauthorized", session.CloseUnauthorized)
@@ -112,8 +113,8 @@ func TestWSPublish(t *testing.T) {
 
 	c := e.dialWS(dialOpts{})
 	c.connect(e.wsToken("u2", nil, []string{"rooms/lobby", "rooms/{sub}"}))
-	var res wsPublishResult
-	c.ok(c.request(opPublish, map[string]any{
+	var res ws.PublishResult
+	c.ok(c.request(ws.OpPublish, map[string]any{
 		"channel": "rooms/lobby", "type": "chat.message", "schema_version": 2, "data": map[string]any{"text": "hi"},
 	}), &res)
 	if res.ID == "" || res.Offset != 1 || res.Epoch == "" {
@@ -131,25 +132,25 @@ func TestWSPublish(t *testing.T) {
 		t.Fatalf("history = %+v, %v", rec, err)
 	}
 	// {sub} grants expand to the subject.
-	c.ok(c.request(opPublish, map[string]any{"channel": "rooms/u2", "type": "t", "schema_version": 1, "data": nil}), nil)
+	c.ok(c.request(ws.OpPublish, map[string]any{"channel": "rooms/u2", "type": "t", "schema_version": 1, "data": nil}), nil)
 
-	denied := c.fails(c.request(opPublish, map[string]any{
+	denied := c.fails(c.request(ws.OpPublish, map[string]any{
 		"channel": "rooms/other", "type": "t", "schema_version": 1, "data": 1,
-	}), codeForbidden)
+	}), ws.CodeForbidden)
 	if !strings.Contains(denied.Message, "no publish grant") {
 		t.Fatalf("message %q", denied.Message)
 	}
 	// The subscribe grant does not allow publishing.
-	listener.fails(listener.request(opPublish, map[string]any{
+	listener.fails(listener.request(ws.OpPublish, map[string]any{
 		"channel": "rooms/lobby", "type": "t", "schema_version": 1, "data": 1,
-	}), codeForbidden)
+	}), ws.CodeForbidden)
 	for name, fields := range map[string]map[string]any{
 		"type":           {"channel": "rooms/lobby", "type": "Bad Type", "schema_version": 1, "data": 1},
 		"schema version": {"channel": "rooms/lobby", "type": "t", "schema_version": 0, "data": 1},
 		"data":           {"channel": "rooms/lobby", "type": "t", "schema_version": 1},
 		"channel":        {"channel": "rooms//x", "type": "t", "schema_version": 1, "data": 1},
 	} {
-		if msg := c.fails(c.request(opPublish, fields), codeBadRequest).Message; msg == "" {
+		if msg := c.fails(c.request(ws.OpPublish, fields), ws.CodeBadRequest).Message; msg == "" {
 			t.Fatalf("%s: empty message", name)
 		}
 	}
@@ -159,9 +160,9 @@ func TestWSPublishWithoutPublisher(t *testing.T) {
 	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Broker = recoverOnly{d.Broker} }})
 	c := e.dialWS(dialOpts{})
 	c.connect(e.wsToken("u1", nil, []string{"**"}))
-	msg := c.fails(c.request(opPublish, map[string]any{
+	msg := c.fails(c.request(ws.OpPublish, map[string]any{
 		"channel": "rooms/lobby", "type": "t", "schema_version": 1, "data": 1,
-	}), codeForbidden).Message
+	}), ws.CodeForbidden).Message
 	if !strings.Contains(msg, "not available") {
 		t.Fatalf("message %q", msg)
 	}
@@ -184,16 +185,16 @@ func TestWSRefresh(t *testing.T) {
 
 	// Another subject, an invalid token and an expired one are refused; the
 	// connection keeps its token.
-	c.fails(c.request(opRefresh, map[string]any{"token": e.wsToken("u2", []string{"**"}, nil)}), codeForbidden)
-	c.fails(c.request(opRefresh, map[string]any{"token": "garbage"}), codeUnauthorized)
-	c.fails(c.request(opRefresh, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), codeTokenExpired)
-	c.fails(c.request(opRefresh, nil), codeBadRequest)
+	c.fails(c.request(ws.OpRefresh, map[string]any{"token": e.wsToken("u2", []string{"**"}, nil)}), ws.CodeForbidden)
+	c.fails(c.request(ws.OpRefresh, map[string]any{"token": "garbage"}), ws.CodeUnauthorized)
+	c.fails(c.request(ws.OpRefresh, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), ws.CodeTokenExpired)
+	c.fails(c.request(ws.OpRefresh, nil), ws.CodeBadRequest)
 
 	// The new token keeps orders/* but drops users/u1: that subscription
 	// ends with an unsubscribed push, the other goes on.
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
-	var res wsRefreshResult
-	c.ok(c.request(opRefresh, map[string]any{"token": e.mint("u1", exp, []string{"orders/*"}, nil)}), &res)
+	var res ws.RefreshResult
+	c.ok(c.request(ws.OpRefresh, map[string]any{"token": e.mint("u1", exp, []string{"orders/*"}, nil)}), &res)
 	if res.ExpiresAt != exp.Unix() {
 		t.Fatalf("refresh result %+v, want expires_at %d", res, exp.Unix())
 	}
@@ -209,8 +210,8 @@ func TestWSRefresh(t *testing.T) {
 	}
 	// Once the old token's expiry has passed, the connection lives on.
 	<-time.After(time.Until(oldExp) + 300*time.Millisecond)
-	c.ok(c.request(opPing, nil), nil)
-	c.fails(c.request(opUnsubscribe, map[string]any{"channel": "users/u1"}), codeNotSubscribed)
+	c.ok(c.request(ws.OpPing, nil), nil)
+	c.fails(c.request(ws.OpUnsubscribe, map[string]any{"channel": "users/u1"}), ws.CodeNotSubscribed)
 }
 
 func TestWSSubscriptionToken(t *testing.T) {
@@ -224,13 +225,13 @@ func TestWSSubscriptionToken(t *testing.T) {
 	}
 	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
 	c := e.connected() // no subscribe grant at all
-	c.fails(c.request(opSubscribe, map[string]any{"channel": "docs/42"}), codeForbidden)
+	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/42"}), ws.CodeForbidden)
 	subTok, err := mintClaims("u1", "acme", time.Now().Add(time.Hour), nil, nil, "docs/42")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.fails(c.request(opSubscribe, map[string]any{"channel": "docs/43", "token": subTok}), codeForbidden)
-	c.ok(c.request(opSubscribe, map[string]any{"channel": "docs/42", "token": subTok}), nil)
+	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/43", "token": subTok}), ws.CodeForbidden)
+	c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/42", "token": subTok}), nil)
 	pub := e.publish("acme", "docs/42", `"x"`)
 	if p := c.pub(); p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)

@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"github.com/heraldgw/herald/gateway/internal/session"
@@ -18,7 +18,7 @@ const expiredMessage = "the token expired and no refresh came: fetch a fresh tok
 
 // armExpiry starts the expiry timer for the current token (connect),
 // after the connect reply was queued, so the refresh push follows it.
-func (w *wsConn) armExpiry() {
+func (w *Conn) armExpiry() {
 	w.expMu.Lock()
 	if w.expTimer == nil && !w.expStopped {
 		w.expTimer = stoppedTimer(w.expiryDue)
@@ -28,7 +28,7 @@ func (w *wsConn) armExpiry() {
 }
 
 // stopExpiry stops the timer for good (the connection ended).
-func (w *wsConn) stopExpiry() {
+func (w *Conn) stopExpiry() {
 	w.expMu.Lock()
 	defer w.expMu.Unlock()
 	w.expStopped = true
@@ -41,7 +41,7 @@ func (w *wsConn) stopExpiry() {
 // exp + ExpiryGrace has passed, pushes refresh (once per token) within
 // RefreshAhead of exp, and re-arms the timer for the next of these. It
 // runs on the timer, and after connect and refresh.
-func (w *wsConn) expiryDue() {
+func (w *Conn) expiryDue() {
 	w.expMu.Lock()
 	defer w.expMu.Unlock()
 	claims := w.c.Cur.Load()
@@ -49,10 +49,10 @@ func (w *wsConn) expiryDue() {
 		return
 	}
 	exp, now := claims.ExpiresAt, time.Now()
-	end, ask := exp.Add(w.cfg.ExpiryGrace), exp.Add(-w.cfg.RefreshAhead)
+	end, ask := exp.Add(w.env.Config.ExpiryGrace), exp.Add(-w.env.Config.RefreshAhead)
 	switch {
 	case !now.Before(end):
-		w.c.Close(session.WithMessage(ReasonTokenExpired, expiredMessage), 0)
+		w.c.Close(session.WithMessage(session.ReasonTokenExpired, expiredMessage), 0)
 	case !now.Before(ask):
 		if w.c.MarkAsked(exp) {
 			w.c.AskRefresh(exp)

@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"bufio"
@@ -23,13 +23,13 @@ const wsReadBufSize = 16
 // message), as a message over 4 KiB did anyway. Most pushes are small.
 const wsWriteBufSize = 1024
 
-// wsHijacker is the http.ResponseWriter handed to websocket.Accept: its
+// Hijacker is the http.ResponseWriter handed to websocket.Accept: its
 // Hijack gives the library small buffers, reading through a wsFrameWatch,
-// which it keeps in conn.
-type wsHijacker struct {
+// which it keeps in Conn.
+type Hijacker struct {
 	http.ResponseWriter
-	maxMessage int64         // MaxMessageSize
-	conn       *wsFrameWatch // set by Hijack
+	MaxMessage int64         // MaxMessageSize
+	Conn       *wsFrameWatch // set by Hijack
 }
 
 // Hijack hijacks the connection. Bytes the client sent after the upgrade
@@ -37,7 +37,7 @@ type wsHijacker struct {
 // net/http's read buffer already; the returned connection reads them
 // first. They cannot stay in a bufio.Reader: the library keeps only what
 // the reader it gets has buffered, and reads the rest from the connection.
-func (h *wsHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (h *Hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -46,9 +46,9 @@ func (h *wsHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		b, _ := brw.Reader.Peek(n) // cannot fail: n bytes are buffered
 		conn = &wsPrefixConn{Conn: conn, prefix: append([]byte(nil), b...)}
 	}
-	h.conn = &wsFrameWatch{Conn: conn, max: h.maxMessage}
-	rw := bufio.NewReadWriter(bufio.NewReaderSize(h.conn, wsReadBufSize), bufio.NewWriterSize(h.conn, wsWriteBufSize))
-	return h.conn, rw, nil
+	h.Conn = &wsFrameWatch{Conn: conn, max: h.MaxMessage}
+	rw := bufio.NewReadWriter(bufio.NewReaderSize(h.Conn, wsReadBufSize), bufio.NewWriterSize(h.Conn, wsWriteBufSize))
+	return h.Conn, rw, nil
 }
 
 // wsPrefixConn is a connection whose first bytes were read before it was

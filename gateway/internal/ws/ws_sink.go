@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 )
 
 const (
-	// wsBatchBytes is the size at which a batch message is written even
+	// BatchBytes is the size at which a batch message is written even
 	// though more is queued: messages stay small enough for mobile clients'
 	// receive limits (often 1 MiB).
-	wsBatchBytes = 64 << 10
+	BatchBytes = 64 << 10
 	// wsBigFrame is the size from which a frame is written as a message of
 	// its own, straight from its shared bytes, instead of being copied
 	// into the batch buffer.
@@ -95,24 +95,24 @@ func (s *wsSink) RefreshRequest(exp time.Time) error {
 
 // Subscribed buffers the reply to the subscribe request id.
 func (s *wsSink) Subscribed(id uint64, sub session.Subscription, _ *session.Positions) error {
-	s.requests.WithLabelValues(opSubscribe, "ok").Inc()
-	return s.put(nil, encodeResult(id, wsSubscribeResult{
+	s.requests.WithLabelValues(OpSubscribe, "ok").Inc()
+	return s.put(nil, encodeResult(id, SubscribeResult{
 		Channel: sub.Channel, Recovered: sub.Recovered, Reason: sub.Why.Code, Offset: sub.Top.Offset, Epoch: sub.Top.Epoch,
 	}))
 }
 
 // SubscribeFailed buffers the error reply to the subscribe request id.
 func (s *wsSink) SubscribeFailed(id uint64, _ string) error {
-	s.requests.WithLabelValues(opSubscribe, codeServerError).Inc()
-	return s.put(nil, encodeError(id, codeServerError, "cannot subscribe now: the broker did not answer; retry later"))
+	s.requests.WithLabelValues(OpSubscribe, CodeServerError).Inc()
+	return s.put(nil, encodeError(id, CodeServerError, "cannot subscribe now: the broker did not answer; retry later"))
 }
 
 // Unsubscribed buffers the reply to the unsubscribe request id, or with id
 // 0 the push ending one subscription for r.
 func (s *wsSink) Unsubscribed(id uint64, channel string, r Reason, _ *session.Positions) error {
 	if id != 0 {
-		s.requests.WithLabelValues(opUnsubscribe, "ok").Inc()
-		return s.put(nil, encodeResult(id, wsEmpty{}))
+		s.requests.WithLabelValues(OpUnsubscribe, "ok").Inc()
+		return s.put(nil, encodeResult(id, Empty{}))
 	}
 	return s.put(nil, encodeUnsubscribed(channel, r))
 }
@@ -144,7 +144,7 @@ func (s *wsSink) put(head, body []byte) error {
 			return mw.Close()
 		})
 	}
-	if len(s.buf) > 0 && len(s.buf)+1+n > wsBatchBytes {
+	if len(s.buf) > 0 && len(s.buf)+1+n > BatchBytes {
 		if err := s.Flush(); err != nil {
 			return err
 		}
@@ -278,13 +278,13 @@ func (s *wsSink) Close(r Reason, intact bool) {
 		_ = s.ws.CloseNow()
 		return
 	}
-	if r.Code == ReasonMessageTooBig.Code && s.raw != nil && s.raw.tooBig.Load() {
+	if r.Code == session.ReasonMessageTooBig.Code && s.raw != nil && s.raw.tooBig.Load() {
 		// Refused at its frame header (wsFrameWatch): the close frame is
 		// out now, and the payload the client may still be sending is
 		// read and discarded for a short while only.
 		s.raw.drain(time.Now().Add(session.FinalWriteTimeout))
 	}
-	if r.Code == ReasonTimeout.Code && s.raw != nil {
+	if r.Code == session.ReasonTimeout.Code && s.raw != nil {
 		// The client sent nothing for a timeout: it is most likely gone,
 		// and coder/websocket would wait 5 s for its close frame (first
 		// for the reader, blocked reading it, then for the frame) with

@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import "fmt"
 
@@ -9,8 +9,8 @@ import "fmt"
 
 // startRequest counts a request of id in flight; it reports false when
 // MaxInflight are running already.
-func (w *wsConn) startRequest(id uint64) bool {
-	if w.inflight.Add(1) > int32(w.cfg.MaxInflight) {
+func (w *Conn) startRequest(id uint64) bool {
+	if w.inflight.Add(1) > int32(w.env.Config.MaxInflight) {
 		w.inflight.Add(-1)
 		return false
 	}
@@ -21,7 +21,7 @@ func (w *wsConn) startRequest(id uint64) bool {
 }
 
 // requestDone ends the request of id, once its reply is queued.
-func (w *wsConn) requestDone(id uint64) {
+func (w *Conn) requestDone(id uint64) {
 	w.idsMu.Lock()
 	for i, v := range w.ids {
 		if v == id {
@@ -38,7 +38,7 @@ func (w *wsConn) requestDone(id uint64) {
 }
 
 // idInFlight reports whether a request of id is in flight.
-func (w *wsConn) idInFlight(id uint64) bool {
+func (w *Conn) idInFlight(id uint64) bool {
 	w.idsMu.Lock()
 	defer w.idsMu.Unlock()
 	for _, v := range w.ids {
@@ -50,7 +50,7 @@ func (w *wsConn) idInFlight(id uint64) bool {
 }
 
 // refuseDuplicateID answers a request whose id is that of one in flight.
-func (w *wsConn) refuseDuplicateID(f *clientFrame) {
-	w.replyError(f.ID, f.Op, codeDuplicateID, fmt.Sprintf(
+func (w *Conn) refuseDuplicateID(f *ClientFrame) {
+	w.replyError(f.ID, f.Op, CodeDuplicateID, fmt.Sprintf(
 		"request %d is still in flight: give every request an id of its own (its reply follows)", f.ID))
 }

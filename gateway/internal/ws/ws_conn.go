@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"bytes"
@@ -20,20 +20,19 @@ import (
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// wsConn is the WebSocket side of one Conn: the reader, the herald.v1
-// requests and the connection's timers. The Conn's writer writes through
-// sink.
-type wsConn struct {
-	srv *Server
+// Conn is the WebSocket side of one session.Conn: the reader, the
+// herald.v1 requests and the connection's timers. The session.Conn's
+// writer writes through sink.
+type Conn struct {
+	env *Env
 	c   *session.Conn
-	cfg *Config
 	ws  *websocket.Conn
 	raw *wsFrameWatch // the connection under ws: its reads and their deadline
-	hc  httpCredentials
+	hc  Credentials
 
 	clientID  string
 	connected atomic.Bool
-	opened    bool // reader (or the handler it waits for) only: counted by Server.opened
+	opened    bool // reader (or the handler it waits for) only: counted by Server.Opened
 	pubGrants atomic.Pointer[publishGrants]
 
 	lastRecv atomic.Int64 // unix nanoseconds of the last frame received
@@ -59,25 +58,25 @@ type publishGrants struct {
 	err    error // the token holds an invalid publish grant
 }
 
-// newWSConn prepares the WebSocket side of c; attach binds the socket.
-func newWSConn(s *Server, c *session.Conn, hc httpCredentials) *wsConn {
-	w := &wsConn{srv: s, c: c, cfg: &s.cfg, hc: hc, clientID: uuid.NewString()}
-	w.sink.timeout = s.cfg.WriteTimeout
-	w.sink.expiryGrace = s.cfg.ExpiryGrace
-	w.sink.requests = s.metrics.wsRequests
+// NewConn prepares the WebSocket side of c; Attach binds the socket.
+func NewConn(env *Env, c *session.Conn, hc Credentials) *Conn {
+	w := &Conn{env: env, c: c, hc: hc, clientID: uuid.NewString()}
+	w.sink.timeout = env.Config.WriteTimeout
+	w.sink.expiryGrace = env.Config.ExpiryGrace
+	w.sink.requests = env.Requests
 	c.Out = &w.sink
-	w.touch()
+	w.Touch()
 	return w
 }
 
-// attach binds the accepted WebSocket and the connection it reads from;
+// Attach binds the accepted WebSocket and the connection it reads from;
 // it runs before the connection is shared with the server or a hub.
-func (w *wsConn) attach(ws *websocket.Conn, raw *wsFrameWatch) {
+func (w *Conn) Attach(ws *websocket.Conn, raw *wsFrameWatch) {
 	// One byte over the bound, so readMessage sees an oversized message and
 	// closes with message_too_big rather than the library's own 1009 at
 	// its default 32 KiB. A message whose frame headers announce more is
 	// refused at the header by raw, before its payload arrives.
-	ws.SetReadLimit(int64(w.cfg.MaxMessageSize) + 1)
+	ws.SetReadLimit(int64(w.env.Config.MaxMessageSize) + 1)
 	w.ws = ws
 	w.raw = raw
 	w.sink.ws = ws
@@ -86,11 +85,11 @@ func (w *wsConn) attach(ws *websocket.Conn, raw *wsFrameWatch) {
 	w.c.StartWriting()
 }
 
-// run is the connection's goroutine: it reads frames until the connection
+// Run is the connection's goroutine: it reads frames until the connection
 // ends, then ends it. What comes before and after reading lives in
 // functions of their own, so the frames an idle reader keeps on its stack
 // are few (see handleApart).
-func (w *wsConn) run() {
+func (w *Conn) Run() {
 	w.startTimers()
 	w.readGuarded()
 	w.end()
@@ -99,7 +98,7 @@ func (w *wsConn) run() {
 // readGuarded runs readLoop; should handling a frame panic (a bug), only
 // this connection ends, as server_error, with the stack logged — as
 // net/http did while the reader was its handler.
-func (w *wsConn) readGuarded() {
+func (w *Conn) readGuarded() {
 	defer func() {
 		if p := recover(); p != nil {
 			w.c.Close(w.panicked(p), 0)
@@ -110,25 +109,25 @@ func (w *wsConn) readGuarded() {
 
 // panicked logs a recovered panic of this connection's reader and returns
 // the reason to close it with.
-func (w *wsConn) panicked(p any) Reason {
+func (w *Conn) panicked(p any) Reason {
 	w.logError("gateway: websocket handler panicked", fmt.Errorf("%v", p), slog.String("stack", string(debug.Stack())))
-	return ReasonServerError
+	return session.ReasonServerError
 }
 
 // startTimers starts the connect and client timeouts.
-func (w *wsConn) startTimers() {
+func (w *Conn) startTimers() {
 	w.connectTimer = stoppedTimer(w.connectTimedOut)
-	w.connectTimer.Reset(w.cfg.ConnectTimeout)
+	w.connectTimer.Reset(w.env.Config.ConnectTimeout)
 	w.idleTimer = stoppedTimer(w.checkIdle)
-	w.idleTimer.Reset(w.cfg.ClientTimeout)
+	w.idleTimer.Reset(w.env.Config.ClientTimeout)
 }
 
 // end waits for the writer's final frames and for every request, releases
 // the subscriptions, the user's and the server's slots, and counts the
 // connection closed.
-func (w *wsConn) end() {
-	defer w.srv.releaseSlot()
-	defer w.srv.unregister(w.c)
+func (w *Conn) end() {
+	defer w.env.Server.ReleaseSlot()
+	defer w.env.Server.Unregister(w.c)
 	<-w.c.FinalDone
 
 	w.connectTimer.Stop()
@@ -138,14 +137,14 @@ func (w *wsConn) end() {
 	w.reqs.Wait()
 	w.c.SetAbort(nil)
 	w.c.UnsubscribeAll()
-	w.srv.releaseUser(w.c)
+	w.env.Server.ReleaseUser(w.c)
 	switch r := w.c.Reason(); {
 	case w.opened:
-		w.srv.closed(w.c)
-	case r.Code != ReasonClientClosed.Code:
+		w.env.Server.Closed(w.c)
+	case r.Code != session.ReasonClientClosed.Code:
 		// Closed by the server before connect succeeded: a refused connect,
 		// no connect in time, a request before connect, a shutdown.
-		w.srv.metrics.refused(transportWS, r)
+		w.env.Server.Refused(r)
 	}
 }
 
@@ -162,7 +161,7 @@ var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // readLoop reads and handles frames until the connection must close, and
 // closes it for that reason.
-func (w *wsConn) readLoop() {
+func (w *Conn) readLoop() {
 	for {
 		typ, rd, err := w.ws.Reader(context.Background())
 		if err != nil {
@@ -171,7 +170,7 @@ func (w *wsConn) readLoop() {
 		}
 		buf := readBufs.Get().(*bytes.Buffer)
 		r := w.readMessage(typ, rd, buf)
-		if buf.Cap() <= 2*DefaultMaxMessageSize {
+		if buf.Cap() <= 2*defaultMaxMessageSize {
 			readBufs.Put(buf)
 		}
 		if r.Code != "" {
@@ -186,22 +185,22 @@ func (w *wsConn) readLoop() {
 
 // readMessage reads one message into buf and handles it. A non-empty
 // Reason closes the connection.
-func (w *wsConn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.Buffer) Reason {
-	max := w.cfg.MaxMessageSize
+func (w *Conn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.Buffer) Reason {
+	max := w.env.Config.MaxMessageSize
 	buf.Reset()
 	if _, err := buf.ReadFrom(io.LimitReader(rd, int64(max)+1)); err != nil {
 		return w.readErrorReason()
 	}
-	w.touch()
+	w.Touch()
 	if buf.Len() > max {
-		w.srv.metrics.limit(limitMessageSize)
-		return session.WithMessage(ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", max))
+		w.env.Server.Limit(LimitMessageSize)
+		return session.WithMessage(session.ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", max))
 	}
 	if typ != websocket.MessageText {
-		return session.WithMessage(ReasonProtocolError, wsProtocol+" uses text messages only; got a binary message")
+		return session.WithMessage(session.ReasonProtocolError, Protocol+" uses text messages only; got a binary message")
 	}
 	if !utf8.Valid(buf.Bytes()) {
-		return session.WithMessage(ReasonProtocolError, "a text message was not valid UTF-8")
+		return session.WithMessage(session.ReasonProtocolError, "a text message was not valid UTF-8")
 	}
 	return w.handleApart(buf.Bytes())
 }
@@ -212,7 +211,7 @@ func (w *wsConn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes
 // would keep: the garbage collector halves a stack only while less than a
 // quarter of it is in use, and a reader waiting inside coder/websocket
 // uses about 2 KiB, so an 8 KiB stack stays. Reading alone fits in 4 KiB.
-func (w *wsConn) handleApart(msg []byte) Reason {
+func (w *Conn) handleApart(msg []byte) Reason {
 	done := make(chan Reason, 1)
 	go func() {
 		defer func() {
@@ -228,47 +227,47 @@ func (w *wsConn) handleApart(msg []byte) Reason {
 // readErrorReason says why a read failed: the client went away, unless a
 // write of ours missed its deadline and so dropped the connection, or a
 // frame header announced a message over MaxMessageSize (wsFrameWatch).
-func (w *wsConn) readErrorReason() Reason {
+func (w *Conn) readErrorReason() Reason {
 	switch {
 	case w.sink.timedOut.Load():
-		return ReasonWriteTimeout
+		return session.ReasonWriteTimeout
 	case w.raw != nil && w.raw.tooBig.Load():
-		w.srv.metrics.limit(limitMessageSize)
-		return session.WithMessage(ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", w.cfg.MaxMessageSize))
+		w.env.Server.Limit(LimitMessageSize)
+		return session.WithMessage(session.ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", w.env.Config.MaxMessageSize))
 	}
-	return ReasonClientClosed
+	return session.ReasonClientClosed
 }
 
 // handle decodes and dispatches one client frame.
-func (w *wsConn) handle(msg []byte) Reason {
+func (w *Conn) handle(msg []byte) Reason {
 	f, err := decodeFrame(msg)
 	if err != nil {
 		var fe *frameError
 		if !errors.As(err, &fe) {
-			fe = &frameError{code: codeBadRequest, message: err.Error()}
+			fe = &frameError{code: CodeBadRequest, message: err.Error()}
 		}
 		w.replyError(fe.id, opLabel(f.Op), fe.code, fe.message)
-		return Reason{}
+		return session.Reason{}
 	}
-	op := wsOpsByName[f.Op] // decodeFrame took only known ops
-	if !w.connected.Load() && !op.beforeConnect {
-		return session.WithMessage(ReasonProtocolError, fmt.Sprintf("%q before connect: the first request must be connect", f.Op))
+	op := OpsByName[f.Op] // decodeFrame took only known ops
+	if !w.connected.Load() && !op.BeforeConnect {
+		return session.WithMessage(session.ReasonProtocolError, fmt.Sprintf("%q before connect: the first request must be connect", f.Op))
 	}
-	if op.reply && w.idInFlight(f.ID) {
+	if op.Reply && w.idInFlight(f.ID) {
 		w.refuseDuplicateID(&f)
-		return Reason{}
+		return session.Reason{}
 	}
-	if op.async {
+	if op.Async {
 		w.spawn(op, &f)
 	} else {
 		op.handle(w, &f)
 	}
-	return Reason{}
+	return session.Reason{}
 }
 
 // opLabel bounds the op metric label.
 func opLabel(op string) string {
-	if o, ok := wsOpsByName[op]; ok && o.reply {
+	if o, ok := OpsByName[op]; ok && o.Reply {
 		return op
 	}
 	return "invalid"
@@ -276,11 +275,11 @@ func opLabel(op string) string {
 
 // spawn runs a request of op in its own goroutine, unless MaxInflight
 // requests are running already.
-func (w *wsConn) spawn(op *wsOp, f *clientFrame) {
+func (w *Conn) spawn(op *Op, f *ClientFrame) {
 	if !w.startRequest(f.ID) {
-		w.srv.metrics.limit(limitInflight)
-		w.replyError(f.ID, f.Op, codeTooManyRequests, fmt.Sprintf(
-			"more than %d requests in flight: wait for replies before sending more", w.cfg.MaxInflight))
+		w.env.Server.Limit(LimitInflight)
+		w.replyError(f.ID, f.Op, CodeTooManyRequests, fmt.Sprintf(
+			"more than %d requests in flight: wait for replies before sending more", w.env.Config.MaxInflight))
 		return
 	}
 	req := *f
@@ -291,20 +290,21 @@ func (w *wsConn) spawn(op *wsOp, f *clientFrame) {
 	}()
 }
 
-// touch records that the client sent something.
-func (w *wsConn) touch() { w.lastRecv.Store(time.Now().UnixNano()) }
+// Touch records that the client sent something (the handler's ping and
+// pong callbacks too).
+func (w *Conn) Touch() { w.lastRecv.Store(time.Now().UnixNano()) }
 
 // checkIdle closes a connection silent for ClientTimeout; otherwise it
 // looks again when that could first happen.
-func (w *wsConn) checkIdle() {
+func (w *Conn) checkIdle() {
 	if w.c.Closed() {
 		return
 	}
 	idle := time.Since(time.Unix(0, w.lastRecv.Load()))
-	if idle >= w.cfg.ClientTimeout {
-		w.srv.metrics.limit(limitClientTimeout)
-		w.c.Close(session.WithMessage(ReasonTimeout, fmt.Sprintf(
-			"nothing received for %s (answer every ping with a pong)", w.cfg.ClientTimeout)), 0)
+	if idle >= w.env.Config.ClientTimeout {
+		w.env.Server.Limit(LimitClientTimeout)
+		w.c.Close(session.WithMessage(session.ReasonTimeout, fmt.Sprintf(
+			"nothing received for %s (answer every ping with a pong)", w.env.Config.ClientTimeout)), 0)
 		// A writer blocked on the silent peer would hold the connection
 		// until WriteTimeout: it gets finalWriteTimeout to finish (a peer
 		// that still reads gets its push and close code), then the
@@ -312,32 +312,32 @@ func (w *wsConn) checkIdle() {
 		w.sink.abort()
 		return
 	}
-	w.idleTimer.Reset(w.cfg.ClientTimeout - idle)
+	w.idleTimer.Reset(w.env.Config.ClientTimeout - idle)
 }
 
 // connectTimedOut closes a connection that sent no connect frame in time.
-func (w *wsConn) connectTimedOut() {
+func (w *Conn) connectTimedOut() {
 	if w.connected.Load() || w.c.Closed() {
 		return
 	}
-	w.srv.metrics.limit(limitConnectTimeout)
-	w.c.Close(session.WithMessage(ReasonTimeout, fmt.Sprintf("no connect frame within %s", w.cfg.ConnectTimeout)), 0)
+	w.env.Server.Limit(LimitConnectTimeout)
+	w.c.Close(session.WithMessage(session.ReasonTimeout, fmt.Sprintf("no connect frame within %s", w.env.Config.ConnectTimeout)), 0)
 }
 
 // reply queues a success reply.
-func (w *wsConn) reply(id uint64, op string, result any) {
-	w.srv.metrics.wsRequests.WithLabelValues(op, "ok").Inc()
+func (w *Conn) reply(id uint64, op string, result any) {
+	w.sink.requests.WithLabelValues(op, "ok").Inc()
 	w.c.PushCtl(session.CtlItem{Kind: session.CtlFrame, Frame: encodeResult(id, result)})
 }
 
 // replyError queues an error reply.
-func (w *wsConn) replyError(id uint64, op, code, message string) {
-	w.srv.metrics.wsRequests.WithLabelValues(op, code).Inc()
+func (w *Conn) replyError(id uint64, op, code, message string) {
+	w.sink.requests.WithLabelValues(op, code).Inc()
 	w.c.PushCtl(session.CtlItem{Kind: session.CtlFrame, Frame: encodeError(id, code, message)})
 }
 
 // logError logs a failure of this connection, rate limited.
-func (w *wsConn) logError(msg string, err error, attrs ...slog.Attr) {
+func (w *Conn) logError(msg string, err error, attrs ...slog.Attr) {
 	attrs = append(attrs, slog.Uint64("conn", w.c.ID), slog.String("error", err.Error()))
-	w.srv.connLog.Log(slog.LevelError, msg, attrs...)
+	w.env.Log.Log(slog.LevelError, msg, attrs...)
 }

@@ -1,16 +1,16 @@
-package gateway
+package ws
 
 import (
 	"encoding/json"
 	"time"
 )
 
-// wsProtocol is the WebSocket subprotocol a client must offer.
-const wsProtocol = "herald.v1"
+// Protocol is the WebSocket subprotocol a client must offer.
+const Protocol = "herald.v1"
 
-// wsProtocols lists every subprotocol the server speaks, as a handshake
+// Protocols lists every subprotocol the server speaks, as a handshake
 // that offers none of them is told.
-var wsProtocols = []string{wsProtocol}
+var Protocols = []string{Protocol}
 
 // Server→client frames that never change, shared by every connection.
 var (
@@ -21,26 +21,26 @@ var (
 	wsPingFrame = []byte(`{"push":"ping"}`)
 )
 
-// wsReply answers one request: {"id":…,"result":…} or {"id":…,"error":…}.
+// Reply answers one request: {"id":…,"result":…} or {"id":…,"error":…}.
 // id is omitted when the request's id could not be read.
-type wsReply struct {
-	ID     uint64         `json:"id,omitempty"`
-	Result any            `json:"result,omitempty"`
-	Error  *wsErrorDetail `json:"error,omitempty"`
+type Reply struct {
+	ID     uint64       `json:"id,omitempty"`
+	Result any          `json:"result,omitempty"`
+	Error  *ErrorDetail `json:"error,omitempty"`
 }
 
-// wsErrorDetail is the error of a refused request.
-type wsErrorDetail struct {
+// ErrorDetail is the error of a refused request.
+type ErrorDetail struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`
 	Temporary bool   `json:"temporary"`
 }
 
-// wsEmpty is the result of requests that return nothing ({}).
-type wsEmpty struct{}
+// Empty is the result of requests that return nothing ({}).
+type Empty struct{}
 
-// wsConnectResult is the result of connect.
-type wsConnectResult struct {
+// ConnectResult is the result of connect.
+type ConnectResult struct {
 	Client         string `json:"client"`
 	Protocol       string `json:"protocol"`
 	Version        string `json:"version"`
@@ -49,30 +49,30 @@ type wsConnectResult struct {
 	// ServerTimeMS is the server's clock (Unix milliseconds) when it
 	// replied; ExpiresIn the seconds left until ExpiresAt by that clock
 	// (0 once past it), so a client need not trust its own clock.
-	ServerTimeMS int64      `json:"server_time_ms"`
-	ExpiresAt    int64      `json:"expires_at"`
-	ExpiresIn    int64      `json:"expires_in"`
-	History      *wsHistory `json:"history,omitempty"`
-	Limits       wsLimits   `json:"limits"`
+	ServerTimeMS int64    `json:"server_time_ms"`
+	ExpiresAt    int64    `json:"expires_at"`
+	ExpiresIn    int64    `json:"expires_in"`
+	History      *History `json:"history,omitempty"`
+	Limits       Limits   `json:"limits"`
 }
 
-// wsHistory announces how far back a resume position is served: the
+// History announces how far back a resume position is served: the
 // publications a channel's history holds and how long an idle channel
 // keeps it. A field the server does not know is left out.
-type wsHistory struct {
+type History struct {
 	Size  int   `json:"size,omitempty"`
 	TTLMS int64 `json:"ttl_ms,omitempty"`
 }
 
-// wsLimits announces the bounds a client must respect.
-type wsLimits struct {
+// Limits announces the bounds a client must respect.
+type Limits struct {
 	MaxMessageSize   int `json:"max_message_size"`
 	MaxSubscriptions int `json:"max_subscriptions"`
 	MaxInflight      int `json:"max_inflight"`
 }
 
-// wsSubscribeResult is the result of subscribe.
-type wsSubscribeResult struct {
+// SubscribeResult is the result of subscribe.
+type SubscribeResult struct {
 	Channel   string `json:"channel"`
 	Recovered bool   `json:"recovered"`
 	Reason    string `json:"reason,omitempty"` // why not recovered
@@ -80,20 +80,20 @@ type wsSubscribeResult struct {
 	Epoch     string `json:"epoch"`
 }
 
-// wsPublishResult is the result of publish.
-type wsPublishResult struct {
+// PublishResult is the result of publish.
+type PublishResult struct {
 	ID     string `json:"id"`
 	Offset uint64 `json:"offset"`
 	Epoch  string `json:"epoch"`
 }
 
-// wsRefreshResult is the result of refresh.
-type wsRefreshResult struct {
+// RefreshResult is the result of refresh.
+type RefreshResult struct {
 	ExpiresAt int64 `json:"expires_at"`
 }
 
-// wsUnsubscribedPush tells the client the server ended one subscription.
-type wsUnsubscribedPush struct {
+// UnsubscribedPush tells the client the server ended one subscription.
+type UnsubscribedPush struct {
 	Push        string `json:"push"` // "unsubscribed"
 	Channel     string `json:"channel"`
 	Reason      string `json:"reason"`
@@ -101,17 +101,17 @@ type wsUnsubscribedPush struct {
 	Message     string `json:"message,omitempty"`
 }
 
-// wsRefreshPush asks the client for a fresh token (op refresh) before
+// RefreshPush asks the client for a fresh token (op refresh) before
 // expires_at; without one the connection is closed grace_ms after it.
-type wsRefreshPush struct {
+type RefreshPush struct {
 	Push        string `json:"push"` // "refresh"
 	ExpiresAt   int64  `json:"expires_at"`
 	ExpiresInMS int64  `json:"expires_in_ms"`
 	GraceMS     int64  `json:"grace_ms"`
 }
 
-// wsDisconnectPush is the last frame before the server closes.
-type wsDisconnectPush struct {
+// DisconnectPush is the last frame before the server closes.
+type DisconnectPush struct {
 	Push      string `json:"push"` // "disconnect"
 	Reason    string `json:"reason"`
 	Reconnect bool   `json:"reconnect"`
@@ -121,19 +121,19 @@ type wsDisconnectPush struct {
 
 // encodeResult encodes a success reply.
 func encodeResult(id uint64, result any) []byte {
-	return mustJSON(wsReply{ID: id, Result: result})
+	return mustJSON(Reply{ID: id, Result: result})
 }
 
 // encodeError encodes an error reply with code and message.
 func encodeError(id uint64, code, message string) []byte {
-	return mustJSON(wsReply{ID: id, Error: &wsErrorDetail{
-		Code: code, Message: message, Temporary: wsErrorCodes[code],
+	return mustJSON(Reply{ID: id, Error: &ErrorDetail{
+		Code: code, Message: message, Temporary: ErrorCodes[code],
 	}})
 }
 
 // encodeDisconnect encodes the disconnect push for r.
 func encodeDisconnect(r Reason, delay time.Duration) []byte {
-	return mustJSON(wsDisconnectPush{
+	return mustJSON(DisconnectPush{
 		Push: "disconnect", Reason: r.Code, Reconnect: r.Reconnect,
 		DelayMS: delay.Milliseconds(), Message: r.Message,
 	})
@@ -141,7 +141,7 @@ func encodeDisconnect(r Reason, delay time.Duration) []byte {
 
 // encodeRefresh encodes the refresh push for a token expiring at exp.
 func encodeRefresh(exp time.Time, grace time.Duration) []byte {
-	return mustJSON(wsRefreshPush{
+	return mustJSON(RefreshPush{
 		Push: "refresh", ExpiresAt: exp.Unix(),
 		ExpiresInMS: max(0, time.Until(exp).Milliseconds()), GraceMS: grace.Milliseconds(),
 	})
@@ -149,7 +149,7 @@ func encodeRefresh(exp time.Time, grace time.Duration) []byte {
 
 // encodeUnsubscribed encodes the push ending one subscription for r.
 func encodeUnsubscribed(channel string, r Reason) []byte {
-	return mustJSON(wsUnsubscribedPush{
+	return mustJSON(UnsubscribedPush{
 		Push: "unsubscribed", Channel: channel, Reason: r.Code, Resubscribe: r.Reconnect, Message: r.Message,
 	})
 }

@@ -1,4 +1,4 @@
-package gateway
+package ws
 
 import (
 	"encoding/json"
@@ -55,7 +55,7 @@ func FuzzDecodeFrame(f *testing.F) {
 			if !errors.As(err, &fe) || !errors.Is(err, ErrBadFrame) {
 				t.Fatalf("error %v (%T) is not a *frameError wrapping ErrBadFrame", err, err)
 			}
-			if _, known := wsErrorCodes[fe.code]; !known || fe.message == "" {
+			if _, known := ErrorCodes[fe.code]; !known || fe.message == "" {
 				t.Fatalf("error code %q message %q", fe.code, fe.message)
 			}
 			if fe.id > maxFrameID {
@@ -66,24 +66,24 @@ func FuzzDecodeFrame(f *testing.F) {
 			}
 			return
 		}
-		if fr.Op != opPong && (fr.ID == 0 || fr.ID > maxFrameID) {
+		if fr.Op != OpPong && (fr.ID == 0 || fr.ID > maxFrameID) {
 			t.Fatalf("frame %+v accepted with id %d, want 1 to 2^53-1", fr, fr.ID)
 		}
 		switch fr.Op {
-		case opConnect, opPing, opPong:
-		case opSubscribe, opUnsubscribe:
+		case OpConnect, OpPing, OpPong:
+		case OpSubscribe, OpUnsubscribe:
 			if subscriptions.ValidateChannel(fr.Channel) != nil {
 				t.Fatalf("invalid channel %q accepted", fr.Channel)
 			}
 			if fr.Since != nil && (fr.Since.Epoch == "" || len(fr.Since.Epoch) > maxEpochBytes) {
 				t.Fatalf("since %+v accepted", fr.Since)
 			}
-		case opPublish:
+		case OpPublish:
 			if subscriptions.ValidateChannel(fr.Channel) != nil || validateType(fr.Type) != nil ||
 				fr.SchemaVersion < 1 || !json.Valid(fr.Data) {
 				t.Fatalf("publish %+v accepted", fr)
 			}
-		case opRefresh:
+		case OpRefresh:
 			if fr.Token == "" {
 				t.Fatal("refresh without token accepted")
 			}
@@ -114,7 +114,7 @@ func TestDecodeFrameIDBound(t *testing.T) {
 	} {
 		_, err := decodeFrame([]byte(frame))
 		var fe *frameError
-		if !errors.As(err, &fe) || fe.code != codeBadRequest || fe.id != 0 {
+		if !errors.As(err, &fe) || fe.code != CodeBadRequest || fe.id != 0 {
 			t.Errorf("%s: got %v, want a bad_request error without id", frame, err)
 		}
 	}
