@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // Config holds the gateway's settings. The zero value of every field means
@@ -209,7 +211,7 @@ const (
 	DefaultCookieName             = "herald_token"
 	DefaultShutdownReconnectDelay = 5 * time.Second
 	DefaultShutdownTimeout        = 10 * time.Second
-	DefaultMaxMessageSize         = 64 << 10
+	DefaultMaxMessageSize         = ws.DefaultMaxMessageSize
 	DefaultMaxInflight            = 16
 	DefaultConnectTimeout         = 10 * time.Second
 	DefaultConnectAttemptsPerIP   = 20.0

@@ -37,9 +37,10 @@ const (
 	LimitConnectTimeout = "connect_timeout" // ConnectTimeout
 )
 
-// defaultMaxMessageSize is gateway.DefaultMaxMessageSize: a read buffer
-// up to twice its size goes back to the pool.
-const defaultMaxMessageSize = 64 << 10
+// DefaultMaxMessageSize is the default of Config.MaxMessageSize
+// (gateway.DefaultMaxMessageSize): a read buffer up to twice its size goes
+// back to the pool.
+const DefaultMaxMessageSize = 64 << 10
 
 // Server is what a WebSocket connection needs of the server that
 // accepted it.

@@ -170,7 +170,7 @@ func (w *Conn) readLoop() {
 		}
 		buf := readBufs.Get().(*bytes.Buffer)
 		r := w.readMessage(typ, rd, buf)
-		if buf.Cap() <= 2*defaultMaxMessageSize {
+		if buf.Cap() <= 2*DefaultMaxMessageSize {
 			readBufs.Put(buf)
 		}
 		if r.Code != "" {
