@@ -189,7 +189,7 @@ func TestWSTimeoutReleasesAtOnce(t *testing.T) {
 
 // wsWriting reports whether a message write is under way: a goroutine
 // writes a message under its write deadline.
-func wsWriting() bool { return stackCount("internal/ws.(*wsSink).writeRaw(") > 0 }
+func wsWriting() bool { return stackCount("internal/ws.(*wsSink).write(") > 0 }
 
 // TestWSTimeoutReleasesBlockedWriter: a peer that stopped reading (and
 // sending) while publications flowed leaves the writer blocked on a full

@@ -33,9 +33,8 @@ const (
 // its own deadline. Only the writer calls it, except abort and kill.
 type wsSink struct {
 	ws *websocket.Conn
-	// raw is the connection under ws. When set, a message's deadline is
-	// its write deadline, which costs no timer or context per message;
-	// without it (tests) a cancelled context bounds the write.
+	// raw is the connection under ws: a message's deadline is its write
+	// deadline (write).
 	raw         *wsFrameWatch
 	requests    *prometheus.CounterVec // herald_ws_requests_total{op,result}
 	timeout     time.Duration          // WriteTimeout, per message
@@ -50,10 +49,8 @@ type wsSink struct {
 	timedOut atomic.Bool
 
 	mu      sync.Mutex
-	inWrite bool               // a message write is under way (raw)
-	abortAt time.Time          // set by abort: no write may last beyond it (raw)
-	cancel  context.CancelFunc // of the write under way (no raw)
-	grace   *time.Timer        // set by abort: cancels the write under way (no raw)
+	inWrite bool      // a message write is under way
+	abortAt time.Time // set by abort: no write may last beyond it
 }
 
 var _ session.Sink = (*wsSink)(nil)
@@ -174,75 +171,17 @@ func (s *wsSink) Flush() error {
 	return err
 }
 
-// errWriteTimeout is the error of a write that missed its deadline.
-var errWriteTimeout = fmt.Errorf("gateway: websocket write: %w", os.ErrDeadlineExceeded)
-
-// write runs one message write under its deadline; abort can cancel it.
-// Either way the context ends and the WebSocket library closes the
-// connection.
+// write runs one message write under the connection's write deadline:
+// now + the per-message timeout (or the limit, if sooner), or abort's if
+// that comes first. It costs no timer or context per message. The
+// deadline is cleared afterwards, so the library's own control frames
+// (pongs, the close frame) are not bound by it. A write that misses it
+// fails, and the connection is dropped.
 func (s *wsSink) write(f func(ctx context.Context) error) error {
-	wait := s.timeout
-	if !s.limit.IsZero() {
-		wait = min(wait, time.Until(s.limit))
+	deadline := time.Now().Add(s.timeout)
+	if !s.limit.IsZero() && s.limit.Before(deadline) {
+		deadline = s.limit
 	}
-	if s.raw != nil {
-		return s.writeRaw(f, wait)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deadline := time.AfterFunc(wait, func() {
-		s.timedOut.Store(true)
-		cancel()
-	})
-	defer deadline.Stop()
-	s.mu.Lock()
-	s.cancel = cancel
-	s.mu.Unlock()
-	err := f(ctx)
-	s.mu.Lock()
-	s.cancel = nil
-	if s.grace != nil {
-		s.grace.Stop()
-		s.grace = nil
-	}
-	s.mu.Unlock()
-	if err != nil && s.timedOut.Load() {
-		return errWriteTimeout
-	}
-	return err
-}
-
-// abort is called when the connection is closed as slow or timed out: a write under
-// way gets finalWriteTimeout more to finish (a slow but live client then
-// still receives its disconnect push and close code), after which it is
-// cancelled, which makes the WebSocket library drop the connection (a
-// stalled client). Either way the publications it holds are released
-// within that time, not WriteTimeout.
-func (s *wsSink) abort() {
-	s.mu.Lock()
-	if s.raw != nil {
-		if s.abortAt.IsZero() {
-			s.abortAt = time.Now().Add(session.FinalWriteTimeout)
-			if s.inWrite {
-				_ = s.raw.SetWriteDeadline(s.abortAt)
-			}
-		}
-		s.mu.Unlock()
-		return
-	}
-	if s.cancel != nil && s.grace == nil {
-		s.grace = time.AfterFunc(session.FinalWriteTimeout, s.cancel)
-	}
-	s.mu.Unlock()
-}
-
-// writeRaw runs one message write under the connection's write deadline
-// (now + wait, or abort's if sooner), cleared afterwards so that the
-// library's own control frames (pongs, the close frame) are not bound by
-// it. A write that misses it fails; the connection is then dropped, as a
-// cancelled context makes the library do.
-func (s *wsSink) writeRaw(f func(ctx context.Context) error, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
 	s.mu.Lock()
 	if !s.abortAt.IsZero() && s.abortAt.Before(deadline) {
 		deadline = s.abortAt
@@ -262,10 +201,28 @@ func (s *wsSink) writeRaw(f func(ctx context.Context) error, wait time.Duration)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			s.timedOut.Store(true)
+			err = fmt.Errorf("gateway: websocket write: %w", err)
 		}
 		_ = s.ws.CloseNow()
 	}
 	return err
+}
+
+// abort is called when the connection is closed as slow or timed out: a
+// write under way gets FinalWriteTimeout more to finish (a slow but live
+// client then still receives its disconnect push and close code), after
+// which its deadline passes and the connection is dropped (a stalled
+// client). Either way the publications it holds are released within that
+// time, not WriteTimeout.
+func (s *wsSink) abort() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.abortAt.IsZero() {
+		s.abortAt = time.Now().Add(session.FinalWriteTimeout)
+		if s.inWrite {
+			_ = s.raw.SetWriteDeadline(s.abortAt)
+		}
+	}
 }
 
 // Close ends the connection: with the reason's close code when the final
@@ -278,13 +235,13 @@ func (s *wsSink) Close(r Reason, intact bool) {
 		_ = s.ws.CloseNow()
 		return
 	}
-	if r.Code == session.ReasonMessageTooBig.Code && s.raw != nil && s.raw.tooBig.Load() {
+	if r.Code == session.ReasonMessageTooBig.Code && s.raw.tooBig.Load() {
 		// Refused at its frame header (wsFrameWatch): the close frame is
 		// out now, and the payload the client may still be sending is
 		// read and discarded for a short while only.
 		s.raw.drain(time.Now().Add(session.FinalWriteTimeout))
 	}
-	if r.Code == session.ReasonTimeout.Code && s.raw != nil {
+	if r.Code == session.ReasonTimeout.Code {
 		// The client sent nothing for a timeout: it is most likely gone,
 		// and coder/websocket would wait 5 s for its close frame (first
 		// for the reader, blocked reading it, then for the frame) with
