@@ -3,6 +3,7 @@ package outboxfeed
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -251,10 +252,11 @@ func TestPostgresStoreOutage(t *testing.T) {
 		t.Fatalf("readiness %v store_up %v", w.Readiness(), testutil.ToFloat64(w.m.storeUp))
 	}
 	setAllowed(false)
-	eventually(t, 10*time.Second, "worker unready", func() bool { return !w.Ready() })
-	if err := w.Readiness(); err == nil || testutil.ToFloat64(w.m.storeUp) != 0 {
-		t.Fatalf("during the outage: readiness %v store_up %v", err, testutil.ToFloat64(w.m.storeUp))
-	}
+	// A lane whose claim was already answered may still mark the Worker
+	// ready once after the cut; the outage shows once every lane has met it.
+	eventually(t, 10*time.Second, "worker unready, with the store error and store_up 0", func() bool {
+		return !w.Ready() && errors.Is(w.Readiness(), ErrNotReady) && testutil.ToFloat64(w.m.storeUp) == 0
+	})
 	setAllowed(true)
 	eventually(t, 10*time.Second, "worker ready again", w.Ready)
 	id, err := s.StageOne(context.Background(), note("orders/1", `{"after":"outage"}`))

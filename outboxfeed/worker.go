@@ -143,11 +143,13 @@ func (w *Worker) setReady() {
 }
 
 func (w *Worker) setUnready(err error) {
-	w.ready.Store(false)
-	w.m.storeUp.Set(0)
+	// The error and the gauge first: whoever sees the Worker unready sees
+	// why, and store_up 0.
 	w.errMu.Lock()
 	w.lastErr = err
 	w.errMu.Unlock()
+	w.m.storeUp.Set(0)
+	w.ready.Store(false)
 	if ok, suppressed := w.limit.Allow("store"); ok {
 		w.log.Warn("outbox store unavailable; dispatch paused, backing off", "err", err, "suppressed", suppressed)
 	}
