@@ -1,9 +1,7 @@
 package outboxfeed
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -87,18 +85,4 @@ func truncateError(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
-}
-
-// sortBySeq orders claimed records by seq (RETURNING has no order).
-func sortBySeq(rs []Record) {
-	slices.SortFunc(rs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
-}
-
-// leasesOfRecords returns the leases of recs.
-func leasesOfRecords(recs []Record) []Lease {
-	out := make([]Lease, len(recs))
-	for i := range recs {
-		out[i] = recs[i].Lease()
-	}
-	return out
 }
