@@ -38,7 +38,8 @@ test-js: ## the JS client's tests (node --test) against a Herald built from this
 test-browser: ## the JS client's tests in headless Chromium (installs chromium and playwright-core if missing)
 	bash scripts/test-browser.sh
 
-lint: ## go vet and staticcheck
+lint: ## gofmt, go vet and staticcheck (pinned)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 
