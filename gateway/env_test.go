@@ -40,6 +40,8 @@ type testEnv struct {
 type envOptions struct {
 	cfg     Config
 	history int
+	// historyTTL is the in-memory broker's HistoryTTL; 0: its default.
+	historyTTL time.Duration
 	// broker is the history and fan-out: "" (in memory), "redis" (the
 	// test Redis, a key prefix of the test's own) or "cluster" (a Redis
 	// Cluster the test starts).
@@ -70,7 +72,7 @@ func (s *syncBuffer) String() string {
 func newTestBroker(t testing.TB, o envOptions) (fanout.Broker, error) {
 	switch o.broker {
 	case "":
-		return fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.history})
+		return fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.history, HistoryTTL: o.historyTTL})
 	case "redis":
 		url, prefix := testenv.Redis(t)
 		return fanout.NewRedisBroker(fanout.RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: o.history})

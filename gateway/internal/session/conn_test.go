@@ -18,13 +18,17 @@ import (
 type memSink struct {
 	mu     sync.Mutex
 	events []string
-	pubs   map[string][]uint64 // offsets written, per channel
-	gate   chan struct{}       // non-nil: stalled until closed
+	pubs   map[string][]uint64          // offsets written, per channel
+	poss   map[string][]fanout.Position // positions written, per channel
+	gate   chan struct{}                // non-nil: stalled until closed
+	held   int                          // flushes blocked on gate
 	closed bool
 	intact bool
 }
 
-func newMemSink() *memSink { return &memSink{pubs: map[string][]uint64{}} }
+func newMemSink() *memSink {
+	return &memSink{pubs: map[string][]uint64{}, poss: map[string][]fanout.Position{}}
+}
 
 func (s *memSink) record(ev string) error {
 	s.mu.Lock()
@@ -59,6 +63,7 @@ func (s *memSink) Publication(p *fanout.Prepared, _ *Positions) error {
 	defer s.mu.Unlock()
 	ch := p.Key().Channel
 	s.pubs[ch] = append(s.pubs[ch], p.Position().Offset)
+	s.poss[ch] = append(s.poss[ch], p.Position())
 	s.events = append(s.events, fmt.Sprintf("pub %s@%d", ch, p.Position().Offset))
 	return nil
 }
@@ -66,11 +71,31 @@ func (s *memSink) Publication(p *fanout.Prepared, _ *Positions) error {
 func (s *memSink) Flush() error {
 	s.mu.Lock()
 	g := s.gate
+	if g != nil {
+		s.held++
+	}
 	s.mu.Unlock()
 	if g != nil {
 		<-g
+		s.mu.Lock()
+		s.held--
+		s.mu.Unlock()
 	}
 	return nil
+}
+
+// blocked reports whether the writer is blocked in a stalled flush.
+func (s *memSink) blocked() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held > 0
+}
+
+// written returns the positions written of channel, in order.
+func (s *memSink) written(channel string) []fanout.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.poss[channel])
 }
 
 func (s *memSink) Close(_ Reason, intact bool) {

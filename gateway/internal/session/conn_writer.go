@@ -310,15 +310,8 @@ func (c *Conn) resync(s Sink) error {
 		if !ok {
 			continue
 		}
-		rec, err := c.env.History.Recover(c.Ctx, key, c.Pos.Entries[i].Pos, page)
-		if err != nil && c.Ctx.Err() != nil {
-			c.Close(ReasonClientClosed, 0)
-			return nil
-		}
-		if err != nil {
-			c.env.Log.Log(slog.LevelError, "gateway: resync recover failed",
-				slog.Uint64("conn", c.ID), slog.String("channel", key.Channel), slog.String("error", err.Error()))
-			c.Close(ReasonServerError, 0)
+		rec, ok := c.readHistory(key, c.Pos.Entries[i].Pos, page)
+		if !ok {
 			return nil
 		}
 		if !rec.Recovered {
@@ -351,6 +344,38 @@ func (c *Conn) resync(s Sink) error {
 		c.resyncMu.Unlock()
 	}
 	return nil
+}
+
+// readHistory reads a page of key's history after pos. When the
+// channel's epoch changed since pos (its history was lost or replaced:
+// idle past the history TTL, evicted, lost by the broker) and the new
+// epoch has publications, it reads the new epoch from its first one: the
+// client learns of the change from the new epoch of what is written, as
+// from a live publication of it, and gets every publication of the new
+// epoch in order. It reports false when it closed the connection.
+func (c *Conn) readHistory(key fanout.Key, pos fanout.Position, page int) (fanout.Recovery, bool) {
+	rec, ok := c.recoverPage(key, pos, page)
+	if ok && !rec.Recovered && rec.Top.Epoch != pos.Epoch && rec.Top.Offset > 0 {
+		rec, ok = c.recoverPage(key, fanout.Position{Epoch: rec.Top.Epoch}, page)
+	}
+	return rec, ok
+}
+
+// recoverPage asks the history for a page of key after pos. It reports
+// false when the history failed, having closed the connection.
+func (c *Conn) recoverPage(key fanout.Key, pos fanout.Position, page int) (fanout.Recovery, bool) {
+	rec, err := c.env.History.Recover(c.Ctx, key, pos, page)
+	switch {
+	case err != nil && c.Ctx.Err() != nil:
+		c.Close(ReasonClientClosed, 0)
+		return rec, false
+	case err != nil:
+		c.env.Log.Log(slog.LevelError, "gateway: resync recover failed",
+			slog.Uint64("conn", c.ID), slog.String("channel", key.Channel), slog.String("error", err.Error()))
+		c.Close(ReasonServerError, 0)
+		return rec, false
+	}
+	return rec, true
 }
 
 // WriteRecovered buffers the recovered publications the client does not

@@ -31,7 +31,14 @@ type coreEnv struct {
 // stopped when t ends.
 func newCoreEnv(t *testing.T, history int, b Bounds) *coreEnv {
 	t.Helper()
-	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: history})
+	return newCoreEnvWith(t, fanout.MemoryConfig{HistorySize: history}, b)
+}
+
+// newCoreEnvWith is newCoreEnv over a broker configured by mc.
+func newCoreEnvWith(t *testing.T, mc fanout.MemoryConfig, b Bounds) *coreEnv {
+	t.Helper()
+	history := mc.HistorySize
+	broker, err := fanout.NewMemoryBroker(mc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,23 +76,27 @@ const (
 	AdmitGap                     // publications before it are missing: read them from the history first
 )
 
-// AdmitNext is admit for the live stream: of the same epoch it takes only
-// the publication right after the channel's position, so a publication
-// the connection missed (dropped from its full queue, lost in transit) is
-// found by the next one of its channel and read from the history. A new
-// epoch is taken at any offset, as admit does.
+// AdmitNext is admit for the live stream: it takes only the publication
+// right after the channel's position, so a publication the connection
+// missed (dropped from its full queue, lost in transit) is found by the
+// next one of its channel and read from the history. Of the same epoch
+// that is the next offset; of a new epoch (the channel's history was
+// replaced) its first publication, offset 1: a later one means the
+// connection missed the new epoch's first ones, which the history holds.
 func (ps *Positions) AdmitNext(key fanout.Key, pos fanout.Position) Admission {
 	cur := ps.Of(key)
 	if cur == nil {
 		return AdmitRepeat
 	}
-	if pos.Epoch == cur.Epoch {
-		switch {
-		case pos.Offset <= cur.Offset:
-			return AdmitRepeat
-		case pos.Offset > cur.Offset+1:
+	switch {
+	case pos.Epoch != cur.Epoch:
+		if pos.Offset != 1 {
 			return AdmitGap
 		}
+	case pos.Offset <= cur.Offset:
+		return AdmitRepeat
+	case pos.Offset > cur.Offset+1:
+		return AdmitGap
 	}
 	*cur = pos
 	return AdmitWrite
@@ -101,7 +105,9 @@ func (ps *Positions) AdmitNext(key fanout.Key, pos fanout.Position) Admission {
 // Admit reports whether the publication of key at pos should be written:
 // its channel is tracked and it is newer than what the client has (a later
 // offset in the same epoch, or any offset in a new epoch). An admitted
-// publication advances the channel's position.
+// publication advances the channel's position. It is for publications
+// read from the history, which follow the position without a gap: the
+// next ones of its epoch, or a new epoch's from its first (resync).
 func (ps *Positions) Admit(key fanout.Key, pos fanout.Position) bool {
 	cur := ps.Of(key)
 	if cur == nil || pos.Epoch == cur.Epoch && pos.Offset <= cur.Offset {

@@ -144,8 +144,11 @@ func TestPositionsAdmitNext(t *testing.T) {
 		{fanout.Position{Offset: 6, Epoch: "e"}, AdmitWrite},
 		{fanout.Position{Offset: 7, Epoch: "e"}, AdmitWrite},
 		{fanout.Position{Offset: 7, Epoch: "e"}, AdmitRepeat},
-		{fanout.Position{Offset: 3, Epoch: "e2"}, AdmitWrite}, // a new epoch, at any offset
-		{fanout.Position{Offset: 9, Epoch: "e2"}, AdmitGap},
+		{fanout.Position{Offset: 3, Epoch: "e2"}, AdmitGap},   // a new epoch, its first ones missing
+		{fanout.Position{Offset: 1, Epoch: "e2"}, AdmitWrite}, // a new epoch from its first
+		{fanout.Position{Offset: 3, Epoch: "e2"}, AdmitGap},
+		{fanout.Position{Offset: 2, Epoch: "e2"}, AdmitWrite},
+		{fanout.Position{Offset: 1, Epoch: "e"}, AdmitWrite}, // an epoch other than the position's, from its first
 	}
 	for i, s := range steps {
 		if got := ps.AdmitNext(k, s.pos); got != s.want {
