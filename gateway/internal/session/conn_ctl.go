@@ -2,12 +2,15 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/subscriptions"
 )
 
 // CtlKind says what a control item asks of the writer.
@@ -40,6 +43,13 @@ type SubscribeReq struct {
 	// connection's token).
 	SubToken     string
 	RecheckAfter time.Duration
+	// Claims are those of the token the subscription was allowed with.
+	// The writer makes it only while they are the connection's current
+	// claims: when a refresh replaced them meanwhile, it decides again
+	// with Authorize and the current claims first, so a subscription in
+	// flight never outlives a grant the refresh took away.
+	Claims    *auth.Claims
+	Authorize func(ctx context.Context, claims *auth.Claims) (subscriptions.Decision, error)
 	// Done runs once the writer carried the subscription out (its reply
 	// is written, or buffered to be).
 	Done func()
@@ -153,30 +163,79 @@ func (c *Conn) control(it *CtlItem) error {
 // subscribeNow subscribes on the hub, then recovers from the history
 // (subscribe), and writes the reply followed by the recovered
 // publications. Live publications queued meanwhile are written after
-// them, admitted by position: no gap, no repeat.
+// them, admitted by position: no gap, no repeat. The subscription is made
+// only under the connection's current token: one allowed with a token a
+// refresh replaced since is decided again first (and refused when the new
+// token does not allow it); one made before a refresh is among the
+// subscriptions that refresh re-checks.
 func (c *Conn) subscribeNow(id uint64, channel string, req *SubscribeReq) error {
 	ctx, cancel := context.WithTimeout(c.Ctx, hubCallTimeout)
 	defer cancel()
 	nkeys := len(c.keys)
-	sub, err := c.Subscribe(ctx, channel, req.Since)
-	if err != nil {
-		if len(c.keys) > nkeys { // on the hub, but the history did not answer
-			c.leaveHub(c.keys[nkeys])
-			c.keys = c.keys[:nkeys]
+	joined := false
+	var sub Subscription
+	for {
+		if cur := c.Cur.Load(); cur != req.Claims {
+			if refusal, ok := c.redecide(ctx, channel, req, cur); !ok {
+				if joined {
+					c.leave(channel)
+				}
+				c.Forget(channel)
+				if c.Ctx.Err() != nil {
+					return nil
+				}
+				return c.Out.SubscribeFailed(id, channel, refusal)
+			}
 		}
-		c.Forget(channel)
-		if c.Ctx.Err() != nil {
-			return nil
+		if !joined {
+			var err error
+			if sub, err = c.Subscribe(ctx, channel, req.Since); err != nil {
+				if len(c.keys) > nkeys { // on the hub, but the history did not answer
+					c.leaveHub(c.keys[nkeys])
+					c.keys = c.keys[:nkeys]
+				}
+				c.Forget(channel)
+				if c.Ctx.Err() != nil {
+					return nil
+				}
+				c.env.Log.Log(slog.LevelError, "gateway: subscribe failed",
+					slog.Uint64("conn", c.ID), slog.String("channel", channel), slog.String("error", err.Error()))
+				return c.Out.SubscribeFailed(id, channel, Reason{})
+			}
+			joined = true
 		}
-		c.env.Log.Log(slog.LevelError, "gateway: subscribe failed",
-			slog.Uint64("conn", c.ID), slog.String("channel", channel), slog.String("error", err.Error()))
-		return c.Out.SubscribeFailed(id, channel)
+		c.Track(channel, req.SubToken, req.RecheckAfter) // before the client may unsubscribe
+		if c.made(channel, req.Claims) {
+			break
+		}
 	}
-	c.Track(channel, req.SubToken, req.RecheckAfter) // before the client may unsubscribe
-	c.made(channel)
 	if err := c.Out.Subscribed(id, sub, c.Pos); err != nil {
 		return err
 	}
-	_, err = c.WriteRecovered(c.Out, sub.Pubs)
+	_, err := c.WriteRecovered(c.Out, sub.Pubs)
 	return err
+}
+
+// redecide authorizes the subscription to channel again with claims, the
+// connection's current ones, which replaced those it was allowed with.
+// On an allow it adopts the new decision into req; otherwise it returns
+// the refusal to reply with (writer only).
+func (c *Conn) redecide(ctx context.Context, channel string, req *SubscribeReq, claims *auth.Claims) (Reason, bool) {
+	d, err := req.Authorize(ctx, claims)
+	switch {
+	case err != nil:
+		if c.Ctx.Err() == nil {
+			c.env.Log.Log(slog.LevelError, "gateway: authorize failed",
+				slog.Uint64("conn", c.ID), slog.String("channel", channel), slog.String("error", err.Error()))
+		}
+		return WithMessage(ReasonServerError, "cannot authorize the subscription now; retry later"), false
+	case !d.Allowed:
+		r := DenialReason(d)
+		if d.Reason == "" {
+			r = WithMessage(r, fmt.Sprintf("channel %q is not allowed", channel))
+		}
+		return r, false
+	}
+	req.Claims, req.RecheckAfter = claims, d.RecheckAfter
+	return Reason{}, true
 }

@@ -50,13 +50,22 @@ func (c *Conn) Forget(channel string) {
 	c.subsMu.Unlock()
 }
 
-// made marks a reserved subscription made.
-func (c *Conn) made(channel string) {
+// made marks a reserved subscription made, provided claims, those it was
+// allowed with, are still the connection's current ones; it reports false
+// when a refresh replaced them: the subscription stays pending, to be
+// decided again. A refresh stores its claims before it lists the
+// subscriptions to re-check (HeldSubs), so every subscription is decided
+// with the new claims either here or by that refresh.
+func (c *Conn) made(channel string, claims *auth.Claims) bool {
 	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
+	if c.Cur.Load() != claims {
+		return false
+	}
 	if s, ok := c.subs[channel]; ok {
 		s.pending = false
 	}
-	c.subsMu.Unlock()
+	return true
 }
 
 // UnsubscribeState says what an unsubscribe request found.
@@ -110,7 +119,9 @@ func (c *Conn) endSubscription(channel string, r Reason) {
 // HeldSub is a subscription made, with its subscription token.
 type HeldSub struct{ Channel, SubToken string }
 
-// HeldSubs lists the subscriptions made by request.
+// HeldSubs lists the subscriptions made by request. A refresh calls it
+// after it made its claims current: a subscription still being made then
+// is decided again with them by the writer (made).
 func (c *Conn) HeldSubs() []HeldSub {
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()

@@ -46,8 +46,8 @@ func (s *memSink) RefreshRequest(time.Time) error {
 func (s *memSink) Subscribed(id uint64, sub Subscription, _ *Positions) error {
 	return s.record(fmt.Sprintf("subscribed %d %s", id, sub.Channel))
 }
-func (s *memSink) SubscribeFailed(id uint64, ch string) error {
-	return s.record(fmt.Sprintf("subscribe failed %d %s", id, ch))
+func (s *memSink) SubscribeFailed(id uint64, ch string, r Reason) error {
+	return s.record(fmt.Sprintf("subscribe failed %d %s %s", id, ch, r.Code))
 }
 func (s *memSink) Unsubscribed(id uint64, ch string, r Reason, _ *Positions) error {
 	return s.record(fmt.Sprintf("unsubscribed %d %s %s", id, ch, r.Code))

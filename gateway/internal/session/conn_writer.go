@@ -30,8 +30,10 @@ type Sink interface {
 	// pos holds the channel.
 	Subscribed(id uint64, sub Subscription, pos *Positions) error
 	// SubscribeFailed buffers the refusal of request id to subscribe to
-	// channel: the hub or the history did not answer.
-	SubscribeFailed(id uint64, channel string) error
+	// channel for r: with r zero, the hub or the history did not answer;
+	// otherwise the token current when the writer came to it does not
+	// allow the channel, or could not be checked.
+	SubscribeFailed(id uint64, channel string, r Reason) error
 	// Unsubscribed buffers the end of one subscription: the reply to
 	// request id, or with id 0 the server's notice that it ended it for r;
 	// pos no longer holds its channel.

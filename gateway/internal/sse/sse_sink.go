@@ -150,7 +150,7 @@ func (s *Sink) RefreshRequest(exp time.Time) error {
 }
 
 // SubscribeFailed writes nothing: a stream makes no subscribe requests.
-func (s *Sink) SubscribeFailed(uint64, string) error { return nil }
+func (s *Sink) SubscribeFailed(uint64, string, session.Reason) error { return nil }
 
 // Unsubscribed writes an "unsubscribed" event carrying the cursor of the
 // channels left, so a reconnect resumes them. Only the server ends a

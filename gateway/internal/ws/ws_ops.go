@@ -159,16 +159,21 @@ func (w *Conn) subscribe(f *ClientFrame) {
 
 	// A refresh that lands while this is decided skips it (it re-checks
 	// established subscriptions only), so decide again with the newer
-	// token until the token did not change under the decision.
+	// token until the token did not change under the decision. One that
+	// lands after, while the writer has yet to make the subscription,
+	// has the writer decide again (session.SubscribeReq.Claims).
+	authorize := func(ctx context.Context, claims *auth.Claims) (subscriptions.Decision, error) {
+		return w.env.Server.Authorize(ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+	}
 	claims := c.Cur.Load()
-	d, err := w.env.Server.Authorize(c.Ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+	d, err := authorize(c.Ctx, claims)
 	for err == nil && d.Allowed && c.Ctx.Err() == nil {
 		cur := c.Cur.Load()
 		if cur == claims {
 			break
 		}
 		claims = cur
-		d, err = w.env.Server.Authorize(c.Ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+		d, err = authorize(c.Ctx, claims)
 	}
 	switch {
 	case c.Ctx.Err() != nil:
@@ -193,7 +198,10 @@ func (w *Conn) subscribe(f *ClientFrame) {
 		return
 	}
 	id := f.ID
-	req := &session.SubscribeReq{SubToken: f.Token, RecheckAfter: d.RecheckAfter, Done: func() { w.requestDone(id) }}
+	req := &session.SubscribeReq{
+		SubToken: f.Token, RecheckAfter: d.RecheckAfter, Claims: claims, Authorize: authorize,
+		Done: func() { w.requestDone(id) },
+	}
 	if f.Since != nil {
 		req.Since = &fanout.Position{Offset: f.Since.Offset, Epoch: f.Since.Epoch}
 	}

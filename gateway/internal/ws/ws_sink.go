@@ -98,10 +98,15 @@ func (s *wsSink) Subscribed(id uint64, sub session.Subscription, _ *session.Posi
 	}))
 }
 
-// SubscribeFailed buffers the error reply to the subscribe request id.
-func (s *wsSink) SubscribeFailed(id uint64, _ string) error {
-	s.requests.WithLabelValues(OpSubscribe, CodeServerError).Inc()
-	return s.put(nil, encodeError(id, CodeServerError, "cannot subscribe now: the broker did not answer; retry later"))
+// SubscribeFailed buffers the error reply to the subscribe request id:
+// for r, or with r zero a broker that did not answer.
+func (s *wsSink) SubscribeFailed(id uint64, _ string, r Reason) error {
+	code, msg := CodeServerError, "cannot subscribe now: the broker did not answer; retry later"
+	if r.Code != "" {
+		code, msg = wsErrorCode(r), r.Message
+	}
+	s.requests.WithLabelValues(OpSubscribe, code).Inc()
+	return s.put(nil, encodeError(id, code, msg))
 }
 
 // Unsubscribed buffers the reply to the unsubscribe request id, or with id
