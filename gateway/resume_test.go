@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 )
 
 func TestSSEResumeGetsExactlyTheMissedPublications(t *testing.T) {
@@ -209,5 +211,66 @@ func TestSSEResumeUnderLoad(t *testing.T) {
 		}
 		s = e.open(request{bearer: tok, query: url.Values{"channel": {"orders/1"}}, lastID: lastID})
 		s.next(t, 5*time.Second)
+	}
+}
+
+// TestSSEResumeCollidingChannels: two channels of one stream whose names
+// share the cursor's 32-bit hash (rooms/c987999 and rooms/c1132190 in
+// tenant acme) make a cursor that the reconnect presents like any other:
+// the stream opens, both channels start live (recovered: false,
+// no_position) and the stream's other channel resumes.
+func TestSSEResumeCollidingChannels(t *testing.T) {
+	const a, b, lobby = "rooms/c987999", "rooms/c1132190", "rooms/lobby"
+	if session.ChannelHash(fanout.Key{Tenant: "acme", Channel: a}) != session.ChannelHash(fanout.Key{Tenant: "acme", Channel: b}) {
+		t.Fatalf("%s and %s do not collide", a, b)
+	}
+	e := newEnv(t, envOptions{})
+	tok := e.token("acme", "u1", "rooms/*")
+	channels := q("channel", a, "channel", lobby, "channel", b)
+	s := e.open(request{bearer: tok, query: channels})
+	s.next(t, 5*time.Second)
+	for range 3 {
+		s.subscribed(t)
+	}
+	for _, ch := range []string{a, lobby, b} {
+		e.publish("acme", ch, `1`)
+	}
+	var last sseEvent
+	for range 3 {
+		last, _ = s.publication(t)
+	}
+	s.close()
+	for _, ch := range []string{a, lobby, b} {
+		e.publish("acme", ch, `2`)
+	}
+
+	r := e.open(request{bearer: tok, query: channels, lastID: last.ID})
+	r.next(t, 5*time.Second)
+	for _, ch := range []string{a, lobby, b} {
+		_, sub := r.subscribed(t)
+		want := sse.SubscribedEvent{Channel: ch, Recovered: false, Reason: session.RecoveryNoPosition.Code, Offset: 2}
+		if ch == lobby {
+			want.Recovered, want.Reason = true, ""
+		}
+		sub.Epoch = ""
+		if sub != want {
+			t.Fatalf("subscribed %+v, want %+v", sub, want)
+		}
+	}
+	if _, p := r.publication(t); p.Key.Channel != lobby || p.Offset != 2 {
+		t.Fatalf("recovered %s@%d, want %s@2", p.Key.Channel, p.Offset, lobby)
+	}
+	// Live publications go on, each with a cursor the next reconnect
+	// presents again.
+	e.publish("acme", a, `3`)
+	ev, p := r.publication(t)
+	if p.Key.Channel != a || p.Offset != 3 {
+		t.Fatalf("live %s@%d, want %s@3", p.Key.Channel, p.Offset, a)
+	}
+	r.close()
+	again := e.open(request{bearer: tok, query: channels, lastID: ev.ID})
+	again.next(t, 5*time.Second)
+	for range 3 {
+		again.subscribed(t)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
 )
@@ -136,12 +135,9 @@ func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg strin
 // covers.
 func (s *Server) subscribeSSE(r *http.Request, conn *session.Conn, req sseRequest) ([]session.Subscription, error) {
 	subs := make([]session.Subscription, 0, len(req.channels))
-	for _, ch := range req.channels {
-		var since *fanout.Position
-		if pos, ok := req.cursor.Lookup(fanout.Key{Tenant: req.claims.Tenant, Channel: ch}); ok {
-			since = &pos
-		}
-		sub, err := conn.Subscribe(r.Context(), ch, since)
+	since := req.cursor.Resume(req.claims.Tenant, req.channels)
+	for i, ch := range req.channels {
+		sub, err := conn.Subscribe(r.Context(), ch, since[i])
 		if err != nil {
 			return nil, fmt.Errorf("gateway: subscribe %q: %w", ch, err)
 		}

@@ -16,7 +16,7 @@ type RecoveryReason struct {
 // The reasons a subscription starts without recovering.
 var (
 	RecoveryNoPosition = RecoveryReason{"no_position",
-		"no position was given (`since` left out; on SSE, a cursor that does not cover the channel): the subscription starts live, there was nothing to recover"}
+		"no position was given (`since` left out; on SSE, a cursor that does not cover the channel, such as one of two channels of the stream whose names share the cursor's hash: see The cursor): the subscription starts live, there was nothing to recover"}
 	RecoveryEpochChanged = RecoveryReason{"epoch_changed",
 		"the channel's history was lost or replaced since the position was taken (its `epoch` changed: the channel went without publications longer than the history TTL, or the broker lost its data); offsets of the old epoch mean nothing"}
 	RecoveryHistoryExceeded = RecoveryReason{"history_exceeded",

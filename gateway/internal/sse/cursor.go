@@ -26,7 +26,12 @@ import (
 //
 // Channels are identified only by the hash, so a cursor made for another
 // tenant or another channel list maps nothing (those channels start live),
-// and epochs shared by many channels are stored once.
+// and epochs shared by many channels are stored once. Two channels of one
+// stream may share a hash (about 2·10⁻⁶ for a stream of 128 channels, and
+// anyone can find such pairs): the cursor then holds two entries with that
+// hash, which parses like any other, and covers neither channel (Resume):
+// both start live. A 32-bit hash keeps the id written with every
+// publication short; the rare collision costs a resume, never a refusal.
 const (
 	cursorVersion    = 1
 	maxCursorLen     = 16 << 10 // encoded characters
@@ -41,15 +46,57 @@ var ErrBadCursor = errors.New("bad cursor")
 // Cursor is a parsed resume position.
 type Cursor []session.CursorEntry
 
-// Lookup returns the position stored for key.
+// Lookup returns the position stored for key: false when no entry has
+// its hash, or more than one (two channels of the stream share it, so
+// neither entry can be told to be key's).
 func (c Cursor) Lookup(key fanout.Key) (fanout.Position, bool) {
-	h := session.ChannelHash(key)
+	return c.lookupHash(session.ChannelHash(key))
+}
+
+func (c Cursor) lookupHash(h uint32) (fanout.Position, bool) {
+	var pos fanout.Position
+	found := false
 	for _, e := range c {
 		if e.Hash == h {
-			return e.Pos, true
+			if found {
+				return fanout.Position{}, false
+			}
+			pos, found = e.Pos, true
 		}
 	}
-	return fanout.Position{}, false
+	return pos, found
+}
+
+// Resume returns, for each of a stream's channels of tenant, the position
+// the cursor holds for it, or nil where it covers it not: no entry has
+// its hash; or it is ambiguous, because more than one entry has that hash,
+// or another of channels shares it (an entry could be either channel's).
+// Such channels start live. A nil cursor covers nothing.
+func (c Cursor) Resume(tenant string, channels []string) []*fanout.Position {
+	out := make([]*fanout.Position, len(channels))
+	if len(c) == 0 {
+		return out
+	}
+	hashes := make([]uint32, len(channels))
+	for i, ch := range channels {
+		hashes[i] = session.ChannelHash(fanout.Key{Tenant: tenant, Channel: ch})
+	}
+	for i, h := range hashes {
+		shared := false
+		for j, o := range hashes {
+			if j != i && o == h {
+				shared = true
+				break
+			}
+		}
+		if shared {
+			continue
+		}
+		if pos, ok := c.lookupHash(h); ok {
+			out[i] = &pos
+		}
+	}
+	return out
 }
 
 // appendCursor appends the binary (not yet base64) form of entries to dst.
@@ -148,11 +195,6 @@ func ParseCursor(s string) (Cursor, error) {
 			return nil, bad("entry %d names epoch %d of %d", i, idx, len(epochs))
 		}
 		e.Pos.Epoch = epochs[idx]
-		for _, prev := range entries {
-			if prev.Hash == e.Hash {
-				return nil, bad("entry %d repeats a channel", i)
-			}
-		}
 		entries = append(entries, e)
 	}
 	if r.err != nil {
