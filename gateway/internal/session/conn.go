@@ -214,9 +214,10 @@ func (c *Conn) requestResync(key fanout.Key) {
 
 // Resync implements fanout.ResyncSubscriber: publications of key may have
 // been lost on their way to this node. It never blocks; the writer recovers
-// the channel from the last position it wrote and drops repeats by offset,
-// or closes the connection with ReasonInsufficientState when the history
-// cannot fill the gap.
+// the channel from the last position it wrote and drops repeats by offset
+// (a channel whose epoch changed meanwhile: its new epoch from its first
+// publication, readHistory), or closes the connection with
+// ReasonInsufficientState when the history cannot fill the gap.
 func (c *Conn) Resync(key fanout.Key) {
 	if key.Tenant != c.Claims.Tenant {
 		return
