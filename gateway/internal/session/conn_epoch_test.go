@@ -1,7 +1,9 @@
 package session
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,5 +66,46 @@ func TestConnEpochChangeWhileCatchingUp(t *testing.T) {
 		if p.Offset != uint64(i+1) {
 			t.Fatalf("rooms/b: publication #%d has offset %d (gap or repeat)", i+1, p.Offset)
 		}
+	}
+}
+
+// hookedHistory runs before once, ahead of the first Recover it answers.
+type hookedHistory struct {
+	History
+	before func()
+	once   sync.Once
+}
+
+func (h *hookedHistory) Recover(ctx context.Context, key fanout.Key, since fanout.Position, limit int) (fanout.Recovery, error) {
+	h.once.Do(h.before)
+	return h.History.Recover(ctx, key, since, limit)
+}
+
+// TestConnOlderEpochQueuedBeforeSubscribing: a publication queued between
+// the hub's subscription and the history's answer may be of an epoch
+// older than the one the subscription starts in (the channel was evicted
+// in between). It is never written: a client would take it for the start
+// of a new epoch, when it is older than the position it was given.
+func TestConnOlderEpochQueuedBeforeSubscribing(t *testing.T) {
+	e := newCoreEnvWith(t, fanout.MemoryConfig{HistorySize: 100, MaxChannels: 1}, Bounds{HeartbeatInterval: time.Hour})
+	sink := newMemSink()
+	c := newCoreConn(t, e, sink)
+	var old fanout.Publication
+	e.env.History = &hookedHistory{History: e.broker, before: func() {
+		old = e.publish("acme", "rooms/a", `"old"`) // queued: the hub subscription is made
+		e.publish("acme", "junk/1", `1`)            // evicts rooms/a
+	}}
+	sub, err := c.Subscribe(context.Background(), "rooms/a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Top.Epoch == old.Epoch || sub.Top.Offset != 0 || old.Offset != 1 {
+		t.Fatalf("subscribed at %+v after %+v: want a new epoch at offset 0", sub.Top, old.Position)
+	}
+	c.StartWriting()
+	next := e.publish("acme", "rooms/a", `"new"`)
+	eventually(t, time.Minute, "the new publication", func() bool { return len(sink.written("rooms/a")) > 0 && sink.last("rooms/a") == next.Offset })
+	if got, want := sink.written("rooms/a"), []fanout.Position{next.Position}; !slices.Equal(got, want) {
+		t.Fatalf("rooms/a written %v, want %v (subscribed at %+v)", got, want, sub.Top)
 	}
 }

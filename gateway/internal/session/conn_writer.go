@@ -265,6 +265,10 @@ func (c *Conn) finish() {
 // that comes after a gap in its channel is not written: the channel is read
 // from the history instead (resync), which holds it too.
 func (c *Conn) writeLive(s Sink, batch []*fanout.Prepared) (int, error) {
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	c.Pos.Took()
 	n := 0
 	defer func() { c.deliveries.Add(float64(n)) }()
 	for _, p := range batch {

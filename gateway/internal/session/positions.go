@@ -15,6 +15,13 @@ type Positions struct {
 	Entries []CursorEntry // in subscription order; the cursor's entries
 	index   map[string]int
 	names   []string // channel of entries[i]
+	// read[i] is the take (below) during which entries[i]'s epoch was
+	// read from the history: when its subscription began, or when
+	// catching up found the channel's epoch changed.
+	read []uint64
+	// takes counts the writer's takes of publications from the queue
+	// (Took).
+	takes uint64
 }
 
 func NewPositions(tenant string, capacity int) *Positions {
@@ -23,8 +30,14 @@ func NewPositions(tenant string, capacity int) *Positions {
 		Entries: make([]CursorEntry, 0, capacity),
 		index:   make(map[string]int, capacity),
 		names:   make([]string, 0, capacity),
+		read:    make([]uint64, 0, capacity),
 	}
 }
+
+// Took counts one take of publications from the queue by the writer
+// (one that found the queue empty need not count): those it returned were
+// queued before it, those of later takes after it.
+func (ps *Positions) Took() { ps.takes++ }
 
 // Add starts tracking channel at pos. It reports false if the channel is
 // already tracked.
@@ -38,6 +51,7 @@ func (ps *Positions) Add(channel string, pos fanout.Position) bool {
 		Pos:  pos,
 	})
 	ps.names = append(ps.names, channel)
+	ps.read = append(ps.read, ps.takes)
 	return true
 }
 
@@ -50,6 +64,7 @@ func (ps *Positions) Remove(channel string) {
 	delete(ps.index, channel)
 	ps.Entries = append(ps.Entries[:i], ps.Entries[i+1:]...)
 	ps.names = append(ps.names[:i], ps.names[i+1:]...)
+	ps.read = append(ps.read[:i], ps.read[i+1:]...)
 	for j := i; j < len(ps.names); j++ {
 		ps.index[ps.names[j]] = j
 	}
@@ -57,10 +72,7 @@ func (ps *Positions) Remove(channel string) {
 
 // Of returns the position of key's channel, nil when it is not tracked.
 func (ps *Positions) Of(key fanout.Key) *fanout.Position {
-	if key.Tenant != ps.tenant {
-		return nil
-	}
-	i, ok := ps.index[key.Channel]
+	i, ok := ps.lookup(key)
 	if !ok {
 		return nil
 	}
@@ -80,17 +92,24 @@ const (
 // right after the channel's position, so a publication the connection
 // missed (dropped from its full queue, lost in transit) is found by the
 // next one of its channel and read from the history. Of the same epoch
-// that is the next offset; of a new epoch (the channel's history was
-// replaced) its first publication, offset 1: a later one means the
-// connection missed the new epoch's first ones, which the history holds.
+// that is the next offset; of another epoch (the channel's history was
+// replaced) the first publication, offset 1, and only when it is sure to
+// be of a newer epoch than the position's: it was queued after the
+// position's epoch was read from the history (a take after the one
+// following that read), as the hub hands a connection each channel's
+// publications in order. One queued before may be of an older epoch
+// (the channel was evicted between the hub's subscription and the
+// history's answer): the history tells, as it tells a later offset of a
+// new epoch, whose first publications the connection missed.
 func (ps *Positions) AdmitNext(key fanout.Key, pos fanout.Position) Admission {
-	cur := ps.Of(key)
-	if cur == nil {
+	i, ok := ps.lookup(key)
+	if !ok {
 		return AdmitRepeat
 	}
+	cur := &ps.Entries[i].Pos
 	switch {
 	case pos.Epoch != cur.Epoch:
-		if pos.Offset != 1 {
+		if pos.Offset != 1 || ps.takes <= ps.read[i]+1 {
 			return AdmitGap
 		}
 	case pos.Offset <= cur.Offset:
@@ -109,12 +128,28 @@ func (ps *Positions) AdmitNext(key fanout.Key, pos fanout.Position) Admission {
 // read from the history, which follow the position without a gap: the
 // next ones of its epoch, or a new epoch's from its first (resync).
 func (ps *Positions) Admit(key fanout.Key, pos fanout.Position) bool {
-	cur := ps.Of(key)
-	if cur == nil || pos.Epoch == cur.Epoch && pos.Offset <= cur.Offset {
+	i, ok := ps.lookup(key)
+	if !ok {
+		return false
+	}
+	cur := &ps.Entries[i].Pos
+	switch {
+	case pos.Epoch != cur.Epoch:
+		ps.read[i] = ps.takes
+	case pos.Offset <= cur.Offset:
 		return false
 	}
 	*cur = pos
 	return true
+}
+
+// lookup returns the index of key's channel.
+func (ps *Positions) lookup(key fanout.Key) (int, bool) {
+	if key.Tenant != ps.tenant {
+		return 0, false
+	}
+	i, ok := ps.index[key.Channel]
+	return i, ok
 }
 
 // CursorEntry is one channel's position in a cursor.

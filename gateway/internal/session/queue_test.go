@@ -133,27 +133,42 @@ func TestPositionsAdmit(t *testing.T) {
 
 func TestPositionsAdmitNext(t *testing.T) {
 	ps := NewPositions("acme", 2)
-	ps.Add("a", fanout.Position{Offset: 5, Epoch: "e"})
+	ps.Add("a", fanout.Position{Offset: 5, Epoch: "e"}) // its epoch read from the history now
 	k := fanout.Key{Tenant: "acme", Channel: "a"}
 	steps := []struct {
+		took bool // the writer took the queue again first
 		pos  fanout.Position
 		want Admission
 	}{
-		{fanout.Position{Offset: 5, Epoch: "e"}, AdmitRepeat},
-		{fanout.Position{Offset: 7, Epoch: "e"}, AdmitGap}, // 6 is missing
-		{fanout.Position{Offset: 6, Epoch: "e"}, AdmitWrite},
-		{fanout.Position{Offset: 7, Epoch: "e"}, AdmitWrite},
-		{fanout.Position{Offset: 7, Epoch: "e"}, AdmitRepeat},
-		{fanout.Position{Offset: 3, Epoch: "e2"}, AdmitGap},   // a new epoch, its first ones missing
-		{fanout.Position{Offset: 1, Epoch: "e2"}, AdmitWrite}, // a new epoch from its first
-		{fanout.Position{Offset: 3, Epoch: "e2"}, AdmitGap},
-		{fanout.Position{Offset: 2, Epoch: "e2"}, AdmitWrite},
-		{fanout.Position{Offset: 1, Epoch: "e"}, AdmitWrite}, // an epoch other than the position's, from its first
+		{false, fanout.Position{Offset: 5, Epoch: "e"}, AdmitRepeat},
+		{false, fanout.Position{Offset: 1, Epoch: "e0"}, AdmitGap}, // queued before the read: maybe older
+		{true, fanout.Position{Offset: 1, Epoch: "e0"}, AdmitGap},  // the take after the read: maybe queued before it
+		{true, fanout.Position{Offset: 7, Epoch: "e"}, AdmitGap},   // 6 is missing
+		{false, fanout.Position{Offset: 6, Epoch: "e"}, AdmitWrite},
+		{false, fanout.Position{Offset: 7, Epoch: "e"}, AdmitWrite},
+		{false, fanout.Position{Offset: 7, Epoch: "e"}, AdmitRepeat},
+		{false, fanout.Position{Offset: 3, Epoch: "e2"}, AdmitGap},   // a new epoch, its first ones missing
+		{false, fanout.Position{Offset: 1, Epoch: "e2"}, AdmitWrite}, // a new epoch from its first
+		{false, fanout.Position{Offset: 3, Epoch: "e2"}, AdmitGap},
+		{false, fanout.Position{Offset: 2, Epoch: "e2"}, AdmitWrite},
+		{false, fanout.Position{Offset: 1, Epoch: "e"}, AdmitWrite}, // an epoch other than the position's, from its first
 	}
 	for i, s := range steps {
+		if s.took {
+			ps.Took()
+		}
 		if got := ps.AdmitNext(k, s.pos); got != s.want {
 			t.Fatalf("step %d: admitNext(%v) = %v, want %v", i, s.pos, got, s.want)
 		}
+	}
+	// A new epoch read from the history (catching up) makes the live
+	// stream's next takes uncertain again.
+	if !ps.Admit(k, fanout.Position{Offset: 1, Epoch: "e3"}) {
+		t.Fatal("a new epoch from the history not admitted")
+	}
+	ps.Took()
+	if got := ps.AdmitNext(k, fanout.Position{Offset: 1, Epoch: "e4"}); got != AdmitGap {
+		t.Fatalf("a new epoch right after one read from the history: %v", got)
 	}
 	if got := ps.AdmitNext(fanout.Key{Tenant: "acme", Channel: "b"}, fanout.Position{Offset: 1, Epoch: "e"}); got != AdmitRepeat {
 		t.Fatalf("untracked channel: %v", got)
