@@ -20,7 +20,7 @@ class SseLink {
     // The stream must open and subscribe every channel within requestTimeoutMs.
     this._waiting = new Set(channels);
     const ms = client._options.requestTimeoutMs;
-    this._timer = client._clock.setTimeout(() => {
+    this._timer = client._later(() => {
       const err = new HeraldError('timeout', `the stream did not start within ${ms} ms`, { temporary: true, op: 'subscribe' });
       for (const ch of this._waiting) client._subs.get(ch)?._reject(err);
       this._end({ reason: 'timeout', message: err.message });
@@ -73,15 +73,18 @@ class SseLink {
         }
         fn(d && typeof d === 'object' ? d : {}, ev);
       });
-    on('open', () => {
-      this._established = true;
-      c._linkUp(this, {});
-    });
     on('message', (pub) => c._deliver(pub));
+    // The stream is up with its first "subscribed" event, not when it
+    // opens: a stream holding only "reauth" and "disconnect" (an expired
+    // token) is no connection.
     on('subscribed', (d) => {
+      if (!this._established) {
+        this._established = true;
+        c._linkUp(this, {});
+      }
       const sub = c._subs.get(d.channel);
       this._waiting.delete(d.channel);
-      if (this._waiting.size === 0) c._clock.clearTimeout(this._timer);
+      if (this._waiting.size === 0) c._cancel(this._timer);
       if (sub && !sub.closed) c._subscribed(sub, { ...d, recovered: Boolean(d.recovered) });
     });
     // The token expires soon (or did): open a new stream with a fresh one,
@@ -161,7 +164,7 @@ class SseLink {
 
   close() {
     this._ended = true;
-    this._client._clock.clearTimeout(this._timer);
+    this._client._cancel(this._timer);
     this._closeSource();
   }
 }

@@ -48,9 +48,9 @@ class WsLink {
   }
 
   _timer(name, ms, fn) {
-    const clock = this._client._clock;
-    if (this._timers[name] !== null) clock.clearTimeout(this._timers[name]);
-    this._timers[name] = ms === null ? null : clock.setTimeout(() => {
+    const c = this._client;
+    c._cancel(this._timers[name]);
+    this._timers[name] = ms === null ? null : c._later(() => {
       this._timers[name] = null;
       fn();
     }, ms);
@@ -202,7 +202,7 @@ class WsLink {
       const c = this._client;
       const ms = c._options.requestTimeoutMs;
       const job = { op, id: 0, _fields: fields, _resolve: resolve, _reject: reject, _onResult: onResult, _counted: COUNTED.includes(op) };
-      job._timer = c._clock.setTimeout(() => {
+      job._timer = c._later(() => {
         this._pending.delete(job.id);
         reject(new HeraldError('timeout', `no reply to ${op} within ${ms} ms`, { temporary: true, op }));
         this._end(reconnect('timeout', `no reply to ${op} within ${ms} ms`));
@@ -222,7 +222,7 @@ class WsLink {
   _settle(id, f) {
     const job = this._pending.get(id);
     this._pending.delete(id);
-    this._client._clock.clearTimeout(job._timer);
+    this._client._cancel(job._timer);
     if (job._counted) {
       this._inflight--;
       while (this._queue.length > 0 && this._inflight < this._maxInflight && !this._ended) this._send(this._queue.shift());
@@ -277,10 +277,9 @@ class WsLink {
   close() {
     if (this._ended) return;
     this._ended = true;
-    const clock = this._client._clock;
     for (const k of Object.keys(this._timers)) this._timer(k, null);
     for (const job of [...this._pending.values(), ...this._queue]) {
-      clock.clearTimeout(job._timer);
+      this._client._cancel(job._timer);
       job._reject(new HeraldError('disconnected', 'the connection closed before the reply', { temporary: true, op: job.op }));
     }
     this._pending.clear();
@@ -337,20 +336,27 @@ function unsubscribe(c, channel, link) {
   c._unsubPending.set(channel, p);
 }
 
-// connectedLink waits up to requestTimeoutMs for a connection.
+// connectedLink waits up to requestTimeoutMs for a connection; a wait
+// that times out leaves the client's waiters.
 function connectedLink(c, op) {
   if (c._state === 'connected' && c._link) return Promise.resolve(c._link);
   return new Promise((resolve, reject) => {
     const ms = c._options.requestTimeoutMs;
-    const t = c._clock.setTimeout(() => w.reject(new HeraldError('not_connected', `not connected within ${ms} ms`, { temporary: true, op })), ms);
-    let done = false;
-    const settle = (f) => (v) => {
-      if (done) return;
-      done = true;
-      c._clock.clearTimeout(t);
-      f(v);
+    const t = c._later(() => {
+      const i = c._waiters.indexOf(w);
+      if (i >= 0) c._waiters.splice(i, 1);
+      reject(new HeraldError('not_connected', `not connected within ${ms} ms`, { temporary: true, op }));
+    }, ms);
+    const w = {
+      resolve() {
+        c._cancel(t);
+        resolve(c._link);
+      },
+      reject(e) {
+        c._cancel(t);
+        reject(e);
+      },
     };
-    const w = { resolve: settle(() => resolve(c._link)), reject: settle(reject) };
     c._waiters.push(w);
   });
 }

@@ -249,3 +249,17 @@ test('sse: server restart: bounded reconnects, then onGap (new epoch) and live d
     await h.destroy();
   }
 });
+
+test('sse: an idle timeout past 2^31−1 ms (setTimeout\'s limit) does not end the stream at once', async () => {
+  const token = await herald.token({ subscribe: ['orders/*'] });
+  const states = stateLog();
+  const c = client({ url: herald.url, getToken: async () => token, sseIdleTimeoutMs: 2 ** 31, onStateChange: states.onStateChange });
+  const r = recorder();
+  await c.subscribe('orders/16', r.handlers).ready;
+  for (let n = 1; n <= 3; n++) {
+    const id = await herald.publish('orders/16', { n });
+    await waitUntil(() => r.pubs.some((p) => p.id === id), `publication ${n}`);
+  }
+  assert.deepEqual(states.map((s) => s.state), ['connecting', 'connected']);
+  c.close();
+});

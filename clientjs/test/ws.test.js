@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { HeraldClient, HeraldError } from '../herald.js';
-import { Herald, TcpProxy, fastBackoff, recorder, republish, stateLog, waitUntil } from '../testutil/helpers.js';
+import { Herald, TcpProxy, fastBackoff, mintToken, recorder, republish, stateLog, waitUntil } from '../testutil/helpers.js';
 
 let herald;
 let proxy;
@@ -367,4 +367,118 @@ test('ws: a publish whose reply never comes rejects with timeout when its timer 
   assert.equal(r.recovered.length, 1);
   assert.deepEqual(r.errors, []);
   c.close();
+});
+
+// The longest delay setTimeout takes; a longer one fires at once.
+const MAX_DELAY = 2 ** 31 - 1;
+
+test('ws: a token living 800 h or 1,500 h (timers past 2^31−1 ms) is not refreshed in a loop', async (t) => {
+  const overflows = [];
+  const onWarning = (w) => w.name === 'TimeoutOverflowWarning' && overflows.push(w.message);
+  process.on('warning', onWarning);
+  t.after(() => process.off('warning', onWarning));
+  const cached = mintToken({ subscribe: ['orders/*'], ttlSeconds: 1500 * 3600 });
+  // 800 h: a fresh token at every call (its refresh at 0.8 of the life is
+  // past the limit); 1,500 h: the same cached token (the retry halfway to
+  // the expiry is past it too).
+  for (const [hours, getToken] of [
+    [800, () => mintToken({ subscribe: ['orders/*'], ttlSeconds: 800 * 3600 })],
+    [1500, () => cached],
+  ]) {
+    const calls = [];
+    const c = client({
+      url: herald.url,
+      getToken: async ({ reason }) => {
+        calls.push(reason);
+        return getToken();
+      },
+    });
+    const r = recorder();
+    await c.subscribe('orders/30', r.handlers).ready;
+    // A few round trips through the server: a refresh loop runs hundreds
+    // of times meanwhile.
+    for (let n = 1; n <= 3; n++) {
+      const id = await herald.publish('orders/30', { hours, n });
+      await waitUntil(() => r.pubs.some((p) => p.id === id), `publication ${n} (${hours} h)`);
+    }
+    assert.deepEqual(calls, ['connect'], `${hours} h: getToken once, to connect`);
+    assert.equal(c.state, 'connected');
+    c.close();
+  }
+  assert.deepEqual(overflows, [], 'no timer was given more than setTimeout takes');
+});
+
+test('ws: a refresh due past 2^31−1 ms waits in steps of at most that, then runs once (fake clock)', async () => {
+  const timers = [];
+  const clock = {
+    setTimeout: (fn, ms) => {
+      const x = { fn, ms, cleared: false, fired: false };
+      timers.push(x);
+      return x;
+    },
+    clearTimeout: (x) => {
+      if (x) x.cleared = true;
+    },
+    now: () => Date.now(),
+  };
+  const live = (pred) => timers.filter((x) => !x.cleared && !x.fired && pred(x));
+  const fire = (x) => {
+    x.fired = true;
+    x.fn();
+  };
+  const life = 1500 * 3600 * 1000;
+  const token = mintToken({ subscribe: ['orders/*'], ttlSeconds: life / 1000 });
+  const calls = [];
+  const c = client({
+    url: herald.url,
+    clock,
+    getToken: async ({ reason }) => {
+      calls.push(reason);
+      return token;
+    },
+  });
+  await c.subscribe('orders/31').ready;
+  assert.deepEqual(timers.filter((x) => !(x.ms <= MAX_DELAY)).map((x) => x.ms), [], 'no delay past the limit');
+  // The refresh is due at refreshRatio (0.8) of the life: 4.32e9 ms, two
+  // steps of the limit and the rest.
+  let due = 0.8 * life;
+  while (due > MAX_DELAY) {
+    const [step] = live((x) => x.ms === MAX_DELAY);
+    assert.ok(step, `a step of ${MAX_DELAY} ms with ${due} ms to go`);
+    fire(step);
+    due -= MAX_DELAY;
+    assert.deepEqual(calls, ['connect'], 'no refresh before it is due');
+  }
+  const [last] = live((x) => Math.abs(x.ms - due) < 60_000);
+  assert.ok(last, `the last step, about ${due} ms: ${JSON.stringify(live(() => true).map((x) => x.ms))}`);
+  fire(last);
+  await waitUntil(() => calls.length === 2, 'the refresh');
+  assert.deepEqual(calls, ['connect', 'refresh']);
+  // The app had only the same token: the next try is halfway to the
+  // expiry (about 2.16e9 ms), again in steps.
+  await waitUntil(() => live((x) => x.ms === MAX_DELAY).length === 1, 'the next try, in steps');
+  assert.deepEqual(timers.filter((x) => !(x.ms <= MAX_DELAY)).map((x) => x.ms), []);
+  assert.deepEqual(calls, ['connect', 'refresh']);
+  c.close();
+});
+
+test('ws: publishes that time out while disconnected leave no waiter behind (5,000 of them)', async () => {
+  const token = await herald.token({ publish: ['rooms/*'] });
+  const p = await TcpProxy.start(herald.port);
+  try {
+    p.hold(true); // the server cannot be reached
+    const c = client({ url: p.url, getToken: async () => token, requestTimeoutMs: 1000 });
+    const outcomes = await Promise.allSettled(Array.from({ length: 5000 }, (_, i) => c.publish('rooms/w', 'chat.message', { i })));
+    assert.deepEqual([...new Set(outcomes.map((o) => o.status === 'rejected' && o.reason.code))], ['not_connected']);
+    assert.notEqual(c.state, 'connected');
+    assert.equal(c._waiters.length, 1, 'only connect()\'s own wait is left');
+    p.hold(false);
+    await waitUntil(() => c.state === 'connected', 'the connection once the server is reachable');
+    const res = await c.publish('rooms/w', 'chat.message', { after: 'outage' });
+    assert.equal(typeof res.id, 'string');
+    assert.equal(c._waiters.length, 0);
+    c.close();
+  } finally {
+    await p.close();
+  }
 });

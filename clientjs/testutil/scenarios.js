@@ -12,7 +12,7 @@
 
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { Herald, TcpProxy, fastBackoff, republish, waitUntil, watch } from './helpers.js';
+import { Herald, TcpProxy, fastBackoff, mintToken, republish, waitUntil, watch } from './helpers.js';
 
 const MINUTES = 120_000;
 
@@ -59,6 +59,44 @@ async function publishAll(h, channel, from, count) {
 const ids = (pubs) => pubs.map((p) => p.id);
 
 export const scenarios = [
+  ...['on', 'onStateChange'].map((via) => ({
+    name: `subscribing from a synchronous "connected" state listener (${via === 'on' ? 'client.on' : 'the onStateChange option'}): the subscription is made once and lives`,
+    async run(t, { env, transport }) {
+      const h = await env.startHerald();
+      const token = await h.token({ subscribe: ['orders/*'] });
+      const late = 'orders/late';
+      const c = await env.open({ transport, url: h.url, token, channels: ['orders/early'], subscribeWhenConnected: { channel: late, via }, backoff: fastBackoff });
+      let r = await waitFor(c, (x) => x.ready[late], 'the subscription made by the listener');
+      assert.equal(r.ready[late].error, undefined, JSON.stringify(r.ready[late]));
+      const id = await h.publish(late, { n: 1 });
+      // A subscribe sent twice would end the subscription (already_subscribed) long before this publication.
+      r = await waitFor(c, (x) => x.pubs[late].some((p) => p.id === id) || x.subStates.some((s) => s.channel === late && s.state === 'unsubscribed'), 'the publication, or the end of the subscription');
+      assert.deepEqual(r.subErrors, []);
+      assert.deepEqual(r.subStates.filter((s) => s.channel === late).map((s) => s.state), ['subscribed']);
+      assert.deepEqual(ids(r.pubs[late]), [id]);
+      assert.deepEqual(r.errors, []);
+    },
+  })),
+  {
+    name: 'a token that expired already: one reauth, then the first connection, reported once and not as a reconnect',
+    async run(t, { env, transport }) {
+      const h = await env.startHerald();
+      const expired = mintToken({ subscribe: ['orders/*'], ttlSeconds: -3600 });
+      const fresh = await h.token({ subscribe: ['orders/*'] });
+      const c = await env.open({ transport, url: h.url, token: { connect: expired, token_expired: fresh }, channels: ['orders/11'], backoff: fastBackoff });
+      let r = await waitFor(c, (x) => x.connect && x.ready['orders/11'], 'connect() and the subscription');
+      assert.deepEqual(r.connect, { tokenCalls: 2 }, 'connect() resolves on the connection made with the fresh token');
+      assert.deepEqual(r.tokenReasons, ['connect', 'token_expired']);
+      assert.deepEqual(r.states.map((s) => s.state), ['connecting', 'reconnecting', 'connecting', 'connected']);
+      assert.equal(r.states[1].reason, 'token_expired');
+      assert.deepEqual(r.disconnected.map((d) => d.reason), ['token_expired']);
+      assert.deepEqual(r.connected, [{ reconnect: false, recovered: true, reload: [], reasons: {} }]);
+      const id = await h.publish('orders/11', { n: 1 });
+      r = await waitFor(c, (x) => x.pubs['orders/11'].some((p) => p.id === id), 'live delivery');
+      assert.deepEqual(r.connected.length, 1);
+      assert.deepEqual(r.errors, []);
+    },
+  },
   {
     name: 'a reply that never comes: the request times out with "timeout", the late reply is ignored',
     async run(t, { env, transport }) {
