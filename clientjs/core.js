@@ -35,6 +35,9 @@ export function reasonAction(reason, reconnect) {
   return 'reconnect';
 }
 
+/** network is what follows a network failure, for every transport: reconnect. */
+export const network = (message) => ({ action: 'reconnect', reason: 'network', message });
+
 const invalid = (m) => new HeraldError('invalid_argument', m);
 
 // check throws invalid_argument for the first option of o that fails its test.

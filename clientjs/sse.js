@@ -3,12 +3,9 @@
 // stream carries every subscribed channel; the driver reopens the stream
 // when the channel set changes. In runtimes without EventSource (Node) it
 // loads FetchEventSource (eventsource.js) on first use.
-import { Client, HeraldError, reasonAction, endpoint, PROTOCOL, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
+import { Client, HeraldError, reasonAction, endpoint, network, PROTOCOL, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
 
 export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription };
-
-/** network is what follows a network failure (refusal.js uses it too). */
-export const network = (message) => ({ action: 'reconnect', reason: 'network', message });
 
 class SseLink {
   constructor(client, token, channels) {
@@ -99,8 +96,16 @@ class SseLink {
       // FetchEventSource gives up a silent stream with a "timeout" error.
       if (ev.error && ev.error.code === 'timeout') this._end({ reason: 'timeout', message: ev.error.message });
       else if (this._established) this._end(network('the stream broke'));
-      else import('./refusal.js').then((m) => m.diagnose(this, ev));
+      else this._diagnose(ev);
     });
+  }
+
+  // _diagnose ends a stream that did not open, saying why (refusal.js
+  // reads the refusal).
+  async _diagnose(ev) {
+    this._closeSource();
+    const { streamRefusal } = await import('./refusal.js');
+    this._end(await streamRefusal(ev, this._client._fetch, () => this._url(), this._token));
   }
 
   // _credentials returns the query parameters or headers carrying the token:

@@ -1,6 +1,6 @@
 // Herald's realtime client over the WebSocket (herald.v1) only: the core
 // (core.js) with the WebSocket driver, and no SSE code. herald.js has both.
-import { Client, PROTOCOL, HeraldError, reasonAction, endpoint, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
+import { Client, PROTOCOL, HeraldError, reasonAction, endpoint, network, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
 
 export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription };
 
@@ -14,7 +14,7 @@ export function closeAction(code) {
 // Requests that count against the server's max_inflight.
 const COUNTED = ['subscribe', 'publish', 'refresh'];
 
-const reconnect = (reason, message) => ({ reason, message });
+const timeout = (message) => ({ reason: 'timeout', message });
 
 class WsLink {
   constructor(client, token) {
@@ -34,11 +34,11 @@ class WsLink {
     this._timers = { connect: null, watchdog: null, refresh: null, error: null };
     this._ws = null;
     // The handshake and the connect reply, within requestTimeoutMs.
-    this._timer('connect', client._options.requestTimeoutMs, () => this._end(reconnect('timeout', 'no connect reply in time')));
+    this._timer('connect', client._options.requestTimeoutMs, () => this._end(timeout('no connect reply in time')));
     try {
       this._ws = new client._WebSocket(client._wsUrl, PROTOCOL);
     } catch (e) {
-      Promise.resolve().then(() => this._end(reconnect('network', `cannot open the WebSocket: ${e && e.message}`)));
+      Promise.resolve().then(() => this._end(network(`cannot open the WebSocket: ${e && e.message}`)));
       return;
     }
     this._ws.onopen = () => this._open();
@@ -135,7 +135,7 @@ class WsLink {
   // _kick restarts the liveness watchdog: a connection that received
   // nothing for ping_interval_ms + pong_timeout_ms is dead.
   _kick() {
-    if (this._watchdogMs > 0) this._timer('watchdog', this._watchdogMs, () => this._end(reconnect('timeout', `nothing received for ${this._watchdogMs} ms`)));
+    if (this._watchdogMs > 0) this._timer('watchdog', this._watchdogMs, () => this._end(timeout(`nothing received for ${this._watchdogMs} ms`)));
   }
 
   // _left returns the ms until expiresAt (Unix seconds) by the server's clock.
@@ -205,7 +205,7 @@ class WsLink {
       job._timer = c._later(() => {
         this._pending.delete(job.id);
         reject(new HeraldError('timeout', `no reply to ${op} within ${ms} ms`, { temporary: true, op }));
-        this._end(reconnect('timeout', `no reply to ${op} within ${ms} ms`));
+        this._end(timeout(`no reply to ${op} within ${ms} ms`));
       }, ms);
       if (job._counted && this._inflight >= this._maxInflight) this._queue.push(job);
       else this._send(job);
@@ -245,7 +245,7 @@ class WsLink {
     try {
       this._ws.send(JSON.stringify(obj));
     } catch (e) {
-      this._end(reconnect('network', `send failed: ${e && e.message}`));
+      this._end(network(`send failed: ${e && e.message}`));
     }
   }
 

@@ -1,24 +1,23 @@
-// The SSE transport against a real `herald serve`: FetchEventSource with
-// the Authorization header (Node's default), and the browser path (an
-// EventSource class: ticket, else access_token in the URL).
+// The SSE transport against a real `herald serve`: what only it does
+// (FetchEventSource with the Authorization header, Node's default; the
+// browser path, an EventSource class: ticket, else access_token in the
+// URL; refusals read with or without the status). The behaviours both
+// transports share are testutil/scenarios.js (behaviours.test.js).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { HeraldClient, FetchEventSource } from '../herald.js';
-import { Herald, TcpProxy, fastBackoff, recorder, stateLog, waitUntil } from '../testutil/helpers.js';
+import { Herald, fastBackoff, recorder, stateLog, waitUntil } from '../testutil/helpers.js';
 
 let herald;
-let proxy;
 const clients = [];
 
 before(async () => {
   herald = await Herald.start();
-  proxy = await TcpProxy.start(herald.port);
 });
 
 after(async () => {
   for (const c of clients) c.close();
-  await proxy?.close();
   await herald?.destroy();
 });
 
@@ -137,37 +136,6 @@ test('sse: an EventSource gets a ticket, or access_token when tickets answer 404
   c2.close();
 });
 
-test('sse: resumes after the network drops, recovered with nothing lost', async () => {
-  const token = await herald.token({ subscribe: ['orders/*'] });
-  const states = stateLog();
-  const c = client({ url: proxy.url, getToken: async () => token, onStateChange: states.onStateChange });
-  const r = recorder();
-  await c.subscribe('orders/13', r.handlers).ready;
-  const a = await herald.publish('orders/13', { n: 1 });
-  await waitUntil(() => r.pubs.length === 1, 'first publication');
-
-  const watcher = client({ url: herald.url, getToken: async () => token });
-  const w = recorder();
-  await watcher.subscribe('orders/13', w.handlers).ready;
-
-  proxy.hold(true);
-  proxy.cut();
-  await waitUntil(() => c.state === 'reconnecting', 'the client to notice the drop');
-  const b = await herald.publish('orders/13', { n: 2 });
-  const d = await herald.publish('orders/13', { n: 3 });
-  await waitUntil(() => w.pubs.length === 2, 'publications during the gap');
-  proxy.hold(false);
-
-  await waitUntil(() => r.pubs.length === 3, 'the missed publications');
-  assert.deepEqual(r.pubs.map((p) => p.id), [a, b, d]);
-  assert.deepEqual(r.pubs.map((p) => p.offset), [1, 2, 3]);
-  assert.deepEqual(r.gaps, []);
-  assert.equal(r.recovered.length, 1);
-  for (const s of states.filter((x) => x.state === 'reconnecting')) assert.ok(s.delayMs <= fastBackoff.maxMs);
-  c.close();
-  watcher.close();
-});
-
 test('sse: a refused stream (forbidden channel) closes for good, with or without the status', async () => {
   const token = await herald.token({ subscribe: ['orders/*'] });
   for (const EventSource of [undefined, BrowserEventSource]) {
@@ -191,62 +159,6 @@ test('sse: a refused stream (forbidden channel) closes for good, with or without
     assert.equal(c.state, 'closed');
     await new Promise((res) => setTimeout(res, 500)); // a wrong reconnect would happen within 400 ms
     assert.equal(calls, 1, `one attempt (${EventSource ? 'EventSource + probe' : 'FetchEventSource'})`);
-  }
-});
-
-test('sse: an expiring token is replaced and the stream resumes', async () => {
-  const reasons = [];
-  const states = stateLog();
-  const c = client({
-    url: herald.url,
-    onStateChange: states.onStateChange,
-    getToken: async ({ reason }) => {
-      reasons.push(reason);
-      return herald.token({ subscribe: ['orders/*'], ttl: reasons.length === 1 ? '2s' : '1h' });
-    },
-  });
-  const r = recorder();
-  await c.subscribe('orders/14', r.handlers).ready;
-  const a = await herald.publish('orders/14', { n: 1 });
-  await waitUntil(() => r.pubs.length === 1, 'first publication');
-  await waitUntil(() => reasons.includes('token_expired') && c.state === 'connected' && r.recovered.length === 1, 'a new stream with a fresh token', 20_000);
-  const b = await herald.publish('orders/14', { n: 2 });
-  await waitUntil(() => r.pubs.length === 2, 'publication on the new stream');
-  assert.deepEqual(r.pubs.map((p) => p.id), [a, b]);
-  assert.deepEqual(r.gaps, []);
-  const wait = states.find((s) => s.state === 'reconnecting');
-  assert.equal(wait.reason, 'token_expired');
-  assert.equal(wait.delayMs, 0);
-  c.close();
-});
-
-test('sse: server restart: bounded reconnects, then onGap (new epoch) and live delivery', async () => {
-  const h = await Herald.start();
-  try {
-    const token = await h.token({ subscribe: ['orders/*'] });
-    const states = stateLog();
-    const c = client({ url: h.url, getToken: async () => token, onStateChange: states.onStateChange });
-    const r = recorder();
-    await c.subscribe('orders/15', r.handlers).ready;
-    await h.publish('orders/15', { n: 1 });
-    await waitUntil(() => r.pubs.length === 1, 'first publication');
-    const epoch1 = r.pubs[0].epoch;
-
-    await h.stop(); // graceful: a "disconnect" event (shutdown, delay_ms)
-    await waitUntil(() => states.filter((s) => s.state === 'reconnecting').length >= 3, 'a few refused reconnects');
-    await h.restart();
-    await waitUntil(() => r.gaps.length === 1, 'onGap after the restart');
-    assert.equal(r.gaps[0].reason, 'epoch_changed');
-    assert.notEqual(r.gaps[0].epoch, epoch1);
-    const id = await h.publish('orders/15', { n: 2 });
-    await waitUntil(() => r.pubs.some((p) => p.id === id), 'live publication after the gap');
-
-    const waits = states.filter((s) => s.state === 'reconnecting');
-    assert.equal(waits[0].reason, 'shutdown');
-    for (const s of waits) assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
-    c.close();
-  } finally {
-    await h.destroy();
   }
 });
 

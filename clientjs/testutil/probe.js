@@ -25,7 +25,7 @@ export function plainError(e) {
  * are applied to rec.applied through latestWins, as an app would.
  */
 export function startProbe(herald, opts) {
-  const rec = { states: [], connecting: [], connected: [], disconnected: [], errors: [], pubs: {}, iterated: {}, iterEnd: {}, gaps: [], ready: {}, subStates: [], subErrors: [], applied: {}, tokenCalls: 0, tokenReasons: [], connect: null };
+  const rec = { states: [], connecting: [], connected: [], disconnected: [], errors: [], pubs: {}, iterated: {}, iterEnd: {}, gaps: [], recovered: [], ready: {}, subStates: [], subErrors: [], applied: {}, tokenCalls: 0, tokenReasons: [], connect: null };
   const { token, channels = [], since = {}, subTokens = {}, subscribeWhenConnected: late, ...rest } = opts;
   const onConnected = (s) => s.state === 'connected' && !rec.pubs[late.channel] && subscribe(late.channel);
   if (late && late.via === 'onStateChange') rest.onStateChange = onConnected;
@@ -56,6 +56,7 @@ export function startProbe(herald, opts) {
       if (p.data && p.data.key !== undefined && orders(p)) rec.applied[p.data.key] = p.data.version;
     });
     sub.on('gap', (g) => rec.gaps.push(g));
+    sub.on('recovered', (x) => rec.recovered.push(x));
     sub.on('state', (s) => rec.subStates.push({ channel: ch, state: s.state, recovered: s.recovered, gap: s.gap, recovery: s.recovery, reason: s.reason }));
     sub.on('error', (e) => rec.subErrors.push({ channel: ch, error: plainError(e) }));
     sub.ready.then(
