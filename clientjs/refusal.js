@@ -27,6 +27,17 @@ export const info = (r) => ({ action: reasonAction(r.code), reason: r.code, stat
 export const refused = async (res) => info(await readRefusal(res));
 
 /**
+ * ticketRefusal reads a refused POST /v1/tickets: null when the server has
+ * tickets switched off (404 tickets_disabled, the one answer after which
+ * the token may go in the URL), else what follows: a 404 without that
+ * code (a proxy that does not route the path) retries with backoff.
+ */
+export async function ticketRefusal(res) {
+  const r = await readRefusal(res);
+  return r.code === 'tickets_disabled' ? null : info({ ...r, message: `POST /v1/tickets: ${r.message || `${r.status} ${r.code}`}` });
+}
+
+/**
  * streamRefusal says why an SSE stream did not open (ev: its source's
  * error event), as what the client does next. The error event of a
  * FetchEventSource has the status; a browser EventSource hides it, so the

@@ -110,26 +110,29 @@ class SseLink {
 
   // _credentials returns the query parameters or headers carrying the token:
   // without an EventSource, the Authorization header; with one, a ticket,
-  // or access_token when the server has no tickets (404).
+  // or access_token once the server said it has tickets switched off (404
+  // tickets_disabled, which the "fallback" event tells). Any other refusal
+  // of POST /v1/tickets, a 404 from a proxy included, is a failure.
   async _credentials() {
     const c = this._client;
     const auth = { Authorization: `Bearer ${this._token}` };
     if (!c._EventSource) return { headers: auth };
-    if (c._fetch && !c._ticketsMissing) {
+    if (!c._ticketsOff) {
       let res;
       try {
         res = await c._fetch(c._ticketUrl, { method: 'POST', headers: auth });
       } catch (e) {
         return { fail: network(`POST /v1/tickets: ${e && e.message}`) };
       }
-      if (res.status !== 404) {
-        if (!res.ok) return { fail: await (await import('./refusal.js')).refused(res) };
+      if (res.ok) {
         const body = await res.json().catch(() => null);
-        if (body && typeof body.ticket === 'string' && body.ticket !== '') return { query: { ticket: body.ticket } };
-        return { fail: { reason: 'server_error', message: 'no ticket' } };
+        const t = body && body.ticket;
+        return typeof t === 'string' && t !== '' ? { query: { ticket: t } } : { fail: { reason: 'server_error', message: 'no ticket' } };
       }
-      res.body?.cancel().catch(() => {});
-      c._ticketsMissing = true;
+      const fail = await (await import('./refusal.js')).ticketRefusal(res);
+      if (fail) return { fail };
+      c._ticketsOff = true;
+      c._emit('fallback', { reason: 'tickets_disabled', credential: 'access_token' });
     }
     return { query: { access_token: this._token } };
   }
@@ -191,12 +194,13 @@ export const sse = {
   idle: true, // no channel, no stream
   init(c, base) {
     // With an EventSource (the browser's, or one passed in) credentials go
-    // in the URL; without, FetchEventSource sends them as a header.
+    // in the URL; without, FetchEventSource sends them as a header. Both
+    // need fetch (tickets, and the diagnosis of a refused stream).
     c._EventSource = c._options.EventSource || globalThis.EventSource || null;
-    if (!c._EventSource && !c._fetch) throw new HeraldError('not_supported', 'no EventSource and no fetch in this runtime');
+    if (!c._fetch) throw new HeraldError('not_supported', 'no fetch in this runtime');
     c._sseUrl = endpoint(base, '/v1/sse', false);
     c._ticketUrl = endpoint(base, '/v1/tickets', false).toString();
-    c._ticketsMissing = c._restartQueued = false;
+    c._ticketsOff = c._restartQueued = false;
     c._cursor = '';
   },
   open: (c, token) => new SseLink(c, token, [...c._subs.keys()]),

@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { HeraldClient, FetchEventSource } from '../herald.js';
-import { Herald, fastBackoff, recorder, stateLog, waitUntil } from '../testutil/helpers.js';
+import { Herald, HttpProxy, fastBackoff, recorder, stateLog, waitUntil } from '../testutil/helpers.js';
 
 let herald;
 const clients = [];
@@ -98,10 +98,24 @@ test('sse: receives publications; adding a channel reopens the stream without lo
   c.close();
 });
 
-test('sse: an EventSource gets a ticket, or access_token when tickets answer 404', async () => {
+// recordingEventSource returns a BrowserEventSource class that records
+// the URL of every stream it opens in urls.
+function recordingEventSource(urls) {
+  return class extends BrowserEventSource {
+    constructor(url) {
+      urls.push(url);
+      super(url);
+    }
+  };
+}
+
+test('sse: an EventSource gets a single-use ticket, never the token, in its URL', async () => {
   const token = await herald.token({ subscribe: ['orders/*'] });
   const f = spyFetch();
-  const c = client({ url: herald.url, getToken: async () => token, fetch: f, EventSource: BrowserEventSource });
+  const urls = [];
+  const c = client({ url: herald.url, getToken: async () => token, fetch: f, EventSource: recordingEventSource(urls) });
+  const fallbacks = [];
+  c.on('fallback', (e) => fallbacks.push(e));
   const r = recorder();
   await c.subscribe('orders/12', r.handlers).ready;
   const id = await herald.publish('orders/12', { n: 1 });
@@ -111,29 +125,69 @@ test('sse: an EventSource gets a ticket, or access_token when tickets answer 404
   assert.equal(tickets.length, 1);
   assert.equal(tickets[0].method, 'POST');
   assert.equal(tickets[0].auth, `Bearer ${token}`);
-  const res = await fetch(`${herald.url}/v1/tickets`, { method: 'POST', headers: { Authorization: `Bearer ${token}` } });
-  await res.body?.cancel();
-  const ticketsServed = res.status !== 404;
-  // The stream itself was opened by the EventSource, not through f: check
-  // the client's choice by opening a second client and watching its URL.
-  const urls = [];
-  class Recording extends BrowserEventSource {
-    constructor(url) {
-      urls.push(url);
-      super(url);
-    }
-  }
-  const c2 = client({ url: herald.url, getToken: async () => token, EventSource: Recording });
-  await c2.subscribe('orders/12', recorder().handlers).ready;
+  // The stream was opened by the EventSource, with the ticket.
   assert.equal(urls.length, 1);
-  if (ticketsServed) {
-    assert.match(urls[0], /[?&]ticket=/);
-    assert.ok(!urls[0].includes('access_token'));
-  } else {
-    assert.ok(urls[0].includes(`access_token=${encodeURIComponent(token)}`) || urls[0].includes(`access_token=${token}`));
-  }
+  assert.match(urls[0], /[?&]ticket=/);
+  assert.ok(!urls[0].includes('access_token') && !urls[0].includes(token));
+  assert.deepEqual(fallbacks, []);
   c.close();
-  c2.close();
+});
+
+test('sse: tickets switched off (404 tickets_disabled): the token goes in the URL, once the "fallback" event said so', async (t) => {
+  const h = await Herald.start({ args: ['--tickets=false'] });
+  t.after(() => h.destroy());
+  const token = await h.token({ subscribe: ['orders/*'] });
+  const f = spyFetch();
+  const urls = [];
+  const c = client({ url: h.url, getToken: async () => token, fetch: f, EventSource: recordingEventSource(urls) });
+  const fallbacks = [];
+  c.on('fallback', (e) => fallbacks.push({ ...e, streams: urls.length }));
+  const r = recorder();
+  await c.subscribe('orders/1', r.handlers).ready;
+  assert.deepEqual(fallbacks, [{ reason: 'tickets_disabled', credential: 'access_token', streams: 0 }], 'told before the first stream opened');
+  assert.equal(urls.length, 1);
+  assert.equal(new URL(urls[0]).searchParams.get('access_token'), token);
+  const id = await h.publish('orders/1', { n: 1 });
+  await waitUntil(() => r.pubs.some((p) => p.id === id), 'publication');
+
+  // A new stream (another channel) asks for no ticket again and tells nothing new.
+  await c.subscribe('orders/2', recorder().handlers).ready;
+  assert.equal(urls.length, 2);
+  assert.equal(new URL(urls[1]).searchParams.get('access_token'), token);
+  assert.equal(f.calls.filter((x) => x.url.endsWith('/v1/tickets')).length, 1);
+  assert.equal(fallbacks.length, 1);
+  c.close();
+});
+
+test('sse: a 404 from a proxy that does not route POST /v1/tickets is a failure: backoff, never the token in the URL', async (t) => {
+  const proxy = await HttpProxy.start(herald);
+  t.after(() => proxy.close());
+  proxy.notFound = (path) => path === '/v1/tickets';
+  const token = await herald.token({ subscribe: ['orders/*'] });
+  const urls = [];
+  const states = stateLog();
+  const c = client({ url: proxy.url, getToken: async () => token, EventSource: recordingEventSource(urls), onStateChange: states.onStateChange });
+  const fallbacks = [];
+  c.on('fallback', (e) => fallbacks.push(e));
+  const r = recorder();
+  const sub = c.subscribe('orders/17', r.handlers);
+  await waitUntil(() => states.filter((s) => s.state === 'reconnecting').length >= 3 || urls.length > 0, 'a few refused attempts, or a stream');
+  assert.deepEqual(urls, [], 'no stream opened: the token never went in a URL');
+  const waits = states.filter((s) => s.state === 'reconnecting');
+  for (const s of waits) {
+    assert.equal(s.reason, 'server_error');
+    assert.equal(s.error.status, 404);
+    assert.match(s.error.message, /POST \/v1\/tickets/);
+    assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
+  }
+  assert.deepEqual(fallbacks, []);
+  // The proxy routes the path again: a ticket, and the stream.
+  proxy.notFound = () => false;
+  await sub.ready;
+  assert.equal(c.state, 'connected');
+  assert.ok(urls.length >= 1 && urls.every((u) => /[?&]ticket=/.test(u) && !u.includes('access_token')), JSON.stringify(urls));
+  assert.deepEqual(fallbacks, []);
+  c.close();
 });
 
 test('sse: a refused stream (forbidden channel) closes for good, with or without the status', async () => {

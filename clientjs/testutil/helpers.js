@@ -10,12 +10,13 @@ import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net from 'node:net';
+import http from 'node:http';
 import { HeraldClient } from '../herald.js';
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/** The HMAC secret every test server and token uses. */
-export const SECRET = 'clientjs-test-secret';
+/** The HMAC secret every test server and token uses (32 bytes or more, as HS256 wants). */
+export const SECRET = 'clientjs-test-secret-for-hs256-tokens';
 /** The tenant of every test token. */
 export const TENANT = 'acme';
 
@@ -290,6 +291,43 @@ export class TcpProxy {
 
   close() {
     this.cut();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+/**
+ * HttpProxy is a reverse proxy on 127.0.0.1:<port> to a Herald, as a load
+ * balancer in front of it would be; while notFound(path) holds for a
+ * request's path it answers that request itself with its own 404 page
+ * (text/html), as a proxy that does not route the path does.
+ */
+export class HttpProxy {
+  static async start(target) {
+    const p = new HttpProxy();
+    p.notFound = () => false;
+    p.server = http.createServer((req, res) => p._serve(req, res, target));
+    await new Promise((resolve) => p.server.listen(0, '127.0.0.1', resolve));
+    p.url = `http://127.0.0.1:${p.server.address().port}`;
+    return p;
+  }
+
+  _serve(req, res, target) {
+    if (this.notFound(new URL(req.url, 'http://x').pathname)) {
+      res.writeHead(404, { 'Content-Type': 'text/html' });
+      res.end('<html><body><h1>404 Not Found</h1></body></html>');
+      return;
+    }
+    const up = http.request({ host: '127.0.0.1', port: target.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => res.destroy());
+    res.on('close', () => up.destroy());
+    req.pipe(up);
+  }
+
+  close() {
+    this.server.closeAllConnections();
     return new Promise((resolve) => this.server.close(() => resolve()));
   }
 }
