@@ -33,7 +33,9 @@ func (s *Server) ticketTTL() time.Duration {
 // an EventSource can authenticate without a long-lived token in its URL.
 func (s *Server) handleTickets(w http.ResponseWriter, r *http.Request) {
 	if s.deps.Tickets == nil {
-		writeError(w, http.StatusNotFound, "not_found", "tickets are not enabled on this server")
+		// Only this answer tells a browser client it may fall back to
+		// access_token: a proxy's 404 does not.
+		writeError(w, http.StatusNotFound, "tickets_disabled", "tickets are not enabled on this server: put the token in access_token instead")
 		return
 	}
 	refuse := func(reason Reason, msg string) {

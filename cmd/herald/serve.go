@@ -68,6 +68,8 @@ type serveOptions struct {
 	log    logSettings
 	gw     gateway.Config
 	feed   bool
+	// tickets is --tickets: false leaves POST /v1/tickets off.
+	tickets bool
 	// adminTokenFile is --admin-token-file; serve reads it into
 	// gw.AdminToken.
 	adminTokenFile string
@@ -86,6 +88,7 @@ func (o *serveOptions) register(st *settings) {
 	registerGateway(st, &o.gw)
 	st.StringList(&o.trustedProxies, "trusted-proxies", "reverse proxies (comma-separated CIDRs or IP addresses, e.g. 127.0.0.1/32,10.0.0.0/8) whose Forwarded / X-Forwarded-For headers name the client address used by --connect-attempts-per-ip and the logs; empty = trust none, the client is the TCP peer")
 	st.Bool(&o.feed, "feed", true, "also run the outbox Worker in this process (false = pure edge node)")
+	st.Bool(&o.tickets, "tickets", true, "serve POST /v1/tickets (single-use tickets for a token in a URL); false = it answers 404 tickets_disabled, and browser clients then put the token itself in the URL (access_token)")
 	st.String(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token (a secret of at least 16 bytes; surrounding whitespace is trimmed) that turns on the read-only operator view at /ops/ (docs/operator.md); empty = the view is off (404)")
 }
 
@@ -185,6 +188,9 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	tickets, err := openTickets(rdb, o.broker.RedisPrefix)
 	if err != nil {
 		return fmt.Errorf("config: tickets: %w", err)
+	}
+	if !o.tickets {
+		tickets = nil // POST /v1/tickets answers 404 tickets_disabled
 	}
 	authorizer, err := o.auth.authorizer(verifier, revocations, log, reg)
 	if err != nil {
