@@ -16,5 +16,6 @@
 // Tickets (TicketIssuer: MemoryTickets, RedisTickets) carry verified
 // claims for SSE clients that cannot send headers. Revocations
 // (RevocationStore: PostgresRevocations, SQLiteRevocations,
-// RedisRevocations, MemoryRevocations) cut sessions (sid) and tokens (jti).
+// RedisRevocations, MemoryRevocations; MirroredRevocations keeps them in
+// several at once) cut sessions (sid) and tokens (jti).
 package auth
