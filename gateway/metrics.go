@@ -47,12 +47,13 @@ const (
 	limitClientTimeout  = ws.LimitClientTimeout  // ClientTimeout
 	limitConnectTimeout = ws.LimitConnectTimeout // ConnectTimeout
 	limitUserConns      = "connections_per_user" // MaxConnectionsPerUser
+	limitUserTickets    = "tickets_per_user"     // the ticket store's MaxPerUser
 )
 
 var limitLabels = []string{
 	limitConnections, limitConnectRate, limitMessageSize, limitInflight,
 	limitSubscriptions, limitQueue, limitClientTimeout, limitConnectTimeout,
-	limitUserConns,
+	limitUserConns, limitUserTickets,
 }
 
 // Labels of herald_revalidation_failures_total: the check that failed.
