@@ -2,7 +2,11 @@ package gateway
 
 import (
 	"context"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +277,71 @@ func TestRevokingASubscriptionToken(t *testing.T) {
 				t.Fatalf("herald_subscriptions_ended_total{ws,revoked} = %v, want 2", n)
 			}
 		})
+	}
+}
+
+// TestSecurityCredentialsTable: docs/security.md's table of credentials
+// has a row for every credential a connection or a subscription rests on,
+// and each row names tests that exist in the repository.
+func TestSecurityCredentialsTable(t *testing.T) {
+	doc, err := os.ReadFile("../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Credentials\n")
+	if !ok {
+		t.Fatal("docs/security.md has no Credentials section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	defined := map[string]bool{}
+	funcRE := regexp.MustCompile(`(?m)^func (Test\w+)\(`)
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range funcRE.FindAllStringSubmatch(string(b), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) != 6 || strings.HasPrefix(strings.TrimSpace(cells[0]), "---") || strings.TrimSpace(cells[0]) == "credential" {
+			continue
+		}
+		name := strings.TrimSpace(cells[0])
+		tests := regexp.MustCompile("`(Test\\w+)`").FindAllStringSubmatch(cells[5], -1)
+		if len(tests) == 0 {
+			t.Errorf("row %q names no test", name)
+		}
+		for _, m := range tests {
+			if !defined[m[1]] {
+				t.Errorf("row %q names %s, which no test file defines", name, m[1])
+			}
+		}
+		for _, want := range []string{"connection token", "ticket", "subscription token", "authorization webhook answer", "admin token"} {
+			if strings.HasPrefix(name, want) {
+				rows[want] = true
+			}
+		}
+	}
+	for _, want := range []string{"connection token", "ticket", "subscription token", "authorization webhook answer", "admin token"} {
+		if !rows[want] {
+			t.Errorf("the credentials table has no row for the %s", want)
+		}
 	}
 }
