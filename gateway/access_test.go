@@ -168,6 +168,14 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 		t.Fatalf("sse got %+v, want only orders/1", p)
 	}
 
+	// Subscribing again with a fresh subscription token works at once.
+	fresh := subTokenSpec(t, "private/7", "", "", time.Now().Add(time.Hour))
+	c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "private/7", "token": fresh}), &res)
+	pub = e.publish("acme", "private/7", `3`)
+	if p := c.pub(); p.Channel != "private/7" || p.Offset != pub.Offset {
+		t.Fatalf("ws after subscribing again got %+v", p)
+	}
+
 	// Past its exp but inside the leeway: accepted, and ended at once.
 	stale := subTokenSpec(t, "private/8", "", "", time.Now().Add(-5*time.Second))
 	c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "private/8", "token": stale}), &res)

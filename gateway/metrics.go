@@ -130,7 +130,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op", "code"}),
 		subsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_subscriptions_ended_total",
-			Help: "Subscriptions the server ended on its own while the connection stayed (a withdrawn grant, a webhook denial), by transport and reason.",
+			Help: "Subscriptions the server ended on its own while the connection stayed (a withdrawn grant, a webhook denial, a subscription token expired or revoked), by transport and reason.",
 		}, []string{"transport", "reason"}),
 		revalFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_revalidation_failures_total",
