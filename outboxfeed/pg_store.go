@@ -2,6 +2,7 @@ package outboxfeed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -68,7 +69,8 @@ func (s *PGStore) Ping(ctx context.Context) error {
 }
 
 // Migrate applies pending migrations in one transaction under an advisory
-// lock, then installs or drops the notify trigger per the config.
+// lock, then installs or drops the notify trigger per the config. It then
+// refuses, with ErrRestored, positions copied from another cluster.
 func (s *PGStore) Migrate(ctx context.Context) error {
 	return s.migrateTo(ctx, len(pgMigrations))
 }
@@ -130,6 +132,14 @@ func (s *PGStore) migrateTo(ctx context.Context, n int) error {
 	})
 	if err != nil {
 		return fmt.Errorf("outboxfeed: migrate postgres: %w", err)
+	}
+	if n >= 3 { // positions are snapshots since migration 3
+		if err := checkPositions(ctx, s.pool); err != nil {
+			if errors.Is(err, ErrRestored) {
+				return err
+			}
+			return fmt.Errorf("outboxfeed: migrate postgres: %w", err)
+		}
 	}
 	return nil
 }

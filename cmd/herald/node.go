@@ -76,11 +76,13 @@ type workerSettings struct {
 	ActivePoll     time.Duration
 	IdleAfter      time.Duration
 	DurableClaims  bool
+	RangeRecords   int
 }
 
 func (w *workerSettings) register(st *settings) {
 	st.String(&w.Types, "types", "", "notification-type registry JSON file; empty = every type accepted at any schema_version ≥ 1")
 	st.Int(&w.BatchSize, "outbox-batch-size", 1000, "records one claim of a partition takes")
+	st.Int(&w.RangeRecords, "outbox-range-records", outboxfeed.DefaultRangeRecords, "PostgreSQL: records of one range a lane reads and holds in memory to publish it in staging order; a larger range is read in runs")
 	st.Int(&w.Concurrency, "outbox-concurrency", 32, "channels published in parallel within a batch")
 	st.Duration(&w.PollInterval, "outbox-poll-interval", 500*time.Millisecond, "how often the Worker polls when no wake-up arrives")
 	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed partition's batch; once it expires, another Worker takes the batch over")
@@ -120,7 +122,7 @@ func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (ou
 		registry = r
 	}
 	return outboxfeed.WorkerConfig{
-		BatchSize: w.BatchSize, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
+		BatchSize: w.BatchSize, RangeRecords: w.RangeRecords, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
 		LeaseDuration: w.Lease, MaxAttempts: w.MaxAttempts, MaxAge: w.MaxAge,
 		Lanes: w.Lanes, ActivePollInterval: w.ActivePoll, IdleAfter: w.IdleAfter, DurableClaims: w.DurableClaims,
 		Registry: registry, Logger: log, Registerer: reg,

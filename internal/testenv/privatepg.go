@@ -113,6 +113,10 @@ func (pg *PrivatePG) Start() error { return pg.ctl("start") }
 // start).
 func (pg *PrivatePG) Stop(mode string) error { return pg.ctl("stop", "-m", mode) }
 
+// Tool is the path of a PostgreSQL client program (pg_dump, psql, …) of
+// the version the cluster runs.
+func (pg *PrivatePG) Tool(name string) string { return filepath.Join(pg.bin, name) }
+
 // URL is the connection URL of the cluster's postgres database.
 func (pg *PrivatePG) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", pg.port)
