@@ -305,7 +305,7 @@ func (a pgAdmin) Purge(ctx context.Context, r PurgeRequest) (PurgeResult, error)
 		}
 	}
 	if r.State == StateDispatched && r.Type == "" && r.SchemaVersion == 0 {
-		segs, err := a.s.removeSegments(ctx, r.OlderThan)
+		segs, err := a.s.removeSegments(ctx, r.OlderThan, time.Second)
 		res.Segments = segs
 		if err != nil {
 			return res, fmt.Errorf("outboxfeed: purge: remove segments: %w", err)

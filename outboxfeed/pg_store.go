@@ -14,10 +14,11 @@ import (
 // PGStore is the PostgreSQL outbox store (schema herald). All timestamps
 // come from the database clock.
 type PGStore struct {
-	pool   *pgxpool.Pool
-	cfg    Config
-	log    *slog.Logger
-	wakeup wakeHub
+	pool        *pgxpool.Pool
+	cfg         Config
+	log         *slog.Logger
+	wakeup      wakeHub
+	archiveWait archiveWait // the Pruner's wait for herald.outbox's lock
 }
 
 var _ Store = (*PGStore)(nil)

@@ -77,6 +77,7 @@ type workerSettings struct {
 	IdleAfter      time.Duration
 	DurableClaims  bool
 	RangeRecords   int
+	ArchiveWait    time.Duration
 }
 
 func (w *workerSettings) register(st *settings) {
@@ -94,11 +95,13 @@ func (w *workerSettings) register(st *settings) {
 	st.Bool(&w.DurableClaims, "outbox-durable-claims", false, "commit the Worker's claim/complete transactions synchronously (off: a completion lost in a crash only causes a duplicate)")
 	st.Duration(&w.Retention, "outbox-retention", outboxfeed.DefaultRetention, "dispatched records are kept at least this long; then whole segments go (PostgreSQL), or rows (SQLite)")
 	st.Int(&w.SegmentRecords, "outbox-segment-records", outboxfeed.DefaultSegmentRecords, "PostgreSQL: records per segment of herald.outbox (retention drops whole segments)")
+	st.Duration(&w.ArchiveWait, "outbox-archive-lock-timeout", time.Second, "PostgreSQL: the longest a done segment's move out of herald.outbox waits for the table's lock (producers queue behind it that long); the wait starts at 20ms and doubles after each run that could not get it")
 }
 
 // startPruner runs the retention pruner beside the Worker.
 func (w *workerSettings) startPruner(ctx context.Context, store outboxfeed.Store, log *slog.Logger, reg prometheus.Registerer) (*outboxfeed.Pruner, error) {
-	p, err := outboxfeed.NewPruner(store, outboxfeed.PrunerConfig{Retention: w.Retention, SegmentRecords: int64(w.SegmentRecords), Logger: log, Registerer: reg})
+	p, err := outboxfeed.NewPruner(store, outboxfeed.PrunerConfig{Retention: w.Retention, SegmentRecords: int64(w.SegmentRecords),
+		ArchiveLockTimeout: w.ArchiveWait, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("config: --outbox-retention: %w", err)
 	}
