@@ -3,6 +3,7 @@ package outboxfeed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,4 +112,50 @@ func TestPostgresReplayAfterRepartition(t *testing.T) {
 		_, ok := stateOf(t, s, id).(Dispatched)
 		return ok
 	})
+}
+
+// A partition whose channel holds more than a batch in its retry queue
+// (a broker outage) is being retired by a change of the partition count:
+// once the broker is back the channel goes out in order, the partition
+// retires and the new ones take over.
+func TestPostgresRetiringPartitionWithAHeldChannel(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	a, _ := AdminOf(s)
+	var down atomic.Bool
+	down.Store(true)
+	rec := newRecorder()
+	rec.before = func(context.Context, fanout.Message) error {
+		if down.Load() {
+			return errBrokerDown
+		}
+		return nil
+	}
+	const batch = 5
+	startWorker(t, s, rec, WorkerConfig{BatchSize: batch})
+	var held []string
+	for range 4 {
+		var ns []Notification
+		for i := range batch {
+			ns = append(ns, note("c/held", fmt.Sprintf(`{"i":%d}`, i)))
+		}
+		held = append(held, pgStage(t, s, ns...)...)
+	}
+	k := fanout.Key{Tenant: "acme", Channel: "c/held"}
+	eventually(t, 30*time.Second, "the channel held past a batch", func() bool {
+		var n int
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_retry WHERE channel = $1 AND state = 'pending'`,
+			k.Channel).Scan(&n), "count held")
+		return n == len(held)
+	})
+	testenv.Must(t, a.SetPartitions(ctx, 8), "set partitions")
+	after := pgStage(t, s, note("c/held", `{"after":"the change"}`))
+	down.Store(false)
+	want := append(held, after...)
+	rec.waitFor(t, time.Minute, "the held channel", func() bool { return len(rec.channel(k)) >= len(want) })
+	if got := rec.channel(k); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("c/held published %v, want %v", got, want)
+	}
+	eventually(t, time.Minute, "the change finished", func() bool { return oldPartitionsRetired(t, a, 8) })
 }
