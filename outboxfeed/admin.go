@@ -39,6 +39,11 @@ type Admin interface {
 	// embedded store has one), keeping each channel's order (see
 	// PGStore's procedure in docs/delivery.md).
 	SetPartitions(ctx context.Context, n int) error
+	// ResetAfterRestore makes positions copied from another PostgreSQL
+	// cluster (a logical restore) safe to consume from again, putting
+	// every record not known done back in the retry queue (see
+	// ErrRestored; the embedded store keeps no transaction ids and refuses).
+	ResetAfterRestore(ctx context.Context) (ResetResult, error)
 }
 
 // Admin sentinel errors; test with errors.Is.

@@ -33,6 +33,13 @@ type PrunerConfig struct {
 	// Interval is the time between two prune runs (the first runs at
 	// Start). Default: 1m.
 	Interval time.Duration
+	// ArchiveLockTimeout bounds how long moving a done segment out of
+	// herald.outbox waits for the table's lock (PostgreSQL), and so how
+	// long producers' inserts can queue behind it. A move waits 20ms at
+	// first and twice as long after each run it could not get the lock
+	// (producers' transactions kept the table busy), up to this bound, so
+	// the move happens even while transactions always overlap. Default: 1s.
+	ArchiveLockTimeout time.Duration
 	// Logger receives prune results and failures; repeated failures are
 	// rate-limited to one per LogEvery. Default: discard.
 	Logger *slog.Logger
@@ -56,6 +63,9 @@ func (c PrunerConfig) withDefaults() PrunerConfig {
 	if c.SegmentRecords == 0 {
 		c.SegmentRecords = DefaultSegmentRecords
 	}
+	if c.ArchiveLockTimeout == 0 {
+		c.ArchiveLockTimeout = time.Second
+	}
 	if c.LogEvery == 0 {
 		c.LogEvery = 30 * time.Second
 	}
@@ -73,6 +83,8 @@ func (c PrunerConfig) validate() error {
 		return fmt.Errorf("%w: BatchSize %d: must be between 1 and %d", ErrInvalidConfig, c.BatchSize, maxBatch)
 	case c.SegmentRecords < 1:
 		return fmt.Errorf("%w: SegmentRecords %d: must be ≥ 1", ErrInvalidConfig, c.SegmentRecords)
+	case c.ArchiveLockTimeout < archiveLockTimeoutMin:
+		return fmt.Errorf("%w: ArchiveLockTimeout %v: must be at least %v", ErrInvalidConfig, c.ArchiveLockTimeout, archiveLockTimeoutMin)
 	case c.Interval < 0:
 		return fmt.Errorf("%w: Interval %v: must not be negative", ErrInvalidConfig, c.Interval)
 	case c.LogEvery < 0:
@@ -170,7 +182,7 @@ func (p *Pruner) Prune(ctx context.Context) (int64, error) {
 	var segErr error
 	var segs int
 	if p.segs != nil {
-		segs, segErr = p.segs.maintainSegments(ctx, p.cfg.SegmentRecords, p.cfg.Retention)
+		segs, segErr = p.segs.maintainSegments(ctx, p.cfg.SegmentRecords, p.cfg.Retention, p.cfg.ArchiveLockTimeout)
 		if segs > 0 {
 			p.log.Info("removed outbox segments past retention", "segments", segs)
 		}

@@ -423,3 +423,9 @@ func (a sqliteAdmin) SetPartitions(ctx context.Context, n int) error {
 	}
 	return invalid("the embedded SQLite store has one partition; only PostgreSQL can have %d", n)
 }
+
+// ResetAfterRestore is refused: the embedded store's position is a seq,
+// which a copy of the file keeps exact.
+func (a sqliteAdmin) ResetAfterRestore(ctx context.Context) (ResetResult, error) {
+	return ResetResult{}, invalid("the embedded SQLite store's position is a record number, exact in any copy of its file: there is nothing to reset")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,19 +41,23 @@ const segmentMargin = 1000
 // segment that is busy is left for the next run.
 const pgSegmentLockTimeout = "50ms"
 
+// archiveLockTimeoutMin is the first wait of a move to the archive for
+// herald.outbox's lock (see PrunerConfig.ArchiveLockTimeout).
+const archiveLockTimeoutMin = 20 * time.Millisecond
+
 // segmentStore is implemented by stores whose retention works on whole
 // segments (PGStore); the Pruner calls it on every run.
 type segmentStore interface {
-	maintainSegments(ctx context.Context, size int64, retention time.Duration) (removed int, err error)
+	maintainSegments(ctx context.Context, size int64, retention, archiveWaitMax time.Duration) (removed int, err error)
 }
 
 // maintainSegments creates the segments the next records need and removes
 // the ones retention lets go; it returns how many it removed.
-func (s *PGStore) maintainSegments(ctx context.Context, size int64, retention time.Duration) (int, error) {
+func (s *PGStore) maintainSegments(ctx context.Context, size int64, retention, archiveWaitMax time.Duration) (int, error) {
 	if err := s.ensureSegments(ctx, size); err != nil {
 		return 0, fmt.Errorf("outboxfeed: create segments: %w", err)
 	}
-	removed, err := s.removeSegments(ctx, retention)
+	removed, err := s.removeSegments(ctx, retention, archiveWaitMax)
 	if err != nil {
 		return removed, fmt.Errorf("outboxfeed: remove segments: %w", err)
 	}
@@ -137,7 +142,7 @@ SELECT NOT EXISTS (
 	CROSS JOIN LATERAL (
 		SELECT 1 FROM %[1]s o WHERE o.part = p.part AND o.xid >= pg_snapshot_xmin(p.lo)
 			AND NOT pg_visible_in_snapshot(o.xid, p.lo)
-			AND NOT (p.hi IS NOT NULL AND pg_visible_in_snapshot(o.xid, p.hi) AND (o.xid, o.seq) <= (p.pos_xid, p.pos_seq))
+			AND NOT (p.hi IS NOT NULL AND pg_visible_in_snapshot(o.xid, p.hi) AND o.seq <= p.pos_seq)
 		LIMIT 1) x)`
 
 // segment is one row of herald.outbox_segment (or the default partition).
@@ -153,7 +158,7 @@ type segment struct {
 // drops the archived ones past retention, and truncates the open one (and
 // the default partition) when its records are all done and its newest is
 // older than retention.
-func (s *PGStore) removeSegments(ctx context.Context, retention time.Duration) (int, error) {
+func (s *PGStore) removeSegments(ctx context.Context, retention, archiveWaitMax time.Duration) (int, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT name, from_seq, to_seq, to_seq <= (SELECT last_value FROM herald.outbox_record_seq), archived_at IS NOT NULL,
 	coalesce(newest_at < now() - $1::bigint * interval '1 microsecond', true)
@@ -185,7 +190,7 @@ ORDER BY 1`, retention.Microseconds())
 				ok, err = s.dropArchived(ctx, sg.name)
 			}
 		} else {
-			ok, err = s.removeSegment(ctx, sg, retention)
+			ok, err = s.removeSegment(ctx, sg, retention, archiveWaitMax)
 		}
 		if err != nil {
 			return removed, err
@@ -204,7 +209,7 @@ ORDER BY 1`, retention.Microseconds())
 // transaction was writing into it has committed (or rolled back), and
 // looks again. Pruners of several processes take turns (pgPruneLockKey);
 // one that finds another at work leaves the segment to its next run.
-func (s *PGStore) removeSegment(ctx context.Context, sg segment, retention time.Duration) (bool, error) {
+func (s *PGStore) removeSegment(ctx context.Context, sg segment, retention, archiveWaitMax time.Duration) (bool, error) {
 	name := sg.name
 	check := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
@@ -227,7 +232,7 @@ func (s *PGStore) removeSegment(ctx context.Context, sg segment, retention time.
 	if empty, done, _, old, err := check(s.pool); err != nil || !done || !sg.full && (empty || !old) {
 		return false, err
 	}
-	var removed bool
+	var removed, archiving, moved bool
 	err := s.pruneTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `LOCK TABLE herald.`+name+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return err // busy (lock timeout): next run
@@ -243,7 +248,14 @@ func (s *PGStore) removeSegment(ctx context.Context, sg segment, retention time.
 			}
 			_, err = tx.Exec(ctx, `DELETE FROM herald.outbox_segment WHERE name = $1`, name)
 		case sg.full:
-			// Done, kept for the retention: out of the claims' way.
+			// Done, kept for the retention: out of the claims' way. The
+			// detach needs herald.outbox's own lock, which producers'
+			// transactions hold while they run: it waits longer after each
+			// run it could not get it (archiveWait).
+			archiving = true
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, s.archiveWait.next(archiveWaitMax).String()); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, `ALTER TABLE herald.outbox DETACH PARTITION herald.`+name); err != nil {
 				return err
 			}
@@ -252,6 +264,7 @@ func (s *PGStore) removeSegment(ctx context.Context, sg segment, retention time.
 				return err
 			}
 			_, err = tx.Exec(ctx, `UPDATE herald.outbox_segment SET archived_at = now(), newest_at = $2 WHERE name = $1`, name, newest)
+			moved = err == nil
 			return err // archived, not removed
 		case empty || !old:
 			return nil
@@ -261,7 +274,41 @@ func (s *PGStore) removeSegment(ctx context.Context, sg segment, retention time.
 		removed = err == nil
 		return err
 	})
+	if archiving {
+		s.archiveWait.done(err == nil && moved)
+	}
 	return removed, err
+}
+
+// archiveWait is how long the next move of a segment to the archive
+// waits for herald.outbox's lock: archiveLockTimeoutMin, doubled after
+// each move that could not get it, up to the configured bound, and back
+// to the minimum after one that did.
+type archiveWait struct {
+	mu  sync.Mutex
+	cur time.Duration
+}
+
+// next is the wait for the next move.
+func (w *archiveWait) next(limit time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cur == 0 {
+		w.cur = archiveLockTimeoutMin
+	}
+	w.cur = min(w.cur, limit)
+	return w.cur
+}
+
+// done records whether the move got the lock.
+func (w *archiveWait) done(ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ok {
+		w.cur = archiveLockTimeoutMin
+		return
+	}
+	w.cur *= 2
 }
 
 // dropArchived drops the archived segment name (past the retention).

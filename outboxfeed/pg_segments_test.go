@@ -3,6 +3,7 @@ package outboxfeed
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,5 +193,97 @@ func TestPrunerLifecycle(t *testing.T) {
 	p.Stop()
 	if err := p.Start(ctx); !errors.Is(err, ErrStopped) {
 		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+	}
+}
+
+// Moving a done segment out of herald.outbox needs the table's own lock,
+// which every producer's transaction holds while it runs. With producers'
+// transactions always overlapping (here each lasts 150ms and another
+// starts every 50ms), a move that waits a fixed 50ms for it never happens,
+// and claims go on opening every done segment. The wait grows after each
+// run that could not get the lock, so the move happens after a few runs
+// (producers then wait at most that long, once).
+func TestPostgresArchivingUnderOverlappingProducers(t *testing.T) {
+	t.Parallel()
+	const size = 100
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	p, err := NewPruner(s, PrunerConfig{SegmentRecords: size, Retention: time.Hour})
+	testenv.Must(t, err, "pruner")
+	_, err = p.Prune(ctx)
+	testenv.Must(t, err, "first prune")
+	var ids []string
+	for range 3 {
+		rows, err := s.Pool().Query(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
+			SELECT 'acme', 'c/' || (g % 7), 'order.updated', 1, '{}' FROM generate_series(1, $1) g RETURNING id::text`, size+segmentMargin/3)
+		testenv.Must(t, err, "stage")
+		for rows.Next() {
+			var id string
+			testenv.Must(t, rows.Scan(&id), "scan")
+			ids = append(ids, id)
+		}
+		testenv.Must(t, rows.Err(), "stage rows")
+		_, err = p.Prune(ctx)
+		testenv.Must(t, err, "prune while staging")
+	}
+	pub := &countingPublisher{}
+	startWorker(t, s, pub, WorkerConfig{})
+	eventually(t, time.Minute, "every record done", func() bool { return pub.n.Load() >= int64(len(ids)) })
+	for _, id := range ids {
+		eventually(t, 10*time.Second, "dispatched", func() bool { _, ok := stateOf(t, s, id).(Dispatched); return ok })
+	}
+
+	// Producers whose transactions always overlap.
+	pctx, stop := context.WithCancel(ctx)
+	var started atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() {
+				if !sleepCtx(pctx, time.Duration(i)*50*time.Millisecond) {
+					return
+				}
+				for pctx.Err() == nil {
+					tx, err := s.Pool().Begin(pctx)
+					if err != nil {
+						return
+					}
+					if _, err := Stage(pctx, tx, note("c/busy", `{}`)); err == nil {
+						started.Add(1)
+						_, _ = tx.Exec(pctx, `SELECT pg_sleep(0.15)`)
+					}
+					_ = tx.Commit(context.Background())
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	defer func() { stop(); <-done }()
+	eventually(t, 10*time.Second, "producers running", func() bool { return started.Load() >= 6 })
+	for run := 1; ; run++ {
+		_, err := p.Prune(ctx)
+		testenv.Must(t, err, "prune under load")
+		if _, archived := attachedSegments(t, s); archived > 0 {
+			t.Logf("a done segment moved to the archive at run %d, with %d producer transactions begun", run, started.Load())
+			break
+		}
+		if run == 10 {
+			t.Fatalf("no done segment moved to the archive in %d runs while producers' transactions overlap", run)
+		}
+	}
+}
+
+// sleepCtx sleeps d, or less if ctx ends first; it reports whether it slept
+// the whole time.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -2,6 +2,7 @@ package outboxfeed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -13,10 +14,11 @@ import (
 // PGStore is the PostgreSQL outbox store (schema herald). All timestamps
 // come from the database clock.
 type PGStore struct {
-	pool   *pgxpool.Pool
-	cfg    Config
-	log    *slog.Logger
-	wakeup wakeHub
+	pool        *pgxpool.Pool
+	cfg         Config
+	log         *slog.Logger
+	wakeup      wakeHub
+	archiveWait archiveWait // the Pruner's wait for herald.outbox's lock
 }
 
 var _ Store = (*PGStore)(nil)
@@ -68,7 +70,8 @@ func (s *PGStore) Ping(ctx context.Context) error {
 }
 
 // Migrate applies pending migrations in one transaction under an advisory
-// lock, then installs or drops the notify trigger per the config.
+// lock, then installs or drops the notify trigger per the config. It then
+// refuses, with ErrRestored, positions copied from another cluster.
 func (s *PGStore) Migrate(ctx context.Context) error {
 	return s.migrateTo(ctx, len(pgMigrations))
 }
@@ -130,6 +133,14 @@ func (s *PGStore) migrateTo(ctx context.Context, n int) error {
 	})
 	if err != nil {
 		return fmt.Errorf("outboxfeed: migrate postgres: %w", err)
+	}
+	if n >= 3 { // positions are snapshots since migration 3
+		if err := checkPositions(ctx, s.pool); err != nil {
+			if errors.Is(err, ErrRestored) {
+				return err
+			}
+			return fmt.Errorf("outboxfeed: migrate postgres: %w", err)
+		}
 	}
 	return nil
 }
@@ -243,7 +254,7 @@ WITH line AS (
 		SELECT o.occurred_at, o.seq, o.xid FROM pg_snapshot_xip(p.lo) x(xid)
 			CROSS JOIN LATERAL (SELECT * FROM herald.outbox o WHERE o.part = p.part AND o.xid = x.xid) o
 	) o
-	WHERE (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR (o.xid, o.seq) > (p.pos_xid, p.pos_seq))
+	WHERE (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq)
 		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq)
 )
 SELECT

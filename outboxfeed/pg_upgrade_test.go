@@ -127,3 +127,99 @@ func TestPostgresUpgradeFromPerRecordSchema(t *testing.T) {
 		return len(rec.channel(fanout.Key{Tenant: "acme", Channel: "d"})) == 1
 	})
 }
+
+// TestPostgresUpgradeMidRange takes a database of migration 5, whose
+// Workers read a range in (xid, seq) order, with a partition stopped in
+// the middle of a range, records waiting in the retry queue and a claim
+// left open, to the ranges in staging order: every
+// record not yet delivered is delivered once, in order per channel; none
+// delivered before is delivered again.
+func TestPostgresUpgradeMidRange(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenPG(ctx, Config{DatabaseURL: testenv.DatabaseURL(t)})
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.migrateTo(ctx, 5), "migrate to 5")
+	pa, pb := partitionOf(t, s, "acme", "a"), partitionOf(t, s, "acme", "e")
+	if pa == pb {
+		t.Fatalf("channels a and e share partition %d; the test wants two", pa)
+	}
+	type claimed struct {
+		fence int64
+		seqs  []int64
+		xids  []string
+		ids   []string
+	}
+	// oldClaim claims partition part with migration 5's function.
+	oldClaim := func(part, limit int, lease time.Duration) claimed {
+		t.Helper()
+		rows, err := s.Pool().Query(ctx, `SELECT r_kind, r_fence, r_id::text, r_seq, r_xid::text
+			FROM herald.outbox_claim($1, 'old-worker', $3, $2, 1)`, part, limit, lease)
+		testenv.Must(t, err, "old claim")
+		defer rows.Close()
+		var c claimed
+		for rows.Next() {
+			var kind byte
+			var id, xid *string
+			var seq *int64
+			testenv.Must(t, rows.Scan(&kind, &c.fence, &id, &seq, &xid), "scan old claim")
+			if kind == 'r' {
+				c.ids, c.seqs, c.xids = append(c.ids, *id), append(c.seqs, *seq), append(c.xids, *xid)
+			}
+		}
+		testenv.Must(t, rows.Err(), "old claim rows")
+		if len(c.ids) > limit { // the extra one only said there was more
+			c.ids, c.seqs, c.xids = c.ids[:limit], c.seqs[:limit], c.xids[:limit]
+		}
+		return c
+	}
+	// oldComplete completes the first n records of c with migration 5's
+	// function: all done, but those in failed (state pending, a retry).
+	oldComplete := func(part int, c claimed, n int, rangeDone bool, failed map[int]string) {
+		t.Helper()
+		var seqs []int64
+		var xids, states, errs []string
+		var attempts []int32
+		var delays []int64
+		for i, st := range failed {
+			seqs, xids, states = append(seqs, c.seqs[i]), append(xids, c.xids[i]), append(states, st)
+			attempts, delays, errs = append(attempts, 1), append(delays, 0), append(errs, "failed before the upgrade")
+		}
+		var held bool
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT herald.outbox_complete($1, 'old-worker', $2, $3, $4::text::xid8, $5, $6,
+			$7, $8::text[]::xid8[], $9, $10, $11, $12, '{}', '{}', '{}', '{}', '{}')`,
+			part, c.fence, rangeDone, c.xids[n-1], c.seqs[n-1], n,
+			nonNil(seqs), nonNil(xids), nonNil(states), nonNil(attempts), nonNil(delays), nonNil(errs)).Scan(&held), "old complete")
+		if !held {
+			t.Fatal("old completion lost its lease")
+		}
+	}
+	as := pgStage(t, s, note("a", `{"n":1}`), note("a", `{"n":2}`), note("a", `{"n":3}`), note("a", `{"n":4}`), note("a", `{"n":5}`))
+	ca := oldClaim(pa, 2, time.Minute)
+	if fmt.Sprint(ca.ids) != fmt.Sprint(as[:2]) {
+		t.Fatalf("old claim of a = %v, want %v", ca.ids, as[:2])
+	}
+	oldComplete(pa, ca, 2, false, nil) // partition a stops after a2, mid-range
+	bs := pgStage(t, s, note("e", `{"n":1}`), note("e", `{"n":2}`), note("e", `{"n":3}`))
+	cb := oldClaim(pb, 10, time.Minute)
+	oldComplete(pb, cb, 3, true, map[int]string{1: StatePending, 2: StatePending}) // e2 failed, e3 held behind it
+	open := pgStage(t, s, note("e", `{"n":4}`))
+	oldClaim(pb, 10, 100*time.Millisecond) // an old Worker claims e4 and dies
+
+	testenv.Must(t, s.Migrate(ctx), "migrate to the current schema")
+	later := pgStage(t, s, note("a", `{"n":6}`), note("e", `{"n":5}`))
+	rec := newRecorder()
+	startWorker(t, s, rec, WorkerConfig{LeaseDuration: time.Second})
+	want := map[string][]string{"a": {as[2], as[3], as[4], later[0]}, "e": {bs[1], bs[2], open[0], later[1]}}
+	rec.waitFor(t, time.Minute, "every record not yet delivered", func() bool { return rec.count() >= 8 })
+	for ch, ids := range want {
+		if got := rec.channel(fanout.Key{Tenant: "acme", Channel: ch}); fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("channel %s got %v, want %v (each once, in order)", ch, got, ids)
+		}
+	}
+	for _, id := range []string{as[0], as[1], bs[0]} {
+		if _, ok := rec.byID(id); ok {
+			t.Fatalf("record %s, delivered before the upgrade, was delivered again", id)
+		}
+	}
+}

@@ -31,6 +31,9 @@ type sqlitePartition struct {
 	pos       int64
 	claimTo   sql.NullInt64
 	takeovers int
+	tkTo      int64 // the last seq a holder that never completed may have published
+	claimQto  int64 // the last queue row the open claim was handed
+	tkQto     int64 // the last queue row a holder that never completed was handed
 }
 
 // heldBy reports whether owner holds the lease, expired or not (an
@@ -46,8 +49,9 @@ func (p *sqlitePartition) takenAt(owner string, now int64) bool {
 
 func readSQLitePartition(ctx context.Context, tx *sql.Tx) (sqlitePartition, error) {
 	var p sqlitePartition
-	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers
-FROM outbox_partition WHERE part = 0`).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos, &p.claimTo, &p.takeovers)
+	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers, tk_to, claim_qto, tk_qto
+FROM outbox_partition WHERE part = 0`).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos, &p.claimTo, &p.takeovers,
+		&p.tkTo, &p.claimQto, &p.tkQto)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, errors.New("no partition row (is the schema migrated?)")
 	}
@@ -135,21 +139,30 @@ func sqliteClaim(ctx context.Context, tx *sql.Tx, req ClaimRequest, now int64) (
 		Partition: sqlitePart,
 		Owner:     req.Owner,
 		Fence:     p.fence + 1,
-		Takeover:  p.claimTo.Valid,
 		Records:   append(queued, ranged...),
 		More:      rangeMore || queueMore,
 		durable:   req.Durable,
 	}
-	if b.Takeover {
+	tkTo, tkQto, claimQto := p.tkTo, p.tkQto, int64(0)
+	if p.claimTo.Valid {
+		// A claim never completed: its holder may have published any of it.
 		b.Takeovers = p.takeovers + 1
+		tkTo, tkQto = max(tkTo, p.claimTo.Int64), max(tkQto, p.claimQto)
+	}
+	// So may it have any record inside a claim taken over before, by
+	// whichever Worker it was (the broker keeps each once).
+	b.Takeover = b.Takeovers > 0 || len(ranged) > 0 && ranged[0].Seq <= tkTo
+	for i := range queued {
+		claimQto = max(claimQto, queued[i].queued)
+		b.Takeover = b.Takeover || queued[i].queued <= tkQto
 	}
 	if len(blocked) > 0 {
 		b.Blocked = blocked
 	}
 	expires := now + req.Lease.Microseconds()
 	if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
-SET owner = ?1, expires_at = ?2, fence = ?3, claim_to = ?4, takeovers = ?5 WHERE part = 0`,
-		req.Owner, expires, b.Fence, last, b.Takeovers); err != nil {
+SET owner = ?1, expires_at = ?2, fence = ?3, claim_to = ?4, takeovers = ?5, tk_to = ?6, claim_qto = ?7, tk_qto = ?8
+WHERE part = 0`, req.Owner, expires, b.Fence, last, b.Takeovers, tkTo, claimQto, tkQto); err != nil {
 		return nil, err
 	}
 	st := Processing{LeaseOwner: req.Owner, LeaseExpiresAt: micros(expires), Fence: b.Fence}
@@ -175,8 +188,11 @@ FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND state = 'p
 
 // sqliteQueueBatch picks from the retry queue, per channel whose head
 // (lowest pending qseq) is due, its pending rows in qseq order up to the
-// first one not yet due, limit rows in all. It returns them grouped by
-// channel (channels in the order of their heads), the channels with a
+// first one not yet due, sharing limit fairly: each such channel (in the
+// order of their heads, at most limit of them) gets up to
+// ceil(limit/channels) rows, so one channel's long queue never keeps the
+// others waiting and every claim makes progress. It returns them grouped
+// by channel (channels in the order of their heads), the channels with a
 // pending row it did not take (Batch.Blocked), and whether a due row was
 // left for want of room.
 func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]Record, map[fanout.Key]struct{}, bool, error) {
@@ -186,13 +202,10 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 	}
 	defer rows.Close()
 	var (
-		order   []fanout.Key                // channels in head order
-		picked  = map[fanout.Key][]int64{}  // qseqs taken per channel
+		order   []fanout.Key                // channels whose head is due, in head order
+		due     = map[fanout.Key][]int64{}  // their due prefix, in qseq order
 		blocked = map[fanout.Key]struct{}{} // channels with a row left
-		seen    = map[fanout.Key]bool{}
-		n       int
-		more    bool
-		all     []int64
+		cut     = map[fanout.Key]bool{}     // a row of the channel was not due: stop there
 	)
 	for rows.Next() {
 		var qseq, next int64
@@ -200,30 +213,40 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 		if err := rows.Scan(&qseq, &k.Tenant, &k.Channel, &next); err != nil {
 			return nil, nil, false, err
 		}
-		first := !seen[k]
-		seen[k] = true
-		if _, cut := blocked[k]; cut {
-			continue
-		}
-		switch {
+		switch _, seen := due[k]; {
+		case cut[k]:
 		case next > now:
+			cut[k] = true
 			blocked[k] = struct{}{}
-		case n == limit:
-			blocked[k] = struct{}{}
-			more = true
 		default:
-			if first {
+			if !seen {
 				order = append(order, k)
 			}
-			picked[k] = append(picked[k], qseq)
-			all = append(all, qseq)
-			n++
+			due[k] = append(due[k], qseq)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, false, err
 	}
 	rows.Close()
+	var more bool
+	if len(order) > limit {
+		for _, k := range order[limit:] {
+			blocked[k] = struct{}{}
+		}
+		order, more = order[:limit], true
+	}
+	share := max(1, (limit+len(order)-1)/max(1, len(order)))
+	var all []int64
+	for _, k := range order {
+		q := due[k]
+		if len(q) > share {
+			q, more = q[:share], true
+			blocked[k] = struct{}{}
+		}
+		due[k] = q
+		all = append(all, q...)
+	}
 	if len(all) == 0 {
 		return nil, blocked, more, nil
 	}
@@ -237,7 +260,7 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 	}
 	out := make([]Record, 0, len(all))
 	for _, k := range order {
-		for _, q := range picked[k] {
+		for _, q := range due[k] {
 			r, ok := byQseq[q]
 			if !ok {
 				return nil, nil, false, fmt.Errorf("queue row %d vanished during the claim", q)

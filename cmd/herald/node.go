@@ -76,11 +76,14 @@ type workerSettings struct {
 	ActivePoll     time.Duration
 	IdleAfter      time.Duration
 	DurableClaims  bool
+	RangeRecords   int
+	ArchiveWait    time.Duration
 }
 
 func (w *workerSettings) register(st *settings) {
 	st.String(&w.Types, "types", "", "notification-type registry JSON file; empty = every type accepted at any schema_version ≥ 1")
 	st.Int(&w.BatchSize, "outbox-batch-size", 1000, "records one claim of a partition takes")
+	st.Int(&w.RangeRecords, "outbox-range-records", outboxfeed.DefaultRangeRecords, "PostgreSQL: records of one range a lane reads and holds in memory to publish it in staging order; a larger range is read in runs")
 	st.Int(&w.Concurrency, "outbox-concurrency", 32, "channels published in parallel within a batch")
 	st.Duration(&w.PollInterval, "outbox-poll-interval", 500*time.Millisecond, "how often the Worker polls when no wake-up arrives")
 	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed partition's batch; once it expires, another Worker takes the batch over")
@@ -92,11 +95,13 @@ func (w *workerSettings) register(st *settings) {
 	st.Bool(&w.DurableClaims, "outbox-durable-claims", false, "commit the Worker's claim/complete transactions synchronously (off: a completion lost in a crash only causes a duplicate)")
 	st.Duration(&w.Retention, "outbox-retention", outboxfeed.DefaultRetention, "dispatched records are kept at least this long; then whole segments go (PostgreSQL), or rows (SQLite)")
 	st.Int(&w.SegmentRecords, "outbox-segment-records", outboxfeed.DefaultSegmentRecords, "PostgreSQL: records per segment of herald.outbox (retention drops whole segments)")
+	st.Duration(&w.ArchiveWait, "outbox-archive-lock-timeout", time.Second, "PostgreSQL: the longest a done segment's move out of herald.outbox waits for the table's lock (producers queue behind it that long); the wait starts at 20ms and doubles after each run that could not get it")
 }
 
 // startPruner runs the retention pruner beside the Worker.
 func (w *workerSettings) startPruner(ctx context.Context, store outboxfeed.Store, log *slog.Logger, reg prometheus.Registerer) (*outboxfeed.Pruner, error) {
-	p, err := outboxfeed.NewPruner(store, outboxfeed.PrunerConfig{Retention: w.Retention, SegmentRecords: int64(w.SegmentRecords), Logger: log, Registerer: reg})
+	p, err := outboxfeed.NewPruner(store, outboxfeed.PrunerConfig{Retention: w.Retention, SegmentRecords: int64(w.SegmentRecords),
+		ArchiveLockTimeout: w.ArchiveWait, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("config: --outbox-retention: %w", err)
 	}
@@ -120,7 +125,7 @@ func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (ou
 		registry = r
 	}
 	return outboxfeed.WorkerConfig{
-		BatchSize: w.BatchSize, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
+		BatchSize: w.BatchSize, RangeRecords: w.RangeRecords, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
 		LeaseDuration: w.Lease, MaxAttempts: w.MaxAttempts, MaxAge: w.MaxAge,
 		Lanes: w.Lanes, ActivePollInterval: w.ActivePoll, IdleAfter: w.IdleAfter, DurableClaims: w.DurableClaims,
 		Registry: registry, Logger: log, Registerer: reg,

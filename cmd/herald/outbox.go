@@ -25,12 +25,13 @@ var outboxCommands = []struct {
 	{"replay", "move dead letters back to pending (audited; --actor and --reason required)", runOutboxReplay},
 	{"purge", "delete dispatched or dead-lettered records older than an age, in small batches", runOutboxPurge},
 	{"partitions", "list the partitions and their leases; --set N changes their number (PostgreSQL)", runOutboxPartitions},
+	{"reset-after-restore", "make positions copied from another PostgreSQL cluster (a logical restore) safe again", runOutboxResetAfterRestore},
 }
 
 func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		outboxUsage(stderr)
-		return fmt.Errorf("%w: want a subcommand: stats, list, replay, purge or partitions", errUsage)
+		return fmt.Errorf("%w: want a subcommand: stats, list, replay, purge, partitions or reset-after-restore", errUsage)
 	}
 	switch args[0] {
 	case "-h", "--help", "help":
@@ -46,7 +47,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	outboxUsage(stderr)
-	return fmt.Errorf("%w: unknown subcommand %q: want stats, list, replay, purge or partitions", errUsage, args[0])
+	return fmt.Errorf("%w: unknown subcommand %q: want stats, list, replay, purge, partitions or reset-after-restore", errUsage, args[0])
 }
 
 func outboxUsage(w io.Writer) {
@@ -486,6 +487,27 @@ func runOutboxPartitions(ctx context.Context, args []string, stdout, stderr io.W
 			p.Fence, p.Open, p.Takeovers, timeOrDash(p.DoneAt), p.Batches)
 	}
 	return tw.Flush()
+}
+
+// runOutboxResetAfterRestore: see outboxfeed.Admin.ResetAfterRestore and
+// docs/runbooks/store-outage.md.
+func runOutboxResetAfterRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	st, c := newOutboxSettings("reset-after-restore", stderr)
+	if err := c.parse(st, args); err != nil {
+		return err
+	}
+	a, closeStore, err := c.open(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	res, err := a.ResetAfterRestore(ctx)
+	if err != nil {
+		return adminErr(err)
+	}
+	fmt.Fprintf(stdout, "positions reset: %d records not known delivered are queued again (due now), %d transaction ids rewritten; Workers may start\n",
+		res.Requeued, res.Rewritten)
+	return nil
 }
 
 func dash(s string) string {

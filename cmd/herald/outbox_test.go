@@ -412,3 +412,21 @@ func TestOutboxPartitionsCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestOutboxResetAfterRestoreCommand: positions of this cluster are not
+// reset (the command says there is nothing to do), and the embedded store
+// has nothing to reset. The restore itself is tested in outboxfeed.
+func TestOutboxResetAfterRestoreCommand(t *testing.T) {
+	for _, sc := range storeCases() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			dbURL, _ := sc.setup(t)
+			db := []string{"--database-url", dbURL}
+			mustHerald(t, append([]string{"migrate", "--log-level", "warn"}, db...)...)
+			code, _, errOut := herald(t, append([]string{"outbox", "reset-after-restore"}, db...)...)
+			if code != 2 || !strings.Contains(errOut, "nothing to reset") {
+				t.Fatalf("reset-after-restore on a store that was not restored: exit %d, %s", code, errOut)
+			}
+		})
+	}
+}

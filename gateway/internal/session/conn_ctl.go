@@ -38,11 +38,10 @@ type CtlItem struct {
 // SubscribeReq is what a ctlSubscribe item subscribes with.
 type SubscribeReq struct {
 	Since *fanout.Position // resume position; nil: start live
-	// SubToken and recheckAfter are the subscription token and the
-	// authorization's lifetime (Decision.RecheckAfter; 0: as long as the
-	// connection's token).
-	SubToken     string
-	RecheckAfter time.Duration
+	// SubToken and Decision are the subscription token and the decision
+	// that allowed the subscription: what it rests on (Conn.Track).
+	SubToken string
+	Decision subscriptions.Decision
 	// Claims are those of the token the subscription was allowed with.
 	// The writer makes it only while they are the connection's current
 	// claims: when a refresh replaced them meanwhile, it decides again
@@ -204,7 +203,7 @@ func (c *Conn) subscribeNow(id uint64, channel string, req *SubscribeReq) error 
 			}
 			joined = true
 		}
-		c.Track(channel, req.SubToken, req.RecheckAfter) // before the client may unsubscribe
+		c.Track(channel, req.SubToken, req.Decision) // before the client may unsubscribe
 		if c.made(channel, req.Claims) {
 			break
 		}
@@ -236,6 +235,6 @@ func (c *Conn) redecide(ctx context.Context, channel string, req *SubscribeReq, 
 		}
 		return r, false
 	}
-	req.Claims, req.RecheckAfter = claims, d.RecheckAfter
+	req.Claims, req.Decision = claims, d
 	return Reason{}, true
 }

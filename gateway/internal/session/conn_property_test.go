@@ -247,7 +247,7 @@ func (m *propModel) step() string {
 		m.mu.Unlock()
 		var req *SubscribeReq
 		req = &SubscribeReq{
-			Since: since, Claims: cur,
+			Since: since, Decision: authorize(cur, ch), Claims: cur,
 			Authorize: func(_ context.Context, cl *auth.Claims) (subscriptions.Decision, error) {
 				return authorize(cl, ch), nil
 			},

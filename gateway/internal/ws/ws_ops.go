@@ -199,7 +199,7 @@ func (w *Conn) subscribe(f *ClientFrame) {
 	}
 	id := f.ID
 	req := &session.SubscribeReq{
-		SubToken: f.Token, RecheckAfter: d.RecheckAfter, Claims: claims, Authorize: authorize,
+		SubToken: f.Token, Decision: d, Claims: claims, Authorize: authorize,
 		Done: func() { w.requestDone(id) },
 	}
 	if f.Since != nil {
@@ -305,7 +305,7 @@ func (w *Conn) recheck(claims *auth.Claims) {
 	c := w.c
 	for _, e := range c.HeldSubs() {
 		d, err := w.env.Server.Authorize(c.Ctx, subscriptions.Request{
-			Claims: claims, Channel: e.Channel, SubToken: e.SubToken,
+			Claims: claims, Channel: e.Channel, SubToken: e.SubToken, Live: true,
 		})
 		if c.Ctx.Err() != nil {
 			return
