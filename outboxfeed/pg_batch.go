@@ -238,10 +238,15 @@ func (b *Batch) block(k fanout.Key) {
 }
 
 // hand appends up to limit of ranged (in seq order) to b.Records and
-// keeps the rest for the next batch of the range.
+// keeps the rest for the next batch of the range (sharing ranged's
+// array: nothing is copied but this batch).
 func (b *Batch) hand(ranged []Record, limit int) {
 	n := min(len(ranged), limit)
-	b.Records = append(b.Records, ranged[:n]...)
+	if len(b.Records) == 0 {
+		b.Records = ranged[:n:n]
+	} else {
+		b.Records = append(b.Records, ranged[:n]...)
+	}
 	if n < len(ranged) {
 		b.rest = ranged[n:]
 	}
@@ -258,9 +263,10 @@ func (b *Batch) setState() {
 	}
 }
 
-// sortBySeq sorts records of one range into staging order.
+// sortBySeq sorts records of one range into staging order. They come
+// from the index in (xid, seq) order, mostly sorted already.
 func sortBySeq(rs []Record) {
-	slices.SortFunc(rs, func(a, b Record) int {
+	cmp := func(a, b Record) int {
 		switch {
 		case a.Seq < b.Seq:
 			return -1
@@ -268,7 +274,10 @@ func sortBySeq(rs []Record) {
 			return 1
 		}
 		return 0
-	})
+	}
+	if !slices.IsSortedFunc(rs, cmp) {
+		slices.SortFunc(rs, cmp)
+	}
 }
 
 // pgRun is a run of one transaction's consecutive records of a range (in
@@ -542,13 +551,18 @@ func readKeep(res pgx.BatchResults, b *Batch, out []Outcome, next *ClaimRequest)
 	if err := rows.Err(); err != nil || nb == nil {
 		return nil, err // nil: another Worker took the partition over
 	}
-	var ranged []Record
+	// The rest, without copying it: only range records a shortened batch
+	// left over (rare) go in front of it.
+	ranged := b.rest
+	var left []Record
 	for i := len(out); i < len(b.Records); i++ {
 		if b.Records[i].queued == 0 {
-			ranged = append(ranged, b.Records[i])
+			left = append(left, b.Records[i])
 		}
 	}
-	ranged = append(ranged, b.rest...)
+	if len(left) > 0 {
+		ranged = append(left, b.rest...)
+	}
 	if len(ranged) == 0 && !nb.runs.left() {
 		// Nothing left to hand out (the range's last runs were read).
 		nb.More = false
