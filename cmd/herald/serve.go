@@ -35,13 +35,14 @@ type authSettings struct {
 }
 
 func (a *authSettings) register(st *settings) {
-	st.String(&a.HMACSecret, "jwt-hmac-secret", "", "HS256/384/512 key (raw bytes of the string); serve with no key source generates a development secret in --data-dir")
+	st.String(&a.HMACSecret, "jwt-hmac-secret", "", "HS256/384/512 key (raw bytes of the string), at least 32 bytes; given empty it is an error; serve with no key source generates a development secret in --data-dir")
 	st.String(&a.JWKS, "jwks", "", "JWKS URL or file for RS/PS/ES/EdDSA keys")
 	st.String(&a.Issuer, "jwt-issuer", "", "required iss claim; empty = not checked")
 	st.String(&a.Audience, "jwt-audience", "", "required aud claim; empty = not checked")
 	st.String(&a.WebhookURL, "authz-webhook", "", "authorization webhook URL (POST {tenant,subject,channel}); empty = none")
 	st.String(&a.WebhookAuthHeader, "authz-webhook-authorization", "", "Authorization header value sent to the webhook")
 	st.Duration(&a.WebhookTimeout, "authz-webhook-timeout", subscriptions.DefaultWebhookTimeout, "bound on one webhook call; a slow or failed call denies")
+	st.checks = append(st.checks, func() error { return checkHMACSecret(a.HMACSecret, st.source("jwt-hmac-secret")) })
 }
 
 // authorizer builds the subscription authorizer.
@@ -133,6 +134,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	st.logIgnored(log)
 	return serve(ctx, o, log, stdout)
 }
 
@@ -141,6 +143,13 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	defer cancel()
 	if o.gw.TrustedProxies, err = parseTrustedProxies(o.trustedProxies); err != nil {
 		return err
+	}
+	if o.feed && !o.store.isPostgres() {
+		lock, err := lockDataDir(o.store.DataDir)
+		if err != nil {
+			return err
+		}
+		defer lock.release()
 	}
 	reg := newRegistry()
 
@@ -374,6 +383,10 @@ func readAdminToken(path string, log *slog.Logger) (string, error) {
 		return "", fmt.Errorf("config: --admin-token-file: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
+	if len(tok) < gateway.MinAdminTokenLen {
+		return "", fmt.Errorf("config: --admin-token-file %s is %d bytes: the admin token must be at least %d bytes, or it can be guessed; make one with: openssl rand -base64 32 > %s",
+			path, len(tok), gateway.MinAdminTokenLen, shellQuote(path))
+	}
 	if err := gateway.CheckAdminToken(tok); err != nil {
 		return "", fmt.Errorf("config: --admin-token-file %s: the admin token %v (make one with: openssl rand -base64 32 > %s)", path, err, shellQuote(path))
 	}
