@@ -2,8 +2,8 @@ package main
 
 import (
 	"crypto/rand"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
