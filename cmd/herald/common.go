@@ -40,12 +40,12 @@ func (s *storeSettings) check(from origin) error {
 	}
 	where := from.named("--database-url")
 	if !outboxfeed.IsPostgresURL(s.DatabaseURL) {
-		return fmt.Errorf("%w: %s %q is not a PostgreSQL URL: give postgres://USER@HOST:5432/DATABASE (or postgresql://…); "+
+		return fmt.Errorf("config: %s %q is not a PostgreSQL URL: give postgres://USER@HOST:5432/DATABASE (or postgresql://…); "+
 			"for the embedded SQLite store leave --database-url empty and choose its directory with --data-dir",
-			errUsage, where, redactURL(s.DatabaseURL))
+			where, redactURL(s.DatabaseURL))
 	}
 	if _, err := pgxpool.ParseConfig(s.DatabaseURL); err != nil {
-		return fmt.Errorf("%w: %s: %v", errUsage, where, err)
+		return fmt.Errorf("config: %s: %v", where, err)
 	}
 	return nil
 }
@@ -146,13 +146,13 @@ func checkHMACSecret(secret string, from origin) error {
 	where := from.named("--jwt-hmac-secret")
 	switch {
 	case secret == "" && from.desc != "" && !from.file:
-		return fmt.Errorf("%w: %s is empty: an empty secret is an error, never a cue to use another one. Give the nodes' secret "+
+		return fmt.Errorf("config: %s is empty: an empty secret is an error, never a cue to use another one. Give the nodes' secret "+
 			"(at least %d bytes; make one with: head -c 32 /dev/urandom | base64), or leave --jwt-hmac-secret unset to use the development secret in --data-dir",
-			errUsage, where, minHMACSecret)
+			where, minHMACSecret)
 	case secret != "" && len(secret) < minHMACSecret:
-		return fmt.Errorf("%w: %s is %d bytes: an HS256 key must be at least %d bytes, as long as the hash (RFC 7518 §3.2), "+
+		return fmt.Errorf("config: %s is %d bytes: an HS256 key must be at least %d bytes, as long as the hash (RFC 7518 §3.2), "+
 			"or a token signed with it lets anyone guess it offline; make one with: head -c 32 /dev/urandom | base64",
-			errUsage, where, len(secret), minHMACSecret)
+			where, len(secret), minHMACSecret)
 	}
 	return nil
 }

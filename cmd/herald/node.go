@@ -59,8 +59,8 @@ func (b *brokerSettings) checkRedisURL(from origin) error {
 		_, err = redis.ParseURL(b.RedisURL)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %s %q is not a Redis URL (%v): give %s; leave it empty for the in-memory broker (one node)",
-			errUsage, where, redactURL(b.RedisURL), err, forms)
+		return fmt.Errorf("config: %s %q is not a Redis URL (%v): give %s; leave it empty for the in-memory broker (one node)",
+			where, redactURL(b.RedisURL), err, forms)
 	}
 	return nil
 }
