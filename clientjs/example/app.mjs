@@ -6,8 +6,8 @@
 // "orders" through Herald's WebSocket (a real application would stage it
 // in its outbox, in the same transaction).
 //
-//   herald serve --jwt-hmac-secret dev-secret --allowed-origins http://127.0.0.1:8090
-//   HERALD_URL=http://127.0.0.1:8080 HERALD_SECRET=dev-secret node example/app.mjs
+//   herald serve --jwt-hmac-secret dev-secret-0123456789abcdef0123456789 --allowed-origins http://127.0.0.1:8090
+//   HERALD_URL=http://127.0.0.1:8080 HERALD_SECRET=dev-secret-0123456789abcdef0123456789 node example/app.mjs
 //   (Node 20: node --experimental-websocket example/app.mjs)
 //   open http://127.0.0.1:8090/ and change an order:
 //   curl -d '{"status":"shipped"}' http://127.0.0.1:8090/api/orders/A-2
@@ -97,7 +97,7 @@ export async function startApp({ secret, tenant = 'acme', port = 0 }) {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const app = await startApp({ secret: process.env.HERALD_SECRET || 'dev-secret', port: Number(process.env.PORT || 8090) });
+  const app = await startApp({ secret: process.env.HERALD_SECRET || 'dev-secret-0123456789abcdef0123456789', port: Number(process.env.PORT || 8090) });
   app.use(process.env.HERALD_URL || 'http://127.0.0.1:8080');
   console.log(`the example is on ${app.url}/`);
 }

@@ -14,7 +14,7 @@ import { HeraldClient } from '../herald.js';
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /** The HMAC secret every test server and token uses. */
-export const SECRET = 'clientjs-test-secret';
+export const SECRET = 'clientjs-test-secret-0123456789abcdef';
 /** The tenant of every test token. */
 export const TENANT = 'acme';
 
