@@ -65,7 +65,8 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 		}
 		time.Sleep(10 * time.Millisecond) // a probe holds the lock for microseconds
 	}
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {
