@@ -66,8 +66,11 @@ type Batch struct {
 	Records []Record
 	// Blocked lists channels of this partition whose retry queue holds a
 	// record that is not in Records (its retry is not due yet, or the
-	// queue holds more than the batch took). Their records in Records,
-	// if any, must not be published now: they complete with OutcomeHold.
+	// queue holds more than the batch took). The records such a channel
+	// has in Records from the retry queue are the head of its queue, in
+	// order, and are published; those read from the position must wait
+	// behind the rest of the queue: they complete with OutcomeHold (and so
+	// join the queue, behind it).
 	Blocked map[fanout.Key]struct{}
 	// More says the partition holds further records past this batch: the
 	// Worker claims again at once.

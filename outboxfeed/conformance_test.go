@@ -31,6 +31,10 @@ type harness struct {
 	exec func(ctx context.Context, sql string) error
 	// partitionOf is the partition a channel's records go to.
 	partitionOf func(t *testing.T, k fanout.Key) int
+	// queued counts the pending rows of a channel's retry queue.
+	queued func(t *testing.T, k fanout.Key) int
+	// dueNow makes every pending retry-queue row due at once.
+	dueNow func(t *testing.T)
 }
 
 // runConformance is the store conformance suite; setup returns a fresh
@@ -50,6 +54,8 @@ func runConformance(t *testing.T, setup func(t *testing.T) *harness) {
 		{"UnknownTypeVersionDeadLetters", testRegistryNoReader},
 		{"RetryWithBackoffThenDeadLetter", testRetry},
 		{"ChannelWaitingForRetryDoesNotHoldOthersBack", testBlockedHead},
+		{"ChannelHeldPastABatchAfterAnOutage", testHeldPastABatchOutage},
+		{"ChannelHeldPastABatchBehindARetry", testHeldPastABatchRetry},
 		{"BurstHoldsBackOnlyItsPartition", testBurstFairness},
 		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
 		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},

@@ -59,6 +59,16 @@ func pgHarness(t *testing.T) *harness {
 				k.Tenant, k.Channel).Scan(&p), "partition of")
 			return p
 		},
+		queued: func(t *testing.T, k fanout.Key) int {
+			var n int
+			testenv.Must(t, s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM herald.outbox_retry
+				WHERE tenant_id = $1 AND channel = $2 AND state = 'pending'`, k.Tenant, k.Channel).Scan(&n), "count queued")
+			return n
+		},
+		dueNow: func(t *testing.T) {
+			_, err := s.Pool().Exec(context.Background(), `UPDATE herald.outbox_retry SET next_attempt_at = now() WHERE state = 'pending'`)
+			testenv.Must(t, err, "make the retry queue due")
+		},
 	}
 }
 

@@ -175,8 +175,11 @@ FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND state = 'p
 
 // sqliteQueueBatch picks from the retry queue, per channel whose head
 // (lowest pending qseq) is due, its pending rows in qseq order up to the
-// first one not yet due, limit rows in all. It returns them grouped by
-// channel (channels in the order of their heads), the channels with a
+// first one not yet due, sharing limit fairly: each such channel (in the
+// order of their heads, at most limit of them) gets up to
+// ceil(limit/channels) rows, so one channel's long queue never keeps the
+// others waiting and every claim makes progress. It returns them grouped
+// by channel (channels in the order of their heads), the channels with a
 // pending row it did not take (Batch.Blocked), and whether a due row was
 // left for want of room.
 func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]Record, map[fanout.Key]struct{}, bool, error) {
@@ -186,13 +189,10 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 	}
 	defer rows.Close()
 	var (
-		order   []fanout.Key                // channels in head order
-		picked  = map[fanout.Key][]int64{}  // qseqs taken per channel
+		order   []fanout.Key                // channels whose head is due, in head order
+		due     = map[fanout.Key][]int64{}  // their due prefix, in qseq order
 		blocked = map[fanout.Key]struct{}{} // channels with a row left
-		seen    = map[fanout.Key]bool{}
-		n       int
-		more    bool
-		all     []int64
+		cut     = map[fanout.Key]bool{}     // a row of the channel was not due: stop there
 	)
 	for rows.Next() {
 		var qseq, next int64
@@ -200,30 +200,40 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 		if err := rows.Scan(&qseq, &k.Tenant, &k.Channel, &next); err != nil {
 			return nil, nil, false, err
 		}
-		first := !seen[k]
-		seen[k] = true
-		if _, cut := blocked[k]; cut {
-			continue
-		}
-		switch {
+		switch _, seen := due[k]; {
+		case cut[k]:
 		case next > now:
+			cut[k] = true
 			blocked[k] = struct{}{}
-		case n == limit:
-			blocked[k] = struct{}{}
-			more = true
 		default:
-			if first {
+			if !seen {
 				order = append(order, k)
 			}
-			picked[k] = append(picked[k], qseq)
-			all = append(all, qseq)
-			n++
+			due[k] = append(due[k], qseq)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, false, err
 	}
 	rows.Close()
+	var more bool
+	if len(order) > limit {
+		for _, k := range order[limit:] {
+			blocked[k] = struct{}{}
+		}
+		order, more = order[:limit], true
+	}
+	share := max(1, (limit+len(order)-1)/max(1, len(order)))
+	var all []int64
+	for _, k := range order {
+		q := due[k]
+		if len(q) > share {
+			q, more = q[:share], true
+			blocked[k] = struct{}{}
+		}
+		due[k] = q
+		all = append(all, q...)
+	}
 	if len(all) == 0 {
 		return nil, blocked, more, nil
 	}
@@ -237,7 +247,7 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 	}
 	out := make([]Record, 0, len(all))
 	for _, k := range order {
-		for _, q := range picked[k] {
+		for _, q := range due[k] {
 			r, ok := byQseq[q]
 			if !ok {
 				return nil, nil, false, fmt.Errorf("queue row %d vanished during the claim", q)

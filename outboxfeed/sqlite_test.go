@@ -52,6 +52,16 @@ func sqliteHarness(t *testing.T) *harness {
 			return err
 		},
 		partitionOf: func(*testing.T, fanout.Key) int { return 0 }, // one partition
+		queued: func(t *testing.T, k fanout.Key) int {
+			var n int
+			testenv.Must(t, s.DB().QueryRowContext(context.Background(), `SELECT count(*) FROM outbox_retry
+				WHERE tenant_id = ?1 AND channel = ?2 AND state = 'pending'`, k.Tenant, k.Channel).Scan(&n), "count queued")
+			return n
+		},
+		dueNow: func(t *testing.T) {
+			_, err := s.DB().ExecContext(context.Background(), `UPDATE outbox_retry SET next_attempt_at = 0 WHERE state = 'pending'`)
+			testenv.Must(t, err, "make the retry queue due")
+		},
 	}
 }
 

@@ -88,14 +88,15 @@ func (st *dispatchState) result() dispatchResult {
 }
 
 // groupByChannel splits the indexes of recs by channel, keeping their
-// order in each group. Records of a blocked channel are held at once and
-// belong to no group.
+// order in each group. The records a blocked channel has from the
+// position are held at once and belong to no group; its records from the
+// retry queue come first in its queue and are published.
 func groupByChannel(recs []Record, blocked map[fanout.Key]struct{}, out []Outcome) [][]int {
 	index := make(map[fanout.Key]int, 64)
 	var groups [][]int
 	for i := range recs {
 		k := keyOf(&recs[i])
-		if _, ok := blocked[k]; ok {
+		if _, ok := blocked[k]; ok && recs[i].queued == 0 {
 			out[i] = Outcome{Kind: OutcomeHold}
 			continue
 		}

@@ -118,7 +118,7 @@ func (p *restartProducer) counts(ph int) (committed, failures int) {
 // record committed before the stop or after the start ends dispatched and
 // is delivered to an open SSE stream.
 func TestPostgresRestartDuringDispatch(t *testing.T) {
-	pg := startPrivatePG(t)
+	pg := testenv.StartPrivatePG(t)
 	secret := "crashtest-secret-of-32-bytes-" + testenv.Suffix()
 	dataDir := t.TempDir()
 	srv := startHerald(t, "serve", "serve", "--database-url", pg.URL(), "--listen", "127.0.0.1:0",
@@ -160,7 +160,7 @@ func TestPostgresRestartDuringDispatch(t *testing.T) {
 
 	prod.setPhase(phaseDown)
 	stopped := time.Now()
-	if err := pg.ctl("stop", "-m", "fast"); err != nil {
+	if err := pg.Stop("fast"); err != nil {
 		t.Fatal(err)
 	}
 	_, _, atStop, _ := sse.state()
@@ -183,7 +183,7 @@ func TestPostgresRestartDuringDispatch(t *testing.T) {
 	t.Logf("%d records delivered while PostgreSQL was down (the Worker's %d lanes held batches of up to %d)",
 		duringOutage-atStop, restartLanes, restartBatch)
 
-	if err := pg.ctl("start"); err != nil {
+	if err := pg.Start(); err != nil {
 		t.Fatal(err)
 	}
 	started := time.Now()

@@ -1,4 +1,4 @@
-package crashtest
+package testenv
 
 import (
 	"bytes"
@@ -15,19 +15,20 @@ import (
 	"time"
 )
 
-// privatePG is a PostgreSQL cluster of one test, so stopping it disturbs
-// nobody else.
-type privatePG struct {
-	bin     string // directory of initdb, pg_ctl, postgres
-	dir     string // owns data/, the socket and the log
-	data    string
-	port    int
-	asUser  string // run the binaries as this user ("" = as ourselves)
-	logFile string
+// PrivatePG is a PostgreSQL cluster of one test, so stopping, crashing or
+// reconfiguring it disturbs nobody else.
+type PrivatePG struct {
+	bin      string // directory of initdb, pg_ctl, postgres
+	dir      string // owns data/, the socket and the log
+	data     string
+	port     int
+	asUser   string // run the binaries as this user ("" = as ourselves)
+	logFile  string
+	settings []string // extra -c settings
 }
 
 // pgBinDir finds the newest /usr/lib/postgresql/<version>/bin with initdb.
-func pgBinDir(t *testing.T) string {
+func pgBinDir(t testing.TB) string {
 	t.Helper()
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(matches) == 0 {
@@ -45,7 +46,7 @@ func pgBinDir(t *testing.T) string {
 }
 
 // freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -55,18 +56,19 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// startPrivatePG initdb's a cluster in a temporary directory (trust auth,
-// 127.0.0.1 on a free port, socket in the directory) and starts it. As
-// root, initdb and pg_ctl run as the postgres user, which owns the
-// directory. The cluster is stopped and removed when t ends.
-func startPrivatePG(t *testing.T) *privatePG {
+// StartPrivatePG initdb's a cluster in a temporary directory (trust auth,
+// 127.0.0.1 on a free port, socket in the directory) and starts it with
+// the extra server settings given ("name=value", for -c). As root, initdb
+// and pg_ctl run as the postgres user, which owns the directory. The
+// cluster is stopped and removed when t ends.
+func StartPrivatePG(t testing.TB, settings ...string) *PrivatePG {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "herald-crashtest-pg-")
 	if err != nil {
 		t.Fatalf("temp dir: %v", err)
 	}
-	pg := &privatePG{bin: pgBinDir(t), dir: dir, data: filepath.Join(dir, "data"), port: freePort(t),
-		logFile: filepath.Join(dir, "postgres.log")}
+	pg := &PrivatePG{bin: pgBinDir(t), dir: dir, data: filepath.Join(dir, "data"), port: freePort(t),
+		logFile: filepath.Join(dir, "postgres.log"), settings: settings}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -96,24 +98,36 @@ func startPrivatePG(t *testing.T) *privatePG {
 		"-E", "UTF8", "--no-sync"); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	if err := pg.ctl("start"); err != nil {
+	if err := pg.Start(); err != nil {
 		t.Fatalf("start private PostgreSQL: %v", err)
 	}
 	return pg
 }
 
+// Start starts the cluster again (after Stop) and waits until it accepts
+// connections.
+func (pg *PrivatePG) Start() error { return pg.ctl("start") }
+
+// Stop stops the cluster with the pg_ctl shutdown mode given: "fast",
+// "smart" or "immediate" (a crash: no checkpoint, recovery at the next
+// start).
+func (pg *PrivatePG) Stop(mode string) error { return pg.ctl("stop", "-m", mode) }
+
 // URL is the connection URL of the cluster's postgres database.
-func (pg *privatePG) URL() string {
+func (pg *PrivatePG) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", pg.port)
 }
 
 // ctl runs pg_ctl: "start" (waits until it accepts connections) or
 // "stop" with a mode.
-func (pg *privatePG) ctl(action string, extra ...string) error {
+func (pg *PrivatePG) ctl(action string, extra ...string) error {
 	args := []string{action, "-D", pg.data, "-w", "-t", "30"}
 	if action == "start" {
-		args = append(args, "-l", pg.logFile, "-o", fmt.Sprintf(
-			"-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off", pg.port, pg.dir))
+		opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off", pg.port, pg.dir)
+		for _, s := range pg.settings {
+			opts += " -c " + s
+		}
+		args = append(args, "-l", pg.logFile, "-o", opts)
 	}
 	out, err := pg.run(45*time.Second, "pg_ctl", append(args, extra...)...)
 	if err != nil {
@@ -123,7 +137,7 @@ func (pg *privatePG) ctl(action string, extra ...string) error {
 }
 
 // run runs a PostgreSQL binary, as pg.asUser when set.
-func (pg *privatePG) run(timeout time.Duration, name string, args ...string) (string, error) {
+func (pg *PrivatePG) run(timeout time.Duration, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	path := filepath.Join(pg.bin, name)
