@@ -15,6 +15,7 @@ import (
 // Defaults for Config.
 const (
 	DefaultLeeway             = 30 * time.Second
+	DefaultMaxTokenLifetime   = 24 * time.Hour
 	DefaultJWKSRefresh        = 5 * time.Minute
 	DefaultJWKSMinRefresh     = 10 * time.Second
 	DefaultJWKSFetchTimeout   = 5 * time.Second
@@ -44,13 +45,14 @@ func SupportedAlgorithms() []string {
 // JWKS) is required.
 type Config struct {
 	// HMACSecret verifies HS256/384/512 tokens; its raw bytes are the key.
-	// Default: none (HS tokens are verified only against "oct" keys in the
-	// JWKS, and only when Algorithms lists an HS algorithm).
+	// It is the only HMAC key: symmetric ("oct") keys in a JWKS are
+	// refused, since anyone who can read a key set could mint tokens with
+	// them. Default: none (no HS token verifies).
 	HMACSecret []byte
 
-	// JWKS is where RSA, EC, Ed25519 (and "oct") public keys come from: an
-	// http(s) URL, or a file path (optionally prefixed "file://"). Keys are
-	// chosen by the token's "kid". Default: none.
+	// JWKS is where RSA, EC and Ed25519 public keys come from: an http(s)
+	// URL, or a file path (optionally prefixed "file://"). Keys are chosen
+	// by the token's "kid". Default: none.
 	JWKS string
 
 	// JWKSRefresh is how often the key set is reloaded, by the service loop
@@ -76,9 +78,17 @@ type Config struct {
 	// Default: not checked.
 	Audience string
 
-	// Leeway is the clock skew allowed when checking exp and nbf.
-	// Default 30s (DefaultLeeway); a negative value means no leeway.
+	// Leeway is the clock skew allowed when checking exp, nbf and iat (an
+	// iat further than Leeway in the future is refused). Default 30s
+	// (DefaultLeeway); a negative value means no leeway.
 	Leeway time.Duration
+
+	// MaxLifetime is the longest token lifetime accepted: a token whose
+	// exp lies further than this beyond now, or beyond its iat, is
+	// refused. A revocation kept this long therefore outlives every token
+	// it must stop. Default 24h (DefaultMaxTokenLifetime); a negative value
+	// means no bound.
+	MaxLifetime time.Duration
 
 	// Algorithms lists the accepted "alg" values, a subset of
 	// SupportedAlgorithms(). Default: HS256/384/512 when HMACSecret is set,
@@ -114,6 +124,12 @@ func (c Config) withDefaults() Config {
 		c.Leeway = DefaultLeeway
 	case c.Leeway < 0:
 		c.Leeway = 0
+	}
+	switch {
+	case c.MaxLifetime == 0:
+		c.MaxLifetime = DefaultMaxTokenLifetime
+	case c.MaxLifetime < 0:
+		c.MaxLifetime = 0
 	}
 	if len(c.Algorithms) == 0 {
 		if len(c.HMACSecret) > 0 {

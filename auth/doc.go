@@ -4,8 +4,9 @@
 // token holds; package subscriptions interprets them.
 //
 // Verifier (NewVerifier(Config)) accepts HS256/384/512 (Config.HMACSecret
-// or "oct" JWKs), RS256/384/512, PS256/384/512, ES256/384/512 and EdDSA
-// (Ed25519) from a JWK Set given as a URL or a file and chosen by "kid".
+// only: symmetric "oct" keys in a key set are refused), RS256/384/512,
+// PS256/384/512, ES256/384/512 and EdDSA (Ed25519) from a JWK Set given
+// as a URL or a file and chosen by "kid".
 // "alg": "none" is never accepted, and a key is only ever used with the
 // algorithms of its own type (and curve), so an HS256 token cannot be
 // checked against an RSA key's bytes. The JWKS is reloaded every
@@ -15,5 +16,6 @@
 // Tickets (TicketIssuer: MemoryTickets, RedisTickets) carry verified
 // claims for SSE clients that cannot send headers. Revocations
 // (RevocationStore: PostgresRevocations, SQLiteRevocations,
-// RedisRevocations, MemoryRevocations) cut sessions (sid) and tokens (jti).
+// RedisRevocations, MemoryRevocations; MirroredRevocations keeps them in
+// several at once) cut sessions (sid) and tokens (jti).
 package auth

@@ -26,6 +26,9 @@ var (
 	// ErrTicketsFull means the in-memory ticket store holds its maximum of
 	// live tickets.
 	ErrTicketsFull = errors.New("too many live tickets")
+	// ErrTooManyTickets means the user (tenant and subject) holds
+	// TicketConfig.MaxPerUser live tickets already.
+	ErrTooManyTickets = errors.New("too many live tickets for this user")
 
 	// ErrInvalidRevocation wraps every rejected Revocation.
 	ErrInvalidRevocation = errors.New("invalid revocation")

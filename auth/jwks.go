@@ -15,26 +15,27 @@ import (
 type keyKind uint8
 
 const (
-	kindHMAC keyKind = iota + 1
-	kindRSA
+	kindRSA keyKind = iota + 1
 	kindEC256
 	kindEC384
 	kindEC521
 	kindEd25519
 )
 
-// verifyKey is one usable public (or shared, for oct) key.
+// verifyKey is one usable public key.
 type verifyKey struct {
 	kid  string
 	alg  string // the JWK's "alg", empty when the JWK does not pin one
 	kind keyKind
-	key  any // []byte, *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey
+	key  any // *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey
 }
 
 // keySet is an immutable snapshot of a parsed JWKS.
 type keySet struct {
 	byKID map[string][]verifyKey
 	all   []verifyKey
+	// symmetric counts the "oct" keys the document held, all refused.
+	symmetric int
 }
 
 // jwk is the JSON shape of one key (RFC 7517/7518/8037), only the members
@@ -53,7 +54,8 @@ type jwk struct {
 }
 
 // parseJWKS parses a JWK Set document. Keys that cannot be used (unknown
-// type, "use" other than "sig", RSA under 2048 bits, malformed members) are
+// type, symmetric "oct" keys, "use" other than "sig", RSA under 2048 bits,
+// malformed members) are
 // skipped and reported in skipped; a document that is not a JWK Set at all
 // is an error.
 func parseJWKS(data []byte) (ks *keySet, skipped []string, err error) {
@@ -72,6 +74,9 @@ func parseJWKS(data []byte) (ks *keySet, skipped []string, err error) {
 		if err := json.Unmarshal(raw, &j); err != nil {
 			skipped = append(skipped, fmt.Sprintf("key %d: not a JWK object", i))
 			continue
+		}
+		if j.Kty == "oct" {
+			ks.symmetric++
 		}
 		k, err := j.toKey()
 		if err != nil {
@@ -93,14 +98,9 @@ func (j *jwk) toKey() (verifyKey, error) {
 	k := verifyKey{kid: j.Kid, alg: j.Alg}
 	switch j.Kty {
 	case "oct":
-		b, err := b64(j.K, "k")
-		if err != nil {
-			return verifyKey{}, err
-		}
-		if len(b) == 0 {
-			return verifyKey{}, fmt.Errorf("oct key is empty")
-		}
-		k.kind, k.key = kindHMAC, b
+		// A shared secret in a key set lets whoever can read the set mint
+		// tokens: refused, whatever the set's source.
+		return verifyKey{}, fmt.Errorf("symmetric (oct) keys are not accepted from a key set: anyone who can read the set could mint tokens; give an HMAC secret with --jwt-hmac-secret instead")
 	case "RSA":
 		n, err := b64(j.N, "n")
 		if err != nil {
@@ -193,8 +193,6 @@ func (k verifyKey) fits(alg string) bool {
 		return false
 	}
 	switch alg {
-	case "HS256", "HS384", "HS512":
-		return k.kind == kindHMAC
 	case "RS256", "RS384", "RS512", "PS256", "PS384", "PS512":
 		return k.kind == kindRSA
 	case "ES256":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -22,6 +23,7 @@ type jwksSource struct {
 	minRefresh time.Duration
 	now        func() time.Time
 	onResult   func(ok bool, keys int, err error)
+	log        *slog.Logger
 
 	keys atomic.Pointer[loadedKeys]
 
@@ -51,6 +53,7 @@ func newJWKSSource(cfg Config, onResult func(bool, int, error)) *jwksSource {
 		minRefresh: cfg.JWKSMinRefresh,
 		now:        cfg.Now,
 		onResult:   onResult,
+		log:        cfg.Logger,
 		sem:        make(chan struct{}, 1),
 	}
 }
@@ -103,6 +106,7 @@ func (s *jwksSource) reload(ctx context.Context, force, noWait bool) error {
 	}
 	s.keys.Store(&loadedKeys{set: set, at: s.now()})
 	s.onResult(true, set.len(), nil)
+	s.warnSymmetric(set)
 	return nil
 }
 
@@ -134,9 +138,19 @@ func (s *jwksSource) load(ctx context.Context) (*keySet, error) {
 		return nil, err
 	}
 	if set.len() == 0 {
+		s.warnSymmetric(set)
 		return nil, fmt.Errorf("auth: jwks: no usable key (%s)", strings.Join(skipped, "; "))
 	}
 	return set, nil
+}
+
+// warnSymmetric logs, on every load of a set that has them, that it
+// publishes symmetric keys: they are refused, but the set leaks them.
+func (s *jwksSource) warnSymmetric(set *keySet) {
+	if set.symmetric > 0 {
+		s.log.Warn("auth: the key set publishes symmetric (oct) keys; they are refused, but anyone who can read the set can mint tokens for any service that trusts them: remove and rotate them",
+			"keys", set.symmetric)
+	}
 }
 
 func (s *jwksSource) fetch(ctx context.Context) ([]byte, error) {

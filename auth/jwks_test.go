@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -342,5 +344,68 @@ func TestJWKSStaleReloadDoesNotStallOthers(t *testing.T) {
 	release <- struct{}{}
 	if err := <-first; err != nil {
 		t.Fatalf("the reloading caller: %v", err)
+	}
+}
+
+// syncLog is a goroutine-safe log sink.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestJWKSRefusesSymmetricKeys: a key set that publishes a shared secret
+// (kty "oct") does not let its readers mint tokens: an HS256 token signed
+// with that secret is refused, with or without its kid, even when HS256
+// is an accepted algorithm, from a URL and from a file; the set's other
+// keys keep working, and the leak is logged loudly on every load. A set
+// holding only symmetric keys has no usable key.
+func TestJWKSRefusesSymmetricKeys(t *testing.T) {
+	oct := newTestKey(t, "HS256", "shared", 0)
+	ed := newTestKey(t, "EdDSA", "ed-1", 0)
+	c := baseClaims("alice", "acme")
+	srv := newJWKSServer(t, oct, ed)
+	for name, loc := range map[string]string{"url": srv.URL + "/jwks.json", "file": writeJWKS(t, "", oct, ed)} {
+		t.Run(name, func(t *testing.T) {
+			var logs syncLog
+			v, err := NewVerifier(Config{
+				JWKS: loc, Algorithms: SupportedAlgorithms(),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Stop()
+			if err := v.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.Verify(signWith(t, ed, c)); err != nil {
+				t.Fatalf("the set's EdDSA key: %v", err)
+			}
+			for _, kid := range []string{oct.kid, ""} {
+				_, err := v.Verify(sign(t, "HS256", oct.priv, kid, c, tokenOpts{}))
+				if !errors.Is(err, ErrInvalidToken) {
+					t.Fatalf("HS256 token signed with the set's oct key (kid %q) verified: %v", kid, err)
+				}
+			}
+			if !strings.Contains(logs.String(), "symmetric (oct) keys") || !strings.Contains(logs.String(), "level=WARN") {
+				t.Fatalf("no warning about the published secret in the logs:\n%s", logs.String())
+			}
+		})
+	}
+	_, err := NewVerifier(Config{JWKS: writeJWKS(t, "", oct), Algorithms: []string{"HS256"}})
+	if err == nil || !strings.Contains(err.Error(), "symmetric (oct) keys are not accepted from a key set") {
+		t.Fatalf("a set of only oct keys: %v, want no usable key naming the refusal", err)
 	}
 }

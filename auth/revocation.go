@@ -31,7 +31,8 @@ type Revocation struct {
 
 // RevocationStore records revocations and answers whether claims are
 // revoked. Implementations: PostgresRevocations, SQLiteRevocations,
-// RedisRevocations, MemoryRevocations. Revocations whose Until has passed
+// RedisRevocations, MemoryRevocations, and MirroredRevocations over
+// several of them. Revocations whose Until has passed
 // are never reported and are deleted by Prune (each store also prunes
 // while recording a revocation).
 type RevocationStore interface {

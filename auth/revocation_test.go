@@ -51,14 +51,76 @@ func revocationStores() map[string]func(t *testing.T) RevocationStore {
 			testenv.Must(t, s.Close(), "close of a store that does not own its db")
 			return s
 		},
-		"redis": func(t *testing.T) RevocationStore {
-			url, prefix := testenv.Redis(t)
-			opt, err := redis.ParseURL(url)
-			testenv.Must(t, err, "redis url")
-			rdb := redis.NewClient(opt)
-			t.Cleanup(func() { _ = rdb.Close() })
-			return NewRedisRevocations(rdb, prefix)
+		"redis": openRedisRevocations,
+		"mirrored": func(t *testing.T) RevocationStore {
+			durable, err := OpenSQLiteRevocations(context.Background(), filepath.Join(t.TempDir(), "herald.db"))
+			testenv.Must(t, err, "open sqlite")
+			t.Cleanup(func() { _ = durable.Close() })
+			return NewMirroredRevocations(durable, openRedisRevocations(t))
 		},
+	}
+}
+
+func openRedisRevocations(t *testing.T) RevocationStore {
+	url, prefix := testenv.Redis(t)
+	opt, err := redis.ParseURL(url)
+	testenv.Must(t, err, "redis url")
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return NewRedisRevocations(rdb, prefix)
+}
+
+// TestRevocationsSurviveRedisLosingItsData: revocations kept in Redis and
+// in the outbox database (PostgreSQL here) go on counting after Redis
+// restarts without persistence and comes back empty; Redis alone forgets
+// them.
+func TestRevocationsSurviveRedisLosingItsData(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	pool, err := pgxpool.New(ctx, testenv.DatabaseURL(t))
+	testenv.Must(t, err, "pgxpool")
+	t.Cleanup(pool.Close)
+	pg := NewPostgresRevocations(pool)
+	testenv.Must(t, pg.Migrate(ctx), "migrate")
+	inRedis := NewRedisRevocations(rdb, "")
+	both := NewMirroredRevocations(pg, inRedis)
+
+	until := time.Now().Add(time.Hour)
+	testenv.Must(t, both.Revoke(ctx, Revocation{SessionID: "s-1", Until: until, Reason: "stolen laptop"}), "revoke sid")
+	testenv.Must(t, both.Revoke(ctx, Revocation{TokenID: "j-1", Until: until}), "revoke jti")
+	revoked := []*Claims{{SessionID: "s-1"}, {TokenID: "j-1"}}
+	check := func(when string, s RevocationStore, want bool) {
+		t.Helper()
+		for _, c := range revoked {
+			got, err := s.IsRevoked(ctx, c)
+			if err != nil || got != want {
+				t.Fatalf("%s: IsRevoked(%+v) = %v, %v; want %v", when, c, got, err, want)
+			}
+		}
+		set, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range revoked {
+			if set.Revoked(c) != want {
+				t.Fatalf("%s: snapshot says %v for %+v, want %v", when, !want, c, want)
+			}
+		}
+	}
+	check("before the restart, Redis", inRedis, true)
+	check("before the restart, both", both, true)
+
+	srv.Restart()
+	check("after the restart, Redis alone", inRedis, false)
+	check("after the restart, both", both, true)
+	list, err := both.List(ctx)
+	if err != nil || len(list) != 2 || list[0].SessionID != "s-1" || list[0].Reason != "stolen laptop" {
+		t.Fatalf("list after the restart: %+v, %v", list, err)
+	}
+	if got, err := both.IsRevoked(ctx, &Claims{SessionID: "s-2"}); got || err != nil {
+		t.Fatalf("an unrevoked session: %v, %v", got, err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -17,6 +16,10 @@ const DefaultTicketTTL = 30 * time.Second
 
 // DefaultMaxTickets bounds the live tickets of a MemoryTickets.
 const DefaultMaxTickets = 100_000
+
+// DefaultMaxTicketsPerUser bounds the live tickets of one user (tenant and
+// subject) in either store.
+const DefaultMaxTicketsPerUser = 100
 
 // ticketBytes is the random length of a ticket; its text is the unpadded
 // base64url encoding (43 characters).
@@ -31,7 +34,8 @@ const (
 // RedisTickets (any node can redeem).
 type TicketIssuer interface {
 	// Issue returns a new ticket bound to c. It lives TicketConfig.TTL, or
-	// until c expires if that is sooner.
+	// until c expires if that is sooner. It fails with ErrTooManyTickets
+	// when c's user holds TicketConfig.MaxPerUser live tickets.
 	Issue(ctx context.Context, c *Claims) (string, error)
 	// Redeem returns the claims bound to ticket and uses it up. A second
 	// redemption fails with ErrTicketUsed; an unknown, malformed or expired
@@ -48,6 +52,12 @@ type TicketConfig struct {
 	// MemoryTickets; Issue fails with ErrTicketsFull beyond it. Default
 	// 100000. RedisTickets ignores it.
 	MaxTickets int
+	// MaxPerUser bounds the live tickets (issued, neither redeemed nor
+	// expired) of one user, a tenant and subject, whatever addresses
+	// ask for them; Issue fails with ErrTooManyTickets beyond it, so one
+	// user cannot take every ticket of a node. Both stores. Default 100
+	// (DefaultMaxTicketsPerUser).
+	MaxPerUser int
 	// Prefix prefixes RedisTickets keys. Default "herald:".
 	// MemoryTickets ignores it.
 	Prefix string
@@ -61,6 +71,9 @@ func (c TicketConfig) withDefaults() TicketConfig {
 	}
 	if c.MaxTickets == 0 {
 		c.MaxTickets = DefaultMaxTickets
+	}
+	if c.MaxPerUser == 0 {
+		c.MaxPerUser = DefaultMaxTicketsPerUser
 	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultRedisPrefix
@@ -77,6 +90,9 @@ func (c TicketConfig) validate() error {
 	}
 	if c.MaxTickets < 1 {
 		return fmt.Errorf("auth: ticket config: MaxTickets must be positive, got %d", c.MaxTickets)
+	}
+	if c.MaxPerUser < 1 {
+		return fmt.Errorf("auth: ticket config: MaxPerUser must be positive, got %d", c.MaxPerUser)
 	}
 	return nil
 }
@@ -119,6 +135,22 @@ func ticketLifetime(c *Claims, ttl time.Duration, now time.Time) (time.Duration,
 	return min(ttl, left), nil
 }
 
+// ticketUser is the key of c's user (tenant and subject) in the per-user
+// bound: a fixed-length hash, so a long subject costs no more than a short
+// one.
+func ticketUser(c *Claims) string {
+	h := sha256.New()
+	h.Write([]byte(c.Tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(c.Subject))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// tooManyTickets is the error of an Issue over MaxPerUser.
+func tooManyTickets(limit int) error {
+	return fmt.Errorf("auth: issue ticket: %w (%d, TicketConfig.MaxPerUser)", ErrTooManyTickets, limit)
+}
+
 // cloneClaims deep-copies c so a ticket's holder cannot change another's.
 func cloneClaims(c *Claims) *Claims {
 	cp := *c
@@ -128,18 +160,20 @@ func cloneClaims(c *Claims) *Claims {
 }
 
 // ticketClaims is the stored JSON shape of the claims behind a ticket.
+// RedisTickets stores the grant lists apart, named by Grants.
 type ticketClaims struct {
 	Subject   string   `json:"sub"`
 	Tenant    string   `json:"tenant"`
 	Subscribe []string `json:"subscribe,omitempty"`
 	Publish   []string `json:"publish,omitempty"`
+	Grants    string   `json:"grants,omitempty"` // the id of the stored grant lists
 	SessionID string   `json:"sid,omitempty"`
 	TokenID   string   `json:"jti,omitempty"`
 	ExpiresAt int64    `json:"exp_ms"`
 	IssuedAt  int64    `json:"iat_ms,omitempty"`
 }
 
-func encodeTicketClaims(c *Claims) ([]byte, error) {
+func newTicketClaims(c *Claims) ticketClaims {
 	tc := ticketClaims{
 		Subject: c.Subject, Tenant: c.Tenant, Subscribe: c.Subscribe, Publish: c.Publish,
 		SessionID: c.SessionID, TokenID: c.TokenID, ExpiresAt: c.ExpiresAt.UnixMilli(),
@@ -147,18 +181,10 @@ func encodeTicketClaims(c *Claims) ([]byte, error) {
 	if !c.IssuedAt.IsZero() {
 		tc.IssuedAt = c.IssuedAt.UnixMilli()
 	}
-	b, err := json.Marshal(tc)
-	if err != nil {
-		return nil, fmt.Errorf("auth: issue ticket: %w", err)
-	}
-	return b, nil
+	return tc
 }
 
-func decodeTicketClaims(b []byte) (*Claims, error) {
-	var tc ticketClaims
-	if err := json.Unmarshal(b, &tc); err != nil {
-		return nil, fmt.Errorf("auth: redeem ticket: stored claims do not decode: %w", err)
-	}
+func (tc *ticketClaims) claims() *Claims {
 	c := &Claims{
 		Subject: tc.Subject, Tenant: tc.Tenant, Subscribe: tc.Subscribe, Publish: tc.Publish,
 		SessionID: tc.SessionID, TokenID: tc.TokenID, ExpiresAt: time.UnixMilli(tc.ExpiresAt),
@@ -166,5 +192,5 @@ func decodeTicketClaims(b []byte) (*Claims, error) {
 	if tc.IssuedAt != 0 {
 		c.IssuedAt = time.UnixMilli(tc.IssuedAt)
 	}
-	return c, nil
+	return c
 }

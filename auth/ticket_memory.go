@@ -9,7 +9,8 @@ import (
 
 // MemoryTickets is a TicketIssuer held in process memory: a ticket can be
 // redeemed only on the node that issued it. It keeps at most MaxTickets
-// entries; expired ones are swept, oldest first, on every call.
+// entries, and at most MaxPerUser live ones per user; expired ones are
+// swept, oldest first, on every call.
 type MemoryTickets struct {
 	cfg TicketConfig
 
@@ -17,10 +18,12 @@ type MemoryTickets struct {
 	entries map[string]*memTicket
 	order   []memTicketRef // issue order; expiries are nearly sorted
 	head    int
+	live    map[string]int // per user (ticketUser): tickets neither redeemed nor swept
 }
 
 type memTicket struct {
 	claims *Claims
+	user   string
 	exp    time.Time
 	used   bool
 }
@@ -36,7 +39,7 @@ func NewMemoryTickets(cfg TicketConfig) (*MemoryTickets, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &MemoryTickets{cfg: cfg, entries: map[string]*memTicket{}}, nil
+	return &MemoryTickets{cfg: cfg, entries: map[string]*memTicket{}, live: map[string]int{}}, nil
 }
 
 // Issue returns a new ticket bound to a copy of c.
@@ -54,14 +57,18 @@ func (s *MemoryTickets) Issue(_ context.Context, c *Claims) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	exp := now.Add(ttl)
+	exp, user := now.Add(ttl), ticketUser(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked(now)
+	if s.live[user] >= s.cfg.MaxPerUser {
+		return "", tooManyTickets(s.cfg.MaxPerUser)
+	}
 	if len(s.entries) >= s.cfg.MaxTickets {
 		return "", fmt.Errorf("auth: issue ticket: %w (%d)", ErrTicketsFull, s.cfg.MaxTickets)
 	}
-	s.entries[key] = &memTicket{claims: cloneClaims(c), exp: exp}
+	s.entries[key] = &memTicket{claims: cloneClaims(c), user: user, exp: exp}
+	s.live[user]++
 	s.order = append(s.order, memTicketRef{key: key, exp: exp})
 	return ticket, nil
 }
@@ -84,6 +91,7 @@ func (s *MemoryTickets) Redeem(_ context.Context, ticket string) (*Claims, error
 		return nil, fmt.Errorf("auth: redeem ticket: %w: %w", ErrInvalidTicket, ErrTicketUsed)
 	}
 	e.used = true
+	s.release(e.user)
 	c := e.claims
 	e.claims = nil
 	return c, nil
@@ -102,6 +110,9 @@ func (s *MemoryTickets) Len() int {
 // freeing memory by at most one TTL.
 func (s *MemoryTickets) sweepLocked(now time.Time) {
 	for s.head < len(s.order) && !now.Before(s.order[s.head].exp) {
+		if e := s.entries[s.order[s.head].key]; e != nil && !e.used {
+			s.release(e.user)
+		}
 		delete(s.entries, s.order[s.head].key)
 		s.order[s.head] = memTicketRef{}
 		s.head++
@@ -114,5 +125,17 @@ func (s *MemoryTickets) sweepLocked(now time.Time) {
 	}
 }
 
+// release takes one live ticket off user's count.
+func (s *MemoryTickets) release(user string) {
+	if n := s.live[user] - 1; n > 0 {
+		s.live[user] = n
+	} else {
+		delete(s.live, user)
+	}
+}
+
 // TTL is the longest a ticket issued by s lives.
 func (s *MemoryTickets) TTL() time.Duration { return s.cfg.TTL }
+
+// MaxPerUser is the most live tickets one user may hold.
+func (s *MemoryTickets) MaxPerUser() int { return s.cfg.MaxPerUser }

@@ -3,7 +3,9 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,5 +235,121 @@ func TestRedisTicketsExpire(t *testing.T) {
 	key2, _ := ticketKey(tk2)
 	if ttl := rdb.PTTL(ctx, prefix+"ticket:"+key2).Val(); ttl <= 0 {
 		t.Fatalf("used marker has no expiry (PTTL %s)", ttl)
+	}
+}
+
+// TestTicketsBoundPerUser: one user (tenant and subject) holds at most
+// MaxPerUser live tickets, in either store and across the nodes sharing
+// it; other users, including the same subject in another tenant, are
+// unaffected; a redeemed or expired ticket gives its place back.
+func TestTicketsBoundPerUser(t *testing.T) {
+	ctx := context.Background()
+	const limit = 5
+	for name, open := range ticketIssuers() {
+		t.Run(name, func(t *testing.T) {
+			clock := newFakeClock()
+			a, b := open(t, TicketConfig{MaxPerUser: limit, Now: clock.Now})
+			alice := baseClaims("alice", "acme")
+			var tickets []string
+			for i := range limit {
+				node := a
+				if i%2 == 1 {
+					node = b
+				}
+				tk, err := node.Issue(ctx, &alice)
+				if err != nil {
+					t.Fatalf("ticket %d: %v", i+1, err)
+				}
+				tickets = append(tickets, tk)
+			}
+			for _, node := range []TicketIssuer{a, b} {
+				_, err := node.Issue(ctx, &alice)
+				if !errors.Is(err, ErrTooManyTickets) || !strings.Contains(err.Error(), "MaxPerUser") {
+					t.Fatalf("ticket %d: want ErrTooManyTickets naming MaxPerUser, got %v", limit+1, err)
+				}
+			}
+			for _, other := range []Claims{baseClaims("bob", "acme"), baseClaims("alice", "globex")} {
+				if _, err := a.Issue(ctx, &other); err != nil {
+					t.Fatalf("%s@%s refused while alice@acme is at her bound: %v", other.Subject, other.Tenant, err)
+				}
+			}
+			if _, err := b.Redeem(ctx, tickets[0]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Issue(ctx, &alice); err != nil {
+				t.Fatalf("after a redemption: %v", err)
+			}
+			if _, err := a.Issue(ctx, &alice); !errors.Is(err, ErrTooManyTickets) {
+				t.Fatalf("at the bound again: %v", err)
+			}
+			clock.Advance(DefaultTicketTTL)
+			for i := range limit {
+				if _, err := b.Issue(ctx, &alice); err != nil {
+					t.Fatalf("ticket %d after the others expired: %v", i+1, err)
+				}
+			}
+		})
+	}
+	if _, err := NewMemoryTickets(TicketConfig{MaxPerUser: -1}); err == nil {
+		t.Fatal("MaxPerUser -1 must be refused")
+	}
+}
+
+// TestRedisTicketsAreSmall: a ticket for a token with large grant lists
+// stores its claims without them; the lists are kept once for every
+// ticket that shares them, and redemption on another node gives them back
+// whole.
+func TestRedisTicketsAreSmall(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := newTestRedis(t)
+	s, err := NewRedisTickets(rdb, TicketConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb2, _ := newTestRedis(t)
+	other, err := NewRedisTickets(rdb2, TicketConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := baseClaims("alice", "acme")
+	c.Subscribe = nil
+	for i := range 200 { // about 12 KB of grants, as a 16 KiB token may carry
+		c.Subscribe = append(c.Subscribe, fmt.Sprintf("tenants/acme/projects/project-%04d/documents/**", i))
+	}
+	c.Publish = []string{"rooms/lobby"}
+	var tickets []string
+	for range 20 {
+		tk, err := s.Issue(ctx, &c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	key, _ := ticketKey(tickets[0])
+	if n := len(rdb.Get(ctx, prefix+"ticket:"+key).Val()); n == 0 || n > 512 {
+		t.Fatalf("a ticket stores %d bytes, want at most 512 (the grants apart)", n)
+	}
+	grants := rdb.Keys(ctx, prefix+"ticketgrants:*").Val()
+	if len(grants) != 1 {
+		t.Fatalf("%d stored grant lists for 20 tickets of one token, want 1", len(grants))
+	}
+	for _, tk := range tickets {
+		got, err := other.Redeem(ctx, tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Subscribe, c.Subscribe) || !slices.Equal(got.Publish, c.Publish) {
+			t.Fatalf("redeemed grants differ: %d subscribe, %v publish", len(got.Subscribe), got.Publish)
+		}
+	}
+	// A ticket whose grant lists are gone (Redis lost them) is refused,
+	// never honoured without its grants.
+	tk, err := s.Issue(ctx, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, grants[0])
+	if _, err := other.Redeem(ctx, tk); !errors.Is(err, ErrTicketUnknown) {
+		t.Fatalf("ticket without its grants: want ErrTicketUnknown, got %v", err)
 	}
 }

@@ -56,6 +56,7 @@ func newVerifier(cfg Config, m *authMetrics) *Verifier {
 		parser: jwt.NewParser(
 			jwt.WithValidMethods(cfg.Algorithms),
 			jwt.WithExpirationRequired(),
+			jwt.WithIssuedAt(),
 			jwt.WithLeeway(cfg.Leeway),
 			jwt.WithTimeFunc(cfg.Now),
 			jwt.WithStrictDecoding(),
@@ -97,7 +98,8 @@ func (v *Verifier) Start(ctx context.Context) error {
 func (v *Verifier) Stop() { v.svc.Stop(nil) }
 
 // Verify checks a connection token: header (no crit), signature,
-// algorithm, exp/nbf (with leeway; exp, nbf and iat must be JSON numbers),
+// algorithm, exp/nbf/iat (with leeway; exp, nbf and iat must be JSON
+// numbers; iat must not lie in the future), the lifetime (MaxLifetime),
 // iss and aud (when configured) and the Herald claims (sub and
 // herald.tenant required, herald.tenant a valid tenant name; a token with
 // herald.channel is a subscription token and is refused here), and returns
@@ -142,7 +144,27 @@ func (v *Verifier) verify(ctx context.Context, token string) (*Claims, error) {
 	if v.cfg.Audience != "" && !slices.Contains(jc.Audience, v.cfg.Audience) {
 		return nil, fmt.Errorf("%w: aud does not include the configured audience", ErrInvalidToken)
 	}
+	if err := v.checkLifetime(&jc); err != nil {
+		return nil, err
+	}
 	return jc.toClaims()
+}
+
+// checkLifetime refuses a token that lives longer than MaxLifetime: from
+// now to its exp, or from its iat to its exp.
+func (v *Verifier) checkLifetime(jc *jwtClaims) error {
+	limit := v.cfg.MaxLifetime
+	if limit <= 0 || jc.ExpiresAt == nil {
+		return nil
+	}
+	exp := jc.ExpiresAt.Time
+	if exp.Sub(v.cfg.Now()) > limit {
+		return fmt.Errorf("%w: exp is further away than the longest accepted token lifetime (%s)", ErrInvalidToken, limit)
+	}
+	if jc.IssuedAt != nil && exp.Sub(jc.IssuedAt.Time) > limit {
+		return fmt.Errorf("%w: exp - iat exceeds the longest accepted token lifetime (%s)", ErrInvalidToken, limit)
+	}
+	return nil
 }
 
 // tokenError is a refusal found while parsing (a header or claim Herald
@@ -295,6 +317,9 @@ func (v *Verifier) wrapParseError(tok *jwt.Token, err error) error {
 	}
 	if errors.Is(err, jwt.ErrTokenNotValidYet) {
 		checks = append(checks, "not valid yet (nbf)")
+	}
+	if errors.Is(err, jwt.ErrTokenUsedBeforeIssued) {
+		checks = append(checks, "issued in the future (iat)")
 	}
 	if errors.Is(err, jwt.ErrTokenExpired) {
 		if len(checks) > 0 {

@@ -35,12 +35,21 @@ export function reasonAction(reason, reconnect) {
   return 'reconnect';
 }
 
+/** network is what follows a network failure, for every transport: reconnect. */
+export const network = (message) => ({ action: 'reconnect', reason: 'network', message });
+
 const invalid = (m) => new HeraldError('invalid_argument', m);
 
 // check throws invalid_argument for the first option of o that fails its test.
 function check(o, tests, prefix = '') {
   for (const k in tests) if (!tests[k](o[k])) throw invalid(`${prefix}${k}: ${o[k]}`);
 }
+
+/**
+ * The longest delay setTimeout takes (2^31−1 ms, about 24.8 days): it
+ * fires a longer one at once. The client waits longer in steps.
+ */
+export const MAX_DELAY = 2 ** 31 - 1;
 
 // ---- bounded exponential backoff with jitter
 
@@ -467,9 +476,17 @@ export class Client extends Emitter {
     if (!this._emit('error', err)) super._fault(err);
   }
 
-  // _cancel clears timer t (null: none); it returns null, the new value.
-  _cancel(t) {
-    if (t !== null) this._clock.clearTimeout(t);
+  // _later calls fn after ms, a delay of any length: a timer fires at
+  // MAX_DELAY at the latest, and then waits for the rest (h: the handle,
+  // which _cancel takes).
+  _later(fn, ms, h = {}) {
+    h.t = this._clock.setTimeout(() => (ms > MAX_DELAY ? this._later(fn, ms - MAX_DELAY, h) : fn()), Math.min(ms, MAX_DELAY));
+    return h;
+  }
+
+  // _cancel clears timer h of _later (null: none); it returns null, the new value.
+  _cancel(h) {
+    if (h) this._clock.clearTimeout(h.t);
     return null;
   }
 
@@ -521,15 +538,17 @@ export class Client extends Emitter {
   _linkUp(link, info = {}) {
     if (link !== this._link) return;
     this._cancel(this._stable);
-    this._stable = this._clock.setTimeout(() => {
+    this._stable = this._later(() => {
       this._stable = null;
       this._backoff.reset();
       this._reauthing = false;
     }, this._backoff.options.resetAfterMs);
     this.lastError = null;
     this._sync = { _info: info, _waiting: new Set([...this._subs.values()].filter((s) => !s.closed)), reload: [], reasons: {}, _first: this._ups++ === 0 };
-    this._setState(CONNECTED, info);
+    // The transport resubscribes before the state is announced: a listener
+    // that subscribes then is not subscribed twice.
     this._driver.up(this, link);
+    this._setState(CONNECTED, info);
     this._synced(null, null);
   }
 
@@ -578,7 +597,7 @@ export class Client extends Emitter {
       delay = info.delayMs > 0 ? info.delayMs : this._backoff.next();
     }
     this._setState(RECONNECTING, { ...about, delayMs: delay });
-    this._timer = this._clock.setTimeout(() => {
+    this._timer = this._later(() => {
       this._timer = null;
       this._attempt();
     }, delay);
@@ -638,7 +657,7 @@ export class Client extends Emitter {
   // _retrySoon subscribes sub again after its backoff, on the same connection.
   _retrySoon(sub, link) {
     this._cancel(sub._retry);
-    sub._retry = this._clock.setTimeout(() => {
+    sub._retry = this._later(() => {
       sub._retry = null;
       if (link === this._link) this._driver.resubscribe(this, sub, link);
     }, sub._backoff.next());

@@ -1,6 +1,6 @@
 // FetchEventSource: an EventSource-compatible text/event-stream reader over
 // fetch streaming, for runtimes without EventSource and for sending headers.
-import { HeraldError } from './core.js';
+import { HeraldError, MAX_DELAY } from './core.js';
 import { readRefusal } from './refusal.js';
 
 const CONNECTING = 0;
@@ -44,11 +44,14 @@ export class FetchEventSource {
     this._abort.abort();
   }
 
-  // _arm restarts the idle timer (on every chunk); _arm(0) stops it.
-  _arm(ms = this._idleMs) {
+  // _arm restarts the idle timer (on every chunk); _arm(0) stops it. A
+  // timeout above MAX_DELAY waits in steps (left: what remains).
+  _arm(ms = this._idleMs, left = ms) {
     if (this._idle !== null) clearTimeout(this._idle);
     this._idle = null;
-    if (ms > 0) this._idle = setTimeout(() => this._fail({ error: new HeraldError('timeout', `nothing received for ${ms} ms`, { temporary: true }) }), ms);
+    if (ms > 0) {
+      this._idle = setTimeout(() => (left > MAX_DELAY ? this._arm(ms, left - MAX_DELAY) : this._fail({ error: new HeraldError('timeout', `nothing received for ${ms} ms`, { temporary: true }) })), Math.min(left, MAX_DELAY));
+    }
   }
 
   _dispatch(ev) {

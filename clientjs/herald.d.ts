@@ -16,9 +16,9 @@ export type DisconnectReason =
 export type StopReason = 'bad_request' | 'unauthorized' | 'forbidden' | 'message_too_big' | 'protocol_error' | 'revoked';
 export const STOP_REASONS: readonly StopReason[];
 
-/** Error codes of the server's error replies (docs/protocol.md, "Error codes"). */
+/** Error codes of the server's error replies, and of POST /v1/tickets (docs/protocol.md, "Error codes"). */
 export type ServerErrorCode =
-  | 'bad_request' | 'not_found' | 'unauthorized' | 'token_expired' | 'forbidden'
+  | 'bad_request' | 'not_found' | 'tickets_disabled' | 'unauthorized' | 'token_expired' | 'forbidden'
   | 'already_subscribed' | 'not_subscribed' | 'too_many_subscriptions' | 'too_many_requests'
   | 'duplicate_id' | 'server_error' | 'authorization_unavailable' | 'revoked' | 'too_many_connections';
 
@@ -270,6 +270,14 @@ export interface ClientEvents {
   disconnected: Disconnected;
   /** Exceptions thrown by listeners, errors the server could not match to a request. */
   error: unknown;
+  /** SSE with an EventSource: the server has tickets switched off (POST /v1/tickets answered 404 tickets_disabled), so from now on the token itself goes in the stream's URL. Once per client. */
+  fallback: Fallback;
+}
+
+/** The "fallback" event: why the token goes in the URL, and as what. */
+export interface Fallback {
+  reason: 'tickets_disabled';
+  credential: 'access_token';
 }
 
 export interface Clock {

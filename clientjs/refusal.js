@@ -1,7 +1,7 @@
 // Why Herald refused an HTTP request: its status, JSON error body and
-// Retry-After. Loaded only when a request was refused.
-import { reasonAction } from './core.js';
-import { network } from './sse.js';
+// Retry-After, and what the client does next. Loaded only when a request
+// was refused (by sse.js and eventsource.js).
+import { reasonAction, network } from './core.js';
 
 /** readRefusal reads the status, JSON error body and Retry-After (seconds) of a refused request. */
 export async function readRefusal(res) {
@@ -27,27 +27,35 @@ export const info = (r) => ({ action: reasonAction(r.code), reason: r.code, stat
 export const refused = async (res) => info(await readRefusal(res));
 
 /**
- * diagnose ends an SSE stream that did not open, saying why: the error
- * event of a FetchEventSource has the status; a browser EventSource hides
- * it, so the same request is made once more with fetch and the
- * Authorization header.
+ * ticketRefusal reads a refused POST /v1/tickets: null when the server has
+ * tickets switched off (404 tickets_disabled, the one answer after which
+ * the token may go in the URL), else what follows: a 404 without that
+ * code (a proxy that does not route the path) retries with backoff.
  */
-export async function diagnose(link, ev) {
-  const c = link._client;
-  link._closeSource();
-  if (typeof ev.status === 'number') return link._end(info(ev));
-  if (ev.error !== undefined || !c._fetch) return link._end(network(`cannot open the stream${ev.error ? ': ' + ev.error.message : ''}`));
-  const url = await link._url();
+export async function ticketRefusal(res) {
+  const r = await readRefusal(res);
+  return r.code === 'tickets_disabled' ? null : info({ ...r, message: `POST /v1/tickets: ${r.message || `${r.status} ${r.code}`}` });
+}
+
+/**
+ * streamRefusal says why an SSE stream did not open (ev: its source's
+ * error event), as what the client does next. The error event of a
+ * FetchEventSource has the status; a browser EventSource hides it, so the
+ * same request (url() resolves to it) is made once more with fetch and
+ * the Authorization header (token), which reads the status and the code.
+ */
+export async function streamRefusal(ev, fetch, url, token) {
+  if (typeof ev.status === 'number') return info(ev);
+  if (ev.error !== undefined || !fetch) return network(`cannot open the stream${ev.error ? ': ' + ev.error.message : ''}`);
+  const u = await url();
   const abort = new AbortController();
   let res;
   try {
-    res = await c._fetch(url.toString(), { headers: { Authorization: `Bearer ${link._token}`, Accept: 'text/event-stream' }, signal: abort.signal });
+    res = await fetch(u.toString(), { headers: { Authorization: `Bearer ${token}`, Accept: 'text/event-stream' }, signal: abort.signal });
   } catch (e) {
-    return link._end(network(`cannot open the stream: ${e && e.message}`));
+    return network(`cannot open the stream: ${e && e.message}`);
   }
-  if (res.status === 200) {
-    abort.abort();
-    return link._end(network('the stream failed to open'));
-  }
-  link._end(await refused(res));
+  if (res.status !== 200) return refused(res);
+  abort.abort();
+  return network('the stream failed to open');
 }

@@ -9,5 +9,3 @@ export class HeraldClient extends Whole {
 
 /** The SSE driver; herald.js combines it with the WebSocket's. */
 export const sse: object;
-/** The network failure info; for refusal.js. */
-export function network(message: string): { action: string; reason: string; message: string };

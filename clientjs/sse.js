@@ -3,12 +3,9 @@
 // stream carries every subscribed channel; the driver reopens the stream
 // when the channel set changes. In runtimes without EventSource (Node) it
 // loads FetchEventSource (eventsource.js) on first use.
-import { Client, HeraldError, reasonAction, endpoint, PROTOCOL, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
+import { Client, HeraldError, reasonAction, endpoint, network, PROTOCOL, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
 
 export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription };
-
-/** network is what follows a network failure (refusal.js uses it too). */
-export const network = (message) => ({ action: 'reconnect', reason: 'network', message });
 
 class SseLink {
   constructor(client, token, channels) {
@@ -20,7 +17,7 @@ class SseLink {
     // The stream must open and subscribe every channel within requestTimeoutMs.
     this._waiting = new Set(channels);
     const ms = client._options.requestTimeoutMs;
-    this._timer = client._clock.setTimeout(() => {
+    this._timer = client._later(() => {
       const err = new HeraldError('timeout', `the stream did not start within ${ms} ms`, { temporary: true, op: 'subscribe' });
       for (const ch of this._waiting) client._subs.get(ch)?._reject(err);
       this._end({ reason: 'timeout', message: err.message });
@@ -73,15 +70,18 @@ class SseLink {
         }
         fn(d && typeof d === 'object' ? d : {}, ev);
       });
-    on('open', () => {
-      this._established = true;
-      c._linkUp(this, {});
-    });
     on('message', (pub) => c._deliver(pub));
+    // The stream is up with its first "subscribed" event, not when it
+    // opens: a stream holding only "reauth" and "disconnect" (an expired
+    // token) is no connection.
     on('subscribed', (d) => {
+      if (!this._established) {
+        this._established = true;
+        c._linkUp(this, {});
+      }
       const sub = c._subs.get(d.channel);
       this._waiting.delete(d.channel);
-      if (this._waiting.size === 0) c._clock.clearTimeout(this._timer);
+      if (this._waiting.size === 0) c._cancel(this._timer);
       if (sub && !sub.closed) c._subscribed(sub, { ...d, recovered: Boolean(d.recovered) });
     });
     // The token expires soon (or did): open a new stream with a fresh one,
@@ -96,32 +96,43 @@ class SseLink {
       // FetchEventSource gives up a silent stream with a "timeout" error.
       if (ev.error && ev.error.code === 'timeout') this._end({ reason: 'timeout', message: ev.error.message });
       else if (this._established) this._end(network('the stream broke'));
-      else import('./refusal.js').then((m) => m.diagnose(this, ev));
+      else this._diagnose(ev);
     });
+  }
+
+  // _diagnose ends a stream that did not open, saying why (refusal.js
+  // reads the refusal).
+  async _diagnose(ev) {
+    this._closeSource();
+    const { streamRefusal } = await import('./refusal.js');
+    this._end(await streamRefusal(ev, this._client._fetch, () => this._url(), this._token));
   }
 
   // _credentials returns the query parameters or headers carrying the token:
   // without an EventSource, the Authorization header; with one, a ticket,
-  // or access_token when the server has no tickets (404).
+  // or access_token once the server said it has tickets switched off (404
+  // tickets_disabled, which the "fallback" event tells). Any other refusal
+  // of POST /v1/tickets, a 404 from a proxy included, is a failure.
   async _credentials() {
     const c = this._client;
     const auth = { Authorization: `Bearer ${this._token}` };
     if (!c._EventSource) return { headers: auth };
-    if (c._fetch && !c._ticketsMissing) {
+    if (!c._ticketsOff) {
       let res;
       try {
         res = await c._fetch(c._ticketUrl, { method: 'POST', headers: auth });
       } catch (e) {
         return { fail: network(`POST /v1/tickets: ${e && e.message}`) };
       }
-      if (res.status !== 404) {
-        if (!res.ok) return { fail: await (await import('./refusal.js')).refused(res) };
+      if (res.ok) {
         const body = await res.json().catch(() => null);
-        if (body && typeof body.ticket === 'string' && body.ticket !== '') return { query: { ticket: body.ticket } };
-        return { fail: { reason: 'server_error', message: 'no ticket' } };
+        const t = body && body.ticket;
+        return typeof t === 'string' && t !== '' ? { query: { ticket: t } } : { fail: { reason: 'server_error', message: 'no ticket' } };
       }
-      res.body?.cancel().catch(() => {});
-      c._ticketsMissing = true;
+      const fail = await (await import('./refusal.js')).ticketRefusal(res);
+      if (fail) return { fail };
+      c._ticketsOff = true;
+      c._emit('fallback', { reason: 'tickets_disabled', credential: 'access_token' });
     }
     return { query: { access_token: this._token } };
   }
@@ -161,7 +172,7 @@ class SseLink {
 
   close() {
     this._ended = true;
-    this._client._clock.clearTimeout(this._timer);
+    this._client._cancel(this._timer);
     this._closeSource();
   }
 }
@@ -183,12 +194,13 @@ export const sse = {
   idle: true, // no channel, no stream
   init(c, base) {
     // With an EventSource (the browser's, or one passed in) credentials go
-    // in the URL; without, FetchEventSource sends them as a header.
+    // in the URL; without, FetchEventSource sends them as a header. Both
+    // need fetch (tickets, and the diagnosis of a refused stream).
     c._EventSource = c._options.EventSource || globalThis.EventSource || null;
-    if (!c._EventSource && !c._fetch) throw new HeraldError('not_supported', 'no EventSource and no fetch in this runtime');
+    if (!c._fetch) throw new HeraldError('not_supported', 'no fetch in this runtime');
     c._sseUrl = endpoint(base, '/v1/sse', false);
     c._ticketUrl = endpoint(base, '/v1/tickets', false).toString();
-    c._ticketsMissing = c._restartQueued = false;
+    c._ticketsOff = c._restartQueued = false;
     c._cursor = '';
   },
   open: (c, token) => new SseLink(c, token, [...c._subs.keys()]),

@@ -1,6 +1,6 @@
 // Herald's realtime client over the WebSocket (herald.v1) only: the core
 // (core.js) with the WebSocket driver, and no SSE code. herald.js has both.
-import { Client, PROTOCOL, HeraldError, reasonAction, endpoint, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
+import { Client, PROTOCOL, HeraldError, reasonAction, endpoint, network, STOP_REASONS, States, Backoff, ChannelState, Subscription } from './core.js';
 
 export { PROTOCOL, STOP_REASONS, States, HeraldError, reasonAction, Backoff, ChannelState, Subscription };
 
@@ -14,7 +14,7 @@ export function closeAction(code) {
 // Requests that count against the server's max_inflight.
 const COUNTED = ['subscribe', 'publish', 'refresh'];
 
-const reconnect = (reason, message) => ({ reason, message });
+const timeout = (message) => ({ reason: 'timeout', message });
 
 class WsLink {
   constructor(client, token) {
@@ -34,11 +34,11 @@ class WsLink {
     this._timers = { connect: null, watchdog: null, refresh: null, error: null };
     this._ws = null;
     // The handshake and the connect reply, within requestTimeoutMs.
-    this._timer('connect', client._options.requestTimeoutMs, () => this._end(reconnect('timeout', 'no connect reply in time')));
+    this._timer('connect', client._options.requestTimeoutMs, () => this._end(timeout('no connect reply in time')));
     try {
       this._ws = new client._WebSocket(client._wsUrl, PROTOCOL);
     } catch (e) {
-      Promise.resolve().then(() => this._end(reconnect('network', `cannot open the WebSocket: ${e && e.message}`)));
+      Promise.resolve().then(() => this._end(network(`cannot open the WebSocket: ${e && e.message}`)));
       return;
     }
     this._ws.onopen = () => this._open();
@@ -48,9 +48,9 @@ class WsLink {
   }
 
   _timer(name, ms, fn) {
-    const clock = this._client._clock;
-    if (this._timers[name] !== null) clock.clearTimeout(this._timers[name]);
-    this._timers[name] = ms === null ? null : clock.setTimeout(() => {
+    const c = this._client;
+    c._cancel(this._timers[name]);
+    this._timers[name] = ms === null ? null : c._later(() => {
       this._timers[name] = null;
       fn();
     }, ms);
@@ -135,7 +135,7 @@ class WsLink {
   // _kick restarts the liveness watchdog: a connection that received
   // nothing for ping_interval_ms + pong_timeout_ms is dead.
   _kick() {
-    if (this._watchdogMs > 0) this._timer('watchdog', this._watchdogMs, () => this._end(reconnect('timeout', `nothing received for ${this._watchdogMs} ms`)));
+    if (this._watchdogMs > 0) this._timer('watchdog', this._watchdogMs, () => this._end(timeout(`nothing received for ${this._watchdogMs} ms`)));
   }
 
   // _left returns the ms until expiresAt (Unix seconds) by the server's clock.
@@ -202,10 +202,10 @@ class WsLink {
       const c = this._client;
       const ms = c._options.requestTimeoutMs;
       const job = { op, id: 0, _fields: fields, _resolve: resolve, _reject: reject, _onResult: onResult, _counted: COUNTED.includes(op) };
-      job._timer = c._clock.setTimeout(() => {
+      job._timer = c._later(() => {
         this._pending.delete(job.id);
         reject(new HeraldError('timeout', `no reply to ${op} within ${ms} ms`, { temporary: true, op }));
-        this._end(reconnect('timeout', `no reply to ${op} within ${ms} ms`));
+        this._end(timeout(`no reply to ${op} within ${ms} ms`));
       }, ms);
       if (job._counted && this._inflight >= this._maxInflight) this._queue.push(job);
       else this._send(job);
@@ -222,7 +222,7 @@ class WsLink {
   _settle(id, f) {
     const job = this._pending.get(id);
     this._pending.delete(id);
-    this._client._clock.clearTimeout(job._timer);
+    this._client._cancel(job._timer);
     if (job._counted) {
       this._inflight--;
       while (this._queue.length > 0 && this._inflight < this._maxInflight && !this._ended) this._send(this._queue.shift());
@@ -245,7 +245,7 @@ class WsLink {
     try {
       this._ws.send(JSON.stringify(obj));
     } catch (e) {
-      this._end(reconnect('network', `send failed: ${e && e.message}`));
+      this._end(network(`send failed: ${e && e.message}`));
     }
   }
 
@@ -277,10 +277,9 @@ class WsLink {
   close() {
     if (this._ended) return;
     this._ended = true;
-    const clock = this._client._clock;
     for (const k of Object.keys(this._timers)) this._timer(k, null);
     for (const job of [...this._pending.values(), ...this._queue]) {
-      clock.clearTimeout(job._timer);
+      this._client._cancel(job._timer);
       job._reject(new HeraldError('disconnected', 'the connection closed before the reply', { temporary: true, op: job.op }));
     }
     this._pending.clear();
@@ -337,20 +336,27 @@ function unsubscribe(c, channel, link) {
   c._unsubPending.set(channel, p);
 }
 
-// connectedLink waits up to requestTimeoutMs for a connection.
+// connectedLink waits up to requestTimeoutMs for a connection; a wait
+// that times out leaves the client's waiters.
 function connectedLink(c, op) {
   if (c._state === 'connected' && c._link) return Promise.resolve(c._link);
   return new Promise((resolve, reject) => {
     const ms = c._options.requestTimeoutMs;
-    const t = c._clock.setTimeout(() => w.reject(new HeraldError('not_connected', `not connected within ${ms} ms`, { temporary: true, op })), ms);
-    let done = false;
-    const settle = (f) => (v) => {
-      if (done) return;
-      done = true;
-      c._clock.clearTimeout(t);
-      f(v);
+    const t = c._later(() => {
+      const i = c._waiters.indexOf(w);
+      if (i >= 0) c._waiters.splice(i, 1);
+      reject(new HeraldError('not_connected', `not connected within ${ms} ms`, { temporary: true, op }));
+    }, ms);
+    const w = {
+      resolve() {
+        c._cancel(t);
+        resolve(c._link);
+      },
+      reject(e) {
+        c._cancel(t);
+        reject(e);
+      },
     };
-    const w = { resolve: settle(() => resolve(c._link)), reject: settle(reject) };
     c._waiters.push(w);
   });
 }

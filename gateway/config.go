@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
@@ -173,26 +174,27 @@ type Config struct {
 
 	// RevalidateInterval is the period of the revalidation timer: one ticker
 	// for the whole server that, on every tick, takes one snapshot of the
-	// revocation list (Deps.Revocations) and closes the connections it
-	// revokes, asks connections whose token nears its exp for a fresh one,
-	// closes those whose token ran out, and re-authorizes subscriptions
-	// whose decision has lapsed (subscription tokens, webhook answers).
-	// A revoked token or session is cut within it. Default 10s.
+	// revocation list (Deps.Revocations) and closes the connections whose
+	// token it revokes and the subscriptions whose subscription token it
+	// revokes, and re-authorizes subscriptions allowed by a webhook answer
+	// that has lapsed. A revoked token, session or subscription token is
+	// cut within it. Token expiry is not the tick's: every connection and
+	// every subscription token has a timer of its own. Default 10s.
 	RevalidateInterval time.Duration
 
 	// RefreshAhead is how long before its token's exp a connection is asked
-	// for a fresh token: a WebSocket client gets a "refresh" push (from the
-	// connection's own timer, or right after connect for a token closer to
-	// its exp than this), an SSE stream a "reauth" event (at a tick). Must exceed 2 × RevalidateInterval, so an SSE
-	// stream hears "reauth" at least one tick before it is closed.
-	// Default 60s.
+	// for a fresh token, by the connection's own timer: a WebSocket client
+	// gets a "refresh" push, an SSE stream a "reauth" event (right after
+	// connect, or as the stream opens, for a token closer to its exp than
+	// this). Must exceed the SSE expiry lead (500ms), so a stream hears
+	// "reauth" before it ends. Default 60s.
 	RefreshAhead time.Duration
 
 	// ExpiryGrace is how long past its token's exp a WebSocket connection
 	// stays open waiting for a refresh; then it is closed with
 	// token_expired (close code 4100), by the connection's own timer. SSE
-	// streams are instead closed before exp, at the first tick within
-	// 2 × RevalidateInterval of it. Default 5s.
+	// streams are instead ended 500ms before exp, by a timer of the
+	// stream's own. Default 5s.
 	ExpiryGrace time.Duration
 }
 
@@ -327,9 +329,9 @@ func (c Config) validate() error {
 	if c.RevalidateInterval < minRevalidateInterval {
 		return bad("RevalidateInterval must be at least %s, got %s", minRevalidateInterval, c.RevalidateInterval)
 	}
-	if c.RefreshAhead <= 2*c.RevalidateInterval {
-		return bad("RefreshAhead (%s) must exceed 2 × RevalidateInterval (%s), so an SSE stream hears reauth before it is closed",
-			c.RefreshAhead, 2*c.RevalidateInterval)
+	if c.RefreshAhead <= sse.DefaultExpiryLead {
+		return bad("RefreshAhead (%s) must exceed %s, how long before exp an SSE stream ends, so a stream hears reauth before it ends",
+			c.RefreshAhead, sse.DefaultExpiryLead)
 	}
 	if c.MaxMessageSize < 1024 {
 		return bad("MaxMessageSize must be at least 1024 so a connect frame fits, got %d", c.MaxMessageSize)

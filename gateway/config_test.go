@@ -57,7 +57,7 @@ func TestConfigValidate(t *testing.T) {
 		"attempts rate":   {Config{ConnectAttemptsPerIP: math.Inf(1)}, "ConnectAttemptsPerIP must be a finite number"},
 		"revalidate":      {Config{RevalidateInterval: time.Millisecond}, "RevalidateInterval must be at least 10ms"},
 		"revalidate neg":  {Config{RevalidateInterval: -time.Second}, "RevalidateInterval must be positive"},
-		"refresh ahead":   {Config{RevalidateInterval: time.Minute}, "RefreshAhead (1m0s) must exceed 2 × RevalidateInterval (2m0s)"},
+		"refresh ahead":   {Config{RefreshAhead: 400 * time.Millisecond}, "RefreshAhead (400ms) must exceed 500ms"},
 		"refresh neg":     {Config{RefreshAhead: -time.Second}, "RefreshAhead must be positive"},
 		"grace":           {Config{ExpiryGrace: -time.Second}, "ExpiryGrace must be positive"},
 		"origin empty":    {Config{AllowedOrigins: []string{""}}, "AllowedOrigins[0] is empty"},

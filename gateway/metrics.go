@@ -47,12 +47,13 @@ const (
 	limitClientTimeout  = ws.LimitClientTimeout  // ClientTimeout
 	limitConnectTimeout = ws.LimitConnectTimeout // ConnectTimeout
 	limitUserConns      = "connections_per_user" // MaxConnectionsPerUser
+	limitUserTickets    = "tickets_per_user"     // the ticket store's MaxPerUser
 )
 
 var limitLabels = []string{
 	limitConnections, limitConnectRate, limitMessageSize, limitInflight,
 	limitSubscriptions, limitQueue, limitClientTimeout, limitConnectTimeout,
-	limitUserConns,
+	limitUserConns, limitUserTickets,
 }
 
 // Labels of herald_revalidation_failures_total: the check that failed.
@@ -129,7 +130,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op", "code"}),
 		subsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_subscriptions_ended_total",
-			Help: "Subscriptions the server ended on its own while the connection stayed (a withdrawn grant, a webhook denial), by transport and reason.",
+			Help: "Subscriptions the server ended on its own while the connection stayed (a withdrawn grant, a webhook denial, a subscription token expired or revoked), by transport and reason.",
 		}, []string{"transport", "reason"}),
 		revalFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_revalidation_failures_total",

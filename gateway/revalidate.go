@@ -28,14 +28,16 @@ const (
 
 // revalidator is the server-wide revalidation timer (Config.RevalidateInterval):
 // one goroutine and one ticker walk every connection, whatever their
-// number. Each tick it takes one revocation snapshot and closes what it
-// revokes, asks for fresh tokens ahead of expiry, closes connections whose
-// token ran out, and hands due re-authorizations to at most
-// recheckConcurrency goroutines.
+// number. Each tick it takes one revocation snapshot and closes the
+// connections it revokes and the subscriptions whose subscription token it
+// revokes, and hands due re-authorizations to at most recheckConcurrency
+// goroutines. A token's expiry is not the tick's: each transport runs a
+// timer of the connection's own, to the millisecond (internal/ws/ws_expiry.go,
+// internal/sse/expiry.go), as does each subscription token
+// (internal/session/conn_reval.go).
 type revalidator struct {
-	srv          *Server
-	interval     time.Duration
-	refreshAhead time.Duration
+	srv      *Server
+	interval time.Duration
 
 	set  atomic.Pointer[auth.RevocationSet] // the last good snapshot
 	jobs chan struct{}                      // re-authorization slots
@@ -52,10 +54,9 @@ type revalidator struct {
 
 func newRevalidator(s *Server) *revalidator {
 	return &revalidator{
-		srv:          s,
-		interval:     s.cfg.RevalidateInterval,
-		refreshAhead: s.cfg.RefreshAhead,
-		jobs:         make(chan struct{}, recheckConcurrency),
+		srv:      s,
+		interval: s.cfg.RevalidateInterval,
+		jobs:     make(chan struct{}, recheckConcurrency),
 	}
 }
 
@@ -159,31 +160,8 @@ func (rv *revalidator) check(c *session.Conn, set *auth.RevocationSet, now time.
 		c.Close(ReasonRevoked, 0)
 		return
 	}
-	if !claims.ExpiresAt.IsZero() && rv.checkExpiry(c, claims.ExpiresAt, now) {
-		return
-	}
+	c.CheckCredentials(set, now)
 	rv.dueRechecks(c, claims, now)
-}
-
-// checkExpiry asks an SSE stream for a fresh token within RefreshAhead of
-// exp, and closes it at the first tick within 2 × RevalidateInterval of
-// exp (before the token expires, so EventSource's reconnect never meets a
-// 401). It reports whether the connection was closed. A WebSocket's
-// expiry runs on a timer of its own (internal/ws/ws_expiry.go), to the millisecond.
-func (rv *revalidator) checkExpiry(c *session.Conn, exp, now time.Time) bool {
-	if !c.TickExpiry {
-		return false
-	}
-	if !now.Before(exp.Add(-2 * rv.interval)) {
-		c.Close(session.WithMessage(ReasonTokenExpired,
-			"the token expires at "+exp.UTC().Format(time.RFC3339)+
-				": fetch a fresh token (or ticket) and open a new stream with last_event_id"), 0)
-		return true
-	}
-	if !now.Before(exp.Add(-rv.refreshAhead)) && c.MarkAsked(exp) {
-		c.AskRefresh(exp)
-	}
-	return false
 }
 
 // dueRechecks starts the re-authorizations of c that are due, as long as
@@ -208,7 +186,7 @@ func (rv *revalidator) recheck(c *session.Conn, ch string, rc *session.Recheck, 
 	ctx, cancel := context.WithTimeout(rv.ctx, recheckTimeout)
 	defer cancel()
 	d, err := rv.srv.deps.Authorizer.Authorize(ctx, subscriptions.Request{
-		Claims: claims, Channel: ch, SubToken: subToken,
+		Claims: claims, Channel: ch, SubToken: subToken, Live: true,
 	})
 	if rv.ctx.Err() != nil {
 		return

@@ -114,7 +114,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		Log:     s.connLog,
 		Writers: session.NewWriterPool(),
 	}
-	s.sseEnv = &sse.Env{Server: (*sseHost)(s), WriteTimeout: cfg.WriteTimeout}
+	s.sseEnv = &sse.Env{Server: (*sseHost)(s), WriteTimeout: cfg.WriteTimeout,
+		RefreshAhead: cfg.RefreshAhead, ExpiryLead: sse.DefaultExpiryLead}
 	s.wsEnv = newWSEnv(s)
 	s.trusted = newTrustedProxies(cfg.TrustedProxies)
 	s.handler = s.withClient(s.routes())

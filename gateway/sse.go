@@ -68,7 +68,7 @@ func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request
 		return false
 	}
 	for i, ch := range req.channels {
-		conn.Track(ch, req.subTokens[ch], req.decisions[i].RecheckAfter)
+		conn.Track(ch, req.subTokens[ch], req.decisions[i])
 	}
 	s.opened(conn)
 	sc.Opened = true
@@ -82,6 +82,7 @@ func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request
 	hijacked := sc.Hijack(w, r)
 	conn.StartHeartbeat()
 	conn.StartWriting()
+	sc.ArmExpiry()
 	if hijacked {
 		return true
 	}

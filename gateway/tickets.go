@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/heraldgw/herald/auth"
@@ -27,13 +28,25 @@ func (s *Server) ticketTTL() time.Duration {
 	return auth.DefaultTicketTTL
 }
 
+// ticketsPerUserMessage explains a ticket refused at the per-user bound.
+func (s *Server) ticketsPerUserMessage() string {
+	limit := ""
+	if t, ok := s.deps.Tickets.(interface{ MaxPerUser() int }); ok {
+		limit = fmt.Sprintf(" (%d)", t.MaxPerUser())
+	}
+	return fmt.Sprintf("this user holds the most live tickets allowed, --max-tickets-per-user%s: redeem them, or retry once they expire (at most %s)",
+		limit, s.ticketTTL())
+}
+
 // handleTickets serves POST /v1/tickets: it exchanges the bearer token
 // (Authorization header or cookie, never the URL) for a single-use ticket
 // that lives seconds, bound to the token's tenant, subject and grants, so
 // an EventSource can authenticate without a long-lived token in its URL.
 func (s *Server) handleTickets(w http.ResponseWriter, r *http.Request) {
 	if s.deps.Tickets == nil {
-		writeError(w, http.StatusNotFound, "not_found", "tickets are not enabled on this server")
+		// Only this answer tells a browser client it may fall back to
+		// access_token: a proxy's 404 does not.
+		writeError(w, http.StatusNotFound, "tickets_disabled", "tickets are not enabled on this server: put the token in access_token instead")
 		return
 	}
 	refuse := func(reason Reason, msg string) {
@@ -60,6 +73,13 @@ func (s *Server) handleTickets(w http.ResponseWriter, r *http.Request) {
 	}
 	ticket, err := s.deps.Tickets.Issue(r.Context(), claims)
 	if err != nil {
+		if errors.Is(err, auth.ErrTooManyTickets) {
+			s.metrics.tickets.WithLabelValues(ticketRefused).Inc()
+			s.metrics.limit(limitUserTickets)
+			w.Header().Set("Retry-After", strconv.Itoa(int(max(time.Second, s.ticketTTL()).Seconds())))
+			writeError(w, http.StatusTooManyRequests, ReasonTooManyRequests.Code, s.ticketsPerUserMessage())
+			return
+		}
 		s.metrics.tickets.WithLabelValues(ticketFailed).Inc()
 		if errors.Is(err, auth.ErrTicketsFull) {
 			w.Header().Set("Retry-After", "1")

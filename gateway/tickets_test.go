@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/redis/go-redis/v9"
 )
 
 // testClock is a settable clock for ticket stores.
@@ -188,4 +191,97 @@ func TestTicketRequests(t *testing.T) {
 		t.Fatalf("no store: %d %s", status, body)
 	}
 	plain.refused(request{query: url.Values{"channel": {"orders/1"}, "ticket": {strings.Repeat("A", 43)}}}, 401, "unauthorized")
+}
+
+// postTicketFrom does POST /v1/tickets with bearer from the loopback
+// address ip, and returns the status and the error body's message.
+func (e *testEnv) postTicketFrom(ip net.IP, bearer string) (int, string) {
+	e.t.Helper()
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodPost, e.base+"/v1/tickets", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+		e.t.Fatalf("429 without Retry-After")
+	}
+	return resp.StatusCode, body.Error.Code + ": " + body.Error.Message
+}
+
+// TestTicketsBoundPerUser: one token used from many client addresses
+// gets at most --max-tickets-per-user live tickets; beyond it a clear 429
+// naming the setting, counted as a limit rejection. The per-address rate
+// does not stand in the way of other users: a user of another tenant (and
+// another user of the same tenant) still gets tickets, although the
+// node-wide bound would have been reached. For the memory and the Redis
+// ticket stores.
+func TestTicketsBoundPerUser(t *testing.T) {
+	t.Parallel()
+	const perUser, nodeWide, addresses = 10, 30, 40
+	stores := map[string]func(t *testing.T) auth.TicketIssuer{
+		"memory": func(t *testing.T) auth.TicketIssuer {
+			s, err := auth.NewMemoryTickets(auth.TicketConfig{MaxPerUser: perUser, MaxTickets: nodeWide})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"redis": func(t *testing.T) auth.TicketIssuer {
+			u, prefix := testenv.Redis(t)
+			opt, err := redis.ParseURL(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(opt)
+			t.Cleanup(func() { _ = rdb.Close() })
+			s, err := auth.NewRedisTickets(rdb, auth.TicketConfig{MaxPerUser: perUser, Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tickets := open(t)
+			e := newEnv(t, envOptions{deps: func(d *Deps) { d.Tickets = tickets }})
+			tok := e.token("acme", "mallory", "orders/*")
+			issued := 0
+			for i := range addresses {
+				status, msg := e.postTicketFrom(net.IPv4(127, 0, 1, byte(1+i)), tok)
+				switch {
+				case status == 200:
+					issued++
+				case status == 429 && strings.Contains(msg, "too_many_requests") && strings.Contains(msg, "--max-tickets-per-user (10)"):
+				default:
+					t.Fatalf("request %d: %d %s", i+1, status, msg)
+				}
+			}
+			if issued != perUser {
+				t.Fatalf("one token from %d addresses got %d tickets, want %d", addresses, issued, perUser)
+			}
+			for _, other := range []string{e.token("globex", "mallory", "orders/*"), e.token("acme", "alice", "orders/*")} {
+				for i := range perUser {
+					if status, msg := e.postTicketFrom(net.IPv4(127, 0, 2, byte(1+i)), other); status != 200 {
+						t.Fatalf("another user's ticket %d: %d %s", i+1, status, msg)
+					}
+				}
+			}
+			if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues("tickets_per_user")); n != addresses-perUser {
+				t.Fatalf("herald_limit_rejections_total{tickets_per_user} = %v, want %d", n, addresses-perUser)
+			}
+		})
+	}
 }

@@ -152,7 +152,9 @@ func (a pgAdmin) List(ctx context.Context, f Filter) (Page, error) {
 // back to pending and audits each in outbox_replay, in one statement: the
 // failure recorded is the last_error the row had when it was locked. A
 // replayed row keeps its queue position (qseq), so its channel's later
-// records still wait behind it.
+// records still wait behind it, in the partition the channel maps to now
+// (the one it was dead-lettered in may have been retired by a change of
+// the partition count since).
 const pgReplay = `
 WITH picked AS (
 	SELECT qseq, last_error FROM herald.outbox_retry
@@ -162,7 +164,8 @@ WITH picked AS (
 ), moved AS (
 	UPDATE herald.outbox_retry r
 	SET state = 'pending', attempt = 0, next_attempt_at = now(),
-	    last_error = NULL, dead_lettered_at = NULL
+	    last_error = NULL, dead_lettered_at = NULL,
+	    part = herald.outbox_partition_of(r.tenant_id, r.channel)
 	FROM picked WHERE r.qseq = picked.qseq AND r.state = 'dead_letter'
 	RETURNING r.id, r.seq, picked.last_error AS failure
 ), audit AS (
@@ -188,6 +191,12 @@ func (a pgAdmin) replayBatch(ctx context.Context, sel selection, actor, reason s
 	var last int64
 	err := pgx.BeginFunc(ctx, a.s.pool, func(tx pgx.Tx) error {
 		ids, last = ids[:0], 0
+		// A change of the partition count (which locks the table in
+		// EXCLUSIVE mode) waits for this, or this for it: the mapping read
+		// below is the one in force until the commit.
+		if _, err := tx.Exec(ctx, `LOCK TABLE herald.outbox_partition IN ROW SHARE MODE`); err != nil {
+			return err
+		}
 		args := &sqlArgs{pg: true}
 		terms := append([]string{stateTerm(StateDeadLetter), "seq > " + args.add(after)}, sel.terms(args, pgTime)...)
 		q := fmt.Sprintf(pgReplay, strings.Join(terms, " AND "), args.add(n), args.add(actor), args.add(reason))

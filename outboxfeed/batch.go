@@ -32,12 +32,16 @@ type ClaimRequest struct {
 	// asynchronously: a commit lost to a server crash only means the batch
 	// is published again, never that a record is lost.
 	Durable bool
-
-	// full says the claim will most likely read a full batch (it goes on
-	// in a partition whose last batch had more after it): the store sizes
-	// the batch for Limit records at once instead of growing it.
-	full bool
+	// RangeLimit is how many records of a range the claim reads and holds
+	// at once (PostgreSQL; 0: DefaultRangeRecords). A range is published
+	// in staging order, so the claim reads the rest of it, sorts it and
+	// hands it out Limit records at a time under a renewed lease; a range
+	// larger than this is read in runs of its transactions instead.
+	RangeLimit int
 }
+
+// DefaultRangeRecords is ClaimRequest.RangeLimit's default.
+const DefaultRangeRecords = 100_000
 
 // Batch is a claimed partition and the records to dispatch under its
 // lease. Records come in dispatch order: for each channel first the
@@ -77,6 +81,12 @@ type Batch struct {
 	More bool
 
 	durable bool // ClaimRequest.Durable of the claim
+	// rest is the rest of the range the claim read, in seq order, and
+	// runs those of a range too large to hold (PostgreSQL): a completion
+	// whose next claim is this partition's goes on with them under a
+	// renewed lease instead of reading the range again.
+	rest []Record
+	runs pgRuns
 }
 
 // OutcomeKind is what became of one record of a batch.

@@ -49,6 +49,7 @@ func runConformance(t *testing.T, setup func(t *testing.T) *harness) {
 		{"ExpiredLeaseReturnsWorkToEligible", testExpiredLease},
 		{"ExpiredLeasesThenDeadLetter", testExpiredLeasesDeadLetter},
 		{"LateUpdatesOfPausedWorkerAreRejected", testPausedWorkerLeaseLost},
+		{"TakeoverOutlivesItsHolder", testTakeoverOutlivesItsHolder},
 		{"PerChannelOrderAcrossTwoWorkers", testOrderTwoWorkers},
 		{"PermanentFailuresDeadLetter", testPermanentFailures},
 		{"UnknownTypeVersionDeadLetters", testRegistryNoReader},

@@ -137,3 +137,50 @@ func testHeldPastABatchRetry(t *testing.T, h *harness) {
 		})
 	}
 }
+
+// A holder that never completed may have published any record of its
+// claim. The Worker that takes the partition over goes through that
+// claim in smaller batches (each published as a takeover: the broker
+// keeps an id once); when it stops half way, the Worker that goes on must
+// still publish the rest as a takeover.
+func testTakeoverOutlivesItsHolder(t *testing.T, h *harness) {
+	ctx := context.Background()
+	var ns []Notification
+	for i := range 8 {
+		ns = append(ns, note("orders/tk", fmt.Sprintf(`{"i":%d}`, i)))
+	}
+	h.stage(t, true, ns...)
+	b1 := claimAny(t, h.store, "w1", 8, time.Millisecond) // w1 publishes, then dies
+	if b1 == nil || len(b1.Records) != 8 || b1.Takeover {
+		t.Fatalf("w1's claim = %+v", b1)
+	}
+	var b2 *Batch
+	eventually(t, 10*time.Second, "w2 taking the partition over", func() bool {
+		b2 = claimAny(t, h.store, "w2", 8, time.Minute)
+		return b2 != nil
+	})
+	if b2.Takeovers != 1 || !b2.Takeover || len(b2.Records) != 8 {
+		t.Fatalf("w2's takeover = takeovers %d, takeover %v, %d records", b2.Takeovers, b2.Takeover, len(b2.Records))
+	}
+	// w2 publishes half of it, completes that, and stops.
+	held, _, err := h.store.Complete(ctx, b2, make([]Outcome, 4), nil)
+	if err != nil || !held {
+		t.Fatalf("w2's completion = %v, %v", held, err)
+	}
+	b3 := claimAny(t, h.store, "w3", 8, time.Minute)
+	if b3 == nil || len(b3.Records) != 4 {
+		t.Fatalf("w3's claim = %+v", b3)
+	}
+	if !b3.Takeover {
+		t.Fatal("the rest of a claim taken over is published without Takeover: what w1 published would be appended again")
+	}
+	if held, _, err := h.store.Complete(ctx, b3, make([]Outcome, 4), nil); err != nil || !held {
+		t.Fatalf("w3's completion = %v, %v", held, err)
+	}
+	// A later claim, past what w1 held, is no takeover.
+	h.stage(t, true, note("orders/tk", `{"later":true}`))
+	b4 := claimAny(t, h.store, "w3", 8, time.Minute)
+	if b4 == nil || b4.Takeover {
+		t.Fatalf("a claim past the taken-over one = %+v", b4)
+	}
+}

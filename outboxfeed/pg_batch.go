@@ -3,6 +3,7 @@ package outboxfeed
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/heraldgw/herald/fanout"
@@ -12,8 +13,8 @@ import (
 
 // pgClaimSQL reads herald.outbox_claim; xid8 travels as text.
 const pgClaimSQL = `SELECT r_kind, r_part, r_fence, r_takeovers, r_qseq, r_attempt, r_due,
-	r_id::text, r_seq, r_xid::text, r_tenant, r_channel, r_type, r_version, r_payload, r_freshness, r_occurred, r_kind2
-FROM herald.outbox_claim($1, $2, $3, $4, $5)`
+	r_id::text, r_seq, r_xid::text, r_tenant, r_channel, r_type, r_version, r_payload, r_freshness, r_occurred, r_kind2, r_tk, r_tkq
+FROM herald.outbox_claim($1, $2, $3, $4, $5, $6)`
 
 // pgClaimTries bounds how many partitions with work one claim leases in
 // turn before it gives up (each is tried at most once anyway).
@@ -33,7 +34,23 @@ const (
 	WHERE id IN (SELECT id FROM herald.outbox_wakeup FOR UPDATE SKIP LOCKED)`
 	pgDisarm = `UPDATE herald.outbox_wakeup SET armed_until = NULL
 	WHERE id IN (SELECT id FROM herald.outbox_wakeup WHERE armed_until IS NOT NULL FOR UPDATE SKIP LOCKED)`
+	// pgKeepSQL renews the lease of the partition whose batch the same
+	// transaction completed (herald.outbox_keep).
+	pgKeepSQL = `SELECT r_fence, r_tk, r_tenant, r_channel FROM herald.outbox_keep($1, $2, $3, $4)`
+	// pgRunsSQL reads the runs of a range too large to hold.
+	pgRunsSQL = `SELECT r_xid::text, r_from, r_to, r_n FROM herald.outbox_range_runs($1, $2)`
+	// pgReadRunsSQL reads the records of runs, in seq order.
+	pgReadRunsSQL = `SELECT r_id::text, r_seq, r_xid::text, r_tenant, r_channel, r_type, r_version, r_payload, r_freshness,
+	r_occurred, r_kind2 FROM herald.outbox_read_runs($1, $2::text[]::xid8[], $3, $4, $5)`
 )
+
+// rangeLimit is req's RangeLimit or its default.
+func (req *ClaimRequest) rangeLimit() int {
+	if req.RangeLimit > 0 {
+		return req.RangeLimit
+	}
+	return DefaultRangeRecords
+}
 
 // queueClaim adds req's statements (wake-up switch, claim) to b; the
 // claim's result is the last of them.
@@ -48,10 +65,11 @@ func queueClaim(b *pgx.Batch, req *ClaimRequest) {
 	if part < 0 {
 		part = -1
 	}
-	b.Queue(pgClaimSQL, part, req.Owner, req.Lease, req.Limit, pgClaimTries)
+	b.Queue(pgClaimSQL, part, req.Owner, req.Lease, req.Limit, pgClaimTries, req.rangeLimit())
 }
 
-// Claim leases a partition and reads its next batch, in one round trip.
+// Claim leases a partition and reads its next batch, in one round trip (a
+// range too large to hold takes two more, to read its runs).
 func (s *PGStore) Claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
 	var b pgx.Batch
 	b.Queue(pgCycleSettings, commitMode(req.Durable))
@@ -60,6 +78,9 @@ func (s *PGStore) Claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
 	nb, err := readClaim(res, b.Len(), &req)
 	if cerr := res.Close(); err == nil && cerr != nil {
 		err = cerr
+	}
+	if err == nil && nb != nil && nb.runs.pending {
+		err = s.readRuns(ctx, nb, &req)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("outboxfeed: claim: %w", err)
@@ -88,9 +109,9 @@ func readClaim(res pgx.BatchResults, n int, req *ClaimRequest) (*Batch, error) {
 type pgClaimRowTargets struct {
 	kind                     byte
 	part, takeovers, attempt int32
-	fence                    int64
+	fence, tkq               int64
 	qseq, seq                pgtype.Int8
-	due                      pgtype.Bool
+	due, tk                  pgtype.Bool
 	id, xid, channel         pgtype.Text
 	tenant, typ, kind2       internedText
 	version                  pgtype.Int4
@@ -106,8 +127,33 @@ func newPGClaimRowTargets() *pgClaimRowTargets {
 		it.table = strs
 	}
 	t.dest = []any{&t.kind, &t.part, &t.fence, &t.takeovers, &t.qseq, &t.attempt, &t.due,
-		&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2}
+		&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2, &t.tk, &t.tkq}
 	return t
+}
+
+// record builds the claimed record of the current row.
+func (t *pgClaimRowTargets) record() (Record, error) {
+	if !t.id.Valid || !t.seq.Valid || !t.tenant.valid || !t.channel.Valid || !t.typ.valid || !t.version.Valid ||
+		!t.occurred.Valid || !t.kind2.valid {
+		return Record{}, fmt.Errorf("%w: NULL column in claimed record %s", ErrCorruptRecord, t.id.String)
+	}
+	r := Record{
+		ID: t.id.String, Seq: t.seq.Int64, TenantID: t.tenant.s, Channel: t.channel.String,
+		Type: t.typ.s, SchemaVersion: int(t.version.Int32),
+		Payload: append([]byte(nil), t.payload...), Freshness: append([]byte(nil), t.freshness...),
+		OccurredAt: t.occurred.Time, Kind: t.kind2.s, Attempt: int(t.attempt), Fence: t.fence,
+		jsonPayload: true,
+	}
+	if t.kind == 'q' {
+		r.queued = t.qseq.Int64
+		return r, nil
+	}
+	x, err := strconv.ParseUint(t.xid.String, 10, 64)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: xid %q of record %s", ErrCorruptRecord, t.xid.String, r.ID)
+	}
+	r.xid = x
+	return r, nil
 }
 
 // scanClaim builds the batch from herald.outbox_claim's rows (none: nothing
@@ -120,20 +166,14 @@ func scanClaim(rows pgx.Rows, req *ClaimRequest) (*Batch, error) {
 		queued int64
 	}
 	var heads map[fanout.Key]head
-	var queued []Record
-	var ranged []Record
-	if req.full {
-		// A Record is large: growing the slice to a full batch would
-		// allocate and copy it twice over.
-		ranged = make([]Record, 0, req.Limit+1)
-	}
+	var queued, ranged []Record
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
 			return nil, err
 		}
 		if b == nil {
 			b = &Batch{Partition: int(t.part), Owner: req.Owner, Fence: t.fence, Takeovers: int(t.takeovers),
-				Takeover: t.takeovers > 0, durable: req.Durable}
+				Takeover: t.takeovers > 0 || t.tk.Bool, durable: req.Durable}
 		}
 		if t.kind == 'h' {
 			if heads == nil {
@@ -142,28 +182,15 @@ func scanClaim(rows pgx.Rows, req *ClaimRequest) (*Batch, error) {
 			heads[fanout.Key{Tenant: t.tenant.s, Channel: t.channel.String}] = head{due: t.due.Bool, queued: t.qseq.Int64}
 			continue
 		}
-		if !t.id.Valid || !t.seq.Valid || !t.tenant.valid || !t.channel.Valid || !t.typ.valid || !t.version.Valid ||
-			!t.occurred.Valid || !t.kind2.valid {
-			return nil, fmt.Errorf("%w: NULL column in claimed record %s", ErrCorruptRecord, t.id.String)
-		}
-		r := Record{
-			ID: t.id.String, Seq: t.seq.Int64, TenantID: t.tenant.s, Channel: t.channel.String,
-			Type: t.typ.s, SchemaVersion: int(t.version.Int32),
-			Payload: append([]byte(nil), t.payload...), Freshness: append([]byte(nil), t.freshness...),
-			OccurredAt: t.occurred.Time, Kind: t.kind2.s, Attempt: int(t.attempt), Fence: t.fence,
-			jsonPayload: true,
+		r, err := t.record()
+		if err != nil {
+			return nil, err
 		}
 		if t.kind == 'q' {
-			r.queued = t.qseq.Int64
 			queued = append(queued, r)
-			continue
+		} else {
+			ranged = append(ranged, r)
 		}
-		x, err := strconv.ParseUint(t.xid.String, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%w: xid %q of record %s", ErrCorruptRecord, t.xid.String, r.ID)
-		}
-		r.xid = x
-		ranged = append(ranged, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -171,38 +198,194 @@ func scanClaim(rows pgx.Rows, req *ClaimRequest) (*Batch, error) {
 	if b == nil {
 		return nil, nil
 	}
-	if len(ranged) > req.Limit {
-		ranged, b.More = ranged[:req.Limit], true
-	}
 	taken := make(map[fanout.Key]int64, len(heads))
 	for i := range queued {
 		taken[keyOf(&queued[i])]++
 	}
 	for k, h := range heads {
 		if !h.due || taken[k] < h.queued {
-			if b.Blocked == nil {
-				b.Blocked = make(map[fanout.Key]struct{})
-			}
-			b.Blocked[k] = struct{}{}
+			b.block(k)
 		}
 	}
-	b.Records = ranged
-	if len(queued) > 0 {
-		b.Records = append(queued, ranged...)
+	for i := range queued {
+		if queued[i].queued <= t.tkq {
+			// A queue row handed to a holder that never completed: it may
+			// be published already (the broker keeps it once).
+			b.Takeover = true
+			break
+		}
 	}
-	for i := range b.Records {
-		b.Records[i].State = Processing{LeaseOwner: b.Owner, Fence: b.Fence, Attempt: b.Records[i].Attempt}
+	if len(ranged) > req.rangeLimit() {
+		// Too large to hold: read in runs (Claim reads the first ones).
+		b.runs.pending = true
+		b.Records = queued
+		b.More = true
+		b.setState()
+		return b, nil
 	}
+	sortBySeq(ranged)
+	b.Records = queued
+	b.hand(ranged, req.Limit)
 	return b, nil
 }
 
+// block marks channel k blocked (Batch.Blocked).
+func (b *Batch) block(k fanout.Key) {
+	if b.Blocked == nil {
+		b.Blocked = make(map[fanout.Key]struct{})
+	}
+	b.Blocked[k] = struct{}{}
+}
+
+// hand appends up to limit of ranged (in seq order) to b.Records and
+// keeps the rest for the next batch of the range.
+func (b *Batch) hand(ranged []Record, limit int) {
+	n := min(len(ranged), limit)
+	b.Records = append(b.Records, ranged[:n]...)
+	if n < len(ranged) {
+		b.rest = ranged[n:]
+	}
+	b.More = len(b.rest) > 0 || b.runs.left()
+	b.setState()
+}
+
+// setState marks b's records as processing under its lease.
+func (b *Batch) setState() {
+	for i := range b.Records {
+		r := &b.Records[i]
+		r.Fence = b.Fence
+		r.State = Processing{LeaseOwner: b.Owner, Fence: b.Fence, Attempt: r.Attempt}
+	}
+}
+
+// sortBySeq sorts records of one range into staging order.
+func sortBySeq(rs []Record) {
+	slices.SortFunc(rs, func(a, b Record) int {
+		switch {
+		case a.Seq < b.Seq:
+			return -1
+		case a.Seq > b.Seq:
+			return 1
+		}
+		return 0
+	})
+}
+
+// pgRun is a run of one transaction's consecutive records of a range (in
+// seq order): seq from..to, n records.
+type pgRun struct {
+	xid      uint64
+	from, to int64
+	n        int
+}
+
+// pgRuns are the runs of a range too large to hold, in seq order.
+type pgRuns struct {
+	pending bool    // runs must be read (from the range past the position)
+	list    []pgRun // read, not yet handed out
+	more    bool    // the range has runs past list
+}
+
+// left reports whether the range has records past what was handed out.
+func (r *pgRuns) left() bool { return r.pending || len(r.list) > 0 || r.more }
+
+// readRuns reads, for b's range too large to hold, its runs past the
+// position (when b has none left) and the records of the next Limit of
+// them, which it appends to b.Records.
+func (s *PGStore) readRuns(ctx context.Context, b *Batch, req *ClaimRequest) error {
+	if len(b.runs.list) == 0 {
+		max := req.rangeLimit()
+		rows, err := s.pool.Query(ctx, pgRunsSQL, b.Partition, max+1)
+		if err != nil {
+			return err
+		}
+		var runs []pgRun
+		var xid string
+		var r pgRun
+		if _, err := pgx.ForEachRow(rows, []any{&xid, &r.from, &r.to, &r.n}, func() error {
+			x, err := strconv.ParseUint(xid, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%w: xid %q", ErrCorruptRecord, xid)
+			}
+			r.xid = x
+			runs = append(runs, r)
+			return nil
+		}); err != nil {
+			return err
+		}
+		b.runs.more = len(runs) > max
+		if b.runs.more {
+			runs = runs[:max]
+		}
+		b.runs.list = runs
+	}
+	b.runs.pending = false
+	// The runs of the next Limit records.
+	var xids []string
+	var from, to []int64
+	n := 0
+	for _, r := range b.runs.list {
+		if n >= req.Limit {
+			break
+		}
+		xids, from, to = append(xids, strconv.FormatUint(r.xid, 10)), append(from, r.from), append(to, r.to)
+		n += r.n
+	}
+	rows, err := s.pool.Query(ctx, pgReadRunsSQL, b.Partition, xids, from, to, req.Limit)
+	if err != nil {
+		return err
+	}
+	t := newPGClaimRowTargets()
+	t.kind = 'r'
+	dest := []any{&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2}
+	var got []Record
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return err
+		}
+		r, err := t.record()
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		got = append(got, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	b.runs.consume(got)
+	b.hand(got, req.Limit)
+	return nil
+}
+
+// consume drops from the runs the records read (a prefix of them, in
+// order).
+func (r *pgRuns) consume(got []Record) {
+	i := 0
+	for _, rec := range got {
+		for i < len(r.list) && (r.list[i].xid != rec.xid || rec.Seq > r.list[i].to) {
+			i++
+		}
+		if i == len(r.list) {
+			break
+		}
+		r.list[i].from = rec.Seq + 1
+		r.list[i].n--
+		if r.list[i].n == 0 || r.list[i].from > r.list[i].to {
+			i++
+		}
+	}
+	r.list = r.list[i:]
+}
+
 // pgCompleteSQL calls herald.outbox_complete.
-const pgCompleteSQL = `SELECT herald.outbox_complete($1, $2, $3, $4, $5::text::xid8, $6, $7,
-	$8, $9::text[]::xid8[], $10, $11, $12, $13, $14, $15, $16, $17, $18)`
+const pgCompleteSQL = `SELECT herald.outbox_complete($1, $2, $3, $4, $5, $6,
+	$7, $8::text[]::xid8[], $9, $10, $11, $12, $13, $14, $15, $16, $17)`
 
 // completeArgs are herald.outbox_complete's arguments for b and out.
 func completeArgs(b *Batch, out []Outcome) []any {
-	var lastXID *string
 	var lastSeq *int64
 	var seqs, qseqs, delays, qdelays []int64
 	var states, errs, qstates, qerrs, xids []string
@@ -210,8 +393,7 @@ func completeArgs(b *Batch, out []Outcome) []any {
 	for i := range out {
 		r, o := &b.Records[i], out[i]
 		if r.queued == 0 {
-			x := strconv.FormatUint(r.xid, 10)
-			lastXID, lastSeq = &x, &b.Records[i].Seq
+			lastSeq = &b.Records[i].Seq
 		}
 		state, attempt := "", int32(r.Attempt)
 		switch o.Kind {
@@ -240,7 +422,7 @@ func completeArgs(b *Batch, out []Outcome) []any {
 		delays, errs = append(delays, o.Delay.Microseconds()), append(errs, truncateError(o.Err))
 	}
 	rangeDone := len(out) == len(b.Records) && !b.More
-	return []any{b.Partition, b.Owner, b.Fence, rangeDone, lastXID, lastSeq, len(out),
+	return []any{b.Partition, b.Owner, b.Fence, rangeDone, lastSeq, len(out),
 		nonNil(seqs), nonNil(xids), nonNil(states), nonNil(attempts), nonNil(delays), nullIfEmpty(errs),
 		nonNil(qseqs), nonNil(qstates), nonNil(qattempts), nonNil(qdelays), nullIfEmpty(qerrs)}
 }
@@ -264,16 +446,39 @@ func nullIfEmpty(errs []string) []*string {
 	return out
 }
 
+// keeps reports whether completing b with next goes on with the rest of
+// b's range under a renewed lease (instead of claiming anew).
+func keeps(b *Batch, out []Outcome, next *ClaimRequest) bool {
+	if next == nil || next.Partition != b.Partition || next.Owner != b.Owner {
+		return false
+	}
+	if len(b.rest) > 0 || b.runs.left() {
+		return true
+	}
+	for i := len(out); i < len(b.Records); i++ {
+		if b.Records[i].queued == 0 {
+			return true // range records past a shortened batch
+		}
+	}
+	return false
+}
+
 // Complete writes b's outcomes and, with next, claims again, in one round
-// trip and one transaction.
+// trip and one transaction. When next goes on in b's partition with the
+// rest of a range the claim read, the lease is renewed and nothing is read
+// again.
 func (s *PGStore) Complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest) (bool, *Batch, error) {
 	if len(out) > len(b.Records) {
 		return false, nil, fmt.Errorf("%w: %d outcomes for %d records", ErrInvalidConfig, len(out), len(b.Records))
 	}
+	keep := keeps(b, out, next)
 	var pb pgx.Batch
 	pb.Queue(pgCycleSettings, commitMode(b.durable))
 	pb.Queue(pgCompleteSQL, completeArgs(b, out)...)
-	if next != nil {
+	switch {
+	case keep:
+		pb.Queue(pgKeepSQL, b.Partition, b.Owner, next.Lease, b.Fence)
+	case next != nil:
 		queueClaim(&pb, next)
 	}
 	res := s.pool.SendBatch(ctx, &pb)
@@ -285,23 +490,77 @@ func (s *PGStore) Complete(ctx context.Context, b *Batch, out []Outcome, next *C
 		if err := res.QueryRow().Scan(&held); err != nil {
 			return false, nil, err
 		}
-		if next == nil {
-			return held, nil, nil
+		switch {
+		case keep:
+			nb, err := readKeep(res, b, out, next)
+			return held, nb, err
+		case next != nil:
+			n := 1
+			if next.Disarm || next.Arm > 0 {
+				n = 2
+			}
+			nb, err := readClaim(res, n, next)
+			return held, nb, err
 		}
-		n := 1
-		if next.Disarm || next.Arm > 0 {
-			n = 2
-		}
-		nb, err := readClaim(res, n, next)
-		return held, nb, err
+		return held, nil, nil
 	}()
 	if cerr := res.Close(); err == nil && cerr != nil {
 		err = cerr
+	}
+	if err == nil && nb != nil && nb.runs.pending {
+		err = s.readRuns(ctx, nb, next)
 	}
 	if err != nil {
 		return false, nil, fmt.Errorf("outboxfeed: complete: %w", err)
 	}
 	return held, nb, nil
+}
+
+// readKeep reads herald.outbox_keep's rows and builds the next batch of
+// b's range: the range records b's completion left over, then the rest.
+func readKeep(res pgx.BatchResults, b *Batch, out []Outcome, next *ClaimRequest) (*Batch, error) {
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var nb *Batch
+	var fence int64
+	var tk bool
+	var tenant, channel pgtype.Text
+	for rows.Next() {
+		if err := rows.Scan(&fence, &tk, &tenant, &channel); err != nil {
+			return nil, err
+		}
+		if nb == nil {
+			nb = &Batch{Partition: b.Partition, Owner: b.Owner, Fence: fence, Takeover: tk, durable: b.durable, runs: b.runs}
+		}
+		if tenant.Valid {
+			nb.block(fanout.Key{Tenant: tenant.String, Channel: channel.String})
+		}
+	}
+	if err := rows.Err(); err != nil || nb == nil {
+		return nil, err // nil: another Worker took the partition over
+	}
+	var ranged []Record
+	for i := len(out); i < len(b.Records); i++ {
+		if b.Records[i].queued == 0 {
+			ranged = append(ranged, b.Records[i])
+		}
+	}
+	ranged = append(ranged, b.rest...)
+	if len(ranged) == 0 && !nb.runs.left() {
+		// Nothing left to hand out (the range's last runs were read).
+		nb.More = false
+		return nb, nil
+	}
+	if len(ranged) == 0 {
+		nb.runs.pending = true
+		nb.More = true
+		return nb, nil
+	}
+	nb.hand(ranged, next.Limit)
+	return nb, nil
 }
 
 // commitMode is synchronous_commit for a cycle's transaction.

@@ -68,15 +68,18 @@ func deref(t *time.Time) time.Time {
 //     record of the new mapping can be visible in it: they are staged
 //     after this commits), and herald.outbox_partition_of maps (tenant,
 //     channel) to the new ones.
-//  2. After the commit, each retiring partition is given a barrier: the
-//     xmax of a snapshot taken then. Every record of the old mapping was
-//     staged by a transaction below it.
-//  3. Workers go on draining the retiring partitions. One whose position
-//     passes its barrier is retired, its retry queue moved to the
-//     records' new partitions; when none is left retiring the new ones
-//     become active. Meanwhile records of the new mapping wait, so none is
-//     published before an older record of its channel. A transaction that
-//     staged a record before step 1 and stays open delays step 3.
+//  2. After the commit, the transactions then open in other sessions are
+//     listed (their virtual transaction ids): only they can still stage
+//     under the old mapping, whatever xid they get.
+//  3. Workers go on draining the retiring partitions. Once every listed
+//     transaction has ended, the claim that sees it takes its own xid as
+//     the barrier: every record of the old mapping was staged by a
+//     transaction below it. A retiring partition whose position passes
+//     the barrier is retired, its retry queue moved to the records' new
+//     partitions; when none is left retiring the new ones become active.
+//     Meanwhile records of the new mapping wait, so none is published
+//     before an older record of its channel. A transaction open at step 1
+//     that stays open delays step 3.
 //
 // It refuses (ErrInvalidRequest) while a change is still in progress.
 func (a pgAdmin) SetPartitions(ctx context.Context, n int) error {
@@ -104,7 +107,7 @@ func (a pgAdmin) SetPartitions(ctx context.Context, n int) error {
 		if _, err := tx.Exec(ctx, `UPDATE herald.outbox_partition SET state = 'retiring' WHERE state = 'active'`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE herald.outbox_repartition SET retire_xmax = NULL`); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE herald.outbox_repartition SET retire_xmax = NULL, wait_vxids = NULL`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO herald.outbox_partition (part, lo, state)
@@ -126,8 +129,8 @@ func (a pgAdmin) SetPartitions(ctx context.Context, n int) error {
 	}
 	// Step 2, in a transaction of its own (the claims do it too, should
 	// this process stop here).
-	if _, err := a.s.pool.Exec(ctx, `UPDATE herald.outbox_repartition SET retire_xmax = pg_snapshot_xmax(pg_current_snapshot())
-		WHERE retire_xmax IS NULL`); err != nil {
+	if _, err := a.s.pool.Exec(ctx, `UPDATE herald.outbox_repartition SET wait_vxids = herald.outbox_open_vxids()
+		WHERE wait_vxids IS NULL`); err != nil {
 		return fmt.Errorf("outboxfeed: set partitions: barrier: %w", err)
 	}
 	a.wake()

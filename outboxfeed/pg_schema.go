@@ -15,6 +15,7 @@ var pgMigrations = []pgMigration{
 	{3, "partition leases and snapshot batches", pgSchemaV3},
 	{4, "time-ordered ids", pgSchemaV4},
 	{5, "archived segments", pgSchemaV5},
+	{6, "ranges in staging order", pgSchemaV6},
 }
 
 // Advisory-lock keys (per database): one serializes migrations (and

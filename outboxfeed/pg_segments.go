@@ -137,7 +137,7 @@ SELECT NOT EXISTS (
 	CROSS JOIN LATERAL (
 		SELECT 1 FROM %[1]s o WHERE o.part = p.part AND o.xid >= pg_snapshot_xmin(p.lo)
 			AND NOT pg_visible_in_snapshot(o.xid, p.lo)
-			AND NOT (p.hi IS NOT NULL AND pg_visible_in_snapshot(o.xid, p.hi) AND (o.xid, o.seq) <= (p.pos_xid, p.pos_seq))
+			AND NOT (p.hi IS NOT NULL AND pg_visible_in_snapshot(o.xid, p.hi) AND o.seq <= p.pos_seq)
 		LIMIT 1) x)`
 
 // segment is one row of herald.outbox_segment (or the default partition).

@@ -243,7 +243,7 @@ WITH line AS (
 		SELECT o.occurred_at, o.seq, o.xid FROM pg_snapshot_xip(p.lo) x(xid)
 			CROSS JOIN LATERAL (SELECT * FROM herald.outbox o WHERE o.part = p.part AND o.xid = x.xid) o
 	) o
-	WHERE (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR (o.xid, o.seq) > (p.pos_xid, p.pos_seq))
+	WHERE (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq)
 		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq)
 )
 SELECT

@@ -31,6 +31,9 @@ type sqlitePartition struct {
 	pos       int64
 	claimTo   sql.NullInt64
 	takeovers int
+	tkTo      int64 // the last seq a holder that never completed may have published
+	claimQto  int64 // the last queue row the open claim was handed
+	tkQto     int64 // the last queue row a holder that never completed was handed
 }
 
 // heldBy reports whether owner holds the lease, expired or not (an
@@ -46,8 +49,9 @@ func (p *sqlitePartition) takenAt(owner string, now int64) bool {
 
 func readSQLitePartition(ctx context.Context, tx *sql.Tx) (sqlitePartition, error) {
 	var p sqlitePartition
-	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers
-FROM outbox_partition WHERE part = 0`).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos, &p.claimTo, &p.takeovers)
+	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers, tk_to, claim_qto, tk_qto
+FROM outbox_partition WHERE part = 0`).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos, &p.claimTo, &p.takeovers,
+		&p.tkTo, &p.claimQto, &p.tkQto)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, errors.New("no partition row (is the schema migrated?)")
 	}
@@ -135,21 +139,30 @@ func sqliteClaim(ctx context.Context, tx *sql.Tx, req ClaimRequest, now int64) (
 		Partition: sqlitePart,
 		Owner:     req.Owner,
 		Fence:     p.fence + 1,
-		Takeover:  p.claimTo.Valid,
 		Records:   append(queued, ranged...),
 		More:      rangeMore || queueMore,
 		durable:   req.Durable,
 	}
-	if b.Takeover {
+	tkTo, tkQto, claimQto := p.tkTo, p.tkQto, int64(0)
+	if p.claimTo.Valid {
+		// A claim never completed: its holder may have published any of it.
 		b.Takeovers = p.takeovers + 1
+		tkTo, tkQto = max(tkTo, p.claimTo.Int64), max(tkQto, p.claimQto)
+	}
+	// So may it have any record inside a claim taken over before, by
+	// whichever Worker it was (the broker keeps each once).
+	b.Takeover = b.Takeovers > 0 || len(ranged) > 0 && ranged[0].Seq <= tkTo
+	for i := range queued {
+		claimQto = max(claimQto, queued[i].queued)
+		b.Takeover = b.Takeover || queued[i].queued <= tkQto
 	}
 	if len(blocked) > 0 {
 		b.Blocked = blocked
 	}
 	expires := now + req.Lease.Microseconds()
 	if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
-SET owner = ?1, expires_at = ?2, fence = ?3, claim_to = ?4, takeovers = ?5 WHERE part = 0`,
-		req.Owner, expires, b.Fence, last, b.Takeovers); err != nil {
+SET owner = ?1, expires_at = ?2, fence = ?3, claim_to = ?4, takeovers = ?5, tk_to = ?6, claim_qto = ?7, tk_qto = ?8
+WHERE part = 0`, req.Owner, expires, b.Fence, last, b.Takeovers, tkTo, claimQto, tkQto); err != nil {
 		return nil, err
 	}
 	st := Processing{LeaseOwner: req.Owner, LeaseExpiresAt: micros(expires), Fence: b.Fence}

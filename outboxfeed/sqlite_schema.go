@@ -29,7 +29,20 @@ var sqliteMigrations = []sqliteMigration{
 	{1, "outbox", sqliteSchemaV1},
 	{2, "outbox channel heads", sqliteSchemaV2},
 	{3, "outbox partition batches", sqliteSchemaV3},
+	{4, "takeover extent", sqliteSchemaV4},
 }
+
+// sqliteSchemaV4 keeps the extent of a claim taken over from a holder
+// that never completed it (tk_to: the last seq that holder may have
+// published; tk_qto: the last retry-queue row it may have been handed,
+// claim_qto being that of the open claim), so every batch inside it is
+// published as a takeover, whichever Worker goes on
+// (fanout.Fence.Takeover).
+const sqliteSchemaV4 = `
+ALTER TABLE outbox_partition ADD COLUMN tk_to INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outbox_partition ADD COLUMN claim_qto INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outbox_partition ADD COLUMN tk_qto INTEGER NOT NULL DEFAULT 0;
+`
 
 // sqliteSchemaV2 indexes each channel's pending records in order, for the
 // claim's walk from channel to channel (released; dropped by migration 3).

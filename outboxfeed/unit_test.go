@@ -262,41 +262,6 @@ func TestInternedTextSharesEqualValues(t *testing.T) {
 	}
 }
 
-// A batch taken over marks its extent; the smaller batches that follow it
-// through the same partition are takeovers too, until one starts past it.
-func TestTakeoverMark(t *testing.T) {
-	rec := func(xid uint64, seq int64) Record { return Record{xid: xid, Seq: seq} }
-	var m takeoverMark
-	m.mark(&Batch{Partition: 1, Takeover: true, Records: []Record{{queued: 7}, rec(10, 1), rec(10, 2), rec(12, 5)}})
-	for _, tc := range []struct {
-		name string
-		b    Batch
-		want bool
-	}{
-		{"inside, same xid", Batch{Partition: 1, Records: []Record{rec(10, 2), rec(12, 5)}}, true},
-		{"a queued record inside", Batch{Partition: 1, Records: []Record{{queued: 7}}}, true},
-		{"at the end", Batch{Partition: 1, Records: []Record{rec(12, 5)}}, true},
-		{"another partition", Batch{Partition: 2, Records: []Record{rec(10, 2)}}, false},
-	} {
-		mm := m
-		b := tc.b
-		mm.mark(&b)
-		if b.Takeover != tc.want {
-			t.Errorf("%s: Takeover = %v, want %v", tc.name, b.Takeover, tc.want)
-		}
-	}
-	b := Batch{Partition: 1, Records: []Record{rec(12, 6)}}
-	m.mark(&b)
-	if b.Takeover || m.set {
-		t.Fatalf("a batch past the marked one: Takeover %v, mark kept %v", b.Takeover, m.set)
-	}
-	b = Batch{Partition: 1, Records: []Record{rec(10, 1)}}
-	m.mark(&b)
-	if b.Takeover {
-		t.Fatal("the mark outlived the batch that passed it")
-	}
-}
-
 func TestActivePollBacksOff(t *testing.T) {
 	base, idleAfter := 500*time.Microsecond, 50*time.Millisecond
 	want := []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond,

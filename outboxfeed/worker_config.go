@@ -19,6 +19,13 @@ type WorkerConfig struct {
 	// BatchSize is the most records one claim of a partition takes.
 	// Default: 1000.
 	BatchSize int
+	// RangeRecords is how many records of one range (the records that
+	// became visible since a partition's last completed range) a lane
+	// reads and holds at once, in memory, to publish them in staging
+	// order a batch at a time (PostgreSQL). A larger range is read in runs
+	// of its transactions, which costs PostgreSQL about one more read of
+	// it. Default: 100,000 (DefaultRangeRecords).
+	RangeRecords int
 	// Lanes is how many partitions a Worker may hold at once, each
 	// claimed, published and completed by its own loop (while one lane is
 	// in the store another publishes). A lane holds a partition while it
@@ -119,6 +126,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.BatchSize == 0 {
 		c.BatchSize = 1000
 	}
+	if c.RangeRecords == 0 {
+		c.RangeRecords = DefaultRangeRecords
+	}
 	if c.Lanes == 0 {
 		c.Lanes = 4
 	}
@@ -155,6 +165,8 @@ func (c WorkerConfig) validate() error {
 	switch {
 	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
 		return bad("BatchSize %d: must be between 1 and %d", c.BatchSize, maxBatchSize)
+	case c.RangeRecords < c.BatchSize || c.RangeRecords > maxRangeRecords:
+		return bad("RangeRecords %d: must be between BatchSize (%d) and %d", c.RangeRecords, c.BatchSize, maxRangeRecords)
 	case c.Lanes < 1 || c.Lanes > maxLanes:
 		return bad("Lanes %d: must be between 1 and %d", c.Lanes, maxLanes)
 	case c.Concurrency < 1:
@@ -183,6 +195,9 @@ func (c WorkerConfig) validate() error {
 
 // maxBatchSize bounds BatchSize.
 const maxBatchSize = 10000
+
+// maxRangeRecords bounds RangeRecords.
+const maxRangeRecords = 10_000_000
 
 // maxLanes bounds Lanes (each holds a pooled connection at times).
 const maxLanes = 16

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/heraldgw/herald/internal/wait"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/heraldgw/herald/internal/wait"
 )
 
 // lane is one claim loop of a Worker: it holds at most one partition's
@@ -32,53 +33,6 @@ type lane struct {
 	// brokerFails counts this lane's batches in a row that met a broker
 	// outage (for the backoff).
 	brokerFails int
-	// takeover is the end of the last batch this lane took over from a
-	// holder that never completed it: while the lane goes on through that
-	// batch in smaller ones (Worker.dispatch), they are still published
-	// as takeovers (the old holder may have published any of them).
-	takeover takeoverMark
-}
-
-// takeoverMark is where a taken-over batch ended in its partition.
-type takeoverMark struct {
-	set    bool
-	part   int
-	queued int64  // the largest retry-queue row of the batch
-	xid    uint64 // the (xid, seq) of its last record read from the position
-	seq    int64
-}
-
-// mark remembers the end of b when it is a takeover; for a later batch of
-// the same partition that starts inside the marked one, it sets
-// b.Takeover.
-func (m *takeoverMark) mark(b *Batch) {
-	if b == nil {
-		return
-	}
-	if b.Takeover {
-		*m = takeoverMark{set: true, part: b.Partition}
-		for i := range b.Records {
-			r := &b.Records[i]
-			if r.queued != 0 {
-				m.queued = max(m.queued, r.queued)
-				continue
-			}
-			m.xid, m.seq = r.xid, r.Seq
-		}
-		return
-	}
-	if !m.set || b.Partition != m.part || len(b.Records) == 0 {
-		m.set = false
-		return
-	}
-	r := &b.Records[0]
-	inside := r.queued != 0 && r.queued <= m.queued ||
-		r.queued == 0 && (r.xid < m.xid || r.xid == m.xid && r.Seq <= m.seq)
-	if inside {
-		b.Takeover = true
-		return
-	}
-	m.set = false
 }
 
 // laneOwner is the lease owner of lane i (from 0).
@@ -170,14 +124,14 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 			}
 		}
 		l.lastWork = time.Now() // so the next claim disarms the trigger
-		l.takeover.mark(b)
 		b = w.work(ctx, l, b)
 	}
 }
 
 // claimRequest is lane l's next claim of partition part.
 func (w *Worker) claimRequest(l *lane, part int) ClaimRequest {
-	req := ClaimRequest{Owner: l.owner, Partition: part, Limit: w.cfg.BatchSize, Lease: w.cfg.LeaseDuration, Durable: w.cfg.DurableClaims}
+	req := ClaimRequest{Owner: l.owner, Partition: part, Limit: w.cfg.BatchSize, Lease: w.cfg.LeaseDuration,
+		Durable: w.cfg.DurableClaims, RangeLimit: w.cfg.RangeRecords}
 	if l.lead {
 		switch flowing := w.flowing(l); {
 		case l.armed && flowing:
@@ -288,7 +242,6 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 			part = b.Partition
 		}
 		req := w.claimRequest(l, part)
-		req.full = b.More
 		next = &req
 	}
 	held, nb, err := w.complete(ctx, b, out, next, claimedAt)

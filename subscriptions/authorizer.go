@@ -35,6 +35,11 @@ type Decision struct {
 	// answer's TTL ends. Zero (grant decisions) means it lasts as long as
 	// the connection token: recheck when that token is replaced.
 	RecheckAfter time.Duration
+	// SubToken holds the verified claims of the subscription token that
+	// allowed the subscription (Source SourceSubToken), nil otherwise: the
+	// subscription rests on it, so it ends at its exp and when its sid or
+	// jti is revoked.
+	SubToken *auth.Claims
 }
 
 // Request is one subscription to authorize. The tenant always comes from the
@@ -43,6 +48,10 @@ type Request struct {
 	Claims   *auth.Claims
 	Channel  string
 	SubToken string // optional subscription token
+	// Live says the subscription is already live (a recheck): a
+	// subscription token must then not have reached its exp by this
+	// server's clock, with no leeway for clock skew.
+	Live bool
 }
 
 // Authorizer decides subscriptions: (a) a grant in the connection token,
@@ -123,7 +132,9 @@ func (a *Authorizer) authorize(ctx context.Context, r Request) (Decision, error)
 
 	// (c) the authorization webhook.
 	if a.webhook != nil {
-		out, err := a.webhook.decide(ctx, webhookKey{tenant: c.Tenant, subject: c.Subject, channel: r.Channel})
+		out, err := a.webhook.decide(ctx, webhookKey{
+			tenant: c.Tenant, subject: c.Subject, channel: r.Channel, sid: c.SessionID, jti: c.TokenID,
+		})
 		if err != nil {
 			return Decision{Allowed: false, Reason: ReasonWebhookUnavailable},
 				fmt.Errorf("subscriptions: authorize: %w", err)
@@ -187,6 +198,9 @@ func (a *Authorizer) checkSubToken(ctx context.Context, c *auth.Claims, r Reques
 	if sc.Channel != r.Channel {
 		return Decision{}, "subscription token names another channel"
 	}
+	if r.Live && !time.Now().Before(sc.ExpiresAt) {
+		return Decision{}, "subscription token expired"
+	}
 	if a.revocations != nil {
 		revoked, err := a.revocations.IsRevoked(ctx, sc)
 		if err != nil {
@@ -201,5 +215,5 @@ func (a *Authorizer) checkSubToken(ctx context.Context, c *auth.Claims, r Reques
 		}
 	}
 	return Decision{Allowed: true, Source: SourceSubToken,
-		RecheckAfter: max(time.Until(sc.ExpiresAt), minRecheck)}, ""
+		RecheckAfter: max(time.Until(sc.ExpiresAt), minRecheck), SubToken: sc}, ""
 }

@@ -102,6 +102,9 @@ func TestAuthorizeSubscriptionTokens(t *testing.T) {
 	if d.RecheckAfter < 9*time.Minute || d.RecheckAfter > 10*time.Minute {
 		t.Fatalf("RecheckAfter %s, want the token's remaining life (~10m)", d.RecheckAfter)
 	}
+	if d.SubToken == nil || d.SubToken.TokenID != "jti-private/7" || d.SubToken.Channel != "private/7" {
+		t.Fatalf("the decision does not carry the subscription token's claims: %+v", d.SubToken)
+	}
 	// A grant wins before the token is even looked at.
 	d, _ = a.Authorize(ctx, Request{Claims: c, Channel: "public/1", SubToken: "garbage"})
 	if !d.Allowed || d.Source != SourceGrant {
@@ -146,6 +149,32 @@ func TestAuthorizeSubscriptionTokens(t *testing.T) {
 	}
 	if d, _ := a.Authorize(ctx, Request{Claims: c, Channel: "private/9", SubToken: tok}); d.Allowed || !strings.Contains(d.Reason, "revoked") {
 		t.Fatalf("after revocation: %+v", d)
+	}
+}
+
+// TestAuthorizeLiveSubscriptionTokenHasNoLeeway: a subscription token
+// just past its exp still opens a subscription (the verifier's clock-skew
+// leeway), but a live subscription rechecked with it is refused: the
+// leeway never extends a live subscription.
+func TestAuthorizeLiveSubscriptionTokenHasNoLeeway(t *testing.T) {
+	v := newVerifier(t)
+	a, err := NewAuthorizer(Config{SubTokens: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := conn("alice", "acme")
+	tok := subToken(t, "alice", "acme", "private/7", -5*time.Second) // inside the 30s leeway
+	if d, err := a.Authorize(ctx, Request{Claims: c, Channel: "private/7", SubToken: tok}); err != nil || !d.Allowed {
+		t.Fatalf("new subscription inside the leeway: %+v, %v", d, err)
+	}
+	d, err := a.Authorize(ctx, Request{Claims: c, Channel: "private/7", SubToken: tok, Live: true})
+	if err != nil || d.Allowed || !strings.Contains(d.Reason, "subscription token expired") {
+		t.Fatalf("live recheck past exp: %+v, %v; want a denial saying the subscription token expired", d, err)
+	}
+	fresh := subToken(t, "alice", "acme", "private/7", time.Minute)
+	if d, err := a.Authorize(ctx, Request{Claims: c, Channel: "private/7", SubToken: fresh, Live: true}); err != nil || !d.Allowed {
+		t.Fatalf("live recheck before exp: %+v, %v", d, err)
 	}
 }
 

@@ -39,6 +39,14 @@ type Config struct {
 	// Authorization header the webhook checks. Default none.
 	WebhookHeader http.Header
 
+	// WebhookSecrets sign every webhook request as Standard Webhooks
+	// says (webhook-id, webhook-timestamp, webhook-signature: one
+	// HMAC-SHA256 per secret over id, timestamp and body), so the
+	// application can refuse forged and replayed calls; each key is 24 to
+	// 64 bytes (ParseWebhookSecrets reads them from a secret file).
+	// Default none: requests are unsigned.
+	WebhookSecrets [][]byte
+
 	// WebhookTimeout bounds one webhook call, including waiting for a free
 	// call slot. Default 2s.
 	WebhookTimeout time.Duration
@@ -112,6 +120,11 @@ func (c Config) validate() error {
 	}
 	if c.WebhookMaxTTL < c.WebhookDefaultTTL {
 		return fmt.Errorf("subscriptions: config: WebhookMaxTTL %s is below WebhookDefaultTTL %s", c.WebhookMaxTTL, c.WebhookDefaultTTL)
+	}
+	for i, k := range c.WebhookSecrets {
+		if len(k) < minWebhookSecret || len(k) > maxWebhookSecret {
+			return fmt.Errorf("subscriptions: config: WebhookSecrets[%d] is %d bytes, want %d to %d", i, len(k), minWebhookSecret, maxWebhookSecret)
+		}
 	}
 	if c.WebhookCacheSize < 1 {
 		return fmt.Errorf("subscriptions: config: WebhookCacheSize must be positive, got %d", c.WebhookCacheSize)

@@ -12,7 +12,9 @@
 // Authorizer decides a subscription in this order: (a) a grant in the
 // connection token, (b) a subscription token naming exactly the channel
 // with the connection's sub and tenant, (c) the authorization webhook,
-// whose answers are cached per (tenant, subject, channel) for their TTL and
-// which fails closed. The tenant is always the connection's own: a Request
-// carries no tenant of its own.
+// whose requests carry the connection token's sid and jti and are signed
+// as Standard Webhooks says (Config.WebhookSecrets, webhook_sign.go), whose
+// answers are cached per (tenant, subject, sid, jti, channel) for their
+// TTL, and which fails closed. The tenant is always the connection's own:
+// a Request carries no tenant of its own.
 package subscriptions

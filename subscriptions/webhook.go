@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,10 @@ type webhookRequest struct {
 	Tenant  string `json:"tenant"`
 	Subject string `json:"subject"`
 	Channel string `json:"channel"`
+	// SessionID and TokenID are the connection token's sid and jti, when
+	// it has them, so the application can decide on sessions.
+	SessionID string `json:"sid,omitempty"`
+	TokenID   string `json:"jti,omitempty"`
 }
 
 // webhookResponse is the JSON answer expected from the webhook.
@@ -46,6 +51,7 @@ type webhookResponse struct {
 type webhook struct {
 	url        string
 	header     http.Header
+	secrets    [][]byte // signing keys; none: unsigned
 	client     *http.Client
 	timeout    time.Duration
 	defaultTTL time.Duration
@@ -76,6 +82,7 @@ func newWebhook(cfg Config, m *metrics) *webhook {
 	return &webhook{
 		url:        cfg.WebhookURL,
 		header:     cfg.WebhookHeader.Clone(),
+		secrets:    slices.Clone(cfg.WebhookSecrets),
 		client:     cfg.HTTPClient,
 		timeout:    cfg.WebhookTimeout,
 		defaultTTL: cfg.WebhookDefaultTTL,
@@ -141,7 +148,7 @@ func (w *webhook) call(ctx context.Context, k webhookKey) (webhookAnswer, error)
 	case <-ctx.Done():
 		return webhookAnswer{}, fmt.Errorf("subscriptions: webhook: no free call slot: %w", ctx.Err())
 	}
-	body, err := json.Marshal(webhookRequest{Tenant: k.tenant, Subject: k.subject, Channel: k.channel})
+	body, err := json.Marshal(webhookRequest{Tenant: k.tenant, Subject: k.subject, Channel: k.channel, SessionID: k.sid, TokenID: k.jti})
 	if err != nil {
 		return webhookAnswer{}, fmt.Errorf("subscriptions: webhook: encode: %w", err)
 	}
@@ -154,6 +161,11 @@ func (w *webhook) call(ctx context.Context, k webhookKey) (webhookAnswer, error)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	if len(w.secrets) > 0 {
+		if err := signWebhook(req.Header, w.secrets, body, w.now()); err != nil {
+			return webhookAnswer{}, err
+		}
+	}
 	resp, err := w.client.Do(req)
 	if err != nil {
 		var ue *url.Error // drop the URL, which may carry a credential

@@ -9,6 +9,9 @@ import (
 // the key, so an answer for one tenant never serves another.
 type webhookKey struct {
 	tenant, subject, channel string
+	// sid and jti of the connection token: sent to the webhook, so its
+	// answer may depend on them, and part of the key for that reason.
+	sid, jti string
 }
 
 // webhookAnswer is a decoded webhook answer.
@@ -53,7 +56,8 @@ func (c *answerCache) get(k webhookKey, now time.Time) (cachedAnswer, bool) {
 // evictScan bounds how many entries put inspects for expired ones.
 const evictScan = 64
 
-// maxCachedSubject bounds the subject length of cached answers, so the
+// maxCachedSubject bounds the length of the subject, sid and jti of
+// cached answers together, so the
 // cache's memory stays bounded by WebhookCacheSize times a small constant.
 const maxCachedSubject = 512
 
@@ -61,7 +65,7 @@ const maxCachedSubject = 512
 // it with its expiry.
 func (c *answerCache) put(k webhookKey, a webhookAnswer, now time.Time) cachedAnswer {
 	ca := cachedAnswer{webhookAnswer: a, expires: now.Add(a.ttl)}
-	if len(k.subject) > maxCachedSubject {
+	if len(k.subject)+len(k.sid)+len(k.jti) > maxCachedSubject {
 		return ca
 	}
 	c.mu.Lock()

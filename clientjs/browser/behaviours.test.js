@@ -46,6 +46,7 @@ async function browserEnv(t) {
       return {
         record: () => page.evaluate(() => window.harness.probeRecord('c')),
         subscribe: (ch) => page.evaluate((c) => window.harness.probeSubscribe('c', c), ch),
+        close: () => page.evaluate(() => window.harness.probeClose('c')),
         offline: async () => {
           await context.setOffline(true);
           assert.equal(await page.evaluate(() => navigator.onLine), false);

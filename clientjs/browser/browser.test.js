@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Herald, TcpProxy, fastBackoff, waitUntil, watch } from '../testutil/helpers.js';
+import { Herald, HttpProxy, TcpProxy, fastBackoff, waitUntil, watch } from '../testutil/helpers.js';
 import { launchChromium, staticServer } from './lib.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -242,6 +242,48 @@ test('sse: the browser EventSource receives in order and resumes after a network
   assert.ok(tickets.length >= streams.length && tickets.every((r) => r.method === 'POST' && r.type === 'fetch'));
   assert.equal(new URL(streams[0].url).searchParams.get('last_event_id'), null);
   assert.ok(new URL(streams.at(-1).url).searchParams.get('last_event_id'), 'the stream after the cut resumes from the cursor');
+});
+
+test('sse: tickets switched off: the EventSource gets the token in its URL and "fallback" says so; a proxy\'s 404 never puts it there', async (t) => {
+  // A Herald with tickets switched off answers POST /v1/tickets with 404
+  // tickets_disabled: the one answer after which the token goes in the URL.
+  const off = await startHerald(t, ['--tickets=false']);
+  const token = await off.token({ subscribe: ['orders/*'] });
+  let pg = await openPage(t, { origin: off.url });
+  await pg.start('c', { transport: 'sse', url: off.url, token, channels: ['orders/1'], backoff: fastBackoff });
+  let rec = await pg.waitFor('c', (r) => r.ready['orders/1'], 'the subscription');
+  assert.deepEqual(rec.fallbacks, [{ reason: 'tickets_disabled', credential: 'access_token' }]);
+  const id = await off.publish('orders/1', { n: 1 });
+  await pg.waitFor('c', (r) => r.pubs['orders/1'].some((p) => p.id === id), 'the publication');
+  let streams = pg.requests.filter((r) => r.url.includes('/v1/sse'));
+  assert.equal(streams.length, 1);
+  assert.equal(streams[0].type, 'eventsource');
+  assert.equal(new URL(streams[0].url).searchParams.get('access_token'), token);
+
+  // A proxy in front of a Herald with tickets on, that does not route
+  // POST /v1/tickets (its own 404 page): no stream, no token in a URL, a
+  // failure retried with backoff until the path is routed again.
+  const h = await startHerald(t);
+  const proxy = await HttpProxy.start(h);
+  t.after(() => proxy.close());
+  proxy.notFound = (path) => path === '/v1/tickets';
+  pg = await openPage(t, { origin: proxy.url });
+  await pg.start('c', { transport: 'sse', url: proxy.url, token, channels: ['orders/2'], backoff: fastBackoff });
+  rec = await pg.waitFor('c', (r) => r.states.filter((s) => s.state === 'reconnecting').length >= 3, 'a few refused attempts');
+  assert.deepEqual(rec.fallbacks, []);
+  assert.equal(rec.lastError.status, 404);
+  for (const s of rec.states.filter((x) => x.state === 'reconnecting')) assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
+  assert.deepEqual(pg.requests.filter((r) => r.url.includes('/v1/sse')), [], 'no stream while tickets are not routed');
+  proxy.notFound = () => false;
+  rec = await pg.waitFor('c', (r) => r.ready['orders/2'], 'the subscription once tickets are routed');
+  assert.equal(rec.state, 'connected');
+  streams = pg.requests.filter((r) => r.url.includes('/v1/sse'));
+  assert.ok(streams.length >= 1);
+  for (const s of streams) {
+    assert.match(s.url, /[?&]ticket=/);
+    assert.ok(!s.url.includes('access_token'));
+  }
+  assert.deepEqual(rec.fallbacks, []);
 });
 
 test('refused token and forbidden channel: closed for good, no reconnect loop (ws and sse)', async (t) => {

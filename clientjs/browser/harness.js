@@ -29,7 +29,7 @@ try {
     // origin) and subscribes it to channels. getToken returns token and
     // records each call's reason.
     start(name, { url, transport, token, channels, backoff }) {
-      const rec = { tokenCalls: [], states: [], errors: [], connect: null, ready: {}, pubs: {}, gaps: [], recovered: [], subErrors: [] };
+      const rec = { tokenCalls: [], states: [], errors: [], fallbacks: [], connect: null, ready: {}, pubs: {}, gaps: [], recovered: [], subErrors: [] };
       const opts = {
         transport,
         backoff,
@@ -42,6 +42,7 @@ try {
       };
       if (url !== undefined) opts.url = url;
       const c = new herald.HeraldClient(opts);
+      c.on('fallback', (e) => rec.fallbacks.push(e));
       c.connect().then(
         () => {
           rec.connect = { ok: true };

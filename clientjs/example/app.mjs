@@ -6,14 +6,13 @@
 // "orders" through Herald's WebSocket (a real application would stage it
 // in its outbox, in the same transaction).
 //
-//   herald serve --jwt-hmac-secret dev-secret-0123456789abcdef0123456789 --allowed-origins http://127.0.0.1:8090
-//   HERALD_URL=http://127.0.0.1:8080 HERALD_SECRET=dev-secret-0123456789abcdef0123456789 node example/app.mjs
-//   (Node 20: node --experimental-websocket example/app.mjs)
-//   open http://127.0.0.1:8090/ and change an order:
-//   curl -d '{"status":"shipped"}' http://127.0.0.1:8090/api/orders/A-2
+// How to run it: clientjs/README.md, "Loading state without missing or
+// double-applying an update" (PORT, HERALD_URL, HERALD_SECRET; Node 20
+// needs --experimental-websocket).
 import http from 'node:http';
 import { createHmac } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { HeraldClient } from '../herald.js';
 
@@ -96,8 +95,9 @@ export async function startApp({ secret, tenant = 'acme', port = 0 }) {
   };
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const app = await startApp({ secret: process.env.HERALD_SECRET || 'dev-secret-0123456789abcdef0123456789', port: Number(process.env.PORT || 8090) });
+// Run as a program (through a symbolic link too), not imported.
+if (process.argv[1] && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const app = await startApp({ secret: process.env.HERALD_SECRET || 'example-secret-at-least-32-bytes', port: Number(process.env.PORT || 8090) });
   app.use(process.env.HERALD_URL || 'http://127.0.0.1:8080');
   console.log(`the example is on ${app.url}/`);
 }

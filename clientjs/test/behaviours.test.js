@@ -19,6 +19,7 @@ function nodeEnv(t) {
       return {
         record: async () => probe.record(),
         subscribe: async (ch) => probe.subscribe(ch),
+        close: async () => probe.close(),
         offline: async () => fire(window, 'offline'),
         online: async () => fire(window, 'online'),
         hide: async () => {

@@ -1,12 +1,21 @@
 // README.md says what the code does: the five lines a web developer
 // copies come first; the defaults in the options table are the client's;
-// the reasons it lists as stopping are STOP_REASONS; and docs/protocol.md
+// the reasons it lists as stopping are STOP_REASONS; docs/protocol.md
 // gives the same request timeout and serving path, recovery reasons and
-// token refresh clock.
+// token refresh clock; and the example's commands run as written on the
+// oldest Node it names.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, symlink } from 'node:fs/promises';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { HeraldClient, STOP_REASONS } from '../herald.js';
+import { heraldBinary, recorder, waitUntil } from '../testutil/helpers.js';
+import { token } from '../example/app.mjs';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
 const protocol = readFileSync(new URL('../../docs/protocol.md', import.meta.url), 'utf8');
@@ -56,4 +65,101 @@ test('README and docs/protocol.md list the server\'s recovery reasons, and refre
   assert.deepEqual(rows(protocol, '<!-- generated: recovery-reasons'), want, 'docs/protocol.md');
   assert.match(protocol, /schedule the token refresh from `expires_in`/);
   assert.match(readme, /never the device's clock[^.]*: the `connect` reply's `expires_in`/);
+});
+
+/** freePort returns a TCP port of 127.0.0.1 nothing listens on now. */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * started runs a long-running shell command line in cwd (its own process
+ * group, stopped when the test ends) and waits until its output matches
+ * ready; it fails at once, with the output, if the command exits first.
+ */
+async function started(t, line, cwd, env, ready) {
+  const child = spawn('sh', ['-c', line], { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let exited = null;
+  child.stdout.on('data', (b) => (out += b));
+  child.stderr.on('data', (b) => (out += b));
+  child.on('exit', (code, signal) => (exited = { code, signal }));
+  t.after(() => {
+    try {
+      process.kill(-child.pid, 'SIGTERM');
+    } catch {
+      // gone already
+    }
+  });
+  await waitUntil(() => {
+    if (exited) throw new Error(`\`${line}\` exited (${JSON.stringify(exited)}) before it was ready:\n${out}`);
+    return ready.test(out);
+  }, `\`${line}\` to print ${ready}`, 60_000);
+}
+
+test('README: the example\'s commands work as written on the oldest Node it names, against a real Herald', async (t) => {
+  const block = /The example runs against a local Herald[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme);
+  assert.ok(block, 'the example\'s commands');
+  const [serve, app, curl, ...more] = block[1].split('\n').filter((l) => l.trim() !== '' && !l.startsWith('#'));
+  assert.deepEqual(more, [], 'three commands: Herald, the app, a change');
+
+  // The oldest Node the README names runs the app's command.
+  const oldest = Number(/Node\.js ≥ (\d+)/.exec(readme)?.[1]);
+  assert.ok(oldest >= 20, 'the README names its oldest Node: "Node.js ≥ N"');
+  const node = process.env.HERALD_OLDEST_NODE || process.execPath;
+  const version = execFileSync(node, ['--version'], { encoding: 'utf8' }).trim();
+  assert.equal(Number(version.slice(1).split('.')[0]), oldest, `${node} is ${version}, not Node ${oldest}: scripts/test-js.sh sets HERALD_OLDEST_NODE to a Node ${oldest}`);
+
+  // A folder laid out as the repository's root (bin/herald, clientjs/),
+  // with that node, and herald, first on PATH; the commands' ports become
+  // free ones, and nothing else changes.
+  const root = await mkdtemp(join(tmpdir(), 'herald-clientjs-readme-'));
+  t.after(() => rm(root, { recursive: true, force: true }));
+  const bin = await heraldBinary();
+  await mkdir(join(root, 'bin'));
+  await mkdir(join(root, 'path'));
+  await symlink(bin, join(root, 'bin', 'herald'));
+  await symlink(bin, join(root, 'path', 'herald'));
+  await symlink(node, join(root, 'path', 'node'));
+  await symlink(fileURLToPath(new URL('..', import.meta.url)), join(root, 'clientjs'));
+  const env = { PATH: `${join(root, 'path')}:${process.env.PATH}`, HOME: process.env.HOME || root };
+  const [heraldPort, appPort] = [await freePort(), await freePort()];
+  const ports = (line) => line.replaceAll('8080', String(heraldPort)).replaceAll('8090', String(appPort));
+
+  await started(t, ports(serve), root, env, /listening on http:/);
+  await started(t, ports(app), root, env, /the example is on http:/);
+  const page = await fetch(`http://127.0.0.1:${appPort}/`);
+  assert.equal(page.status, 200);
+  assert.match(await page.text(), /<html/i);
+
+  // A subscriber to the app's channel, with a token signed by the secret
+  // the commands give Herald and the app.
+  const secret = /--jwt-hmac-secret (\S+)/.exec(serve)[1];
+  assert.ok(app.includes(`HERALD_SECRET=${secret}`), 'Herald and the app share the secret');
+  const c = new HeraldClient({ url: `http://127.0.0.1:${heraldPort}`, transport: 'sse', getToken: () => token(secret, 'readme', { tenant: 'acme', subscribe: ['orders'] }) });
+  t.after(() => c.close());
+  const r = recorder();
+  await c.subscribe('orders', r.handlers).ready;
+
+  // The change, as the README makes it; until the app's own WebSocket is
+  // up its publish fails (published: false) and the change is only saved.
+  let answer;
+  await waitUntil(async () => {
+    const out = await new Promise((resolve, reject) =>
+      execFile('sh', ['-c', ports(curl)], { cwd: root, env, timeout: 20_000 }, (err, stdout, stderr) => (err ? reject(new Error(`${curl}: ${err.message}\n${stderr}`)) : resolve(stdout))),
+    );
+    answer = JSON.parse(out);
+    return answer.published;
+  }, 'the change, published');
+  assert.equal(answer.order.id, 'A-2');
+  assert.equal(answer.order.status, 'shipped');
+  await waitUntil(() => r.pubs.some((p) => p.data.id === 'A-2' && p.data.status === 'shipped'), 'the change, delivered to a subscriber');
+  assert.equal(r.pubs.at(-1).type, 'order.updated');
 });

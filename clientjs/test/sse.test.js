@@ -1,24 +1,23 @@
-// The SSE transport against a real `herald serve`: FetchEventSource with
-// the Authorization header (Node's default), and the browser path (an
-// EventSource class: ticket, else access_token in the URL).
+// The SSE transport against a real `herald serve`: what only it does
+// (FetchEventSource with the Authorization header, Node's default; the
+// browser path, an EventSource class: ticket, else access_token in the
+// URL; refusals read with or without the status). The behaviours both
+// transports share are testutil/scenarios.js (behaviours.test.js).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { HeraldClient, FetchEventSource } from '../herald.js';
-import { Herald, TcpProxy, fastBackoff, recorder, stateLog, waitUntil } from '../testutil/helpers.js';
+import { Herald, HttpProxy, fastBackoff, recorder, stateLog, waitUntil } from '../testutil/helpers.js';
 
 let herald;
-let proxy;
 const clients = [];
 
 before(async () => {
   herald = await Herald.start();
-  proxy = await TcpProxy.start(herald.port);
 });
 
 after(async () => {
   for (const c of clients) c.close();
-  await proxy?.close();
   await herald?.destroy();
 });
 
@@ -99,10 +98,24 @@ test('sse: receives publications; adding a channel reopens the stream without lo
   c.close();
 });
 
-test('sse: an EventSource gets a ticket, or access_token when tickets answer 404', async () => {
+// recordingEventSource returns a BrowserEventSource class that records
+// the URL of every stream it opens in urls.
+function recordingEventSource(urls) {
+  return class extends BrowserEventSource {
+    constructor(url) {
+      urls.push(url);
+      super(url);
+    }
+  };
+}
+
+test('sse: an EventSource gets a single-use ticket, never the token, in its URL', async () => {
   const token = await herald.token({ subscribe: ['orders/*'] });
   const f = spyFetch();
-  const c = client({ url: herald.url, getToken: async () => token, fetch: f, EventSource: BrowserEventSource });
+  const urls = [];
+  const c = client({ url: herald.url, getToken: async () => token, fetch: f, EventSource: recordingEventSource(urls) });
+  const fallbacks = [];
+  c.on('fallback', (e) => fallbacks.push(e));
   const r = recorder();
   await c.subscribe('orders/12', r.handlers).ready;
   const id = await herald.publish('orders/12', { n: 1 });
@@ -112,60 +125,69 @@ test('sse: an EventSource gets a ticket, or access_token when tickets answer 404
   assert.equal(tickets.length, 1);
   assert.equal(tickets[0].method, 'POST');
   assert.equal(tickets[0].auth, `Bearer ${token}`);
-  const res = await fetch(`${herald.url}/v1/tickets`, { method: 'POST', headers: { Authorization: `Bearer ${token}` } });
-  await res.body?.cancel();
-  const ticketsServed = res.status !== 404;
-  // The stream itself was opened by the EventSource, not through f: check
-  // the client's choice by opening a second client and watching its URL.
-  const urls = [];
-  class Recording extends BrowserEventSource {
-    constructor(url) {
-      urls.push(url);
-      super(url);
-    }
-  }
-  const c2 = client({ url: herald.url, getToken: async () => token, EventSource: Recording });
-  await c2.subscribe('orders/12', recorder().handlers).ready;
+  // The stream was opened by the EventSource, with the ticket.
   assert.equal(urls.length, 1);
-  if (ticketsServed) {
-    assert.match(urls[0], /[?&]ticket=/);
-    assert.ok(!urls[0].includes('access_token'));
-  } else {
-    assert.ok(urls[0].includes(`access_token=${encodeURIComponent(token)}`) || urls[0].includes(`access_token=${token}`));
-  }
+  assert.match(urls[0], /[?&]ticket=/);
+  assert.ok(!urls[0].includes('access_token') && !urls[0].includes(token));
+  assert.deepEqual(fallbacks, []);
   c.close();
-  c2.close();
 });
 
-test('sse: resumes after the network drops, recovered with nothing lost', async () => {
-  const token = await herald.token({ subscribe: ['orders/*'] });
-  const states = stateLog();
-  const c = client({ url: proxy.url, getToken: async () => token, onStateChange: states.onStateChange });
+test('sse: tickets switched off (404 tickets_disabled): the token goes in the URL, once the "fallback" event said so', async (t) => {
+  const h = await Herald.start({ args: ['--tickets=false'] });
+  t.after(() => h.destroy());
+  const token = await h.token({ subscribe: ['orders/*'] });
+  const f = spyFetch();
+  const urls = [];
+  const c = client({ url: h.url, getToken: async () => token, fetch: f, EventSource: recordingEventSource(urls) });
+  const fallbacks = [];
+  c.on('fallback', (e) => fallbacks.push({ ...e, streams: urls.length }));
   const r = recorder();
-  await c.subscribe('orders/13', r.handlers).ready;
-  const a = await herald.publish('orders/13', { n: 1 });
-  await waitUntil(() => r.pubs.length === 1, 'first publication');
+  await c.subscribe('orders/1', r.handlers).ready;
+  assert.deepEqual(fallbacks, [{ reason: 'tickets_disabled', credential: 'access_token', streams: 0 }], 'told before the first stream opened');
+  assert.equal(urls.length, 1);
+  assert.equal(new URL(urls[0]).searchParams.get('access_token'), token);
+  const id = await h.publish('orders/1', { n: 1 });
+  await waitUntil(() => r.pubs.some((p) => p.id === id), 'publication');
 
-  const watcher = client({ url: herald.url, getToken: async () => token });
-  const w = recorder();
-  await watcher.subscribe('orders/13', w.handlers).ready;
-
-  proxy.hold(true);
-  proxy.cut();
-  await waitUntil(() => c.state === 'reconnecting', 'the client to notice the drop');
-  const b = await herald.publish('orders/13', { n: 2 });
-  const d = await herald.publish('orders/13', { n: 3 });
-  await waitUntil(() => w.pubs.length === 2, 'publications during the gap');
-  proxy.hold(false);
-
-  await waitUntil(() => r.pubs.length === 3, 'the missed publications');
-  assert.deepEqual(r.pubs.map((p) => p.id), [a, b, d]);
-  assert.deepEqual(r.pubs.map((p) => p.offset), [1, 2, 3]);
-  assert.deepEqual(r.gaps, []);
-  assert.equal(r.recovered.length, 1);
-  for (const s of states.filter((x) => x.state === 'reconnecting')) assert.ok(s.delayMs <= fastBackoff.maxMs);
+  // A new stream (another channel) asks for no ticket again and tells nothing new.
+  await c.subscribe('orders/2', recorder().handlers).ready;
+  assert.equal(urls.length, 2);
+  assert.equal(new URL(urls[1]).searchParams.get('access_token'), token);
+  assert.equal(f.calls.filter((x) => x.url.endsWith('/v1/tickets')).length, 1);
+  assert.equal(fallbacks.length, 1);
   c.close();
-  watcher.close();
+});
+
+test('sse: a 404 from a proxy that does not route POST /v1/tickets is a failure: backoff, never the token in the URL', async (t) => {
+  const proxy = await HttpProxy.start(herald);
+  t.after(() => proxy.close());
+  proxy.notFound = (path) => path === '/v1/tickets';
+  const token = await herald.token({ subscribe: ['orders/*'] });
+  const urls = [];
+  const states = stateLog();
+  const c = client({ url: proxy.url, getToken: async () => token, EventSource: recordingEventSource(urls), onStateChange: states.onStateChange });
+  const fallbacks = [];
+  c.on('fallback', (e) => fallbacks.push(e));
+  const r = recorder();
+  const sub = c.subscribe('orders/17', r.handlers);
+  await waitUntil(() => states.filter((s) => s.state === 'reconnecting').length >= 3 || urls.length > 0, 'a few refused attempts, or a stream');
+  assert.deepEqual(urls, [], 'no stream opened: the token never went in a URL');
+  const waits = states.filter((s) => s.state === 'reconnecting');
+  for (const s of waits) {
+    assert.equal(s.reason, 'server_error');
+    assert.equal(s.error.status, 404);
+    assert.match(s.error.message, /POST \/v1\/tickets/);
+    assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
+  }
+  assert.deepEqual(fallbacks, []);
+  // The proxy routes the path again: a ticket, and the stream.
+  proxy.notFound = () => false;
+  await sub.ready;
+  assert.equal(c.state, 'connected');
+  assert.ok(urls.length >= 1 && urls.every((u) => /[?&]ticket=/.test(u) && !u.includes('access_token')), JSON.stringify(urls));
+  assert.deepEqual(fallbacks, []);
+  c.close();
 });
 
 test('sse: a refused stream (forbidden channel) closes for good, with or without the status', async () => {
@@ -194,58 +216,16 @@ test('sse: a refused stream (forbidden channel) closes for good, with or without
   }
 });
 
-test('sse: an expiring token is replaced and the stream resumes', async () => {
-  const reasons = [];
+test('sse: an idle timeout past 2^31−1 ms (setTimeout\'s limit) does not end the stream at once', async () => {
+  const token = await herald.token({ subscribe: ['orders/*'] });
   const states = stateLog();
-  const c = client({
-    url: herald.url,
-    onStateChange: states.onStateChange,
-    getToken: async ({ reason }) => {
-      reasons.push(reason);
-      return herald.token({ subscribe: ['orders/*'], ttl: reasons.length === 1 ? '2s' : '1h' });
-    },
-  });
+  const c = client({ url: herald.url, getToken: async () => token, sseIdleTimeoutMs: 2 ** 31, onStateChange: states.onStateChange });
   const r = recorder();
-  await c.subscribe('orders/14', r.handlers).ready;
-  const a = await herald.publish('orders/14', { n: 1 });
-  await waitUntil(() => r.pubs.length === 1, 'first publication');
-  await waitUntil(() => reasons.includes('token_expired') && c.state === 'connected' && r.recovered.length === 1, 'a new stream with a fresh token', 20_000);
-  const b = await herald.publish('orders/14', { n: 2 });
-  await waitUntil(() => r.pubs.length === 2, 'publication on the new stream');
-  assert.deepEqual(r.pubs.map((p) => p.id), [a, b]);
-  assert.deepEqual(r.gaps, []);
-  const wait = states.find((s) => s.state === 'reconnecting');
-  assert.equal(wait.reason, 'token_expired');
-  assert.equal(wait.delayMs, 0);
-  c.close();
-});
-
-test('sse: server restart: bounded reconnects, then onGap (new epoch) and live delivery', async () => {
-  const h = await Herald.start();
-  try {
-    const token = await h.token({ subscribe: ['orders/*'] });
-    const states = stateLog();
-    const c = client({ url: h.url, getToken: async () => token, onStateChange: states.onStateChange });
-    const r = recorder();
-    await c.subscribe('orders/15', r.handlers).ready;
-    await h.publish('orders/15', { n: 1 });
-    await waitUntil(() => r.pubs.length === 1, 'first publication');
-    const epoch1 = r.pubs[0].epoch;
-
-    await h.stop(); // graceful: a "disconnect" event (shutdown, delay_ms)
-    await waitUntil(() => states.filter((s) => s.state === 'reconnecting').length >= 3, 'a few refused reconnects');
-    await h.restart();
-    await waitUntil(() => r.gaps.length === 1, 'onGap after the restart');
-    assert.equal(r.gaps[0].reason, 'epoch_changed');
-    assert.notEqual(r.gaps[0].epoch, epoch1);
-    const id = await h.publish('orders/15', { n: 2 });
-    await waitUntil(() => r.pubs.some((p) => p.id === id), 'live publication after the gap');
-
-    const waits = states.filter((s) => s.state === 'reconnecting');
-    assert.equal(waits[0].reason, 'shutdown');
-    for (const s of waits) assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
-    c.close();
-  } finally {
-    await h.destroy();
+  await c.subscribe('orders/16', r.handlers).ready;
+  for (let n = 1; n <= 3; n++) {
+    const id = await herald.publish('orders/16', { n });
+    await waitUntil(() => r.pubs.some((p) => p.id === id), `publication ${n}`);
   }
+  assert.deepEqual(states.map((s) => s.state), ['connecting', 'connected']);
+  c.close();
 });

@@ -9,7 +9,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -41,6 +41,9 @@ test('the declarations match what the modules export and implement', async (t) =
   const lines = [];
   for (const [i, f] of ENTRIES.entries()) {
     const names = Object.keys(await import(`../${f}`));
+    // A value its declaration file declares itself is one the module exports.
+    const dts = await readFile(join(dir, f.replace(/\.js$/, '.d.ts')), 'utf8');
+    for (const [, n] of dts.matchAll(/^export (?:const|function|class) (\w+)/gm)) assert.ok(names.includes(n), `${f.replace(/\.js$/, '.d.ts')} declares ${n}, which ${f} does not export`);
     lines.push(`import * as D${i} from ${JSON.stringify(join(dir, f))};`, `import * as G${i} from './gen/${f}';`);
     lines.push(`export const exports${i}: [Exclude<keyof typeof D${i}, keyof typeof G${i}>, Exclude<keyof typeof G${i}, keyof typeof D${i}>] = [] as unknown as [never, never];`);
     for (const n of names) lines.push(`export const ${n}${i}: typeof D${i}.${n} = G${i}.${n};`);

@@ -3,18 +3,20 @@
 // waiting with timeouts. No mocks: every test talks to `herald serve`.
 
 import { spawn, execFile } from 'node:child_process';
+import { createHmac, randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net from 'node:net';
+import http from 'node:http';
 import { HeraldClient } from '../herald.js';
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/** The HMAC secret every test server and token uses. */
-export const SECRET = 'clientjs-test-secret-0123456789abcdef';
+/** The HMAC secret every test server and token uses (32 bytes or more, as HS256 wants). */
+export const SECRET = 'clientjs-test-secret-for-hs256-tokens';
 /** The tenant of every test token. */
 export const TENANT = 'acme';
 
@@ -191,6 +193,23 @@ export class Herald {
 }
 
 /**
+ * mintToken signs a connection token in this process (HS256 with SECRET,
+ * tenant TENANT), as an application's token endpoint would: faster than
+ * `herald token` for a getToken called often, and able to mint one that
+ * expired already. ttlSeconds may be negative; each token has a jti of
+ * its own, so no two are the same.
+ * @param {{sub?: string, subscribe?: string[], publish?: string[], ttlSeconds?: number}} [o]
+ */
+export function mintToken(o = {}) {
+  const b64 = (v) => Buffer.from(JSON.stringify(v)).toString('base64url');
+  const now = Math.floor(Date.now() / 1000);
+  const ttl = o.ttlSeconds ?? 3600;
+  const claims = { sub: o.sub || 'u1', jti: randomUUID(), iat: Math.min(now, now + ttl - 60), exp: now + ttl, herald: { tenant: TENANT, subscribe: o.subscribe || [], publish: o.publish || [] } };
+  const body = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64(claims)}`;
+  return `${body}.${createHmac('sha256', SECRET).update(body).digest('base64url')}`;
+}
+
+/**
  * republish stages a record again under the id of one already dispatched:
  * `herald outbox purge --state dispatched --older-than 0s` removes the
  * dispatched row, then `herald publish --id` stages it anew, so the channel
@@ -272,6 +291,43 @@ export class TcpProxy {
 
   close() {
     this.cut();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+/**
+ * HttpProxy is a reverse proxy on 127.0.0.1:<port> to a Herald, as a load
+ * balancer in front of it would be; while notFound(path) holds for a
+ * request's path it answers that request itself with its own 404 page
+ * (text/html), as a proxy that does not route the path does.
+ */
+export class HttpProxy {
+  static async start(target) {
+    const p = new HttpProxy();
+    p.notFound = () => false;
+    p.server = http.createServer((req, res) => p._serve(req, res, target));
+    await new Promise((resolve) => p.server.listen(0, '127.0.0.1', resolve));
+    p.url = `http://127.0.0.1:${p.server.address().port}`;
+    return p;
+  }
+
+  _serve(req, res, target) {
+    if (this.notFound(new URL(req.url, 'http://x').pathname)) {
+      res.writeHead(404, { 'Content-Type': 'text/html' });
+      res.end('<html><body><h1>404 Not Found</h1></body></html>');
+      return;
+    }
+    const up = http.request({ host: '127.0.0.1', port: target.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => res.destroy());
+    res.on('close', () => up.destroy());
+    req.pipe(up);
+  }
+
+  close() {
+    this.server.closeAllConnections();
     return new Promise((resolve) => this.server.close(() => resolve()));
   }
 }

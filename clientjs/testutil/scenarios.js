@@ -7,12 +7,12 @@
 //   env.startProxy(h)       a TcpProxy in front of h, closed when it ends
 //   env.open(opts)          a client (testutil/probe.js) in Node or in the
 //                           page: {record(), subscribe(ch), online(),
-//                           offline(), hide(), show(), close()}
+//                           offline(), hide(), show(), close()}, all async
 // Waits are on events (what the client records), bounded by minutes.
 
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { Herald, TcpProxy, fastBackoff, republish, waitUntil, watch } from './helpers.js';
+import { Herald, TcpProxy, fastBackoff, mintToken, republish, waitUntil, watch } from './helpers.js';
 
 const MINUTES = 120_000;
 
@@ -59,6 +59,44 @@ async function publishAll(h, channel, from, count) {
 const ids = (pubs) => pubs.map((p) => p.id);
 
 export const scenarios = [
+  ...['on', 'onStateChange'].map((via) => ({
+    name: `subscribing from a synchronous "connected" state listener (${via === 'on' ? 'client.on' : 'the onStateChange option'}): the subscription is made once and lives`,
+    async run(t, { env, transport }) {
+      const h = await env.startHerald();
+      const token = await h.token({ subscribe: ['orders/*'] });
+      const late = 'orders/late';
+      const c = await env.open({ transport, url: h.url, token, channels: ['orders/early'], subscribeWhenConnected: { channel: late, via }, backoff: fastBackoff });
+      let r = await waitFor(c, (x) => x.ready[late], 'the subscription made by the listener');
+      assert.equal(r.ready[late].error, undefined, JSON.stringify(r.ready[late]));
+      const id = await h.publish(late, { n: 1 });
+      // A subscribe sent twice would end the subscription (already_subscribed) long before this publication.
+      r = await waitFor(c, (x) => x.pubs[late].some((p) => p.id === id) || x.subStates.some((s) => s.channel === late && s.state === 'unsubscribed'), 'the publication, or the end of the subscription');
+      assert.deepEqual(r.subErrors, []);
+      assert.deepEqual(r.subStates.filter((s) => s.channel === late).map((s) => s.state), ['subscribed']);
+      assert.deepEqual(ids(r.pubs[late]), [id]);
+      assert.deepEqual(r.errors, []);
+    },
+  })),
+  {
+    name: 'a token that expired already: one reauth, then the first connection, reported once and not as a reconnect',
+    async run(t, { env, transport }) {
+      const h = await env.startHerald();
+      const expired = mintToken({ subscribe: ['orders/*'], ttlSeconds: -3600 });
+      const fresh = await h.token({ subscribe: ['orders/*'] });
+      const c = await env.open({ transport, url: h.url, token: { connect: expired, token_expired: fresh }, channels: ['orders/11'], backoff: fastBackoff });
+      let r = await waitFor(c, (x) => x.connect && x.ready['orders/11'], 'connect() and the subscription');
+      assert.deepEqual(r.connect, { tokenCalls: 2 }, 'connect() resolves on the connection made with the fresh token');
+      assert.deepEqual(r.tokenReasons, ['connect', 'token_expired']);
+      assert.deepEqual(r.states.map((s) => s.state), ['connecting', 'reconnecting', 'connecting', 'connected']);
+      assert.equal(r.states[1].reason, 'token_expired');
+      assert.deepEqual(r.disconnected.map((d) => d.reason), ['token_expired']);
+      assert.deepEqual(r.connected, [{ reconnect: false, recovered: true, reload: [], reasons: {} }]);
+      const id = await h.publish('orders/11', { n: 1 });
+      r = await waitFor(c, (x) => x.pubs['orders/11'].some((p) => p.id === id), 'live delivery');
+      assert.deepEqual(r.connected.length, 1);
+      assert.deepEqual(r.errors, []);
+    },
+  },
   {
     name: 'a reply that never comes: the request times out with "timeout", the late reply is ignored',
     async run(t, { env, transport }) {
@@ -184,23 +222,36 @@ export const scenarios = [
       const h = await env.startHerald();
       const token = await h.token({ subscribe: ['orders/*'] });
       const c = await env.open({ transport, url: h.url, token, channels: ['orders/5'], backoff: fastBackoff });
-      await waitFor(c, (r) => r.ready['orders/5'], 'the subscription');
+      let r = await waitFor(c, (x) => x.ready['orders/5'], 'the subscription');
+      assert.equal(r.ready['orders/5'].recovered, false, 'a first subscription starts live');
+      assert.equal(r.state, 'connected');
       const dup = randomUUID();
       await h.publish('orders/5', { key: 'o1', version: 1 }, { id: dup });
-      await waitFor(c, (r) => r.pubs['orders/5'].length === 1, 'the first publication');
+      await waitFor(c, (x) => x.pubs['orders/5'].length === 1, 'the first publication');
       await republish(h, 'orders/5', { key: 'o1', version: 1 }, dup); // the same record again: same id, new offset
       const v3 = await h.publish('orders/5', { key: 'o1', version: 3 });
       const v2 = await h.publish('orders/5', { key: 'o1', version: 2 }); // produced out of order
-      const r = await waitFor(c, (x) => x.pubs['orders/5'].some((p) => p.id === v2) && x.iterated['orders/5'].includes(v2), 'the last publication');
+      r = await waitFor(c, (x) => x.pubs['orders/5'].some((p) => p.id === v2) && x.iterated['orders/5'].includes(v2), 'the last publication');
       assert.deepEqual(ids(r.pubs['orders/5']), [dup, v3, v2], 'the duplicate id is delivered once');
       assert.deepEqual(r.pubs['orders/5'].map((p) => p.offset), [1, 3, 4]);
       assert.deepEqual(r.iterated['orders/5'], [dup, v3, v2]);
       assert.deepEqual(r.applied, { o1: 3 }, 'the older version that came last was not applied');
       assert.deepEqual(r.gaps, [], 'the duplicate advanced the position: no false gap');
+      // The envelope, as docs/protocol.md has it.
+      const p = r.pubs['orders/5'][0];
+      assert.equal(p.channel, 'orders/5');
+      assert.equal(p.type, 'order.updated');
+      assert.equal(p.schema_version, 1);
+      assert.deepEqual(p.data, { key: 'o1', version: 1 });
+      assert.deepEqual(p.freshness, { mode: 'immediate' });
+      assert.equal(p.push, undefined);
+      assert.deepEqual(r.positions['orders/5'], { offset: 4, epoch: p.epoch });
+      await c.close();
+      assert.equal((await c.record()).state, 'closed');
     },
   },
   {
-    name: 'a server restart with a new epoch: the reconnect names the channel to reload, live delivery goes on',
+    name: 'a server restart with a new epoch: bounded reconnects meanwhile, then the reconnect names the channel to reload, live delivery goes on',
     async run(t, { env, transport }) {
       const h = await env.startHerald();
       const token = await h.token({ subscribe: ['orders/*'] });
@@ -211,19 +262,90 @@ export const scenarios = [
       assert.deepEqual(r.connected[0], { reconnect: false, recovered: true, reload: [], reasons: {} });
       const epoch1 = r.pubs['orders/6'][0].epoch;
 
-      await h.stop(); // graceful: a disconnect with reason "shutdown"
+      await h.stop(); // graceful: a disconnect with reason "shutdown" (WebSocket: close 4000) and a delay
       r = await waitFor(c, (x) => x.disconnected.length >= 1, 'the disconnect');
       assert.equal(r.disconnected[0].reason, 'shutdown');
       assert.equal(r.disconnected[0].reconnect, true);
+      await waitFor(c, (x) => x.states.filter((s) => s.state === 'reconnecting').length >= 3, 'a few refused reconnects');
       await h.restart();
       r = await waitFor(c, (x) => x.connected.length === 2, 'the reconnect to the new server');
       assert.deepEqual(r.connected[1], { reconnect: true, recovered: false, reload: ['orders/6'], reasons: { 'orders/6': 'epoch_changed' } });
+      assert.equal(r.gaps.length, 1);
+      assert.equal(r.gaps[0].channel, 'orders/6');
       assert.equal(r.gaps[0].reason, 'epoch_changed');
       assert.equal(r.gaps[0].recovery, 'epoch_changed');
       assert.notEqual(r.gaps[0].epoch, epoch1);
+      assert.equal(r.state, 'connected');
+      const waits = r.states.filter((s) => s.state === 'reconnecting');
+      assert.equal(waits[0].reason, 'shutdown');
+      if (transport === 'ws') assert.equal(waits[0].closeCode, 4000);
+      // The first waits the server's delay_ms (at most --shutdown-reconnect-delay, 200 ms), the others the backoff.
+      assert.ok(waits[0].delayMs <= Math.max(200, fastBackoff.maxMs));
+      for (const s of waits) assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
       const id = await h.publish('orders/6', { n: 2 });
       r = await waitFor(c, (x) => x.iterated['orders/6'].includes(id), 'live delivery after the restart');
       assert.equal(r.pubs['orders/6'].at(-1).epoch, r.gaps[0].epoch);
+    },
+  },
+  {
+    name: 'the network drops: the client reconnects within its backoff and resumes, nothing lost',
+    async run(t, { env, transport }) {
+      const h = await env.startHerald();
+      const proxy = await env.startProxy(h);
+      const token = await h.token({ subscribe: ['orders/*'] });
+      const c = await env.open({ transport, url: proxy.url, token, channels: ['orders/2'], backoff: fastBackoff });
+      await waitFor(c, (r) => r.ready['orders/2'], 'the subscription');
+      const a = await h.publish('orders/2', { n: 1 });
+      await waitFor(c, (r) => r.pubs['orders/2'].length === 1, 'the first publication');
+      // A second client, straight to the server, sees what is published
+      // while the first is cut off.
+      const watcher = await watch(t, h, token, 'orders/2');
+
+      proxy.hold(true);
+      proxy.cut();
+      await waitFor(c, (x) => x.state === 'reconnecting', 'the client to notice the drop');
+      const b = await h.publish('orders/2', { n: 2 });
+      const d = await h.publish('orders/2', { n: 3 });
+      await waitUntil(() => watcher.pubs.length === 2, 'the publications made during the gap');
+      proxy.hold(false);
+
+      const r = await waitFor(c, (x) => x.pubs['orders/2'].length === 3, 'the missed publications');
+      assert.deepEqual(ids(r.pubs['orders/2']), [a, b, d]);
+      assert.deepEqual(r.pubs['orders/2'].map((p) => p.offset), [1, 2, 3]);
+      assert.deepEqual(r.gaps, []);
+      assert.equal(r.recovered.length, 1);
+      assert.equal(r.recovered[0].channel, 'orders/2');
+      const waits = r.states.filter((s) => s.state === 'reconnecting');
+      assert.ok(waits.length >= 1);
+      for (const s of waits) assert.ok(s.delayMs <= fastBackoff.maxMs, `delay ${s.delayMs} within the bound`);
+    },
+  },
+  {
+    name: 'a token that expires while connected: a fresh one at once, and the channels resume with nothing lost',
+    async run(t, { env, transport }) {
+      // The app has no fresher token when asked to refresh (WebSocket:
+      // getToken({reason: 'refresh'}) returns the same one), so the server
+      // ends the connection at expiry (WebSocket: close 4100; SSE: a reauth
+      // event); the client asks for a fresh token (reason token_expired) and
+      // reconnects at once, resuming.
+      const h = await env.startHerald();
+      const short = await h.token({ subscribe: ['orders/*'], ttl: '2s' });
+      const fresh = await h.token({ subscribe: ['orders/*'] });
+      const c = await env.open({ transport, url: h.url, token: { connect: short, token_expired: fresh }, channels: ['orders/14'], backoff: fastBackoff, refreshRatio: 0 });
+      await waitFor(c, (r) => r.ready['orders/14'], 'the subscription');
+      const a = await h.publish('orders/14', { n: 1 });
+      await waitFor(c, (r) => r.pubs['orders/14'].length === 1, 'the first publication');
+      let r = await waitFor(c, (x) => x.tokenReasons.includes('token_expired') && x.state === 'connected' && x.recovered.length === 1, 'a new connection with a fresh token');
+      const waits = r.states.filter((s) => s.state === 'reconnecting');
+      assert.equal(waits.length, 1);
+      assert.equal(waits[0].reason, 'token_expired');
+      assert.equal(waits[0].delayMs, 0, 'the first token_expired reconnects at once');
+      if (transport === 'ws') assert.equal(waits[0].closeCode, 4100);
+      assert.equal(r.tokenReasons[0], 'connect');
+      const b = await h.publish('orders/14', { n: 2 });
+      r = await waitFor(c, (x) => x.pubs['orders/14'].length === 2, 'a publication on the new connection');
+      assert.deepEqual(ids(r.pubs['orders/14']), [a, b]);
+      assert.deepEqual(r.gaps, []);
     },
   },
   {

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/auth"
 )
 
 // bannerOf renders the banner of a node with options o, as serve would.
@@ -84,5 +88,33 @@ func TestBannerConfiguredNode(t *testing.T) {
 	text = bannerOf(o, false)
 	if !strings.Contains(text, "--jwt-issuer/--jwt-audience") || strings.Contains(text, "token --") {
 		t.Errorf("iss-checking node's token hint:\n%s", text)
+	}
+}
+
+// TestBannerDemoTokenIsShortLived: the development banner's demo link
+// carries a token that lives minutes (demoTokenTTL), never a day, and says
+// so: a URL is kept in browser histories and proxy logs.
+func TestBannerDemoTokenIsShortLived(t *testing.T) {
+	var o serveOptions
+	o.auth.HMACSecret = "dev-secret-from-data-dir-0123456789"
+	before := time.Now()
+	text := bannerOf(o, true)
+	m := regexp.MustCompile(`token=(\S+)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no demo link with a token:\n%s", text)
+	}
+	v, err := auth.NewVerifier(auth.Config{HMACSecret: []byte(o.auth.HMACSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := v.Verify(m[1])
+	if err != nil {
+		t.Fatalf("the demo token does not verify: %v", err)
+	}
+	if life := c.ExpiresAt.Sub(before); life > demoTokenTTL+time.Second || demoTokenTTL > 15*time.Minute {
+		t.Fatalf("the demo link's token lives %s, want at most %s (and that at most 15m)", life, demoTokenTTL)
+	}
+	if !strings.Contains(text, "the token in this link lives 10m0s") {
+		t.Fatalf("the banner does not say how long the link's token lives:\n%s", text)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -157,12 +158,31 @@ func checkHMACSecret(secret string, from origin) error {
 	return nil
 }
 
+// devSecretPrivate refuses a development secret file that users other
+// than its owner can read or write: any of them could mint tokens the node
+// accepts (or replace the secret). Herald creates it with mode 0600.
+func devSecretPrivate(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("read development secret: %w", err)
+	}
+	if mode := fi.Mode().Perm(); mode&0o077 != 0 && runtime.GOOS != "windows" {
+		return fmt.Errorf("development secret %s can be read or written by other users (mode %s), who could mint tokens with it: "+
+			"chmod 600 %s, or delete it to make a new one", path, mode, shellQuote(path))
+	}
+	return nil
+}
+
 // devSecret returns the development HMAC secret kept in dataDir, creating
-// it when create is set. created reports whether this call made it.
+// it when create is set. created reports whether this call made it. An
+// existing secret that other users can read is refused (devSecretPrivate).
 func devSecret(dataDir string, create bool) (secret string, created bool, err error) {
 	path := filepath.Join(dataDir, devSecretFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
+		if err := devSecretPrivate(path); err != nil {
+			return "", false, err
+		}
 		s := strings.TrimSpace(string(b))
 		if len(s) < minHMACSecret {
 			return "", false, fmt.Errorf("development secret %s is %d bytes, under the %d an HS256 key needs; delete it, and herald serve makes a new one", path, len(s), minHMACSecret)

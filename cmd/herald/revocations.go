@@ -44,23 +44,34 @@ func openRedis(ctx context.Context, b brokerSettings) (redis.UniversalClient, er
 
 // openTickets keeps SSE tickets in Redis when there is one (any node may
 // redeem them), else in memory (one node).
-func openTickets(rdb redis.UniversalClient, prefix string) (auth.TicketIssuer, error) {
+func openTickets(rdb redis.UniversalClient, cfg auth.TicketConfig) (auth.TicketIssuer, error) {
 	if rdb != nil {
-		return auth.NewRedisTickets(rdb, auth.TicketConfig{Prefix: prefix})
+		return auth.NewRedisTickets(rdb, cfg)
 	}
-	return auth.NewMemoryTickets(auth.TicketConfig{})
+	cfg.Prefix = ""
+	return auth.NewMemoryTickets(cfg)
 }
 
 // openRevocations opens the revocation list where the deployment keeps its
-// shared state: Redis when configured (every node sees it), else the
-// PostgreSQL outbox database, else the embedded SQLite file. rdb, when not
-// nil, is the Redis client to use; the caller closes it.
+// durable state: the PostgreSQL outbox database, else the embedded SQLite
+// file; with Redis configured, in Redis too (every node reads both, and a
+// revocation in either counts), so Redis losing its data loses no
+// revocation. rdb, when not nil, is the Redis client to use; the caller
+// closes it.
 func openRevocations(ctx context.Context, s storeSettings, b brokerSettings, rdb redis.UniversalClient) (auth.RevocationStore, string, func() error, error) {
+	durable, where, closeFn, err := openDurableRevocations(ctx, s)
+	if err != nil || rdb == nil {
+		return durable, where, closeFn, err
+	}
+	return auth.NewMirroredRevocations(durable, auth.NewRedisRevocations(rdb, b.RedisPrefix)), where + " and redis", closeFn, nil
+}
+
+// openDurableRevocations opens the revocation table of the outbox
+// database: PostgreSQL, or the embedded SQLite file.
+func openDurableRevocations(ctx context.Context, s storeSettings) (auth.RevocationStore, string, func() error, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	switch {
-	case rdb != nil:
-		return auth.NewRedisRevocations(rdb, b.RedisPrefix), "redis", func() error { return nil }, nil
 	case s.isPostgres():
 		pool, err := pgxpool.New(ctx, s.url())
 		if err != nil {

@@ -12,15 +12,13 @@ import (
 
 // runRevoke records a revocation, or lists them with `herald revoke list`.
 //
-// It must use the store the nodes read, and it picks it as `herald serve`
-// does (openRevocations): Redis when --redis-url is set, else the
-// PostgreSQL of --database-url, else the SQLite file in --data-dir. The
-// settings come from the same sources as serve's (flags, HERALD_*
-// environment, --config, which may be the nodes' own serve config file).
-// A PostgreSQL --database-url without --redis-url is ambiguous: nodes
-// started with that database and a --redis-url read Redis, so a
-// revocation written to PostgreSQL would cut nothing. revoke refuses it
-// unless --no-redis says the nodes run without Redis.
+// It must use the stores the nodes read, and it picks them as `herald
+// serve` does (openRevocations): the PostgreSQL of --database-url, else
+// the SQLite file in --data-dir, and Redis too when --redis-url is set.
+// Nodes read the database whether or not they have Redis, so a
+// revocation recorded there alone cuts on every node. The settings come
+// from the same sources as serve's (flags, HERALD_* environment,
+// --config, which may be the nodes' own serve config file).
 func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	list := len(args) > 0 && args[0] == "list"
 	if list {
@@ -33,31 +31,31 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		logs             logSettings
 		broker           brokerSettings
 		sid, jti, reason string
-		forTime          time.Duration
+		forTime, maxLife time.Duration
 		noRedis          bool
 	)
 	st.fs.Usage = func() {
 		w := st.fs.Output()
 		fmt.Fprintln(w, "Usage: herald revoke --sid S | --jti J [flags]   or   herald revoke list [flags]")
 		fmt.Fprintln(w, "\nRecords the revocation where the nodes read it, chosen as herald serve chooses:")
-		fmt.Fprintln(w, "Redis with --redis-url; else PostgreSQL with --database-url postgres://… and --no-redis;")
-		fmt.Fprintln(w, "else the SQLite file in --data-dir. Give the nodes' own settings: the same flags,")
-		fmt.Fprintln(w, "HERALD_* variables, or --config with the nodes' serve config file (its other keys are")
-		fmt.Fprintln(w, "ignored). A PostgreSQL --database-url without --redis-url is refused unless --no-redis")
-		fmt.Fprintln(w, "confirms the nodes run without Redis: nodes with --redis-url never read PostgreSQL.")
+		fmt.Fprintln(w, "the PostgreSQL of --database-url postgres://…, else the SQLite file in --data-dir, and")
+		fmt.Fprintln(w, "Redis too with --redis-url (nodes read both). Give the nodes' own settings: the same")
+		fmt.Fprintln(w, "flags, HERALD_* variables, or --config with the nodes' serve config file (its other")
+		fmt.Fprintln(w, "keys are ignored).")
 		fmt.Fprintln(w)
 		st.fs.PrintDefaults()
 	}
 	store.register(st)
 	broker.registerRedis(st)
 	logs.register(st)
-	st.Bool(&noRedis, "no-redis", false, "the nodes run without --redis-url, so they read revocations from --database-url's PostgreSQL; required to use that store (without it and without --redis-url, a PostgreSQL --database-url is refused)")
+	st.Bool(&noRedis, "no-redis", false, "the nodes run without --redis-url (accepted for older scripts; not needed: every node reads revocations from the database, with or without Redis)")
 	st.invocation(func() {
 		st.String(&sid, "sid", "", "revoke every token whose sid claim is this value (the user's sign-in, as the application named it)")
 		st.String(&jti, "jti", "", "revoke the token with this id")
 		st.String(&reason, "reason", "", "why (kept for operators)")
-		st.Duration(&forTime, "for", 24*time.Hour, "how long to keep the revocation: at least the longest remaining lifetime of the tokens it must stop")
+		st.Duration(&forTime, "for", 0, "how long to keep the revocation: at least the longest remaining lifetime of the tokens it must stop; 0 = --max-token-lifetime, which the nodes enforce, so it outlives every token they accept")
 	})
+	registerMaxTokenLifetime(st, &maxLife)
 	if err := st.parse(args); err != nil {
 		return err
 	}
@@ -73,8 +71,14 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if (sid == "") == (jti == "") {
 			return fmt.Errorf("%w: give exactly one of --sid and --jti", errUsage)
 		}
-		if forTime <= 0 {
-			return fmt.Errorf("%w: --for must be positive", errUsage)
+		if forTime < 0 {
+			return fmt.Errorf("%w: --for must be positive (0 = --max-token-lifetime)", errUsage)
+		}
+		if forTime == 0 {
+			forTime = maxLife
+		}
+		if forTime <= 0 { // the nodes accept any lifetime: keep the default
+			forTime = auth.DefaultMaxTokenLifetime
 		}
 	}
 	if err := revocationStoreKnown(store, broker, noRedis); err != nil {
@@ -121,16 +125,10 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// revocationStoreKnown refuses the one configuration where revoke cannot
-// tell which store the nodes read: a PostgreSQL store without Redis.
-func revocationStoreKnown(store storeSettings, broker brokerSettings, noRedis bool) error {
-	switch {
-	case noRedis && broker.RedisURL != "":
-		return fmt.Errorf("%w: --no-redis and --redis-url contradict each other: nodes with --redis-url read revocations from Redis", errUsage)
-	case broker.RedisURL == "" && store.isPostgres() && !noRedis:
-		return fmt.Errorf("%w: no --redis-url: nodes started with --redis-url read revocations from Redis, not from --database-url, "+
-			"so a revocation stored in PostgreSQL would cut nothing. Pass the nodes' --redis-url (with their --redis-key-prefix and --redis-cluster), "+
-			"or --config with the nodes' config file; if the nodes run without --redis-url, pass --no-redis", errUsage)
+// revocationStoreKnown refuses settings that contradict each other.
+func revocationStoreKnown(_ storeSettings, broker brokerSettings, noRedis bool) error {
+	if noRedis && broker.RedisURL != "" {
+		return fmt.Errorf("%w: --no-redis and --redis-url contradict each other: pass the nodes' own settings", errUsage)
 	}
 	return nil
 }

@@ -29,9 +29,12 @@ type authSettings struct {
 	JWKS              string
 	Issuer            string
 	Audience          string
+	MaxTokenLifetime  time.Duration
 	WebhookURL        string
 	WebhookAuthHeader string
+	WebhookSecretFile string
 	WebhookTimeout    time.Duration
+	MaxTicketsPerUser int
 }
 
 func (a *authSettings) register(st *settings) {
@@ -39,10 +42,18 @@ func (a *authSettings) register(st *settings) {
 	st.String(&a.JWKS, "jwks", "", "JWKS URL or file for RS/PS/ES/EdDSA keys")
 	st.String(&a.Issuer, "jwt-issuer", "", "required iss claim; empty = not checked")
 	st.String(&a.Audience, "jwt-audience", "", "required aud claim; empty = not checked")
-	st.String(&a.WebhookURL, "authz-webhook", "", "authorization webhook URL (POST {tenant,subject,channel}); empty = none")
+	registerMaxTokenLifetime(st, &a.MaxTokenLifetime)
+	st.String(&a.WebhookURL, "authz-webhook", "", "authorization webhook URL (POST {tenant,subject,channel,sid,jti}); empty = none")
 	st.String(&a.WebhookAuthHeader, "authz-webhook-authorization", "", "Authorization header value sent to the webhook")
+	st.String(&a.WebhookSecretFile, "authz-webhook-secret-file", "", "file of webhook secrets (whsec_<base64>, one a line) that sign every webhook request (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature), so the webhook can refuse forged and replayed calls; empty = unsigned, with a warning at start")
+	st.Int(&a.MaxTicketsPerUser, "max-tickets-per-user", auth.DefaultMaxTicketsPerUser, "live tickets (POST /v1/tickets, neither redeemed nor expired) per tenant and subject, whatever addresses ask; over it: 429")
 	st.Duration(&a.WebhookTimeout, "authz-webhook-timeout", subscriptions.DefaultWebhookTimeout, "bound on one webhook call; a slow or failed call denies")
 	st.checks = append(st.checks, func() error { return checkHMACSecret(a.HMACSecret, st.source("jwt-hmac-secret")) })
+}
+
+// registerMaxTokenLifetime registers --max-token-lifetime (serve, revoke).
+func registerMaxTokenLifetime(st *settings, p *time.Duration) {
+	st.Duration(p, "max-token-lifetime", auth.DefaultMaxTokenLifetime, "longest token lifetime accepted (exp - iat, and exp - now); a longer-lived token is refused (401), and herald revoke keeps a revocation this long by default, so it outlives every token it must stop; negative = no bound (a revocation may then lapse before the token it stops)")
 }
 
 // authorizer builds the subscription authorizer.
@@ -53,6 +64,20 @@ func (a *authSettings) authorizer(v *auth.Verifier, rs auth.RevocationStore, log
 	}
 	if a.WebhookAuthHeader != "" {
 		cfg.WebhookHeader = http.Header{"Authorization": []string{a.WebhookAuthHeader}}
+	}
+	switch {
+	case a.WebhookSecretFile != "":
+		b, err := os.ReadFile(a.WebhookSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: --authz-webhook-secret-file: %w", err)
+		}
+		if cfg.WebhookSecrets, err = subscriptions.ParseWebhookSecrets(string(b)); err != nil {
+			return nil, fmt.Errorf("config: --authz-webhook-secret-file %s: %w", a.WebhookSecretFile, err)
+		}
+		warnReadableSecret(log, "--authz-webhook-secret-file", a.WebhookSecretFile)
+	case a.WebhookURL != "":
+		log.Warn("the authorization webhook's requests are NOT SIGNED: the webhook cannot tell Herald's calls from forged or replayed ones; set --authz-webhook-secret-file",
+			"webhook", redactURL(a.WebhookURL))
 	}
 	az, err := subscriptions.NewAuthorizer(cfg)
 	if err != nil {
@@ -69,6 +94,8 @@ type serveOptions struct {
 	log    logSettings
 	gw     gateway.Config
 	feed   bool
+	// tickets is --tickets: false leaves POST /v1/tickets off.
+	tickets bool
 	// adminTokenFile is --admin-token-file; serve reads it into
 	// gw.AdminToken.
 	adminTokenFile string
@@ -87,6 +114,7 @@ func (o *serveOptions) register(st *settings) {
 	registerGateway(st, &o.gw)
 	st.StringList(&o.trustedProxies, "trusted-proxies", "reverse proxies (comma-separated CIDRs or IP addresses, e.g. 127.0.0.1/32,10.0.0.0/8) whose Forwarded / X-Forwarded-For headers name the client address used by --connect-attempts-per-ip and the logs; empty = trust none, the client is the TCP peer")
 	st.Bool(&o.feed, "feed", true, "also run the outbox Worker in this process (false = pure edge node)")
+	st.Bool(&o.tickets, "tickets", true, "serve POST /v1/tickets (single-use tickets for a token in a URL); false = it answers 404 tickets_disabled, and browser clients then put the token itself in the URL (access_token)")
 	st.String(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token (a secret of at least 16 bytes; surrounding whitespace is trimmed) that turns on the read-only operator view at /ops/ (docs/operator.md); empty = the view is off (404)")
 }
 
@@ -111,8 +139,8 @@ func registerGateway(st *settings, c *gateway.Config) {
 	st.Duration(&c.ConnectTimeout, "connect-timeout", gateway.DefaultConnectTimeout, "time a WebSocket client has to send connect")
 	st.Float(&c.ConnectAttemptsPerIP, "connect-attempts-per-ip", gateway.DefaultConnectAttemptsPerIP, "connection attempts per second per IPv4 address or IPv6 /64 (negative = unlimited); over it: 429")
 	st.Int(&c.ConnectAttemptsBurst, "connect-attempts-burst", gateway.DefaultConnectAttemptsBurst, "burst allowance of --connect-attempts-per-ip")
-	st.Duration(&c.RevalidateInterval, "revalidate-interval", gateway.DefaultRevalidateInterval, "how often every connection's token expiry, revocation and re-authorization are checked")
-	st.Duration(&c.RefreshAhead, "refresh-ahead", gateway.DefaultRefreshAhead, "how long before a token expires clients are asked for a fresh one (must exceed twice --revalidate-interval)")
+	st.Duration(&c.RevalidateInterval, "revalidate-interval", gateway.DefaultRevalidateInterval, "how often every connection's and subscription token's revocation, and lapsed webhook answers, are checked (token expiry runs on timers of its own, to the millisecond)")
+	st.Duration(&c.RefreshAhead, "refresh-ahead", gateway.DefaultRefreshAhead, "how long before a token expires clients are asked for a fresh one (must exceed 500ms, how long before exp an SSE stream ends)")
 	st.Duration(&c.ExpiryGrace, "expiry-grace", gateway.DefaultExpiryGrace, "how long after expiry a WebSocket client may still refresh before it is closed")
 	st.Int(&c.MaxConnectionsPerUser, "max-connections-per-user", gateway.DefaultMaxConnectionsPerUser, "concurrent connections per tenant and subject on this host (negative = unlimited); over it: 429")
 	st.StringList(&c.AllowedOrigins, "allowed-origins", "Origin patterns of browser pages allowed besides the same host (\"*\" = any): they may open /v1/ws (cross-site WebSocket hijacking defence) and call /v1/sse and /v1/tickets cross-origin (CORS, with credentials)")
@@ -169,7 +197,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	}
 	verifier, err := auth.NewVerifier(auth.Config{
 		HMACSecret: []byte(o.auth.HMACSecret), JWKS: o.auth.JWKS, Issuer: o.auth.Issuer, Audience: o.auth.Audience,
-		Logger: log, Registerer: reg,
+		MaxLifetime: o.auth.MaxTokenLifetime, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return fmt.Errorf("config: --jwt-hmac-secret/--jwks: %w", err)
@@ -191,9 +219,12 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 		return err
 	}
 	defer closeRevocations()
-	tickets, err := openTickets(rdb, o.broker.RedisPrefix)
+	tickets, err := openTickets(rdb, auth.TicketConfig{Prefix: o.broker.RedisPrefix, MaxPerUser: o.auth.MaxTicketsPerUser})
 	if err != nil {
 		return fmt.Errorf("config: tickets: %w", err)
+	}
+	if !o.tickets {
+		tickets = nil // POST /v1/tickets answers 404 tickets_disabled
 	}
 	authorizer, err := o.auth.authorizer(verifier, revocations, log, reg)
 	if err != nil {
@@ -313,6 +344,11 @@ func parseTrustedProxies(entries []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// demoTokenTTL is the life of the token in the development banner's demo
+// link: a URL is kept in browser histories and proxy logs, so the token in
+// it must not outlive a first try.
+const demoTokenTTL = 10 * time.Minute
+
 // banner tells a newcomer where Herald listens, how to mint a token and how
 // to publish. The hints carry the node's own settings, so what they print
 // works against this node: the same --data-dir or --database-url (its
@@ -354,11 +390,13 @@ func banner(w io.Writer, base, store, broker string, o serveOptions, devMode boo
 	}
 	fmt.Fprintf(w, "  publish:       %s publish%s --tenant acme --channel orders/1 --type order.updated --data '{\"status\":\"paid\"}'%s\n", self, storeFlags, note)
 	if devMode {
+		now := time.Now()
 		tok, err := auth.MintHS256([]byte(o.auth.HMACSecret), auth.Claims{
-			Subject: "demo", Tenant: "acme", Subscribe: []string{"orders/*"}, ExpiresAt: time.Now().Add(24 * time.Hour),
+			Subject: "demo", Tenant: "acme", Subscribe: []string{"orders/*"}, ExpiresAt: now.Add(demoTokenTTL), IssuedAt: now,
 		})
 		if err == nil {
 			fmt.Fprintf(w, "  demo page:     %s/?channel=orders/1&token=%s\n", base, tok)
+			fmt.Fprintf(w, "                 (the token in this link lives %s: links end up in histories and logs; mint a longer one as above)\n", demoTokenTTL)
 		}
 	} else {
 		fmt.Fprintf(w, "  demo page:     %s/\n", base)
@@ -395,6 +433,15 @@ func readAdminToken(path string, log *slog.Logger) (string, error) {
 			"file", path, "mode", fi.Mode().Perm().String())
 	}
 	return tok, nil
+}
+
+// warnReadableSecret warns when the secret file path, given by flag, can
+// be read or written by users other than its owner.
+func warnReadableSecret(log *slog.Logger, flag, path string) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("a secret file can be read or written by other users (chmod 600 it)",
+			"setting", flag, "file", path, "mode", fi.Mode().Perm().String())
+	}
 }
 
 // storeOps gives the operator view the outbox backlog: Store.Stats, the

@@ -29,6 +29,7 @@ export async function readme(render: (o: Order) => void, load: () => Promise<Ord
   });
   client.on('disconnected', (d) => console.log(d.reason, d.delayMs, d.reconnect));
   client.on('connecting', (s) => console.log(s.reason));
+  client.on('fallback', (f) => console.warn(`the token goes in the URL: ${f.reason}, as ${f.credential}`));
   const first = await sub.ready;
   console.log(first.recovered, first.reason, first.offset, sub.position?.epoch, sub.state);
   const why: RecoveryReason = 'history_exceeded';

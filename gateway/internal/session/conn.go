@@ -43,12 +43,10 @@ type Conn struct {
 	// connect), replaced by a refresh; nil before.
 	Cur atomic.Pointer[auth.Claims]
 	// CloseWhenEmpty ends the connection with its last subscription (a
-	// stream whose channels are fixed when it opens). tickExpiry leaves
-	// the token's expiry to the revalidation tick; otherwise the
-	// transport runs a timer of its own. Both are set before the
-	// connection is shared.
+	// stream whose channels are fixed when it opens); set before the
+	// connection is shared. The token's expiry runs on a timer of the
+	// transport's own.
 	CloseWhenEmpty bool
-	TickExpiry     bool
 
 	// The writer (conn_writer.go). out is the transport's sink, set before
 	// the writer may start.
@@ -91,9 +89,10 @@ type Conn struct {
 	subs   map[string]*clientSub
 
 	// revalMu guards the revalidation state below.
-	revalMu  sync.Mutex
-	askedExp time.Time           // the exp a fresh token was last asked for
-	rechecks map[string]*Recheck // subscriptions whose authorization lapses
+	revalMu      sync.Mutex
+	askedExp     time.Time           // the exp a fresh token was last asked for
+	rechecks     map[string]*Recheck // what subscriptions rest on beyond the token
+	revalStopped bool                // the connection ended: no timer is armed
 
 	// UserKey is the user whose MaxConnectionsPerUser slot the connection
 	// holds, when hasUserSlot; only the connection's handler touches them.
@@ -331,8 +330,10 @@ func (c *Conn) Subscribe(ctx context.Context, channel string, since *fanout.Posi
 	return sub, nil
 }
 
-// UnsubscribeAll removes the connection from the hub.
+// UnsubscribeAll removes the connection from the hub, and stops the
+// timers of its subscriptions' credentials.
 func (c *Conn) UnsubscribeAll() {
+	c.stopRechecks()
 	for _, k := range c.keys {
 		c.leaveHub(k)
 	}

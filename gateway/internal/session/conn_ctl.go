@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/subscriptions"
 )
 
 // CtlKind says what a control item asks of the writer.
@@ -35,11 +36,10 @@ type CtlItem struct {
 // SubscribeReq is what a ctlSubscribe item subscribes with.
 type SubscribeReq struct {
 	Since *fanout.Position // resume position; nil: start live
-	// SubToken and recheckAfter are the subscription token and the
-	// authorization's lifetime (Decision.RecheckAfter; 0: as long as the
-	// connection's token).
-	SubToken     string
-	RecheckAfter time.Duration
+	// SubToken and Decision are the subscription token and the decision
+	// that allowed the subscription: what it rests on (Conn.Track).
+	SubToken string
+	Decision subscriptions.Decision
 	// Done runs once the writer carried the subscription out (its reply
 	// is written, or buffered to be).
 	Done func()
@@ -172,7 +172,7 @@ func (c *Conn) subscribeNow(id uint64, channel string, req *SubscribeReq) error 
 			slog.Uint64("conn", c.ID), slog.String("channel", channel), slog.String("error", err.Error()))
 		return c.Out.SubscribeFailed(id, channel)
 	}
-	c.Track(channel, req.SubToken, req.RecheckAfter) // before the client may unsubscribe
+	c.Track(channel, req.SubToken, req.Decision) // before the client may unsubscribe
 	c.made(channel)
 	if err := c.Out.Subscribed(id, sub, c.Pos); err != nil {
 		return err

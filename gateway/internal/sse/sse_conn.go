@@ -30,6 +30,7 @@ type Stream struct {
 
 	Opened bool     // the stream started (counted by Server.opened); handler or reader only
 	rbuf   [16]byte // what the client sends on a stream is read and dropped
+	exp    expiry   // the token's expiry timer (expiry.go)
 }
 
 // Server is what a stream needs of the server that accepted it.
@@ -46,6 +47,8 @@ type Server interface {
 type Env struct {
 	Server       Server
 	WriteTimeout time.Duration // bounds each batch (Config.WriteTimeout)
+	RefreshAhead time.Duration // reauth this long before exp (Config.RefreshAhead)
+	ExpiryLead   time.Duration // the stream ends this long before exp (DefaultExpiryLead)
 }
 
 // NewStream prepares the SSE side of c, writing to w, before c is shared.
@@ -54,7 +57,6 @@ func NewStream(env *Env, c *session.Conn, w http.ResponseWriter) *Stream {
 	sc := &Stream{env: env, Conn: c, Sink: NewSink(out, env.WriteTimeout)}
 	c.Out = sc.Sink
 	c.CloseWhenEmpty = true // a stream's channels are fixed when it opens
-	c.TickExpiry = true
 	c.Cur.Store(c.Claims)
 	c.SetAbort(out.Abort)
 	return sc
@@ -98,6 +100,7 @@ func (sc *Stream) run(out *chunkOut) {
 // its registration and the user's and the server's slots.
 func (sc *Stream) End() {
 	s, c := sc.env.Server, sc.Conn
+	sc.stopExpiry()
 	if sc.Opened {
 		s.Closed(c)
 	}

@@ -71,7 +71,8 @@ func init() {
 	}
 }
 
-// Error codes of herald.v1 error replies (docs/protocol.md lists them).
+// Error codes of herald.v1 error replies, and tickets_disabled, which only
+// POST /v1/tickets answers (docs/protocol.md lists them).
 const (
 	CodeBadRequest           = "bad_request"
 	CodeUnauthorized         = "unauthorized"
@@ -87,6 +88,7 @@ const (
 	CodeTooManyConnections   = "too_many_connections"
 	CodeAuthzUnavailable     = "authorization_unavailable"
 	CodeDuplicateID          = "duplicate_id"
+	CodeTicketsDisabled      = "tickets_disabled"
 )
 
 // Errors describes every error code, in the order docs/protocol.md
@@ -99,6 +101,7 @@ var Errors = []struct {
 }{
 	{CodeBadRequest, false, "malformed frame or field: not a JSON object, missing or non-integer `id`, an `id` of 2^53 or more, missing `op`, invalid channel, bad `since`, bad publish fields, a second `connect`"},
 	{CodeNotFound, false, "unknown `op`"},
+	{CodeTicketsDisabled, false, "HTTP only, `POST /v1/tickets` (404): the server has tickets switched off; a browser client may then put its token in the URL (`access_token`), and only after this code (a 404 without it, from a proxy, is a failure)"},
 	{CodeUnauthorized, false, "the token (connect or refresh) is missing or does not verify"},
 	{CodeTokenExpired, false, "the token (connect or refresh) has expired: fetch a fresh one"},
 	{CodeForbidden, false, "the channel is not allowed (subscribe, publish), or the refresh token is for another subject or tenant"},

@@ -193,7 +193,7 @@ func (w *Conn) subscribe(f *ClientFrame) {
 		return
 	}
 	id := f.ID
-	req := &session.SubscribeReq{SubToken: f.Token, RecheckAfter: d.RecheckAfter, Done: func() { w.requestDone(id) }}
+	req := &session.SubscribeReq{SubToken: f.Token, Decision: d, Done: func() { w.requestDone(id) }}
 	if f.Since != nil {
 		req.Since = &fanout.Position{Offset: f.Since.Offset, Epoch: f.Since.Epoch}
 	}
@@ -297,7 +297,7 @@ func (w *Conn) recheck(claims *auth.Claims) {
 	c := w.c
 	for _, e := range c.HeldSubs() {
 		d, err := w.env.Server.Authorize(c.Ctx, subscriptions.Request{
-			Claims: claims, Channel: e.Channel, SubToken: e.SubToken,
+			Claims: claims, Channel: e.Channel, SubToken: e.SubToken, Live: true,
 		})
 		if c.Ctx.Err() != nil {
 			return

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"testing"
+)
+
+// TestServeTickets: `herald serve` issues tickets by default; with
+// --tickets=false POST /v1/tickets answers 404 tickets_disabled, and a
+// stream opened with the token in access_token is served.
+func TestServeTickets(t *testing.T) {
+	t.Parallel()
+	tok := mint(t, "acme", "u1", "orders/**")
+	post := func(base string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/tickets", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	if status, body := post(startServe(t)); status != http.StatusOK {
+		t.Fatalf("POST /v1/tickets by default: %d %s", status, body)
+	}
+
+	off := startServe(t, "--tickets=false")
+	status, body := post(off)
+	var got struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	if json.Unmarshal([]byte(body), &got) != nil || status != http.StatusNotFound || got.Error.Code != "tickets_disabled" {
+		t.Fatalf("POST /v1/tickets with --tickets=false: %d %s, want 404 tickets_disabled", status, body)
+	}
+	s := openSSE(t, off+"/v1/sse?"+url.Values{"channel": {"orders/1"}, "access_token": {tok}}.Encode(), "", "")
+	defer s.Close()
+	if s.Status != http.StatusOK {
+		t.Fatalf("a stream with access_token, tickets off: %d %s", s.Status, s.Body)
+	}
+}
