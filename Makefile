@@ -8,8 +8,10 @@ STATICCHECK_VERSION ?= v0.8.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 CONTAINER ?= $(shell command -v podman 2>/dev/null || echo docker)
+# make install puts bin/herald in $(DESTDIR)$(PREFIX)/bin.
+PREFIX    ?= /usr/local
 
-.PHONY: help run build build-static image test test-js test-browser lint fuzz bench bench-outbox clean
+.PHONY: help run build install build-static image test test-js test-browser lint fuzz bench bench-outbox clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -18,7 +20,12 @@ run: build ## run Herald on the embedded SQLite store and the in-memory broker
 	bin/herald serve
 
 build: ## build bin/herald, stamped with VERSION (git describe)
+	@echo "building bin/herald (the first build compiles the embedded SQLite driver once: a few minutes)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/herald ./cmd/herald
+
+install: build ## copy bin/herald to $(DESTDIR)$(PREFIX)/bin (PREFIX defaults to /usr/local; PREFIX="$HOME/.local" for your user)
+	install -d "$(DESTDIR)$(PREFIX)/bin"
+	install -m 0755 bin/herald "$(DESTDIR)$(PREFIX)/bin/herald"
 
 build-static: ## build bin/herald-<os>-<arch> as the container image does: static, no cgo, stripped
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/herald-$$($(GO) env GOOS)-$$($(GO) env GOARCH) ./cmd/herald

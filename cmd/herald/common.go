@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // defaultDataDir is the default --data-dir.
@@ -23,7 +28,27 @@ type storeSettings struct {
 
 func (s *storeSettings) register(st *settings) {
 	st.String(&s.DataDir, "data-dir", defaultDataDir, "directory for the embedded store and the development secret")
-	st.String(&s.DatabaseURL, "database-url", "", "outbox store: postgres://… selects PostgreSQL; empty = embedded SQLite file <data-dir>/herald.db")
+	st.String(&s.DatabaseURL, "database-url", "", "outbox store: a postgres:// or postgresql:// URL selects PostgreSQL (anything else is refused); empty = embedded SQLite file <data-dir>/herald.db")
+	st.checks = append(st.checks, func() error { return s.check(st.source("database-url")) })
+}
+
+// check refuses a --database-url that is not a PostgreSQL URL: the
+// embedded store is chosen by leaving it empty, never by a path or a
+// mistyped scheme, so a typo cannot put a node on a store of its own.
+func (s *storeSettings) check(from origin) error {
+	if s.DatabaseURL == "" {
+		return nil
+	}
+	where := from.named("--database-url")
+	if !outboxfeed.IsPostgresURL(s.DatabaseURL) {
+		return fmt.Errorf("config: %s %q is not a PostgreSQL URL: give postgres://USER@HOST:5432/DATABASE (or postgresql://…); "+
+			"for the embedded SQLite store leave --database-url empty and choose its directory with --data-dir",
+			where, redactURL(s.DatabaseURL))
+	}
+	if _, err := pgxpool.ParseConfig(s.DatabaseURL); err != nil {
+		return fmt.Errorf("config: %s: %v", where, err)
+	}
+	return nil
 }
 
 // url is the effective store URL.
@@ -35,8 +60,50 @@ func (s *storeSettings) url() string {
 }
 
 func (s *storeSettings) isPostgres() bool {
-	u := s.url()
-	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+	return outboxfeed.IsPostgresURL(s.DatabaseURL)
+}
+
+// createDataDirFlag is the flag that lets publish and migrate create an
+// embedded store.
+const createDataDirFlag = "create-data-dir"
+
+// registerCreate registers --create-data-dir (given per invocation).
+func (s *storeSettings) registerCreate(st *settings, create *bool) {
+	st.invocation(func() {
+		st.Bool(create, createDataDirFlag, false, "embedded store: create --data-dir and its SQLite outbox when missing (without it, a missing one is an error)")
+	})
+}
+
+// checkExisting refuses, unless create, an embedded store whose data
+// directory does not exist or holds no outbox: a command run in the wrong
+// directory, or without the nodes' --database-url, would otherwise make a
+// new outbox that no node reads. createHint says what create would do ("",
+// for commands that never create one). PostgreSQL passes.
+func (s *storeSettings) checkExisting(create bool, createHint string) error {
+	if s.isPostgres() || create {
+		return nil
+	}
+	_, err := os.Stat(s.url())
+	if err == nil {
+		return nil
+	}
+	if !os.IsNotExist(err) {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	where, _ := filepath.Abs(s.DataDir)
+	if !filepath.IsAbs(s.DataDir) {
+		where += fmt.Sprintf(" (--data-dir %s, relative to the current directory)", shellQuote(s.DataDir))
+	}
+	what := "holds no outbox (" + filepath.Base(s.url()) + ")"
+	if _, err := os.Stat(s.DataDir); os.IsNotExist(err) {
+		what = "does not exist"
+	}
+	msg := fmt.Sprintf("no outbox: the data directory %s %s. Run this where the nodes' data directory is, or pass theirs with --data-dir, "+
+		"or their PostgreSQL with --database-url", where, what)
+	if createHint != "" {
+		msg += "; --" + createDataDirFlag + " " + createHint
+	}
+	return errors.New(msg)
 }
 
 // logSettings configure log/slog.
@@ -67,6 +134,30 @@ func (l *logSettings) logger(w io.Writer) (*slog.Logger, error) {
 
 const devSecretFile = "dev-hmac-secret"
 
+// minHMACSecret is the shortest --jwt-hmac-secret accepted: RFC 7518
+// §3.2 asks for an HS256 key at least as long as the hash output.
+const minHMACSecret = 32
+
+// checkHMACSecret refuses a --jwt-hmac-secret given empty on the command
+// line or in the environment (where an unset shell variable expands to
+// nothing), never standing in another key for it, and one shorter than
+// minHMACSecret, saying why and how to make one. In a config file an empty
+// value is the default, as herald genconfig writes it: no secret given.
+func checkHMACSecret(secret string, from origin) error {
+	where := from.named("--jwt-hmac-secret")
+	switch {
+	case secret == "" && from.desc != "" && !from.file:
+		return fmt.Errorf("config: %s is empty: an empty secret is an error, never a cue to use another one. Give the nodes' secret "+
+			"(at least %d bytes; make one with: head -c 32 /dev/urandom | base64), or leave --jwt-hmac-secret unset to use the development secret in --data-dir",
+			where, minHMACSecret)
+	case secret != "" && len(secret) < minHMACSecret:
+		return fmt.Errorf("config: %s is %d bytes: an HS256 key must be at least %d bytes, as long as the hash (RFC 7518 §3.2), "+
+			"or a token signed with it lets anyone guess it offline; make one with: head -c 32 /dev/urandom | base64",
+			where, len(secret), minHMACSecret)
+	}
+	return nil
+}
+
 // devSecretPrivate refuses a development secret file that users other
 // than its owner can read or write: any of them could mint tokens the node
 // accepts (or replace the secret). Herald creates it with mode 0600.
@@ -93,8 +184,8 @@ func devSecret(dataDir string, create bool) (secret string, created bool, err er
 			return "", false, err
 		}
 		s := strings.TrimSpace(string(b))
-		if s == "" {
-			return "", false, fmt.Errorf("development secret %s is empty; delete it to make a new one", path)
+		if len(s) < minHMACSecret {
+			return "", false, fmt.Errorf("development secret %s is %d bytes, under the %d an HS256 key needs; delete it, and herald serve makes a new one", path, len(s), minHMACSecret)
 		}
 		return s, false, nil
 	}

@@ -288,7 +288,7 @@ func TestYAMLConfigErrors(t *testing.T) {
 		name, body string
 		want       []string
 	}{
-		{"unknown key", "listen: 127.0.0.1:1\nlisen: x\n", []string{":2: ", `unknown key "lisen"`, `e.g. "listen"`}},
+		{"unknown key", "listen: 127.0.0.1:1\nlisen: x\n", []string{":2: ", `unknown key "lisen"`, `the nearest is "listen"`}},
 		{"int", "max-connections: many\n", []string{":1: ", `key "max-connections"`, "want an integer"}},
 		{"fraction for int", "history-size: 1.5\n", []string{":1: ", `key "history-size"`, "want an integer"}},
 		{"bool", "\nredis-sharded: maybe\n", []string{":2: ", `key "redis-sharded"`, "want true or false"}},

@@ -21,7 +21,7 @@ import (
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
-const testSecret = "e2e-secret-0123456789abcdef"
+const testSecret = "e2e-secret-0123456789abcdef-0123456789"
 
 // syncBuffer is an io.Writer safe for concurrent use.
 type syncBuffer struct {
@@ -162,6 +162,16 @@ func (s sqliteStager) stage(t *testing.T, n outboxfeed.Notification, commit bool
 	return id
 }
 
+// storeArgs are the flags that select the store of dbURL, as storeCases
+// return it: --database-url for PostgreSQL, --data-dir for the SQLite file
+// <dir>/herald.db.
+func storeArgs(dbURL string) []string {
+	if outboxfeed.IsPostgresURL(dbURL) {
+		return []string{"--database-url", dbURL}
+	}
+	return []string{"--data-dir", filepath.Dir(dbURL)}
+}
+
 // storeCase is one outbox store the end-to-end tests run against.
 type storeCase struct {
 	name  string
@@ -192,7 +202,7 @@ func TestCommittedRecordReachesSubscriber(t *testing.T) {
 	for _, sc := range storeCases() {
 		t.Run(sc.name, func(t *testing.T) {
 			dbURL, st := sc.setup(t)
-			base := startServe(t, "--database-url", dbURL)
+			base := startServe(t, storeArgs(dbURL)...)
 			sseURL := base + "/v1/sse?channel=orders/1"
 
 			mine := openSSE(t, sseURL, mint(t, "acme", "u1", "orders/*"), "")
@@ -272,7 +282,7 @@ func TestResumeAfterReconnect(t *testing.T) {
 	for _, sc := range storeCases() {
 		t.Run(sc.name, func(t *testing.T) {
 			dbURL, st := sc.setup(t)
-			base := startServe(t, "--database-url", dbURL)
+			base := startServe(t, storeArgs(dbURL)...)
 			sseURL := base + "/v1/sse?channel=orders/7"
 			tok := mint(t, "acme", "u1", "orders/*")
 

@@ -39,6 +39,14 @@ func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	st.logIgnored(log)
+	if !store.isPostgres() {
+		lock, err := lockDataDir(store.DataDir)
+		if err != nil {
+			return err
+		}
+		defer lock.release()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := newRegistry()

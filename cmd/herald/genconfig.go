@@ -65,7 +65,7 @@ func runGenconfig(_ context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := stdout.Write(b); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "herald genconfig: %d settings of `herald %s`, each at its default; use with: herald %s --config FILE.%s\n", len(st.list), name, name, ext)
+	fmt.Fprintf(stderr, "herald genconfig: %d settings of `herald %s`, each at its default; use with: herald %s --config FILE.%s\n", len(st.configurable()), name, name, ext)
 	return nil
 }
 
@@ -83,7 +83,7 @@ func checkCommandWords(words []string) error {
 			if len(words) != 2 {
 				return fmt.Errorf("%w: name an outbox subcommand, e.g. herald genconfig outbox stats", errUsage)
 			}
-			for _, sub := range outboxCommands {
+			for _, sub := range outboxCommands() {
 				if sub.name == words[1] {
 					return nil
 				}
@@ -124,7 +124,7 @@ func configJSON(st *settings, name string, comments bool) ([]byte, error) {
 			return nil, err
 		}
 	}
-	for _, s := range st.list {
+	for _, s := range st.configurable() {
 		if comments {
 			if err := field(commentPrefix+s.name, s.usage+" (env "+envName(s.name)+")"); err != nil {
 				return nil, err
@@ -152,7 +152,7 @@ func configYAML(st *settings, name string, comments bool) ([]byte, error) {
 	if comments {
 		yamlComment(&b, strings.Fields(configHead(name, "lines starting with # are comments")))
 	}
-	for _, s := range st.list {
+	for _, s := range st.configurable() {
 		if comments {
 			b.WriteString("\n")
 			yamlComment(&b, append(strings.Fields(s.usage), "(env "+envName(s.name)+")"))

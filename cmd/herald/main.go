@@ -44,12 +44,15 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+	switch {
+	case len(args) == 0:
+		usage(stderr) // a mistake: the help goes with the error status
+		return 2
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
+		usage(stdout) // asked for: help is the output
 		return 0
+	case args[0] == "-version" || args[0] == "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -76,7 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "Herald — realtime notifications from a transactional outbox.")
-	fmt.Fprintln(w, "\nUsage: herald <command> [flags]   (herald <command> -h for its flags)")
+	fmt.Fprintln(w, "\nUsage: herald <command> [flags]   (herald <command> -h for its flags; herald --version)")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)

@@ -12,11 +12,13 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var (
 		store   storeSettings
 		trigger bool
+		create  bool
 		logs    logSettings
 	)
 	store.register(st)
 	logs.register(st)
 	st.Bool(&trigger, "outbox-notify", true, "PostgreSQL: install the NOTIFY trigger that wakes the Worker (off = polling only)")
+	store.registerCreate(st, &create)
 	if err := st.parse(args); err != nil {
 		return err
 	}
@@ -25,6 +27,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	log, err := logs.logger(stderr)
 	if err != nil {
+		return err
+	}
+	st.logIgnored(log)
+	if err := store.checkExisting(create, "creates it with an empty outbox"); err != nil {
 		return err
 	}
 	s, err := openStore(ctx, store, trigger, log)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/outboxfeed"
@@ -34,10 +35,34 @@ func (b *brokerSettings) register(st *settings) {
 
 // registerRedis registers only the Redis connection settings.
 func (b *brokerSettings) registerRedis(st *settings) {
-	st.String(&b.RedisURL, "redis-url", "", "redis://… selects the Redis broker (many nodes); empty = in-memory broker (one node)")
+	st.String(&b.RedisURL, "redis-url", "", "redis://… (rediss:// for TLS, unix:// for a socket) selects the Redis broker (many nodes); anything else is refused; empty = in-memory broker (one node)")
 	st.String(&b.RedisPrefix, "redis-key-prefix", fanout.DefaultRedisKeyPrefix, "prefix of every Redis key and pub/sub channel Herald uses")
 	st.Bool(&b.RedisSharded, "redis-sharded", false, "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7); all nodes must agree")
 	st.Bool(&b.RedisCluster, "redis-cluster", false, "--redis-url names a seed node of a Redis Cluster (more seeds as ?addr=host:port), for the broker, tickets and revocations; implies --redis-sharded, one pub/sub connection per primary")
+	st.checks = append(st.checks, func() error { return b.checkRedisURL(st.source("redis-url")) })
+}
+
+// checkRedisURL refuses a --redis-url the Redis client cannot read, at
+// start-up and naming the forms it takes, rather than at the first
+// connection.
+func (b *brokerSettings) checkRedisURL(from origin) error {
+	if b.RedisURL == "" {
+		return nil
+	}
+	where := from.named("--redis-url")
+	var err error
+	forms := "redis://HOST:6379/0, rediss://… (TLS) or unix:///path/to/redis.sock"
+	if b.RedisCluster {
+		_, err = redis.ParseClusterURL(b.RedisURL)
+		forms = "redis://HOST:6379 or rediss://… (TLS), more seeds as ?addr=HOST:PORT"
+	} else {
+		_, err = redis.ParseURL(b.RedisURL)
+	}
+	if err != nil {
+		return fmt.Errorf("config: %s %q is not a Redis URL (%v): give %s; leave it empty for the in-memory broker (one node)",
+			where, redactURL(b.RedisURL), err, forms)
+	}
+	return nil
 }
 
 func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fanout.Broker, string, error) {

@@ -212,8 +212,8 @@ func TestAdminTokenFileRefused(t *testing.T) {
 		env  string
 		want []string
 	}{
-		{"flag", []string{"--admin-token-file", short}, "", []string{"--admin-token-file " + short, "must be at least 16 bytes, got 9", "openssl rand"}},
-		{"empty", []string{"--admin-token-file", empty}, "", []string{"got 0"}},
+		{"flag", []string{"--admin-token-file", short}, "", []string{"--admin-token-file " + short, "is 9 bytes: the admin token must be at least 16 bytes", "openssl rand"}},
+		{"empty", []string{"--admin-token-file", empty}, "", []string{"is 0 bytes"}},
 		{"space", []string{"--admin-token-file", spaced}, "", []string{"visible ASCII"}},
 		{"missing", []string{"--admin-token-file", missing}, "", []string{"--admin-token-file", missing, "no such file"}},
 		{"env", nil, short, []string{"--admin-token-file " + short, "at least 16 bytes"}},

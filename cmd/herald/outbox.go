@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,17 +14,22 @@ import (
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
-// outboxCommands are the subcommands of `herald outbox`.
-var outboxCommands = []struct {
+// outboxCommand is one subcommand of `herald outbox`.
+type outboxCommand struct {
 	name, summary string
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}{
-	{"stats", "count records per state and kind, dead letters per type, the oldest waiting record", runOutboxStats},
-	{"list", "list records with their state, attempt and last error", runOutboxList},
-	{"replay", "move dead letters back to pending (audited; --actor and --reason required)", runOutboxReplay},
-	{"purge", "delete dispatched or dead-lettered records older than an age, in small batches", runOutboxPurge},
-	{"partitions", "list the partitions and their leases; --set N changes their number (PostgreSQL)", runOutboxPartitions},
-	{"reset-after-restore", "make positions copied from another PostgreSQL cluster (a logical restore) safe again", runOutboxResetAfterRestore},
+}
+
+// outboxCommands are the subcommands of `herald outbox`.
+func outboxCommands() []outboxCommand {
+	return []outboxCommand{
+		{"stats", "count records per state and kind, dead letters per type, the oldest waiting record", runOutboxStats},
+		{"list", "list records with their state, attempt and last error", runOutboxList},
+		{"replay", "move dead letters back to pending (audited; --actor and --reason required)", runOutboxReplay},
+		{"purge", "delete dispatched or dead-lettered records older than an age, in small batches", runOutboxPurge},
+		{"partitions", "list the partitions and their leases; --set N changes their number (PostgreSQL)", runOutboxPartitions},
+		{"reset-after-restore", "make positions copied from another PostgreSQL cluster (a logical restore) safe again", runOutboxResetAfterRestore},
+	}
 }
 
 func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -38,7 +42,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		outboxUsage(stderr)
 		return nil
 	}
-	for _, c := range outboxCommands {
+	for _, c := range outboxCommands() {
 		if c.name == args[0] {
 			if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
@@ -53,13 +57,14 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func outboxUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: herald outbox <subcommand> [flags]   (herald outbox <subcommand> -h for its flags)")
 	fmt.Fprintln(w, "\nSubcommands:")
-	for _, c := range outboxCommands {
+	for _, c := range outboxCommands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 }
 
 // outboxCommon are the settings every outbox subcommand has.
 type outboxCommon struct {
+	st    *settings
 	store storeSettings
 	logs  logSettings
 }
@@ -67,9 +72,12 @@ type outboxCommon struct {
 func newOutboxSettings(sub string, stderr io.Writer) (*settings, *outboxCommon) {
 	st := newSettings("outbox " + sub)
 	st.fs.SetOutput(stderr)
-	c := &outboxCommon{}
+	c := &outboxCommon{st: st}
 	c.store.register(st)
 	c.logs.register(st)
+	// What a subcommand registers next (filters, --actor, --json…) is
+	// given per invocation: flags only, no variable, no config key.
+	st.perInvocation = true
 	return st, c
 }
 
@@ -92,14 +100,13 @@ func (c *outboxCommon) open(ctx context.Context, stderr io.Writer) (outboxfeed.A
 	if err != nil {
 		return nil, nil, err
 	}
+	c.st.logIgnored(log)
 	var s outboxfeed.Store
 	if c.store.isPostgres() {
 		s, err = outboxfeed.Open(ctx, outboxfeed.Config{DatabaseURL: c.store.url(), Logger: log})
 	} else {
-		if path := sqliteFile(c.store.url()); path != "" {
-			if _, statErr := os.Stat(path); statErr != nil {
-				return nil, nil, fmt.Errorf("no outbox at %s (see --data-dir / --database-url): %w", path, statErr)
-			}
+		if err := c.store.checkExisting(false, ""); err != nil {
+			return nil, nil, err
 		}
 		s, err = openStore(ctx, c.store, false, log)
 	}
@@ -111,15 +118,6 @@ func (c *outboxCommon) open(ctx context.Context, stderr io.Writer) (outboxfeed.A
 		return nil, nil, errors.Join(err, s.Close())
 	}
 	return a, func() { _ = s.Close() }, nil
-}
-
-// sqliteFile is the file a SQLite store URL names ("" if unsure).
-func sqliteFile(u string) string {
-	u = strings.TrimPrefix(strings.TrimPrefix(u, "sqlite://"), "file:")
-	if i := strings.IndexByte(u, '?'); i >= 0 {
-		u = u[:i]
-	}
-	return u
 }
 
 // adminErr turns an invalid request into a usage error.

@@ -46,8 +46,8 @@ func runFeedUntil(t *testing.T, dbURL, types string, what string, done func() bo
 	var out, errOut syncBuffer
 	exited := make(chan int, 1)
 	go func() {
-		exited <- run(ctx, []string{"feed", "--database-url", dbURL, "--listen", "", "--types", path,
-			"--outbox-poll-interval", "20ms", "--log-level", "error"}, &out, &errOut)
+		exited <- run(ctx, append([]string{"feed", "--listen", "", "--types", path,
+			"--outbox-poll-interval", "20ms", "--log-level", "error"}, storeArgs(dbURL)...), &out, &errOut)
 	}()
 	defer func() {
 		cancel()
@@ -147,8 +147,8 @@ func TestOutboxCommands(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			dbURL, st := sc.setup(t)
-			db := []string{"--database-url", dbURL}
-			mustHerald(t, append([]string{"migrate", "--log-level", "warn"}, db...)...)
+			db := storeArgs(dbURL)
+			mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
 			store, err := outboxfeed.Open(context.Background(), outboxfeed.Config{DatabaseURL: dbURL})
 			if err != nil {
 				t.Fatal(err)
@@ -319,7 +319,7 @@ func TestOutboxCommands(t *testing.T) {
 
 func TestOutboxUsageErrors(t *testing.T) {
 	dir := t.TempDir()
-	missing := filepath.Join(dir, "none", "herald.db")
+	missing := filepath.Join(dir, "none")
 	cases := []struct {
 		args []string
 		code int
@@ -335,7 +335,7 @@ func TestOutboxUsageErrors(t *testing.T) {
 		{[]string{"outbox", "purge", "--state", "dispatched", "--older-than", "a week"}, 2, `--older-than "a week"`},
 		{[]string{"outbox", "list", "--limit", "0"}, 2, "--limit 0"},
 		{[]string{"outbox", "list", "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"outbox", "stats", "--database-url", missing}, 1, "no outbox at " + missing},
+		{[]string{"outbox", "stats", "--data-dir", missing}, 1, "the data directory " + missing + " does not exist"},
 	}
 	for _, c := range cases {
 		code, _, errOut := herald(t, c.args...)
@@ -380,8 +380,8 @@ func TestOutboxPartitionsCommand(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			dbURL, _ := sc.setup(t)
-			db := []string{"--database-url", dbURL}
-			mustHerald(t, append([]string{"migrate", "--log-level", "warn"}, db...)...)
+			db := storeArgs(dbURL)
+			mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
 			out := mustHerald(t, append([]string{"outbox", "partitions"}, db...)...)
 			want := 4
 			if sc.name != "postgres" {

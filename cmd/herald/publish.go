@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/heraldgw/herald/outboxfeed"
 )
@@ -17,17 +18,21 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		logs                logSettings
 		n                   outboxfeed.Notification
 		data, freshness, id string
+		create              bool
 	)
 	store.register(st)
+	store.registerCreate(st, &create)
 	logs.register(st)
-	st.String(&n.TenantID, "tenant", "", "tenant id (required)")
-	st.String(&n.Channel, "channel", "", "channel name (required)")
-	st.String(&n.Type, "type", "", "notification type, [a-z0-9_.-] (required)")
-	st.Int(&n.SchemaVersion, "schema-version", 1, "schema version of the payload (≥ 1)")
-	st.String(&data, "data", "", "payload: any JSON value (required)")
-	st.String(&freshness, "freshness", "", `freshness object; empty = {"mode":"immediate"}`)
-	st.String(&id, "id", "", "message id (uuid); empty = generated")
-	st.String(&n.Kind, "kind", outboxfeed.KindNotification, "record kind")
+	st.invocation(func() {
+		st.String(&n.TenantID, "tenant", "", "tenant id (required)")
+		st.String(&n.Channel, "channel", "", "channel name (required)")
+		st.String(&n.Type, "type", "", "notification type, [a-z0-9_.-] (required)")
+		st.Int(&n.SchemaVersion, "schema-version", 1, "schema version of the payload (≥ 1)")
+		st.String(&data, "data", "", "payload: any JSON value (required)")
+		st.String(&freshness, "freshness", "", `freshness object; empty = {"mode":"immediate"}`)
+		st.String(&id, "id", "", "message id (uuid); empty = generated")
+		st.String(&n.Kind, "kind", outboxfeed.KindNotification, "record kind")
+	})
 	if err := st.parse(args); err != nil {
 		return err
 	}
@@ -52,9 +57,13 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	// The embedded store is created on first use; a PostgreSQL schema is the
-	// operator's (herald migrate), and its NOTIFY trigger setting is not ours
-	// to change here.
+	st.logIgnored(log)
+	if err := store.checkExisting(create, "creates a new, empty outbox there (one that no node reads until a node uses that --data-dir)"); err != nil {
+		return err
+	}
+	// The embedded store is created only when asked; a PostgreSQL schema is
+	// the operator's (herald migrate), and its NOTIFY trigger setting is not
+	// ours to change here.
 	var s outboxfeed.Store
 	if store.isPostgres() {
 		s, err = outboxfeed.Open(ctx, outboxfeed.Config{DatabaseURL: store.url(), Logger: log})
@@ -70,5 +79,12 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	fmt.Fprintln(stdout, got)
+	if !store.isPostgres() {
+		if active, known := consumerActive(store.DataDir); known && !active {
+			dir, _ := filepath.Abs(store.DataDir)
+			log.Warn("no herald serve or feed consumes this outbox now: the notification waits until one starts on this --data-dir (if your nodes use PostgreSQL, pass their --database-url)",
+				"data_dir", dir)
+		}
+	}
 	return nil
 }

@@ -28,12 +28,12 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	st.fs.SetOutput(stderr)
 	var (
 		store            storeSettings
+		logs             logSettings
 		broker           brokerSettings
 		sid, jti, reason string
 		forTime, maxLife time.Duration
 		noRedis          bool
 	)
-	st.alsoKnown = settingNames("serve")
 	st.fs.Usage = func() {
 		w := st.fs.Output()
 		fmt.Fprintln(w, "Usage: herald revoke --sid S | --jti J [flags]   or   herald revoke list [flags]")
@@ -47,11 +47,14 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	store.register(st)
 	broker.registerRedis(st)
+	logs.register(st)
 	st.Bool(&noRedis, "no-redis", false, "the nodes run without --redis-url (accepted for older scripts; not needed: every node reads revocations from the database, with or without Redis)")
-	st.String(&sid, "sid", "", "revoke every token whose sid claim is this value (the user's sign-in, as the application named it)")
-	st.String(&jti, "jti", "", "revoke the token with this id")
-	st.String(&reason, "reason", "", "why (kept for operators)")
-	st.Duration(&forTime, "for", 0, "how long to keep the revocation: at least the longest remaining lifetime of the tokens it must stop; 0 = --max-token-lifetime, which the nodes enforce, so it outlives every token they accept")
+	st.invocation(func() {
+		st.String(&sid, "sid", "", "revoke every token whose sid claim is this value (the user's sign-in, as the application named it)")
+		st.String(&jti, "jti", "", "revoke the token with this id")
+		st.String(&reason, "reason", "", "why (kept for operators)")
+		st.Duration(&forTime, "for", 0, "how long to keep the revocation: at least the longest remaining lifetime of the tokens it must stop; 0 = --max-token-lifetime, which the nodes enforce, so it outlives every token they accept")
+	})
 	registerMaxTokenLifetime(st, &maxLife)
 	if err := st.parse(args); err != nil {
 		return err
@@ -59,6 +62,11 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if st.fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q (use: herald revoke --sid S | --jti J, or herald revoke list)", errUsage, st.fs.Arg(0))
 	}
+	log, err := logs.logger(stderr)
+	if err != nil {
+		return err
+	}
+	st.logIgnored(log)
 	if !list {
 		if (sid == "") == (jti == "") {
 			return fmt.Errorf("%w: give exactly one of --sid and --jti", errUsage)
@@ -123,20 +131,4 @@ func revocationStoreKnown(_ storeSettings, broker brokerSettings, noRedis bool) 
 		return fmt.Errorf("%w: --no-redis and --redis-url contradict each other: pass the nodes' own settings", errUsage)
 	}
 	return nil
-}
-
-// settingNames returns the names of the settings of the subcommand cmd
-// (only "serve" is needed so far), without running it.
-func settingNames(cmd string) map[string]bool {
-	st := newSettings(cmd)
-	switch cmd {
-	case "serve":
-		var o serveOptions
-		o.register(st)
-	}
-	names := map[string]bool{}
-	for _, s := range st.list {
-		names[s.name] = true
-	}
-	return names
 }

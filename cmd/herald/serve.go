@@ -38,7 +38,7 @@ type authSettings struct {
 }
 
 func (a *authSettings) register(st *settings) {
-	st.String(&a.HMACSecret, "jwt-hmac-secret", "", "HS256/384/512 key (raw bytes of the string); serve with no key source generates a development secret in --data-dir")
+	st.String(&a.HMACSecret, "jwt-hmac-secret", "", "HS256/384/512 key (raw bytes of the string), at least 32 bytes; given empty it is an error; serve with no key source generates a development secret in --data-dir")
 	st.String(&a.JWKS, "jwks", "", "JWKS URL or file for RS/PS/ES/EdDSA keys")
 	st.String(&a.Issuer, "jwt-issuer", "", "required iss claim; empty = not checked")
 	st.String(&a.Audience, "jwt-audience", "", "required aud claim; empty = not checked")
@@ -48,6 +48,7 @@ func (a *authSettings) register(st *settings) {
 	st.String(&a.WebhookSecretFile, "authz-webhook-secret-file", "", "file of webhook secrets (whsec_<base64>, one a line) that sign every webhook request (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature), so the webhook can refuse forged and replayed calls; empty = unsigned, with a warning at start")
 	st.Int(&a.MaxTicketsPerUser, "max-tickets-per-user", auth.DefaultMaxTicketsPerUser, "live tickets (POST /v1/tickets, neither redeemed nor expired) per tenant and subject, whatever addresses ask; over it: 429")
 	st.Duration(&a.WebhookTimeout, "authz-webhook-timeout", subscriptions.DefaultWebhookTimeout, "bound on one webhook call; a slow or failed call denies")
+	st.checks = append(st.checks, func() error { return checkHMACSecret(a.HMACSecret, st.source("jwt-hmac-secret")) })
 }
 
 // registerMaxTokenLifetime registers --max-token-lifetime (serve, revoke).
@@ -161,6 +162,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	st.logIgnored(log)
 	return serve(ctx, o, log, stdout)
 }
 
@@ -169,6 +171,13 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	defer cancel()
 	if o.gw.TrustedProxies, err = parseTrustedProxies(o.trustedProxies); err != nil {
 		return err
+	}
+	if o.feed && !o.store.isPostgres() {
+		lock, err := lockDataDir(o.store.DataDir)
+		if err != nil {
+			return err
+		}
+		defer lock.release()
 	}
 	reg := newRegistry()
 
@@ -412,6 +421,10 @@ func readAdminToken(path string, log *slog.Logger) (string, error) {
 		return "", fmt.Errorf("config: --admin-token-file: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
+	if len(tok) < gateway.MinAdminTokenLen {
+		return "", fmt.Errorf("config: --admin-token-file %s is %d bytes: the admin token must be at least %d bytes, or it can be guessed; make one with: openssl rand -base64 32 > %s",
+			path, len(tok), gateway.MinAdminTokenLen, shellQuote(path))
+	}
 	if err := gateway.CheckAdminToken(tok); err != nil {
 		return "", fmt.Errorf("config: --admin-token-file %s: the admin token %v (make one with: openssl rand -base64 32 > %s)", path, err, shellQuote(path))
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,11 +20,15 @@ import (
 
 // setting is one configuration knob: a flag, its HERALD_<NAME> environment
 // variable and its key in the config file. Precedence: flag, environment,
-// config file, default.
+// config file, default. A flag-only setting is given per invocation (the
+// channel of one publish, the subject of one token): it has no variable and
+// no config key, so that what a shell exports or a node's config file holds
+// never changes it.
 type setting struct {
-	name  string
-	usage string
-	value flag.Value
+	name     string
+	usage    string
+	value    flag.Value
+	flagOnly bool
 }
 
 // settings collects the knobs of one subcommand.
@@ -33,15 +38,23 @@ type settings struct {
 	cfg  *string // the --config flag
 	// afterParse run once every source has been applied.
 	afterParse []func()
-	// alsoKnown are config-file keys that are not this command's settings
-	// but are accepted and ignored: revoke reads serve's config file.
-	alsoKnown map[string]bool
+	// checks run after afterParse; the first error fails parse.
+	checks []func() error
+	// perInvocation, while set, makes the settings added flag-only.
+	perInvocation bool
+	// from says where each setting a source gave came from; defaults are
+	// absent.
+	from map[string]origin
+	// cfgPath is the config file read, ignored its keys that belong to
+	// other commands (logIgnored reports them).
+	cfgPath string
+	ignored []string
 }
 
 func newSettings(cmd string) *settings {
 	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
-	s := &settings{fs: fs}
-	s.cfg = fs.String("config", "", "config file (a JSON object, or a YAML mapping when the name ends in .yaml or .yml, whose keys are these flag names; keys starting with # are comments; herald genconfig writes one); none is read unless named (env HERALD_CONFIG)")
+	s := &settings{fs: fs, from: map[string]origin{}}
+	s.cfg = fs.String("config", "", "config file (a JSON object, or a YAML mapping when the name ends in .yaml or .yml, whose keys are flag names; keys starting with # are comments; herald genconfig writes one); one file serves every command: keys of other commands are ignored; none is read unless named (env HERALD_CONFIG)")
 	return s
 }
 
@@ -50,8 +63,59 @@ func envName(flagName string) string {
 }
 
 func (s *settings) add(name, usage string, v flag.Value) {
-	s.fs.Var(v, name, usage+" (env "+envName(name)+")")
-	s.list = append(s.list, setting{name: name, usage: usage, value: v})
+	st := setting{name: name, usage: usage, value: v, flagOnly: s.perInvocation}
+	if !st.flagOnly {
+		usage += " (env " + envName(name) + ")"
+	}
+	s.fs.Var(v, name, usage)
+	s.list = append(s.list, st)
+}
+
+// invocation registers, with register, settings given per invocation:
+// flags only, never read from the environment or a config file.
+func (s *settings) invocation(register func()) {
+	s.perInvocation = true
+	defer func() { s.perInvocation = false }()
+	register()
+}
+
+// configurable are the settings a config file and the environment may
+// give: all but the flag-only ones, in registration order.
+func (s *settings) configurable() []setting {
+	var out []setting
+	for _, st := range s.list {
+		if !st.flagOnly {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// origin is where a setting's value came from.
+type origin struct {
+	desc string // "--name", "HERALD_NAME" or "FILE key \"name\""
+	file bool   // a config file's key
+}
+
+// source says where setting name's value came from; the zero origin when
+// it is the default.
+func (s *settings) source(name string) origin { return s.from[name] }
+
+// named is the setting flag, with where its value came from when that is
+// not the flag itself: "--x (from HERALD_X)".
+func (o origin) named(flag string) string {
+	if o.desc == "" || o.desc == flag {
+		return flag
+	}
+	return flag + " (from " + o.desc + ")"
+}
+
+// logIgnored lists at debug level the config-file keys parse skipped
+// because they belong to other commands.
+func (s *settings) logIgnored(log *slog.Logger) {
+	if len(s.ignored) > 0 {
+		log.Debug("config: keys of other herald commands ignored", "file", s.cfgPath, "keys", strings.Join(s.ignored, ","))
+	}
 }
 
 func (s *settings) String(p *string, name, def, usage string) {
@@ -78,41 +142,42 @@ func (s *settings) StringList(p *[]string, name, usage string) {
 	s.add(name, usage, (*listValue)(p))
 }
 
-// describeSettings, while describeCommand runs, receives the settings of
-// the command it runs before they are parsed; parse then stops with
-// errDescribed, so the command does nothing.
+// describing maps the argument describeCommand appends to the function
+// that receives the settings of the command it runs. The argument holds a
+// NUL byte, which no command line can, so only that one invocation is
+// described: commands running at the same time are not.
 var (
-	describeMu       sync.Mutex
-	describeSettings atomic.Pointer[func(*settings)]
+	describing  sync.Map // string → func(*settings)
+	describeSeq atomic.Uint64
 )
 
 var errDescribed = errors.New("settings described, command not run")
 
 // describeCommand returns the settings of the command named by args
 // ("serve", or "outbox", "stats") at their defaults, without running it; nil
-// when the command has none. The command is invoked with -h, so one that
-// parses its flags without settings (version, genconfig) only prints help,
-// to io.Discard.
+// when the command has none (version, genconfig), which then only fails on
+// an unexpected argument, to io.Discard.
 func describeCommand(args []string) *settings {
-	describeMu.Lock()
-	defer describeMu.Unlock()
+	key := fmt.Sprintf("\x00describe-%d", describeSeq.Add(1))
 	var captured *settings
-	capture := func(s *settings) {
+	describing.Store(key, func(s *settings) {
 		if captured == nil {
 			captured = s
 		}
-	}
-	describeSettings.Store(&capture)
-	defer describeSettings.Store(nil)
-	run(context.Background(), append(append([]string(nil), args...), "-h"), io.Discard, io.Discard)
+	})
+	defer describing.Delete(key)
+	run(context.Background(), append(append([]string(nil), args...), key), io.Discard, io.Discard)
 	return captured
 }
 
-// parse applies the config file, then the environment, then the flags.
+// parse applies the config file, then the environment, then the flags,
+// then runs the checks.
 func (s *settings) parse(args []string) error {
-	if f := describeSettings.Load(); f != nil {
-		(*f)(s)
-		return errDescribed
+	if n := len(args); n > 0 {
+		if f, ok := describing.Load(args[n-1]); ok {
+			f.(func(*settings))(s)
+			return errDescribed
+		}
 	}
 	// Flags first, to learn --config and which flags were set explicitly.
 	if err := s.fs.Parse(args); err != nil {
@@ -125,22 +190,33 @@ func (s *settings) parse(args []string) error {
 		cfgPath = os.Getenv("HERALD_CONFIG")
 	}
 	if cfgPath != "" {
+		s.cfgPath = cfgPath
 		if err := s.applyFile(cfgPath, explicit); err != nil {
 			return err
 		}
 	}
 	for _, st := range s.list {
 		if explicit[st.name] {
+			s.from[st.name] = origin{desc: "--" + st.name}
+			continue
+		}
+		if st.flagOnly {
 			continue
 		}
 		if v, ok := os.LookupEnv(envName(st.name)); ok {
 			if err := st.value.Set(v); err != nil {
 				return fmt.Errorf("config: %s=%q: %v", envName(st.name), v, err)
 			}
+			s.from[st.name] = origin{desc: envName(st.name)}
 		}
 	}
 	for _, f := range s.afterParse {
 		f()
+	}
+	for _, check := range s.checks {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -204,6 +280,9 @@ func jsonConfigEntries(path string, b []byte) ([]configEntry, error) {
 
 // applyEntries sets the settings a config file names, in the order of
 // entries; the one place, for every format, where config keys meet flags.
+// One file serves every command: a key of another command's settings is
+// skipped (s.ignored); a key of no command's, or a flag-only one, is an
+// error.
 func (s *settings) applyEntries(entries []configEntry, explicit map[string]bool) error {
 	known := map[string]setting{}
 	for _, st := range s.list {
@@ -215,11 +294,12 @@ func (s *settings) applyEntries(entries []configEntry, explicit map[string]bool)
 			continue // a comment, as herald genconfig writes them
 		}
 		st, ok := known[k]
-		if !ok && s.alsoKnown[k] {
-			continue // a setting of the command whose file this is
-		}
-		if !ok {
-			return fmt.Errorf("config: %s: unknown key %q (keys are flag names, e.g. \"listen\")", e.at, k)
+		if !ok || st.flagOnly {
+			if err := foreignKey(e, st.flagOnly); err != nil {
+				return err
+			}
+			s.ignored = append(s.ignored, k)
+			continue
 		}
 		if explicit[k] || os.Getenv(envName(k)) != "" {
 			continue
@@ -227,8 +307,115 @@ func (s *settings) applyEntries(entries []configEntry, explicit map[string]bool)
 		if err := setFromJSON(st.value, e.raw); err != nil {
 			return fmt.Errorf("config: %s: key %q: %v", e.at, k, err)
 		}
+		s.from[k] = origin{desc: fmt.Sprintf("%s key %q", e.at, k), file: true}
 	}
 	return nil
+}
+
+// foreignKey says why a config key the running command does not read is
+// an error: a flag given per invocation (own is set when it is one of the
+// running command's), or a key no command has, with the nearest one that
+// exists. It returns nil for a setting of another command.
+func foreignKey(e configEntry, own bool) error {
+	cat := configCatalogue()
+	switch {
+	case own || len(cat.flagOnly[e.key]) > 0 && !cat.keys[e.key]:
+		return fmt.Errorf("config: %s: key %q is a flag given per invocation (of %s), not a setting a config file holds: pass --%s on the command line",
+			e.at, e.key, strings.Join(cat.flagOnly[e.key], ", "), e.key)
+	case cat.keys[e.key]:
+		return nil
+	}
+	return fmt.Errorf("config: %s: unknown key %q: no herald command has this setting; the nearest is %q (keys are flag names; herald genconfig COMMAND lists a command's)",
+		e.at, e.key, nearest(e.key, cat.keys))
+}
+
+// catalogue is what every command reads from a config file.
+type catalogue struct {
+	keys     map[string]bool     // the config keys of some command
+	flagOnly map[string][]string // flag-only name → "herald <command>"s
+}
+
+// commandWords names every command that has settings, as describeCommand
+// takes them: each command, and each outbox subcommand.
+func commandWords() [][]string {
+	var names [][]string
+	for _, c := range commands() {
+		if c.name == "outbox" {
+			for _, sub := range outboxCommands() {
+				names = append(names, []string{c.name, sub.name})
+			}
+			continue
+		}
+		names = append(names, []string{c.name})
+	}
+	return names
+}
+
+var (
+	catalogueOnce sync.Once
+	catalogueOf   catalogue
+)
+
+// configCatalogue collects, once, the settings of every command.
+func configCatalogue() catalogue {
+	catalogueOnce.Do(func() { catalogueOf = buildCatalogue() })
+	return catalogueOf
+}
+
+func buildCatalogue() catalogue {
+	cat := catalogue{keys: map[string]bool{}, flagOnly: map[string][]string{}}
+	for _, words := range commandWords() {
+		st := describeCommand(words)
+		if st == nil {
+			continue
+		}
+		for _, s := range st.list {
+			if s.flagOnly {
+				cat.flagOnly[s.name] = append(cat.flagOnly[s.name], "herald "+strings.Join(words, " "))
+			} else {
+				cat.keys[s.name] = true
+			}
+		}
+	}
+	return cat
+}
+
+// nearest is the key of keys closest to k in edit distance (the first in
+// sorted order on a tie).
+func nearest(k string, keys map[string]bool) string {
+	names := make([]string, 0, len(keys))
+	for name := range keys {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	best, bestD := "", -1
+	for _, name := range names {
+		if d := editDistance(k, name); bestD < 0 || d < bestD {
+			best, bestD = name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func setFromJSON(v flag.Value, raw json.RawMessage) error {

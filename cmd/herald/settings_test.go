@@ -68,7 +68,7 @@ func TestSettingsErrorsNameTheSetting(t *testing.T) {
 		{args: []string{"serve", "--max-connections", "-1", "--data-dir", dir}, want: "MaxConnections"},
 		{args: []string{"token", "--tenant", "acme"}, want: "--sub is required"},
 		{args: []string{"token", "--tenant", "ac/me", "--sub", "u"}, want: "--tenant"},
-		{args: []string{"token", "--tenant", "acme", "--sub", "u", "--subscribe", "a/**/b", "--jwt-hmac-secret", "s"}, want: "grant"},
+		{args: []string{"token", "--tenant", "acme", "--sub", "u", "--subscribe", "a/**/b", "--jwt-hmac-secret", testSecret}, want: "grant"},
 		{args: []string{"publish", "--tenant", "acme", "--channel", "o/1", "--type", "t", "--data", "{bad"}, want: "--data is not valid JSON"},
 		{args: []string{"publish", "--tenant", "acme", "--channel", "o//1", "--type", "t", "--data", "{}"}, want: "channel"},
 		{args: []string{"publish", "--tenant", "acme", "--channel", "o/1", "--type", "T!", "--data", "{}"}, want: "type"},

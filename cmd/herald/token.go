@@ -15,27 +15,37 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	st.fs.SetOutput(stderr)
 	var (
 		store                    storeSettings
+		logs                     logSettings
 		secret, tenant, sub, sid string
 		channel, jti             string
 		subscribe, publish       []string
 		ttl                      time.Duration
 	)
 	store.register(st)
-	st.String(&secret, "jwt-hmac-secret", "", "HS256 secret (raw bytes of the string); empty = the development secret in --data-dir")
-	st.String(&tenant, "tenant", "", "tenant id (required)")
-	st.String(&sub, "sub", "", "subject (required)")
-	st.StringList(&subscribe, "subscribe", "grant pattern for subscriptions; repeat or comma-separate")
-	st.StringList(&publish, "publish", "grant pattern for client publish on interactive channels; repeat or comma-separate")
-	st.String(&channel, "channel", "", "make a subscription token for exactly this channel")
-	st.String(&sid, "sid", "", "session id (for revocation)")
-	st.String(&jti, "jti", "", "token id (for revocation)")
-	st.Duration(&ttl, "ttl", time.Hour, "lifetime")
+	logs.register(st)
+	st.String(&secret, "jwt-hmac-secret", "", "HS256 secret (raw bytes of the string), at least 32 bytes; unset = the development secret in --data-dir; given empty it is an error")
+	st.checks = append(st.checks, func() error { return checkHMACSecret(secret, st.source("jwt-hmac-secret")) })
+	st.invocation(func() {
+		st.String(&tenant, "tenant", "", "tenant id (required)")
+		st.String(&sub, "sub", "", "subject (required)")
+		st.StringList(&subscribe, "subscribe", "grant pattern for subscriptions; repeat or comma-separate")
+		st.StringList(&publish, "publish", "grant pattern for client publish on interactive channels; repeat or comma-separate")
+		st.String(&channel, "channel", "", "make a subscription token for exactly this channel")
+		st.String(&sid, "sid", "", "session id (for revocation)")
+		st.String(&jti, "jti", "", "token id (for revocation)")
+		st.Duration(&ttl, "ttl", time.Hour, "lifetime")
+	})
 	if err := st.parse(args); err != nil {
 		return err
 	}
 	if st.fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
 	}
+	log, err := logs.logger(stderr)
+	if err != nil {
+		return err
+	}
+	st.logIgnored(log)
 	if err := subscriptions.ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("%w: --tenant: %v", errUsage, err)
 	}

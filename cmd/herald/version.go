@@ -79,6 +79,11 @@ func (b buildInfo) write(w io.Writer) {
 }
 
 func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprintln(stdout, "Usage: herald version   (or herald --version)")
+		fmt.Fprintln(stdout, "\nPrints the version, the Go toolchain that built the binary and, when recorded, its commit.")
+		return nil
+	}
 	if len(args) > 0 {
 		return fmt.Errorf("%w: version takes no arguments", errUsage)
 	}

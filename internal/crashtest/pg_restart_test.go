@@ -119,7 +119,7 @@ func (p *restartProducer) counts(ph int) (committed, failures int) {
 // is delivered to an open SSE stream.
 func TestPostgresRestartDuringDispatch(t *testing.T) {
 	pg := testenv.StartPrivatePG(t)
-	secret := "crashtest-" + testenv.Suffix()
+	secret := "crashtest-secret-of-32-bytes-" + testenv.Suffix()
 	dataDir := t.TempDir()
 	srv := startHerald(t, "serve", "serve", "--database-url", pg.URL(), "--listen", "127.0.0.1:0",
 		"--jwt-hmac-secret", secret, "--data-dir", dataDir,
