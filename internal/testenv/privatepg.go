@@ -45,6 +45,13 @@ func pgBinDir(t testing.TB) string {
 	return filepath.Dir(matches[0])
 }
 
+// PGTool is the path of a PostgreSQL program (psql, pg_dump, …) of the
+// newest server version installed.
+func PGTool(t testing.TB, name string) string {
+	t.Helper()
+	return filepath.Join(pgBinDir(t), name)
+}
+
 // freePort asks the kernel for a free TCP port on 127.0.0.1.
 func freePort(t testing.TB) int {
 	t.Helper()
