@@ -13,7 +13,8 @@ let proxy;
 const clients = [];
 
 before(async () => {
-  herald = await Herald.start();
+  // Tokens of 800 h and 1,500 h below: past the default longest lifetime.
+  herald = await Herald.start({ args: ['--max-token-lifetime', '2000h'] });
   proxy = await TcpProxy.start(herald.port);
 });
 
