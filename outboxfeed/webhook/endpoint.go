@@ -124,6 +124,19 @@ func (e *Endpoint) String() string {
 	return fmt.Sprintf("webhook %s → %s://%s%s", e.cfg.Name, e.url.Scheme, e.url.Host, e.url.EscapedPath())
 }
 
+// GoString is String (the %#v verb).
+func (e *Endpoint) GoString() string { return e.String() }
+
+// Format prints String for every verb, so no formatting reaches the
+// secrets in the Endpoint's unexported settings.
+func (e *Endpoint) Format(f fmt.State, verb rune) {
+	if verb == 'q' {
+		_, _ = fmt.Fprintf(f, "%q", e.String())
+		return
+	}
+	_, _ = f.Write([]byte(e.String()))
+}
+
 // Close closes the idle connections. Requests under way finish; the
 // Endpoint stays usable (new connections are dialled as needed).
 func (e *Endpoint) Close() { e.transport.CloseIdleConnections() }
