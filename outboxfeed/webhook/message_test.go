@@ -42,9 +42,9 @@ func TestAppendBodyEscapesAndDefaults(t *testing.T) {
 	}
 	var env struct {
 		ID, Tenant, Channel, Kind, Type, Time string
-		SchemaVersion                           int `json:"schema_version"`
-		Freshness                               map[string]string
-		Data                                    string
+		SchemaVersion                         int `json:"schema_version"`
+		Freshness                             map[string]string
+		Data                                  string
 	}
 	if err := json.Unmarshal(b, &env); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, b)
