@@ -3,9 +3,13 @@ package webhook
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -401,5 +405,37 @@ func TestMaxInFlight(t *testing.T) {
 	wg.Wait()
 	if peak > limit {
 		t.Fatalf("%d requests under way at once; max_in_flight %d", peak, limit)
+	}
+}
+
+// A kept-alive connection the receiver closes when the next request comes
+// in is not an outage: the request is sent again on a new connection (a
+// webhook is idempotent by its webhook-id), with the same id.
+func TestStaleKeepAliveResent(t *testing.T) {
+	type connKey struct{}
+	var requests atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body) // the whole request is sent
+		n := r.Context().Value(connKey{}).(*atomic.Int64)
+		if n.Add(1) == 2 { // the second request on this connection
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, new(atomic.Int64))
+	}
+	srv.Start()
+	defer srv.Close()
+	e := newEndpoint(t, testConfig(srv.URL))
+	wantClass(t, deliver(t, e, testMessage("m-first")), ClassDelivered, ReasonAccepted)
+	wantClass(t, deliver(t, e, testMessage("m-second")), ClassDelivered, ReasonAccepted)
+	if n := requests.Load(); n != 3 {
+		t.Fatalf("the receiver got %d requests; want 3 (the second sent twice)", n)
 	}
 }

@@ -38,7 +38,8 @@ type Endpoint struct {
 	url       *url.URL
 	signer    *Signer
 	transport *http.Transport
-	client    *http.Client
+	template  *http.Request // method, url, host
+	sigSize   int           // the length of the webhook-signature value
 	slots     chan struct{}
 }
 
@@ -70,12 +71,12 @@ func New(cfg Config) (*Endpoint, error) {
 		signer:    signer,
 		transport: newTransport(cfg, roots),
 		slots:     make(chan struct{}, cfg.MaxInFlight),
+		// "v1," and 44 base64 characters per secret, a space between.
+		sigSize: 48*len(secrets) - 1,
 	}
-	e.client = &http.Client{
-		Transport: e.transport,
-		// Standard Webhooks: a 3xx is a failure; redirects are not
-		// followed (the answer is classified as it is).
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	e.template = &http.Request{
+		Method: http.MethodPost, URL: u, Host: u.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 	}
 	return e, nil
 }
@@ -141,6 +142,10 @@ func (e *Endpoint) Format(f fmt.State, verb rune) {
 // Endpoint stays usable (new connections are dialled as needed).
 func (e *Endpoint) Close() { e.transport.CloseIdleConnections() }
 
+// signSpace is the room AppendSign takes after the body: the signed
+// prefix "<id>.<timestamp>." (scratch) and the header value.
+func signSpace(idLen, sigSize int) int { return idLen + 22 + sigSize }
+
 // bodySizeHint is an upper estimate of m's body size when its strings
 // need no escaping and its JSON no compacting.
 func bodySizeHint(m *Message) int {
@@ -160,58 +165,75 @@ func (e *Endpoint) Deliver(ctx context.Context, m Message) Result {
 	defer func() { <-e.slots }()
 
 	// The body is not recycled: the Transport may still read it after Do
-	// returns (RoundTrip closes a request body asynchronously).
-	body, err := AppendBody(make([]byte, 0, bodySizeHint(&m)), &m)
+	// returns (RoundTrip closes a request body asynchronously). The
+	// signature is appended after it in the same buffer, then copied out.
+	buf, err := AppendBody(make([]byte, 0, bodySizeHint(&m)+signSpace(len(m.ID), e.sigSize)), &m)
 	if err != nil {
 		return Result{Class: ClassPermanent, Reason: ReasonInvalidMessage, Err: err}
 	}
+	n := len(buf)
+	body := buf[:n:n]
 	ts := time.Now().Unix()
-	sig := string(e.signer.AppendSign(make([]byte, 0, 128), m.ID, ts, body))
+	buf = e.signer.AppendSign(buf, m.ID, ts, body)
+	sig := string(buf[n:])
 
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	req := e.newRequest(rctx, body, m.ID, ts, sig)
 	start := time.Now()
-	resp, err := e.client.Do(req)
+	// The Transport itself, not an http.Client: redirects are not followed
+	// (Standard Webhooks: a 3xx is a failure, classified as it is), and
+	// nothing needs the Client's per-request copies of the headers.
+	resp, err := e.transport.RoundTrip(req)
 	if err != nil {
 		r := e.failed(ctx, err)
 		r.Timestamp, r.Duration = ts, time.Since(start)
 		return r
 	}
-	r := e.answered(ctx, resp)
+	r := e.answered(resp)
 	r.Timestamp, r.Duration = ts, time.Since(start)
 	return r
 }
 
-// newRequest builds the POST without parsing the url again.
+// newRequest builds the POST from the Endpoint's template (its url is
+// parsed once).
 func (e *Endpoint) newRequest(ctx context.Context, body []byte, id string, ts int64, sig string) *http.Request {
+	vals := make([]string, 5) // one allocation for every header value
+	vals[0], vals[1], vals[2], vals[3], vals[4] = "application/json", UserAgent, id, strconv.FormatInt(ts, 10), sig
 	h := make(http.Header, 6)
-	h["Content-Type"] = []string{"application/json"}
-	h["User-Agent"] = []string{UserAgent}
-	h["Webhook-Id"] = []string{id}
-	h["Webhook-Timestamp"] = []string{strconv.FormatInt(ts, 10)}
-	h["Webhook-Signature"] = []string{sig}
+	h["Content-Type"] = vals[0:1:1]
+	h["User-Agent"] = vals[1:2:2]
+	h["Webhook-Id"] = vals[2:3:3]
+	h["Webhook-Timestamp"] = vals[3:4:4]
+	h["Webhook-Signature"] = vals[4:5:5]
 	// A nil Idempotency-Key is sent as nothing but lets the Transport send
 	// the request again on a fresh connection when a kept-alive one turned
 	// out to be closed: a webhook is idempotent by its webhook-id.
 	h["Idempotency-Key"] = nil
-	req := &http.Request{
-		Method:        http.MethodPost,
-		URL:           e.url,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h,
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
-		ContentLength: int64(len(body)),
-		Host:          e.url.Host,
-	}
-	return req.WithContext(ctx)
+	req := e.template.WithContext(ctx) // a copy
+	req.Header = h
+	rb := &requestBody{body: body}
+	rb.Reset(body)
+	req.Body = rb
+	req.GetBody = rb.again
+	req.ContentLength = int64(len(body))
+	return req
+}
+
+// requestBody is a request body that can be read again (GetBody).
+type requestBody struct {
+	bytes.Reader
+	body []byte
+}
+
+func (*requestBody) Close() error { return nil }
+
+func (b *requestBody) again() (io.ReadCloser, error) {
+	return &requestBody{Reader: *bytes.NewReader(b.body), body: b.body}, nil
 }
 
 // answered classifies an answer and reads (bounded) and closes its body.
-func (e *Endpoint) answered(ctx context.Context, resp *http.Response) Result {
+func (e *Endpoint) answered(resp *http.Response) Result {
 	defer resp.Body.Close()
 	st := resp.StatusCode
 	r := Result{Status: st}
@@ -291,7 +313,7 @@ func (e *Endpoint) failed(ctx context.Context, err error) Result {
 		errors.As(err, &recErr), errors.As(err, &alertErr):
 		return outage(ReasonTLS, fmt.Errorf("webhook: POST: TLS: %w", err))
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNABORTED):
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, net.ErrClosed):
 		return outage(ReasonReset, fmt.Errorf("webhook: POST: %w", err))
 	}
 	return outage(ReasonNetwork, fmt.Errorf("webhook: POST: %w", err))
