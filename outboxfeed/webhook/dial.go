@@ -20,7 +20,6 @@ type specialRange struct {
 // (2002::/16) addresses as the IPv4 address they embed.
 var specialRanges = func() []specialRange {
 	table := []struct{ prefix, what string }{
-		{"0.0.0.0/32", "the unspecified address"},
 		{"0.0.0.0/8", `in "this network" 0.0.0.0/8 (RFC 791)`},
 		{"10.0.0.0/8", "a private address (RFC 1918)"},
 		{"100.64.0.0/10", "in the shared address space 100.64.0.0/10 (CGNAT, RFC 6598)"},
@@ -36,7 +35,6 @@ var specialRanges = func() []specialRange {
 		{"203.0.113.0/24", "a documentation address (TEST-NET-3)"},
 		{"224.0.0.0/4", "a multicast address"},
 		{"240.0.0.0/4", "a reserved address (240.0.0.0/4, broadcast included)"},
-		{"::/128", "the unspecified address"},
 		{"::1/128", "a loopback address"},
 		{"::/96", "a deprecated IPv4-compatible address"},
 		{"64:ff9b:1::/48", "a local-use NAT64 address (RFC 8215)"},
@@ -69,6 +67,9 @@ func SpecialAddress(addr netip.Addr) string {
 	addr = addr.Unmap().WithZone("")
 	if !addr.IsValid() {
 		return "not an IP address"
+	}
+	if addr.IsUnspecified() {
+		return "the unspecified address"
 	}
 	if addr.Is6() {
 		b := addr.As16()
