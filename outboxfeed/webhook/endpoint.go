@@ -212,24 +212,14 @@ func (e *Endpoint) newRequest(ctx context.Context, body []byte, id string, ts in
 	h["Idempotency-Key"] = nil
 	req := e.template.WithContext(ctx) // a copy
 	req.Header = h
-	rb := &requestBody{body: body}
-	rb.Reset(body)
-	req.Body = rb
-	req.GetBody = rb.again
+	// io.NopCloser of a *bytes.Reader is a body the Transport knows to be
+	// in memory: it writes it with the headers in one write, where any
+	// other reader gets the headers flushed first, in a packet of their
+	// own.
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	req.ContentLength = int64(len(body))
 	return req
-}
-
-// requestBody is a request body that can be read again (GetBody).
-type requestBody struct {
-	bytes.Reader
-	body []byte
-}
-
-func (*requestBody) Close() error { return nil }
-
-func (b *requestBody) again() (io.ReadCloser, error) {
-	return &requestBody{Reader: *bytes.NewReader(b.body), body: b.body}, nil
 }
 
 // answered classifies an answer and reads (bounded) and closes its body.
