@@ -70,7 +70,7 @@ func startBenchReceiver(b *testing.B) string {
 	return "http://" + strings.TrimSpace(strings.TrimPrefix(line, "listening ")) + "/hooks/herald"
 }
 
-// benchMessages are distinct records of a realistic size (a ~200-byte
+// benchMessages are distinct records of a realistic size (a ~170-byte
 // payload).
 func benchMessages() []Message {
 	ms := make([]Message, 1024)
