@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -63,21 +66,42 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+const (
+	// privatePGPrefix names the clusters' directories in the temporary
+	// directory.
+	privatePGPrefix = "herald-crashtest-pg-"
+	// privatePGOwner is the file in a cluster's directory that holds the
+	// pid of the test process that started it.
+	privatePGOwner = "test.pid"
+)
+
 // StartPrivatePG initdb's a cluster in a temporary directory (trust auth,
 // 127.0.0.1 on a free port, socket in the directory) and starts it with
 // the extra server settings given ("name=value", for -c). As root, initdb
 // and pg_ctl run as the postgres user, which owns the directory. The
-// cluster is stopped and removed when t ends.
+// cluster is stopped and removed when t ends. A test process killed
+// before its cleanup ran (a test timeout, a signal) leaves its cluster
+// running: the next StartPrivatePG, in any test process, stops and
+// removes the clusters whose test process is gone.
 func StartPrivatePG(t testing.TB, settings ...string) *PrivatePG {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "herald-crashtest-pg-")
+	bin, asUser := pgBinDir(t), ""
+	if os.Geteuid() == 0 {
+		asUser = "postgres"
+	}
+	reapPrivatePGs(t, bin, asUser)
+	dir, err := os.MkdirTemp("", privatePGPrefix)
 	if err != nil {
 		t.Fatalf("temp dir: %v", err)
 	}
-	pg := &PrivatePG{bin: pgBinDir(t), dir: dir, data: filepath.Join(dir, "data"), port: freePort(t),
-		logFile: filepath.Join(dir, "postgres.log"), settings: settings}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
+	if err := os.WriteFile(filepath.Join(dir, privatePGOwner), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("write the test process's pid: %v", err)
+	}
+	pg := &PrivatePG{bin: bin, dir: dir, data: filepath.Join(dir, "data"), port: freePort(t),
+		logFile: filepath.Join(dir, "postgres.log"), settings: settings, asUser: asUser}
+	if asUser != "" {
+		u, err := user.Lookup(asUser)
 		if err != nil {
 			t.Fatalf("running as root, initdb needs the postgres user: %v", err)
 		}
@@ -86,7 +110,6 @@ func StartPrivatePG(t testing.TB, settings ...string) *PrivatePG {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			t.Fatalf("chown %s: %v", dir, err)
 		}
-		pg.asUser = "postgres"
 	}
 	t.Cleanup(func() {
 		if _, err := os.Stat(filepath.Join(pg.data, "postmaster.pid")); err == nil {
@@ -109,6 +132,55 @@ func StartPrivatePG(t testing.TB, settings ...string) *PrivatePG {
 		t.Fatalf("start private PostgreSQL: %v", err)
 	}
 	return pg
+}
+
+// reapPrivatePGs stops and removes the clusters of test processes that
+// are gone without their cleanup, so a killed run leaves no server behind
+// for long. A directory without the owner's pid (one being created) is
+// left alone.
+func reapPrivatePGs(t testing.TB, bin, asUser string) {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), privatePGPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, privatePGOwner))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		old := &PrivatePG{bin: bin, dir: dir, data: filepath.Join(dir, "data"), asUser: asUser}
+		if _, err := os.Stat(filepath.Join(old.data, "postmaster.pid")); err == nil {
+			if err := old.Stop("immediate"); err != nil {
+				t.Logf("stop the PostgreSQL left by test process %d in %s: %v", pid, dir, err)
+				continue
+			}
+		}
+		_ = os.RemoveAll(dir)
+		t.Logf("stopped the PostgreSQL left by test process %d, which is gone (%s)", pid, dir)
+	}
+}
+
+// processAlive reports whether process pid runs: on Linux, whether /proc
+// has it and not as a zombie (a killed process its parent has not waited
+// for yet); elsewhere, whether signal 0 reaches it.
+func processAlive(pid int) bool {
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state …: the state follows the last ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		return len(f) == 0 || f[0] != "Z"
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // Start starts the cluster again (after Stop) and waits until it accepts

@@ -12,6 +12,7 @@ import (
 	"github.com/heraldgw/herald/outboxfeed/stage"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // heldBatchSizes are the batch sizes the held-channel tests run with: the
@@ -186,4 +187,105 @@ func testTakeoverOutlivesItsHolder(t *testing.T, h *Harness) {
 	if b4 == nil || b4.Takeover {
 		t.Fatalf("a claim past the taken-over one = %+v", b4)
 	}
+}
+
+// A Worker publishes the first record of its claim and dies. The Worker
+// that takes the partition over meets a broker outage (or a retryable
+// failure) on its first attempts, so the records it took over wait in the
+// retry queue, past the end of the range they came from. When they go
+// out, the one the dead Worker published must not be appended to the
+// channel a second time: docs/delivery.md says a takeover does not
+// duplicate while the record is in the history. Run with the outage and
+// with a Retryable failure, each on a store of its own.
+func testTakeoverHeldPublishedOnce(t *testing.T, setup func(t *testing.T) *Harness) {
+	for _, c := range []struct {
+		name string
+		fail takeoverFailure
+	}{
+		// An outage long enough that the taken-over range is done (all of
+		// it held) before anything goes out.
+		{"BrokerOutage", takeoverFailure{ErrBrokerDown, 3}},
+		// A Retryable failure of the first record.
+		{"Retryable", takeoverFailure{outboxfeed.Retryable(errors.New("target busy")), 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			takeoverHeldPublishedOnce(t, setup(t), c.fail)
+		})
+	}
+}
+
+// takeoverFailure is what the taking-over Worker's first publishes meet.
+type takeoverFailure struct {
+	err   error
+	calls int32 // how many publishes fail
+}
+
+func takeoverHeldPublishedOnce(t *testing.T, h *Harness, fail takeoverFailure) {
+	ctx := context.Background()
+	key := fanout.Key{Tenant: "acme", Channel: "orders/th"}
+	ids := h.Stage(t, true, Note(key.Channel, `{"i":0}`), Note(key.Channel, `{"i":1}`), Note(key.Channel, `{"i":2}`))
+	mem, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
+	testenv.Must(t, err, "memory broker")
+	defer mem.Stop()
+
+	// The first holder publishes the first record under its lease, as the
+	// Worker would (the partition's fence scope and fence), and dies
+	// before completing.
+	dead := ClaimAny(t, h.Store, "dead", 10, time.Millisecond)
+	if dead == nil || len(dead.Records) != 3 || dead.Records[0].ID != ids[0] {
+		t.Fatalf("the first holder's claim = %+v", dead)
+	}
+	r0 := dead.Records[0]
+	_, err = mem.Publish(ctx, fanout.Message{
+		ID: r0.ID, Key: r0.Key(), Type: r0.Type, SchemaVersion: r0.SchemaVersion, Time: r0.OccurredAt,
+		Freshness: fanout.ImmediateFreshness, Data: r0.Payload,
+		Fence: fanout.Fence{Scope: fmt.Sprintf("outbox/p%d", dead.Partition), Value: dead.Fence},
+	})
+	testenv.Must(t, err, "the first holder's publish")
+
+	// The next holder's first publishes fail; later ones go through.
+	var calls atomic.Int32
+	rec := NewRecorder()
+	rec.Before = func(context.Context, fanout.Message) error {
+		if calls.Add(1) <= fail.calls {
+			return fail.err
+		}
+		return nil
+	}
+	pub := publisherFunc(func(ctx context.Context, m fanout.Message) (fanout.Publication, error) {
+		if _, err := rec.Publish(ctx, m); err != nil {
+			return fanout.Publication{}, err
+		}
+		return mem.Publish(ctx, m)
+	})
+	StartWorker(t, h.Store, pub, outboxfeed.WorkerConfig{LeaseDuration: 2 * time.Second})
+	rec.WaitFor(t, time.Minute, "every record published", func() bool { return Delivered(rec, ids) })
+	Eventually(t, time.Minute, "every record dispatched", func() bool {
+		for _, id := range ids {
+			if _, ok := StateOf(t, h.Store, id).(outboxfeed.Dispatched); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	top, err := mem.Recover(ctx, key, fanout.Position{}, 0)
+	testenv.Must(t, err, "the channel's top")
+	r, err := mem.Recover(ctx, key, fanout.Position{Epoch: top.Top.Epoch}, 0)
+	testenv.Must(t, err, "recover")
+	var got []string
+	for _, p := range r.Publications {
+		got = append(got, p.ID)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("the channel's history is %v, want each record once, in order: %v (the first holder published %s; the takeover's records were held, then published without Takeover)",
+			got, ids, ids[0])
+	}
+}
+
+// publisherFunc is a Publisher made of a function.
+type publisherFunc func(ctx context.Context, msg fanout.Message) (fanout.Publication, error)
+
+func (f publisherFunc) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
+	return f(ctx, msg)
 }

@@ -49,7 +49,8 @@ type Harness struct {
 func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, h *Harness)
+		// fn is a func(t, *Harness), run on a fresh store, or variants.
+		fn any
 	}{
 		{"CommittedReachesPublisherRolledBackReachesNoOne", testCommitAndRollback},
 		{"StageValidatesFirst", testStageValidates},
@@ -57,6 +58,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"ExpiredLeasesThenDeadLetter", testExpiredLeasesDeadLetter},
 		{"LateUpdatesOfPausedWorkerAreRejected", testPausedWorkerLeaseLost},
 		{"TakeoverOutlivesItsHolder", testTakeoverOutlivesItsHolder},
+		{"TakeoverHeldRecordsPublishedOnce", variants(testTakeoverHeldPublishedOnce)},
 		{"PerChannelOrderAcrossTwoWorkers", testOrderTwoWorkers},
 		{"PermanentFailuresDeadLetter", testPermanentFailures},
 		{"UnknownTypeVersionDeadLetters", testRegistryNoReader},
@@ -76,10 +78,20 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(t, setup(t))
+			switch fn := tc.fn.(type) {
+			case func(t *testing.T, h *Harness):
+				fn(t, setup(t))
+			case variants:
+				fn(t, setup)
+			default:
+				t.Fatalf("storetest: %s: the table holds a %T, want a func(*testing.T, *Harness) or variants", tc.name, tc.fn)
+			}
 		})
 	}
 }
+
+// variants is a case whose subtests each need a fresh store of their own.
+type variants func(t *testing.T, setup func(t *testing.T) *Harness)
 
 func testCommitAndRollback(t *testing.T, h *Harness) {
 	rec := NewRecorder()
