@@ -229,8 +229,8 @@ type modelStore struct {
 	dead *atomic.Bool
 }
 
-// ArmsWakeups passes the store's on (outboxfeed.WakeArmer): the Worker
-// arms the PostgreSQL store's wake-up trigger while idle.
+// ArmsWakeups is the wrapped store's (outboxfeed.WakeArmer), so that the
+// Worker still arms the PostgreSQL store's wake-up trigger while idle.
 func (s *modelStore) ArmsWakeups() bool {
 	a, ok := s.Store.(outboxfeed.WakeArmer)
 	return ok && a.ArmsWakeups()
