@@ -414,8 +414,8 @@ func (r *pgRuns) consume(got []outboxfeed.Record) {
 }
 
 // pgCompleteSQL calls herald.outbox_complete.
-const pgCompleteSQL = `SELECT herald.outbox_complete($1, $2, $3, $4, $5, $6,
-	$7, $8::text[]::xid8[], $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+const pgCompleteSQL = `SELECT herald.outbox_complete($1, $2, $3, $4, $5, $6, $7,
+	$8, $9::text[]::xid8[], $10, $11, $12, $13, $14, $15, $16, $17, $18)`
 
 // completeArgs are herald.outbox_complete's arguments for b and out.
 func completeArgs(b *outboxfeed.Batch, out []outboxfeed.Outcome) []any {
@@ -455,7 +455,7 @@ func completeArgs(b *outboxfeed.Batch, out []outboxfeed.Outcome) []any {
 		delays, errs = append(delays, o.Delay.Microseconds()), append(errs, storekit.TruncateError(o.Err))
 	}
 	rangeDone := len(out) == len(b.Records) && !b.More
-	return []any{b.Partition, b.Owner, b.Fence, rangeDone, lastSeq, len(out),
+	return []any{b.Partition, b.Owner, b.Fence, rangeDone, b.Takeover, lastSeq, len(out),
 		nonNil(seqs), nonNil(xids), nonNil(states), nonNil(attempts), nonNil(delays), nullIfEmpty(errs),
 		nonNil(qseqs), nonNil(qstates), nonNil(qattempts), nonNil(qdelays), nullIfEmpty(qerrs)}
 }

@@ -390,9 +390,20 @@ VALUES (0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now); err != nil {
 SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE part = 0`, end, now); err != nil {
 			return err
 		}
+		enqueued := false
 		for i := range out {
 			if err := writeSQLiteOutcome(ctx, tx, &b.Records[i], out[i], now); err != nil {
 				return fmt.Errorf("record %s: %w", b.Records[i].ID, err)
+			}
+			enqueued = enqueued || b.Records[i].Queued == 0 && out[i].Kind != outboxfeed.OutcomeDone
+		}
+		if b.Takeover && enqueued {
+			// Records of a batch taken over may have been published by the
+			// holder that never completed: so they are when they leave the
+			// queue.
+			if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
+SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry)) WHERE part = 0`); err != nil {
+				return err
 			}
 		}
 		if next == nil || next.Owner != b.Owner {
