@@ -19,8 +19,9 @@
 //     transactions: some write a business row first (their xid is assigned
 //     before they stage), some stage in savepoints (some rolled back to the
 //     savepoint), some stay open until other transactions finished, a few
-//     are prepared (PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED), some
-//     roll back, a few stage a burst on one channel;
+//     are prepared (PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED, with
+//     herald.notify off as docs/delivery.md says), some roll back, a few
+//     stage a burst on one channel;
 //   - each record has a fate at the broker: accepted, refused with
 //     Retryable a few times, refused with Permanent (a dead letter, which
 //     the operator replays), refused until its attempts run out (the same),

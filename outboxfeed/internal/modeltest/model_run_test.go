@@ -488,6 +488,14 @@ func (m *modelRun) runTx(c modelConn, producer int, tx *mTx) (err error) {
 			_ = c.rollback(context.WithoutCancel(ctx))
 		}
 	}()
+	if tx.end == endPrepareCommit || tx.end == endPrepareRollback {
+		// docs/delivery.md: a producer that commits in two phases turns
+		// the wake-up NOTIFY off in its transaction before it stages
+		// (PostgreSQL refuses to prepare a transaction that sent one).
+		if err := c.exec(ctx, "SET LOCAL herald.notify = off"); err != nil {
+			return fmt.Errorf("set herald.notify: %w", err)
+		}
+	}
 	if tx.business {
 		tx.firstWrite = m.tick.Add(1)
 		if err := c.business(ctx, producer); err != nil {
@@ -543,9 +551,9 @@ func (m *modelRun) runTx(c modelConn, producer int, tx *mTx) (err error) {
 			if !strings.Contains(err.Error(), "NOTIFY") {
 				return fmt.Errorf("prepare transaction: %w", err)
 			}
-			// The wake-up trigger was armed: the statement sent a NOTIFY,
-			// which PostgreSQL refuses to prepare. The transaction rolled
-			// back.
+			// The wake-up trigger sent a NOTIFY (herald.notify off
+			// notwithstanding), which PostgreSQL refuses to prepare. The
+			// transaction rolled back; the count is logged.
 			m.mu.Lock()
 			m.notified++
 			m.mu.Unlock()
