@@ -5,12 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // signRaw signs header and claims as given with HS256 and testSecret, so a
@@ -60,8 +61,8 @@ func TestBadTokensRefusedOnBothTransports(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := e.dialWS(dialOpts{})
 			c.fails(c.request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeUnauthorized)
-			c.closedWith(ReasonUnauthorized.Code, session.CloseUnauthorized)
-			e.refused(request{bearer: tok, query: q("channel", "orders/1")}, http.StatusUnauthorized, ReasonUnauthorized.Code)
+			c.closedWith(session.ReasonUnauthorized.Code, session.CloseUnauthorized)
+			e.refused(request{bearer: tok, query: q("channel", "orders/1")}, http.StatusUnauthorized, session.ReasonUnauthorized.Code)
 		})
 	}
 }

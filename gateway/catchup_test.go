@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // TestLaggardCatchUpBrokers: over each broker (in memory, Redis streams, a
@@ -85,7 +87,7 @@ func testLaggardCatchUp(t *testing.T, broker, transport string) {
 			t.Fatalf("offset %d, want %d (published %d)", got, want, published)
 		}
 	}
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		if n := e.counter(e.srv.metrics.disconnects.WithLabelValues(transport, r.Code)); n != 0 {
 			t.Fatalf("%v connections ended as %s", n, r.Code)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
@@ -78,7 +79,7 @@ func (m *metrics) limit(limit string) { m.limitRejections.WithLabelValues(limit)
 // stream opened. Refusals are not disconnects: herald_connections_total
 // counts the streams that opened and herald_disconnects_total how each
 // of those ended, so the two stay comparable.
-func (m *metrics) refused(transport string, r Reason) {
+func (m *metrics) refused(transport string, r session.Reason) {
 	m.refusals.WithLabelValues(transport, r.Code).Inc()
 }
 
@@ -159,7 +160,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.connectionsTotal.WithLabelValues(t)
 		m.deliveries.WithLabelValues(t)
 		m.catchUps.WithLabelValues(t)
-		for _, r := range Reasons {
+		for _, r := range session.Reasons {
 			m.disconnects.WithLabelValues(t, r.Code)
 			m.refusals.WithLabelValues(t, r.Code)
 		}

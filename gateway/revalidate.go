@@ -157,7 +157,7 @@ func (rv *revalidator) check(c *session.Conn, set *auth.RevocationSet, now time.
 		return // a WebSocket before connect
 	}
 	if set.Revoked(claims) {
-		c.Close(ReasonRevoked, 0)
+		c.Close(session.ReasonRevoked, 0)
 		return
 	}
 	c.CheckCredentials(set, now)

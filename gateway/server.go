@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/lifecycle"
+	"github.com/heraldgw/herald/internal/ratelog"
 )
 
 // Server is the gateway: an http.Handler, and a service that runs it on
@@ -236,7 +236,7 @@ func (s *Server) stop() {
 			shutdownDone <- nil
 		}
 		for _, c := range conns {
-			c.Close(ReasonShutdown, s.reconnectJitter())
+			c.Close(session.ReasonShutdown, s.reconnectJitter())
 		}
 		drained := false
 		select {
@@ -264,7 +264,7 @@ func (s *Server) stop() {
 			}
 			s.mu.Unlock()
 			for _, c := range left {
-				c.HardClose(ReasonShutdown)
+				c.HardClose(session.ReasonShutdown)
 			}
 			// Closing the connections fails the streams' writes; give their
 			// handlers a moment to return.
@@ -347,7 +347,7 @@ func (s *Server) closed(c *session.Conn) {
 	s.metrics.disconnects.WithLabelValues(c.Transport, r.Code).Inc()
 	level := slog.LevelDebug
 	switch r.Code {
-	case ReasonSlow.Code, ReasonWriteTimeout.Code, ReasonServerError.Code:
+	case session.ReasonSlow.Code, session.ReasonWriteTimeout.Code, session.ReasonServerError.Code:
 		level = slog.LevelWarn
 	}
 	attrs := append(connAttrs(c),

@@ -15,11 +15,11 @@ import (
 func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	if !s.acquireSlot() {
 		w.Header().Set("Retry-After", "1")
-		s.refuseConn(w, r, transportSSE, ReasonTooManyConnections, "")
+		s.refuseConn(w, r, transportSSE, session.ReasonTooManyConnections, "")
 		return
 	}
 	req, reason, msg := s.parseSSE(r)
-	if (reason.Code == ReasonTokenExpired.Code || reason == reasonTicketInvalid) && acceptsEventStream(r) {
+	if (reason.Code == session.ReasonTokenExpired.Code || reason == reasonTicketInvalid) && acceptsEventStream(r) {
 		s.releaseSlot()
 		s.metrics.refused(transportSSE, reason)
 		s.expiredStream(w, r, msg)
@@ -41,7 +41,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	if !s.register(conn) {
 		s.releaseUser(conn)
 		s.releaseSlot()
-		s.refuseConn(w, r, transportSSE, ReasonShutdown, "")
+		s.refuseConn(w, r, transportSSE, session.ReasonShutdown, "")
 		return
 	}
 	if !s.serveSSE(sc, w, r, req) {
@@ -56,12 +56,12 @@ func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request
 	conn := sc.Conn
 	subs, err := s.subscribeSSE(r, conn, req)
 	if err != nil && r.Context().Err() != nil {
-		conn.Close(ReasonClientClosed, 0)
+		conn.Close(session.ReasonClientClosed, 0)
 		return false
 	}
 	if err != nil {
-		conn.Close(ReasonServerError, 0)
-		s.refuseConn(w, r, transportSSE, ReasonServerError, "cannot subscribe: the broker did not answer")
+		conn.Close(session.ReasonServerError, 0)
+		s.refuseConn(w, r, transportSSE, session.ReasonServerError, "cannot subscribe: the broker did not answer")
 		s.connLog.Log(slog.LevelError, "gateway: sse subscribe failed",
 			slog.Uint64("conn", conn.ID), slog.String("error", err.Error()))
 		return false
@@ -87,7 +87,7 @@ func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request
 	}
 	select {
 	case <-r.Context().Done():
-		conn.Close(ReasonClientClosed, 0)
+		conn.Close(session.ReasonClientClosed, 0)
 	case <-conn.FinalDone:
 	}
 	<-conn.FinalDone
@@ -124,7 +124,7 @@ func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg strin
 	sink := sse.NewSink(sse.NewHTTPOut(w), s.cfg.WriteTimeout)
 	if sink.SetDeadline(time.Now().Add(min(s.cfg.WriteTimeout, session.FinalWriteTimeout))) == nil &&
 		sink.Retry(s.cfg.SSERetry) == nil &&
-		sink.Final(session.WithMessage(ReasonTokenExpired, msg), 0) == nil {
+		sink.Final(session.WithMessage(session.ReasonTokenExpired, msg), 0) == nil {
 		_ = sink.Flush()
 	}
 	_ = sink.SetDeadline(time.Time{})
@@ -171,13 +171,13 @@ func (s *Server) startSSE(sink *sse.Sink, conn *session.Conn, subs []session.Sub
 
 // refuseConn answers a connection attempt of transport refused before its
 // stream opened, and counts it (herald_connect_refusals_total).
-func (s *Server) refuseConn(w http.ResponseWriter, r *http.Request, transport string, reason Reason, msg string) {
+func (s *Server) refuseConn(w http.ResponseWriter, r *http.Request, transport string, reason session.Reason, msg string) {
 	s.metrics.refused(transport, reason)
 	s.refused(w, r, reason, msg)
 }
 
 // refused answers a refused request and logs it (rate limited, token-free).
-func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason Reason, msg string) {
+func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason session.Reason, msg string) {
 	refuse(w, reason, msg)
 	s.connLog.Log(slog.LevelDebug, "gateway: request refused",
 		slog.String("reason", reason.Code),

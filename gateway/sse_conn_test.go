@@ -47,7 +47,7 @@ func TestSSEStreamEndsWithChunkedBody(t *testing.T) {
 		t.Fatalf("offset %d, want %d", p.Offset, pub.Offset)
 	}
 	e.srv.Stop()
-	if d := s.control(t, "disconnect"); d.Reason != ReasonShutdown.Code {
+	if d := s.control(t, "disconnect"); d.Reason != session.ReasonShutdown.Code {
 		t.Fatalf("disconnect reason %q", d.Reason)
 	}
 	s.waitEOF(t)
@@ -187,7 +187,7 @@ func TestSSEWriteTimeout(t *testing.T) {
 	}})
 	ts := smallBufferServer(t, e)
 	openStalledAt(t, ts.Listener.Addr().String(), e.token("acme", "u1", "orders/*"), testRecvBuffer)
-	timeouts := e.srv.metrics.disconnects.WithLabelValues("sse", ReasonWriteTimeout.Code)
+	timeouts := e.srv.metrics.disconnects.WithLabelValues("sse", session.ReasonWriteTimeout.Code)
 	payload := `"` + strings.Repeat("x", 16<<10) + `"`
 	for range 100 { // 1.6 MB: far more than the socket buffers hold
 		e.publish("acme", "orders/1", payload)
@@ -195,7 +195,7 @@ func TestSSEWriteTimeout(t *testing.T) {
 	eventually(t, time.Minute, "the stalled stream to end as write_timeout", func() bool {
 		return e.counter(timeouts) == 1
 	})
-	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", ReasonSlow.Code)); n != 0 {
+	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", session.ReasonSlow.Code)); n != 0 {
 		t.Fatalf("%v slow disconnects, want the write timeout alone", n)
 	}
 }

@@ -120,7 +120,7 @@ func TestWSMalformedUpgradeQuery(t *testing.T) {
 	e.refusedHandshake(dialOpts{query: "x=%zz"}, http.StatusBadRequest, "bad_request")
 	e.refusedHandshake(dialOpts{query: "access_token=" + url.QueryEscape(tok) + "&since=%G0"},
 		http.StatusBadRequest, "bad_request")
-	if n := e.refusals(transportWS, ReasonBadRequest.Code); n != 2 {
+	if n := e.refusals(transportWS, session.ReasonBadRequest.Code); n != 2 {
 		t.Fatalf("herald_connect_refusals_total{ws,bad_request} = %v, want 2", n)
 	}
 	if n := e.counter(e.srv.metrics.httpRequests.WithLabelValues("/v1/ws", "101")); n != 0 {
@@ -366,7 +366,7 @@ func TestConnectRefusalsCounted(t *testing.T) {
 		t.Errorf("herald_http_requests_total{/v1/ws,101} = %v, want 4", n)
 	}
 	for _, tr := range []string{transportSSE, transportWS} {
-		for _, r := range Reasons {
+		for _, r := range session.Reasons {
 			if n := e.counter(e.srv.metrics.disconnects.WithLabelValues(tr, r.Code)); n != 0 {
 				t.Errorf("herald_disconnects_total{%s,%s} = %v: a refusal counted as a disconnect", tr, r.Code, n)
 			}

@@ -80,7 +80,7 @@ func startBenchWriter(b *testing.B, e *testEnv, out sse.Out) *session.Conn {
 	c.Pos.Add("orders/1", fanout.Position{Epoch: "0190a0b1-7c2d-7e3f"})
 	c.StartWriting()
 	b.Cleanup(func() {
-		c.Close(ReasonClientClosed, 0)
+		c.Close(session.ReasonClientClosed, 0)
 		<-c.FinalDone
 	})
 	return c

@@ -30,9 +30,9 @@ import (
 // connection closed before its connect succeeded (ws.Conn.Run).
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !offersToken(r.Header, "Upgrade", "websocket") {
-		s.metrics.refused(transportWS, ReasonBadRequest)
+		s.metrics.refused(transportWS, session.ReasonBadRequest)
 		w.Header().Set("Upgrade", "websocket")
-		writeError(w, http.StatusUpgradeRequired, ReasonBadRequest.Code,
+		writeError(w, http.StatusUpgradeRequired, session.ReasonBadRequest.Code,
 			"this endpoint speaks WebSocket: send an Upgrade: websocket request offering the subprotocol "+ws.Protocol)
 		return
 	}
@@ -41,7 +41,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.originAllowed(r) {
-		s.refuseConn(w, r, transportWS, ReasonForbidden, fmt.Sprintf(
+		s.refuseConn(w, r, transportWS, session.ReasonForbidden, fmt.Sprintf(
 			"origin %q may not open a WebSocket on this server (AllowedOrigins)", trunc(r.Header.Get("Origin"), 100)))
 		return
 	}
@@ -49,12 +49,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	// read, not after the upgrade: close code 4500 is reserved.
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		s.refuseConn(w, r, transportWS, ReasonBadRequest, fmt.Sprintf("malformed query string: %v", err))
+		s.refuseConn(w, r, transportWS, session.ReasonBadRequest, fmt.Sprintf("malformed query string: %v", err))
 		return
 	}
 	if !s.acquireSlot() {
 		w.Header().Set("Retry-After", "1")
-		s.refuseConn(w, r, transportWS, ReasonTooManyConnections, "")
+		s.refuseConn(w, r, transportWS, session.ReasonTooManyConnections, "")
 		return
 	}
 	handedOff := false // to the connection's goroutine, which releases the slot
@@ -86,7 +86,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		// Accept has answered the request (a broken handshake: 4xx).
-		s.metrics.refused(transportWS, ReasonBadRequest)
+		s.metrics.refused(transportWS, session.ReasonBadRequest)
 		s.connLog.Log(slog.LevelDebug, "gateway: websocket upgrade failed",
 			slog.String("remote", clientOf(r).remote), slog.String("error", err.Error()))
 		conn.Cancel()
@@ -95,7 +95,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	// From here on r.Context() must not be used: the connection is hijacked.
 	wc.Attach(wsc, hj.Conn)
 	if !s.register(conn) {
-		conn.Close(ReasonShutdown, s.reconnectJitter())
+		conn.Close(session.ReasonShutdown, s.reconnectJitter())
 	}
 	handedOff = true
 	go wc.Run()
@@ -118,9 +118,9 @@ func (s *Server) refuseSubprotocol(w http.ResponseWriter, r *http.Request) {
 		msg = fmt.Sprintf("WebSocket subprotocols offered, %q, are not supported", trunc(offered, 100))
 	}
 	msg += "; this server speaks " + strings.Join(ws.Protocols, ", ") + ": offer one in Sec-WebSocket-Protocol"
-	s.metrics.refused(transportWS, ReasonBadRequest)
-	writeJSON(w, ReasonBadRequest.Status, errorBody{Error: errorDetail{
-		Code: ReasonBadRequest.Code, Message: msg, Protocols: ws.Protocols,
+	s.metrics.refused(transportWS, session.ReasonBadRequest)
+	writeJSON(w, session.ReasonBadRequest.Status, errorBody{Error: errorDetail{
+		Code: session.ReasonBadRequest.Code, Message: msg, Protocols: ws.Protocols,
 	}})
 }
 
@@ -168,15 +168,15 @@ func newWSEnv(s *Server) *ws.Env {
 // wsHost is the Server as its WebSocket connections see it (ws.Server).
 type wsHost Server
 
-func (h *wsHost) VerifyToken(token, source string) (*auth.Claims, Reason, string) {
+func (h *wsHost) VerifyToken(token, source string) (*auth.Claims, session.Reason, string) {
 	return (*Server)(h).verifyToken(token, source)
 }
 
-func (h *wsHost) RedeemTicket(ctx context.Context, ticket string) (*auth.Claims, Reason, string) {
+func (h *wsHost) RedeemTicket(ctx context.Context, ticket string) (*auth.Claims, session.Reason, string) {
 	return (*Server)(h).redeemTicket(ctx, ticket)
 }
 
-func (h *wsHost) Admit(c *auth.Claims, source string, slack time.Duration) (Reason, string) {
+func (h *wsHost) Admit(c *auth.Claims, source string, slack time.Duration) (session.Reason, string) {
 	return (*Server)(h).admit(c, source, slack)
 }
 
@@ -184,14 +184,14 @@ func (h *wsHost) AcquireUser(c *session.Conn, claims *auth.Claims) bool {
 	return (*Server)(h).acquireUser(c, claims)
 }
 
-func (h *wsHost) UserLimitReason() Reason     { return (*Server)(h).userLimitReason() }
-func (h *wsHost) Opened(c *session.Conn)      { (*Server)(h).opened(c) }
-func (h *wsHost) Closed(c *session.Conn)      { (*Server)(h).closed(c) }
-func (h *wsHost) Unregister(c *session.Conn)  { (*Server)(h).unregister(c) }
-func (h *wsHost) ReleaseUser(c *session.Conn) { (*Server)(h).releaseUser(c) }
-func (h *wsHost) ReleaseSlot()                { (*Server)(h).releaseSlot() }
-func (h *wsHost) Limit(limit string)          { h.metrics.limit(limit) }
-func (h *wsHost) Refused(r Reason)            { h.metrics.refused(transportWS, r) }
+func (h *wsHost) UserLimitReason() session.Reason { return (*Server)(h).userLimitReason() }
+func (h *wsHost) Opened(c *session.Conn)          { (*Server)(h).opened(c) }
+func (h *wsHost) Closed(c *session.Conn)          { (*Server)(h).closed(c) }
+func (h *wsHost) Unregister(c *session.Conn)      { (*Server)(h).unregister(c) }
+func (h *wsHost) ReleaseUser(c *session.Conn)     { (*Server)(h).releaseUser(c) }
+func (h *wsHost) ReleaseSlot()                    { (*Server)(h).releaseSlot() }
+func (h *wsHost) Limit(limit string)              { h.metrics.limit(limit) }
+func (h *wsHost) Refused(r session.Reason)        { h.metrics.refused(transportWS, r) }
 
 // Publisher returns Deps.Broker when it can publish: client publications
 // on interactive channels go through the broker (history and fan-out),

@@ -19,10 +19,10 @@ import (
 // says what the client does, and no two reasons share one.
 func TestWSCloseCodeTable(t *testing.T) {
 	seen := map[websocket.StatusCode]string{}
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		code := session.CloseCode(r)
 		switch {
-		case r.Code == ReasonTokenExpired.Code:
+		case r.Code == session.ReasonTokenExpired.Code:
 			if code < 4100 || code > 4199 {
 				t.Errorf("%s: code %d, want 4100–4199 (refresh the token, then reconnect)", r.Code, code)
 			}
@@ -40,10 +40,10 @@ func TestWSCloseCodeTable(t *testing.T) {
 		}
 		seen[code] = r.Code
 	}
-	if got := session.CloseCode(Reason{Code: "future_retry", Reconnect: true}); got != session.CloseReconnect {
+	if got := session.CloseCode(session.Reason{Code: "future_retry", Reconnect: true}); got != session.CloseReconnect {
 		t.Errorf("unknown reconnecting reason: %d", got)
 	}
-	if got := session.CloseCode(Reason{Code: "future_final"}); got != session.CloseNoReconnect {
+	if got := session.CloseCode(session.Reason{Code: "future_final"}); got != session.CloseNoReconnect {
 		t.Errorf("unknown final reason: %d", got)
 	}
 }

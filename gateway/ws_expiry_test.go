@@ -59,7 +59,7 @@ func TestWSRefreshPushInsideGrace(t *testing.T) {
 	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS != 0 || p.GraceMS != grace.Milliseconds() {
 		t.Fatalf("refresh push %+v", p)
 	}
-	c.closedWith(ReasonTokenExpired.Code, session.CloseTokenExpired)
+	c.closedWith(session.ReasonTokenExpired.Code, session.CloseTokenExpired)
 	if early := time.Until(exp.Add(grace)); early > 0 {
 		t.Fatalf("closed %s before exp + ExpiryGrace", early)
 	}

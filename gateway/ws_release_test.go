@@ -117,7 +117,7 @@ func TestWSOversizeFrameHeader(t *testing.T) {
 			if code := c.awaitClose(false); code != session.CloseMessageTooBig {
 				t.Fatalf("close code %d, want %d", code, session.CloseMessageTooBig)
 			}
-			if d := c.disconnectPush(); d.Ctl.Reason != ReasonMessageTooBig.Code {
+			if d := c.disconnectPush(); d.Ctl.Reason != session.ReasonMessageTooBig.Code {
 				t.Fatalf("disconnect %s", d.Raw)
 			}
 			if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitMessageSize)); n != 1 {
@@ -171,7 +171,7 @@ func TestWSTimeoutReleasesAtOnce(t *testing.T) {
 	// The peer stops here: nothing more is read or written until the
 	// server has let the connection go.
 	<-conn.Done() // the client timeout
-	if r := conn.Reason(); r.Code != ReasonTimeout.Code {
+	if r := conn.Reason(); r.Code != session.ReasonTimeout.Code {
 		t.Fatalf("closed for %s", r.Code)
 	}
 	eventually(t, handshakeWait/2, "the timed-out connection to be released", func() bool {
@@ -182,7 +182,7 @@ func TestWSTimeoutReleasesAtOnce(t *testing.T) {
 	if code := c.awaitClose(true); code != session.CloseTimeout {
 		t.Fatalf("close code %d, want %d", code, session.CloseTimeout)
 	}
-	if d := c.disconnectPush(); d.Ctl.Reason != ReasonTimeout.Code {
+	if d := c.disconnectPush(); d.Ctl.Reason != session.ReasonTimeout.Code {
 		t.Fatalf("disconnect %s", d.Raw)
 	}
 }
@@ -216,7 +216,7 @@ func TestWSTimeoutReleasesBlockedWriter(t *testing.T) {
 	}
 	eventually(t, time.Minute, "the writer to block on the stopped peer", wsWriting)
 	<-conn.Done() // the client timeout
-	if r := conn.Reason(); r.Code != ReasonTimeout.Code {
+	if r := conn.Reason(); r.Code != session.ReasonTimeout.Code {
 		t.Fatalf("closed for %s", r.Code)
 	}
 	eventually(t, 20*time.Second, "the timed-out connection to be released", func() bool {

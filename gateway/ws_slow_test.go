@@ -3,8 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // Socket buffer sizes of the slow-client tests: small, so a client that
@@ -222,7 +223,7 @@ func TestWSLaggardsCatchUp(t *testing.T) {
 	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != total {
 		t.Fatalf("herald_connections{ws} = %v, want %d", n, total)
 	}
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", r.Code)); n != 0 {
 			t.Fatalf("%v connections ended as %s", n, r.Code)
 		}

@@ -14,9 +14,6 @@ import (
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// Reason is why a connection closed (session.Reason).
-type Reason = session.Reason
-
 // ErrBadFrame is wrapped by every client-frame decode error
 // (gateway.ErrBadFrame).
 var ErrBadFrame = errors.New("bad frame")
@@ -46,17 +43,17 @@ const DefaultMaxMessageSize = 64 << 10
 // accepted it.
 type Server interface {
 	// VerifyToken verifies a token that came from source.
-	VerifyToken(token, source string) (*auth.Claims, Reason, string)
+	VerifyToken(token, source string) (*auth.Claims, session.Reason, string)
 	// RedeemTicket spends a ticket for the claims it was issued for.
-	RedeemTicket(ctx context.Context, ticket string) (*auth.Claims, Reason, string)
+	RedeemTicket(ctx context.Context, ticket string) (*auth.Claims, session.Reason, string)
 	// Admit decides whether verified claims may connect (revocation,
 	// expiry with slack).
-	Admit(c *auth.Claims, source string, slack time.Duration) (Reason, string)
+	Admit(c *auth.Claims, source string, slack time.Duration) (session.Reason, string)
 	// AcquireUser takes one of the user's connection slots for c.
 	AcquireUser(c *session.Conn, claims *auth.Claims) bool
 	// UserLimitReason is the reason of a connect refused at
 	// MaxConnectionsPerUser.
-	UserLimitReason() Reason
+	UserLimitReason() session.Reason
 	// Opened counts and logs a connection whose connect succeeded.
 	Opened(c *session.Conn)
 	// Closed counts and logs an opened connection once it ended.
@@ -74,7 +71,7 @@ type Server interface {
 	Limit(limit string)
 	// Refused counts a connection closed for r before its connect
 	// succeeded.
-	Refused(r Reason)
+	Refused(r session.Reason)
 }
 
 // Publisher is a broker that takes client publications (fanout.Broker).
@@ -115,6 +112,6 @@ type Credentials struct {
 	Claims *auth.Claims
 	Ticket string // redeemed by connect
 	Source string
-	Reason Reason // non-empty Code: the credential was refused
+	Reason session.Reason // non-empty Code: the credential was refused
 	Msg    string
 }

@@ -109,7 +109,7 @@ func (w *Conn) readGuarded() {
 
 // panicked logs a recovered panic of this connection's reader and returns
 // the reason to close it with.
-func (w *Conn) panicked(p any) Reason {
+func (w *Conn) panicked(p any) session.Reason {
 	w.logError("gateway: websocket handler panicked", fmt.Errorf("%v", p), slog.String("stack", string(debug.Stack())))
 	return session.ReasonServerError
 }
@@ -185,7 +185,7 @@ func (w *Conn) readLoop() {
 
 // readMessage reads one message into buf and handles it. A non-empty
 // Reason closes the connection.
-func (w *Conn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.Buffer) Reason {
+func (w *Conn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.Buffer) session.Reason {
 	max := w.env.Config.MaxMessageSize
 	buf.Reset()
 	if _, err := buf.ReadFrom(io.LimitReader(rd, int64(max)+1)); err != nil {
@@ -211,8 +211,8 @@ func (w *Conn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.B
 // would keep: the garbage collector halves a stack only while less than a
 // quarter of it is in use, and a reader waiting inside coder/websocket
 // uses about 2 KiB, so an 8 KiB stack stays. Reading alone fits in 4 KiB.
-func (w *Conn) handleApart(msg []byte) Reason {
-	done := make(chan Reason, 1)
+func (w *Conn) handleApart(msg []byte) session.Reason {
+	done := make(chan session.Reason, 1)
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -227,7 +227,7 @@ func (w *Conn) handleApart(msg []byte) Reason {
 // readErrorReason says why a read failed: the client went away, unless a
 // write of ours missed its deadline and so dropped the connection, or a
 // frame header announced a message over MaxMessageSize (wsFrameWatch).
-func (w *Conn) readErrorReason() Reason {
+func (w *Conn) readErrorReason() session.Reason {
 	switch {
 	case w.sink.timedOut.Load():
 		return session.ReasonWriteTimeout
@@ -239,7 +239,7 @@ func (w *Conn) readErrorReason() Reason {
 }
 
 // handle decodes and dispatches one client frame.
-func (w *Conn) handle(msg []byte) Reason {
+func (w *Conn) handle(msg []byte) session.Reason {
 	f, err := decodeFrame(msg)
 	if err != nil {
 		var fe *frameError

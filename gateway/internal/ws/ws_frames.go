@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/heraldgw/herald/subscriptions"
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // Client operations of the herald.v1 protocol.
@@ -226,7 +226,7 @@ func validateOp(op *Op, f *ClientFrame) error {
 		if f.Channel == "" {
 			return badFrame(f.ID, CodeBadRequest, "channel is missing")
 		}
-		if err := subscriptions.ValidateChannel(f.Channel); err != nil {
+		if err := names.ValidateChannel(f.Channel); err != nil {
 			return badFrame(f.ID, CodeBadRequest, "%v", err)
 		}
 	}

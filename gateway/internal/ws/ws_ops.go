@@ -27,7 +27,7 @@ func (w *Conn) connect(f *ClientFrame) {
 	source := SourceFrame
 	switch {
 	case f.Token != "":
-		var reason Reason
+		var reason session.Reason
 		var msg string
 		if claims, reason, msg = w.env.Server.VerifyToken(f.Token, source); reason.Code != "" {
 			w.refuseConnect(f.ID, reason, msg)
@@ -40,7 +40,7 @@ func (w *Conn) connect(f *ClientFrame) {
 		// Redeemed only now that connect relies on it (it is spent even if
 		// the connect is refused below: see redeemTicket).
 		ctx, cancel := context.WithTimeout(w.c.Ctx, w.env.Config.ConnectTimeout)
-		var reason Reason
+		var reason session.Reason
 		var msg string
 		claims, reason, msg = w.env.Server.RedeemTicket(ctx, w.hc.Ticket)
 		cancel()
@@ -105,7 +105,7 @@ func (w *Conn) connectResult(claims *auth.Claims, now time.Time) ConnectResult {
 
 // refuseConnect answers a failed connect with the error code of r and
 // closes the connection for r.
-func (w *Conn) refuseConnect(id uint64, r Reason, msg string) {
+func (w *Conn) refuseConnect(id uint64, r session.Reason, msg string) {
 	if msg == "" {
 		msg = r.Message
 	}
@@ -115,7 +115,7 @@ func (w *Conn) refuseConnect(id uint64, r Reason, msg string) {
 
 // wsErrorCode is the error code of a request refused for r: the reason's
 // own code when it is one, else server_error.
-func wsErrorCode(r Reason) string {
+func wsErrorCode(r session.Reason) string {
 	if _, ok := ErrorCodes[r.Code]; ok {
 		return r.Code
 	}

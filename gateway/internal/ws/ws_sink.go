@@ -81,7 +81,7 @@ func (s *wsSink) Publication(p *fanout.Prepared, _ *session.Positions) error {
 func (s *wsSink) Heartbeat() error { return s.put(nil, wsPingFrame) }
 
 // Final buffers the disconnect push.
-func (s *wsSink) Final(r Reason, delay time.Duration) error {
+func (s *wsSink) Final(r session.Reason, delay time.Duration) error {
 	return s.put(nil, encodeDisconnect(r, delay))
 }
 
@@ -100,7 +100,7 @@ func (s *wsSink) Subscribed(id uint64, sub session.Subscription, _ *session.Posi
 
 // SubscribeFailed buffers the error reply to the subscribe request id:
 // for r, or with r zero a broker that did not answer.
-func (s *wsSink) SubscribeFailed(id uint64, _ string, r Reason) error {
+func (s *wsSink) SubscribeFailed(id uint64, _ string, r session.Reason) error {
 	code, msg := CodeServerError, "cannot subscribe now: the broker did not answer; retry later"
 	if r.Code != "" {
 		code, msg = wsErrorCode(r), r.Message
@@ -111,7 +111,7 @@ func (s *wsSink) SubscribeFailed(id uint64, _ string, r Reason) error {
 
 // Unsubscribed buffers the reply to the unsubscribe request id, or with id
 // 0 the push ending one subscription for r.
-func (s *wsSink) Unsubscribed(id uint64, channel string, r Reason, _ *session.Positions) error {
+func (s *wsSink) Unsubscribed(id uint64, channel string, r session.Reason, _ *session.Positions) error {
 	if id != 0 {
 		s.requests.WithLabelValues(OpUnsubscribe, "ok").Inc()
 		return s.put(nil, encodeResult(id, Empty{}))
@@ -234,7 +234,7 @@ func (s *wsSink) abort() {
 // frames went out (the close handshake waits at most a few seconds for
 // the client, and not at all for one closed for a timeout); otherwise it
 // drops the TCP connection.
-func (s *wsSink) Close(r Reason, intact bool) {
+func (s *wsSink) Close(r session.Reason, intact bool) {
 	s.release()
 	if !intact {
 		_ = s.ws.CloseNow()
