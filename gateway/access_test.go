@@ -55,8 +55,8 @@ func TestSSEStreamEndsAtItsTokensExp(t *testing.T) {
 		t.Fatalf("the stream ended %s after exp, want before it", ended.Sub(exp))
 	}
 	s.waitEOF(t)
-	if early := exp.Sub(ended); early > sse.DefaultExpiryLead+testSlack {
-		t.Fatalf("the stream ended %s before exp, want %s", early, sse.DefaultExpiryLead)
+	if early := exp.Sub(ended); early > sse.ExpiryLead+testSlack {
+		t.Fatalf("the stream ended %s before exp, want %s", early, sse.ExpiryLead)
 	}
 	t.Logf("SSE with a %s token and a 10s interval: ended %s after opening, %s before exp",
 		exp.Sub(opened).Round(time.Millisecond), ended.Sub(opened).Round(time.Millisecond), exp.Sub(ended).Round(time.Millisecond))

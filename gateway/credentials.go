@@ -12,7 +12,6 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // Token sources, for logs and errors (never the token itself).
@@ -20,8 +19,8 @@ const (
 	sourceHeader = "authorization header"
 	sourceCookie = "cookie"
 	sourceQuery  = "access_token query parameter"
-	sourceTicket = ws.SourceTicket
-	sourceFrame  = ws.SourceFrame
+	sourceTicket = "ticket"
+	sourceFrame  = "connect frame"
 )
 
 // reasonTicketInvalid refuses an unknown, expired or used ticket. A fresh

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // Transport labels.
@@ -37,23 +36,19 @@ type metrics struct {
 	tickets          *prometheus.CounterVec
 }
 
-// Labels of herald_limit_rejections_total: the bound that refused or closed.
+// Labels of herald_limit_rejections_total: the bound that refused or
+// closed; those of a connection are the connection core's
+// (session.Limit*).
 const (
-	limitConnections    = "connections"          // MaxConnections
-	limitConnectRate    = "connect_rate"         // ConnectAttemptsPerIP
-	limitMessageSize    = ws.LimitMessageSize    // MaxMessageSize
-	limitInflight       = ws.LimitInflight       // MaxInflight
-	limitSubscriptions  = ws.LimitSubscriptions  // MaxSubscriptions
-	limitQueue          = "queue"                // QueueMaxBytes / QueueMaxMessages
-	limitClientTimeout  = ws.LimitClientTimeout  // ClientTimeout
-	limitConnectTimeout = ws.LimitConnectTimeout // ConnectTimeout
-	limitUserConns      = "connections_per_user" // MaxConnectionsPerUser
-	limitUserTickets    = "tickets_per_user"     // the ticket store's MaxPerUser
+	limitConnections = "connections"          // MaxConnections
+	limitConnectRate = "connect_rate"         // ConnectAttemptsPerIP
+	limitUserConns   = "connections_per_user" // MaxConnectionsPerUser
+	limitUserTickets = "tickets_per_user"     // the ticket store's MaxPerUser
 )
 
 var limitLabels = []string{
-	limitConnections, limitConnectRate, limitMessageSize, limitInflight,
-	limitSubscriptions, limitQueue, limitClientTimeout, limitConnectTimeout,
+	limitConnections, limitConnectRate, session.LimitMessageSize, session.LimitInflight,
+	session.LimitSubscriptions, session.LimitQueue, session.LimitClientTimeout, session.LimitConnectTimeout,
 	limitUserConns, limitUserTickets,
 }
 

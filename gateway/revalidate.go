@@ -32,9 +32,8 @@ const (
 // connections it revokes and the subscriptions whose subscription token it
 // revokes, and hands due re-authorizations to at most recheckConcurrency
 // goroutines. A token's expiry is not the tick's: each transport runs a
-// timer of the connection's own, to the millisecond (internal/ws/ws_expiry.go,
-// internal/sse/expiry.go), as does each subscription token
-// (internal/session/conn_reval.go).
+// timer of the connection's own, to the millisecond (internal/ws,
+// internal/sse), as does each subscription token (internal/session).
 type revalidator struct {
 	srv      *Server
 	interval time.Duration

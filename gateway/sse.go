@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -37,61 +38,72 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.refuseConn(w, r, transportSSE, s.userLimitReason(), "")
 		return
 	}
-	sc := sse.NewStream(s.sseEnv, conn, w)
+	sc := sse.NewStream(conn, w)
 	if !s.register(conn) {
 		s.releaseUser(conn)
 		s.releaseSlot()
 		s.refuseConn(w, r, transportSSE, session.ReasonShutdown, "")
 		return
 	}
-	if !s.serveSSE(sc, w, r, req) {
-		sc.End()
-	}
+	s.serveSSE(sc, w, r, req)
 }
 
 // serveSSE subscribes the stream and writes its head, then hands an
-// HTTP/1.1 stream to its own goroutines (it then reports true), or waits
-// while the writer writes the stream until it ends.
-func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request, req sseRequest) bool {
+// HTTP/1.1 stream to a goroutine of its own, or waits while the writer
+// writes the stream until it ends. Whoever sees the stream end releases
+// it (endSSE).
+func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request, req sseRequest) {
 	conn := sc.Conn
 	subs, err := s.subscribeSSE(r, conn, req)
 	if err != nil && r.Context().Err() != nil {
 		conn.Close(session.ReasonClientClosed, 0)
-		return false
+		s.endSSE(sc, false)
+		return
 	}
 	if err != nil {
 		conn.Close(session.ReasonServerError, 0)
 		s.refuseConn(w, r, transportSSE, session.ReasonServerError, "cannot subscribe: the broker did not answer")
 		s.connLog.Log(slog.LevelError, "gateway: sse subscribe failed",
 			slog.Uint64("conn", conn.ID), slog.String("error", err.Error()))
-		return false
+		s.endSSE(sc, false)
+		return
 	}
 	for i, ch := range req.channels {
 		conn.Track(ch, req.subTokens[ch], req.decisions[i])
 	}
 	s.opened(conn)
-	sc.Opened = true
 
 	streamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	if err := s.startSSE(sc.Sink, conn, subs); err != nil {
 		conn.Close(session.WriteErrorReason(r.Context(), err), 0)
-		return false
+		s.endSSE(sc, true)
+		return
 	}
 	hijacked := sc.Hijack(w, r)
 	conn.StartHeartbeat()
 	conn.StartWriting()
 	sc.ArmExpiry()
 	if hijacked {
-		return true
+		go func() {
+			sc.Wait(context.Background()) // a hijacked stream reads its connection, not a context
+			s.endSSE(sc, true)
+		}()
+		return
 	}
-	select {
-	case <-r.Context().Done():
-		conn.Close(session.ReasonClientClosed, 0)
-	case <-conn.FinalDone:
+	sc.Wait(r.Context())
+	s.endSSE(sc, true)
+}
+
+// endSSE releases what a stream held once it ended: it counts it closed
+// when it opened, then the stream releases its subscriptions and timer
+// (sse.Stream.End), and the server its registration and slots.
+func (s *Server) endSSE(sc *sse.Stream, opened bool) {
+	if opened {
+		s.closed(sc.Conn)
 	}
-	<-conn.FinalDone
-	return false
+	sc.End()
+	s.release(sc.Conn)
 }
 
 // streamHeaders sets the headers of an event stream.
@@ -185,18 +197,4 @@ func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason session.
 		slog.String("url", redactURL(r.URL)),
 		slog.String("remote", clientOf(r).remote),
 		slog.String("message", msg))
-}
-
-// sseHost is the Server as its SSE streams see it (sse.Server).
-type sseHost Server
-
-// Closed counts and logs a stream that ended.
-func (h *sseHost) Closed(c *session.Conn) { (*Server)(h).closed(c) }
-
-// Release gives back the stream's registration and its slots.
-func (h *sseHost) Release(c *session.Conn) {
-	s := (*Server)(h)
-	s.unregister(c)
-	s.releaseUser(c)
-	s.releaseSlot()
 }

@@ -91,7 +91,7 @@ func (s *Server) sseQuery(r *http.Request, query url.Values) (sseRequest, sessio
 		}
 		req.channels = append(req.channels, ch)
 		if len(req.channels) > s.cfg.MaxSubscriptions {
-			s.metrics.limit(limitSubscriptions)
+			s.metrics.limit(session.LimitSubscriptions)
 			return sseRequest{}, session.ReasonBadRequest, fmt.Sprintf(
 				"too many channels: at most %d per stream", s.cfg.MaxSubscriptions)
 		}

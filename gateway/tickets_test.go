@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/testenv"
-	"github.com/redis/go-redis/v9"
 )
 
 // testClock is a settable clock for ticket stores.

@@ -375,7 +375,7 @@ func TestConnectRefusalsCounted(t *testing.T) {
 	if n := e.counter(e.srv.metrics.connectionsTotal.WithLabelValues(transportWS)); n != 0 {
 		t.Errorf("herald_connections_total{ws} = %v, want 0", n)
 	}
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitSubscriptions)); n != 1 {
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitSubscriptions)); n != 1 {
 		t.Errorf("herald_limit_rejections_total{subscriptions} = %v, want 1 (the SSE request naming 2 channels)", n)
 	}
 	holder.close()

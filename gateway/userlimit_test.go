@@ -1,12 +1,13 @@
 package gateway
 
 import (
-	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // TestMaxConnectionsPerUser: a user's connections beyond the bound are

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 )
@@ -43,7 +44,7 @@ func TestWSMessageTooBig(t *testing.T) {
 			if d.Reconnect || !strings.Contains(d.Message, strconv.Itoa(max)) {
 				t.Fatalf("disconnect %+v", d)
 			}
-			if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitMessageSize)); n != 1 {
+			if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitMessageSize)); n != 1 {
 				t.Fatalf("herald_limit_rejections_total{message_size} = %v", n)
 			}
 			// A much larger one (many frames' worth) is cut off the same way.
@@ -101,7 +102,7 @@ func TestWSClientTimeout(t *testing.T) {
 	close(done)
 	wg.Wait()
 	live.ok(live.request(ws.OpPing, nil), nil)
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitClientTimeout)); n != 1 {
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitClientTimeout)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{client_timeout} = %v", n)
 	}
 }
@@ -115,7 +116,7 @@ func TestWSConnectTimeout(t *testing.T) {
 	if !strings.Contains(d.Message, "connect") {
 		t.Fatalf("disconnect %+v", d)
 	}
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitConnectTimeout)); n != 1 {
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitConnectTimeout)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{connect_timeout} = %v", n)
 	}
 	e.connected("orders/*").subscribe("orders/1", nil)

@@ -126,7 +126,7 @@ func (f *failingRecoverer) Recover(ctx context.Context, key fanout.Key, since fa
 }
 
 func (f *failingRecoverer) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
-	return f.Recoverer.(ws.Publisher).Publish(ctx, msg)
+	return f.Recoverer.(publisher).Publish(ctx, msg)
 }
 
 // TestWSResync: publications lost on their way to this node are recovered

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/subscriptions"
 )
@@ -146,7 +147,7 @@ func TestWSTooManyRequests(t *testing.T) {
 		t.Fatalf("replies %v, want %d and %d", got, a, b)
 	}
 	c.subscribe("orders/1", nil)
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitInflight)); n != 1 {
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitInflight)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{inflight} = %v", n)
 	}
 }
@@ -165,7 +166,7 @@ func TestWSTooManySubscriptions(t *testing.T) {
 	if p := c.pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
 		t.Fatalf("got %+v", p)
 	}
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitSubscriptions)); n != 1 {
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitSubscriptions)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{subscriptions} = %v", n)
 	}
 }

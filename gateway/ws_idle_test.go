@@ -261,7 +261,7 @@ func connGoroutines(transport string) (readers, writers, netHTTP int) {
 	buf := stacks()
 	run := "internal/ws.(*Conn).Run("
 	if transport == transportSSE {
-		run = "internal/sse.(*Stream).run("
+		run = "internal/sse.(*Stream).Wait("
 	}
 	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
 		switch {
@@ -290,7 +290,7 @@ func gaugeValue(g prometheus.Gauge) float64 {
 // 12 KiB: the reader is a goroutine of its own, not net/http's (whose
 // request and buffers are gone with it), its stack stays at 4 KiB
 // (handleApart) and its read and write buffers are small
-// (internal/ws/ws_netconn.go). Under the race detector frames are larger and the
+// (internal/ws). Under the race detector frames are larger and the
 // reader's stack is 8 KiB, hence a larger bound there.
 func TestWSIdleConnectionCost(t *testing.T) {
 	checkIdleCost(t, transportWS, 12<<10)

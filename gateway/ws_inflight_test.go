@@ -2,11 +2,12 @@ package gateway
 
 import (
 	"encoding/json"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // TestWSDuplicateInflightID: while a request is in flight (a subscribe

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // WebSocket opcodes a raw test client sends or expects.

@@ -40,7 +40,7 @@ func (h *heldRecoverer) Recover(ctx context.Context, key fanout.Key, since fanou
 }
 
 func (h *heldRecoverer) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
-	return h.Recoverer.(ws.Publisher).Publish(ctx, msg)
+	return h.Recoverer.(publisher).Publish(ctx, msg)
 }
 
 // decisionLog records every authorization decision made: the channel

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
 	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
@@ -120,7 +121,7 @@ func TestWSOversizeFrameHeader(t *testing.T) {
 			if d := c.disconnectPush(); d.Ctl.Reason != session.ReasonMessageTooBig.Code {
 				t.Fatalf("disconnect %s", d.Raw)
 			}
-			if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitMessageSize)); n != 1 {
+			if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitMessageSize)); n != 1 {
 				t.Fatalf("herald_limit_rejections_total{message_size} = %v", n)
 			}
 		})
@@ -189,7 +190,7 @@ func TestWSTimeoutReleasesAtOnce(t *testing.T) {
 
 // wsWriting reports whether a message write is under way: a goroutine
 // writes a message under its write deadline.
-func wsWriting() bool { return stackCount("internal/ws.(*wsSink).write(") > 0 }
+func wsWriting() bool { return stackCount("internal/ws.(*frameSink).write(") > 0 }
 
 // TestWSTimeoutReleasesBlockedWriter: a peer that stopped reading (and
 // sending) while publications flowed leaves the writer blocked on a full

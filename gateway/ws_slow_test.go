@@ -282,7 +282,7 @@ func TestWSLaggardBeyondHistory(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the slow disconnect to be counted", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "slow")) == 1 &&
-			e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitQueue)) == 1
+			e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitQueue)) == 1
 	})
 	r := e.connected("orders/*")
 	res := r.subscribe("orders/1", &ws.Position{Offset: lastOffset, Epoch: sub.Epoch})

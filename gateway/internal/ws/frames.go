@@ -41,7 +41,7 @@ type Op struct {
 // OpTable is the herald.v1 op table (docs/protocol.md, "Requests and
 // replies").
 var OpTable = []Op{
-	{Name: OpConnect, Reply: true, BeforeConnect: true, handle: (*Conn).connect},
+	{Name: OpConnect, Reply: true, BeforeConnect: true, handle: (*Conn).connectOp},
 	{Name: OpSubscribe, Reply: true, Channel: true, validate: validateSubscribe, Async: true, handle: (*Conn).subscribe},
 	{Name: OpUnsubscribe, Reply: true, Channel: true, handle: (*Conn).unsubscribe},
 	{Name: OpPublish, Reply: true, Channel: true, validate: validatePublish, Async: true, handle: (*Conn).publish},

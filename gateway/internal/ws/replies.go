@@ -19,8 +19,8 @@ var (
 	// pubPrefix starts a publication push; the envelope follows without its
 	// opening brace: {"push":"pub","id":…,"channel":…,…}.
 	pubPrefix = []byte(`{"push":"pub",`)
-	// wsPingFrame is the server's application-level ping.
-	wsPingFrame = []byte(`{"push":"ping"}`)
+	// pingFrame is the server's application-level ping.
+	pingFrame = []byte(`{"push":"ping"}`)
 )
 
 // Reply answers one request: {"id":…,"result":…} or {"id":…,"error":…}.
