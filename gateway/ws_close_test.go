@@ -13,6 +13,7 @@ import (
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // TestWSCloseCodeTable: every Reason has a close code in the range that
@@ -51,38 +52,38 @@ func TestWSCloseCodeTable(t *testing.T) {
 func TestWSConnectRefusals(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	t.Run("unauthorized", func(t *testing.T) {
-		c := e.dialWS(dialOpts{})
-		c.fails(c.request(ws.OpConnect, map[string]any{"token": "not-a-jwt"}), ws.CodeUnauthorized)
-		d := c.closedWith("unauthorized", session.CloseUnauthorized)
+		c := e.dialWS(wstest.DialOpts{})
+		c.Fails(c.Request(ws.OpConnect, map[string]any{"token": "not-a-jwt"}), ws.CodeUnauthorized)
+		d := c.ClosedWith("unauthorized", session.CloseUnauthorized)
 		if d.Reconnect || d.Message == "" {
 			t.Fatalf("disconnect %+v", d)
 		}
 	})
 	t.Run("no token", func(t *testing.T) {
-		c := e.dialWS(dialOpts{})
-		c.fails(c.request(ws.OpConnect, nil), ws.CodeUnauthorized)
-		c.closedWith("unauthorized", session.CloseUnauthorized)
+		c := e.dialWS(wstest.DialOpts{})
+		c.Fails(c.Request(ws.OpConnect, nil), ws.CodeUnauthorized)
+		c.ClosedWith("unauthorized", session.CloseUnauthorized)
 	})
 	t.Run("token expired", func(t *testing.T) {
-		c := e.dialWS(dialOpts{})
-		c.fails(c.request(ws.OpConnect, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), ws.CodeTokenExpired)
-		d := c.closedWith("token_expired", session.CloseTokenExpired)
+		c := e.dialWS(wstest.DialOpts{})
+		c.Fails(c.Request(ws.OpConnect, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), ws.CodeTokenExpired)
+		d := c.ClosedWith("token_expired", session.CloseTokenExpired)
 		if !d.Reconnect {
 			t.Fatalf("disconnect %+v", d)
 		}
 	})
 	t.Run("request before connect", func(t *testing.T) {
-		c := e.dialWS(dialOpts{})
-		c.ok(c.request(ws.OpPing, nil), nil) // ping is fine before connect
-		c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
-		d := c.closedWith("protocol_error", session.CloseProtocolError)
+		c := e.dialWS(wstest.DialOpts{})
+		c.OK(c.Request(ws.OpPing, nil), nil) // ping is fine before connect
+		c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
+		d := c.ClosedWith("protocol_error", session.CloseProtocolError)
 		if !strings.Contains(d.Message, "connect") {
 			t.Fatalf("disconnect %+v", d)
 		}
 	})
 	// The server is unharmed.
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
+	c.Subscribe("orders/1", nil)
 	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 1 {
 		t.Fatalf("herald_connections{ws} = %v", n)
 	}
@@ -94,14 +95,14 @@ func TestWSConnectRefusals(t *testing.T) {
 func TestWSOversizePublicationFromHistory(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{QueueMaxBytes: 1024}})
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
+	c.Subscribe("orders/1", nil)
 	big := `"` + strings.Repeat("x", 2048) + `"`
 	e.publish("acme", "orders/1", big) // larger than the whole queue
 	e.publish("acme", "orders/1", `"small"`)
-	if p := c.pub(); p.Offset != 1 || string(p.Data) != big {
+	if p := c.Pub(); p.Offset != 1 || string(p.Data) != big {
 		t.Fatalf("first publication: offset %d, %d bytes", p.Offset, len(p.Data))
 	}
-	if p := c.pub(); p.Offset != 2 || string(p.Data) != `"small"` {
+	if p := c.Pub(); p.Offset != 2 || string(p.Data) != `"small"` {
 		t.Fatalf("second publication: %+v", p)
 	}
 	if n := e.counter(e.srv.metrics.catchUps.WithLabelValues("ws")); n != 1 {
@@ -140,21 +141,21 @@ func TestWSResync(t *testing.T) {
 	}})
 	key := fanout.Key{Tenant: "acme", Channel: "orders/1"}
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
+	c.Subscribe("orders/1", nil)
 	// A subscribe whose history does not answer fails with server_error.
 	rec.fail.Store(true)
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "orders/2"}), ws.CodeServerError)
+	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/2"}), ws.CodeServerError)
 	rec.fail.Store(false)
-	c.subscribe("orders/2", nil)
+	c.Subscribe("orders/2", nil)
 
 	e.publish("acme", "orders/1", `1`)
-	c.pub()
+	c.Pub()
 	e.broker.Stop() // detaches the hub: what follows is lost in transit
 	e.publish("acme", "orders/1", `2`)
 	e.publish("acme", "orders/1", `3`)
 	e.hub.HandleResync(key)
 	for i := 2; i <= 3; i++ {
-		if p := c.pub(); p.Offset != uint64(i) {
+		if p := c.Pub(); p.Offset != uint64(i) {
 			t.Fatalf("offset %d, want %d", p.Offset, i)
 		}
 	}
@@ -162,28 +163,28 @@ func TestWSResync(t *testing.T) {
 		e.publish("acme", "orders/1", itoa(uint64(i)))
 	}
 	e.hub.HandleResync(key)
-	d := c.closedWith("insufficient_state", session.CloseInsufficientState)
+	d := c.ClosedWith("insufficient_state", session.CloseInsufficientState)
 	if !d.Reconnect {
 		t.Fatalf("disconnect %+v", d)
 	}
 
 	c = e.connected("orders/*")
-	c.subscribe("orders/1", nil)
+	c.Subscribe("orders/1", nil)
 	rec.fail.Store(true)
 	e.hub.HandleResync(key)
-	c.closedWith("server_error", session.CloseServerError)
+	c.ClosedWith("server_error", session.CloseServerError)
 }
 
 // TestWSProtocolViolations: binary and non-UTF-8 messages close with
 // protocol_error (4504); the server stays healthy.
 func TestWSProtocolViolations(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	for name, send := range map[string]func(c *wsClient) error{
-		"binary": func(c *wsClient) error {
-			return c.conn.Write(context.Background(), websocket.MessageBinary, []byte(`{"id":1,"op":"ping"}`))
+	for name, send := range map[string]func(c *wstest.Client) error{
+		"binary": func(c *wstest.Client) error {
+			return c.Conn.Write(context.Background(), websocket.MessageBinary, []byte(`{"id":1,"op":"ping"}`))
 		},
-		"invalid utf-8": func(c *wsClient) error {
-			return c.conn.Write(context.Background(), websocket.MessageText, []byte("{\"id\":1,\"op\":\"ping\",\"x\":\"\xff\xfe\"}"))
+		"invalid utf-8": func(c *wstest.Client) error {
+			return c.Conn.Write(context.Background(), websocket.MessageText, []byte("{\"id\":1,\"op\":\"ping\",\"x\":\"\xff\xfe\"}"))
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -191,14 +192,14 @@ func TestWSProtocolViolations(t *testing.T) {
 			if err := send(c); err != nil {
 				t.Fatal(err)
 			}
-			d := c.closedWith("protocol_error", session.CloseProtocolError)
+			d := c.ClosedWith("protocol_error", session.CloseProtocolError)
 			if d.Reconnect || d.Message == "" {
 				t.Fatalf("disconnect %+v", d)
 			}
 		})
 	}
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
+	c.Subscribe("orders/1", nil)
 	eventually(t, 5*time.Second, "two protocol_error disconnects", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "protocol_error")) == 2
 	})
@@ -209,12 +210,12 @@ func TestWSProtocolViolations(t *testing.T) {
 func TestWSGracefulShutdown(t *testing.T) {
 	delay := 300 * time.Millisecond
 	e := newEnv(t, envOptions{cfg: Config{ShutdownReconnectDelay: delay}})
-	clients := []*wsClient{e.connected("orders/*"), e.connected("orders/*"), e.dialWS(dialOpts{})}
-	clients[0].subscribe("orders/1", nil)
-	clients[1].subscribe("orders/1", nil)
+	clients := []*wstest.Client{e.connected("orders/*"), e.connected("orders/*"), e.dialWS(wstest.DialOpts{})}
+	clients[0].Subscribe("orders/1", nil)
+	clients[1].Subscribe("orders/1", nil)
 	e.srv.Stop()
 	for i, c := range clients {
-		d := c.closedWith("shutdown", session.CloseShutdown)
+		d := c.ClosedWith("shutdown", session.CloseShutdown)
 		if !d.Reconnect || d.DelayMS < 0 || d.DelayMS > delay.Milliseconds() {
 			t.Fatalf("client %d: disconnect %+v, want reconnect within %s", i, d, delay)
 		}
@@ -225,7 +226,7 @@ func TestWSGracefulShutdown(t *testing.T) {
 	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 0 {
 		t.Fatalf("herald_connections{ws} = %v after Stop", n)
 	}
-	if _, _, err := e.tryDialWS(dialOpts{}); err == nil {
+	if _, _, err := e.tryDialWS(wstest.DialOpts{}); err == nil {
 		t.Fatal("the server still accepts WebSockets after Stop")
 	}
 }

@@ -61,8 +61,8 @@ func TestWSErrorReplies(t *testing.T) {
 		`{"id":18446744073709551615,"op":"subscribe","channel":"orders/1"}`: ws.CodeBadRequest,
 	}
 	for frame, code := range noID {
-		c.send(frame)
-		f := c.next(5 * time.Second)
+		c.SendFrame(frame)
+		f := c.NextFrame(5 * time.Second)
 		if f.Push != "" || f.ID != 0 || f.Error == nil || f.Error.Code != code || f.Error.Message == "" ||
 			strings.Contains(f.Raw, `"id"`) {
 			t.Fatalf("%s: got %s, want a %s error without id", frame, f.Raw, code)
@@ -83,8 +83,8 @@ func TestWSErrorReplies(t *testing.T) {
 		`{"id":16,"op":"publish","channel":"orders/1","type":"t","schema_version":1,"data":1}`: ws.CodeForbidden,
 	}
 	for frame, code := range withID {
-		c.send(frame)
-		f := c.next(5 * time.Second)
+		c.SendFrame(frame)
+		f := c.NextFrame(5 * time.Second)
 		if f.Push != "" || f.ID == 0 || !strings.Contains(frame, `"id":`+itoa(f.ID)) {
 			t.Fatalf("%s: got %s, want the reply to its id", frame, f.Raw)
 		}
@@ -92,14 +92,14 @@ func TestWSErrorReplies(t *testing.T) {
 			t.Fatalf("%s: got %s, want error %s", frame, f.Raw, code)
 		}
 	}
-	c.subscribe("orders/1", nil)
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"}), ws.CodeAlreadySubscribed)
+	c.Subscribe("orders/1", nil)
+	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/1"}), ws.CodeAlreadySubscribed)
 	// Unknown fields are ignored.
-	c.ok(c.request(ws.OpPing, map[string]any{"future": []int{1, 2}}), nil)
+	c.OK(c.Request(ws.OpPing, map[string]any{"future": []int{1, 2}}), nil)
 
 	// Still healthy: it receives what is published.
 	pub := e.publish("acme", "orders/1", `1`)
-	if p := c.pub(); p.Offset != pub.Offset {
+	if p := c.Pub(); p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
 	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues("invalid", ws.CodeBadRequest)); n < 1 {
@@ -127,17 +127,17 @@ func TestWSTooManyRequests(t *testing.T) {
 	authz := newGateAuthorizer()
 	e := newEnv(t, envOptions{cfg: Config{MaxInflight: 2}, deps: func(d *Deps) { d.Authorizer = authz }})
 	c := e.connected("slow/*", "orders/*")
-	a := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
-	b := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/2"})
+	a := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
+	b := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/2"})
 	eventually(t, 5*time.Second, "two requests in flight", func() bool { return authz.waiting.Load() == 2 })
-	over := c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
-	c.fails(over, ws.CodeTooManyRequests)
+	over := c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
+	c.Fails(over, ws.CodeTooManyRequests)
 	// Cheap requests are not invocations: ping still answers.
-	c.ok(c.request(ws.OpPing, nil), nil)
+	c.OK(c.Request(ws.OpPing, nil), nil)
 	close(authz.release)
 	got := map[uint64]bool{}
 	for range 2 {
-		f := c.next(5 * time.Second)
+		f := c.NextFrame(5 * time.Second)
 		if f.Error != nil {
 			t.Fatalf("in-flight request failed: %s", f.Raw)
 		}
@@ -146,7 +146,7 @@ func TestWSTooManyRequests(t *testing.T) {
 	if !got[a] || !got[b] {
 		t.Fatalf("replies %v, want %d and %d", got, a, b)
 	}
-	c.subscribe("orders/1", nil)
+	c.Subscribe("orders/1", nil)
 	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitInflight)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{inflight} = %v", n)
 	}
@@ -157,13 +157,13 @@ func TestWSTooManyRequests(t *testing.T) {
 func TestWSTooManySubscriptions(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{MaxSubscriptions: 2}})
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
-	c.subscribe("orders/2", nil)
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "orders/3"}), ws.CodeTooManySubscriptions)
-	c.ok(c.request(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
-	c.subscribe("orders/3", nil)
+	c.Subscribe("orders/1", nil)
+	c.Subscribe("orders/2", nil)
+	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/3"}), ws.CodeTooManySubscriptions)
+	c.OK(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
+	c.Subscribe("orders/3", nil)
 	pub := e.publish("acme", "orders/3", `3`)
-	if p := c.pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
+	if p := c.Pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
 		t.Fatalf("got %+v", p)
 	}
 	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitSubscriptions)); n != 1 {
@@ -177,14 +177,14 @@ func TestWSUnsubscribeWhileSubscribing(t *testing.T) {
 	authz := newGateAuthorizer()
 	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
 	c := e.connected("slow/*")
-	id := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
+	id := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
 	eventually(t, 5*time.Second, "the subscribe to be authorizing", func() bool { return authz.waiting.Load() == 1 })
-	msg := c.fails(c.request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), ws.CodeNotSubscribed).Message
+	msg := c.Fails(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), ws.CodeNotSubscribed).Message
 	if !strings.Contains(msg, "wait for its reply") {
 		t.Fatalf("message %q", msg)
 	}
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"}), ws.CodeAlreadySubscribed)
+	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/1"}), ws.CodeAlreadySubscribed)
 	close(authz.release)
-	c.ok(id, nil)
-	c.ok(c.request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), nil)
+	c.OK(id, nil)
+	c.OK(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), nil)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // slowReval is a Config whose revalidation tick never comes during a test,
@@ -22,18 +23,18 @@ func TestWSRefreshPushAtRefreshAhead(t *testing.T) {
 	const ahead = 3 * time.Hour
 	e := newEnv(t, envOptions{cfg: slowReval(ahead, 5*time.Second)})
 	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: ahead + time.Second})
-	c := e.dialWS(dialOpts{})
-	if res := c.connect(tok); res.ExpiresIn <= int64(ahead/time.Second) {
+	c := e.dialWS(wstest.DialOpts{})
+	if res := c.Connect(tok); res.ExpiresIn <= int64(ahead/time.Second) {
 		t.Fatalf("connect result %+v: expires_in ≤ RefreshAhead", res)
 	}
-	p := refreshPush(t, c.next(time.Minute))
+	p := refreshPush(t, c.NextFrame(time.Minute))
 	if left := time.Until(exp); left > ahead {
 		t.Fatalf("refresh pushed %s before exp, want within RefreshAhead (%s)", left, ahead)
 	}
 	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS > ahead.Milliseconds() || p.GraceMS != 5000 {
 		t.Fatalf("refresh push %+v", p)
 	}
-	c.ok(c.request(ws.OpPing, nil), nil) // one push per token, and the connection goes on
+	c.OK(c.Request(ws.OpPing, nil), nil) // one push per token, and the connection goes on
 }
 
 // TestWSRefreshPushInsideGrace: a token already past its exp, accepted
@@ -51,15 +52,15 @@ func TestWSRefreshPushInsideGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := e.dialWS(dialOpts{})
-	if res := c.connect(tok); res.ExpiresAt != exp.Unix() || res.ExpiresIn != 0 {
+	c := e.dialWS(wstest.DialOpts{})
+	if res := c.Connect(tok); res.ExpiresAt != exp.Unix() || res.ExpiresIn != 0 {
 		t.Fatalf("connect result %+v, want expires_at %d and expires_in 0", res, exp.Unix())
 	}
-	p := refreshPush(t, c.next(time.Minute))
+	p := refreshPush(t, c.NextFrame(time.Minute))
 	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS != 0 || p.GraceMS != grace.Milliseconds() {
 		t.Fatalf("refresh push %+v", p)
 	}
-	c.closedWith(session.ReasonTokenExpired.Code, session.CloseTokenExpired)
+	c.ClosedWith(session.ReasonTokenExpired.Code, session.CloseTokenExpired)
 	if early := time.Until(exp.Add(grace)); early > 0 {
 		t.Fatalf("closed %s before exp + ExpiryGrace", early)
 	}

@@ -34,23 +34,23 @@ func TestWSDuplicateInflightID(t *testing.T) {
 	e := hookEnvTimeout(t, hook.URL, time.Minute, nil)
 	c := e.connected("orders/*")
 
-	id := c.request(ws.OpSubscribe, map[string]any{"channel": "docs/1"})
+	id := c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/1"})
 	<-called
-	c.send(map[string]any{"id": id, "op": ws.OpPing})
-	if msg := c.fails(id, ws.CodeDuplicateID).Message; !contains(msg, "in flight") {
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpPing})
+	if msg := c.Fails(id, ws.CodeDuplicateID).Message; !contains(msg, "in flight") {
 		t.Fatalf("message %q", msg)
 	}
-	c.send(map[string]any{"id": id, "op": ws.OpSubscribe, "channel": "orders/1"})
-	c.fails(id, ws.CodeDuplicateID)
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpSubscribe, "channel": "orders/1"})
+	c.Fails(id, ws.CodeDuplicateID)
 
 	close(release)
 	var res ws.SubscribeResult
-	c.ok(id, &res)
+	c.OK(id, &res)
 	if res.Channel != "docs/1" {
 		t.Fatalf("reply to %d is for %q, want docs/1", id, res.Channel)
 	}
-	c.send(map[string]any{"id": id, "op": ws.OpPing})
-	c.ok(id, nil)
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpPing})
+	c.OK(id, nil)
 	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(ws.OpSubscribe, ws.CodeDuplicateID)); n != 1 {
 		t.Fatalf("herald_ws_requests_total{subscribe,duplicate_id} = %v", n)
 	}

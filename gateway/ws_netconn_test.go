@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // WebSocket opcodes a raw test client sends or expects.
@@ -30,8 +31,8 @@ type rawWS struct {
 	t      *testing.T
 	conn   net.Conn
 	br     *bufio.Reader
-	frames []wsFrame // herald frames of a message not returned yet
-	pongs  []string  // payloads of the pongs received
+	frames []wstest.Frame // herald frames of a message not returned yet
+	pongs  []string       // payloads of the pongs received
 }
 
 // dialRaw sends the upgrade request followed by extra in one write and
@@ -137,7 +138,7 @@ func (c *rawWS) read() {
 		c.pongs = append(c.pongs, string(payload))
 	case op == wsOpText && h[0]&0x80 != 0:
 		for line := range bytes.SplitSeq(payload, []byte{'\n'}) {
-			c.frames = append(c.frames, parseWSFrame(c.t, line))
+			c.frames = append(c.frames, wstest.ParseFrame(c.t, line))
 		}
 	default:
 		c.t.Fatalf("unexpected server frame: opcode %#x, fin %v, %q", op, h[0]&0x80 != 0, payload)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -105,19 +106,19 @@ func refreshInFlight(t *testing.T) bool {
 			close(held.release)
 		}
 	}()
-	c := e.dialWS(dialOpts{})
-	c.connect(e.wsToken("u1", []string{"rooms/*"}, nil))
-	c.subscribe("rooms/b", nil)
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(e.wsToken("u1", []string{"rooms/*"}, nil))
+	c.Subscribe("rooms/b", nil)
 
-	subX := c.request(ws.OpSubscribe, map[string]any{"channel": "rooms/x"})
+	subX := c.Request(ws.OpSubscribe, map[string]any{"channel": "rooms/x"})
 	select {
 	case <-held.entered: // the writer is busy making rooms/x
 	case <-time.After(time.Minute):
 		t.Fatal("the subscribe of rooms/x never reached the history")
 	}
-	subS := c.request(ws.OpSubscribe, map[string]any{"channel": "rooms/s"})
+	subS := c.Request(ws.OpSubscribe, map[string]any{"channel": "rooms/s"})
 	eventually(t, time.Minute, "rooms/s to be allowed", func() bool { return decisions.decided("rooms/s with rooms/*") })
-	ref := c.request(ws.OpRefresh, map[string]any{"token": e.wsToken("u1", []string{"rooms/b"}, nil)})
+	ref := c.Request(ws.OpRefresh, map[string]any{"token": e.wsToken("u1", []string{"rooms/b"}, nil)})
 	// The refresh re-checks the subscriptions made (rooms/b) once the new
 	// token is current.
 	eventually(t, time.Minute, "the refresh to re-check rooms/b", func() bool { return decisions.decided("rooms/b with rooms/b") })
@@ -132,25 +133,25 @@ func refreshInFlight(t *testing.T) bool {
 		id uint64
 		ch string
 	}{{subX, "rooms/x"}, {subS, "rooms/s"}} {
-		if f := c.reply(r.id); f.Error == nil || f.Error.Code != ws.CodeForbidden {
+		if f := c.Reply(r.id); f.Error == nil || f.Error.Code != ws.CodeForbidden {
 			problems = append(problems, "subscribe "+r.ch+" answered "+f.Raw)
 		}
 	}
-	c.ok(ref, nil)
+	c.OK(ref, nil)
 	e.publish("acme", "rooms/s", `"s"`)
 	e.publish("acme", "rooms/x", `"x"`)
 	e.publish("acme", "rooms/b", `"b"`)
-	for p := c.pub(); p.Channel != "rooms/b"; p = c.pub() {
+	for p := c.Pub(); p.Channel != "rooms/b"; p = c.Pub() {
 		problems = append(problems, "received a publication of "+p.Channel)
 	}
 	if len(problems) > 0 {
 		t.Fatalf("after the refresh to a token granting rooms/b only:\n%s", strings.Join(problems, "\n"))
 	}
 	// A new connection with the new token is refused the same channels.
-	c2 := e.dialWS(dialOpts{})
-	c2.connect(e.wsToken("u1", []string{"rooms/b"}, nil))
+	c2 := e.dialWS(wstest.DialOpts{})
+	c2.Connect(e.wsToken("u1", []string{"rooms/b"}, nil))
 	for _, ch := range []string{"rooms/s", "rooms/x"} {
-		c2.fails(c2.request(ws.OpSubscribe, map[string]any{"channel": ch}), ws.CodeForbidden)
+		c2.Fails(c2.Request(ws.OpSubscribe, map[string]any{"channel": ch}), ws.CodeForbidden)
 	}
 	return true
 }

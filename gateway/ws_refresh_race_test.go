@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -41,15 +42,15 @@ func TestWSRefreshDuringSubscribe(t *testing.T) {
 	e := newEnv(t, envOptions{deps: func(d *Deps) {
 		d.Authorizer = slowAuthorizer{inner: d.Authorizer, channel: "secret/x", delay: 300 * time.Millisecond, entered: entered}
 	}})
-	c := e.dialWS(dialOpts{})
-	c.connect(e.wsToken("u1", []string{"secret/**", "orders/*"}, nil))
-	sub := c.request(ws.OpSubscribe, map[string]any{"channel": "secret/x"})
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(e.wsToken("u1", []string{"secret/**", "orders/*"}, nil))
+	sub := c.Request(ws.OpSubscribe, map[string]any{"channel": "secret/x"})
 	select {
 	case <-entered: // the subscribe is being decided with the old token
 	case <-time.After(5 * time.Second):
 		t.Fatal("subscribe never reached the authorizer")
 	}
-	ref := c.request(ws.OpRefresh, map[string]any{"token": e.wsToken("u1", []string{"orders/*"}, nil)})
-	c.ok(ref, nil)
-	c.fails(sub, ws.CodeForbidden)
+	ref := c.Request(ws.OpRefresh, map[string]any{"token": e.wsToken("u1", []string{"orders/*"}, nil)})
+	c.OK(ref, nil)
+	c.Fails(sub, ws.CodeForbidden)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // handshakeWait is how long coder/websocket's Close waits for the peer's
@@ -79,7 +80,7 @@ func isTimeout(err error) bool {
 }
 
 // disconnectPush returns the disconnect push among the frames read.
-func (c *rawWS) disconnectPush() wsFrame {
+func (c *rawWS) disconnectPush() wstest.Frame {
 	c.t.Helper()
 	for _, f := range c.frames {
 		if f.Push == "disconnect" {
@@ -87,7 +88,7 @@ func (c *rawWS) disconnectPush() wsFrame {
 		}
 	}
 	c.t.Fatalf("no disconnect push in %v", c.frames)
-	return wsFrame{}
+	return wstest.Frame{}
 }
 
 // TestWSOversizeFrameHeader: a frame header announcing more than
