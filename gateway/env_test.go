@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
@@ -269,34 +268,13 @@ func (e *testEnv) refused(r request, status int, code string) string {
 // publish publishes one message and returns its publication.
 func (e *testEnv) publish(tenant, channel string, data string) fanout.Publication {
 	e.t.Helper()
-	p, err := e.broker.Publish(context.Background(), fanout.Message{
-		ID:            fmt.Sprintf("m-%d", time.Now().UnixNano()),
-		Key:           fanout.Key{Tenant: tenant, Channel: channel},
-		Type:          "order.updated",
-		SchemaVersion: 1,
-		Data:          json.RawMessage(data),
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return p
+	return testenv.Publish(e.t, e.broker, tenant, channel, data)
 }
 
 // counter reads the value of one counter or gauge series.
 func (e *testEnv) counter(m prometheus.Metric) float64 {
 	e.t.Helper()
-	var out dto.Metric
-	if err := m.Write(&out); err != nil {
-		e.t.Fatal(err)
-	}
-	switch {
-	case out.Counter != nil:
-		return out.Counter.GetValue()
-	case out.Gauge != nil:
-		return out.Gauge.GetValue()
-	}
-	e.t.Fatalf("not a counter or gauge: %v", m.Desc())
-	return 0
+	return testenv.MetricValue(e.t, m)
 }
 
 // get fetches path and returns status and body.

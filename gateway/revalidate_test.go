@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/url"
 	"strings"
@@ -66,19 +65,6 @@ func mintSpec(t testing.TB, s tokenSpec) (string, time.Time) {
 		t.Fatal(err)
 	}
 	return tok, exp
-}
-
-// refreshPush decodes a frame that must be a refresh push.
-func refreshPush(t testing.TB, f wstest.Frame) ws.RefreshPush {
-	t.Helper()
-	var p ws.RefreshPush
-	if f.Push != "refresh" {
-		t.Fatalf("want a refresh push, got %s", f.Raw)
-	}
-	if err := json.Unmarshal([]byte(f.Raw), &p); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // reauthEvent decodes the data of a reauth event.
@@ -163,7 +149,7 @@ func TestWSExpiryCutOff(t *testing.T) {
 	c.Connect(tok)
 	c.Subscribe("orders/1", nil)
 
-	p := refreshPush(t, c.NextFrame(5*time.Second))
+	p := wstest.RefreshPush(t, c.NextFrame(5*time.Second))
 	asked := time.Now()
 	if p.ExpiresAt != exp.Unix() || p.GraceMS != testGrace.Milliseconds() || p.ExpiresInMS <= 0 ||
 		time.Duration(p.ExpiresInMS)*time.Millisecond > testAhead {
@@ -200,7 +186,7 @@ func TestWSRefreshKeepsAlive(t *testing.T) {
 	c.Subscribe("orders/1", nil)
 	const lifetimes = 3
 	for i := range lifetimes {
-		if p := refreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != exp.Unix() {
+		if p := wstest.RefreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != exp.Unix() {
 			t.Fatalf("round %d: refresh push for %d, want %d", i, p.ExpiresAt, exp.Unix())
 		}
 		tok, exp = mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: time.Second})
@@ -217,7 +203,7 @@ func TestWSRefreshKeepsAlive(t *testing.T) {
 	}
 	// The fourth token is asked for in turn; once the third has run out
 	// (its exp and grace passed), the connection still answers.
-	if p := refreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != exp.Unix() {
+	if p := wstest.RefreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != exp.Unix() {
 		t.Fatalf("refresh push for %d, want %d", p.ExpiresAt, exp.Unix())
 	}
 	<-time.After(time.Until(exps[lifetimes-1].Add(testGrace + 2*testInterval)))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/wstest"
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // dialWS opens /v1/ws and starts reading; it fails the test if the
@@ -55,16 +56,7 @@ func (e *testEnv) connected(subscribe ...string) *wstest.Client {
 // the test after timeout.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(timeout)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 // mintClaims mints an HS256 token with testSecret.

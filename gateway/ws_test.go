@@ -178,7 +178,7 @@ func TestWSRefresh(t *testing.T) {
 	oldExp := time.Now().Add(2 * time.Second).Truncate(time.Second)
 	c.Connect(e.mint("u1", oldExp, []string{"orders/*", "users/u1"}, nil))
 	// Closer to its exp than RefreshAhead: the push follows the reply.
-	if p := refreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != oldExp.Unix() {
+	if p := wstest.RefreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != oldExp.Unix() {
 		t.Fatalf("refresh push %+v", p)
 	}
 	c.Subscribe("orders/1", nil)

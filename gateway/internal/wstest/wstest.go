@@ -318,3 +318,16 @@ func (c *Client) ClosedWith(reason string, code websocket.StatusCode) CtlFrame {
 	}
 	return d
 }
+
+// RefreshPush decodes f, which must be a refresh push.
+func RefreshPush(t testing.TB, f Frame) ws.RefreshPush {
+	t.Helper()
+	var p ws.RefreshPush
+	if f.Push != "refresh" {
+		t.Fatalf("want a refresh push, got %s", f.Raw)
+	}
+	if err := json.Unmarshal([]byte(f.Raw), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,4 +1,4 @@
-package gateway
+package ws_test
 
 import (
 	"testing"
@@ -10,10 +10,11 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
-// slowReval is a Config whose revalidation tick never comes during a test,
-// so whatever happens at a token's expiry is the connection's own timer.
-func slowReval(ahead, grace time.Duration) Config {
-	return Config{RevalidateInterval: time.Hour, RefreshAhead: ahead, ExpiryGrace: grace, ConnectAttemptsPerIP: -1}
+// expiryBounds are bounds with RefreshAhead ahead and ExpiryGrace grace.
+// There is no revalidation tick here: whatever happens at a token's
+// expiry is the connection's own timer.
+func expiryBounds(ahead, grace time.Duration) session.Bounds {
+	return session.Bounds{RefreshAhead: ahead, ExpiryGrace: grace}
 }
 
 // TestWSRefreshPushAtRefreshAhead: the refresh push leaves RefreshAhead
@@ -21,13 +22,14 @@ func slowReval(ahead, grace time.Duration) Config {
 func TestWSRefreshPushAtRefreshAhead(t *testing.T) {
 	t.Parallel()
 	const ahead = 3 * time.Hour
-	e := newEnv(t, envOptions{cfg: slowReval(ahead, 5*time.Second)})
-	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: ahead + time.Second})
+	e := newEnv(t, envOptions{bounds: expiryBounds(ahead, 5*time.Second)})
+	exp := time.Now().Add(ahead + time.Second).Truncate(time.Second).Add(time.Second)
+	tok := e.mint("u1", exp, []string{"orders/*"}, nil)
 	c := e.dialWS(wstest.DialOpts{})
 	if res := c.Connect(tok); res.ExpiresIn <= int64(ahead/time.Second) {
 		t.Fatalf("connect result %+v: expires_in ≤ RefreshAhead", res)
 	}
-	p := refreshPush(t, c.NextFrame(time.Minute))
+	p := wstest.RefreshPush(t, c.NextFrame(time.Minute))
 	if left := time.Until(exp); left > ahead {
 		t.Fatalf("refresh pushed %s before exp, want within RefreshAhead (%s)", left, ahead)
 	}
@@ -44,9 +46,10 @@ func TestWSRefreshPushAtRefreshAhead(t *testing.T) {
 func TestWSRefreshPushInsideGrace(t *testing.T) {
 	t.Parallel()
 	const grace = 8 * time.Second // the connect must land inside it, on a busy machine too
-	e := newEnv(t, envOptions{cfg: slowReval(3*time.Hour, grace), deps: func(d *Deps) {
-		d.Verifier = auth.NewHMACVerifier(testSecret, time.Minute) // the clock skew a deployment allows
-	}})
+	e := newEnv(t, envOptions{
+		bounds: expiryBounds(3*time.Hour, grace),
+		leeway: time.Minute, // the clock skew a deployment allows
+	})
 	exp := time.Now().Truncate(time.Second).Add(-time.Second)
 	tok, err := auth.MintHS256(testSecret, auth.Claims{Subject: "u1", Tenant: "acme", ExpiresAt: exp})
 	if err != nil {
@@ -56,7 +59,7 @@ func TestWSRefreshPushInsideGrace(t *testing.T) {
 	if res := c.Connect(tok); res.ExpiresAt != exp.Unix() || res.ExpiresIn != 0 {
 		t.Fatalf("connect result %+v, want expires_at %d and expires_in 0", res, exp.Unix())
 	}
-	p := refreshPush(t, c.NextFrame(time.Minute))
+	p := wstest.RefreshPush(t, c.NextFrame(time.Minute))
 	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS != 0 || p.GraceMS != grace.Milliseconds() {
 		t.Fatalf("refresh push %+v", p)
 	}

@@ -1,13 +1,16 @@
-package gateway
+package ws_test
 
 import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/subscriptions"
 )
 
 // TestWSDuplicateInflightID: while a request is in flight (a subscribe
@@ -31,13 +34,13 @@ func TestWSDuplicateInflightID(t *testing.T) {
 			close(release)
 		}
 	})
-	e := hookEnvTimeout(t, hook.URL, time.Minute, nil)
+	e := newEnv(t, envOptions{authz: webhook(t, hook.URL, time.Minute)})
 	c := e.connected("orders/*")
 
 	id := c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/1"})
 	<-called
 	c.SendFrame(map[string]any{"id": id, "op": ws.OpPing})
-	if msg := c.Fails(id, ws.CodeDuplicateID).Message; !contains(msg, "in flight") {
+	if msg := c.Fails(id, ws.CodeDuplicateID).Message; !strings.Contains(msg, "in flight") {
 		t.Fatalf("message %q", msg)
 	}
 	c.SendFrame(map[string]any{"id": id, "op": ws.OpSubscribe, "channel": "orders/1"})
@@ -51,7 +54,24 @@ func TestWSDuplicateInflightID(t *testing.T) {
 	}
 	c.SendFrame(map[string]any{"id": id, "op": ws.OpPing})
 	c.OK(id, nil)
-	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(ws.OpSubscribe, ws.CodeDuplicateID)); n != 1 {
+	if n := e.counter(e.requests.WithLabelValues(ws.OpSubscribe, ws.CodeDuplicateID)); n != 1 {
 		t.Fatalf("herald_ws_requests_total{subscribe,duplicate_id} = %v", n)
 	}
+}
+
+// webhook returns an authorizer option: grants, subscription tokens, then
+// the authorization webhook at url, answering within timeout.
+func webhook(t *testing.T, url string, timeout time.Duration) func(authorizer) authorizer {
+	t.Helper()
+	verifier, err := auth.NewVerifier(auth.Config{HMACSecret: testSecret, Leeway: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authz, err := subscriptions.NewAuthorizer(subscriptions.Config{
+		SubTokens: verifier, WebhookURL: url, WebhookTimeout: timeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(authorizer) authorizer { return authz }
 }

@@ -1,4 +1,4 @@
-package gateway
+package ws_test
 
 import (
 	"context"
@@ -13,16 +13,22 @@ import (
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// gateAuthorizer wraps an Authorizer: a channel under "slow/" waits for
+// gateAuthorizer wraps an authorizer: a channel under "slow/" waits for
 // release (or the request's end), one under "fail/" fails.
 type gateAuthorizer struct {
-	Authorizer
+	authorizer
 	release chan struct{}
 	waiting atomic.Int32
 }
 
 func newGateAuthorizer() *gateAuthorizer {
-	return &gateAuthorizer{Authorizer: &subscriptions.Authorizer{}, release: make(chan struct{})}
+	return &gateAuthorizer{release: make(chan struct{})}
+}
+
+// wrap makes a wrap inner (envOptions.authz).
+func (a *gateAuthorizer) wrap(inner authorizer) authorizer {
+	a.authorizer = inner
+	return a
 }
 
 func (a *gateAuthorizer) Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error) {
@@ -37,14 +43,14 @@ func (a *gateAuthorizer) Authorize(ctx context.Context, r subscriptions.Request)
 	case strings.HasPrefix(r.Channel, "fail/"):
 		return subscriptions.Decision{}, errors.New("authorizer down")
 	}
-	return a.Authorizer.Authorize(ctx, r)
+	return a.authorizer.Authorize(ctx, r)
 }
 
 // TestWSErrorReplies: every malformed or refused request gets its typed
 // error reply and the connection stays healthy.
 func TestWSErrorReplies(t *testing.T) {
 	authz := newGateAuthorizer()
-	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
+	e := newEnv(t, envOptions{authz: authz.wrap})
 	c := e.connected("orders/*", "fail/*")
 
 	noID := map[string]string{
@@ -102,7 +108,7 @@ func TestWSErrorReplies(t *testing.T) {
 	if p := c.Pub(); p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
-	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues("invalid", ws.CodeBadRequest)); n < 1 {
+	if n := e.counter(e.requests.WithLabelValues("invalid", ws.CodeBadRequest)); n < 1 {
 		t.Fatalf("herald_ws_requests_total{invalid,bad_request} = %v", n)
 	}
 }
@@ -125,7 +131,7 @@ func itoa(n uint64) string {
 // goes on.
 func TestWSTooManyRequests(t *testing.T) {
 	authz := newGateAuthorizer()
-	e := newEnv(t, envOptions{cfg: Config{MaxInflight: 2}, deps: func(d *Deps) { d.Authorizer = authz }})
+	e := newEnv(t, envOptions{bounds: session.Bounds{MaxInflight: 2}, authz: authz.wrap})
 	c := e.connected("slow/*", "orders/*")
 	a := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
 	b := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/2"})
@@ -147,7 +153,7 @@ func TestWSTooManyRequests(t *testing.T) {
 		t.Fatalf("replies %v, want %d and %d", got, a, b)
 	}
 	c.Subscribe("orders/1", nil)
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitInflight)); n != 1 {
+	if n := e.counter(e.limits.WithLabelValues(session.LimitInflight)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{inflight} = %v", n)
 	}
 }
@@ -155,7 +161,7 @@ func TestWSTooManyRequests(t *testing.T) {
 // TestWSTooManySubscriptions: subscriptions beyond MaxSubscriptions are
 // refused; unsubscribing makes room.
 func TestWSTooManySubscriptions(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{MaxSubscriptions: 2}})
+	e := newEnv(t, envOptions{bounds: session.Bounds{MaxSubscriptions: 2}})
 	c := e.connected("orders/*")
 	c.Subscribe("orders/1", nil)
 	c.Subscribe("orders/2", nil)
@@ -166,7 +172,7 @@ func TestWSTooManySubscriptions(t *testing.T) {
 	if p := c.Pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
 		t.Fatalf("got %+v", p)
 	}
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitSubscriptions)); n != 1 {
+	if n := e.counter(e.limits.WithLabelValues(session.LimitSubscriptions)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{subscriptions} = %v", n)
 	}
 }
@@ -175,7 +181,7 @@ func TestWSTooManySubscriptions(t *testing.T) {
 // cannot be ended yet.
 func TestWSUnsubscribeWhileSubscribing(t *testing.T) {
 	authz := newGateAuthorizer()
-	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
+	e := newEnv(t, envOptions{authz: authz.wrap})
 	c := e.connected("slow/*")
 	id := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
 	eventually(t, 5*time.Second, "the subscribe to be authorizing", func() bool { return authz.waiting.Load() == 1 })
