@@ -11,6 +11,10 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
+// This test drives a whole server: the catch-up of a laggard through the
+// server's handler on small socket buffers (shared with the server's
+// other laggard tests, SSE's too), watched through the server's metrics.
+
 // TestWSEpochChangeWhileCatchingUp: one channel idles past the history
 // TTL while another floods a client that stopped reading. The idle
 // channel's next publications start a new epoch; the first is dropped

@@ -26,6 +26,10 @@ import (
 	"github.com/heraldgw/herald/subscriptions"
 )
 
+// These tests drive a whole server: what an idle connection costs is
+// measured on the server as a deployment runs it, handler, registration
+// and metrics included, with the clients in a process of their own.
+
 // idleClientsEnv, when set in a test binary's environment, makes it the
 // client process of an idle-memory measurement: "<ws url> <n> <token>".
 // The clients live in their own process so the server's memory is

@@ -18,6 +18,12 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
+// These tests drive a whole server: 200 connections of one channel, the
+// laggards among them catching up through the server's handler on small
+// socket buffers (shared with the SSE laggard tests), and the outcome is
+// read from the server's metrics (connections, disconnects by reason,
+// queue drops, catch-ups).
+
 // Socket buffer sizes of the slow-client tests: small, so a client that
 // stops reading blocks the server's writes after a few KiB instead of the
 // megabytes Linux loopback autotuning allows.

@@ -75,7 +75,7 @@ func TestWSOversizePublicationFromHistory(t *testing.T) {
 
 // failingRecoverer fails Recover while fail is set.
 type failingRecoverer struct {
-	recoverer
+	session.History
 	fail atomic.Bool
 }
 
@@ -83,7 +83,7 @@ func (f *failingRecoverer) Recover(ctx context.Context, key fanout.Key, since fa
 	if f.fail.Load() {
 		return fanout.Recovery{}, errors.New("history unavailable")
 	}
-	return f.recoverer.Recover(ctx, key, since, limit)
+	return f.History.Recover(ctx, key, since, limit)
 }
 
 // TestWSResync: publications lost on their way to this node are recovered
@@ -91,8 +91,8 @@ func (f *failingRecoverer) Recover(ctx context.Context, key fanout.Key, since fa
 // (4003); a history that does not answer closes with server_error (4002).
 func TestWSResync(t *testing.T) {
 	var rec *failingRecoverer
-	e := newEnv(t, envOptions{history: 5, recoverer: func(r recoverer) recoverer {
-		rec = &failingRecoverer{recoverer: r}
+	e := newEnv(t, envOptions{history: 5, recoverer: func(r session.History) session.History {
+		rec = &failingRecoverer{History: r}
 		return rec
 	}})
 	key := fanout.Key{Tenant: "acme", Channel: "orders/1"}

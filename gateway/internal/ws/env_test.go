@@ -3,8 +3,6 @@ package ws_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -17,9 +15,9 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/sessiontest"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/gateway/internal/wstest"
-	"github.com/heraldgw/herald/internal/ratelog"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
@@ -30,12 +28,6 @@ var testSecret = []byte("ws-test-secret")
 // wrapper around it).
 type authorizer interface {
 	Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error)
-}
-
-// recoverer answers the core's recovery requests (the broker, or a test's
-// wrapper around it).
-type recoverer interface {
-	Recover(ctx context.Context, key fanout.Key, since fanout.Position, limit int) (fanout.Recovery, error)
 }
 
 // testEnv serves the WebSocket transport alone, on real TCP connections:
@@ -75,121 +67,47 @@ type envOptions struct {
 	leeway     time.Duration // the verifier's allowance for clock skew
 	// authz wraps the authorizer (subscriptions.Authorizer{}: grants only).
 	authz func(authorizer) authorizer
-	// history wraps what the core recovers from (the broker).
-	recoverer func(recoverer) recoverer
-	noPublish bool // no broker to take client publications
-	// listener wraps the server's listener.
-	listener func(net.Listener) net.Listener
-}
-
-// withDefaults fills the zero bounds with the server's defaults.
-func withDefaults(b session.Bounds) session.Bounds {
-	setInt := func(p *int, d int) {
-		if *p == 0 {
-			*p = d
-		}
-	}
-	setDur := func(p *time.Duration, d time.Duration) {
-		if *p == 0 {
-			*p = d
-		}
-	}
-	setInt(&b.QueueMaxBytes, 1<<20)
-	setInt(&b.QueueMaxMessages, 1024)
-	setInt(&b.MaxSubscriptions, 128)
-	setInt(&b.MaxMessageSize, ws.DefaultMaxMessageSize)
-	setInt(&b.MaxInflight, 16)
-	setDur(&b.HeartbeatInterval, 15*time.Second)
-	setDur(&b.WriteTimeout, 10*time.Second)
-	setDur(&b.ConnectTimeout, 10*time.Second)
-	setDur(&b.ClientTimeout, 60*time.Second)
-	setDur(&b.RefreshAhead, 60*time.Second)
-	setDur(&b.ExpiryGrace, 5*time.Second)
-	return b
+	// recoverer wraps what the core recovers from (the broker).
+	recoverer func(session.History) session.History
 }
 
 // newEnv starts a testEnv for o, stopped when t ends.
 func newEnv(t *testing.T, o envOptions) *testEnv {
 	t.Helper()
-	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.history, HistoryTTL: o.historyTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := broker.Start(context.Background(), hub); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
-
-	vec := func(name string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name}, labels)
-	}
-	counter := func(name string) prometheus.Counter { return prometheus.NewCounter(prometheus.CounterOpts{Name: name}) }
-	log := ratelog.New(slog.New(slog.DiscardHandler), 10*time.Second, 20)
-	b := withDefaults(o.bounds)
-	if b.HistorySize == 0 {
-		b.HistorySize = o.history
-	}
-	if b.HistoryTTL == 0 {
-		b.HistoryTTL = o.historyTTL
-	}
-	var history recoverer = broker
-	if o.recoverer != nil {
-		history = o.recoverer(broker)
-	}
 	var authz authorizer = &subscriptions.Authorizer{}
 	if o.authz != nil {
 		authz = o.authz(authz)
 	}
 	e := &testEnv{
-		t: t, broker: broker, hub: hub,
-		requests: vec("herald_ws_requests_total", "op", "result"),
-		limits:   vec("herald_limit_rejections_total", "limit"),
+		t:        t,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_ws_requests_total"}, []string{"op", "result"}),
+		limits:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_limit_rejections_total"}, []string{"limit"}),
 		client:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		verifier: auth.NewHMACVerifier(testSecret, o.leeway),
 		conns:    map[*session.Conn]struct{}{},
 		closed:   map[string]int{},
 	}
-	e.env = &session.Env{
-		Bounds:  b,
-		Hub:     hub,
-		History: history,
-		Counters: session.Counters{
-			Deliveries:     vec("herald_deliveries_total", "transport"),
-			QueueDropped:   counter("herald_queue_dropped_total"),
-			CatchUps:       vec("herald_catchups_total", "transport"),
-			QueueLimit:     e.limits.WithLabelValues(session.LimitQueue),
-			SubsEnded:      vec("herald_subscriptions_ended_total", "transport", "reason"),
-			ReauthFailures: counter("herald_reauth_failures_total"),
-		},
-		Log:     log,
-		Writers: session.NewWriterPool(),
-	}
+	core := sessiontest.New(t, sessiontest.Options{
+		Bounds: o.bounds, History: o.history, HistoryTTL: o.historyTTL, Recoverer: o.recoverer,
+		QueueLimit: e.limits.WithLabelValues(session.LimitQueue),
+	})
+	e.env, e.broker, e.hub = core.Env, core.Broker, core.Hub
 	version := o.version
 	if version == "" {
 		version = "dev"
 	}
 	e.wsEnv = &ws.Env{
 		Version:   version,
+		Publish:   e.broker.Publish,
 		Authorize: authz.Authorize,
 		Refresh:   e.verify,
-		Log:       log,
+		Log:       e.env.Log,
 		Requests:  e.requests,
 		Limits:    e.limits,
 	}
-	if !o.noPublish {
-		e.wsEnv.Publish = broker.Publish
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(e.serve))
-	if o.listener != nil {
-		srv.Listener = o.listener(srv.Listener)
-	}
-	srv.Start()
+	srv := httptest.NewServer(http.HandlerFunc(e.serve))
 	e.addr = srv.Listener.Addr().String()
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before the core's: its writer pool, broker and hub
 		srv.Close()
 		e.mu.Lock()
 		for c := range e.conns {
@@ -197,7 +115,6 @@ func newEnv(t *testing.T, o envOptions) *testEnv {
 		}
 		e.mu.Unlock()
 		e.runs.Wait()
-		e.env.Writers.Stop()
 		e.client.CloseIdleConnections()
 	})
 	return e

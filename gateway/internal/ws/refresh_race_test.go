@@ -1,4 +1,4 @@
-package gateway
+package ws_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // slowAuthorizer delays the decision for one channel, to hold a subscribe
 // in authorization while the client refreshes its token.
 type slowAuthorizer struct {
-	inner   Authorizer
+	inner   authorizer
 	channel string
 	delay   time.Duration
 	entered chan struct{} // receives once per delayed decision
@@ -39,8 +39,8 @@ func (a slowAuthorizer) Authorize(ctx context.Context, r subscriptions.Request) 
 // over to a subscription that would then never be checked again.
 func TestWSRefreshDuringSubscribe(t *testing.T) {
 	entered := make(chan struct{}, 1)
-	e := newEnv(t, envOptions{deps: func(d *Deps) {
-		d.Authorizer = slowAuthorizer{inner: d.Authorizer, channel: "secret/x", delay: 300 * time.Millisecond, entered: entered}
+	e := newEnv(t, envOptions{authz: func(a authorizer) authorizer {
+		return slowAuthorizer{inner: a, channel: "secret/x", delay: 300 * time.Millisecond, entered: entered}
 	}})
 	c := e.dialWS(wstest.DialOpts{})
 	c.Connect(e.wsToken("u1", []string{"secret/**", "orders/*"}, nil))

@@ -1,4 +1,4 @@
-package gateway
+package ws_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/subscriptions"
@@ -17,7 +18,7 @@ import (
 // heldRecoverer holds the first Recover of one channel until released,
 // keeping the connection's writer busy in that subscription.
 type heldRecoverer struct {
-	Recoverer
+	session.History
 	channel string
 	entered chan struct{} // closed when the held Recover began
 	release chan struct{} // closed by the test
@@ -37,17 +38,13 @@ func (h *heldRecoverer) Recover(ctx context.Context, key fanout.Key, since fanou
 			}
 		}
 	}
-	return h.Recoverer.Recover(ctx, key, since, limit)
-}
-
-func (h *heldRecoverer) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
-	return h.Recoverer.(publisher).Publish(ctx, msg)
+	return h.History.Recover(ctx, key, since, limit)
 }
 
 // decisionLog records every authorization decision made: the channel
 // and the grants of the token it was decided with.
 type decisionLog struct {
-	inner Authorizer
+	inner authorizer
 	mu    sync.Mutex
 	log   []string
 }
@@ -94,12 +91,16 @@ func TestWSRefreshCoversSubscriptionsInFlight(t *testing.T) {
 func refreshInFlight(t *testing.T) bool {
 	held := &heldRecoverer{channel: "rooms/x", entered: make(chan struct{}), release: make(chan struct{})}
 	decisions := &decisionLog{}
-	e := newEnv(t, envOptions{deps: func(d *Deps) {
-		held.Recoverer = d.Broker
-		d.Broker = held
-		decisions.inner = d.Authorizer
-		d.Authorizer = decisions
-	}})
+	e := newEnv(t, envOptions{
+		recoverer: func(r session.History) session.History {
+			held.History = r
+			return held
+		},
+		authz: func(a authorizer) authorizer {
+			decisions.inner = a
+			return decisions
+		},
+	})
 	released := false
 	defer func() {
 		if !released {

@@ -1,0 +1,121 @@
+// Package sessiontest builds the connection core's Env (internal/session)
+// for the tests of the transports: over an in-memory broker and hub of its
+// own, with counters nothing registers, stopped when the test ends. It is
+// for tests only.
+package sessiontest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/internal/ratelog"
+)
+
+// Core is a connection core of a test's own.
+type Core struct {
+	Env    *session.Env
+	Broker *fanout.MemoryBroker
+	Hub    *fanout.Hub
+}
+
+// Options configure New.
+type Options struct {
+	// Bounds are the connections' bounds; zero fields take the server's
+	// defaults (gateway.Config's), and HistorySize and HistoryTTL those of
+	// the broker.
+	Bounds     session.Bounds
+	History    int           // the broker's HistorySize; 0: its default
+	HistoryTTL time.Duration // the broker's HistoryTTL; 0: its default
+	// Recoverer wraps what the core recovers from (the broker).
+	Recoverer func(session.History) session.History
+	// QueueLimit counts connections closed as slow; nil: a counter of
+	// its own.
+	QueueLimit prometheus.Counter
+}
+
+// New returns a core for o; its writer pool, broker and hub stop when tb
+// ends, after whatever the test registered to run at its end before.
+func New(tb testing.TB, o Options) *Core {
+	tb.Helper()
+	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.History, HistoryTTL: o.HistoryTTL})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := broker.Start(context.Background(), hub); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(broker.Stop)
+	b := Defaults(o.Bounds)
+	if b.HistorySize == 0 {
+		b.HistorySize = o.History
+	}
+	if b.HistoryTTL == 0 {
+		b.HistoryTTL = o.HistoryTTL
+	}
+	var history session.History = broker
+	if o.Recoverer != nil {
+		history = o.Recoverer(broker)
+	}
+	vec := func(name string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name}, labels)
+	}
+	counter := func(name string) prometheus.Counter { return prometheus.NewCounter(prometheus.CounterOpts{Name: name}) }
+	queueLimit := o.QueueLimit
+	if queueLimit == nil {
+		queueLimit = counter("herald_queue_limit_total")
+	}
+	env := &session.Env{
+		Bounds:  b,
+		Hub:     hub,
+		History: history,
+		Counters: session.Counters{
+			Deliveries:     vec("herald_deliveries_total", "transport"),
+			QueueDropped:   counter("herald_queue_dropped_total"),
+			CatchUps:       vec("herald_catchups_total", "transport"),
+			QueueLimit:     queueLimit,
+			SubsEnded:      vec("herald_subscriptions_ended_total", "transport", "reason"),
+			ReauthFailures: counter("herald_reauth_failures_total"),
+		},
+		Log:     ratelog.New(slog.New(slog.DiscardHandler), 10*time.Second, 20),
+		Writers: session.NewWriterPool(),
+	}
+	tb.Cleanup(env.Writers.Stop)
+	return &Core{Env: env, Broker: broker, Hub: hub}
+}
+
+// Defaults fills the zero fields of b with the server's defaults.
+func Defaults(b session.Bounds) session.Bounds {
+	setInt := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setDur := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setInt(&b.QueueMaxBytes, 1<<20)
+	setInt(&b.QueueMaxMessages, 1024)
+	setInt(&b.MaxSubscriptions, 128)
+	setInt(&b.MaxMessageSize, ws.DefaultMaxMessageSize)
+	setInt(&b.MaxInflight, 16)
+	setDur(&b.HeartbeatInterval, 15*time.Second)
+	setDur(&b.WriteTimeout, 10*time.Second)
+	setDur(&b.ConnectTimeout, 10*time.Second)
+	setDur(&b.ClientTimeout, 60*time.Second)
+	setDur(&b.RefreshAhead, 60*time.Second)
+	setDur(&b.ExpiryGrace, 5*time.Second)
+	return b
+}
