@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/sessiontest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
@@ -268,7 +269,7 @@ func (e *testEnv) refused(r request, status int, code string) string {
 // publish publishes one message and returns its publication.
 func (e *testEnv) publish(tenant, channel string, data string) fanout.Publication {
 	e.t.Helper()
-	return testenv.Publish(e.t, e.broker, tenant, channel, data)
+	return sessiontest.Publish(e.t, e.broker, tenant, channel, data)
 }
 
 // counter reads the value of one counter or gauge series.

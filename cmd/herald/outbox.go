@@ -81,15 +81,23 @@ func newOutboxSettings(sub string, stderr io.Writer) (*settings, *outboxCommon) 
 	return st, c
 }
 
-// parse parses args and refuses positional arguments.
-func (c *outboxCommon) parse(st *settings, args []string) error {
-	if err := st.parse(args); err != nil {
-		return err
+// start parses args, refusing positional arguments, and checks what they
+// say with check (nil: nothing to check); then it opens the configured
+// store (open) and returns its Admin and the function that closes it. A
+// usage error is reported before the store is opened.
+func (c *outboxCommon) start(ctx context.Context, args []string, stderr io.Writer, check func() error) (outboxfeed.Admin, func(), error) {
+	if err := c.st.parse(args); err != nil {
+		return nil, nil, err
 	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
+	if c.st.fs.NArg() > 0 {
+		return nil, nil, fmt.Errorf("%w: unexpected argument %q", errUsage, c.st.fs.Arg(0))
 	}
-	return nil
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return c.open(ctx, stderr)
 }
 
 // open connects to the configured store and returns its Admin. It never
@@ -166,10 +174,7 @@ func runOutboxStats(ctx context.Context, args []string, stdout, stderr io.Writer
 	st, c := newOutboxSettings("stats", stderr)
 	var asJSON bool
 	st.Bool(&asJSON, "json", false, "print JSON instead of tables")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
+	a, closeStore, err := c.start(ctx, args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -259,22 +264,21 @@ func runOutboxList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	st.Int(&f.Limit, "limit", 50, fmt.Sprintf("records per page (1–%d)", outboxfeed.MaxListLimit))
 	st.Int(&after, "after", 0, "page cursor: list records after this seq (printed at the end of a full page)")
 	st.Bool(&asJSON, "json", false, "print one JSON object per record")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	now := time.Now()
-	var err error
-	if f.Since, err = parseWhen("--since", since, now); err != nil {
-		return err
-	}
-	if f.Until, err = parseWhen("--until", until, now); err != nil {
-		return err
-	}
-	f.After = int64(after)
-	if f.Limit < 1 {
-		return fmt.Errorf("%w: --limit %d: must be at least 1", errUsage, f.Limit)
-	}
-	a, closeStore, err := c.open(ctx, stderr)
+	a, closeStore, err := c.start(ctx, args, stderr, func() error {
+		now := time.Now()
+		var err error
+		if f.Since, err = parseWhen("--since", since, now); err != nil {
+			return err
+		}
+		if f.Until, err = parseWhen("--until", until, now); err != nil {
+			return err
+		}
+		f.After = int64(after)
+		if f.Limit < 1 {
+			return fmt.Errorf("%w: --limit %d: must be at least 1", errUsage, f.Limit)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -351,28 +355,27 @@ func runOutboxReplay(ctx context.Context, args []string, stdout, stderr io.Write
 	st.String(&r.Actor, "actor", "", "who is replaying, recorded in outbox_replay (required)")
 	st.String(&r.Reason, "reason", "", "why, e.g. an incident or change id, recorded in outbox_replay (required)")
 	st.Int(&r.Limit, "limit", 0, "replay at most this many records; 0 = every one selected")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	switch {
-	case strings.TrimSpace(r.Actor) == "":
-		return fmt.Errorf("%w: --actor is required: who is replaying (it is recorded in outbox_replay with each record)", errUsage)
-	case strings.TrimSpace(r.Reason) == "":
-		return fmt.Errorf("%w: --reason is required: why these records are replayed (it is recorded in outbox_replay with each record)", errUsage)
-	case len(r.IDs) == 0 && r.Type == "" && since == "" && until == "":
-		return fmt.Errorf("%w: select the dead letters to replay with --id, --type, --since or --until", errUsage)
-	case r.Limit < 0:
-		return fmt.Errorf("%w: --limit %d: must not be negative", errUsage, r.Limit)
-	}
-	now := time.Now()
-	var err error
-	if r.Since, err = parseWhen("--since", since, now); err != nil {
-		return err
-	}
-	if r.Until, err = parseWhen("--until", until, now); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
+	a, closeStore, err := c.start(ctx, args, stderr, func() error {
+		switch {
+		case strings.TrimSpace(r.Actor) == "":
+			return fmt.Errorf("%w: --actor is required: who is replaying (it is recorded in outbox_replay with each record)", errUsage)
+		case strings.TrimSpace(r.Reason) == "":
+			return fmt.Errorf("%w: --reason is required: why these records are replayed (it is recorded in outbox_replay with each record)", errUsage)
+		case len(r.IDs) == 0 && r.Type == "" && since == "" && until == "":
+			return fmt.Errorf("%w: select the dead letters to replay with --id, --type, --since or --until", errUsage)
+		case r.Limit < 0:
+			return fmt.Errorf("%w: --limit %d: must not be negative", errUsage, r.Limit)
+		}
+		now := time.Now()
+		var err error
+		if r.Since, err = parseWhen("--since", since, now); err != nil {
+			return err
+		}
+		if r.Until, err = parseWhen("--until", until, now); err != nil {
+			return err
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -403,20 +406,19 @@ func runOutboxPurge(ctx context.Context, args []string, stdout, stderr io.Writer
 	st.Int(&r.SchemaVersion, "schema-version", 0, "with --type: only this schema version; 0 = any")
 	st.Bool(&r.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	st.Int(&r.BatchSize, "batch-size", 1000, "records deleted per transaction")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	switch {
-	case r.State == "":
-		return fmt.Errorf("%w: --state is required: dispatched or dead_letter", errUsage)
-	case olderThan == "":
-		return fmt.Errorf("%w: --older-than is required, e.g. 7d (0s purges every %s record)", errUsage, r.State)
-	}
-	var err error
-	if r.OlderThan, err = parseAge("--older-than", olderThan); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
+	a, closeStore, err := c.start(ctx, args, stderr, func() error {
+		switch {
+		case r.State == "":
+			return fmt.Errorf("%w: --state is required: dispatched or dead_letter", errUsage)
+		case olderThan == "":
+			return fmt.Errorf("%w: --older-than is required, e.g. 7d (0s purges every %s record)", errUsage, r.State)
+		}
+		var err error
+		if r.OlderThan, err = parseAge("--older-than", olderThan); err != nil {
+			return err
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -455,10 +457,7 @@ func runOutboxPartitions(ctx context.Context, args []string, stdout, stderr io.W
 	var asJSON bool
 	st.Int(&set, "set", 0, "change the number of partitions to this (PostgreSQL; keeps each channel's order, see docs/delivery.md)")
 	st.Bool(&asJSON, "json", false, "print JSON instead of a table")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
+	a, closeStore, err := c.start(ctx, args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -490,11 +489,8 @@ func runOutboxPartitions(ctx context.Context, args []string, stdout, stderr io.W
 // runOutboxResetAfterRestore: see outboxfeed.Admin.ResetAfterRestore and
 // docs/runbooks/store-outage.md.
 func runOutboxResetAfterRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	st, c := newOutboxSettings("reset-after-restore", stderr)
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
+	_, c := newOutboxSettings("reset-after-restore", stderr)
+	a, closeStore, err := c.start(ctx, args, stderr, nil)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ package sessiontest
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -118,4 +120,26 @@ func Defaults(b session.Bounds) session.Bounds {
 	setDur(&b.RefreshAhead, 60*time.Second)
 	setDur(&b.ExpiryGrace, 5*time.Second)
 	return b
+}
+
+// Publisher is a broker that takes publications (fanout.Broker).
+type Publisher interface {
+	Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error)
+}
+
+// Publish publishes data, a JSON value, on channel of tenant as an
+// "order.updated" message of schema version 1.
+func Publish(tb testing.TB, b Publisher, tenant, channel string, data string) fanout.Publication {
+	tb.Helper()
+	p, err := b.Publish(context.Background(), fanout.Message{
+		ID:            fmt.Sprintf("m-%d", time.Now().UnixNano()),
+		Key:           fanout.Key{Tenant: tenant, Channel: channel},
+		Type:          "order.updated",
+		SchemaVersion: 1,
+		Data:          json.RawMessage(data),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

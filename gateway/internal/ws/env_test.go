@@ -230,7 +230,7 @@ func mintClaims(sub, tenant string, exp time.Time, subscribe, publish []string, 
 // publish publishes data on the channel of tenant through the broker.
 func (e *testEnv) publish(tenant, channel string, data string) fanout.Publication {
 	e.t.Helper()
-	return testenv.Publish(e.t, e.broker, tenant, channel, data)
+	return sessiontest.Publish(e.t, e.broker, tenant, channel, data)
 }
 
 // counter reads the value of one counter series.
