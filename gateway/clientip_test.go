@@ -315,28 +315,8 @@ func (e *testEnv) doWith(r request, headers ...string) (*http.Response, context.
 	if r.path == "" {
 		r.path = "/v1/sse"
 	}
-	u := e.base + r.path
-	if len(r.query) > 0 {
-		u += "?" + r.query.Encode()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		cancel()
-		e.t.Fatal(err)
-	}
-	if r.bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+r.bearer)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		cancel()
-		e.t.Fatalf("GET %s: %v", r.path, err)
-	}
-	return resp, cancel
+	r.headers = headers
+	return e.do(r)
 }
 
 // waitLog waits up to 5s for a line of the server's logs holding msg and

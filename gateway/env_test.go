@@ -102,14 +102,7 @@ func startTestServer(tb testing.TB, o envOptions) *testEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := broker.Start(context.Background(), hub); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(broker.Stop)
+	hub := sessiontest.StartHub(tb, broker)
 
 	logs := &syncBuffer{}
 	reg := prometheus.NewRegistry()
@@ -174,6 +167,7 @@ type request struct {
 	authorization string
 	cookie        string
 	lastID        string
+	headers       []string // more header pairs: name, value, ...
 }
 
 func (e *testEnv) do(r request) (*http.Response, context.CancelFunc) {
@@ -199,6 +193,9 @@ func (e *testEnv) do(r request) (*http.Response, context.CancelFunc) {
 	}
 	if r.lastID != "" {
 		req.Header.Set("Last-Event-ID", r.lastID)
+	}
+	for i := 0; i+1 < len(r.headers); i += 2 {
+		req.Header.Add(r.headers[i], r.headers[i+1])
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {

@@ -50,14 +50,7 @@ func New(tb testing.TB, o Options) *Core {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := broker.Start(context.Background(), hub); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(broker.Stop)
+	hub := StartHub(tb, broker)
 	b := Defaults(o.Bounds)
 	if b.HistorySize == 0 {
 		b.HistorySize = o.History
@@ -69,31 +62,48 @@ func New(tb testing.TB, o Options) *Core {
 	if o.Recoverer != nil {
 		history = o.Recoverer(broker)
 	}
-	vec := func(name string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name}, labels)
-	}
-	counter := func(name string) prometheus.Counter { return prometheus.NewCounter(prometheus.CounterOpts{Name: name}) }
 	queueLimit := o.QueueLimit
 	if queueLimit == nil {
-		queueLimit = counter("herald_queue_limit_total")
+		queueLimit = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_queue_limit_total"})
 	}
 	env := &session.Env{
-		Bounds:  b,
-		Hub:     hub,
-		History: history,
-		Counters: session.Counters{
-			Deliveries:     vec("herald_deliveries_total", "transport"),
-			QueueDropped:   counter("herald_queue_dropped_total"),
-			CatchUps:       vec("herald_catchups_total", "transport"),
-			QueueLimit:     queueLimit,
-			SubsEnded:      vec("herald_subscriptions_ended_total", "transport", "reason"),
-			ReauthFailures: counter("herald_reauth_failures_total"),
-		},
-		Log:     ratelog.New(slog.New(slog.DiscardHandler), 10*time.Second, 20),
-		Writers: session.NewWriterPool(),
+		Bounds:   b,
+		Hub:      hub,
+		History:  history,
+		Counters: counters(queueLimit),
+		Log:      ratelog.New(slog.New(slog.DiscardHandler), 10*time.Second, 20),
+		Writers:  session.NewWriterPool(),
 	}
 	tb.Cleanup(env.Writers.Stop)
 	return &Core{Env: env, Broker: broker, Hub: hub}
+}
+
+// counters are the core's counters, registered nowhere, with queueLimit.
+func counters(queueLimit prometheus.Counter) session.Counters {
+	opts := func(name string) prometheus.CounterOpts { return prometheus.CounterOpts{Name: name} }
+	return session.Counters{
+		Deliveries:     prometheus.NewCounterVec(opts("herald_deliveries_total"), []string{"transport"}),
+		QueueDropped:   prometheus.NewCounter(opts("herald_queue_dropped_total")),
+		CatchUps:       prometheus.NewCounterVec(opts("herald_catchups_total"), []string{"transport"}),
+		QueueLimit:     queueLimit,
+		SubsEnded:      prometheus.NewCounterVec(opts("herald_subscriptions_ended_total"), []string{"transport", "reason"}),
+		ReauthFailures: prometheus.NewCounter(opts("herald_reauth_failures_total")),
+	}
+}
+
+// StartHub starts broker with a hub of its own, which it returns; the
+// broker stops when tb ends.
+func StartHub(tb testing.TB, broker fanout.Broker) *fanout.Hub {
+	tb.Helper()
+	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := broker.Start(context.Background(), hub); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(broker.Stop)
+	return hub
 }
 
 // Defaults fills the zero fields of b with the server's defaults.

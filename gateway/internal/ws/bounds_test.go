@@ -14,6 +14,7 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/gateway/internal/wstest"
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // TestWSMessageTooBig: a message over MaxMessageSize closes with
@@ -40,7 +41,7 @@ func TestWSMessageTooBig(t *testing.T) {
 			if d.Reconnect || !strings.Contains(d.Message, strconv.Itoa(max)) {
 				t.Fatalf("disconnect %+v", d)
 			}
-			if n := e.counter(e.limits.WithLabelValues(session.LimitMessageSize)); n != 1 {
+			if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitMessageSize)); n != 1 {
 				t.Fatalf("herald_limit_rejections_total{message_size} = %v", n)
 			}
 			// A much larger one (many frames' worth) is cut off the same way.
@@ -98,7 +99,7 @@ func TestWSClientTimeout(t *testing.T) {
 	close(done)
 	wg.Wait()
 	live.OK(live.Request(ws.OpPing, nil), nil)
-	if n := e.counter(e.limits.WithLabelValues(session.LimitClientTimeout)); n != 1 {
+	if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitClientTimeout)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{client_timeout} = %v", n)
 	}
 }
@@ -112,7 +113,7 @@ func TestWSConnectTimeout(t *testing.T) {
 	if !strings.Contains(d.Message, "connect") {
 		t.Fatalf("disconnect %+v", d)
 	}
-	if n := e.counter(e.limits.WithLabelValues(session.LimitConnectTimeout)); n != 1 {
+	if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitConnectTimeout)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{connect_timeout} = %v", n)
 	}
 	e.connected("orders/*").Subscribe("orders/1", nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/gateway/internal/wstest"
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // TestWSCloseCodeTable: every Reason has a close code in the range that
@@ -65,7 +66,7 @@ func TestWSOversizePublicationFromHistory(t *testing.T) {
 	if p := c.Pub(); p.Offset != 2 || string(p.Data) != `"small"` {
 		t.Fatalf("second publication: %+v", p)
 	}
-	if n := e.counter(e.env.Counters.CatchUps.WithLabelValues("ws")); n != 1 {
+	if n := testenv.MetricValue(t, e.env.Counters.CatchUps.WithLabelValues("ws")); n != 1 {
 		t.Fatalf("herald_catch_ups_total{ws} = %v, want 1", n)
 	}
 	if n := e.closedFor("slow"); n != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/gateway/internal/wstest"
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -71,7 +72,7 @@ func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
 	eventually(t, 5*time.Second, "the connection to end as client_closed", func() bool {
 		return e.closedFor("client_closed") == 1
 	})
-	if n := e.counter(e.requests.WithLabelValues(ws.OpSubscribe, "ok")); n != 1 {
+	if n := testenv.MetricValue(t, e.requests.WithLabelValues(ws.OpSubscribe, "ok")); n != 1 {
 		t.Fatalf("herald_ws_requests_total{subscribe,ok} = %v", n)
 	}
 }
@@ -138,10 +139,9 @@ func TestWSSubscriptionToken(t *testing.T) {
 	e := newEnv(t, envOptions{authz: func(authorizer) authorizer { return authz }})
 	c := e.connected() // no subscribe grant at all
 	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/42"}), ws.CodeForbidden)
-	subTok, err := mintClaims("u1", "acme", time.Now().Add(time.Hour), nil, nil, "docs/42")
-	if err != nil {
-		t.Fatal(err)
-	}
+	subTok := wstest.Mint(t, testSecret, auth.Claims{
+		Subject: "u1", Tenant: "acme", Channel: "docs/42", ExpiresAt: time.Now().Add(time.Hour),
+	})
 	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/43", "token": subTok}), ws.CodeForbidden)
 	c.OK(c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/42", "token": subTok}), nil)
 	pub := e.publish("acme", "docs/42", `"x"`)

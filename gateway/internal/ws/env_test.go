@@ -199,31 +199,19 @@ func (e *testEnv) dialWS(o wstest.DialOpts) *wstest.Client {
 
 // connected dials and connects with a token granting subscribe.
 func (e *testEnv) connected(subscribe ...string) *wstest.Client {
-	e.t.Helper()
-	c := e.dialWS(wstest.DialOpts{})
-	c.Connect(e.wsToken("u1", subscribe, nil))
-	return c
+	return e.dialWS(wstest.DialOpts{}).Connected(e.wsToken("u1", subscribe, nil))
 }
 
-// wsToken mints a connection token with subscribe and publish grants.
+// wsToken mints a connection token with subscribe and publish grants,
+// valid for an hour.
 func (e *testEnv) wsToken(sub string, subscribe, publish []string) string {
-	e.t.Helper()
 	return e.mint(sub, time.Now().Add(time.Hour), subscribe, publish)
 }
 
+// mint mints a connection token of tenant acme.
 func (e *testEnv) mint(sub string, exp time.Time, subscribe, publish []string) string {
-	e.t.Helper()
-	tok, err := mintClaims(sub, "acme", exp, subscribe, publish, "")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return tok
-}
-
-// mintClaims mints an HS256 token with testSecret.
-func mintClaims(sub, tenant string, exp time.Time, subscribe, publish []string, channel string) (string, error) {
-	return auth.MintHS256(testSecret, auth.Claims{
-		Subject: sub, Tenant: tenant, Subscribe: subscribe, Publish: publish, Channel: channel, ExpiresAt: exp,
+	return wstest.Mint(e.t, testSecret, auth.Claims{
+		Subject: sub, Tenant: "acme", Subscribe: subscribe, Publish: publish, ExpiresAt: exp,
 	})
 }
 
@@ -231,12 +219,6 @@ func mintClaims(sub, tenant string, exp time.Time, subscribe, publish []string, 
 func (e *testEnv) publish(tenant, channel string, data string) fanout.Publication {
 	e.t.Helper()
 	return sessiontest.Publish(e.t, e.broker, tenant, channel, data)
-}
-
-// counter reads the value of one counter series.
-func (e *testEnv) counter(m prometheus.Metric) float64 {
-	e.t.Helper()
-	return testenv.MetricValue(e.t, m)
 }
 
 // eventually polls cond until it holds, failing t after timeout.

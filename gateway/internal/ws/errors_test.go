@@ -2,7 +2,10 @@ package ws_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -108,7 +112,7 @@ func TestWSErrorReplies(t *testing.T) {
 	if p := c.Pub(); p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
-	if n := e.counter(e.requests.WithLabelValues("invalid", ws.CodeBadRequest)); n < 1 {
+	if n := testenv.MetricValue(t, e.requests.WithLabelValues("invalid", ws.CodeBadRequest)); n < 1 {
 		t.Fatalf("herald_ws_requests_total{invalid,bad_request} = %v", n)
 	}
 }
@@ -153,7 +157,7 @@ func TestWSTooManyRequests(t *testing.T) {
 		t.Fatalf("replies %v, want %d and %d", got, a, b)
 	}
 	c.Subscribe("orders/1", nil)
-	if n := e.counter(e.limits.WithLabelValues(session.LimitInflight)); n != 1 {
+	if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitInflight)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{inflight} = %v", n)
 	}
 }
@@ -172,7 +176,7 @@ func TestWSTooManySubscriptions(t *testing.T) {
 	if p := c.Pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
 		t.Fatalf("got %+v", p)
 	}
-	if n := e.counter(e.limits.WithLabelValues(session.LimitSubscriptions)); n != 1 {
+	if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitSubscriptions)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{subscriptions} = %v", n)
 	}
 }
@@ -193,4 +197,60 @@ func TestWSUnsubscribeWhileSubscribing(t *testing.T) {
 	close(authz.release)
 	c.OK(id, nil)
 	c.OK(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), nil)
+}
+
+// TestWSDuplicateInflightID: while a request is in flight (a subscribe
+// waiting for the authorization webhook), another request with its id is
+// refused with duplicate_id, whatever its op; the first one still gets its
+// own reply, after which the id may be used again.
+func TestWSDuplicateInflightID(t *testing.T) {
+	t.Parallel()
+	called, release := make(chan struct{}, 1), make(chan struct{})
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		called <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"allow": true, "ttl_seconds": 60})
+	}))
+	t.Cleanup(hook.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e := newEnv(t, envOptions{authz: webhook(t, hook.URL, time.Minute)})
+	c := e.connected("orders/*")
+
+	id := c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/1"})
+	<-called
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpPing})
+	if msg := c.Fails(id, ws.CodeDuplicateID).Message; !strings.Contains(msg, "in flight") {
+		t.Fatalf("message %q", msg)
+	}
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpSubscribe, "channel": "orders/1"})
+	c.Fails(id, ws.CodeDuplicateID)
+
+	close(release)
+	var res ws.SubscribeResult
+	c.OK(id, &res)
+	if res.Channel != "docs/1" {
+		t.Fatalf("reply to %d is for %q, want docs/1", id, res.Channel)
+	}
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpPing})
+	c.OK(id, nil)
+	if n := testenv.MetricValue(t, e.requests.WithLabelValues(ws.OpSubscribe, ws.CodeDuplicateID)); n != 1 {
+		t.Fatalf("herald_ws_requests_total{subscribe,duplicate_id} = %v", n)
+	}
+}
+
+// webhook returns an authorizer option: grants, then the authorization
+// webhook at url, answering within timeout.
+func webhook(t *testing.T, url string, timeout time.Duration) func(authorizer) authorizer {
+	authz, err := subscriptions.NewAuthorizer(subscriptions.Config{WebhookURL: url, WebhookTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(authorizer) authorizer { return authz }
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/gateway/internal/wstest"
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 func connectFrame(e *testEnv, id uint64) []byte {
@@ -123,7 +124,7 @@ func TestWSOversizeFrameHeader(t *testing.T) {
 			if d := c.DisconnectPush(); d.Ctl.Reason != session.ReasonMessageTooBig.Code {
 				t.Fatalf("disconnect %s", d.Raw)
 			}
-			if n := e.counter(e.limits.WithLabelValues(session.LimitMessageSize)); n != 1 {
+			if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitMessageSize)); n != 1 {
 				t.Fatalf("herald_limit_rejections_total{message_size} = %v", n)
 			}
 		})

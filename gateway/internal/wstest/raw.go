@@ -73,22 +73,8 @@ func (c *Raw) deadline() {
 
 // MaskedFrame encodes one masked client frame.
 func MaskedFrame(op byte, fin bool, payload []byte) []byte {
-	b := []byte{op}
-	if fin {
-		b[0] |= 0x80
-	}
-	switch n := len(payload); {
-	case n < 126:
-		b = append(b, 0x80|byte(n))
-	case n < 1<<16:
-		b = append(b, 0x80|126)
-		b = binary.BigEndian.AppendUint16(b, uint16(n))
-	default:
-		b = append(b, 0x80|127)
-		b = binary.BigEndian.AppendUint64(b, uint64(n))
-	}
-	key := [4]byte{0x37, 0xfa, 0x21, 0x3d}
-	b = append(b, key[:]...)
+	b := FrameHeader(op, fin, uint64(len(payload)))
+	key := b[len(b)-4:]
 	for i, x := range payload {
 		b = append(b, x^key[i%4])
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/testclient"
 )
@@ -263,6 +264,13 @@ func (c *Client) Connect(token string) ws.ConnectResult {
 	return res
 }
 
+// Connected sends connect with token, which must succeed, and returns c.
+func (c *Client) Connected(token string) *Client {
+	c.t.Helper()
+	c.Connect(token)
+	return c
+}
+
 // Subscribe subscribes to channel (resuming from since when given).
 func (c *Client) Subscribe(channel string, since *ws.Position) ws.SubscribeResult {
 	c.t.Helper()
@@ -330,4 +338,14 @@ func RefreshPush(t testing.TB, f Frame) ws.RefreshPush {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Mint mints c into an HS256 token with secret, failing t on error.
+func Mint(t testing.TB, secret []byte, c auth.Claims) string {
+	t.Helper()
+	tok, err := auth.MintHS256(secret, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }

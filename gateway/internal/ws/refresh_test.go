@@ -8,12 +8,117 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/subscriptions"
 )
+
+// expiryBounds are bounds with RefreshAhead ahead and ExpiryGrace grace.
+// There is no revalidation tick here: whatever happens at a token's
+// expiry is the connection's own timer.
+func expiryBounds(ahead, grace time.Duration) session.Bounds {
+	return session.Bounds{RefreshAhead: ahead, ExpiryGrace: grace}
+}
+
+// TestWSRefreshPushAtRefreshAhead: the refresh push leaves RefreshAhead
+// before exp, not at a revalidation tick (an hour away here).
+func TestWSRefreshPushAtRefreshAhead(t *testing.T) {
+	t.Parallel()
+	const ahead = 3 * time.Hour
+	e := newEnv(t, envOptions{bounds: expiryBounds(ahead, 5*time.Second)})
+	exp := time.Now().Add(ahead + time.Second).Truncate(time.Second).Add(time.Second)
+	tok := e.mint("u1", exp, []string{"orders/*"}, nil)
+	c := e.dialWS(wstest.DialOpts{})
+	if res := c.Connect(tok); res.ExpiresIn <= int64(ahead/time.Second) {
+		t.Fatalf("connect result %+v: expires_in ≤ RefreshAhead", res)
+	}
+	p := wstest.RefreshPush(t, c.NextFrame(time.Minute))
+	if left := time.Until(exp); left > ahead {
+		t.Fatalf("refresh pushed %s before exp, want within RefreshAhead (%s)", left, ahead)
+	}
+	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS > ahead.Milliseconds() || p.GraceMS != 5000 {
+		t.Fatalf("refresh push %+v", p)
+	}
+	c.OK(c.Request(ws.OpPing, nil), nil) // one push per token, and the connection goes on
+}
+
+// TestWSRefreshPushInsideGrace: a token already past its exp, accepted
+// inside ExpiryGrace, gets its refresh push right after the connect reply
+// and, not replaced, closes the connection with token_expired
+// ExpiryGrace after exp, on the connection's timer.
+func TestWSRefreshPushInsideGrace(t *testing.T) {
+	t.Parallel()
+	const grace = 8 * time.Second // the connect must land inside it, on a busy machine too
+	e := newEnv(t, envOptions{
+		bounds: expiryBounds(3*time.Hour, grace),
+		leeway: time.Minute, // the clock skew a deployment allows
+	})
+	exp := time.Now().Truncate(time.Second).Add(-time.Second)
+	tok, err := auth.MintHS256(testSecret, auth.Claims{Subject: "u1", Tenant: "acme", ExpiresAt: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.dialWS(wstest.DialOpts{})
+	if res := c.Connect(tok); res.ExpiresAt != exp.Unix() || res.ExpiresIn != 0 {
+		t.Fatalf("connect result %+v, want expires_at %d and expires_in 0", res, exp.Unix())
+	}
+	p := wstest.RefreshPush(t, c.NextFrame(time.Minute))
+	if p.ExpiresAt != exp.Unix() || p.ExpiresInMS != 0 || p.GraceMS != grace.Milliseconds() {
+		t.Fatalf("refresh push %+v", p)
+	}
+	c.ClosedWith(session.ReasonTokenExpired.Code, session.CloseTokenExpired)
+	if early := time.Until(exp.Add(grace)); early > 0 {
+		t.Fatalf("closed %s before exp + ExpiryGrace", early)
+	}
+}
+
+// slowAuthorizer delays the decision for one channel, to hold a subscribe
+// in authorization while the client refreshes its token.
+type slowAuthorizer struct {
+	inner   authorizer
+	channel string
+	delay   time.Duration
+	entered chan struct{} // receives once per delayed decision
+}
+
+func (a slowAuthorizer) Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error) {
+	if r.Channel == a.channel {
+		select {
+		case a.entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-time.After(a.delay):
+		case <-ctx.Done():
+			return subscriptions.Decision{}, ctx.Err()
+		}
+	}
+	return a.inner.Authorize(ctx, r)
+}
+
+// TestWSRefreshDuringSubscribe: a token refreshed while a subscribe is being
+// authorized decides that subscribe; the old token's grant does not carry
+// over to a subscription that would then never be checked again.
+func TestWSRefreshDuringSubscribe(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	e := newEnv(t, envOptions{authz: func(a authorizer) authorizer {
+		return slowAuthorizer{inner: a, channel: "secret/x", delay: 300 * time.Millisecond, entered: entered}
+	}})
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(e.wsToken("u1", []string{"secret/**", "orders/*"}, nil))
+	sub := c.Request(ws.OpSubscribe, map[string]any{"channel": "secret/x"})
+	select {
+	case <-entered: // the subscribe is being decided with the old token
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscribe never reached the authorizer")
+	}
+	ref := c.Request(ws.OpRefresh, map[string]any{"token": e.wsToken("u1", []string{"orders/*"}, nil)})
+	c.OK(ref, nil)
+	c.Fails(sub, ws.CodeForbidden)
+}
 
 // heldRecoverer holds the first Recover of one channel until released,
 // keeping the connection's writer busy in that subscription.
