@@ -16,6 +16,9 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
+	"github.com/heraldgw/herald/outboxfeed/sqlitestore"
+	"github.com/heraldgw/herald/outboxfeed/stage"
 )
 
 const testAdminToken = "ops-test-admin-token-0123456789"
@@ -37,10 +40,10 @@ func (x storeSource) OutboxStatus(ctx context.Context) (OutboxStatus, error) {
 
 // openSQLiteOutbox opens a migrated embedded outbox store, closed when the
 // test ends.
-func openSQLiteOutbox(t *testing.T) outboxfeed.Store {
+func openSQLiteOutbox(t *testing.T) *sqlitestore.Store {
 	t.Helper()
 	ctx := context.Background()
-	s, err := outboxfeed.Open(ctx, outboxfeed.Config{DatabaseURL: filepath.Join(t.TempDir(), "herald.db")})
+	s, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "herald.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +108,16 @@ func TestOpsStatus(t *testing.T) {
 	ctx := context.Background()
 	occurred := time.Now().Add(-90 * time.Second).UTC().Truncate(time.Millisecond)
 	for i, ch := range []string{"orders/1", "orders/2"} {
-		n := outboxfeed.Notification{TenantID: "acme", Channel: ch, Type: "order.updated", SchemaVersion: 1,
+		n := stage.Notification{TenantID: "acme", Channel: ch, Type: "order.updated", SchemaVersion: 1,
 			Payload: json.RawMessage(`{"n":1}`), OccurredAt: occurred.Add(time.Duration(i) * time.Second)}
-		if _, err := store.StageOne(ctx, n); err != nil {
+		tx, err := store.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stage.StageSQL(ctx, tx, stage.SQLite, n); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,7 +171,7 @@ func TestOpsStoreErrorShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.Path = "/herald_missing_" + testenv.Suffix()
-	store, err := outboxfeed.Open(context.Background(), outboxfeed.Config{DatabaseURL: u.String()})
+	store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: u.String()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/heraldgw/herald/outboxfeed/internal/rules"
 )
 
 // Admin is the operator's view of an outbox store: counts, listing,
@@ -242,11 +244,13 @@ func validState(s string) bool {
 	return false
 }
 
-func (f Filter) withDefaults() Filter {
+// Normalized is f with its defaults, or an error wrapping
+// ErrInvalidRequest that says what is wrong with it. Stores call it.
+func (f Filter) Normalized() (Filter, error) {
 	if f.Limit == 0 {
 		f.Limit = defaultListLimit
 	}
-	return f
+	return f, f.validate()
 }
 
 func (f Filter) validate() error {
@@ -265,11 +269,15 @@ func (f Filter) validate() error {
 	return nil
 }
 
-func (r ReplayRequest) withDefaults() ReplayRequest {
+// Normalized is r with its defaults and its ids in canonical form,
+// deduplicated, or an error wrapping ErrInvalidRequest. Stores call it.
+func (r ReplayRequest) Normalized() (ReplayRequest, error) {
 	if r.BatchSize == 0 {
 		r.BatchSize = defaultReplayBatch
 	}
-	return r
+	ids, err := r.validate()
+	r.IDs = ids
+	return r, err
 }
 
 // validate checks r and returns its ids in canonical form, deduplicated.
@@ -293,7 +301,7 @@ func (r ReplayRequest) validate() ([]string, error) {
 		return nil, invalid("since %v is not before until %v", r.Since, r.Until)
 	}
 	if r.Type != "" {
-		if err := ValidateType(r.Type); err != nil {
+		if err := rules.ValidateType(r.Type); err != nil {
 			return nil, invalid("%s", strings.TrimPrefix(err.Error(), "outboxfeed: "))
 		}
 	}
@@ -303,7 +311,7 @@ func (r ReplayRequest) validate() ([]string, error) {
 		if id == "" {
 			return nil, invalid("empty id")
 		}
-		c, err := canonicalID(id)
+		c, err := rules.ParseID(id)
 		if err != nil {
 			return nil, invalid("id %q is not a uuid", id)
 		}
@@ -315,11 +323,13 @@ func (r ReplayRequest) validate() ([]string, error) {
 	return ids, nil
 }
 
-func (r PurgeRequest) withDefaults() PurgeRequest {
+// Normalized is r with its defaults, or an error wrapping
+// ErrInvalidRequest. Stores call it.
+func (r PurgeRequest) Normalized() (PurgeRequest, error) {
 	if r.BatchSize == 0 {
 		r.BatchSize = defaultPurgeBatch
 	}
-	return r
+	return r, r.validate()
 }
 
 func (r PurgeRequest) validate() error {
@@ -336,175 +346,42 @@ func (r PurgeRequest) validate() error {
 		return invalid("schema version %d given without a type", r.SchemaVersion)
 	}
 	if r.Type != "" {
-		if err := ValidateType(r.Type); err != nil {
+		if err := rules.ValidateType(r.Type); err != nil {
 			return invalid("%s", strings.TrimPrefix(err.Error(), "outboxfeed: "))
 		}
 	}
 	return nil
 }
 
-// purgeColumn is the time column a purge of state measures age on (state
-// is validated, so this never sees user text).
-func purgeColumn(state string) string {
-	if state == StateDeadLetter {
-		return "dead_lettered_at"
-	}
-	return "dispatched_at"
+// MaxPartitions bounds the partition count.
+const MaxPartitions = 256
+
+// PartitionInfo is one partition's lease row, as operators see it.
+type PartitionInfo struct {
+	Partition int
+	// State is active, retiring (replaced by a new count, still drained),
+	// waiting (of the new count, until no partition is retiring) or retired.
+	State string
+	// Owner and ExpiresAt are the lease, empty when no Worker holds it.
+	Owner     string
+	ExpiresAt time.Time
+	Fence     int64
+	// Open says a batch was claimed and not completed yet.
+	Open bool
+	// Takeovers counts the consecutive claims taken over from a holder
+	// that never completed.
+	Takeovers int
+	// DoneAt is when the last batch completed; Batches how many did.
+	DoneAt  time.Time
+	Batches int64
 }
 
-// skips reports, for each requested id not replayed, why: looked up in
-// states (id → state; absent = no record). limited says the request's
-// Limit stopped the replay early.
-func skips(requested []string, replayed map[string]bool, states map[string]string, limited bool) []Skip {
-	var out []Skip
-	for _, id := range requested {
-		if replayed[id] {
-			continue
-		}
-		st, ok := states[id]
-		switch {
-		case !ok:
-			out = append(out, Skip{ID: id, Reason: "no such record"})
-		case st == StateDeadLetter && limited:
-			out = append(out, Skip{ID: id, State: st, Reason: "not reached: the replay limit was hit first"})
-		case st == StateDeadLetter:
-			out = append(out, Skip{ID: id, State: st, Reason: "dead letter outside the type or time range given"})
-		default:
-			out = append(out, Skip{ID: id, State: st, Reason: "state " + st + ": only dead_letter records are replayed"})
-		}
-	}
-	return out
-}
-
-// sqlArgs collects query arguments and hands out their placeholders:
-// $n for PostgreSQL, ? for SQLite (whose arguments must then be taken in
-// the order the placeholders appear in the text).
-type sqlArgs struct {
-	pg   bool
-	args []any
-}
-
-func (a *sqlArgs) add(v any) string {
-	a.args = append(a.args, v)
-	if a.pg {
-		return fmt.Sprintf("$%d", len(a.args))
-	}
-	return "?"
-}
-
-// selection is what List and Replay match on, besides the state.
-type selection struct {
-	ids           []string
-	typ           string
-	schemaVersion int
-	tenant        string
-	channel       string
-	since, until  time.Time
-}
-
-// terms renders s as SQL conditions, adding their arguments to a; ts
-// converts a time to the store's column type.
-func (s selection) terms(a *sqlArgs, ts func(time.Time) any) []string {
-	var out []string
-	if len(s.ids) > 0 {
-		if a.pg {
-			out = append(out, "id = ANY("+a.add(s.ids)+"::uuid[])")
-		} else {
-			out = append(out, "id IN (SELECT value FROM json_each("+a.add(jsonStrings(s.ids))+"))")
-		}
-	}
-	eq := func(col, v string) {
-		if v != "" {
-			out = append(out, col+" = "+a.add(v))
-		}
-	}
-	eq("type", s.typ)
-	if s.schemaVersion > 0 {
-		out = append(out, "schema_version = "+a.add(s.schemaVersion))
-	}
-	eq("tenant_id", s.tenant)
-	eq("channel", s.channel)
-	if !s.since.IsZero() {
-		out = append(out, "occurred_at >= "+a.add(ts(s.since)))
-	}
-	if !s.until.IsZero() {
-		out = append(out, "occurred_at < "+a.add(ts(s.until)))
-	}
-	return out
-}
-
-// stateTerm is the condition on a validated state name, written as
-// literals so the planner can use a partial index. The CHECK constraints
-// tie each state to its timestamps, so the added column terms change no
-// result; they name the predicates of the PostgreSQL indexes (unresolved,
-// dead letter, dispatched), which are not on state so that state changes
-// stay HOT updates.
-func stateTerm(state string) string {
-	t := "state = '" + state + "'"
-	switch state {
-	case StatePending, StateProcessing:
-		t += " AND dispatched_at IS NULL AND dead_lettered_at IS NULL"
-	case StateDeadLetter:
-		t += " AND dead_lettered_at IS NOT NULL"
-	case StateDispatched:
-		t += " AND dispatched_at IS NOT NULL"
-	}
-	return t
-}
-
-// replayer is what the shared Replay loop needs from a store's admin.
-type replayer interface {
-	// replayBatch moves up to n selected dead letters after seq `after`
-	// back to pending in one transaction, auditing each, and returns their
-	// ids and the last seq.
-	replayBatch(ctx context.Context, sel selection, actor, reason string, after int64, n int) ([]string, int64, error)
-	// states returns the state of each existing id.
-	states(ctx context.Context, ids []string) (map[string]string, error)
-	// wake tells Workers that records became pending.
-	wake()
-}
-
-// replay replays batch after batch, walking seq forward so a record that
-// is dead-lettered again meanwhile is not replayed twice by one call.
-func replay(ctx context.Context, a replayer, r ReplayRequest) (ReplayResult, error) {
-	r = r.withDefaults()
-	ids, err := r.validate()
-	if err != nil {
-		return ReplayResult{}, err
-	}
-	sel := selection{ids: ids, typ: r.Type, schemaVersion: r.SchemaVersion, since: r.Since, until: r.Until}
-	var res ReplayResult
-	var cursor int64
-	limited := false
-	for {
-		n := r.BatchSize
-		if r.Limit > 0 {
-			left := r.Limit - len(res.Replayed)
-			if left <= 0 {
-				limited = true
-				break
-			}
-			n = min(n, left)
-		}
-		got, last, err := a.replayBatch(ctx, sel, r.Actor, r.Reason, cursor, n)
-		if err != nil {
-			return res, fmt.Errorf("outboxfeed: replay (%d replayed before the error): %w", len(res.Replayed), err)
-		}
-		res.Replayed = append(res.Replayed, got...)
-		if len(got) < n {
-			break
-		}
-		cursor = last
-	}
-	if len(res.Replayed) > 0 {
-		a.wake()
-	}
-	if len(ids) > 0 {
-		states, err := a.states(ctx, ids)
-		if err != nil {
-			return res, fmt.Errorf("outboxfeed: replay: %w", err)
-		}
-		res.Skipped = skips(ids, setOf(res.Replayed), states, limited)
-	}
-	return res, nil
+// ResetResult says what ResetAfterRestore did.
+type ResetResult struct {
+	// Requeued counts the records put back in the retry queue (due at
+	// once): those not done by the old positions, and every record
+	// staged after the newest batch the old cluster logged.
+	Requeued int64
+	// Rewritten counts the records whose transaction id was rewritten.
+	Rewritten int64
 }

@@ -80,13 +80,11 @@ type Batch struct {
 	// Worker claims again at once.
 	More bool
 
-	durable bool // ClaimRequest.Durable of the claim
-	// rest is the rest of the range the claim read, in seq order, and
-	// runs those of a range too large to hold (PostgreSQL): a completion
-	// whose next claim is this partition's goes on with them under a
-	// renewed lease instead of reading the range again.
-	rest []Record
-	runs pgRuns
+	// Driver is the store's own state of the claim (PostgreSQL: the rest
+	// of the range it read, which a completion whose next claim is this
+	// partition's goes on with under a renewed lease). The Worker hands the
+	// batch back to Complete untouched.
+	Driver any
 }
 
 // OutcomeKind is what became of one record of a batch.
@@ -117,5 +115,5 @@ type Outcome struct {
 	Err   string        // OutcomeRetryLater, OutcomeDeadLettered: last_error
 }
 
-// keyOf is the key of the record's channel.
-func keyOf(r *Record) fanout.Key { return fanout.Key{Tenant: r.TenantID, Channel: r.Channel} }
+// Key is the record's channel.
+func (r *Record) Key() fanout.Key { return fanout.Key{Tenant: r.TenantID, Channel: r.Channel} }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/heraldgw/herald/outboxfeed/internal/rules"
+
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/names"
 )
@@ -79,19 +81,19 @@ func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
 	if err := names.ValidateChannel(r.Channel); err != nil {
 		return fanout.Message{}, fmt.Errorf("invalid channel: %v", err)
 	}
-	if err := ValidateType(r.Type); err != nil {
+	if err := rules.ValidateType(r.Type); err != nil {
 		return fanout.Message{}, err
 	}
 	if err := reg.Reader(r.Type, r.SchemaVersion); err != nil {
 		return fanout.Message{}, err
 	}
-	if len(r.Payload) == 0 || (!r.jsonPayload && !json.Valid(r.Payload)) {
+	if len(r.Payload) == 0 || (!r.PayloadIsJSON && !json.Valid(r.Payload)) {
 		return fanout.Message{}, errors.New("payload is not decodable JSON")
 	}
 	freshness := r.Freshness
 	if len(freshness) == 0 || isImmediate(freshness) {
 		freshness = fanout.ImmediateFreshness
-	} else if err := ValidateFreshness(freshness); err != nil {
+	} else if err := rules.ValidateFreshness(freshness); err != nil {
 		return fanout.Message{}, err
 	}
 	return fanout.Message{

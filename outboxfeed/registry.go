@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"sort"
+
+	"github.com/heraldgw/herald/outboxfeed/internal/rules"
 )
 
 // Registry lists the (type, schema_version) pairs this deployment can read,
@@ -45,7 +47,7 @@ func ParseRegistry(data []byte) (*Registry, error) {
 	}
 	r := &Registry{readers: make(map[string][]int, len(raw))}
 	for typ, entry := range raw {
-		if err := ValidateType(typ); err != nil {
+		if err := rules.ValidateType(typ); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidRegistry, err)
 		}
 		if entry.Versions == nil || len(*entry.Versions) == 0 {

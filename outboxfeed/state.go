@@ -2,7 +2,6 @@ package outboxfeed
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -95,14 +94,16 @@ type Record struct {
 	Fence         int64 // the fencing value of the latest claim
 	State         State
 
-	// jsonPayload says the store guarantees Payload is JSON (PostgreSQL's
-	// jsonb), so the Worker need not check it again.
-	jsonPayload bool
-	// queued is the record's row in the retry queue (0: read from the
-	// partition's position, no row anywhere but the outbox).
-	queued int64
-	// xid is the inserting transaction (PostgreSQL; 0 for queued records).
-	xid uint64
+	// PayloadIsJSON says the store guarantees Payload is JSON
+	// (PostgreSQL's jsonb), so the Worker need not check it again.
+	PayloadIsJSON bool
+	// Queued is the record's row in its partition's retry queue, set by
+	// the store (0: read from the partition's position, no row anywhere
+	// but the outbox).
+	Queued int64
+	// TxID is the transaction that staged it, where the store keeps one
+	// (PostgreSQL; 0 for queued records); for the store's own use.
+	TxID uint64
 }
 
 // Lease is what a Worker must present to update a claimed record.
@@ -113,46 +114,3 @@ type Lease struct {
 
 // Lease returns the record's id and current fence.
 func (r *Record) Lease() Lease { return Lease{ID: r.ID, Fence: r.Fence} }
-
-// stateColumns are a row's lifecycle columns, as read from either store.
-type stateColumns struct {
-	state          string
-	attempt        int
-	nextAttemptAt  time.Time
-	leaseOwner     *string
-	leaseExpiresAt *time.Time
-	fence          int64
-	lastError      *string
-	dispatchedAt   *time.Time
-	deadLetteredAt *time.Time
-}
-
-// toState builds the sealed state, refusing combinations the CHECK
-// constraints forbid.
-func (c *stateColumns) toState() (State, error) {
-	str := func(p *string) string {
-		if p == nil {
-			return ""
-		}
-		return *p
-	}
-	switch c.state {
-	case StatePending:
-		if c.leaseOwner == nil && c.leaseExpiresAt == nil && c.dispatchedAt == nil && c.deadLetteredAt == nil {
-			return Pending{Attempt: c.attempt, NextAttemptAt: c.nextAttemptAt, LastError: str(c.lastError)}, nil
-		}
-	case StateProcessing:
-		if c.leaseOwner != nil && c.leaseExpiresAt != nil && c.dispatchedAt == nil && c.deadLetteredAt == nil {
-			return Processing{LeaseOwner: *c.leaseOwner, LeaseExpiresAt: *c.leaseExpiresAt, Fence: c.fence, Attempt: c.attempt}, nil
-		}
-	case StateDispatched:
-		if c.dispatchedAt != nil && c.leaseOwner == nil && c.leaseExpiresAt == nil && c.deadLetteredAt == nil {
-			return Dispatched{At: *c.dispatchedAt, Attempt: c.attempt}, nil
-		}
-	case StateDeadLetter:
-		if c.deadLetteredAt != nil && c.lastError != nil && c.leaseOwner == nil && c.leaseExpiresAt == nil && c.dispatchedAt == nil {
-			return DeadLetter{Reason: *c.lastError, Attempts: c.attempt, At: *c.deadLetteredAt}, nil
-		}
-	}
-	return nil, fmt.Errorf("%w: state %q", ErrCorruptRecord, c.state)
-}

@@ -2,13 +2,13 @@ package outboxfeed
 
 import (
 	"context"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
-// Store is an outbox store: PostgreSQL (PGStore) or embedded SQLite
-// (SQLiteStore). Records are consumed per partition of the channel space,
+// Store is an outbox store: PostgreSQL (outboxfeed/pgstore) or embedded
+// SQLite (outboxfeed/sqlitestore); package storetest checks a store
+// against this contract. Producers stage records with package stage,
+// inside their own transactions. Records are consumed per partition of the channel space,
 // in batches, under a partition lease (owner, expiry, fence); every write
 // of a batch's outcome is conditional on that lease, so a Worker that lost
 // it changes nothing.
@@ -16,10 +16,6 @@ type Store interface {
 	// Migrate applies the schema migrations not yet applied; running it
 	// again is harmless.
 	Migrate(ctx context.Context) error
-	// StageOne stages n in a transaction of its own (for `herald publish`
-	// and tools; producers stage inside their business transaction with
-	// Stage or StageSQL). It returns the message id.
-	StageOne(ctx context.Context, n Notification) (string, error)
 	// Claim leases one partition to req.Owner and returns its next batch
 	// (see Batch). With AnyPartition it looks at the free partitions,
 	// longest idle first, and leases one that has work (PostgreSQL probes
@@ -67,22 +63,4 @@ type Stats struct {
 	// process clock for SQLite, which stamps records with it), so the
 	// oldest record's age does not depend on the reader's clock.
 	Now time.Time
-}
-
-// maxErrorLen bounds a stored last_error.
-const maxErrorLen = 2000
-
-// truncateError makes an error text storable: valid UTF-8 without NUL
-// bytes (PostgreSQL text refuses both), cut to maxErrorLen bytes on a rune
-// boundary.
-func truncateError(s string) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	cut := maxErrorLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

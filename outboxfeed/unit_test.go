@@ -4,14 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
-	"unsafe"
+
+	"github.com/heraldgw/herald/fanout"
 )
 
 func TestRegistry(t *testing.T) {
@@ -63,30 +63,6 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
-func TestBackoffBounds(t *testing.T) {
-	base, limit := 10*time.Millisecond, 80*time.Millisecond
-	for attempt := 1; attempt <= 12; attempt++ {
-		ceiling := expDelay(attempt, base, limit)
-		if want := min(limit, base<<(attempt-1)); ceiling != want {
-			t.Fatalf("expDelay(%d) = %v, want %v", attempt, ceiling, want)
-		}
-		for range 200 {
-			if d := retryDelay(attempt, base, limit); d < 0 || d > ceiling {
-				t.Fatalf("retryDelay(%d) = %v outside [0, %v]", attempt, d, ceiling)
-			}
-			if d := outageDelay(attempt, base, limit); d < ceiling/2 || d > ceiling {
-				t.Fatalf("outageDelay(%d) = %v outside [%v, %v]", attempt, d, ceiling/2, ceiling)
-			}
-		}
-	}
-	if d := expDelay(1000, time.Second, time.Minute); d != time.Minute {
-		t.Fatalf("large attempt = %v, want the cap", d)
-	}
-	if retryDelay(3, 0, 0) != 0 {
-		t.Fatal("zero base must give zero delay")
-	}
-}
-
 func TestToMessagePermanentFailures(t *testing.T) {
 	good := Record{ID: "id", TenantID: "acme", Channel: "orders/1", Type: "order.updated", SchemaVersion: 1,
 		Payload: json.RawMessage(`{"a":1}`), OccurredAt: time.Unix(100, 0)}
@@ -111,27 +87,6 @@ func TestToMessagePermanentFailures(t *testing.T) {
 		if _, err := toMessage(&r, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", name, err, c.want)
 		}
-	}
-}
-
-func TestStateColumnsRefuseImpossibleRows(t *testing.T) {
-	owner, msg := "w", "boom"
-	now := time.Now()
-	for name, c := range map[string]stateColumns{
-		"processing without lease": {state: StateProcessing},
-		"pending with lease":       {state: StatePending, leaseOwner: &owner, leaseExpiresAt: &now},
-		"dispatched without time":  {state: StateDispatched},
-		"dead letter no reason":    {state: StateDeadLetter, deadLetteredAt: &now},
-		"dead letter with lease":   {state: StateDeadLetter, deadLetteredAt: &now, lastError: &msg, leaseOwner: &owner},
-		"unknown":                  {state: "lost"},
-	} {
-		if s, err := c.toState(); !errors.Is(err, ErrCorruptRecord) {
-			t.Errorf("%s: toState = %#v, %v; want ErrCorruptRecord", name, s, err)
-		}
-	}
-	s, err := (&stateColumns{state: StateDeadLetter, deadLetteredAt: &now, lastError: &msg, attempt: 4}).toState()
-	if dl, ok := s.(DeadLetter); err != nil || !ok || dl.Reason != "boom" || dl.Attempts != 4 || dl.Name() != "dead_letter" {
-		t.Fatalf("dead letter = %#v, %v", s, err)
 	}
 }
 
@@ -170,12 +125,6 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := NewWorker(nil, nil, WorkerConfig{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("NewWorker(nil, nil) = %v", err)
 	}
-	if err := (Config{MaxConns: -1}).validate(); !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("store config: %v", err)
-	}
-	if !IsPostgresURL("postgresql://h/db") || !IsPostgresURL("postgres://h/db") || IsPostgresURL("herald.db") {
-		t.Fatal("IsPostgresURL")
-	}
 }
 
 func TestSettleContextOutlivesStopBriefly(t *testing.T) {
@@ -197,17 +146,6 @@ func TestSettleContextOutlivesStopBriefly(t *testing.T) {
 	defer done2()
 	if dl, ok := wctx2.Deadline(); !ok || time.Until(dl) < 59*time.Minute {
 		t.Fatalf("deadline = %v, want the lease deadline", dl)
-	}
-}
-
-func TestTruncateErrorKeepsTextStorable(t *testing.T) {
-	long := strings.Repeat("a", maxErrorLen-1) + "é tail"
-	got := truncateError(long)
-	if !utf8.ValidString(got) || len(got) > maxErrorLen+len("…") {
-		t.Fatalf("cut inside a rune or too long: %d bytes, valid %v", len(got), utf8.ValidString(got))
-	}
-	if got := truncateError("bad \xff byte and \x00 nul"); !utf8.ValidString(got) || strings.ContainsRune(got, 0) {
-		t.Fatalf("%q is not storable text", got)
 	}
 }
 
@@ -235,33 +173,6 @@ func TestSharedDeadlineRenewsAtHalfTime(t *testing.T) {
 	}
 }
 
-func TestInternedTextSharesEqualValues(t *testing.T) {
-	table := map[string]string{}
-	a, b := internedText{table: table}, internedText{table: table}
-	buf := []byte("acme")
-	if err := a.ScanBytes(buf); err != nil || !a.valid || a.s != "acme" {
-		t.Fatalf("scan = %q %v %v", a.s, a.valid, err)
-	}
-	copy(buf, "xxxx") // the driver reuses its memory
-	if a.s != "acme" {
-		t.Fatalf("the scanned string aliases the driver's memory: %q", a.s)
-	}
-	if err := b.ScanBytes([]byte("acme")); err != nil || unsafe.StringData(b.s) != unsafe.StringData(a.s) {
-		t.Fatal("an equal value was not shared")
-	}
-	if err := b.ScanBytes(nil); err != nil || b.valid || b.s != "" {
-		t.Fatalf("NULL scanned as %q valid=%v", b.s, b.valid)
-	}
-	for i := range 2 * maxInterned {
-		if err := a.ScanBytes([]byte(strconv.Itoa(i))); err != nil || a.s != strconv.Itoa(i) {
-			t.Fatalf("scan %d = %q, %v", i, a.s, err)
-		}
-	}
-	if len(table) > maxInterned {
-		t.Fatalf("the table grew to %d entries, bound %d", len(table), maxInterned)
-	}
-}
-
 func TestActivePollBacksOff(t *testing.T) {
 	base, idleAfter := 500*time.Microsecond, 50*time.Millisecond
 	want := []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond,
@@ -277,5 +188,29 @@ func TestActivePollBacksOff(t *testing.T) {
 	// A base above the cap is kept.
 	if got := activePoll(20*time.Millisecond, idleAfter, 3); got != 20*time.Millisecond {
 		t.Errorf("activePoll with a base above the cap = %v, want the base", got)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want failureClass
+	}{
+		{errors.New("dial tcp: connection refused"), failureOutage},
+		{context.DeadlineExceeded, failureOutage},
+		{Retryable(errors.New("busy")), failureRetry},
+		{fmt.Errorf("wrapped: %w", Retryable(errors.New("busy"))), failureRetry},
+		{Permanent(errors.New("gone")), failurePermanent},
+		{fmt.Errorf("fanout: publish: %w: data is not valid JSON", fanout.ErrInvalidMessage), failurePermanent},
+	} {
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("classify(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+	if Retryable(nil) != nil || Permanent(nil) != nil {
+		t.Fatal("wrapping nil must stay nil")
+	}
+	if err := Permanent(context.Canceled); !errors.Is(err, context.Canceled) || err.Error() != context.Canceled.Error() {
+		t.Fatalf("Permanent hides its cause: %v", err)
 	}
 }

@@ -3,11 +3,12 @@ package outboxfeed
 import (
 	"context"
 	"fmt"
-	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldgw/herald/internal/ratelog"
 
 	"github.com/heraldgw/herald/internal/lifecycle"
 )
@@ -34,20 +35,21 @@ type Worker struct {
 	// outage, so lanes backing off try at once.
 	recovered chan struct{}
 	// armable: the store has a wake-up trigger the lead lane arms while
-	// idle (wakeArmer), so a wake-up means a record was committed.
+	// idle (WakeArmer), so a wake-up means a record was committed.
 	armable bool
 }
 
-// wakeArmer is a Store whose Wakeups come from a trigger that the Worker
-// arms and disarms through ClaimRequest.Arm and Disarm (PGStore, unless
-// its trigger is disabled).
-type wakeArmer interface {
-	armsWakeups() bool
+// WakeArmer is a Store whose Wakeups come from a trigger that the Worker
+// arms and disarms through ClaimRequest.Arm and Disarm (the PostgreSQL
+// store, unless its trigger is disabled): the Worker then arms it while
+// idle, and disarms it while records flow.
+type WakeArmer interface {
+	ArmsWakeups() bool
 }
 
 func armsWakeups(s Store) bool {
-	a, ok := s.(wakeArmer)
-	return ok && a.armsWakeups()
+	a, ok := s.(WakeArmer)
+	return ok && a.ArmsWakeups()
 }
 
 // NewWorker builds a Worker over store that publishes through pub.
@@ -185,4 +187,12 @@ func (w *Worker) refreshStats(ctx context.Context) {
 		age = max(0, now.Sub(st.OldestPending).Seconds())
 	}
 	w.m.oldestAge.Set(age)
+}
+
+// signal wakes ch without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }

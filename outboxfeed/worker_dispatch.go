@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/internal/backoff"
+
 	"github.com/heraldgw/herald/fanout"
 )
 
@@ -95,8 +97,8 @@ func groupByChannel(recs []Record, blocked map[fanout.Key]struct{}, out []Outcom
 	index := make(map[fanout.Key]int, 64)
 	var groups [][]int
 	for i := range recs {
-		k := keyOf(&recs[i])
-		if _, ok := blocked[k]; ok && recs[i].queued == 0 {
+		k := recs[i].Key()
+		if _, ok := blocked[k]; ok && recs[i].Queued == 0 {
 			out[i] = Outcome{Kind: OutcomeHold}
 			continue
 		}
@@ -182,7 +184,7 @@ func (w *Worker) retryOutcome(r *Record, err error) Outcome {
 	case w.cfg.MaxAge > 0 && time.Since(r.OccurredAt) > w.cfg.MaxAge:
 		return Outcome{Kind: OutcomeDeadLettered, Err: fmt.Sprintf("gave up after %d attempts, older than %v: %v", attempt, w.cfg.MaxAge, err)}
 	}
-	return Outcome{Kind: OutcomeRetryLater, Err: err.Error(), Delay: retryDelay(attempt, w.cfg.RetryBaseDelay, w.cfg.RetryMaxDelay)}
+	return Outcome{Kind: OutcomeRetryLater, Err: err.Error(), Delay: backoff.Retry(attempt, w.cfg.RetryBaseDelay, w.cfg.RetryMaxDelay)}
 }
 
 // sharedDeadline is a publish deadline shared by the successive publishes

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/internal/backoff"
+
 	"github.com/heraldgw/herald/internal/wait"
 )
 
@@ -103,7 +105,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 			if err != nil {
 				storeFails++
 				w.setUnready(err)
-				w.waitKick(ctx, l, outageDelay(storeFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
+				w.waitKick(ctx, l, backoff.Outage(storeFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
 				continue
 			}
 			storeFails = 0
@@ -336,7 +338,7 @@ func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
 		w.log.Warn("broker unavailable; unpublished records keep their place, backing off", "err", err, "suppressed", suppressed)
 	}
 	l.brokerFails++
-	w.waitKick(ctx, l, outageDelay(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
+	w.waitKick(ctx, l, backoff.Outage(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
 }
 
 // probeLoop pings the store while it is unready, so readiness returns
@@ -389,7 +391,7 @@ func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(co
 		if ctx.Err() != nil {
 			return err
 		}
-		d := outageDelay(failures, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
+		d := backoff.Outage(failures, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
 		if left := time.Until(claimedAt.Add(w.cfg.LeaseDuration)); d > left/4 {
 			d = max(left/4, w.cfg.OutageBaseDelay)
 		}

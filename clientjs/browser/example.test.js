@@ -2,7 +2,9 @@
 // example app, app.mjs) in headless Chromium against a real Herald: it
 // renders the order list from the application's state, applies live
 // updates, and reloads the state after a gap (a Herald restart, with an
-// update lost while it was down).
+// update lost while it was down). The page only reads, so it runs on
+// Server-Sent Events with the SSE-only client: it never opens a WebSocket
+// and never loads the WebSocket code.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Herald, SECRET } from '../testutil/helpers.js';
@@ -34,6 +36,16 @@ test('example: the order list from state, live updates, a reload after a gap', a
   const page = await context.newPage();
   const problems = [];
   page.on('pageerror', (e) => problems.push(e.message));
+  const sockets = [];
+  page.on('websocket', (ws) => sockets.push(ws.url()));
+  const streams = [];
+  const modules = new Set();
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    if (u.origin !== h.url) return;
+    if (u.pathname === '/v1/sse') streams.push(r.resourceType());
+    if (u.pathname.startsWith('/client/')) modules.add(u.pathname.slice('/client/'.length));
+  });
   await page.goto(`${app.url}/`);
   const shows = (id, status) =>
     page.waitForFunction(([i, s]) => document.querySelector(`#order-${i} span`)?.textContent === s, [id, status], { timeout: 120_000 });
@@ -69,4 +81,11 @@ test('example: the order list from state, live updates, a reload after a gap', a
   }
   await shows('A-1', 'refunded');
   assert.deepEqual(problems, [], 'no script error in the page');
+
+  // All of it over SSE: the browser's own EventSource, a stream before
+  // the restart and one after; no WebSocket, no WebSocket code.
+  assert.deepEqual(sockets, [], 'the page opens no WebSocket');
+  assert.ok(streams.length >= 2 && streams.every((t) => t === 'eventsource'), `the page's streams: ${streams.join(', ')}`);
+  assert.ok(modules.has('sse.js') && modules.has('latest.js'), `modules loaded: ${[...modules].join(', ')}`);
+  for (const m of ['herald.js', 'ws.js', 'eventsource.js']) assert.ok(!modules.has(m), `the page loads ${m}: ${[...modules].join(', ')}`);
 });

@@ -9,9 +9,19 @@
 //      what is shown (latestWins: by order id, on its version).
 // An update older than the fetched state is dropped, one newer is
 // applied, and none is missed, whatever the order they come in.
+//
+// The page only reads: it never publishes, and its one channel is known
+// when it starts. So it loads the SSE-only client (/client/sse.js, no
+// WebSocket code) and latestWins on its own (/client/latest.js): one
+// Server-Sent Events stream, which passes every HTTP proxy, shares an
+// HTTP/2 connection with the page's other requests, and resumes from its
+// cursor after a reconnect (docs/transports.md says when to choose which).
 
 const config = await (await fetch('/api/config')).json();
-const { HeraldClient, latestWins } = await import(`${config.heraldUrl}/client/herald.js`);
+const [{ HeraldClient }, { latestWins }] = await Promise.all([
+  import(`${config.heraldUrl}/client/sse.js`),
+  import(`${config.heraldUrl}/client/latest.js`),
+]);
 
 const list = document.getElementById('orders');
 const status = document.getElementById('status');

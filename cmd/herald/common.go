@@ -12,9 +12,9 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
 
-	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // defaultDataDir is the default --data-dir.
@@ -40,7 +40,7 @@ func (s *storeSettings) check(from origin) error {
 		return nil
 	}
 	where := from.named("--database-url")
-	if !outboxfeed.IsPostgresURL(s.DatabaseURL) {
+	if !outboxdb.IsPostgresURL(s.DatabaseURL) {
 		return fmt.Errorf("config: %s %q is not a PostgreSQL URL: give postgres://USER@HOST:5432/DATABASE (or postgresql://…); "+
 			"for the embedded SQLite store leave --database-url empty and choose its directory with --data-dir",
 			where, redactURL(s.DatabaseURL))
@@ -60,7 +60,7 @@ func (s *storeSettings) url() string {
 }
 
 func (s *storeSettings) isPostgres() bool {
-	return outboxfeed.IsPostgresURL(s.DatabaseURL)
+	return outboxdb.IsPostgresURL(s.DatabaseURL)
 }
 
 // createDataDirFlag is the flag that lets publish and migrate create an

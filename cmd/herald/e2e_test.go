@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite"
 
@@ -92,12 +95,12 @@ func mint(t *testing.T, tenant, sub string, grants ...string) string {
 
 // stager stages notifications in the producer's own transaction.
 type stager interface {
-	stage(t *testing.T, n outboxfeed.Notification, commit bool) string
+	stage(t *testing.T, n stage.Notification, commit bool) string
 }
 
 type pgStager struct{ url string }
 
-func (p pgStager) stage(t *testing.T, n outboxfeed.Notification, commit bool) string {
+func (p pgStager) stage(t *testing.T, n stage.Notification, commit bool) string {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, p.url)
@@ -113,7 +116,7 @@ func (p pgStager) stage(t *testing.T, n outboxfeed.Notification, commit bool) st
 	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, status text)`); err != nil {
 		t.Fatal(err)
 	}
-	id, err := outboxfeed.Stage(ctx, tx, n)
+	id, err := stage.Stage(ctx, tx, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +133,7 @@ func (p pgStager) stage(t *testing.T, n outboxfeed.Notification, commit bool) st
 
 type sqliteStager struct{ path string }
 
-func (s sqliteStager) stage(t *testing.T, n outboxfeed.Notification, commit bool) string {
+func (s sqliteStager) stage(t *testing.T, n stage.Notification, commit bool) string {
 	t.Helper()
 	ctx := context.Background()
 	// A producer sharing the embedded store waits for Herald's short write
@@ -147,7 +150,7 @@ func (s sqliteStager) stage(t *testing.T, n outboxfeed.Notification, commit bool
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, status text)`); err != nil {
 		t.Fatal(err)
 	}
-	id, err := outboxfeed.StageSQL(ctx, tx, n)
+	id, err := stage.StageSQL(ctx, tx, stage.SQLite, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +169,7 @@ func (s sqliteStager) stage(t *testing.T, n outboxfeed.Notification, commit bool
 // return it: --database-url for PostgreSQL, --data-dir for the SQLite file
 // <dir>/herald.db.
 func storeArgs(dbURL string) []string {
-	if outboxfeed.IsPostgresURL(dbURL) {
+	if outboxdb.IsPostgresURL(dbURL) {
 		return []string{"--database-url", dbURL}
 	}
 	return []string{"--data-dir", filepath.Dir(dbURL)}
@@ -191,8 +194,8 @@ func storeCases() []storeCase {
 	}
 }
 
-func notification(tenant, channel string, data string) outboxfeed.Notification {
-	return outboxfeed.Notification{
+func notification(tenant, channel string, data string) stage.Notification {
+	return stage.Notification{
 		TenantID: tenant, Channel: channel, Type: "order.updated", SchemaVersion: 2,
 		Payload: json.RawMessage(data),
 	}
@@ -244,7 +247,7 @@ func TestCommittedRecordReachesSubscriber(t *testing.T) {
 			mine.expectQuiet(t, 500*time.Millisecond)  // the rolled-back record never comes
 			other.expectQuiet(t, 100*time.Millisecond) // globex's orders/1 is another channel
 
-			store, err := outboxfeed.Open(context.Background(), outboxfeed.Config{DatabaseURL: dbURL})
+			store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +304,7 @@ func TestResumeAfterReconnect(t *testing.T) {
 			for i := 2; i <= 4; i++ {
 				missed = append(missed, st.stage(t, notification("acme", "orders/7", `{"n":`+string(rune('0'+i))+`}`), true))
 			}
-			store, err := outboxfeed.Open(context.Background(), outboxfeed.Config{DatabaseURL: dbURL})
+			store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -166,7 +168,7 @@ func newRegistry() *prometheus.Registry {
 
 // openStore opens and migrates the outbox store.
 func openStore(ctx context.Context, s storeSettings, notifyTrigger bool, log *slog.Logger) (outboxfeed.Store, error) {
-	st, err := outboxfeed.Open(ctx, outboxfeed.Config{
+	st, err := outboxdb.Open(ctx, outboxdb.Config{
 		DatabaseURL: s.url(), DisableNotifyTrigger: !notifyTrigger, Logger: log,
 	})
 	if err != nil {

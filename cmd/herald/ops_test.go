@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldgw/herald/internal/testenv"
@@ -94,7 +96,7 @@ func TestServeOpsView(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
 	mustHerald(t, "migrate", "--log-level", "warn", "--database-url", dbURL)
 	st := pgStager{dbURL}
-	store, err := outboxfeed.Open(context.Background(), outboxfeed.Config{DatabaseURL: dbURL})
+	store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
@@ -116,7 +119,7 @@ func (c *outboxCommon) open(ctx context.Context, stderr io.Writer) (outboxfeed.A
 	c.st.logIgnored(log)
 	var s outboxfeed.Store
 	if c.store.isPostgres() {
-		s, err = outboxfeed.Open(ctx, outboxfeed.Config{DatabaseURL: c.store.url(), Logger: log})
+		s, err = outboxdb.Open(ctx, outboxdb.Config{DatabaseURL: c.store.url(), Logger: log})
 	} else {
 		if err := c.store.checkExisting(false, ""); err != nil {
 			return nil, nil, err
@@ -214,7 +217,7 @@ func runOutboxStats(ctx context.Context, args []string, stdout, stderr io.Writer
 		if len(s.Kinds) == 0 {
 			fmt.Fprint(stdout, " none")
 		}
-		for _, k := range []string{outboxfeed.KindNotification, outboxfeed.KindIntegrationEvent, outboxfeed.KindJourneyStepCommand, outboxfeed.KindProviderSideEffect} {
+		for _, k := range []string{stage.KindNotification, stage.KindIntegrationEvent, stage.KindJourneyStepCommand, stage.KindProviderSideEffect} {
 			if n, ok := s.Kinds[k]; ok {
 				fmt.Fprintf(stdout, " %s=%d", k, n)
 			}

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldgw/herald/outboxfeed"
@@ -149,13 +152,13 @@ func TestOutboxCommands(t *testing.T) {
 			dbURL, st := sc.setup(t)
 			db := storeArgs(dbURL)
 			mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
-			store, err := outboxfeed.Open(context.Background(), outboxfeed.Config{DatabaseURL: dbURL})
+			store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer store.Close()
 
-			v2 := func(ch, data string, occurred time.Time) outboxfeed.Notification {
+			v2 := func(ch, data string, occurred time.Time) stage.Notification {
 				n := notification("acme", ch, data) // order.updated v2
 				n.OccurredAt = occurred
 				return n
@@ -421,8 +424,8 @@ func TestOutboxResetAfterRestoreCommand(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			dbURL, _ := sc.setup(t)
-			db := []string{"--database-url", dbURL}
-			mustHerald(t, append([]string{"migrate", "--log-level", "warn"}, db...)...)
+			db := storeArgs(dbURL)
+			mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
 			code, _, errOut := herald(t, append([]string{"outbox", "reset-after-restore"}, db...)...)
 			if code != 2 || !strings.Contains(errOut, "nothing to reset") {
 				t.Fatalf("reset-after-restore on a store that was not restored: exit %d, %s", code, errOut)

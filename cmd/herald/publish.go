@@ -7,6 +7,12 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
+	"github.com/heraldgw/herald/outboxfeed/pgstore"
+	"github.com/heraldgw/herald/outboxfeed/sqlitestore"
+	"github.com/heraldgw/herald/outboxfeed/stage"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
@@ -16,7 +22,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var (
 		store               storeSettings
 		logs                logSettings
-		n                   outboxfeed.Notification
+		n                   stage.Notification
 		data, freshness, id string
 		create              bool
 	)
@@ -31,7 +37,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		st.String(&data, "data", "", "payload: any JSON value (required)")
 		st.String(&freshness, "freshness", "", `freshness object; empty = {"mode":"immediate"}`)
 		st.String(&id, "id", "", "message id (uuid); empty = generated")
-		st.String(&n.Kind, "kind", outboxfeed.KindNotification, "record kind")
+		st.String(&n.Kind, "kind", stage.KindNotification, "record kind")
 	})
 	if err := st.parse(args); err != nil {
 		return err
@@ -66,7 +72,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// ours to change here.
 	var s outboxfeed.Store
 	if store.isPostgres() {
-		s, err = outboxfeed.Open(ctx, outboxfeed.Config{DatabaseURL: store.url(), Logger: log})
+		s, err = outboxdb.Open(ctx, outboxdb.Config{DatabaseURL: store.url(), Logger: log})
 	} else {
 		s, err = openStore(ctx, store, false, log)
 	}
@@ -74,7 +80,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer s.Close()
-	got, err := s.StageOne(ctx, n)
+	got, err := stageOne(ctx, s, n)
 	if err != nil {
 		return err
 	}
@@ -87,4 +93,32 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	return nil
+}
+
+// stageOne stages n in a transaction of its own on the store's
+// connection, as a producer would, and wakes the Workers of this process
+// (none here; a node's are woken by the NOTIFY trigger, or poll).
+func stageOne(ctx context.Context, s outboxfeed.Store, n stage.Notification) (string, error) {
+	switch s := s.(type) {
+	case *pgstore.Store:
+		var id string
+		err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+			var err error
+			id, err = stage.Stage(ctx, tx, n)
+			return err
+		})
+		return id, err
+	case *sqlitestore.Store:
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return "", err
+		}
+		id, err := stage.StageSQL(ctx, tx, stage.SQLite, n)
+		if err != nil {
+			_ = tx.Rollback()
+			return "", err
+		}
+		return id, tx.Commit()
+	}
+	return "", fmt.Errorf("publish: cannot stage into a %T", s)
 }

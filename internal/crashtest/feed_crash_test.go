@@ -16,12 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 const (
@@ -356,7 +357,7 @@ func produceCrashRecords(ctx context.Context, pool *pgxpool.Pool, p int, log *st
 	total := perChannel * len(mine)
 	for i, size := 0, 1; i < total; size = size%4 + 1 {
 		var recs []stagedRecord
-		var ns []outboxfeed.Notification
+		var ns []stage.Notification
 		for ; len(recs) < size && i < total; i++ {
 			r, n := newRecord(mine[i%len(mine)], i/len(mine))
 			recs, ns = append(recs, r), append(ns, n)

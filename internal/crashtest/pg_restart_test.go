@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/internal/testenv"
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // serveBanner is the first line `herald serve` prints.
@@ -59,7 +60,7 @@ func startRestartProducer(t *testing.T, pool *pgxpool.Pool) *restartProducer {
 			}
 			rec, n := newRecord(restartChannels[i%len(restartChannels)], i)
 			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-			err := stageTx(sctx, pool, []outboxfeed.Notification{n})
+			err := stageTx(sctx, pool, []stage.Notification{n})
 			scancel()
 			p.mu.Lock()
 			if err == nil {
@@ -78,7 +79,7 @@ func startRestartProducer(t *testing.T, pool *pgxpool.Pool) *restartProducer {
 // burst stages n records in one transaction, outside the paced loop.
 func (p *restartProducer) burst(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	ids := make([]string, 0, n)
-	ns := make([]outboxfeed.Notification, 0, n)
+	ns := make([]stage.Notification, 0, n)
 	for i := range n {
 		rec, note := newRecord(restartChannels[i%len(restartChannels)], 1_000_000+i)
 		ids, ns = append(ids, rec.ID), append(ns, note)

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // stagedRecord is one record a producer staged, with its expected payload.
@@ -49,10 +49,10 @@ func (l *stagedLog) count() int {
 }
 
 // newRecord builds record seq of channel with a fresh id.
-func newRecord(channel string, seq int) (stagedRecord, outboxfeed.Notification) {
+func newRecord(channel string, seq int) (stagedRecord, stage.Notification) {
 	id := uuid.NewString()
 	payload := json.RawMessage(fmt.Sprintf(`{"channel": %q, "seq": %d}`, channel, seq))
-	return stagedRecord{ID: id, Channel: channel, Seq: seq, Payload: payload}, outboxfeed.Notification{
+	return stagedRecord{ID: id, Channel: channel, Seq: seq, Payload: payload}, stage.Notification{
 		ID: id, TenantID: testTenant, Channel: channel, Type: "crash.test", SchemaVersion: 1, Payload: payload,
 	}
 }
@@ -61,10 +61,10 @@ const testTenant = "acme"
 
 // stageTx stages recs in one transaction of the pool: the producers' path
 // (outboxfeed.Stage on the caller's pgx.Tx).
-func stageTx(ctx context.Context, pool *pgxpool.Pool, ns []outboxfeed.Notification) error {
+func stageTx(ctx context.Context, pool *pgxpool.Pool, ns []stage.Notification) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for _, n := range ns {
-			if _, err := outboxfeed.Stage(ctx, tx, n); err != nil {
+			if _, err := stage.Stage(ctx, tx, n); err != nil {
 				return err
 			}
 		}

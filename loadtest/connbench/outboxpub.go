@@ -8,10 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // outboxPublisher publishes as an application does: each publication is
@@ -166,7 +167,7 @@ func (p *outboxPublisher) stage(ctx context.Context, k int, b *stageBufs) {
 	} else {
 		want := p.messageID(k)
 		var id string
-		id, err = outboxfeed.Stage(ctx, tx, outboxfeed.Notification{
+		id, err = stage.Stage(ctx, tx, stage.Notification{
 			ID: want, TenantID: p.tenant, Channel: p.channels[c],
 			Type: "bench.tick", SchemaVersion: 1, Payload: b.data,
 		})

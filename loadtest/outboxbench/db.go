@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/heraldgw/herald/outboxfeed/pgstore"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // benchDB is the database the benchmark creates for itself.
@@ -25,8 +26,8 @@ func createDB(ctx context.Context, adminURL string) (*benchDB, error) {
 
 // openStore opens the outbox store on the bench database, migrated, with
 // the NOTIFY trigger installed or dropped.
-func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*outboxfeed.PGStore, error) {
-	s, err := outboxfeed.OpenPG(ctx, outboxfeed.Config{DatabaseURL: db.URL, DisableNotifyTrigger: !notifyTrigger})
+func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*pgstore.Store, error) {
+	s, err := pgstore.Open(ctx, pgstore.Config{URL: db.URL, DisableNotifyTrigger: !notifyTrigger})
 	if err != nil {
 		return nil, err
 	}

@@ -7,11 +7,12 @@ import (
 	"io"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // latencyResult is the outcome of the latency phase.
@@ -134,7 +135,7 @@ func pacedStage(ctx context.Context, pool *pgxpool.Pool, cfg config, total int) 
 
 // stageOneTimed stages record k in its own transaction and times the COMMIT.
 func stageOneTimed(ctx context.Context, pool *pgxpool.Pool, k, channels int) (commitMark, error) {
-	n := outboxfeed.Notification{
+	n := stage.Notification{
 		ID: uuid.NewString(), TenantID: benchTenant, Channel: channelName(k % channels),
 		Type: "bench.record", SchemaVersion: 1,
 		Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"note":"outbox benchmark record"}`, k)),
@@ -144,7 +145,7 @@ func stageOneTimed(ctx context.Context, pool *pgxpool.Pool, k, channels int) (co
 		return commitMark{}, fmt.Errorf("outboxbench: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
-	if _, err := outboxfeed.Stage(ctx, tx, n); err != nil {
+	if _, err := stage.Stage(ctx, tx, n); err != nil {
 		return commitMark{}, err
 	}
 	before := time.Now()

@@ -7,11 +7,12 @@ import (
 	"io"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // producerResult is one variant of the producer phase.
@@ -89,7 +90,7 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 // produceOne stages one record in its own transaction (not bound to the
 // run's deadline, so the last transaction completes) and times it.
 func produceOne(ctx context.Context, pool *pgxpool.Pool, w, k, channels int) (txTook, commitTook time.Duration, err error) {
-	n := outboxfeed.Notification{
+	n := stage.Notification{
 		ID: uuid.NewString(), TenantID: benchTenant, Channel: channelName((w*7919 + k) % channels),
 		Type: "bench.record", SchemaVersion: 1,
 		Payload: json.RawMessage(fmt.Sprintf(`{"producer":%d,"n":%d}`, w, k)),
@@ -100,7 +101,7 @@ func produceOne(ctx context.Context, pool *pgxpool.Pool, w, k, channels int) (tx
 		return 0, 0, fmt.Errorf("outboxbench: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
-	if _, err := outboxfeed.Stage(ctx, tx, n); err != nil {
+	if _, err := stage.Stage(ctx, tx, n); err != nil {
 		return 0, 0, err
 	}
 	before := time.Now()

@@ -13,7 +13,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // registers the database/sql driver "sqlite"
 
-	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/sqlitestore"
 	"github.com/heraldgw/herald/outboxfeed/stage"
 )
 
@@ -91,7 +91,7 @@ func ExampleStageSQL_sqlite() {
 	path := filepath.Join(dir, "herald.db")
 
 	// The schema: what `herald migrate` (or `herald serve`) creates.
-	store, err := outboxfeed.OpenSQLite(ctx, outboxfeed.Config{DatabaseURL: path})
+	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,10 +2,9 @@ package stage
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/heraldgw/herald/outboxfeed/internal/rules"
 
 	"github.com/heraldgw/herald/internal/names"
 )
@@ -19,7 +18,7 @@ const (
 )
 
 // MaxTypeLen bounds a notification type name.
-const MaxTypeLen = 128
+const MaxTypeLen = rules.MaxTypeLen
 
 // Notification is one record a producer stages.
 type Notification struct {
@@ -66,53 +65,17 @@ func (n *Notification) Validate() error {
 	return nil
 }
 
-// ValidateType checks a notification type name.
-func ValidateType(t string) error {
-	if t == "" || len(t) > MaxTypeLen {
-		return invalid("type must be 1–%d bytes", MaxTypeLen)
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return invalid("type %q: byte %q is not one of [a-z0-9_.-]", t, c)
-		}
-	}
-	return nil
-}
+// ValidateType checks a notification type name: 1–128 bytes of
+// [a-z0-9_.-].
+func ValidateType(t string) error { return rules.ValidateType(t) }
 
 // ValidateFreshness accepts {"mode":"immediate"} and
 // {"mode":"advisory","authority":"<record id>"}.
-func ValidateFreshness(raw json.RawMessage) error {
-	var f struct {
-		Mode      string  `json:"mode"`
-		Authority *string `json:"authority"`
-	}
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return invalid("freshness: %v", err)
-	}
-	switch f.Mode {
-	case "immediate":
-		return nil
-	case "advisory":
-		if f.Authority == nil || *f.Authority == "" {
-			return invalid("freshness: advisory mode needs an authority")
-		}
-		return nil
-	}
-	return invalid("freshness: mode %q: must be immediate or advisory", f.Mode)
-}
+func ValidateFreshness(raw json.RawMessage) error { return rules.ValidateFreshness(raw) }
 
 // ParseID checks that id is a message id (a uuid in its 36-character form)
 // and returns it in the canonical lower-case form the outbox stores.
-func ParseID(id string) (string, error) {
-	u, err := uuid.Parse(id)
-	if err != nil || len(id) != 36 {
-		return "", invalid("id %q is not a uuid", id)
-	}
-	return u.String(), nil
-}
+func ParseID(id string) (string, error) { return rules.ParseID(id) }
 
 // invalid returns an error wrapping ErrInvalidNotification.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("stage: %w: "+format, append([]any{ErrInvalidNotification}, args...)...)
-}
+func invalid(format string, args ...any) error { return rules.Invalid(format, args...) }

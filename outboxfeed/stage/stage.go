@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/heraldgw/herald/outboxfeed/internal/rules"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -114,17 +115,9 @@ func stageSQLite(ctx context.Context, tx *sql.Tx, n Notification) (string, error
 	return id, nil
 }
 
-// NewID returns a new message id: a time-ordered (version 7) uuid. Records
-// staged together then sit side by side in the id index, which a random
-// uuid would scatter over the whole index (a page read and written per
-// record once the index outgrows memory).
-func NewID() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("stage: new id: %w", err)
-	}
-	return u.String(), nil
-}
+// NewID returns a new message id: a time-ordered (version 7) uuid, so
+// records staged together sit side by side in the id index.
+func NewID() (string, error) { return rules.NewID() }
 
 // newOrParsed returns id in canonical form, or a new id when it is empty.
 func newOrParsed(id string) (string, error) {

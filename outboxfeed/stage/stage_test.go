@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/outboxfeed/pgstore"
+	"github.com/heraldgw/herald/outboxfeed/sqlitestore"
+
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
@@ -38,11 +41,11 @@ type stageFn func(n stage.Notification) (string, error)
 
 const ordersDDL = `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`
 
-func pgStore(t *testing.T) (*outboxfeed.PGStore, string) {
+func pgStore(t *testing.T) (*pgstore.Store, string) {
 	t.Helper()
 	ctx := context.Background()
 	url := testenv.DatabaseURL(t)
-	s, err := outboxfeed.OpenPG(ctx, outboxfeed.Config{DatabaseURL: url})
+	s, err := pgstore.Open(ctx, pgstore.Config{URL: url})
 	testenv.Must(t, err, "open postgres store")
 	t.Cleanup(func() { _ = s.Close() })
 	testenv.Must(t, s.Migrate(ctx), "migrate")
@@ -129,7 +132,7 @@ func pgSQLBackend(t *testing.T) *backend {
 
 func sqliteBackend(t *testing.T) *backend {
 	ctx := context.Background()
-	s, err := outboxfeed.OpenSQLite(ctx, outboxfeed.Config{DatabaseURL: filepath.Join(t.TempDir(), "herald.db")})
+	s, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "herald.db")})
 	testenv.Must(t, err, "open sqlite store")
 	t.Cleanup(func() { _ = s.Close() })
 	testenv.Must(t, s.Migrate(ctx), "migrate")

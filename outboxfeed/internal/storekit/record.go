@@ -1,0 +1,108 @@
+package storekit
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/internal/rules"
+)
+
+// Invalid wraps a request error in outboxfeed.ErrInvalidRequest.
+func Invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{outboxfeed.ErrInvalidRequest}, args...)...)
+}
+
+// SetOf is ids as a set.
+func SetOf(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// JSONStrings is v as a JSON array (SQLite's json_each takes it).
+func JSONStrings(v []string) string {
+	b, _ := json.Marshal(v) // a []string always encodes
+	return string(b)
+}
+
+// ValidUUID reports whether s is a message id in its 36-character form.
+func ValidUUID(s string) bool {
+	_, err := rules.ParseID(s)
+	return err == nil
+}
+
+// CanonicalID returns id in canonical lower-case form, or a new
+// time-ordered one (a version 7 uuid) when id is empty.
+func CanonicalID(id string) (string, error) {
+	if id == "" {
+		return rules.NewID()
+	}
+	return rules.ParseID(id)
+}
+
+// StateColumns are a row's lifecycle columns, as read from either store.
+type StateColumns struct {
+	State          string
+	Attempt        int
+	NextAttemptAt  time.Time
+	LeaseOwner     *string
+	LeaseExpiresAt *time.Time
+	Fence          int64
+	LastError      *string
+	DispatchedAt   *time.Time
+	DeadLetteredAt *time.Time
+}
+
+// Decode builds the sealed state, refusing combinations the CHECK
+// constraints forbid.
+func (c *StateColumns) Decode() (outboxfeed.State, error) {
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	switch c.State {
+	case outboxfeed.StatePending:
+		if c.LeaseOwner == nil && c.LeaseExpiresAt == nil && c.DispatchedAt == nil && c.DeadLetteredAt == nil {
+			return outboxfeed.Pending{Attempt: c.Attempt, NextAttemptAt: c.NextAttemptAt, LastError: str(c.LastError)}, nil
+		}
+	case outboxfeed.StateProcessing:
+		if c.LeaseOwner != nil && c.LeaseExpiresAt != nil && c.DispatchedAt == nil && c.DeadLetteredAt == nil {
+			return outboxfeed.Processing{LeaseOwner: *c.LeaseOwner, LeaseExpiresAt: *c.LeaseExpiresAt, Fence: c.Fence, Attempt: c.Attempt}, nil
+		}
+	case outboxfeed.StateDispatched:
+		if c.DispatchedAt != nil && c.LeaseOwner == nil && c.LeaseExpiresAt == nil && c.DeadLetteredAt == nil {
+			return outboxfeed.Dispatched{At: *c.DispatchedAt, Attempt: c.Attempt}, nil
+		}
+	case outboxfeed.StateDeadLetter:
+		if c.DeadLetteredAt != nil && c.LastError != nil && c.LeaseOwner == nil && c.LeaseExpiresAt == nil && c.DispatchedAt == nil {
+			return outboxfeed.DeadLetter{Reason: *c.LastError, Attempts: c.Attempt, At: *c.DeadLetteredAt}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: state %q", outboxfeed.ErrCorruptRecord, c.State)
+}
+
+// MaxErrorLen bounds a stored last_error.
+const MaxErrorLen = 2000
+
+// TruncateError makes an error text storable: valid UTF-8 without NUL
+// bytes (PostgreSQL text refuses both), cut to MaxErrorLen bytes on a rune
+// boundary.
+func TruncateError(s string) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+	if len(s) <= MaxErrorLen {
+		return s
+	}
+	cut := MaxErrorLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

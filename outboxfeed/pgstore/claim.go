@@ -1,0 +1,611 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// pgClaimSQL reads herald.outbox_claim; xid8 travels as text.
+const pgClaimSQL = `SELECT r_kind, r_part, r_fence, r_takeovers, r_qseq, r_attempt, r_due,
+	r_id::text, r_seq, r_xid::text, r_tenant, r_channel, r_type, r_version, r_payload, r_freshness, r_occurred, r_kind2, r_tk, r_tkq
+FROM herald.outbox_claim($1, $2, $3, $4, $5, $6)`
+
+// pgClaimTries bounds how many partitions with work one claim leases in
+// turn before it gives up (each is tried at most once anyway).
+const pgClaimTries = 64
+
+const (
+	// pgCycleSettings apply to a claim's or completion's transaction: its
+	// commit mode ($1: off, or on for Durable), and an end to it should the
+	// Worker freeze (SIGSTOP, a VM pause) in the middle of sending it: the
+	// server ends the session after this long idle in the transaction, so
+	// the partition's row is free for a takeover once the lease expires.
+	pgCycleSettings = `SELECT set_config('synchronous_commit', $1, true),
+	set_config('idle_in_transaction_session_timeout', '5s', true)`
+	// The wake-up switch is a hint: a Worker never waits for another
+	// one's lock on it (one frozen mid-transaction would stall them all).
+	pgArm = `UPDATE herald.outbox_wakeup SET armed_until = statement_timestamp() + $1::bigint * interval '1 microsecond'
+	WHERE id IN (SELECT id FROM herald.outbox_wakeup FOR UPDATE SKIP LOCKED)`
+	pgDisarm = `UPDATE herald.outbox_wakeup SET armed_until = NULL
+	WHERE id IN (SELECT id FROM herald.outbox_wakeup WHERE armed_until IS NOT NULL FOR UPDATE SKIP LOCKED)`
+	// pgKeepSQL renews the lease of the partition whose batch the same
+	// transaction completed (herald.outbox_keep).
+	pgKeepSQL = `SELECT r_fence, r_tk, r_tenant, r_channel FROM herald.outbox_keep($1, $2, $3, $4)`
+	// pgRunsSQL reads the runs of a range too large to hold.
+	pgRunsSQL = `SELECT r_xid::text, r_from, r_to, r_n FROM herald.outbox_range_runs($1, $2)`
+	// pgReadRunsSQL reads the records of runs, in seq order.
+	pgReadRunsSQL = `SELECT r_id::text, r_seq, r_xid::text, r_tenant, r_channel, r_type, r_version, r_payload, r_freshness,
+	r_occurred, r_kind2 FROM herald.outbox_read_runs($1, $2::text[]::xid8[], $3, $4, $5)`
+)
+
+// rangeLimit is req's RangeLimit or its default.
+func rangeLimit(req *outboxfeed.ClaimRequest) int {
+	if req.RangeLimit > 0 {
+		return req.RangeLimit
+	}
+	return outboxfeed.DefaultRangeRecords
+}
+
+// pgBatch is the store's own state of a claim (outboxfeed.Batch.Driver):
+// the claim's commit mode, the rest of the range it read, in seq order,
+// and the runs of a range too large to hold. A completion whose next
+// claim is the same partition's goes on with them under a renewed lease
+// instead of reading the range again.
+type pgBatch struct {
+	durable bool
+	rest    []outboxfeed.Record
+	runs    pgRuns
+}
+
+// state is b's pgBatch, made on first use.
+func state(b *outboxfeed.Batch) *pgBatch {
+	if p, ok := b.Driver.(*pgBatch); ok {
+		return p
+	}
+	p := &pgBatch{}
+	b.Driver = p
+	return p
+}
+
+// queueClaim adds req's statements (wake-up switch, claim) to b; the
+// claim's result is the last of them.
+func queueClaim(b *pgx.Batch, req *outboxfeed.ClaimRequest) {
+	switch {
+	case req.Disarm:
+		b.Queue(pgDisarm)
+	case req.Arm > 0:
+		b.Queue(pgArm, req.Arm.Microseconds())
+	}
+	part := req.Partition
+	if part < 0 {
+		part = -1
+	}
+	b.Queue(pgClaimSQL, part, req.Owner, req.Lease, req.Limit, pgClaimTries, rangeLimit(req))
+}
+
+// Claim leases a partition and reads its next batch, in one round trip (a
+// range too large to hold takes two more, to read its runs).
+func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
+	var b pgx.Batch
+	b.Queue(pgCycleSettings, commitMode(req.Durable))
+	queueClaim(&b, &req)
+	res := s.pool.SendBatch(ctx, &b)
+	nb, err := readClaim(res, b.Len(), &req)
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err == nil && nb != nil && state(nb).runs.pending {
+		err = s.readRuns(ctx, nb, &req)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("outboxfeed: claim: %w", err)
+	}
+	return nb, nil
+}
+
+// readClaim reads the results of a batch whose last of n statements is a
+// claim.
+func readClaim(res pgx.BatchResults, n int, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
+	for range n - 1 {
+		if _, err := res.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanClaim(rows, req)
+}
+
+// pgClaimRowTargets are the scan targets of one claim row, reused across
+// the claim's rows.
+type pgClaimRowTargets struct {
+	kind                     byte
+	part, takeovers, attempt int32
+	fence, tkq               int64
+	qseq, seq                pgtype.Int8
+	due, tk                  pgtype.Bool
+	id, xid, channel         pgtype.Text
+	tenant, typ, kind2       internedText
+	version                  pgtype.Int4
+	payload, freshness       []byte
+	occurred                 pgtype.Timestamptz
+	dest                     []any
+}
+
+func newPGClaimRowTargets() *pgClaimRowTargets {
+	t := &pgClaimRowTargets{}
+	strs := make(map[string]string, 8)
+	for _, it := range []*internedText{&t.tenant, &t.typ, &t.kind2} {
+		it.table = strs
+	}
+	t.dest = []any{&t.kind, &t.part, &t.fence, &t.takeovers, &t.qseq, &t.attempt, &t.due,
+		&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2, &t.tk, &t.tkq}
+	return t
+}
+
+// record builds the claimed record of the current row.
+func (t *pgClaimRowTargets) record() (outboxfeed.Record, error) {
+	if !t.id.Valid || !t.seq.Valid || !t.tenant.valid || !t.channel.Valid || !t.typ.valid || !t.version.Valid ||
+		!t.occurred.Valid || !t.kind2.valid {
+		return outboxfeed.Record{}, fmt.Errorf("%w: NULL column in claimed record %s", outboxfeed.ErrCorruptRecord, t.id.String)
+	}
+	r := outboxfeed.Record{
+		ID: t.id.String, Seq: t.seq.Int64, TenantID: t.tenant.s, Channel: t.channel.String,
+		Type: t.typ.s, SchemaVersion: int(t.version.Int32),
+		Payload: append([]byte(nil), t.payload...), Freshness: append([]byte(nil), t.freshness...),
+		OccurredAt: t.occurred.Time, Kind: t.kind2.s, Attempt: int(t.attempt), Fence: t.fence,
+		PayloadIsJSON: true,
+	}
+	if t.kind == 'q' {
+		r.Queued = t.qseq.Int64
+		return r, nil
+	}
+	x, err := strconv.ParseUint(t.xid.String, 10, 64)
+	if err != nil {
+		return outboxfeed.Record{}, fmt.Errorf("%w: xid %q of record %s", outboxfeed.ErrCorruptRecord, t.xid.String, r.ID)
+	}
+	r.TxID = x
+	return r, nil
+}
+
+// scanClaim builds the batch from herald.outbox_claim's rows (none: nothing
+// was claimed).
+func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
+	var b *outboxfeed.Batch
+	t := newPGClaimRowTargets()
+	type head struct {
+		due    bool
+		queued int64
+	}
+	var heads map[fanout.Key]head
+	var queued, ranged []outboxfeed.Record
+	for rows.Next() {
+		if err := rows.Scan(t.dest...); err != nil {
+			return nil, err
+		}
+		if b == nil {
+			b = &outboxfeed.Batch{Partition: int(t.part), Owner: req.Owner, Fence: t.fence, Takeovers: int(t.takeovers),
+				Takeover: t.takeovers > 0 || t.tk.Bool, Driver: &pgBatch{durable: req.Durable}}
+		}
+		if t.kind == 'h' {
+			if heads == nil {
+				heads = make(map[fanout.Key]head)
+			}
+			heads[fanout.Key{Tenant: t.tenant.s, Channel: t.channel.String}] = head{due: t.due.Bool, queued: t.qseq.Int64}
+			continue
+		}
+		r, err := t.record()
+		if err != nil {
+			return nil, err
+		}
+		if t.kind == 'q' {
+			queued = append(queued, r)
+		} else {
+			ranged = append(ranged, r)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return nil, nil
+	}
+	taken := make(map[fanout.Key]int64, len(heads))
+	for i := range queued {
+		taken[queued[i].Key()]++
+	}
+	for k, h := range heads {
+		if !h.due || taken[k] < h.queued {
+			block(b, k)
+		}
+	}
+	for i := range queued {
+		if queued[i].Queued <= t.tkq {
+			// A queue row handed to a holder that never completed: it may
+			// be published already (the broker keeps it once).
+			b.Takeover = true
+			break
+		}
+	}
+	if len(ranged) > rangeLimit(req) {
+		// Too large to hold: read in runs (Claim reads the first ones).
+		state(b).runs.pending = true
+		b.Records = queued
+		b.More = true
+		setState(b)
+		return b, nil
+	}
+	sortBySeq(ranged)
+	b.Records = queued
+	hand(b, ranged, req.Limit)
+	return b, nil
+}
+
+// block marks channel k blocked (Batch.Blocked).
+func block(b *outboxfeed.Batch, k fanout.Key) {
+	if b.Blocked == nil {
+		b.Blocked = make(map[fanout.Key]struct{})
+	}
+	b.Blocked[k] = struct{}{}
+}
+
+// hand appends up to limit of ranged (in seq order) to b.Records and
+// keeps the rest for the next batch of the range (sharing ranged's
+// array: nothing is copied but this batch).
+func hand(b *outboxfeed.Batch, ranged []outboxfeed.Record, limit int) {
+	n := min(len(ranged), limit)
+	if len(b.Records) == 0 {
+		b.Records = ranged[:n:n]
+	} else {
+		b.Records = append(b.Records, ranged[:n]...)
+	}
+	if n < len(ranged) {
+		state(b).rest = ranged[n:]
+	}
+	b.More = len(state(b).rest) > 0 || state(b).runs.left()
+	setState(b)
+}
+
+// setState marks b's records as processing under its lease.
+func setState(b *outboxfeed.Batch) {
+	for i := range b.Records {
+		r := &b.Records[i]
+		r.Fence = b.Fence
+		r.State = outboxfeed.Processing{LeaseOwner: b.Owner, Fence: b.Fence, Attempt: r.Attempt}
+	}
+}
+
+// sortBySeq sorts records of one range into staging order. They come
+// from the index in (xid, seq) order, mostly sorted already.
+func sortBySeq(rs []outboxfeed.Record) {
+	cmp := func(a, b outboxfeed.Record) int {
+		switch {
+		case a.Seq < b.Seq:
+			return -1
+		case a.Seq > b.Seq:
+			return 1
+		}
+		return 0
+	}
+	if !slices.IsSortedFunc(rs, cmp) {
+		slices.SortFunc(rs, cmp)
+	}
+}
+
+// pgRun is a run of one transaction's consecutive records of a range (in
+// seq order): seq from..to, n records.
+type pgRun struct {
+	xid      uint64
+	from, to int64
+	n        int
+}
+
+// pgRuns are the runs of a range too large to hold, in seq order.
+type pgRuns struct {
+	pending bool    // runs must be read (from the range past the position)
+	list    []pgRun // read, not yet handed out
+	more    bool    // the range has runs past list
+}
+
+// left reports whether the range has records past what was handed out.
+func (r *pgRuns) left() bool { return r.pending || len(r.list) > 0 || r.more }
+
+// readRuns reads, for b's range too large to hold, its runs past the
+// position (when b has none left) and the records of the next Limit of
+// them, which it appends to b.Records.
+func (s *Store) readRuns(ctx context.Context, b *outboxfeed.Batch, req *outboxfeed.ClaimRequest) error {
+	if len(state(b).runs.list) == 0 {
+		max := rangeLimit(req)
+		rows, err := s.pool.Query(ctx, pgRunsSQL, b.Partition, max+1)
+		if err != nil {
+			return err
+		}
+		var runs []pgRun
+		var xid string
+		var r pgRun
+		if _, err := pgx.ForEachRow(rows, []any{&xid, &r.from, &r.to, &r.n}, func() error {
+			x, err := strconv.ParseUint(xid, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%w: xid %q", outboxfeed.ErrCorruptRecord, xid)
+			}
+			r.xid = x
+			runs = append(runs, r)
+			return nil
+		}); err != nil {
+			return err
+		}
+		state(b).runs.more = len(runs) > max
+		if state(b).runs.more {
+			runs = runs[:max]
+		}
+		state(b).runs.list = runs
+	}
+	state(b).runs.pending = false
+	// The runs of the next Limit records.
+	var xids []string
+	var from, to []int64
+	n := 0
+	for _, r := range state(b).runs.list {
+		if n >= req.Limit {
+			break
+		}
+		xids, from, to = append(xids, strconv.FormatUint(r.xid, 10)), append(from, r.from), append(to, r.to)
+		n += r.n
+	}
+	rows, err := s.pool.Query(ctx, pgReadRunsSQL, b.Partition, xids, from, to, req.Limit)
+	if err != nil {
+		return err
+	}
+	t := newPGClaimRowTargets()
+	t.kind = 'r'
+	dest := []any{&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2}
+	var got []outboxfeed.Record
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return err
+		}
+		r, err := t.record()
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		got = append(got, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	state(b).runs.consume(got)
+	hand(b, got, req.Limit)
+	return nil
+}
+
+// consume drops from the runs the records read (a prefix of them, in
+// order).
+func (r *pgRuns) consume(got []outboxfeed.Record) {
+	i := 0
+	for _, rec := range got {
+		for i < len(r.list) && (r.list[i].xid != rec.TxID || rec.Seq > r.list[i].to) {
+			i++
+		}
+		if i == len(r.list) {
+			break
+		}
+		r.list[i].from = rec.Seq + 1
+		r.list[i].n--
+		if r.list[i].n == 0 || r.list[i].from > r.list[i].to {
+			i++
+		}
+	}
+	r.list = r.list[i:]
+}
+
+// pgCompleteSQL calls herald.outbox_complete.
+const pgCompleteSQL = `SELECT herald.outbox_complete($1, $2, $3, $4, $5, $6, $7,
+	$8, $9::text[]::xid8[], $10, $11, $12, $13, $14, $15, $16, $17, $18)`
+
+// completeArgs are herald.outbox_complete's arguments for b and out.
+func completeArgs(b *outboxfeed.Batch, out []outboxfeed.Outcome) []any {
+	var lastSeq *int64
+	var seqs, qseqs, delays, qdelays []int64
+	var states, errs, qstates, qerrs, xids []string
+	var attempts, qattempts []int32
+	for i := range out {
+		r, o := &b.Records[i], out[i]
+		if r.Queued == 0 {
+			lastSeq = &b.Records[i].Seq
+		}
+		state, attempt := "", int32(r.Attempt)
+		switch o.Kind {
+		case outboxfeed.OutcomeDone:
+			if r.Queued == 0 {
+				continue
+			}
+			state = outboxfeed.StateDispatched
+		case outboxfeed.OutcomeRetryLater:
+			state, attempt = outboxfeed.StatePending, attempt+1
+		case outboxfeed.OutcomeDeadLettered:
+			state, attempt = outboxfeed.StateDeadLetter, attempt+1
+		case outboxfeed.OutcomeHold:
+			if r.Queued != 0 {
+				continue // it keeps its row as it is
+			}
+			state = outboxfeed.StatePending
+		}
+		if r.Queued != 0 {
+			qseqs, qstates, qattempts = append(qseqs, r.Queued), append(qstates, state), append(qattempts, attempt)
+			qdelays, qerrs = append(qdelays, o.Delay.Microseconds()), append(qerrs, storekit.TruncateError(o.Err))
+			continue
+		}
+		seqs, states, attempts = append(seqs, r.Seq), append(states, state), append(attempts, attempt)
+		xids = append(xids, strconv.FormatUint(r.TxID, 10))
+		delays, errs = append(delays, o.Delay.Microseconds()), append(errs, storekit.TruncateError(o.Err))
+	}
+	rangeDone := len(out) == len(b.Records) && !b.More
+	return []any{b.Partition, b.Owner, b.Fence, rangeDone, b.Takeover, lastSeq, len(out),
+		nonNil(seqs), nonNil(xids), nonNil(states), nonNil(attempts), nonNil(delays), nullIfEmpty(errs),
+		nonNil(qseqs), nonNil(qstates), nonNil(qattempts), nonNil(qdelays), nullIfEmpty(qerrs)}
+}
+
+// nonNil turns a nil slice into an empty one (an empty array, not NULL).
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// nullIfEmpty is errs with "" as NULL (no last_error).
+func nullIfEmpty(errs []string) []*string {
+	out := make([]*string, len(errs))
+	for i := range errs {
+		if errs[i] != "" {
+			out[i] = &errs[i]
+		}
+	}
+	return out
+}
+
+// keeps reports whether completing b with next goes on with the rest of
+// b's range under a renewed lease (instead of claiming anew).
+func keeps(b *outboxfeed.Batch, out []outboxfeed.Outcome, next *outboxfeed.ClaimRequest) bool {
+	if next == nil || next.Partition != b.Partition || next.Owner != b.Owner {
+		return false
+	}
+	if len(state(b).rest) > 0 || state(b).runs.left() {
+		return true
+	}
+	for i := len(out); i < len(b.Records); i++ {
+		if b.Records[i].Queued == 0 {
+			return true // range records past a shortened batch
+		}
+	}
+	return false
+}
+
+// Complete writes b's outcomes and, with next, claims again, in one round
+// trip and one transaction. When next goes on in b's partition with the
+// rest of a range the claim read, the lease is renewed and nothing is read
+// again.
+func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxfeed.Outcome, next *outboxfeed.ClaimRequest) (bool, *outboxfeed.Batch, error) {
+	if len(out) > len(b.Records) {
+		return false, nil, fmt.Errorf("%w: %d outcomes for %d records", outboxfeed.ErrInvalidConfig, len(out), len(b.Records))
+	}
+	keep := keeps(b, out, next)
+	var pb pgx.Batch
+	pb.Queue(pgCycleSettings, commitMode(state(b).durable))
+	pb.Queue(pgCompleteSQL, completeArgs(b, out)...)
+	switch {
+	case keep:
+		pb.Queue(pgKeepSQL, b.Partition, b.Owner, next.Lease, b.Fence)
+	case next != nil:
+		queueClaim(&pb, next)
+	}
+	res := s.pool.SendBatch(ctx, &pb)
+	held, nb, err := func() (bool, *outboxfeed.Batch, error) {
+		if _, err := res.Exec(); err != nil {
+			return false, nil, err
+		}
+		var held bool
+		if err := res.QueryRow().Scan(&held); err != nil {
+			return false, nil, err
+		}
+		switch {
+		case keep:
+			nb, err := readKeep(res, b, out, next)
+			return held, nb, err
+		case next != nil:
+			n := 1
+			if next.Disarm || next.Arm > 0 {
+				n = 2
+			}
+			nb, err := readClaim(res, n, next)
+			return held, nb, err
+		}
+		return held, nil, nil
+	}()
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err == nil && nb != nil && state(nb).runs.pending {
+		err = s.readRuns(ctx, nb, next)
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+	}
+	return held, nb, nil
+}
+
+// readKeep reads herald.outbox_keep's rows and builds the next batch of
+// b's range: the range records b's completion left over, then the rest.
+func readKeep(res pgx.BatchResults, b *outboxfeed.Batch, out []outboxfeed.Outcome, next *outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var nb *outboxfeed.Batch
+	var fence int64
+	var tk bool
+	var tenant, channel pgtype.Text
+	for rows.Next() {
+		if err := rows.Scan(&fence, &tk, &tenant, &channel); err != nil {
+			return nil, err
+		}
+		if nb == nil {
+			nb = &outboxfeed.Batch{Partition: b.Partition, Owner: b.Owner, Fence: fence, Takeover: tk,
+				Driver: &pgBatch{durable: state(b).durable, runs: state(b).runs}}
+		}
+		if tenant.Valid {
+			block(nb, fanout.Key{Tenant: tenant.String, Channel: channel.String})
+		}
+	}
+	if err := rows.Err(); err != nil || nb == nil {
+		return nil, err // nil: another outboxfeed.Worker took the partition over
+	}
+	// The rest, without copying it: only range records a shortened batch
+	// left over (rare) go in front of it.
+	ranged := state(b).rest
+	var left []outboxfeed.Record
+	for i := len(out); i < len(b.Records); i++ {
+		if b.Records[i].Queued == 0 {
+			left = append(left, b.Records[i])
+		}
+	}
+	if len(left) > 0 {
+		ranged = append(left, state(b).rest...)
+	}
+	if len(ranged) == 0 && !state(nb).runs.left() {
+		// Nothing left to hand out (the range's last runs were read).
+		nb.More = false
+		return nb, nil
+	}
+	if len(ranged) == 0 {
+		state(nb).runs.pending = true
+		nb.More = true
+		return nb, nil
+	}
+	hand(nb, ranged, next.Limit)
+	return nb, nil
+}
+
+// commitMode is synchronous_commit for a cycle's transaction.
+func commitMode(durable bool) string {
+	if durable {
+		return "on"
+	}
+	return "off"
+}

@@ -1,0 +1,37 @@
+package pgstore
+
+import (
+	"embed"
+
+	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
+)
+
+// migrationFiles are the schema's migrations, one file each
+// (storekit.Migration).
+//
+//go:embed migration/*.up.sql
+var migrationFiles embed.FS
+
+// pgMigrations are the schema's migrations, in version order.
+var pgMigrations = storekit.Migrations(migrationFiles, "migration")
+
+// Advisory-lock keys (per database): one serializes migrations (and
+// segment creation), one lets Pruners take turns removing segments. (Key
+// 2 serialized the per-record claims of earlier versions.)
+const (
+	pgMigrateLockKey int64 = 0x6865_7261_6c64_0001
+	pgPruneLockKey   int64 = 0x6865_7261_6c64_0003
+)
+
+// pgNotifyChannel is the LISTEN/NOTIFY channel of the wake-up trigger.
+const pgNotifyChannel = "herald_outbox"
+
+const pgCreateNotifyTrigger = `
+CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
+	FOR EACH STATEMENT EXECUTE FUNCTION herald.outbox_notify()`
+
+const pgDropNotifyTrigger = `DROP TRIGGER IF EXISTS outbox_notify ON herald.outbox`
+
+const pgHasNotifyTrigger = `
+SELECT EXISTS (SELECT 1 FROM pg_trigger
+	WHERE tgrelid = 'herald.outbox'::regclass AND tgname = 'outbox_notify' AND NOT tgisinternal)`

@@ -1,0 +1,73 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/outboxfeed/storetest"
+
+	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/stage"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testenv"
+)
+
+// A business transaction takes its xid at its first write, often long
+// before it stages; a record staged after another transaction committed
+// must still follow that transaction's records, even when both commit
+// into the same range (the Worker was away). Each pair here: transaction
+// A writes a business row, B stages "paid" and commits, then A stages
+// "shipped" and commits; the screen must end on "shipped". Checked with
+// the range read in one batch, in several, and in runs (a range larger
+// than the Worker holds).
+func TestPostgresRangeInStagingOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		batch int
+		held  int // RangeRecords
+	}{
+		{"one batch", 1000, 0},
+		{"several batches", 3, 0},
+		{"runs", 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := newPGStore(t, Config{})
+			ctx := context.Background()
+			_, err := s.Pool().Exec(ctx, `CREATE TABLE orders (id int PRIMARY KEY, status text)`)
+			testenv.Must(t, err, "business table")
+			const pairs = 12
+			want := map[fanout.Key][]string{}
+			for i := range pairs {
+				ch := fmt.Sprintf("orders/%d", i%4)
+				a, err := s.Pool().Begin(ctx)
+				testenv.Must(t, err, "begin A")
+				_, err = a.Exec(ctx, `INSERT INTO orders VALUES ($1, 'paid')`, i)
+				testenv.Must(t, err, "A's business write")
+				paid := pgStage(t, s, storetest.Note(ch, fmt.Sprintf(`{"order":%d,"status":"paid"}`, i)))
+				_, err = a.Exec(ctx, `UPDATE orders SET status = 'shipped' WHERE id = $1`, i)
+				testenv.Must(t, err, "A's second write")
+				shipped, err := stage.Stage(ctx, a, storetest.Note(ch, fmt.Sprintf(`{"order":%d,"status":"shipped"}`, i)))
+				testenv.Must(t, err, "A stages")
+				testenv.Must(t, a.Commit(ctx), "commit A")
+				k := fanout.Key{Tenant: "acme", Channel: ch}
+				want[k] = append(want[k], paid[0], shipped)
+			}
+			rec := storetest.NewRecorder()
+			storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: tc.batch, RangeRecords: tc.held})
+			rec.WaitFor(t, 30*time.Second, "every record", func() bool { return rec.Count() >= 2*pairs })
+			for k, ids := range want {
+				if got := rec.Channel(k); fmt.Sprint(got) != fmt.Sprint(ids) {
+					t.Fatalf("%s published %v, want staging order %v", k.Channel, got, ids)
+				}
+			}
+			if n := rec.Count(); n != 2*pairs {
+				t.Fatalf("%d publications, want %d", n, 2*pairs)
+			}
+		})
+	}
+}

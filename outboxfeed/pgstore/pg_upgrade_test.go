@@ -1,0 +1,232 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/outboxfeed/storetest"
+
+	"github.com/heraldgw/herald/outboxfeed"
+
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testenv"
+)
+
+// TestPostgresUpgradeFromPerRecordSchema takes a database of the
+// per-record schema (migrations 1 and 2) holding records in every state to
+// the batch schema: what was pending or processing is delivered exactly
+// once and in order per channel, what was dispatched is not delivered
+// again, dead letters stay dead letters (and replay), a record waiting for
+// its retry keeps its attempts and holds back its channel.
+func TestPostgresUpgradeFromPerRecordSchema(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	s, err := Open(ctx, Config{URL: url})
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.migrateTo(ctx, 2), "migrate to the per-record schema")
+
+	ins := func(channel, state string, attempt int, extra string) string {
+		t.Helper()
+		var id string
+		q := fmt.Sprintf(`INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload, state, attempt %s)
+			VALUES ('acme', $1, 'order.updated', 1, '{"n":1}', $2, $3 %s) RETURNING id::text`, extra, map[string]string{
+			"":                                       ``,
+			", lease_owner, lease_expires_at, fence": `, 'old-worker', now() - interval '1 minute', 7`,
+			", dispatched_at":                        `, now() - interval '1 hour'`,
+			", last_error, dead_lettered_at":         `, 'no reader for order.updated v1', now()`,
+			", last_error, next_attempt_at":          `, 'broker said no', now() + interval '300 milliseconds'`,
+		}[extra])
+		testenv.Must(t, s.Pool().QueryRow(ctx, q, channel, state, attempt).Scan(&id), "insert "+state)
+		return id
+	}
+	dispatched := ins("a", outboxfeed.StateDispatched, 0, ", dispatched_at")
+	pendA := ins("a", outboxfeed.StatePending, 0, "")
+	procA := ins("a", outboxfeed.StateProcessing, 0, ", lease_owner, lease_expires_at, fence")
+	dead := ins("b", outboxfeed.StateDeadLetter, 1, ", last_error, dead_lettered_at")
+	pendB := ins("b", outboxfeed.StatePending, 0, "")
+	retryC := ins("c", outboxfeed.StatePending, 2, ", last_error, next_attempt_at")
+	laterC := ins("c", outboxfeed.StatePending, 0, "")
+
+	// Other transactions of the cluster take xids and commit while the
+	// migration runs: the position it starts from must still leave its
+	// own records undone, whatever completed after its xid was assigned.
+	stop, churned := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		defer func() { churned <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.Pool().Exec(ctx, `SELECT pg_current_xact_id()`); err == nil {
+				n++
+			}
+		}
+	}()
+	testenv.Must(t, s.Migrate(ctx), "migrate to the batch schema")
+	close(stop)
+	t.Logf("%d transactions committed beside the migration", <-churned)
+	for id, want := range map[string]string{dispatched: outboxfeed.StateDispatched, dead: outboxfeed.StateDeadLetter, pendA: outboxfeed.StatePending,
+		procA: outboxfeed.StatePending, pendB: outboxfeed.StatePending, retryC: outboxfeed.StatePending, laterC: outboxfeed.StatePending} {
+		if got := storetest.StateOf(t, s, id).Name(); got != want {
+			t.Fatalf("%s after the upgrade: %s, want %s", id, got, want)
+		}
+	}
+	if p := storetest.StateOf(t, s, retryC).(outboxfeed.Pending); p.Attempt != 2 || p.LastError != "broker said no" {
+		t.Fatalf("record waiting for its retry after the upgrade: %+v", p)
+	}
+	// A producer's insert after the upgrade, by plain SQL.
+	var after string
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT herald.stage_notification('acme', 'c', 'order.updated', 1, '{"n":2}')::text`).Scan(&after), "stage after")
+
+	rec := storetest.NewRecorder()
+	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
+	want := map[string][]string{"a": {pendA, procA}, "b": {pendB}, "c": {retryC, laterC, after}}
+	rec.WaitFor(t, 10*time.Second, "every record not yet dispatched", func() bool { return rec.Count() >= 6 })
+	storetest.Eventually(t, 10*time.Second, "all dispatched", func() bool {
+		for _, ids := range want {
+			for _, id := range ids {
+				if _, ok := storetest.StateOf(t, s, id).(outboxfeed.Dispatched); !ok {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for ch, ids := range want {
+		got := rec.Channel(fanout.Key{Tenant: "acme", Channel: ch})
+		if fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("channel %s got %v, want %v (each once, in order)", ch, got, ids)
+		}
+	}
+	if _, ok := rec.ByID(dispatched); ok {
+		t.Fatalf("a record dispatched before the upgrade was published again")
+	}
+	if _, ok := storetest.StateOf(t, s, dead).(outboxfeed.DeadLetter); !ok {
+		t.Fatalf("dead letter after the upgrade: %#v", storetest.StateOf(t, s, dead))
+	}
+	a, _ := outboxfeed.AdminOf(s)
+	res, err := a.Replay(ctx, outboxfeed.ReplayRequest{IDs: []string{dead}, Actor: "ops", Reason: "upgrade check"})
+	testenv.Must(t, err, "replay")
+	if len(res.Replayed) != 1 {
+		t.Fatalf("replay: %+v", res)
+	}
+	rec.WaitFor(t, 10*time.Second, "the replayed dead letter", func() bool { _, ok := rec.ByID(dead); return ok })
+	// An insert a producer still had queued on the old table is forwarded
+	// (its RETURNING then returns no row: the row went elsewhere).
+	_, err = s.Pool().Exec(ctx, `INSERT INTO herald.outbox_v2 (tenant_id, channel, type, schema_version, payload)
+		VALUES ('acme', 'd', 'order.updated', 1, '{}')`)
+	testenv.Must(t, err, "insert into the old table")
+	var n int
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_v2`).Scan(&n), "count old")
+	if n != 0 {
+		t.Fatalf("the old table kept %d rows", n)
+	}
+	rec.WaitFor(t, 10*time.Second, "a record inserted into the old table", func() bool {
+		return len(rec.Channel(fanout.Key{Tenant: "acme", Channel: "d"})) == 1
+	})
+}
+
+// TestPostgresUpgradeMidRange takes a database of migration 5, whose
+// Workers read a range in (xid, seq) order, with a partition stopped in
+// the middle of a range, records waiting in the retry queue and a claim
+// left open, to the ranges in staging order: every
+// record not yet delivered is delivered once, in order per channel; none
+// delivered before is delivered again.
+func TestPostgresUpgradeMidRange(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.migrateTo(ctx, 5), "migrate to 5")
+	pa, pb := partitionOf(t, s, "acme", "a"), partitionOf(t, s, "acme", "e")
+	if pa == pb {
+		t.Fatalf("channels a and e share partition %d; the test wants two", pa)
+	}
+	type claimed struct {
+		fence int64
+		seqs  []int64
+		xids  []string
+		ids   []string
+	}
+	// oldClaim claims partition part with migration 5's function.
+	oldClaim := func(part, limit int, lease time.Duration) claimed {
+		t.Helper()
+		rows, err := s.Pool().Query(ctx, `SELECT r_kind, r_fence, r_id::text, r_seq, r_xid::text
+			FROM herald.outbox_claim($1, 'old-worker', $3, $2, 1)`, part, limit, lease)
+		testenv.Must(t, err, "old claim")
+		defer rows.Close()
+		var c claimed
+		for rows.Next() {
+			var kind byte
+			var id, xid *string
+			var seq *int64
+			testenv.Must(t, rows.Scan(&kind, &c.fence, &id, &seq, &xid), "scan old claim")
+			if kind == 'r' {
+				c.ids, c.seqs, c.xids = append(c.ids, *id), append(c.seqs, *seq), append(c.xids, *xid)
+			}
+		}
+		testenv.Must(t, rows.Err(), "old claim rows")
+		if len(c.ids) > limit { // the extra one only said there was more
+			c.ids, c.seqs, c.xids = c.ids[:limit], c.seqs[:limit], c.xids[:limit]
+		}
+		return c
+	}
+	// oldComplete completes the first n records of c with migration 5's
+	// function: all done, but those in failed (state pending, a retry).
+	oldComplete := func(part int, c claimed, n int, rangeDone bool, failed map[int]string) {
+		t.Helper()
+		var seqs []int64
+		var xids, states, errs []string
+		var attempts []int32
+		var delays []int64
+		for _, i := range slices.Sorted(maps.Keys(failed)) { // in seq order: the queue keeps the channel's order
+			st := failed[i]
+			seqs, xids, states = append(seqs, c.seqs[i]), append(xids, c.xids[i]), append(states, st)
+			attempts, delays, errs = append(attempts, 1), append(delays, 0), append(errs, "failed before the upgrade")
+		}
+		var held bool
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT herald.outbox_complete($1, 'old-worker', $2, $3, $4::text::xid8, $5, $6,
+			$7, $8::text[]::xid8[], $9, $10, $11, $12, '{}', '{}', '{}', '{}', '{}')`,
+			part, c.fence, rangeDone, c.xids[n-1], c.seqs[n-1], n,
+			nonNil(seqs), nonNil(xids), nonNil(states), nonNil(attempts), nonNil(delays), nonNil(errs)).Scan(&held), "old complete")
+		if !held {
+			t.Fatal("old completion lost its lease")
+		}
+	}
+	as := pgStage(t, s, storetest.Note("a", `{"n":1}`), storetest.Note("a", `{"n":2}`), storetest.Note("a", `{"n":3}`), storetest.Note("a", `{"n":4}`), storetest.Note("a", `{"n":5}`))
+	ca := oldClaim(pa, 2, time.Minute)
+	if fmt.Sprint(ca.ids) != fmt.Sprint(as[:2]) {
+		t.Fatalf("old claim of a = %v, want %v", ca.ids, as[:2])
+	}
+	oldComplete(pa, ca, 2, false, nil) // partition a stops after a2, mid-range
+	bs := pgStage(t, s, storetest.Note("e", `{"n":1}`), storetest.Note("e", `{"n":2}`), storetest.Note("e", `{"n":3}`))
+	cb := oldClaim(pb, 10, time.Minute)
+	oldComplete(pb, cb, 3, true, map[int]string{1: outboxfeed.StatePending, 2: outboxfeed.StatePending}) // e2 failed, e3 held behind it
+	open := pgStage(t, s, storetest.Note("e", `{"n":4}`))
+	oldClaim(pb, 10, 100*time.Millisecond) // an old outboxfeed.Worker claims e4 and dies
+
+	testenv.Must(t, s.Migrate(ctx), "migrate to the current schema")
+	later := pgStage(t, s, storetest.Note("a", `{"n":6}`), storetest.Note("e", `{"n":5}`))
+	rec := storetest.NewRecorder()
+	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{LeaseDuration: time.Second})
+	want := map[string][]string{"a": {as[2], as[3], as[4], later[0]}, "e": {bs[1], bs[2], open[0], later[1]}}
+	rec.WaitFor(t, time.Minute, "every record not yet delivered", func() bool { return rec.Count() >= 8 })
+	for ch, ids := range want {
+		if got := rec.Channel(fanout.Key{Tenant: "acme", Channel: ch}); fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("channel %s got %v, want %v (each once, in order)", ch, got, ids)
+		}
+	}
+	for _, id := range []string{as[0], as[1], bs[0]} {
+		if _, ok := rec.ByID(id); ok {
+			t.Fatalf("record %s, delivered before the upgrade, was delivered again", id)
+		}
+	}
+}

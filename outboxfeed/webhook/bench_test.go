@@ -1,0 +1,211 @@
+package webhook
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// benchReceiverEnv makes the test binary a receiver (see TestMain).
+const benchReceiverEnv = "HERALD_WEBHOOK_BENCH_RECEIVER"
+
+// runBenchReceiver serves on loopback: every request's body is read and
+// answered 204. It prints its address and serves until its stdin closes.
+func runBenchReceiver() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Printf("listening %s\n", ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+	return 0
+}
+
+// startBenchReceiver runs the receiver in a child process, so the
+// benchmark's CPU time (getrusage of this process) is the sender's alone.
+func startBenchReceiver(b *testing.B) string {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), benchReceiverEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		b.Fatalf("receiver: %v", err)
+	}
+	return "http://" + strings.TrimSpace(strings.TrimPrefix(line, "listening ")) + "/hooks/herald"
+}
+
+// benchMessages are distinct records of a realistic size (a ~170-byte
+// payload).
+func benchMessages() []Message {
+	ms := make([]Message, 1024)
+	for i := range ms {
+		ms[i] = Message{
+			ID:            fmt.Sprintf("0f8fad5b-d9cb-469f-a165-%012d", i),
+			Tenant:        "acme",
+			Channel:       fmt.Sprintf("billing/customers/%d", i%97),
+			Kind:          "integration_event",
+			Type:          "invoice.paid",
+			SchemaVersion: 2,
+			Time:          time.Date(2025, 3, 1, 10, 15, 30, i*1000, time.UTC),
+			Data: json.RawMessage(fmt.Sprintf(`{"invoice":"in_%06d","customer":"cus_%06d","amount":%d,"currency":"EUR",`+
+				`"lines":[{"sku":"plan-pro","quantity":1,"unit_amount":%d}],"paid_at":"2025-03-01T10:15:30Z"}`, i, i%97, 1000+i, 1000+i)),
+		}
+	}
+	return ms
+}
+
+// cpuTime is this process's user+system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runConcurrent calls send(i) for i in [0, b.N) from workers goroutines
+// and reports records/s and CPU µs per record.
+func runConcurrent(b *testing.B, workers int, send func(i int) error) {
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	cpu0, t0 := cpuTime(b), time.Now()
+	b.ResetTimer()
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				if err := send(i); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	el, cpu := time.Since(t0), cpuTime(b)-cpu0
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "records/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/record")
+}
+
+// BenchmarkDeliver: Deliver at the default max_in_flight (16 concurrent
+// senders) to a receiver in another process that answers 204, beside the
+// floor — a bare net/http client POSTing the same bodies with the same
+// concurrency and keep-alive. docs/performance.md has the command and
+// the numbers.
+func BenchmarkDeliver(b *testing.B) {
+	msgs := benchMessages()
+	url := startBenchReceiver(b)
+	workers := Config{}.WithDefaults().MaxInFlight
+
+	b.Run("herald", func(b *testing.B) {
+		cfg := Config{Name: "bench", URL: url, Secret: testSecretA, AllowPrivateNetwork: true}
+		e, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer e.Close()
+		ctx := context.Background()
+		b.ReportAllocs()
+		runConcurrent(b, workers, func(i int) error {
+			if r := e.Deliver(ctx, msgs[i%len(msgs)]); r.Class != ClassDelivered {
+				return fmt.Errorf("result %v/%s: %v", r.Class, r.Reason, r.Err)
+			}
+			return nil
+		})
+	})
+
+	b.Run("floor", func(b *testing.B) {
+		bodies := make([][]byte, len(msgs))
+		for i := range msgs {
+			bodies[i], _ = AppendBody(nil, &msgs[i])
+		}
+		tr := &http.Transport{MaxIdleConns: workers, MaxIdleConnsPerHost: workers}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr}
+		b.ReportAllocs()
+		runConcurrent(b, workers, func(i int) error {
+			resp, err := client.Post(url, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		})
+	})
+}
+
+// BenchmarkAppendBody: encoding one record's body.
+func BenchmarkAppendBody(b *testing.B) {
+	msgs := benchMessages()
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		var err error
+		if buf, err = AppendBody(buf[:0], &msgs[i%len(msgs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSign: the webhook-signature of one record's body, one secret.
+func BenchmarkSign(b *testing.B) {
+	m := benchMessages()[0]
+	body, _ := AppendBody(nil, &m)
+	s, err := NewSigner(testSecretA)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = s.AppendSign(buf[:0], m.ID, 1740823530, body)
+	}
+}

@@ -1,0 +1,178 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Message is one outbox record as a webhook delivers it.
+type Message struct {
+	// ID is the message id (the outbox record's id): the webhook-id header
+	// and the body's "id", the same on every retry and replay. 1 to
+	// MaxIDLen bytes of [A-Za-z0-9_:-] (a "." would make the signed
+	// content ambiguous; a space or a control byte cannot be a header).
+	ID string
+	// Tenant is the record's tenant.
+	Tenant string
+	// Channel is the record's channel, without the tenant.
+	Channel string
+	// Kind is the record's kind (notification, integration_event,
+	// journey_step_command, provider_side_effect). Empty means
+	// "notification".
+	Kind string
+	// Type is the notification type; required.
+	Type string
+	// SchemaVersion is the payload's version, ≥ 1.
+	SchemaVersion int
+	// Time is when the record was staged; required. The body carries it
+	// in UTC with exactly nine fractional digits.
+	Time time.Time
+	// Freshness is the record's freshness object; nil means
+	// {"mode":"immediate"}.
+	Freshness json.RawMessage
+	// Data is the payload, any JSON value; required.
+	Data json.RawMessage
+}
+
+// MaxIDLen bounds Message.ID.
+const MaxIDLen = 128
+
+// TimeLayout is the body's "time": RFC 3339 in UTC with exactly nine
+// fractional digits, as the publication envelope has it.
+const TimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// immediateFreshness is the freshness of a Message without one.
+const immediateFreshness = `{"mode":"immediate"}`
+
+// AppendBody appends m's webhook body to dst: one compact JSON object, its
+// fields in this order: id, tenant, channel, kind, type, schema_version,
+// time, freshness, data. It is the publication envelope of
+// docs/protocol.md without offset and epoch (positions in a channel's
+// realtime history, which a webhook is not part of) and with the record's
+// tenant and kind. Data and Freshness are compacted. Errors wrap
+// ErrInvalidMessage; dst is then returned unchanged.
+func AppendBody(dst []byte, m *Message) ([]byte, error) {
+	if err := checkMessage(m); err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	b := append(dst, `{"id":"`...)
+	b = append(b, m.ID...) // checked: nothing to escape
+	b = append(b, `","tenant":`...)
+	b = appendString(b, m.Tenant)
+	b = append(b, `,"channel":`...)
+	b = appendString(b, m.Channel)
+	b = append(b, `,"kind":`...)
+	if m.Kind == "" {
+		b = append(b, `"notification"`...)
+	} else {
+		b = appendString(b, m.Kind)
+	}
+	b = append(b, `,"type":`...)
+	b = appendString(b, m.Type)
+	b = append(b, `,"schema_version":`...)
+	b = strconv.AppendInt(b, int64(m.SchemaVersion), 10)
+	b = append(b, `,"time":"`...)
+	b = m.Time.UTC().AppendFormat(b, TimeLayout)
+	b = append(b, `","freshness":`...)
+	var err error
+	if m.Freshness == nil {
+		b = append(b, immediateFreshness...)
+	} else if b, err = appendCompact(b, m.Freshness); err != nil {
+		return dst[:start], fmt.Errorf("%w: freshness is not valid JSON", ErrInvalidMessage)
+	}
+	b = append(b, `,"data":`...)
+	if b, err = appendCompact(b, m.Data); err != nil {
+		return dst[:start], fmt.Errorf("%w: data is not valid JSON", ErrInvalidMessage)
+	}
+	return append(b, '}'), nil
+}
+
+// checkMessage checks what AppendBody needs.
+func checkMessage(m *Message) error {
+	if m.ID == "" || len(m.ID) > MaxIDLen {
+		return fmt.Errorf("%w: id must be 1 to %d bytes", ErrInvalidMessage, MaxIDLen)
+	}
+	for i := 0; i < len(m.ID); i++ {
+		if c := m.ID[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == ':' || c == '-') {
+			return fmt.Errorf("%w: id %q: byte %q is not one of [A-Za-z0-9_:-]", ErrInvalidMessage, m.ID, c)
+		}
+	}
+	switch {
+	case m.Type == "":
+		return fmt.Errorf("%w: id %s: type is empty", ErrInvalidMessage, m.ID)
+	case m.SchemaVersion < 1:
+		return fmt.Errorf("%w: id %s: schema_version %d: must be ≥ 1", ErrInvalidMessage, m.ID, m.SchemaVersion)
+	case m.Time.IsZero():
+		return fmt.Errorf("%w: id %s: time is zero", ErrInvalidMessage, m.ID)
+	case len(m.Data) == 0:
+		return fmt.Errorf("%w: id %s: data is empty", ErrInvalidMessage, m.ID)
+	}
+	return nil
+}
+
+// appendCompact appends raw with insignificant space removed, or fails
+// when raw is not one valid JSON value.
+func appendCompact(b []byte, raw []byte) ([]byte, error) {
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, raw); err != nil {
+		return b, err
+	}
+	return buf.Bytes(), nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string: '"', '\\' and control bytes are
+// escaped, as are U+2028 and U+2029 (for JavaScript receivers); invalid
+// UTF-8 becomes U+FFFD. Runs of bytes that need nothing are copied whole.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	run := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[run:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, `\n`...)
+			case '\r':
+				b = append(b, `\r`...)
+			case '\t':
+				b = append(b, `\t`...)
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			run = i
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b = append(b, s[run:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[run:i]...)
+			b = append(b, `\u202`...)
+			b = append(b, hexDigits[r&0xf])
+		default:
+			i += n
+			continue
+		}
+		i += n
+		run = i
+	}
+	b = append(b, s[run:]...)
+	return append(b, '"')
+}

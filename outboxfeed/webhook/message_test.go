@@ -1,0 +1,73 @@
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAppendBody(t *testing.T) {
+	m := testMessage("0f8fad5b-d9cb-469f-a165-70867728950e")
+	m.Data = json.RawMessage(`{"invoice": "in_42", "amount": 1250}`) // as PostgreSQL prints jsonb
+	b, err := AppendBody([]byte("keep:"), &m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `keep:{"id":"0f8fad5b-d9cb-469f-a165-70867728950e","tenant":"acme","channel":"billing/invoices","kind":"integration_event",` +
+		`"type":"invoice.paid","schema_version":2,"time":"2025-03-01T10:15:30.123456000Z","freshness":{"mode":"immediate"},` +
+		`"data":{"invoice":"in_42","amount":1250}}`
+	if string(b) != want {
+		t.Fatalf("body\n%s\nwant\n%s", b, want)
+	}
+}
+
+// The body is JSON whatever the strings hold; time is UTC with nine
+// fractional digits; an empty kind is "notification"; freshness is kept.
+func TestAppendBodyEscapesAndDefaults(t *testing.T) {
+	m := Message{
+		ID:            "id-1",
+		Tenant:        "t\"e\\n\x00\u2028",
+		Channel:       "a/\xffb\n",
+		Type:          "x.y",
+		SchemaVersion: 1,
+		Time:          time.Date(2025, 1, 2, 3, 4, 5, 0, time.FixedZone("X", 3600)),
+		Freshness:     json.RawMessage(` { "mode" : "advisory", "authority" : "rec-7" } `),
+		Data:          json.RawMessage(`"<&>"`),
+	}
+	b, err := AppendBody(nil, &m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env struct {
+		ID, Tenant, Channel, Kind, Type, Time string
+		SchemaVersion                         int `json:"schema_version"`
+		Freshness                             map[string]string
+		Data                                  string
+	}
+	if err := json.Unmarshal(b, &env); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, b)
+	}
+	if env.Tenant != m.Tenant || env.Channel != "a/\ufffdb\n" || env.Kind != "notification" || env.Time != "2025-01-02T02:04:05.000000000Z" ||
+		env.Freshness["authority"] != "rec-7" || env.Data != "<&>" || env.SchemaVersion != 1 {
+		t.Fatalf("decoded %+v from %s", env, b)
+	}
+	if strings.Contains(string(b), "\u2028") || strings.Contains(string(b), " ") {
+		t.Fatalf("body holds a raw U+2028 or a space: %s", b)
+	}
+	for _, key := range []string{`"offset"`, `"epoch"`} {
+		if strings.Contains(string(b), key) {
+			t.Fatalf("body holds %s", key)
+		}
+	}
+}
+
+func TestAppendBodyInvalid(t *testing.T) {
+	m := testMessage("id")
+	m.Data = json.RawMessage(`{"a":}`)
+	b, err := AppendBody([]byte("x"), &m)
+	if !errors.Is(err, ErrInvalidMessage) || string(b) != "x" {
+		t.Fatalf("AppendBody = %q, %v", b, err)
+	}
+}
