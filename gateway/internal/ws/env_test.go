@@ -168,17 +168,6 @@ func (e *testEnv) verify(token string) (*auth.Claims, session.Reason, string) {
 	return claims, session.Reason{}, ""
 }
 
-// liveConns returns the connections whose Run has not returned.
-func (e *testEnv) liveConns() []*session.Conn {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var l []*session.Conn
-	for c := range e.conns {
-		l = append(l, c)
-	}
-	return l
-}
-
 // closedFor counts the connections that ended (Run returned) for reason.
 func (e *testEnv) closedFor(reason string) int {
 	e.mu.Lock()
