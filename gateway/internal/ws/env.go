@@ -39,13 +39,13 @@ type Env struct {
 	Refresh  func(token string) (*auth.Claims, session.Reason, string)
 	Log      *ratelog.Logger        // rate-limited, for the connections' failures
 	Requests *prometheus.CounterVec // herald_ws_requests_total{op,result}
-	Limits   *prometheus.CounterVec // herald_limit_rejections_total{limit}: the Limit* labels
+	Limits   *prometheus.CounterVec // herald_limit_rejections_total{limit}: session.Limit*
 }
 
 // Connect admits one connection at its connect request: token is the
 // connect frame's ("" when it carries none, and the credential of the
 // upgrade request applies). It returns the claims of a connection
-// admitted, that is authenticated, holding its user's slot and counted
-// open, or the reason and message it is refused with. ctx ends at
-// ConnectTimeout or when the connection closes.
+// admitted, that is authenticated (session.Conn.Claims set), holding its
+// user's slot and counted open, or the reason and message it is refused
+// with. ctx ends at ConnectTimeout or when the connection closes.
 type Connect func(ctx context.Context, token string) (*auth.Claims, session.Reason, string)
