@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testclient"
 	"github.com/heraldgw/herald/internal/testenv"
 )
@@ -764,16 +765,9 @@ func (s *sseStream) next(t *testing.T, d time.Duration) (sseEvent, bool) {
 	}
 }
 
-// envelope is the part of a publication the tests look at.
-type envelope struct {
-	ID     string `json:"id"`
-	Offset uint64 `json:"offset"`
-	Epoch  string `json:"epoch"`
-}
-
 // publication skips heartbeats and control events and returns the next
 // publication and its cursor; it fails if the stream ends first.
-func (s *sseStream) publication(t *testing.T, d time.Duration) (envelope, string) {
+func (s *sseStream) publication(t *testing.T, d time.Duration) (fanout.Publication, string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -787,8 +781,8 @@ func (s *sseStream) publication(t *testing.T, d time.Duration) (envelope, string
 			}
 			continue
 		}
-		var e envelope
-		if err := json.Unmarshal([]byte(ev.Data), &e); err != nil {
+		e, err := fanout.DecodeEnvelope([]byte(ev.Data))
+		if err != nil {
 			t.Fatalf("publication: %v: %s", err, ev.Data)
 		}
 		return e, ev.ID
@@ -905,7 +899,7 @@ func (w *wsClient) frame(t *testing.T, d time.Duration) wsFrame {
 }
 
 // publication returns the next pub push.
-func (w *wsClient) publication(t *testing.T, d time.Duration) envelope {
+func (w *wsClient) publication(t *testing.T, d time.Duration) fanout.Publication {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -913,10 +907,15 @@ func (w *wsClient) publication(t *testing.T, d time.Duration) envelope {
 		if f.str("push") != "pub" {
 			continue
 		}
-		var e envelope
-		_ = json.Unmarshal(f["id"], &e.ID)
-		_ = json.Unmarshal(f["offset"], &e.Offset)
-		_ = json.Unmarshal(f["epoch"], &e.Epoch)
+		// A pub push is the envelope with "push" in front.
+		b, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := fanout.DecodeEnvelope(b)
+		if err != nil {
+			t.Fatalf("pub push: %v: %s", err, b)
+		}
 		return e
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
@@ -55,8 +56,8 @@ func TestSSEStreamEndsAtItsTokensExp(t *testing.T) {
 		t.Fatalf("the stream ended %s after exp, want before it", ended.Sub(exp))
 	}
 	s.waitEOF(t)
-	if early := exp.Sub(ended); early > sse.DefaultExpiryLead+testSlack {
-		t.Fatalf("the stream ended %s before exp, want %s", early, sse.DefaultExpiryLead)
+	if early := exp.Sub(ended); early > sse.ExpiryLead+testSlack {
+		t.Fatalf("the stream ended %s before exp, want %s", early, sse.ExpiryLead)
 	}
 	t.Logf("SSE with a %s token and a 10s interval: ended %s after opening, %s before exp",
 		exp.Sub(opened).Round(time.Millisecond), ended.Sub(opened).Round(time.Millisecond), exp.Sub(ended).Round(time.Millisecond))
@@ -101,9 +102,9 @@ func subTokenSpec(t *testing.T, channel, sid, jti string, exp time.Time) string 
 
 // wsUnsubscribed reads the next frame of c, which must be an unsubscribed
 // push for channel with reason.
-func wsUnsubscribed(t *testing.T, c *wsClient, channel, reason string, resubscribe bool) {
+func wsUnsubscribed(t *testing.T, c *wstest.Client, channel, reason string, resubscribe bool) {
 	t.Helper()
-	f := c.next(10 * time.Second)
+	f := c.NextFrame(10 * time.Second)
 	if f.Push != "unsubscribed" || f.Ctl.Channel != channel || f.Ctl.Reason != reason || f.Ctl.Resubscribe != resubscribe {
 		t.Fatalf("want unsubscribed %s (%s, resubscribe %v), got %s", channel, reason, resubscribe, f.Raw)
 	}
@@ -131,9 +132,9 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 	sub := subTokenSpec(t, "private/7", "", "", exp)
 
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
+	c.Subscribe("orders/1", nil)
 	var res ws.SubscribeResult
-	c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "private/7", "token": sub}), &res)
+	c.OK(c.Request(ws.OpSubscribe, map[string]any{"channel": "private/7", "token": sub}), &res)
 	s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: url.Values{
 		"channel": {"orders/1", "private/7"}, "sub_token": {sub},
 	}})
@@ -141,7 +142,7 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 	s.subscribed(t)
 	s.subscribed(t)
 	pub := e.publish("acme", "private/7", `1`)
-	if p := c.pub(); p.Channel != "private/7" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Channel != "private/7" || p.Offset != pub.Offset {
 		t.Fatalf("ws got %+v", p)
 	}
 	if _, p := s.publication(t); p.Key.Channel != "private/7" || p.Offset != pub.Offset {
@@ -164,7 +165,7 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 		lateWS.Round(time.Millisecond), lateSSE.Round(time.Millisecond))
 	e.publish("acme", "private/7", `2`)
 	pub = e.publish("acme", "orders/1", `3`)
-	if p := c.pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
 		t.Fatalf("ws got %+v, want only orders/1", p)
 	}
 	if _, p := s.publication(t); p.Key.Channel != "orders/1" || p.Offset != pub.Offset {
@@ -173,17 +174,17 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 
 	// Subscribing again with a fresh subscription token works at once.
 	fresh := subTokenSpec(t, "private/7", "", "", time.Now().Add(time.Hour))
-	c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "private/7", "token": fresh}), &res)
+	c.OK(c.Request(ws.OpSubscribe, map[string]any{"channel": "private/7", "token": fresh}), &res)
 	pub = e.publish("acme", "private/7", `3`)
-	if p := c.pub(); p.Channel != "private/7" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Channel != "private/7" || p.Offset != pub.Offset {
 		t.Fatalf("ws after subscribing again got %+v", p)
 	}
 
 	// Past its exp but inside the leeway: accepted, and ended at once.
 	stale := subTokenSpec(t, "private/8", "", "", time.Now().Add(-5*time.Second))
-	c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "private/8", "token": stale}), &res)
+	c.OK(c.Request(ws.OpSubscribe, map[string]any{"channel": "private/8", "token": stale}), &res)
 	wsUnsubscribed(t, c, "private/8", "token_expired", true)
-	c.ok(c.request(ws.OpPing, nil), nil)
+	c.OK(c.Request(ws.OpPing, nil), nil)
 	if n := e.counter(e.srv.metrics.subsEnded.WithLabelValues("ws", "token_expired")); n != 2 {
 		t.Fatalf("herald_subscriptions_ended_total{ws,token_expired} = %v, want 2", n)
 	}
@@ -236,10 +237,10 @@ func TestRevokingASubscriptionToken(t *testing.T) {
 			bySID := subTokenSpec(t, "private/team", "sub-s1", "", exp)
 
 			c := e.connected("orders/*")
-			c.subscribe("orders/1", nil)
+			c.Subscribe("orders/1", nil)
 			var res ws.SubscribeResult
-			c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "private/bob-only", "token": byJTI}), &res)
-			c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "private/team", "token": bySID}), &res)
+			c.OK(c.Request(ws.OpSubscribe, map[string]any{"channel": "private/bob-only", "token": byJTI}), &res)
+			c.OK(c.Request(ws.OpSubscribe, map[string]any{"channel": "private/team", "token": bySID}), &res)
 			s := e.open(request{bearer: e.token("acme", "u1", "orders/*"), query: url.Values{
 				"channel": {"orders/1", "private/bob-only", "private/team"}, "sub_token": {byJTI, bySID},
 			}})
@@ -273,14 +274,14 @@ func TestRevokingASubscriptionToken(t *testing.T) {
 					step.channel, name, cutWS.Round(time.Millisecond), cutSSE.Round(time.Millisecond), testInterval)
 				e.publish("acme", step.channel, `"after the revocation"`)
 				pub := e.publish("acme", "orders/1", `1`)
-				if p := c.pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+				if p := c.Pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
 					t.Fatalf("ws got %+v, want only orders/1", p)
 				}
 				if _, p := s.publication(t); p.Key.Channel != "orders/1" || p.Offset != pub.Offset {
 					t.Fatalf("sse got %+v, want only orders/1", p)
 				}
 			}
-			c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "private/bob-only", "token": byJTI}), ws.CodeForbidden)
+			c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "private/bob-only", "token": byJTI}), ws.CodeForbidden)
 			e.refused(request{bearer: e.token("acme", "u1"), query: url.Values{
 				"channel": {"private/team"}, "sub_token": {bySID},
 			}}, 403, "forbidden")

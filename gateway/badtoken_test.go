@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // signRaw signs header and claims as given with HS256 and testSecret, so a
@@ -54,14 +56,14 @@ func TestBadTokensRefusedOnBothTransports(t *testing.T) {
 		"tenant spaces": signRaw(t, hs, claims("ac me", exp)),
 	}
 	e.stream(good, "orders/1") // the same shape, well formed, is accepted
-	c := e.dialWS(dialOpts{})
-	c.connect(good)
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(good)
 	for name, tok := range cases {
 		t.Run(name, func(t *testing.T) {
-			c := e.dialWS(dialOpts{})
-			c.fails(c.request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeUnauthorized)
-			c.closedWith(ReasonUnauthorized.Code, session.CloseUnauthorized)
-			e.refused(request{bearer: tok, query: q("channel", "orders/1")}, http.StatusUnauthorized, ReasonUnauthorized.Code)
+			c := e.dialWS(wstest.DialOpts{})
+			c.Fails(c.Request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeUnauthorized)
+			c.ClosedWith(session.ReasonUnauthorized.Code, session.CloseUnauthorized)
+			e.refused(request{bearer: tok, query: q("channel", "orders/1")}, http.StatusUnauthorized, session.ReasonUnauthorized.Code)
 		})
 	}
 }

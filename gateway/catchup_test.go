@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // TestLaggardCatchUpBrokers: over each broker (in memory, Redis streams, a
@@ -47,17 +50,17 @@ func testLaggardCatchUp(t *testing.T, broker, transport string) {
 		c := openStalledAt(t, addr, e.token("acme", "u1", "orders/*"), testRecvBuffer)
 		next = func() uint64 { return c.publicationOffset(t) }
 	case transportWS:
-		c, _, err := dialWSURL(t, "ws://"+addr, dialOpts{client: smallRecvClient(t)}, e.client)
+		c, _, err := wstest.Dial(t, "ws://"+addr, wstest.DialOpts{Client: smallRecvClient(t)}, e.client)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.connect(e.wsToken("u1", []string{"orders/*"}, nil))
-		c.subscribe("orders/1", nil)
-		c.stall()
-		defer c.resume()
+		c.Connect(e.wsToken("u1", []string{"orders/*"}, nil))
+		c.Subscribe("orders/1", nil)
+		c.Stall()
+		defer c.Resume()
 		next = func() uint64 {
-			c.resume()
-			return c.pub().Offset
+			c.Resume()
+			return c.Pub().Offset
 		}
 	}
 
@@ -85,7 +88,7 @@ func testLaggardCatchUp(t *testing.T, broker, transport string) {
 			t.Fatalf("offset %d, want %d (published %d)", got, want, published)
 		}
 	}
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		if n := e.counter(e.srv.metrics.disconnects.WithLabelValues(transport, r.Code)); n != 0 {
 			t.Fatalf("%v connections ended as %s", n, r.Code)
 		}
@@ -165,9 +168,9 @@ func TestBurstDoesNotCutHealthyReaders(t *testing.T) {
 	addr := ts.Listener.Addr().String()
 	tok := e.token("acme", "u1", "orders/*")
 	sse := openStalledAt(t, e.srv.Addr(), tok, 0) // reads at once, below
-	ws := e.dialWS(dialOpts{fast: true})
-	ws.connect(e.wsToken("u1", []string{"orders/*"}, nil))
-	ws.subscribe("orders/1", nil)
+	ws := e.dialWS(wstest.DialOpts{Fast: true})
+	ws.Connect(e.wsToken("u1", []string{"orders/*"}, nil))
+	ws.Subscribe("orders/1", nil)
 	openStalledAt(t, addr, tok, testRecvBuffer) // never reads again
 
 	// The readers check every offset as it arrives.
@@ -199,7 +202,7 @@ func TestBurstDoesNotCutHealthyReaders(t *testing.T) {
 	wg.Go(func() { read(transportSSE, &lastSSE, func() uint64 { return sse.publicationOffset(t) }) })
 	wg.Go(func() {
 		read(transportWS, &lastWS, func() uint64 {
-			f := ws.next(time.Minute)
+			f := ws.NextFrame(time.Minute)
 			if f.Push != "pub" {
 				fail(fmt.Errorf("ws reader: %.200s", f.Raw))
 			}

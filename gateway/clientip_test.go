@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // testTrusted is the proxy set of the resolution tests.
@@ -234,10 +236,10 @@ func TestTrustedProxiesLimitPerClient(t *testing.T) {
 	s.next(t, 5*time.Second)
 	waitLog(t, e, "gateway: connection opened", "remote=203.0.113.77")
 	hdr := http.Header{"X-Forwarded-For": {"203.0.113.50"}}
-	e.dialWS(dialOpts{header: hdr}).connect(tok)
+	e.dialWS(wstest.DialOpts{Header: hdr}).Connect(tok)
 	waitLog(t, e, "gateway: connection opened", "remote=203.0.113.50")
 	// That client's second attempt is limited.
-	if _, resp, err := e.tryDialWS(dialOpts{header: hdr}); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+	if _, resp, err := e.tryDialWS(wstest.DialOpts{Header: hdr}); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("second ws dial of 203.0.113.50 = %v, %v; want 429", err, resp)
 	}
 	waitLog(t, e, "gateway: request refused", "remote=203.0.113.50")
@@ -288,7 +290,7 @@ func TestUntrustedPeerCannotSpoof(t *testing.T) {
 	if code := e.attempt("X-Forwarded-For", "198.51.100.3"); code != http.StatusTooManyRequests {
 		t.Fatalf("third attempt with a new X-Forwarded-For: %d, want 429 (limited as 127.0.0.1)", code)
 	}
-	if _, resp, err := e.tryDialWS(dialOpts{header: http.Header{"X-Forwarded-For": {"198.51.100.4"}}}); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+	if _, resp, err := e.tryDialWS(wstest.DialOpts{Header: http.Header{"X-Forwarded-For": {"198.51.100.4"}}}); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("ws dial with a new X-Forwarded-For = %v, %v; want 429", err, resp)
 	}
 	waitLog(t, e, "gateway: request refused", "remote=127.0.0.1:")
@@ -313,28 +315,8 @@ func (e *testEnv) doWith(r request, headers ...string) (*http.Response, context.
 	if r.path == "" {
 		r.path = "/v1/sse"
 	}
-	u := e.base + r.path
-	if len(r.query) > 0 {
-		u += "?" + r.query.Encode()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		cancel()
-		e.t.Fatal(err)
-	}
-	if r.bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+r.bearer)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		cancel()
-		e.t.Fatalf("GET %s: %v", r.path, err)
-	}
-	return resp, cancel
+	r.headers = headers
+	return e.do(r)
 }
 
 // waitLog waits up to 5s for a line of the server's logs holding msg and

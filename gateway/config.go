@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 )
@@ -273,6 +274,26 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// bounds are the limits and timings of every connection (a Config that
+// withDefaults filled), which the connection core hands its transports.
+func (c Config) bounds() session.Bounds {
+	return session.Bounds{
+		QueueMaxBytes:     c.QueueMaxBytes,
+		QueueMaxMessages:  c.QueueMaxMessages,
+		HistorySize:       c.HistorySize,
+		HistoryTTL:        c.HistoryTTL,
+		MaxSubscriptions:  c.MaxSubscriptions,
+		MaxMessageSize:    c.MaxMessageSize,
+		MaxInflight:       c.MaxInflight,
+		HeartbeatInterval: c.HeartbeatInterval,
+		WriteTimeout:      c.WriteTimeout,
+		ConnectTimeout:    c.ConnectTimeout,
+		ClientTimeout:     c.ClientTimeout,
+		RefreshAhead:      c.RefreshAhead,
+		ExpiryGrace:       c.ExpiryGrace,
+	}
+}
+
 // validate checks a Config that withDefaults already filled.
 func (c Config) validate() error {
 	bad := func(format string, a ...any) error {
@@ -329,9 +350,9 @@ func (c Config) validate() error {
 	if c.RevalidateInterval < minRevalidateInterval {
 		return bad("RevalidateInterval must be at least %s, got %s", minRevalidateInterval, c.RevalidateInterval)
 	}
-	if c.RefreshAhead <= sse.DefaultExpiryLead {
+	if c.RefreshAhead <= sse.ExpiryLead {
 		return bad("RefreshAhead (%s) must exceed %s, how long before exp an SSE stream ends, so a stream hears reauth before it ends",
-			c.RefreshAhead, sse.DefaultExpiryLead)
+			c.RefreshAhead, sse.ExpiryLead)
 	}
 	if c.MaxMessageSize < 1024 {
 		return bad("MaxMessageSize must be at least 1024 so a connect frame fits, got %d", c.MaxMessageSize)

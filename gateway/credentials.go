@@ -12,7 +12,6 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 // Token sources, for logs and errors (never the token itself).
@@ -20,13 +19,13 @@ const (
 	sourceHeader = "authorization header"
 	sourceCookie = "cookie"
 	sourceQuery  = "access_token query parameter"
-	sourceTicket = ws.SourceTicket
-	sourceFrame  = ws.SourceFrame
+	sourceTicket = "ticket"
+	sourceFrame  = "connect frame"
 )
 
 // reasonTicketInvalid refuses an unknown, expired or used ticket. A fresh
 // ticket fixes it, so an EventSource gets reauth instead of a 401.
-var reasonTicketInvalid = session.WithMessage(ReasonUnauthorized,
+var reasonTicketInvalid = session.WithMessage(session.ReasonUnauthorized,
 	"the ticket is unknown, expired or already used: tickets are single-use, fetch a new one (POST /v1/tickets)")
 
 var errAccessTokenQueryOff = errors.New("the access_token query parameter is disabled on this server; send Authorization: Bearer or the cookie")
@@ -63,31 +62,31 @@ func (c credential) none() bool { return c.token == "" && c.ticket == "" }
 // neither verifies a token nor redeems a ticket, so the caller can refuse
 // a bad request before spending a ticket on it. A refusal is a non-empty
 // Reason and a message for the client.
-func (s *Server) requestCredential(r *http.Request, query url.Values) (credential, Reason, string) {
+func (s *Server) requestCredential(r *http.Request, query url.Values) (credential, session.Reason, string) {
 	token, source, err := s.headerCredentials(r)
 	switch {
 	case err != nil:
-		return credential{source: source}, ReasonUnauthorized, err.Error()
+		return credential{source: source}, session.ReasonUnauthorized, err.Error()
 	case token != "":
-		return credential{token: token, source: source}, Reason{}, ""
+		return credential{token: token, source: source}, session.Reason{}, ""
 	}
 	if t := query.Get("ticket"); t != "" {
-		return credential{ticket: t, source: sourceTicket}, Reason{}, ""
+		return credential{ticket: t, source: sourceTicket}, session.Reason{}, ""
 	}
 	if tok := query.Get("access_token"); tok != "" {
 		if s.cfg.DisableAccessTokenQuery {
-			return credential{source: sourceQuery}, ReasonUnauthorized, errAccessTokenQueryOff.Error()
+			return credential{source: sourceQuery}, session.ReasonUnauthorized, errAccessTokenQueryOff.Error()
 		}
-		return credential{token: tok, source: sourceQuery}, Reason{}, ""
+		return credential{token: tok, source: sourceQuery}, session.Reason{}, ""
 	}
-	return credential{}, Reason{}, ""
+	return credential{}, session.Reason{}, ""
 }
 
 // checkToken verifies a token credential and admits its claims (expiry
 // with slack, revocation). Authentication is decided here, before any
 // bound that depends on the user is looked at: a revoked or expired token
 // must hear so, not "too many connections".
-func (s *Server) checkToken(c credential, slack time.Duration) (*auth.Claims, Reason, string) {
+func (s *Server) checkToken(c credential, slack time.Duration) (*auth.Claims, session.Reason, string) {
 	claims, reason, msg := s.verifyToken(c.token, c.source)
 	if reason.Code == "" {
 		reason, msg = s.admit(claims, c.source, slack)
@@ -95,28 +94,28 @@ func (s *Server) checkToken(c credential, slack time.Duration) (*auth.Claims, Re
 	if reason.Code != "" {
 		return nil, reason, msg
 	}
-	return claims, Reason{}, ""
+	return claims, session.Reason{}, ""
 }
 
 // verifyToken verifies a connection token from source.
-func (s *Server) verifyToken(token, source string) (*auth.Claims, Reason, string) {
+func (s *Server) verifyToken(token, source string) (*auth.Claims, session.Reason, string) {
 	claims, err := s.deps.Verifier.Verify(token)
 	switch {
 	case errors.Is(err, auth.ErrExpired):
-		return nil, ReasonTokenExpired, "token expired (" + source + "): fetch a fresh one"
+		return nil, session.ReasonTokenExpired, "token expired (" + source + "): fetch a fresh one"
 	case err != nil:
-		return nil, ReasonUnauthorized, "token from " + source + " does not verify: " + err.Error()
+		return nil, session.ReasonUnauthorized, "token from " + source + " does not verify: " + err.Error()
 	}
-	return claims, Reason{}, ""
+	return claims, session.Reason{}, ""
 }
 
 // redeemTicket exchanges a ticket for the claims it was issued for, and
 // so spends it: the ticket stores can neither peek at a ticket nor take
 // one back. Callers redeem only once every check that does not depend on
 // the ticket's user has passed.
-func (s *Server) redeemTicket(ctx context.Context, ticket string) (*auth.Claims, Reason, string) {
+func (s *Server) redeemTicket(ctx context.Context, ticket string) (*auth.Claims, session.Reason, string) {
 	if s.deps.Tickets == nil {
-		return nil, ReasonUnauthorized, "tickets are not enabled on this server"
+		return nil, session.ReasonUnauthorized, "tickets are not enabled on this server"
 	}
 	c, err := s.deps.Tickets.Redeem(ctx, ticket)
 	switch {
@@ -126,21 +125,21 @@ func (s *Server) redeemTicket(ctx context.Context, ticket string) (*auth.Claims,
 	case err != nil:
 		s.metrics.tickets.WithLabelValues(ticketFailed).Inc()
 		s.connLog.Log(slog.LevelError, "gateway: ticket redemption failed", slog.String("error", err.Error()))
-		return nil, ReasonServerError, "cannot redeem the ticket now; retry later"
+		return nil, session.ReasonServerError, "cannot redeem the ticket now; retry later"
 	}
 	s.metrics.tickets.WithLabelValues(ticketRedeemed).Inc()
-	return c, Reason{}, ""
+	return c, session.Reason{}, ""
 }
 
 // admit checks verified claims at the moment they open a connection or
 // replace its token: not expired more than slack ago, and not revoked per
 // the last revocation snapshot.
-func (s *Server) admit(c *auth.Claims, source string, slack time.Duration) (Reason, string) {
+func (s *Server) admit(c *auth.Claims, source string, slack time.Duration) (session.Reason, string) {
 	if !c.ExpiresAt.IsZero() && !time.Now().Before(c.ExpiresAt.Add(slack)) {
-		return ReasonTokenExpired, "token expired (" + source + "): fetch a fresh one"
+		return session.ReasonTokenExpired, "token expired (" + source + "): fetch a fresh one"
 	}
 	if s.reval.revoked(c) {
-		return ReasonRevoked, fmt.Sprintf("the token (%s) or its session was revoked: sign in again", source)
+		return session.ReasonRevoked, fmt.Sprintf("the token (%s) or its session was revoked: sign in again", source)
 	}
-	return Reason{}, ""
+	return session.Reason{}, ""
 }

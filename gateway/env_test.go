@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/sessiontest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
@@ -102,14 +102,7 @@ func startTestServer(tb testing.TB, o envOptions) *testEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := broker.Start(context.Background(), hub); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(broker.Stop)
+	hub := sessiontest.StartHub(tb, broker)
 
 	logs := &syncBuffer{}
 	reg := prometheus.NewRegistry()
@@ -174,6 +167,7 @@ type request struct {
 	authorization string
 	cookie        string
 	lastID        string
+	headers       []string // more header pairs: name, value, ...
 }
 
 func (e *testEnv) do(r request) (*http.Response, context.CancelFunc) {
@@ -199,6 +193,9 @@ func (e *testEnv) do(r request) (*http.Response, context.CancelFunc) {
 	}
 	if r.lastID != "" {
 		req.Header.Set("Last-Event-ID", r.lastID)
+	}
+	for i := 0; i+1 < len(r.headers); i += 2 {
+		req.Header.Add(r.headers[i], r.headers[i+1])
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
@@ -269,34 +266,13 @@ func (e *testEnv) refused(r request, status int, code string) string {
 // publish publishes one message and returns its publication.
 func (e *testEnv) publish(tenant, channel string, data string) fanout.Publication {
 	e.t.Helper()
-	p, err := e.broker.Publish(context.Background(), fanout.Message{
-		ID:            fmt.Sprintf("m-%d", time.Now().UnixNano()),
-		Key:           fanout.Key{Tenant: tenant, Channel: channel},
-		Type:          "order.updated",
-		SchemaVersion: 1,
-		Data:          json.RawMessage(data),
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return p
+	return sessiontest.Publish(e.t, e.broker, tenant, channel, data)
 }
 
 // counter reads the value of one counter or gauge series.
 func (e *testEnv) counter(m prometheus.Metric) float64 {
 	e.t.Helper()
-	var out dto.Metric
-	if err := m.Write(&out); err != nil {
-		e.t.Fatal(err)
-	}
-	switch {
-	case out.Counter != nil:
-		return out.Counter.GetValue()
-	case out.Gauge != nil:
-		return out.Gauge.GetValue()
-	}
-	e.t.Fatalf("not a counter or gauge: %v", m.Desc())
-	return 0
+	return testenv.MetricValue(e.t, m)
 }
 
 // get fetches path and returns status and body.

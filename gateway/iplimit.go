@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // maxIPBuckets bounds the addresses the connection-attempt limiter tracks
@@ -125,9 +127,9 @@ func (s *Server) limitAttempts(transport string, h http.HandlerFunc) http.Handle
 				w.Header().Set("Retry-After", strconv.Itoa(secs))
 				s.metrics.limit(limitConnectRate)
 				if transport != "" {
-					s.metrics.refused(transport, ReasonTooManyRequests)
+					s.metrics.refused(transport, session.ReasonTooManyRequests)
 				}
-				s.refused(w, r, ReasonTooManyRequests, "")
+				s.refused(w, r, session.ReasonTooManyRequests, "")
 				return
 			}
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // Transport labels.
@@ -36,23 +36,19 @@ type metrics struct {
 	tickets          *prometheus.CounterVec
 }
 
-// Labels of herald_limit_rejections_total: the bound that refused or closed.
+// Labels of herald_limit_rejections_total: the bound that refused or
+// closed; those of a connection are the connection core's
+// (session.Limit*).
 const (
-	limitConnections    = "connections"          // MaxConnections
-	limitConnectRate    = "connect_rate"         // ConnectAttemptsPerIP
-	limitMessageSize    = ws.LimitMessageSize    // MaxMessageSize
-	limitInflight       = ws.LimitInflight       // MaxInflight
-	limitSubscriptions  = ws.LimitSubscriptions  // MaxSubscriptions
-	limitQueue          = "queue"                // QueueMaxBytes / QueueMaxMessages
-	limitClientTimeout  = ws.LimitClientTimeout  // ClientTimeout
-	limitConnectTimeout = ws.LimitConnectTimeout // ConnectTimeout
-	limitUserConns      = "connections_per_user" // MaxConnectionsPerUser
-	limitUserTickets    = "tickets_per_user"     // the ticket store's MaxPerUser
+	limitConnections = "connections"          // MaxConnections
+	limitConnectRate = "connect_rate"         // ConnectAttemptsPerIP
+	limitUserConns   = "connections_per_user" // MaxConnectionsPerUser
+	limitUserTickets = "tickets_per_user"     // the ticket store's MaxPerUser
 )
 
 var limitLabels = []string{
-	limitConnections, limitConnectRate, limitMessageSize, limitInflight,
-	limitSubscriptions, limitQueue, limitClientTimeout, limitConnectTimeout,
+	limitConnections, limitConnectRate, session.LimitMessageSize, session.LimitInflight,
+	session.LimitSubscriptions, session.LimitQueue, session.LimitClientTimeout, session.LimitConnectTimeout,
 	limitUserConns, limitUserTickets,
 }
 
@@ -78,7 +74,7 @@ func (m *metrics) limit(limit string) { m.limitRejections.WithLabelValues(limit)
 // stream opened. Refusals are not disconnects: herald_connections_total
 // counts the streams that opened and herald_disconnects_total how each
 // of those ended, so the two stay comparable.
-func (m *metrics) refused(transport string, r Reason) {
+func (m *metrics) refused(transport string, r session.Reason) {
 	m.refusals.WithLabelValues(transport, r.Code).Inc()
 }
 
@@ -159,7 +155,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.connectionsTotal.WithLabelValues(t)
 		m.deliveries.WithLabelValues(t)
 		m.catchUps.WithLabelValues(t)
-		for _, r := range Reasons {
+		for _, r := range session.Reasons {
 			m.disconnects.WithLabelValues(t, r.Code)
 			m.refusals.WithLabelValues(t, r.Code)
 		}

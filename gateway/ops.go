@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // The operator view: a read-only page at GET /ops/ (ops/index.html, with
@@ -157,7 +159,7 @@ func (s *Server) handleOpsStatus(want [sha256.Size]byte) http.HandlerFunc {
 			s.connLog.Log(slog.LevelWarn, "gateway: operator view refused",
 				slog.String("remote", clientOf(r).remote), slog.String("message", msg))
 			w.Header().Set("WWW-Authenticate", `Bearer realm="herald operator view"`)
-			writeError(w, http.StatusUnauthorized, ReasonUnauthorized.Code, msg)
+			writeError(w, http.StatusUnauthorized, session.ReasonUnauthorized.Code, msg)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), opsStatusTimeout)

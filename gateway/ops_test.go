@@ -13,13 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldgw/herald/outboxfeed/sqlitestore"
-
-	"github.com/heraldgw/herald/outboxfeed/outboxdb"
-	"github.com/heraldgw/herald/outboxfeed/stage"
-
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/outboxdb"
+	"github.com/heraldgw/herald/outboxfeed/sqlitestore"
+	"github.com/heraldgw/herald/outboxfeed/stage"
 )
 
 const testAdminToken = "ops-test-admin-token-0123456789"
@@ -149,13 +148,13 @@ func TestOpsStatus(t *testing.T) {
 
 	// One stream of each transport.
 	e.stream(e.token("acme", "u1", "orders/*"), "orders/1")
-	ws := e.dialWS(dialOpts{})
-	ws.connect(e.token("acme", "u2", "orders/*"))
+	ws := e.dialWS(wstest.DialOpts{})
+	ws.Connect(e.token("acme", "u2", "orders/*"))
 	a = e.opsStatusOK()
 	if c := a.Connections; c.SSE != 1 || c.WS != 1 || c.Total != 2 || c.Max != 7 {
 		t.Errorf("connections = %+v, want 1 SSE and 1 WebSocket of 7", c)
 	}
-	ws.close()
+	ws.Close()
 	eventually(t, 5*time.Second, "the WebSocket connection to leave the count", func() bool {
 		return e.opsStatusOK().Connections.WS == 0
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // The end-to-end authorization property: over random tenants, subjects,
@@ -97,7 +98,7 @@ type propConn struct {
 	allowed  []string // subscribed
 	denied   []string // refused
 	sse      *sseStream
-	wsc      *wsClient
+	wsc      *wstest.Client
 	expected []string // message ids, in order
 }
 
@@ -219,7 +220,7 @@ func propIteration(t *testing.T, r *rand.Rand) float64 {
 		for len(all) < len(pc.expected) {
 			var id, ch string
 			if pc.ws {
-				p := pc.wsc.pub()
+				p := pc.wsc.Pub()
 				id, ch = p.ID, p.Channel
 			} else {
 				_, p := pc.sse.publication(t)
@@ -243,13 +244,13 @@ func propOpen(t *testing.T, e *testEnv, pc *propConn) {
 	t.Helper()
 	tok := e.token(pc.tenant, pc.sub, pc.grants...)
 	if pc.ws {
-		pc.wsc = e.dialWS(dialOpts{})
-		pc.wsc.connect(tok)
+		pc.wsc = e.dialWS(wstest.DialOpts{})
+		pc.wsc.Connect(tok)
 		for _, ch := range pc.denied {
-			pc.wsc.fails(pc.wsc.request(ws.OpSubscribe, map[string]any{"channel": ch}), ws.CodeForbidden)
+			pc.wsc.Fails(pc.wsc.Request(ws.OpSubscribe, map[string]any{"channel": ch}), ws.CodeForbidden)
 		}
 		for _, ch := range pc.allowed {
-			pc.wsc.subscribe(ch, nil)
+			pc.wsc.Subscribe(ch, nil)
 		}
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -92,10 +93,10 @@ func TestReauthorizeWebhookWS(t *testing.T) {
 	hook := newTestHook(t)
 	e := hookEnv(t, hook.srv.URL, nil)
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
-	c.subscribe("docs/1", nil)
+	c.Subscribe("orders/1", nil)
+	c.Subscribe("docs/1", nil)
 	pub := e.publish("acme", "docs/1", `1`)
-	if p := c.pub(); p.Channel != "docs/1" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Channel != "docs/1" || p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
 	// Still allowed at the first recheck.
@@ -104,7 +105,7 @@ func TestReauthorizeWebhookWS(t *testing.T) {
 
 	hook.allow.Store(false)
 	flipped := time.Now()
-	f := c.next(5 * time.Second)
+	f := c.NextFrame(5 * time.Second)
 	ended := time.Since(flipped)
 	if f.Push != "unsubscribed" || f.Ctl.Channel != "docs/1" || f.Ctl.Reason != "forbidden" || f.Ctl.Resubscribe ||
 		!strings.Contains(f.Ctl.Message, "docs access withdrawn") {
@@ -117,10 +118,10 @@ func TestReauthorizeWebhookWS(t *testing.T) {
 		ended.Round(time.Millisecond), testInterval)
 	e.publish("acme", "docs/1", `2`)
 	pub = e.publish("acme", "orders/1", `3`)
-	if p := c.pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
 		t.Fatalf("got %+v, want only orders/1", p)
 	}
-	c.fails(c.request(ws.OpUnsubscribe, map[string]any{"channel": "docs/1"}), ws.CodeNotSubscribed)
+	c.Fails(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "docs/1"}), ws.CodeNotSubscribed)
 	if n := e.counter(e.srv.metrics.subsEnded.WithLabelValues("ws", "forbidden")); n != 1 {
 		t.Fatalf("herald_subscriptions_ended_total{ws,forbidden} = %v", n)
 	}
@@ -171,22 +172,22 @@ func TestWebhookDown(t *testing.T) {
 	hook := newTestHook(t)
 	e := hookEnv(t, hook.srv.URL, nil)
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
-	c.subscribe("docs/1", nil)
+	c.Subscribe("orders/1", nil)
+	c.Subscribe("docs/1", nil)
 
 	hook.fail.Store(true)
-	f := c.next(5 * time.Second)
+	f := c.NextFrame(5 * time.Second)
 	if f.Push != "unsubscribed" || f.Ctl.Channel != "docs/1" || f.Ctl.Reason != "authorization_unavailable" ||
 		!f.Ctl.Resubscribe || !strings.Contains(f.Ctl.Message, "authorization webhook unavailable") {
 		t.Fatalf("want unsubscribed docs/1 authorization_unavailable, got %s", f.Raw)
 	}
-	msg := c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/2"}), ws.CodeAuthzUnavailable).Message
+	msg := c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/2"}), ws.CodeAuthzUnavailable).Message
 	if !strings.Contains(msg, "authorization webhook unavailable") {
 		t.Fatalf("message %q", msg)
 	}
-	c.subscribe("orders/2", nil)
+	c.Subscribe("orders/2", nil)
 	pub := e.publish("acme", "orders/1", `1`)
-	if p := c.pub(); p.Offset != pub.Offset || p.Channel != "orders/1" {
+	if p := c.Pub(); p.Offset != pub.Offset || p.Channel != "orders/1" {
 		t.Fatalf("got %+v", p)
 	}
 	tok := e.token("acme", "u1", "orders/*")
@@ -205,8 +206,8 @@ func TestWebhookDown(t *testing.T) {
 	ln.Close()
 	e2 := hookEnv(t, dead, nil)
 	c2 := e2.connected("orders/*")
-	c2.fails(c2.request(ws.OpSubscribe, map[string]any{"channel": "docs/1"}), ws.CodeAuthzUnavailable)
-	c2.subscribe("orders/1", nil)
+	c2.Fails(c2.Request(ws.OpSubscribe, map[string]any{"channel": "docs/1"}), ws.CodeAuthzUnavailable)
+	c2.Subscribe("orders/1", nil)
 }
 
 // TestSlowWebhookBlocksNothing: while the webhook hangs, a subscribe that
@@ -220,11 +221,11 @@ func TestSlowWebhookBlocksNothing(t *testing.T) {
 	const timeout = 1500 * time.Millisecond
 	e := hookEnvTimeout(t, hook.srv.URL, timeout, func(d *Deps) { d.Revocations = revs })
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
-	c.subscribe("docs/1", nil)
+	c.Subscribe("orders/1", nil)
+	c.Subscribe("docs/1", nil)
 	victimTok, exp := mintSpec(t, tokenSpec{sub: "u9", subscribe: []string{"orders/*"}, sid: "victim"})
-	victim := e.dialWS(dialOpts{})
-	victim.connect(victimTok)
+	victim := e.dialWS(wstest.DialOpts{})
+	victim.Connect(victimTok)
 
 	hook.hang.Store(true)
 	calls := hook.calls.Load()
@@ -233,17 +234,17 @@ func TestSlowWebhookBlocksNothing(t *testing.T) {
 	if err := revs.Revoke(context.Background(), auth.Revocation{SessionID: "victim", Until: exp}); err != nil {
 		t.Fatal(err)
 	}
-	victim.closedWith("revoked", session.CloseRevoked)
+	victim.ClosedWith("revoked", session.CloseRevoked)
 	if cut := time.Since(revoked); cut > testInterval+testSlack {
 		t.Fatalf("revocation cut %s after, with a hanging webhook", cut)
 	}
 
-	sub := c.request(ws.OpSubscribe, map[string]any{"channel": "docs/2"})
-	ping := c.request(ws.OpPing, nil)
+	sub := c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/2"})
+	ping := c.Request(ws.OpPing, nil)
 	start := time.Now()
 	var got []uint64
 	for len(got) < 2 {
-		f := c.next(5 * time.Second)
+		f := c.NextFrame(5 * time.Second)
 		switch {
 		case f.Push == "unsubscribed":
 			continue // docs/1's recheck timed out

@@ -72,7 +72,7 @@ func TestWSRecoveryReasons(t *testing.T) {
 		if since := rc.since(tops[rc.channel]); since != nil {
 			fields["since"] = ws.Position{Offset: since.Offset, Epoch: since.Epoch}
 		}
-		f := c.reply(c.request(ws.OpSubscribe, fields))
+		f := c.Reply(c.Request(ws.OpSubscribe, fields))
 		var res ws.SubscribeResult
 		if f.Error != nil || json.Unmarshal(f.Result, &res) != nil {
 			t.Fatalf("%s: %s", rc.channel, f.Raw)
@@ -82,7 +82,7 @@ func TestWSRecoveryReasons(t *testing.T) {
 			t.Fatalf("%s: %s, want reason %q", rc.channel, f.Raw, rc.want.Code)
 		}
 		if res.Recovered {
-			if p := c.pub(); p.Offset != tops[rc.channel].Offset {
+			if p := c.Pub(); p.Offset != tops[rc.channel].Offset {
 				t.Fatalf("%s: recovered %+v", rc.channel, p)
 			}
 		}

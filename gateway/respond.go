@@ -3,6 +3,8 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // errorBody is the JSON body of every refused request:
@@ -25,7 +27,7 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 }
 
 // refuse answers a refused stream for r with message.
-func refuse(w http.ResponseWriter, r Reason, message string) {
+func refuse(w http.ResponseWriter, r session.Reason, message string) {
 	if message == "" {
 		message = r.Message
 	}

@@ -32,9 +32,8 @@ const (
 // connections it revokes and the subscriptions whose subscription token it
 // revokes, and hands due re-authorizations to at most recheckConcurrency
 // goroutines. A token's expiry is not the tick's: each transport runs a
-// timer of the connection's own, to the millisecond (internal/ws/ws_expiry.go,
-// internal/sse/expiry.go), as does each subscription token
-// (internal/session/conn_reval.go).
+// timer of the connection's own, to the millisecond (internal/ws,
+// internal/sse), as does each subscription token (internal/session).
 type revalidator struct {
 	srv      *Server
 	interval time.Duration
@@ -157,7 +156,7 @@ func (rv *revalidator) check(c *session.Conn, set *auth.RevocationSet, now time.
 		return // a WebSocket before connect
 	}
 	if set.Revoked(claims) {
-		c.Close(ReasonRevoked, 0)
+		c.Close(session.ReasonRevoked, 0)
 		return
 	}
 	c.CheckCredentials(set, now)

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/url"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // Revalidation timing in these tests: 100 ms ticks, a fresh token asked
@@ -65,19 +65,6 @@ func mintSpec(t testing.TB, s tokenSpec) (string, time.Time) {
 		t.Fatal(err)
 	}
 	return tok, exp
-}
-
-// refreshPush decodes a frame that must be a refresh push.
-func refreshPush(t testing.TB, f wsFrame) ws.RefreshPush {
-	t.Helper()
-	var p ws.RefreshPush
-	if f.Push != "refresh" {
-		t.Fatalf("want a refresh push, got %s", f.Raw)
-	}
-	if err := json.Unmarshal([]byte(f.Raw), &p); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // reauthEvent decodes the data of a reauth event.
@@ -158,11 +145,11 @@ func TestWSExpiryCutOff(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{cfg: fastReval()})
 	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: 2 * time.Second})
-	c := e.dialWS(dialOpts{})
-	c.connect(tok)
-	c.subscribe("orders/1", nil)
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(tok)
+	c.Subscribe("orders/1", nil)
 
-	p := refreshPush(t, c.next(5*time.Second))
+	p := wstest.RefreshPush(t, c.NextFrame(5*time.Second))
 	asked := time.Now()
 	if p.ExpiresAt != exp.Unix() || p.GraceMS != testGrace.Milliseconds() || p.ExpiresInMS <= 0 ||
 		time.Duration(p.ExpiresInMS)*time.Millisecond > testAhead {
@@ -172,7 +159,7 @@ func TestWSExpiryCutOff(t *testing.T) {
 	if ahead := exp.Sub(asked); ahead > testAhead+testSlack || ahead < 0 {
 		t.Fatalf("refresh asked %s before exp, want within RefreshAhead (%s)", ahead, testAhead)
 	}
-	d := c.closedWith("token_expired", session.CloseTokenExpired)
+	d := c.ClosedWith("token_expired", session.CloseTokenExpired)
 	cut := time.Since(exp)
 	if !d.Reconnect {
 		t.Fatalf("disconnect %+v", d)
@@ -194,33 +181,33 @@ func TestWSRefreshKeepsAlive(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: cfg})
 	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: time.Second})
 	exps := []time.Time{exp}
-	c := e.dialWS(dialOpts{})
-	c.connect(tok)
-	c.subscribe("orders/1", nil)
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(tok)
+	c.Subscribe("orders/1", nil)
 	const lifetimes = 3
 	for i := range lifetimes {
-		if p := refreshPush(t, c.next(5*time.Second)); p.ExpiresAt != exp.Unix() {
+		if p := wstest.RefreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != exp.Unix() {
 			t.Fatalf("round %d: refresh push for %d, want %d", i, p.ExpiresAt, exp.Unix())
 		}
 		tok, exp = mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: time.Second})
 		exps = append(exps, exp)
 		var res ws.RefreshResult
-		c.ok(c.request(ws.OpRefresh, map[string]any{"token": tok}), &res)
+		c.OK(c.Request(ws.OpRefresh, map[string]any{"token": tok}), &res)
 		if res.ExpiresAt != exp.Unix() {
 			t.Fatalf("refresh result %+v", res)
 		}
 		pub := e.publish("acme", "orders/1", `1`)
-		if got := c.pub(); got.Offset != pub.Offset {
+		if got := c.Pub(); got.Offset != pub.Offset {
 			t.Fatalf("round %d: got %+v", i, got)
 		}
 	}
 	// The fourth token is asked for in turn; once the third has run out
 	// (its exp and grace passed), the connection still answers.
-	if p := refreshPush(t, c.next(5*time.Second)); p.ExpiresAt != exp.Unix() {
+	if p := wstest.RefreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != exp.Unix() {
 		t.Fatalf("refresh push for %d, want %d", p.ExpiresAt, exp.Unix())
 	}
 	<-time.After(time.Until(exps[lifetimes-1].Add(testGrace + 2*testInterval)))
-	c.ok(c.request(ws.OpPing, nil), nil)
+	c.OK(c.Request(ws.OpPing, nil), nil)
 	t.Logf("WS: alive %s past the first token's exp, across %d token lifetimes, by in-band refresh",
 		time.Since(exps[0]).Round(time.Millisecond), lifetimes)
 	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "token_expired")); n != 0 {
@@ -240,13 +227,13 @@ func TestRevocationCutOff(t *testing.T) {
 	tokC, expC := mintSpec(t, tokenSpec{sub: "u3", subscribe: []string{"orders/*"}, jti: "j-c", sid: "s-c"})
 
 	sseA := e.stream(tokA, "orders/1")
-	wsA := e.dialWS(dialOpts{})
-	wsA.connect(tokA)
-	wsA.subscribe("orders/1", nil)
+	wsA := e.dialWS(wstest.DialOpts{})
+	wsA.Connect(tokA)
+	wsA.Subscribe("orders/1", nil)
 	sseB := e.stream(tokB, "orders/1")
-	wsC := e.dialWS(dialOpts{})
-	wsC.connect(tokC)
-	wsC.subscribe("orders/1", nil)
+	wsC := e.dialWS(wstest.DialOpts{})
+	wsC.Connect(tokC)
+	wsC.Subscribe("orders/1", nil)
 
 	revoked := time.Now()
 	if err := revs.Revoke(context.Background(), auth.Revocation{SessionID: "s-a", Until: expA, Reason: "test"}); err != nil {
@@ -258,7 +245,7 @@ func TestRevocationCutOff(t *testing.T) {
 		t.Fatalf("sse disconnect %+v, want revoked without reconnect", d)
 	}
 	sseA.waitEOF(t)
-	wsA.closedWith("revoked", session.CloseRevoked)
+	wsA.ClosedWith("revoked", session.CloseRevoked)
 	cutWS := time.Since(revoked)
 	for name, cut := range map[string]time.Duration{"sse": cutSSE, "ws": cutWS} {
 		if cut > testInterval+testSlack {
@@ -273,7 +260,7 @@ func TestRevocationCutOff(t *testing.T) {
 	if _, p := sseB.publication(t); p.Offset != pub.Offset {
 		t.Fatalf("sse B got %+v", p)
 	}
-	if p := wsC.pub(); p.Offset != pub.Offset {
+	if p := wsC.Pub(); p.Offset != pub.Offset {
 		t.Fatalf("ws C got %+v", p)
 	}
 
@@ -282,7 +269,7 @@ func TestRevocationCutOff(t *testing.T) {
 	if err := revs.Revoke(context.Background(), auth.Revocation{TokenID: "j-c", Until: expC}); err != nil {
 		t.Fatal(err)
 	}
-	wsC.closedWith("revoked", session.CloseRevoked)
+	wsC.ClosedWith("revoked", session.CloseRevoked)
 	t.Logf("revocation (jti): WebSocket cut after %s", time.Since(revoked).Round(time.Millisecond))
 	pub = e.publish("acme", "orders/1", `2`)
 	if _, p := sseB.publication(t); p.Offset != pub.Offset {
@@ -291,9 +278,9 @@ func TestRevocationCutOff(t *testing.T) {
 
 	// The revoked token cannot come back.
 	e.refused(request{query: q("channel", "orders/1"), bearer: tokA}, 401, "revoked")
-	c := e.dialWS(dialOpts{})
-	c.fails(c.request(ws.OpConnect, map[string]any{"token": tokA}), ws.CodeRevoked)
-	c.closedWith("revoked", session.CloseRevoked)
+	c := e.dialWS(wstest.DialOpts{})
+	c.Fails(c.Request(ws.OpConnect, map[string]any{"token": tokA}), ws.CodeRevoked)
+	c.ClosedWith("revoked", session.CloseRevoked)
 	eventually(t, 5*time.Second, "the disconnects to be counted", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", "revoked")) == 1 &&
 			e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "revoked")) == 2
@@ -330,9 +317,9 @@ func TestRevocationStoreOutage(t *testing.T) {
 	}
 	n := revs.calls.Load()
 	eventually(t, 5*time.Second, "a snapshot holding the revocation", func() bool { return revs.calls.Load() > n+1 })
-	c := e.dialWS(dialOpts{})
-	c.connect(tokB)
-	c.subscribe("orders/1", nil)
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(tokB)
+	c.Subscribe("orders/1", nil)
 
 	revs.fail.Store(true)
 	if err := revs.Revoke(context.Background(), auth.Revocation{SessionID: "s-b", Until: expB}); err != nil {
@@ -341,7 +328,7 @@ func TestRevocationStoreOutage(t *testing.T) {
 	n = revs.calls.Load()
 	eventually(t, 5*time.Second, "several failed snapshots", func() bool { return revs.calls.Load() > n+5 })
 	// B's revocation is not seen yet: it stays connected.
-	c.ok(c.request(ws.OpPing, nil), nil)
+	c.OK(c.Request(ws.OpPing, nil), nil)
 	// A's revocation, from the last good snapshot, still holds.
 	e.refused(request{query: q("channel", "orders/1"), bearer: tokA}, 401, "revoked")
 	if got := e.counter(e.srv.metrics.revalFailures.WithLabelValues(checkRevocations)); got < 5 {
@@ -353,7 +340,7 @@ func TestRevocationStoreOutage(t *testing.T) {
 
 	revs.fail.Store(false)
 	back := time.Now()
-	c.closedWith("revoked", session.CloseRevoked)
+	c.ClosedWith("revoked", session.CloseRevoked)
 	if cut := time.Since(back); cut > testInterval+testSlack {
 		t.Fatalf("cut %s after the store came back", cut)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // schemaSession drives a WebSocket client through every kind of server
@@ -20,20 +21,20 @@ import (
 type schemaSession struct {
 	t    *testing.T
 	js   *jsonSchema
-	c    *wsClient
+	c    *wstest.Client
 	seen map[string]int
 }
 
 // until reads frames, pings included, checking each, until one satisfies
 // done; it returns that frame.
-func (s *schemaSession) until(what string, done func(wsFrame) bool) wsFrame {
+func (s *schemaSession) until(what string, done func(wstest.Frame) bool) wstest.Frame {
 	s.t.Helper()
 	timeout := time.After(time.Minute)
 	for {
 		select {
-		case f, ok := <-s.c.frames:
+		case f, ok := <-s.c.Frames():
 			if !ok {
-				s.t.Fatalf("connection ended waiting for %s: %v", what, s.c.err)
+				s.t.Fatalf("connection ended waiting for %s: %v", what, s.c.Err())
 			}
 			for _, k := range s.js.classify(s.t, f.Raw) {
 				s.seen[k]++
@@ -48,16 +49,16 @@ func (s *schemaSession) until(what string, done func(wsFrame) bool) wsFrame {
 }
 
 // reply sends op and reads until its reply.
-func (s *schemaSession) reply(op string, fields map[string]any) wsFrame {
+func (s *schemaSession) reply(op string, fields map[string]any) wstest.Frame {
 	s.t.Helper()
-	id := s.c.request(op, fields)
-	return s.until(op+" reply", func(f wsFrame) bool { return f.Push == "" && f.ID == id })
+	id := s.c.Request(op, fields)
+	return s.until(op+" reply", func(f wstest.Frame) bool { return f.Push == "" && f.ID == id })
 }
 
 // push reads until a push of kind.
-func (s *schemaSession) push(kind string) wsFrame {
+func (s *schemaSession) push(kind string) wstest.Frame {
 	s.t.Helper()
-	return s.until(kind+" push", func(f wsFrame) bool { return f.Push == kind })
+	return s.until(kind+" push", func(f wstest.Frame) bool { return f.Push == kind })
 }
 
 // TestFrameSchemaAgainstServer: every frame a real server sends in a
@@ -72,10 +73,10 @@ func TestFrameSchemaAgainstServer(t *testing.T) {
 	e := newEnv(t, envOptions{history: 10, cfg: Config{
 		HeartbeatInterval: 100 * time.Millisecond, ClientTimeout: time.Minute, HistorySize: 10, HistoryTTL: time.Hour,
 	}})
-	s := &schemaSession{t: t, js: js, c: e.dialWS(dialOpts{}), seen: map[string]int{}}
+	s := &schemaSession{t: t, js: js, c: e.dialWS(wstest.DialOpts{}), seen: map[string]int{}}
 
-	s.c.send(`not json`)
-	s.until("an error without id", func(f wsFrame) bool { return f.Error != nil && f.ID == 0 })
+	s.c.SendFrame(`not json`)
+	s.until("an error without id", func(f wstest.Frame) bool { return f.Error != nil && f.ID == 0 })
 	if f := s.reply("nope", nil); f.Error == nil {
 		t.Fatalf("unknown op answered %s", f.Raw)
 	}
@@ -97,7 +98,7 @@ func TestFrameSchemaAgainstServer(t *testing.T) {
 	s.reply(ws.OpPing, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.c.conn.Write(ctx, websocket.MessageBinary, []byte("{}")); err != nil {
+	if err := s.c.Conn.Write(ctx, websocket.MessageBinary, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	s.push("disconnect")

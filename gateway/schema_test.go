@@ -3,8 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"math"
 	"os"
 	"reflect"
@@ -12,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 const frameSchemaFile = "../docs/schema/herald.v1.json"
@@ -194,7 +195,7 @@ func (js *jsonSchema) enumOf(t *testing.T, name string) []string {
 func TestFrameSchemaVocabulary(t *testing.T) {
 	js := loadFrameSchema(t)
 	var reasons, codes, recovery []string
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		reasons = append(reasons, r.Code)
 	}
 	for _, e := range ws.Errors {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // TestTokensNeverLogged drives every path that takes a credential — good
@@ -52,14 +53,14 @@ func TestTokensNeverLogged(t *testing.T) {
 	e.postTicket(forged, "", "")
 	e.postTicket("", "", "access_token="+url.QueryEscape(tok))
 
-	c := e.dialWS(dialOpts{query: "access_token=" + url.QueryEscape(tok)})
-	c.connect("")
-	c.fails(c.request(ws.OpRefresh, map[string]any{"token": forged}), ws.CodeUnauthorized)
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/9", "token": sub}), ws.CodeForbidden)
-	bad := e.dialWS(dialOpts{query: "access_token=" + url.QueryEscape(forged)})
-	bad.fails(bad.request(ws.OpConnect, nil), ws.CodeUnauthorized)
-	bad.closed()
-	c.close()
+	c := e.dialWS(wstest.DialOpts{Query: "access_token=" + url.QueryEscape(tok)})
+	c.Connect("")
+	c.Fails(c.Request(ws.OpRefresh, map[string]any{"token": forged}), ws.CodeUnauthorized)
+	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/9", "token": sub}), ws.CodeForbidden)
+	bad := e.dialWS(wstest.DialOpts{Query: "access_token=" + url.QueryEscape(forged)})
+	bad.Fails(bad.Request(ws.OpConnect, nil), ws.CodeUnauthorized)
+	bad.Closed()
+	c.Close()
 
 	_, _, metrics := e.get("/metrics")
 	eventually(t, 5*time.Second, "the logs to record the closed connections", func() bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -17,9 +16,9 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/lifecycle"
+	"github.com/heraldgw/herald/internal/ratelog"
 )
 
 // Server is the gateway: an http.Handler, and a service that runs it on
@@ -40,7 +39,6 @@ type Server struct {
 	users      *userLimiter   // MaxConnectionsPerUser; nil when unlimited
 	reval      *revalidator
 	env        *session.Env // what every connection shares: bounds, hub, history, counters, writers
-	sseEnv     *sse.Env     // what every SSE stream shares
 	wsEnv      *ws.Env      // what every WebSocket connection shares
 
 	mu        sync.Mutex
@@ -93,29 +91,20 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.users = newUserLimiter(cfg.MaxConnectionsPerUser)
 	s.reval = newRevalidator(s)
 	s.env = &session.Env{
-		Bounds: session.Bounds{
-			QueueMaxBytes:     cfg.QueueMaxBytes,
-			QueueMaxMessages:  cfg.QueueMaxMessages,
-			HistorySize:       cfg.HistorySize,
-			MaxSubscriptions:  cfg.MaxSubscriptions,
-			HeartbeatInterval: cfg.HeartbeatInterval,
-			WriteTimeout:      cfg.WriteTimeout,
-		},
+		Bounds:  cfg.bounds(),
 		Hub:     deps.Hub,
 		History: deps.Broker,
 		Counters: session.Counters{
 			Deliveries:     m.deliveries,
 			QueueDropped:   m.queueDropped,
 			CatchUps:       m.catchUps,
-			QueueLimit:     m.limitRejections.WithLabelValues(limitQueue),
+			QueueLimit:     m.limitRejections.WithLabelValues(session.LimitQueue),
 			SubsEnded:      m.subsEnded,
 			ReauthFailures: m.revalFailures.WithLabelValues(checkReauthorize),
 		},
 		Log:     s.connLog,
 		Writers: session.NewWriterPool(),
 	}
-	s.sseEnv = &sse.Env{Server: (*sseHost)(s), WriteTimeout: cfg.WriteTimeout,
-		RefreshAhead: cfg.RefreshAhead, ExpiryLead: sse.DefaultExpiryLead}
 	s.wsEnv = newWSEnv(s)
 	s.trusted = newTrustedProxies(cfg.TrustedProxies)
 	s.handler = s.withClient(s.routes())
@@ -236,7 +225,7 @@ func (s *Server) stop() {
 			shutdownDone <- nil
 		}
 		for _, c := range conns {
-			c.Close(ReasonShutdown, s.reconnectJitter())
+			c.Close(session.ReasonShutdown, s.reconnectJitter())
 		}
 		drained := false
 		select {
@@ -264,7 +253,7 @@ func (s *Server) stop() {
 			}
 			s.mu.Unlock()
 			for _, c := range left {
-				c.HardClose(ReasonShutdown)
+				c.HardClose(session.ReasonShutdown)
 			}
 			// Closing the connections fails the streams' writes; give their
 			// handlers a moment to return.
@@ -333,6 +322,15 @@ func (s *Server) unregister(c *session.Conn) {
 	}
 }
 
+// release gives back what a connection held once it ended and its
+// transport is done with it: its registration, the user's slot and the
+// server's slot.
+func (s *Server) release(c *session.Conn) {
+	s.unregister(c)
+	s.releaseUser(c)
+	s.releaseSlot()
+}
+
 // opened counts and logs a connection whose stream starts.
 func (s *Server) opened(c *session.Conn) {
 	s.metrics.connections.WithLabelValues(c.Transport).Inc()
@@ -347,7 +345,7 @@ func (s *Server) closed(c *session.Conn) {
 	s.metrics.disconnects.WithLabelValues(c.Transport, r.Code).Inc()
 	level := slog.LevelDebug
 	switch r.Code {
-	case ReasonSlow.Code, ReasonWriteTimeout.Code, ReasonServerError.Code:
+	case session.ReasonSlow.Code, session.ReasonWriteTimeout.Code, session.ReasonServerError.Code:
 		level = slog.LevelWarn
 	}
 	attrs := append(connAttrs(c),

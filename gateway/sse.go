@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,11 +16,11 @@ import (
 func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	if !s.acquireSlot() {
 		w.Header().Set("Retry-After", "1")
-		s.refuseConn(w, r, transportSSE, ReasonTooManyConnections, "")
+		s.refuseConn(w, r, transportSSE, session.ReasonTooManyConnections, "")
 		return
 	}
 	req, reason, msg := s.parseSSE(r)
-	if (reason.Code == ReasonTokenExpired.Code || reason == reasonTicketInvalid) && acceptsEventStream(r) {
+	if (reason.Code == session.ReasonTokenExpired.Code || reason == reasonTicketInvalid) && acceptsEventStream(r) {
 		s.releaseSlot()
 		s.metrics.refused(transportSSE, reason)
 		s.expiredStream(w, r, msg)
@@ -37,61 +38,72 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.refuseConn(w, r, transportSSE, s.userLimitReason(), "")
 		return
 	}
-	sc := sse.NewStream(s.sseEnv, conn, w)
+	sc := sse.NewStream(conn, w)
 	if !s.register(conn) {
 		s.releaseUser(conn)
 		s.releaseSlot()
-		s.refuseConn(w, r, transportSSE, ReasonShutdown, "")
+		s.refuseConn(w, r, transportSSE, session.ReasonShutdown, "")
 		return
 	}
-	if !s.serveSSE(sc, w, r, req) {
-		sc.End()
-	}
+	s.serveSSE(sc, w, r, req)
 }
 
 // serveSSE subscribes the stream and writes its head, then hands an
-// HTTP/1.1 stream to its own goroutines (it then reports true), or waits
-// while the writer writes the stream until it ends.
-func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request, req sseRequest) bool {
+// HTTP/1.1 stream to a goroutine of its own, or waits while the writer
+// writes the stream until it ends. Whoever sees the stream end releases
+// it (endSSE).
+func (s *Server) serveSSE(sc *sse.Stream, w http.ResponseWriter, r *http.Request, req sseRequest) {
 	conn := sc.Conn
 	subs, err := s.subscribeSSE(r, conn, req)
 	if err != nil && r.Context().Err() != nil {
-		conn.Close(ReasonClientClosed, 0)
-		return false
+		conn.Close(session.ReasonClientClosed, 0)
+		s.endSSE(sc, false)
+		return
 	}
 	if err != nil {
-		conn.Close(ReasonServerError, 0)
-		s.refuseConn(w, r, transportSSE, ReasonServerError, "cannot subscribe: the broker did not answer")
+		conn.Close(session.ReasonServerError, 0)
+		s.refuseConn(w, r, transportSSE, session.ReasonServerError, "cannot subscribe: the broker did not answer")
 		s.connLog.Log(slog.LevelError, "gateway: sse subscribe failed",
 			slog.Uint64("conn", conn.ID), slog.String("error", err.Error()))
-		return false
+		s.endSSE(sc, false)
+		return
 	}
 	for i, ch := range req.channels {
 		conn.Track(ch, req.subTokens[ch], req.decisions[i])
 	}
 	s.opened(conn)
-	sc.Opened = true
 
 	streamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	if err := s.startSSE(sc.Sink, conn, subs); err != nil {
 		conn.Close(session.WriteErrorReason(r.Context(), err), 0)
-		return false
+		s.endSSE(sc, true)
+		return
 	}
 	hijacked := sc.Hijack(w, r)
 	conn.StartHeartbeat()
 	conn.StartWriting()
 	sc.ArmExpiry()
 	if hijacked {
-		return true
+		go func() {
+			sc.Wait(context.Background()) // a hijacked stream reads its connection, not a context
+			s.endSSE(sc, true)
+		}()
+		return
 	}
-	select {
-	case <-r.Context().Done():
-		conn.Close(ReasonClientClosed, 0)
-	case <-conn.FinalDone:
+	sc.Wait(r.Context())
+	s.endSSE(sc, true)
+}
+
+// endSSE releases what a stream held once it ended: it counts it closed
+// when it opened, then the stream releases its subscriptions and timer
+// (sse.Stream.End), and the server its registration and slots.
+func (s *Server) endSSE(sc *sse.Stream, opened bool) {
+	if opened {
+		s.closed(sc.Conn)
 	}
-	<-conn.FinalDone
-	return false
+	sc.End()
+	s.release(sc.Conn)
 }
 
 // streamHeaders sets the headers of an event stream.
@@ -124,7 +136,7 @@ func (s *Server) expiredStream(w http.ResponseWriter, r *http.Request, msg strin
 	sink := sse.NewSink(sse.NewHTTPOut(w), s.cfg.WriteTimeout)
 	if sink.SetDeadline(time.Now().Add(min(s.cfg.WriteTimeout, session.FinalWriteTimeout))) == nil &&
 		sink.Retry(s.cfg.SSERetry) == nil &&
-		sink.Final(session.WithMessage(ReasonTokenExpired, msg), 0) == nil {
+		sink.Final(session.WithMessage(session.ReasonTokenExpired, msg), 0) == nil {
 		_ = sink.Flush()
 	}
 	_ = sink.SetDeadline(time.Time{})
@@ -171,13 +183,13 @@ func (s *Server) startSSE(sink *sse.Sink, conn *session.Conn, subs []session.Sub
 
 // refuseConn answers a connection attempt of transport refused before its
 // stream opened, and counts it (herald_connect_refusals_total).
-func (s *Server) refuseConn(w http.ResponseWriter, r *http.Request, transport string, reason Reason, msg string) {
+func (s *Server) refuseConn(w http.ResponseWriter, r *http.Request, transport string, reason session.Reason, msg string) {
 	s.metrics.refused(transport, reason)
 	s.refused(w, r, reason, msg)
 }
 
 // refused answers a refused request and logs it (rate limited, token-free).
-func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason Reason, msg string) {
+func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason session.Reason, msg string) {
 	refuse(w, reason, msg)
 	s.connLog.Log(slog.LevelDebug, "gateway: request refused",
 		slog.String("reason", reason.Code),
@@ -185,18 +197,4 @@ func (s *Server) refused(w http.ResponseWriter, r *http.Request, reason Reason, 
 		slog.String("url", redactURL(r.URL)),
 		slog.String("remote", clientOf(r).remote),
 		slog.String("message", msg))
-}
-
-// sseHost is the Server as its SSE streams see it (sse.Server).
-type sseHost Server
-
-// Closed counts and logs a stream that ended.
-func (h *sseHost) Closed(c *session.Conn) { (*Server)(h).closed(c) }
-
-// Release gives back the stream's registration and its slots.
-func (h *sseHost) Release(c *session.Conn) {
-	s := (*Server)(h)
-	s.unregister(c)
-	s.releaseUser(c)
-	s.releaseSlot()
 }

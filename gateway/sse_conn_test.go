@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,8 +10,12 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/sse"
 )
+
+// These tests drive a whole server: a stream is opened by the server's
+// SSE handler (its request, credentials and channels, the head of the
+// stream), and what they check is counted in the server's metrics. The
+// SSE framing alone is tested in internal/sse.
 
 // TestSSEClientCloseEndsStream: a client closing an idle HTTP/1.1 stream,
 // which left net/http, is noticed by its reader at once (no write is
@@ -47,7 +49,7 @@ func TestSSEStreamEndsWithChunkedBody(t *testing.T) {
 		t.Fatalf("offset %d, want %d", p.Offset, pub.Offset)
 	}
 	e.srv.Stop()
-	if d := s.control(t, "disconnect"); d.Reason != ReasonShutdown.Code {
+	if d := s.control(t, "disconnect"); d.Reason != session.ReasonShutdown.Code {
 		t.Fatalf("disconnect reason %q", d.Reason)
 	}
 	s.waitEOF(t)
@@ -114,70 +116,6 @@ func TestSSEOverHTTP2(t *testing.T) {
 	})
 }
 
-// discardOut is an sseOut that drops what it is given.
-type discardOut struct{ bytes int }
-
-func (o *discardOut) Write(buf []byte) error      { o.bytes += len(buf) - sse.Room; return nil }
-func (o *discardOut) Flush() error                { return nil }
-func (o *discardOut) SetDeadline(time.Time) error { return nil }
-func (o *discardOut) Abort()                      {}
-func (o *discardOut) Finish(bool)                 {}
-func (o *discardOut) Kill()                       {}
-
-// sinkDeliveries returns a function that writes one more publication of
-// channel 0 of a stream of channels channels to sink, as the writer does
-// for a live delivery (its position advances), flushing every 16.
-func sinkDeliveries(channels int) (*discardOut, func()) {
-	out := &discardOut{}
-	sink := sse.NewSink(out, time.Minute)
-	pos := session.NewPositions("acme", channels)
-	for i := range channels {
-		pos.Add(fmt.Sprintf("users/u-%d/orders", i), fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1000})
-	}
-	p := fanout.NewPrepared(fanout.Publication{
-		Message: fanout.Message{
-			ID: "0190a0b1-7c2d-7e3f-8a4b-5c6d7e8f9a0b", Key: fanout.Key{Tenant: "acme", Channel: "users/u-0/orders"},
-			Type: "order.updated", Data: json.RawMessage(`{"order_id":"ord_8f2c1a","status":"shipped"}`),
-		},
-		Position: fanout.Position{Epoch: "0190a0b1-7c2d-7e3f", Offset: 1001},
-	})
-	n := 0
-	return out, func() {
-		pos.Entries[0].Pos.Offset++
-		_ = sink.Publication(p, pos)
-		if n++; n%16 == 0 {
-			_ = sink.Flush()
-		}
-	}
-}
-
-// TestSSEPublicationAllocs: writing a publication with its id (the
-// stream's cursor, encoded for this connection) costs no allocation.
-func TestSSEPublicationAllocs(t *testing.T) {
-	for _, channels := range []int{1, 8} {
-		_, deliver := sinkDeliveries(channels)
-		if n := testing.AllocsPerRun(1000, deliver); n != 0 {
-			t.Fatalf("%d channels: %.1f allocations per publication, want 0", channels, n)
-		}
-	}
-}
-
-// BenchmarkSSEPublication measures the SSE framing of one delivery: the
-// connection's cursor as its id, the shared envelope as its data. Run with
-// -benchmem: 0 allocs/op.
-func BenchmarkSSEPublication(b *testing.B) {
-	for _, channels := range []int{1, 8} {
-		b.Run(fmt.Sprintf("channels=%d", channels), func(b *testing.B) {
-			out, deliver := sinkDeliveries(channels)
-			b.ReportAllocs()
-			for b.Loop() {
-				deliver()
-			}
-			b.SetBytes(int64(out.bytes / max(1, b.N)))
-		})
-	}
-}
-
 // TestSSEWriteTimeout: a hijacked stream whose client stops reading, with
 // a queue large enough never to fill, ends as write_timeout once a write
 // has been blocked for WriteTimeout.
@@ -187,7 +125,7 @@ func TestSSEWriteTimeout(t *testing.T) {
 	}})
 	ts := smallBufferServer(t, e)
 	openStalledAt(t, ts.Listener.Addr().String(), e.token("acme", "u1", "orders/*"), testRecvBuffer)
-	timeouts := e.srv.metrics.disconnects.WithLabelValues("sse", ReasonWriteTimeout.Code)
+	timeouts := e.srv.metrics.disconnects.WithLabelValues("sse", session.ReasonWriteTimeout.Code)
 	payload := `"` + strings.Repeat("x", 16<<10) + `"`
 	for range 100 { // 1.6 MB: far more than the socket buffers hold
 		e.publish("acme", "orders/1", payload)
@@ -195,7 +133,7 @@ func TestSSEWriteTimeout(t *testing.T) {
 	eventually(t, time.Minute, "the stalled stream to end as write_timeout", func() bool {
 		return e.counter(timeouts) == 1
 	})
-	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", ReasonSlow.Code)); n != 0 {
+	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("sse", session.ReasonSlow.Code)); n != 0 {
 		t.Fatalf("%v slow disconnects, want the write timeout alone", n)
 	}
 }

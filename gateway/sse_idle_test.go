@@ -10,6 +10,8 @@ import (
 	"time"
 )
 
+// This test drives a whole server: see ws_idle_test.go.
+
 // openIdleStream opens an SSE stream of channel orders/<i%10> on a raw
 // connection, reads its head up to the subscribed event and returns the
 // connection, which nothing reads after.

@@ -10,6 +10,7 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/internal/names"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -36,14 +37,14 @@ type sseRequest struct {
 //  3. only then is a ticket redeemed, which spends it: a malformed request
 //     never costs the client its ticket;
 //  4. last, the channels are authorized for the user.
-func (s *Server) parseSSE(r *http.Request) (sseRequest, Reason, string) {
+func (s *Server) parseSSE(r *http.Request) (sseRequest, session.Reason, string) {
 	query, queryErr := url.ParseQuery(r.URL.RawQuery)
 	cred, reason, msg := s.requestCredential(r, query)
 	switch {
 	case reason.Code != "":
 		return sseRequest{}, reason, msg
 	case cred.none():
-		return sseRequest{}, ReasonUnauthorized, fmt.Sprintf(
+		return sseRequest{}, session.ReasonUnauthorized, fmt.Sprintf(
 			"no token: send Authorization: Bearer <token>, the %s cookie, a ticket (POST /v1/tickets) or the access_token query parameter", s.cfg.CookieName)
 	}
 	var claims *auth.Claims
@@ -53,7 +54,7 @@ func (s *Server) parseSSE(r *http.Request) (sseRequest, Reason, string) {
 		}
 	}
 	if queryErr != nil {
-		return sseRequest{}, ReasonBadRequest, "malformed query string: " + queryErr.Error()
+		return sseRequest{}, session.ReasonBadRequest, "malformed query string: " + queryErr.Error()
 	}
 	req, reason, msg := s.sseQuery(r, query)
 	if reason.Code != "" {
@@ -71,13 +72,13 @@ func (s *Server) parseSSE(r *http.Request) (sseRequest, Reason, string) {
 	if reason, msg := s.authorizeSSE(r, &req); reason.Code != "" {
 		return sseRequest{}, reason, msg
 	}
-	return req, Reason{}, ""
+	return req, session.Reason{}, ""
 }
 
 // sseQuery validates what the request asks for: its channels, their
 // subscription tokens and the resume cursor. Nothing here depends on who
 // asks.
-func (s *Server) sseQuery(r *http.Request, query url.Values) (sseRequest, Reason, string) {
+func (s *Server) sseQuery(r *http.Request, query url.Values) (sseRequest, session.Reason, string) {
 	var req sseRequest
 	seen := map[string]bool{}
 	for _, ch := range query["channel"] {
@@ -85,29 +86,29 @@ func (s *Server) sseQuery(r *http.Request, query url.Values) (sseRequest, Reason
 			continue
 		}
 		seen[ch] = true
-		if err := subscriptions.ValidateChannel(ch); err != nil {
-			return sseRequest{}, ReasonBadRequest, err.Error()
+		if err := names.ValidateChannel(ch); err != nil {
+			return sseRequest{}, session.ReasonBadRequest, err.Error()
 		}
 		req.channels = append(req.channels, ch)
 		if len(req.channels) > s.cfg.MaxSubscriptions {
-			s.metrics.limit(limitSubscriptions)
-			return sseRequest{}, ReasonBadRequest, fmt.Sprintf(
+			s.metrics.limit(session.LimitSubscriptions)
+			return sseRequest{}, session.ReasonBadRequest, fmt.Sprintf(
 				"too many channels: at most %d per stream", s.cfg.MaxSubscriptions)
 		}
 	}
 	if len(req.channels) == 0 {
-		return sseRequest{}, ReasonBadRequest, "no channel: name one or more with ?channel=<name>"
+		return sseRequest{}, session.ReasonBadRequest, "no channel: name one or more with ?channel=<name>"
 	}
 	for i, tok := range query["sub_token"] {
 		ch, err := subTokenChannel(tok)
 		switch {
 		case err != nil:
-			return sseRequest{}, ReasonBadRequest, fmt.Sprintf("sub_token #%d: %v", i+1, err)
+			return sseRequest{}, session.ReasonBadRequest, fmt.Sprintf("sub_token #%d: %v", i+1, err)
 		case !seen[ch]:
-			return sseRequest{}, ReasonBadRequest, fmt.Sprintf(
+			return sseRequest{}, session.ReasonBadRequest, fmt.Sprintf(
 				"sub_token #%d names channel %q, which the request does not name (add &channel=…)", i+1, trunc(ch, 255))
 		case req.subTokens[ch] != "":
-			return sseRequest{}, ReasonBadRequest, fmt.Sprintf("two sub_token parameters name channel %q", ch)
+			return sseRequest{}, session.ReasonBadRequest, fmt.Sprintf("two sub_token parameters name channel %q", ch)
 		}
 		if req.subTokens == nil {
 			req.subTokens = map[string]string{}
@@ -122,16 +123,16 @@ func (s *Server) sseQuery(r *http.Request, query url.Values) (sseRequest, Reason
 	if raw != "" {
 		c, err := sse.ParseCursor(raw)
 		if err != nil {
-			return sseRequest{}, ReasonBadRequest, "Last-Event-ID / last_event_id: " + err.Error()
+			return sseRequest{}, session.ReasonBadRequest, "Last-Event-ID / last_event_id: " + err.Error()
 		}
 		req.cursor = c
 	}
-	return req, Reason{}, ""
+	return req, session.Reason{}, ""
 }
 
 // authorizeSSE authorizes every channel of req for req.claims and records
 // the decisions; the first channel refused refuses the whole request.
-func (s *Server) authorizeSSE(r *http.Request, req *sseRequest) (Reason, string) {
+func (s *Server) authorizeSSE(r *http.Request, req *sseRequest) (session.Reason, string) {
 	req.decisions = make([]subscriptions.Decision, 0, len(req.channels))
 	for _, ch := range req.channels {
 		d, err := s.deps.Authorizer.Authorize(r.Context(), subscriptions.Request{
@@ -139,11 +140,11 @@ func (s *Server) authorizeSSE(r *http.Request, req *sseRequest) (Reason, string)
 		})
 		switch {
 		case errors.Is(err, subscriptions.ErrInvalidName):
-			return ReasonBadRequest, err.Error()
+			return session.ReasonBadRequest, err.Error()
 		case err != nil:
 			s.connLog.Log(slog.LevelError, "gateway: authorize failed",
 				slog.String("tenant", req.claims.Tenant), slog.String("error", err.Error()))
-			return ReasonServerError, "cannot authorize the subscription now"
+			return session.ReasonServerError, "cannot authorize the subscription now"
 		case !d.Allowed:
 			msg := d.Reason
 			if msg == "" {
@@ -153,5 +154,5 @@ func (s *Server) authorizeSSE(r *http.Request, req *sseRequest) (Reason, string)
 		}
 		req.decisions = append(req.decisions, d)
 	}
-	return Reason{}, ""
+	return session.Reason{}, ""
 }

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// These tests drive a whole server: an SSE request's credentials,
+// channels, cursor and refusals are the server's handler's; the stream's
+// framing is tested in internal/sse.
+
 func TestSSEStreamHeadersRetryAndEnvelope(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	tok := e.token("acme", "u1", "orders/*")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // ticketResponse is the answer of POST /v1/tickets.
@@ -49,17 +50,17 @@ func (s *Server) handleTickets(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "tickets_disabled", "tickets are not enabled on this server: put the token in access_token instead")
 		return
 	}
-	refuse := func(reason Reason, msg string) {
+	refuse := func(reason session.Reason, msg string) {
 		s.metrics.tickets.WithLabelValues(ticketRefused).Inc()
 		s.refused(w, r, reason, msg)
 	}
 	token, source, err := s.headerCredentials(r)
 	switch {
 	case err != nil:
-		refuse(ReasonUnauthorized, err.Error())
+		refuse(session.ReasonUnauthorized, err.Error())
 		return
 	case token == "":
-		refuse(ReasonUnauthorized, fmt.Sprintf(
+		refuse(session.ReasonUnauthorized, fmt.Sprintf(
 			"no token: send Authorization: Bearer <token> or the %s cookie (a token in the URL is not accepted here)", s.cfg.CookieName))
 		return
 	}
@@ -77,18 +78,18 @@ func (s *Server) handleTickets(w http.ResponseWriter, r *http.Request) {
 			s.metrics.tickets.WithLabelValues(ticketRefused).Inc()
 			s.metrics.limit(limitUserTickets)
 			w.Header().Set("Retry-After", strconv.Itoa(int(max(time.Second, s.ticketTTL()).Seconds())))
-			writeError(w, http.StatusTooManyRequests, ReasonTooManyRequests.Code, s.ticketsPerUserMessage())
+			writeError(w, http.StatusTooManyRequests, session.ReasonTooManyRequests.Code, s.ticketsPerUserMessage())
 			return
 		}
 		s.metrics.tickets.WithLabelValues(ticketFailed).Inc()
 		if errors.Is(err, auth.ErrTicketsFull) {
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, ReasonServerError.Code, "too many live tickets; retry shortly")
+			writeError(w, http.StatusServiceUnavailable, session.ReasonServerError.Code, "too many live tickets; retry shortly")
 			return
 		}
 		s.connLog.Log(slog.LevelError, "gateway: ticket issue failed",
 			slog.String("tenant", claims.Tenant), slog.String("error", err.Error()))
-		writeError(w, http.StatusInternalServerError, ReasonServerError.Code, "cannot issue a ticket now; retry later")
+		writeError(w, http.StatusInternalServerError, session.ReasonServerError.Code, "cannot issue a ticket now; retry later")
 		return
 	}
 	s.metrics.tickets.WithLabelValues(ticketIssued).Inc()

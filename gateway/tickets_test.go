@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 	"github.com/heraldgw/herald/internal/testenv"
-	"github.com/redis/go-redis/v9"
 )
 
 // testClock is a settable clock for ticket stores.
@@ -148,19 +150,19 @@ func TestTicketRedeemWS(t *testing.T) {
 	e, _ := ticketEnv(t)
 	tok := e.token("acme", "u1", "orders/*")
 	tr := e.ticket(tok)
-	c := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(tr.Ticket)})
-	c.connect("")
-	c.subscribe("orders/1", nil)
+	c := e.dialWS(wstest.DialOpts{Query: "ticket=" + url.QueryEscape(tr.Ticket)})
+	c.Connect("")
+	c.Subscribe("orders/1", nil)
 	pub := e.publish("acme", "orders/1", `1`)
-	if p := c.pub(); p.Offset != pub.Offset {
+	if p := c.Pub(); p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
-	replay := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(tr.Ticket)})
-	msg := replay.fails(replay.request(ws.OpConnect, nil), ws.CodeUnauthorized).Message
+	replay := e.dialWS(wstest.DialOpts{Query: "ticket=" + url.QueryEscape(tr.Ticket)})
+	msg := replay.Fails(replay.Request(ws.OpConnect, nil), ws.CodeUnauthorized).Message
 	if !strings.Contains(msg, "single-use") {
 		t.Fatalf("message %q", msg)
 	}
-	replay.closedWith("unauthorized", session.CloseUnauthorized)
+	replay.ClosedWith("unauthorized", session.CloseUnauthorized)
 }
 
 func TestTicketRequests(t *testing.T) {

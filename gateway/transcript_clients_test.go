@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // The clients of a transcript: dialing, opening, and matching what they
@@ -21,8 +23,8 @@ import (
 // transcriptWS is a WebSocket client of a transcript, with the frame a
 // recv* looked at and left for the next step.
 type transcriptWS struct {
-	*wsClient
-	pending *wsFrame
+	*wstest.Client
+	pending *wstest.Frame
 }
 
 // transcriptSSE is an SSE client of a transcript, with the event a recv*
@@ -41,7 +43,7 @@ func (r *replay) wsConn(name string) *transcriptWS {
 }
 
 func (r *replay) dialWS(name string) {
-	c, resp, err := dialWSURL(r.t, "ws"+strings.TrimPrefix(r.base, "http"), dialOpts{client: r.dial, buffer: 4096}, r.dial)
+	c, resp, err := wstest.Dial(r.t, "ws"+strings.TrimPrefix(r.base, "http"), wstest.DialOpts{Client: r.dial, Buffer: 4096}, r.dial)
 	if err != nil {
 		status := 0
 		if resp != nil {
@@ -49,7 +51,7 @@ func (r *replay) dialWS(name string) {
 		}
 		r.fatalf("dial: %d %v", status, err)
 	}
-	r.ws[name] = &transcriptWS{wsClient: c}
+	r.ws[name] = &transcriptWS{Client: c}
 }
 
 func (r *replay) openSSE(name string, args []string) {
@@ -88,14 +90,14 @@ func (r *replay) openSSE(name string, args []string) {
 }
 
 // nextWS returns the next frame of c, failing when the connection ends.
-func (r *replay) nextWS(c *transcriptWS) (wsFrame, bool) {
+func (r *replay) nextWS(c *transcriptWS) (wstest.Frame, bool) {
 	select {
-	case f, ok := <-c.frames:
+	case f, ok := <-c.Frames():
 		return f, ok
 	case <-time.After(time.Minute):
 		r.fatalf("no frame within a minute")
 	}
-	return wsFrame{}, false
+	return wstest.Frame{}, false
 }
 
 // recvWS matches the next frame (zero or more frames, with many) against
@@ -109,7 +111,7 @@ func (r *replay) recvWS(c *transcriptWS, want string, many bool) {
 			if many {
 				return
 			}
-			r.fatalf("the connection ended (%v); want %s", c.err, want)
+			r.fatalf("the connection ended (%v); want %s", c.Err(), want)
 		}
 		r.js.classify(r.t, f.Raw)
 		var got any
@@ -133,11 +135,11 @@ func (r *replay) recvWS(c *transcriptWS, want string, many bool) {
 }
 
 // peek returns the frame the next recv looks at, without taking it.
-func (c *transcriptWS) peek(r *replay) (wsFrame, bool) {
+func (c *transcriptWS) peek(r *replay) (wstest.Frame, bool) {
 	if c.pending == nil {
 		f, ok := r.nextWS(c)
 		if !ok {
-			return wsFrame{}, false
+			return wstest.Frame{}, false
 		}
 		c.pending = &f
 	}
@@ -257,7 +259,7 @@ func (r *replay) closed(name string, args []string) {
 	if err != nil {
 		r.fatalf("code: %v", err)
 	}
-	if got := websocket.CloseStatus(c.err); int(got) != code {
-		r.fatalf("closed with %d (%v), want %d", got, c.err, code)
+	if got := websocket.CloseStatus(c.Err()); int(got) != code {
+		r.fatalf("closed with %d (%v), want %d", got, c.Err(), code)
 	}
 }

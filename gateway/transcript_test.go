@@ -198,7 +198,7 @@ func replayTranscript(t *testing.T, js *jsonSchema, path string) {
 			r.fatalf("client %s: a frame the transcript does not expect: %s", name, c.pending.Raw)
 		}
 		select {
-		case f, ok := <-c.frames:
+		case f, ok := <-c.Frames():
 			if ok {
 				r.fatalf("client %s: a frame the transcript does not expect: %s", name, f.Raw)
 			}
@@ -294,7 +294,7 @@ func (r *replay) step(s step) {
 	case "open":
 		r.openSSE(arg(0), s.args[1:])
 	case "send":
-		r.wsConn(arg(0)).send(r.substitute(s.json, true))
+		r.wsConn(arg(0)).SendFrame(r.substitute(s.json, true))
 	case "recv":
 		if c, ok := r.sse[arg(0)]; ok {
 			r.recvSSE(c, s, false)
@@ -325,20 +325,20 @@ func (r *replay) step(s step) {
 			delete(r.sse, arg(0))
 			return
 		}
-		r.wsConn(arg(0)).close()
+		r.wsConn(arg(0)).Close()
 		delete(r.ws, arg(0))
 	case "stall":
 		if c, ok := r.sse[arg(0)]; ok {
 			c.Stall()
 			return
 		}
-		r.wsConn(arg(0)).stall()
+		r.wsConn(arg(0)).Stall()
 	case "resume":
 		if c, ok := r.sse[arg(0)]; ok {
 			c.Resume()
 			return
 		}
-		r.wsConn(arg(0)).resume()
+		r.wsConn(arg(0)).Resume()
 	case "revoke":
 		k, v, _ := strings.Cut(arg(0), "=")
 		rev := auth.Revocation{Until: time.Now().Add(2 * time.Hour), Reason: "transcript"}

@@ -14,6 +14,7 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // gathered reads one series of a registered metric by name and labels from
@@ -63,15 +64,15 @@ func (e *testEnv) refusals(transport, reason string) float64 {
 
 // refusedHandshake dials /v1/ws with o and requires a refusal before the
 // upgrade with status and the JSON error code.
-func (e *testEnv) refusedHandshake(o dialOpts, status int, code string) {
+func (e *testEnv) refusedHandshake(o wstest.DialOpts, status int, code string) {
 	e.t.Helper()
 	c, resp, err := e.tryDialWS(o)
 	if err == nil {
-		c.close()
-		e.t.Fatalf("dial /v1/ws?%s: upgraded, want a %d %s refusal", o.query, status, code)
+		c.Close()
+		e.t.Fatalf("dial /v1/ws?%s: upgraded, want a %d %s refusal", o.Query, status, code)
 	}
 	if resp == nil || resp.StatusCode != status {
-		e.t.Fatalf("dial /v1/ws?%s = %v, %+v; want status %d", o.query, err, resp, status)
+		e.t.Fatalf("dial /v1/ws?%s = %v, %+v; want status %d", o.Query, err, resp, status)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	var body errorBody
@@ -117,18 +118,18 @@ func TestWSMalformedUpgradeQuery(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{cfg: Config{ConnectAttemptsPerIP: -1}})
 	tok := e.wsToken("u1", []string{"orders/*"}, nil)
-	e.refusedHandshake(dialOpts{query: "x=%zz"}, http.StatusBadRequest, "bad_request")
-	e.refusedHandshake(dialOpts{query: "access_token=" + url.QueryEscape(tok) + "&since=%G0"},
+	e.refusedHandshake(wstest.DialOpts{Query: "x=%zz"}, http.StatusBadRequest, "bad_request")
+	e.refusedHandshake(wstest.DialOpts{Query: "access_token=" + url.QueryEscape(tok) + "&since=%G0"},
 		http.StatusBadRequest, "bad_request")
-	if n := e.refusals(transportWS, ReasonBadRequest.Code); n != 2 {
+	if n := e.refusals(transportWS, session.ReasonBadRequest.Code); n != 2 {
 		t.Fatalf("herald_connect_refusals_total{ws,bad_request} = %v, want 2", n)
 	}
 	if n := e.counter(e.srv.metrics.httpRequests.WithLabelValues("/v1/ws", "101")); n != 0 {
 		t.Fatalf("herald_http_requests_total{/v1/ws,101} = %v: a malformed query was upgraded", n)
 	}
 	// A well-formed query with unknown parameters is fine.
-	c := e.dialWS(dialOpts{query: "future=1"})
-	c.connect(tok)
+	c := e.dialWS(wstest.DialOpts{Query: "future=1"})
+	c.Connect(tok)
 }
 
 // TestWSUpgradeAuthBeforeUserLimit: an upgrade whose token verifies but
@@ -146,14 +147,14 @@ func TestWSUpgradeAuthBeforeUserLimit(t *testing.T) {
 		d.Revocations = revs
 	}})
 	live, _ := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}})
-	holder := e.dialWS(dialOpts{})
-	holder.connect(live) // u1 is now at its bound
+	holder := e.dialWS(wstest.DialOpts{})
+	holder.Connect(live) // u1 is now at its bound
 
 	// Expired 20 s ago: it verifies (1 min leeway) but is past ExpiryGrace.
 	expired := e.mint("u1", time.Now().Add(-20*time.Second), []string{"orders/*"}, nil)
-	c := e.dialWS(dialOpts{header: http.Header{"Authorization": {"Bearer " + expired}}})
-	c.fails(c.request(ws.OpConnect, nil), ws.CodeTokenExpired)
-	c.closedWith("token_expired", session.CloseTokenExpired)
+	c := e.dialWS(wstest.DialOpts{Header: http.Header{"Authorization": {"Bearer " + expired}}})
+	c.Fails(c.Request(ws.OpConnect, nil), ws.CodeTokenExpired)
+	c.ClosedWith("token_expired", session.CloseTokenExpired)
 
 	revokedTok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, sid: "s-gone"})
 	if err := revs.Revoke(context.Background(), auth.Revocation{SessionID: "s-gone", Until: exp}); err != nil {
@@ -164,17 +165,17 @@ func TestWSUpgradeAuthBeforeUserLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "the revocation snapshot", func() bool { return e.srv.reval.revoked(claims) })
-	c = e.dialWS(dialOpts{header: http.Header{"Authorization": {"Bearer " + revokedTok}}})
-	c.fails(c.request(ws.OpConnect, nil), ws.CodeRevoked)
-	c.closedWith("revoked", session.CloseRevoked)
+	c = e.dialWS(wstest.DialOpts{Header: http.Header{"Authorization": {"Bearer " + revokedTok}}})
+	c.Fails(c.Request(ws.OpConnect, nil), ws.CodeRevoked)
+	c.ClosedWith("revoked", session.CloseRevoked)
 
 	// A good token of the same user is still refused by the bound.
-	e.refusedHandshake(dialOpts{header: http.Header{"Authorization": {"Bearer " + live}}},
+	e.refusedHandshake(wstest.DialOpts{Header: http.Header{"Authorization": {"Bearer " + live}}},
 		http.StatusTooManyRequests, "too_many_connections")
 	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitUserConns)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{connections_per_user} = %v, want 1 (the good token only)", n)
 	}
-	holder.subscribe("orders/1", nil) // unharmed
+	holder.Subscribe("orders/1", nil) // unharmed
 }
 
 // rawUpgrade sends a hand-made WebSocket handshake to /v1/ws?query with
@@ -228,7 +229,7 @@ func TestTicketNotSpentByRefusedUpgrade(t *testing.T) {
 		e.refused(request{path: "/v1/sse?channel=orders/1&x=%zz&ticket=" + url.QueryEscape(ticket)}, 400, "bad_request")
 	})
 	try("ws: malformed query", func(ticket string) {
-		e.refusedHandshake(dialOpts{query: "ticket=" + url.QueryEscape(ticket) + "&x=%zz"}, 400, "bad_request")
+		e.refusedHandshake(wstest.DialOpts{Query: "ticket=" + url.QueryEscape(ticket) + "&x=%zz"}, 400, "bad_request")
 	})
 	try("ws: bad handshake", func(ticket string) {
 		if status := e.rawUpgrade("ticket="+url.QueryEscape(ticket), "12"); status != http.StatusBadRequest {
@@ -236,14 +237,14 @@ func TestTicketNotSpentByRefusedUpgrade(t *testing.T) {
 		}
 	})
 	try("ws: connect with its own token", func(ticket string) {
-		c := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(ticket)})
-		c.connect(tok)
-		c.close()
+		c := e.dialWS(wstest.DialOpts{Query: "ticket=" + url.QueryEscape(ticket)})
+		c.Connect(tok)
+		c.Close()
 	})
 	try("ws: closed before connect", func(ticket string) {
-		c := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(ticket)})
-		c.ok(c.request(ws.OpPing, nil), nil)
-		c.close()
+		c := e.dialWS(wstest.DialOpts{Query: "ticket=" + url.QueryEscape(ticket)})
+		c.OK(c.Request(ws.OpPing, nil), nil)
+		c.Close()
 	})
 	if n := e.counter(e.srv.metrics.tickets.WithLabelValues(ticketRedeemed)); n != 0 {
 		t.Fatalf("herald_tickets_total{redeemed} = %v, want 0", n)
@@ -254,7 +255,7 @@ func TestTicketNotSpentByRefusedUpgrade(t *testing.T) {
 	ltok := limited.token("acme", "u1", "orders/*")
 	first := limited.ticket(ltok) // takes the one attempt; tickets count against the rate
 	limited.refused(request{query: q("channel", "orders/1", "ticket", first.Ticket)}, 429, "too_many_requests")
-	limited.refusedHandshake(dialOpts{query: "ticket=" + url.QueryEscape(first.Ticket)}, 429, "too_many_requests")
+	limited.refusedHandshake(wstest.DialOpts{Query: "ticket=" + url.QueryEscape(first.Ticket)}, 429, "too_many_requests")
 	unspent(t, ltickets, first.Ticket, "per-address rate")
 
 	full, ftickets := ticketStoreEnv(t, Config{MaxConnections: 1})
@@ -262,7 +263,7 @@ func TestTicketNotSpentByRefusedUpgrade(t *testing.T) {
 	full.stream(ftok, "orders/1")
 	tr := full.ticket(ftok)
 	full.refused(request{query: q("channel", "orders/1", "ticket", tr.Ticket)}, 503, "too_many_connections")
-	full.refusedHandshake(dialOpts{query: "ticket=" + url.QueryEscape(tr.Ticket)}, 503, "too_many_connections")
+	full.refusedHandshake(wstest.DialOpts{Query: "ticket=" + url.QueryEscape(tr.Ticket)}, 503, "too_many_connections")
 	unspent(t, ftickets, tr.Ticket, "node connection bound")
 }
 
@@ -281,9 +282,9 @@ func TestTicketSpentByUserRefusal(t *testing.T) {
 	spent(t, tickets, tr.Ticket, "sse at the per-user bound")
 
 	tr = e.ticket(tok)
-	c := e.dialWS(dialOpts{query: "ticket=" + url.QueryEscape(tr.Ticket)})
-	c.fails(c.request(ws.OpConnect, nil), ws.CodeTooManyConnections)
-	c.closedWith("too_many_connections", session.CloseTooManyConnections)
+	c := e.dialWS(wstest.DialOpts{Query: "ticket=" + url.QueryEscape(tr.Ticket)})
+	c.Fails(c.Request(ws.OpConnect, nil), ws.CodeTooManyConnections)
+	c.ClosedWith("too_many_connections", session.CloseTooManyConnections)
 	spent(t, tickets, tr.Ticket, "ws at the per-user bound")
 
 	tr = e.ticket(tok)
@@ -319,21 +320,21 @@ func TestConnectRefusalsCounted(t *testing.T) {
 	es.waitEOF(t)
 
 	// WebSocket: before the upgrade, and at connect.
-	e.refusedHandshake(dialOpts{subprotocol: []string{}}, 400, "bad_request")
-	e.refusedHandshake(dialOpts{header: http.Header{"Authorization": {"Bearer " + tok}}}, 429, "too_many_connections")
-	c := e.dialWS(dialOpts{})
-	c.fails(c.request(ws.OpConnect, map[string]any{"token": "not-a-jwt"}), ws.CodeUnauthorized)
-	c.closedWith("unauthorized", session.CloseUnauthorized)
-	c = e.dialWS(dialOpts{})
-	c.fails(c.request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeTooManyConnections)
-	c.closedWith("too_many_connections", session.CloseTooManyConnections)
-	c = e.dialWS(dialOpts{})
-	c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
-	c.closedWith("protocol_error", session.CloseProtocolError)
+	e.refusedHandshake(wstest.DialOpts{Subprotocols: []string{}}, 400, "bad_request")
+	e.refusedHandshake(wstest.DialOpts{Header: http.Header{"Authorization": {"Bearer " + tok}}}, 429, "too_many_connections")
+	c := e.dialWS(wstest.DialOpts{})
+	c.Fails(c.Request(ws.OpConnect, map[string]any{"token": "not-a-jwt"}), ws.CodeUnauthorized)
+	c.ClosedWith("unauthorized", session.CloseUnauthorized)
+	c = e.dialWS(wstest.DialOpts{})
+	c.Fails(c.Request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeTooManyConnections)
+	c.ClosedWith("too_many_connections", session.CloseTooManyConnections)
+	c = e.dialWS(wstest.DialOpts{})
+	c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
+	c.ClosedWith("protocol_error", session.CloseProtocolError)
 	// A client that leaves before connect was not refused.
-	c = e.dialWS(dialOpts{})
-	c.ok(c.request(ws.OpPing, nil), nil)
-	c.close()
+	c = e.dialWS(wstest.DialOpts{})
+	c.OK(c.Request(ws.OpPing, nil), nil)
+	c.Close()
 
 	want := map[[2]string]float64{
 		{transportSSE, "unauthorized"}:         1,
@@ -366,7 +367,7 @@ func TestConnectRefusalsCounted(t *testing.T) {
 		t.Errorf("herald_http_requests_total{/v1/ws,101} = %v, want 4", n)
 	}
 	for _, tr := range []string{transportSSE, transportWS} {
-		for _, r := range Reasons {
+		for _, r := range session.Reasons {
 			if n := e.counter(e.srv.metrics.disconnects.WithLabelValues(tr, r.Code)); n != 0 {
 				t.Errorf("herald_disconnects_total{%s,%s} = %v: a refusal counted as a disconnect", tr, r.Code, n)
 			}
@@ -375,7 +376,7 @@ func TestConnectRefusalsCounted(t *testing.T) {
 	if n := e.counter(e.srv.metrics.connectionsTotal.WithLabelValues(transportWS)); n != 0 {
 		t.Errorf("herald_connections_total{ws} = %v, want 0", n)
 	}
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitSubscriptions)); n != 1 {
+	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitSubscriptions)); n != 1 {
 		t.Errorf("herald_limit_rejections_total{subscriptions} = %v, want 1 (the SSE request naming 2 channels)", n)
 	}
 	holder.close()
@@ -388,7 +389,7 @@ func TestConnectRefusalsRate(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{ConnectAttemptsPerIP: 0.001, ConnectAttemptsBurst: 1}})
 	e.refused(request{query: q("channel", "orders/1")}, 401, "unauthorized") // the one attempt
 	e.refused(request{query: q("channel", "orders/1")}, 429, "too_many_requests")
-	e.refusedHandshake(dialOpts{}, 429, "too_many_requests")
+	e.refusedHandshake(wstest.DialOpts{}, 429, "too_many_requests")
 	if status, _ := e.postTicket(e.token("acme", "u1"), "", ""); status != 404 && status != 429 {
 		t.Fatalf("POST /v1/tickets: %d", status)
 	}

@@ -89,8 +89,8 @@ func (s *Server) releaseUser(c *session.Conn) {
 // userLimitReason is the refusal of a connection beyond
 // MaxConnectionsPerUser: too_many_connections, as 429 since only this user
 // is over a bound.
-func (s *Server) userLimitReason() Reason {
-	r := ReasonTooManyConnections
+func (s *Server) userLimitReason() session.Reason {
+	r := session.ReasonTooManyConnections
 	r.Status = 429
 	r.Message = "too many connections for this user: close some before opening more"
 	return r

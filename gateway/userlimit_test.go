@@ -1,12 +1,14 @@
 package gateway
 
 import (
-	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // TestMaxConnectionsPerUser: a user's connections beyond the bound are
@@ -18,17 +20,17 @@ func TestMaxConnectionsPerUser(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{MaxConnectionsPerUser: 2, ConnectAttemptsPerIP: -1}})
 	tok := e.token("acme", "u1", "orders/*")
 	first := e.stream(tok, "orders/1")
-	c := e.dialWS(dialOpts{})
-	c.connect(tok)
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(tok)
 
 	e.refused(request{query: q("channel", "orders/2"), bearer: tok}, 429, "too_many_connections")
-	_, resp, err := e.tryDialWS(dialOpts{header: http.Header{"Authorization": {"Bearer " + tok}}})
+	_, resp, err := e.tryDialWS(wstest.DialOpts{Header: http.Header{"Authorization": {"Bearer " + tok}}})
 	if err == nil || resp == nil || resp.StatusCode != 429 {
 		t.Fatalf("WebSocket with the token in the upgrade: %v %v", resp, err)
 	}
-	late := e.dialWS(dialOpts{})
-	late.fails(late.request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeTooManyConnections)
-	late.closedWith("too_many_connections", session.CloseTooManyConnections)
+	late := e.dialWS(wstest.DialOpts{})
+	late.Fails(late.Request(ws.OpConnect, map[string]any{"token": tok}), ws.CodeTooManyConnections)
+	late.ClosedWith("too_many_connections", session.CloseTooManyConnections)
 
 	// The same subject in another tenant is another user.
 	e.stream(e.token("globex", "u1", "orders/*"), "orders/1")

@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
 )
 
 var updateVocabulary = flag.Bool("update", false, "rewrite the generated tables of docs/protocol.md and clientjs/test/vocabulary.json")
@@ -63,7 +64,7 @@ func TestVocabularyDocs(t *testing.T) {
 		listed = append(listed, string(c[1]))
 	}
 	var codes []string
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		codes = append(codes, r.Code)
 	}
 	if !slices.Equal(listed, codes) && *updateVocabulary {
@@ -73,7 +74,7 @@ func TestVocabularyDocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	} else if !slices.Equal(listed, codes) {
-		t.Errorf("docs/metrics.md lists the reasons\n%v\nwant (gateway.Reasons, in order)\n%v\nrun go test ./gateway -run TestVocabularyDocs -update", listed, codes)
+		t.Errorf("docs/metrics.md lists the reasons\n%v\nwant (session.Reasons, in order)\n%v\nrun go test ./gateway -run TestVocabularyDocs -update", listed, codes)
 	}
 }
 
@@ -98,7 +99,7 @@ func TestVocabularyFixture(t *testing.T) {
 // says what the client does.
 func TestVocabularyTable(t *testing.T) {
 	seen := map[string]bool{}
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		if seen[r.Code] || !regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`).MatchString(r.Code) {
 			t.Errorf("reason %q: duplicate or not snake_case", r.Code)
 		}
@@ -106,7 +107,7 @@ func TestVocabularyTable(t *testing.T) {
 		if r.Message == "" || session.DocOf(r).Advice == "" || session.DocOf(r).SSE == "" {
 			t.Errorf("reason %s: message, advice and SSE column are required", r.Code)
 		}
-		if r.Close == 0 && r.Code != ReasonClientClosed.Code {
+		if r.Close == 0 && r.Code != session.ReasonClientClosed.Code {
 			t.Errorf("reason %s has no close code", r.Code)
 		}
 	}
@@ -145,7 +146,7 @@ func replaceGenerated(t *testing.T, doc, name, table string) string {
 func reasonTable() string {
 	var b strings.Builder
 	b.WriteString("| reason | reconnect? | SSE (refused request / in-stream) | WS close code | what the client does |\n|---|---|---|---|---|\n")
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		reconnect := session.DocOf(r).Reconnect
 		if reconnect == "" {
 			reconnect = map[bool]string{true: "yes", false: "no"}[r.Reconnect]
@@ -211,7 +212,7 @@ func vocabularyJSON(t *testing.T) []byte {
 	for _, op := range ws.OpTable {
 		v.Ops = append(v.Ops, op.Name)
 	}
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		v.Reasons = append(v.Reasons, reason{r.Code, r.Reconnect, r.Status, int(r.Close)})
 	}
 	for _, e := range ws.Errors {

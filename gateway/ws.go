@@ -7,21 +7,22 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
-	"github.com/heraldgw/herald/subscriptions"
 )
 
 // The WebSocket transport (GET /v1/ws, subprotocol herald.v1; the protocol
-// is docs/protocol.md): the handler checks the handshake and the upgrade
-// request's credential, then hands the connection to internal/ws, which
-// reads, answers and times it (ws.Conn) and writes it through the core's
-// writer (ws.Server is what it needs of the Server: wsHost below).
+// is docs/protocol.md): the handler checks the handshake, the bounds and
+// the upgrade request's credential, then hands the connection to
+// internal/ws, which reads, answers and times it (ws.Conn) and writes it
+// through the core's writer. What the connection gets of the server are
+// values and functions: the bounds (session.Bounds), the broker's publish,
+// the authorizer, and its admission at connect (wsAdmission below), which
+// the server decides; once the connection ended the server releases what
+// it held.
 
 // handleWS serves GET /v1/ws: it checks the handshake (Upgrade, subprotocol
 // herald.v1, Origin, query string) and the connection bounds before
@@ -30,9 +31,9 @@ import (
 // connection closed before its connect succeeded (ws.Conn.Run).
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !offersToken(r.Header, "Upgrade", "websocket") {
-		s.metrics.refused(transportWS, ReasonBadRequest)
+		s.metrics.refused(transportWS, session.ReasonBadRequest)
 		w.Header().Set("Upgrade", "websocket")
-		writeError(w, http.StatusUpgradeRequired, ReasonBadRequest.Code,
+		writeError(w, http.StatusUpgradeRequired, session.ReasonBadRequest.Code,
 			"this endpoint speaks WebSocket: send an Upgrade: websocket request offering the subprotocol "+ws.Protocol)
 		return
 	}
@@ -41,7 +42,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.originAllowed(r) {
-		s.refuseConn(w, r, transportWS, ReasonForbidden, fmt.Sprintf(
+		s.refuseConn(w, r, transportWS, session.ReasonForbidden, fmt.Sprintf(
 			"origin %q may not open a WebSocket on this server (AllowedOrigins)", trunc(r.Header.Get("Origin"), 100)))
 		return
 	}
@@ -49,12 +50,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	// read, not after the upgrade: close code 4500 is reserved.
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		s.refuseConn(w, r, transportWS, ReasonBadRequest, fmt.Sprintf("malformed query string: %v", err))
+		s.refuseConn(w, r, transportWS, session.ReasonBadRequest, fmt.Sprintf("malformed query string: %v", err))
 		return
 	}
 	if !s.acquireSlot() {
 		w.Header().Set("Retry-After", "1")
-		s.refuseConn(w, r, transportWS, ReasonTooManyConnections, "")
+		s.refuseConn(w, r, transportWS, session.ReasonTooManyConnections, "")
 		return
 	}
 	handedOff := false // to the connection's goroutine, which releases the slot
@@ -64,8 +65,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	hc := s.upgradeCredentials(r, query)
-	if hc.Claims != nil && s.users.full(userKey(hc.Claims)) {
+	adm := &wsAdmission{s: s, cred: s.upgradeCredentials(r, query)}
+	if adm.cred.claims != nil && s.users.full(userKey(adm.cred.claims)) {
 		s.metrics.limit(limitUserConns)
 		w.Header().Set("Retry-After", "1")
 		s.refuseConn(w, r, transportWS, s.userLimitReason(), "")
@@ -73,32 +74,25 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 
 	conn := s.newConn(transportWS, &auth.Claims{}, clientOf(r).remote)
-	wc := ws.NewConn(s.wsEnv, conn, hc)
-	hj := &ws.Hijacker{ResponseWriter: w, MaxMessage: int64(s.cfg.MaxMessageSize)}
-	wsc, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
-		Subprotocols:       []string{ws.Protocol},
-		InsecureSkipVerify: true, // originAllowed has checked the Origin
-		OnPingReceived: func(context.Context, []byte) bool {
-			wc.Touch()
-			return true
-		},
-		OnPongReceived: func(context.Context, []byte) { wc.Touch() },
-	})
+	adm.c = conn
+	wc, err := ws.Accept(w, r, s.wsEnv, conn, adm.connect)
 	if err != nil {
 		// Accept has answered the request (a broken handshake: 4xx).
-		s.metrics.refused(transportWS, ReasonBadRequest)
+		s.metrics.refused(transportWS, session.ReasonBadRequest)
 		s.connLog.Log(slog.LevelDebug, "gateway: websocket upgrade failed",
 			slog.String("remote", clientOf(r).remote), slog.String("error", err.Error()))
 		conn.Cancel()
 		return
 	}
 	// From here on r.Context() must not be used: the connection is hijacked.
-	wc.Attach(wsc, hj.Conn)
 	if !s.register(conn) {
-		conn.Close(ReasonShutdown, s.reconnectJitter())
+		conn.Close(session.ReasonShutdown, s.reconnectJitter())
 	}
 	handedOff = true
-	go wc.Run()
+	go func() {
+		wc.Run()
+		adm.end()
+	}()
 }
 
 // refuseSubprotocol answers a handshake that offers none of the
@@ -118,10 +112,22 @@ func (s *Server) refuseSubprotocol(w http.ResponseWriter, r *http.Request) {
 		msg = fmt.Sprintf("WebSocket subprotocols offered, %q, are not supported", trunc(offered, 100))
 	}
 	msg += "; this server speaks " + strings.Join(ws.Protocols, ", ") + ": offer one in Sec-WebSocket-Protocol"
-	s.metrics.refused(transportWS, ReasonBadRequest)
-	writeJSON(w, ReasonBadRequest.Status, errorBody{Error: errorDetail{
-		Code: ReasonBadRequest.Code, Message: msg, Protocols: ws.Protocols,
+	s.metrics.refused(transportWS, session.ReasonBadRequest)
+	writeJSON(w, session.ReasonBadRequest.Status, errorBody{Error: errorDetail{
+		Code: session.ReasonBadRequest.Code, Message: msg, Protocols: ws.Protocols,
 	}})
+}
+
+// upgradeCredential is what the upgrade request carried, if anything: the
+// claims of its verified and admitted token, a ticket not yet redeemed,
+// or why the credential was refused. A connect frame without a token uses
+// it.
+type upgradeCredential struct {
+	claims *auth.Claims
+	ticket string // redeemed by connect
+	source string
+	reason session.Reason // non-empty Code: the credential was refused
+	msg    string
 }
 
 // upgradeCredentials reads the credential the upgrade request carried. A
@@ -131,76 +137,117 @@ func (s *Server) refuseSubprotocol(w http.ResponseWriter, r *http.Request) {
 // never a 429. A ticket is only noted: connect redeems it if it relies on
 // it, so an upgrade refused for anything, or a connect that brings its own
 // token, leaves the ticket unspent.
-func (s *Server) upgradeCredentials(r *http.Request, query url.Values) ws.Credentials {
+func (s *Server) upgradeCredentials(r *http.Request, query url.Values) upgradeCredential {
 	cred, reason, msg := s.requestCredential(r, query)
-	hc := ws.Credentials{Source: cred.source, Ticket: cred.ticket, Reason: reason, Msg: msg}
+	uc := upgradeCredential{source: cred.source, ticket: cred.ticket, reason: reason, msg: msg}
 	if reason.Code == "" && cred.token != "" {
-		hc.Claims, hc.Reason, hc.Msg = s.checkToken(cred, s.cfg.ExpiryGrace)
+		uc.claims, uc.reason, uc.msg = s.checkToken(cred, s.cfg.ExpiryGrace)
 	}
-	return hc
+	return uc
+}
+
+// wsAdmission is the server's side of one WebSocket connection: it admits
+// the connection at its connect request (ws.Connect) and releases what
+// the connection held once it ended.
+type wsAdmission struct {
+	s    *Server
+	c    *session.Conn
+	cred upgradeCredential
+	// opened: the connect succeeded and the connection was counted open.
+	// Set on the goroutine the connection's reader waits for, read after
+	// the reader is done.
+	opened bool
+}
+
+// connect admits the connection at its connect request: with the connect
+// frame's token when it has one, else with the upgrade request's
+// credential (a ticket is redeemed only now); then the claims are admitted
+// (revocation, expiry with ExpiryGrace), the user's slot is taken and the
+// connection is counted open.
+func (a *wsAdmission) connect(ctx context.Context, token string) (*auth.Claims, session.Reason, string) {
+	s, cred := a.s, a.cred
+	var claims *auth.Claims
+	var reason session.Reason
+	var msg string
+	source := sourceFrame
+	switch {
+	case token != "":
+		claims, reason, msg = s.verifyToken(token, source)
+	case cred.reason.Code != "":
+		reason, msg = cred.reason, cred.msg
+	case cred.ticket != "":
+		// Spent even if the connect is refused below: see redeemTicket.
+		claims, reason, msg = s.redeemTicket(ctx, cred.ticket)
+		source = sourceTicket
+	case cred.claims != nil:
+		claims, source = cred.claims, cred.source
+	default:
+		reason, msg = session.ReasonUnauthorized, fmt.Sprintf(
+			"no token: put it in the connect frame's token field, or send it with the upgrade request "+
+				"(Authorization: Bearer, the %s cookie, a ticket or the access_token query parameter)", s.cfg.CookieName)
+	}
+	if reason.Code != "" {
+		return nil, reason, msg
+	}
+	if reason, msg := s.admit(claims, source, s.cfg.ExpiryGrace); reason.Code != "" {
+		return nil, reason, msg
+	}
+	if !s.acquireUser(a.c, claims) {
+		return nil, s.userLimitReason(), ""
+	}
+	a.c.Claims = claims
+	a.opened = true
+	s.opened(a.c)
+	return claims, session.Reason{}, ""
+}
+
+// end releases what the connection held once ws.Conn.Run returned: the
+// user's slot, the registration and the server's slot, and counts it
+// closed, or refused when it closed before its connect succeeded.
+func (a *wsAdmission) end() {
+	s, c := a.s, a.c
+	s.releaseUser(c)
+	switch r := c.Reason(); {
+	case a.opened:
+		s.closed(c)
+	case r.Code != session.ReasonClientClosed.Code:
+		// Closed by the server before connect succeeded: a refused connect,
+		// no connect in time, a request before connect, a shutdown.
+		s.metrics.refused(transportWS, r)
+	}
+	s.release(c)
 }
 
 // newWSEnv is what the WebSocket connections of s share.
 func newWSEnv(s *Server) *ws.Env {
-	cfg := &s.cfg
-	return &ws.Env{
-		Server: (*wsHost)(s),
-		Config: ws.Config{
-			Version:           cfg.Version,
-			CookieName:        cfg.CookieName,
-			MaxMessageSize:    cfg.MaxMessageSize,
-			MaxSubscriptions:  cfg.MaxSubscriptions,
-			MaxInflight:       cfg.MaxInflight,
-			HistorySize:       cfg.HistorySize,
-			HistoryTTL:        cfg.HistoryTTL,
-			WriteTimeout:      cfg.WriteTimeout,
-			ConnectTimeout:    cfg.ConnectTimeout,
-			ClientTimeout:     cfg.ClientTimeout,
-			HeartbeatInterval: cfg.HeartbeatInterval,
-			ExpiryGrace:       cfg.ExpiryGrace,
-			RefreshAhead:      cfg.RefreshAhead,
-		},
-		Log:      s.connLog,
-		Requests: s.metrics.wsRequests,
+	env := &ws.Env{
+		Version:   s.cfg.Version,
+		Authorize: s.deps.Authorizer.Authorize,
+		Refresh:   s.refreshToken,
+		Log:       s.connLog,
+		Requests:  s.metrics.wsRequests,
+		Limits:    s.metrics.limitRejections,
 	}
+	// Client publications on interactive channels go through the broker
+	// (history and fan-out), never through the outbox.
+	if p, ok := s.deps.Broker.(publisher); ok {
+		env.Publish = p.Publish
+	}
+	return env
 }
 
-// wsHost is the Server as its WebSocket connections see it (ws.Server).
-type wsHost Server
-
-func (h *wsHost) VerifyToken(token, source string) (*auth.Claims, Reason, string) {
-	return (*Server)(h).verifyToken(token, source)
+// publisher is a broker that takes client publications (fanout.Broker).
+type publisher interface {
+	Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error)
 }
 
-func (h *wsHost) RedeemTicket(ctx context.Context, ticket string) (*auth.Claims, Reason, string) {
-	return (*Server)(h).redeemTicket(ctx, ticket)
-}
-
-func (h *wsHost) Admit(c *auth.Claims, source string, slack time.Duration) (Reason, string) {
-	return (*Server)(h).admit(c, source, slack)
-}
-
-func (h *wsHost) AcquireUser(c *session.Conn, claims *auth.Claims) bool {
-	return (*Server)(h).acquireUser(c, claims)
-}
-
-func (h *wsHost) UserLimitReason() Reason     { return (*Server)(h).userLimitReason() }
-func (h *wsHost) Opened(c *session.Conn)      { (*Server)(h).opened(c) }
-func (h *wsHost) Closed(c *session.Conn)      { (*Server)(h).closed(c) }
-func (h *wsHost) Unregister(c *session.Conn)  { (*Server)(h).unregister(c) }
-func (h *wsHost) ReleaseUser(c *session.Conn) { (*Server)(h).releaseUser(c) }
-func (h *wsHost) ReleaseSlot()                { (*Server)(h).releaseSlot() }
-func (h *wsHost) Limit(limit string)          { h.metrics.limit(limit) }
-func (h *wsHost) Refused(r Reason)            { h.metrics.refused(transportWS, r) }
-
-// Publisher returns Deps.Broker when it can publish: client publications
-// on interactive channels go through the broker (history and fan-out),
-// never through the outbox.
-func (h *wsHost) Publisher() ws.Publisher {
-	p, _ := h.deps.Broker.(ws.Publisher)
-	return p
-}
-
-func (h *wsHost) Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error) {
-	return h.deps.Authorizer.Authorize(ctx, r)
+// refreshToken verifies the token of a WebSocket's refresh request and
+// admits its claims, as connect does.
+func (s *Server) refreshToken(token string) (*auth.Claims, session.Reason, string) {
+	const source = "refresh"
+	claims, reason, msg := s.verifyToken(token, source)
+	if reason.Code == "" {
+		reason, msg = s.admit(claims, source, s.cfg.ExpiryGrace)
+	}
+	return claims, reason, msg
 }

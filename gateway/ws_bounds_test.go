@@ -1,131 +1,30 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
-// TestWSMessageTooBig: a message over MaxMessageSize closes with
-// message_too_big (4503); one at the bound is fine — for a small bound and
-// for the default, which is above coder/websocket's own 32 KiB read limit.
-func TestWSMessageTooBig(t *testing.T) {
-	for _, max := range []int{2048, DefaultMaxMessageSize} {
-		t.Run(strconv.Itoa(max), func(t *testing.T) {
-			cfg := Config{MaxMessageSize: max}
-			if max == DefaultMaxMessageSize {
-				cfg.MaxMessageSize = 0 // the default
-			}
-			e := newEnv(t, envOptions{cfg: cfg})
-			c := e.connected("orders/*")
-			frame := func(size int) []byte {
-				b := []byte(`{"id":1,"op":"ping","pad":"`)
-				b = append(b, strings.Repeat("x", size-len(b)-2)...)
-				return append(b, '"', '}')
-			}
-			c.send(frame(max))
-			c.ok(1, nil)
-			c.send(frame(max + 1))
-			d := c.closedWith("message_too_big", session.CloseMessageTooBig)
-			if d.Reconnect || !strings.Contains(d.Message, strconv.Itoa(max)) {
-				t.Fatalf("disconnect %+v", d)
-			}
-			if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitMessageSize)); n != 1 {
-				t.Fatalf("herald_limit_rejections_total{message_size} = %v", n)
-			}
-			// A much larger one (many frames' worth) is cut off the same way.
-			c = e.connected("orders/*")
-			c.send(frame(1 << 20))
-			c.closedWith("message_too_big", session.CloseMessageTooBig)
-			e.connected("orders/*").subscribe("orders/1", nil)
-		})
-	}
-}
-
-// TestWSClientTimeout: a client that answers no ping is closed with
-// timeout (4005); one that answers stays, through many client timeouts.
-// The pong timeout (ClientTimeout − HeartbeatInterval) is long enough for
-// a client on a busy machine to answer.
-func TestWSClientTimeout(t *testing.T) {
-	const heartbeat, timeout = 100 * time.Millisecond, 2 * time.Second
-	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: heartbeat, ClientTimeout: timeout}})
-	silent := e.connected("orders/*")
-	live := e.dialWS(dialOpts{})
-	res := live.connect(e.wsToken("u1", []string{"orders/*"}, nil))
-	if res.PingIntervalMS != heartbeat.Milliseconds() || res.PongTimeoutMS != (timeout-heartbeat).Milliseconds() {
-		t.Fatalf("connect result %+v", res)
-	}
-	// The live client answers every ping with a pong.
-	done := make(chan struct{})
-	var pongs atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case f, ok := <-live.frames:
-				if !ok {
-					return
-				}
-				if f.Push == "ping" {
-					pongs.Add(1)
-					_ = live.conn.Write(context.Background(), websocket.MessageText, []byte(`{"op":"pong"}`))
-				}
-			case <-done:
-				return
-			}
-		}
-	})
-	d := silent.closedWith("timeout", session.CloseTimeout)
-	if !d.Reconnect {
-		t.Fatalf("disconnect %+v", d)
-	}
-	// Pings answered over more than one client timeout after the silent
-	// client was closed: the live one was kept because it answered.
-	after := pongs.Load()
-	eventually(t, time.Minute, "the live client to answer pings for longer than the client timeout", func() bool {
-		return pongs.Load() >= after+int64(timeout/heartbeat)+5
-	})
-	close(done)
-	wg.Wait()
-	live.ok(live.request(ws.OpPing, nil), nil)
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitClientTimeout)); n != 1 {
-		t.Fatalf("herald_limit_rejections_total{client_timeout} = %v", n)
-	}
-}
-
-// TestWSConnectTimeout: no connect frame within ConnectTimeout closes
-// with timeout (4005).
-func TestWSConnectTimeout(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{ConnectTimeout: 200 * time.Millisecond}})
-	c := e.dialWS(dialOpts{})
-	d := c.closedWith("timeout", session.CloseTimeout)
-	if !strings.Contains(d.Message, "connect") {
-		t.Fatalf("disconnect %+v", d)
-	}
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitConnectTimeout)); n != 1 {
-		t.Fatalf("herald_limit_rejections_total{connect_timeout} = %v", n)
-	}
-	e.connected("orders/*").subscribe("orders/1", nil)
-}
+// These tests drive a whole server: the handshake, the origin, the
+// connection slots and the connect rate per address are decided by the
+// server before a connection reaches its transport. The transport's own
+// bounds (message size, client and connect timeouts) are tested in
+// internal/ws.
 
 // TestWSHandshakeRefusals: the handshakes refused before the upgrade, each
 // with its status and JSON error.
 func TestWSHandshakeRefusals(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{AllowedOrigins: []string{"app.example.com", "https://*.trusted.test"}}})
-	refused := func(t *testing.T, o dialOpts, status int, code string) errorDetail {
+	refused := func(t *testing.T, o wstest.DialOpts, status int, code string) errorDetail {
 		t.Helper()
 		_, resp, err := e.tryDialWS(o)
 		if err == nil || resp == nil || resp.StatusCode != status {
@@ -148,22 +47,22 @@ func TestWSHandshakeRefusals(t *testing.T) {
 		}
 	}
 	t.Run("no subprotocol", func(t *testing.T) {
-		supported(t, refused(t, dialOpts{subprotocol: []string{}}, http.StatusBadRequest, "bad_request"), "no WebSocket subprotocol")
+		supported(t, refused(t, wstest.DialOpts{Subprotocols: []string{}}, http.StatusBadRequest, "bad_request"), "no WebSocket subprotocol")
 	})
 	t.Run("other subprotocol", func(t *testing.T) {
-		d := refused(t, dialOpts{subprotocol: []string{"herald.v2", "chat"}}, http.StatusBadRequest, "bad_request")
+		d := refused(t, wstest.DialOpts{Subprotocols: []string{"herald.v2", "chat"}}, http.StatusBadRequest, "bad_request")
 		supported(t, d, `"herald.v2, chat"`)
 	})
 	t.Run("foreign origin", func(t *testing.T) {
-		refused(t, dialOpts{header: http.Header{"Origin": {"https://evil.example"}}}, http.StatusForbidden, "forbidden")
+		refused(t, wstest.DialOpts{Header: http.Header{"Origin": {"https://evil.example"}}}, http.StatusForbidden, "forbidden")
 	})
 	t.Run("scheme mismatch", func(t *testing.T) {
-		refused(t, dialOpts{header: http.Header{"Origin": {"http://a.trusted.test"}}}, http.StatusForbidden, "forbidden")
+		refused(t, wstest.DialOpts{Header: http.Header{"Origin": {"http://a.trusted.test"}}}, http.StatusForbidden, "forbidden")
 	})
 	t.Run("allowed origins", func(t *testing.T) {
 		for _, origin := range []string{"https://app.example.com", "https://x.trusted.test", "http://" + e.srv.Addr()} {
-			c := e.dialWS(dialOpts{header: http.Header{"Origin": {origin}}})
-			c.connect(e.wsToken("u1", nil, nil))
+			c := e.dialWS(wstest.DialOpts{Header: http.Header{"Origin": {origin}}})
+			c.Connect(e.wsToken("u1", nil, nil))
 		}
 	})
 	t.Run("not an upgrade", func(t *testing.T) {
@@ -180,8 +79,8 @@ func TestWSHandshakeRefusals(t *testing.T) {
 // TestWSAllowAnyOrigin: "*" lets every origin in.
 func TestWSAllowAnyOrigin(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{AllowedOrigins: []string{"*"}}})
-	c := e.dialWS(dialOpts{header: http.Header{"Origin": {"https://anywhere.example"}}})
-	c.connect(e.wsToken("u1", nil, nil))
+	c := e.dialWS(wstest.DialOpts{Header: http.Header{"Origin": {"https://anywhere.example"}}})
+	c.Connect(e.wsToken("u1", nil, nil))
 }
 
 // TestWSMaxConnections: a handshake beyond MaxConnections is refused with
@@ -189,11 +88,11 @@ func TestWSAllowAnyOrigin(t *testing.T) {
 func TestWSMaxConnections(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{MaxConnections: 1}})
 	c := e.connected("orders/*")
-	_, resp, err := e.tryDialWS(dialOpts{})
+	_, resp, err := e.tryDialWS(wstest.DialOpts{})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("dial beyond the bound = %v, %+v", err, resp)
 	}
-	c.close()
+	c.Close()
 	eventually(t, 5*time.Second, "the slot to be free", func() bool { return e.srv.slots.Load() == 0 })
 	e.connected("orders/*")
 	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitConnections)); n != 1 {
@@ -207,13 +106,13 @@ func TestConnectAttemptsPerIP(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{ConnectAttemptsPerIP: 0.5, ConnectAttemptsBurst: 3}})
 	tok := e.token("acme", "u1", "orders/*")
 	e.stream(tok, "orders/1")                                                  // 1
-	e.dialWS(dialOpts{}).connect(tok)                                          // 2
+	e.dialWS(wstest.DialOpts{}).Connect(tok)                                   // 2
 	e.refused(request{bearer: "bad"}, http.StatusUnauthorized, "unauthorized") // 3: a refused one counts too
 	msg := e.refused(request{bearer: tok, query: q("channel", "orders/1")}, http.StatusTooManyRequests, "too_many_requests")
 	if !strings.Contains(msg, "too many connection attempts") {
 		t.Fatalf("message %q", msg)
 	}
-	_, resp, err := e.tryDialWS(dialOpts{})
+	_, resp, err := e.tryDialWS(wstest.DialOpts{})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("ws dial = %v, %+v; want 429", err, resp)
 	}

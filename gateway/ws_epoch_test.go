@@ -8,7 +8,12 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
+
+// This test drives a whole server: the catch-up of a laggard through the
+// server's handler on small socket buffers (shared with the server's
+// other laggard tests, SSE's too), watched through the server's metrics.
 
 // TestWSEpochChangeWhileCatchingUp: one channel idles past the history
 // TTL while another floods a client that stopped reading. The idle
@@ -28,20 +33,20 @@ func TestWSEpochChangeWhileCatchingUp(t *testing.T) {
 		HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour, WriteTimeout: time.Hour,
 	}})
 	ts := smallBufferServer(t, e)
-	c, _, err := dialWSURL(t, "ws://"+ts.Listener.Addr().String(), dialOpts{client: smallRecvClient(t)}, e.client)
+	c, _, err := wstest.Dial(t, "ws://"+ts.Listener.Addr().String(), wstest.DialOpts{Client: smallRecvClient(t)}, e.client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.connect(e.wsToken("u1", []string{"rooms/*"}, nil))
-	c.subscribe("rooms/a", nil)
-	c.subscribe("rooms/b", nil)
+	c.Connect(e.wsToken("u1", []string{"rooms/*"}, nil))
+	c.Subscribe("rooms/a", nil)
+	c.Subscribe("rooms/b", nil)
 	a := fanout.Key{Tenant: "acme", Channel: "rooms/a"}
 	e.publish("acme", "rooms/a", `"first"`)
-	first := c.pub()
+	first := c.Pub()
 
 	// The client stops reading; rooms/b floods it with 8 KB publications
 	// until its queue overflowed: the writer is stuck in a write.
-	c.stall()
+	c.Stall()
 	big := `"` + strings.Repeat("x", 8<<10) + `"`
 	dropped := e.counter(e.srv.metrics.queueDropped)
 	for n := 0; e.counter(e.srv.metrics.queueDropped) == dropped; n++ {
@@ -76,7 +81,7 @@ func TestWSEpochChangeWhileCatchingUp(t *testing.T) {
 	// The client reads again, until it has rooms/a's new epoch (rooms/b's
 	// catching up may go on). Per channel, each publication follows the
 	// one before: the next offset, or offset 1 of a new epoch.
-	c.resume()
+	c.Resume()
 	got := map[string][]fanout.Position{"rooms/a": {{Offset: first.Offset, Epoch: first.Epoch}}}
 	last := func(ch string) fanout.Position {
 		if l := got[ch]; len(l) > 0 {
@@ -85,7 +90,7 @@ func TestWSEpochChangeWhileCatchingUp(t *testing.T) {
 		return fanout.Position{}
 	}
 	for last("rooms/a") != a3.Position {
-		f := c.next(30 * time.Second)
+		f := c.NextFrame(30 * time.Second)
 		switch {
 		case f.Push == "disconnect":
 			// Told: a resume would report recovered: false. Only a

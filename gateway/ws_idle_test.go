@@ -22,9 +22,14 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/gateway/internal/sessiontest"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/subscriptions"
 )
+
+// These tests drive a whole server: what an idle connection costs is
+// measured on the server as a deployment runs it, handler, registration
+// and metrics included, with the clients in a process of their own.
 
 // idleClientsEnv, when set in a test binary's environment, makes it the
 // client process of an idle-memory measurement: "<ws url> <n> <token>".
@@ -139,14 +144,7 @@ func measureIdle(tb testing.TB, transport string, n int) idleMeasure {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := broker.Start(context.Background(), hub); err != nil {
-		tb.Fatal(err)
-	}
-	defer broker.Stop()
+	hub := sessiontest.StartHub(tb, broker)
 	srv, err := New(Config{
 		Listen: "127.0.0.1:0", ConnectAttemptsPerIP: -1, HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
 		MaxConnectionsPerUser: -1,
@@ -261,7 +259,7 @@ func connGoroutines(transport string) (readers, writers, netHTTP int) {
 	buf := stacks()
 	run := "internal/ws.(*Conn).Run("
 	if transport == transportSSE {
-		run = "internal/sse.(*Stream).run("
+		run = "internal/sse.(*Stream).Wait("
 	}
 	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
 		switch {
@@ -290,7 +288,7 @@ func gaugeValue(g prometheus.Gauge) float64 {
 // 12 KiB: the reader is a goroutine of its own, not net/http's (whose
 // request and buffers are gone with it), its stack stays at 4 KiB
 // (handleApart) and its read and write buffers are small
-// (internal/ws/ws_netconn.go). Under the race detector frames are larger and the
+// (internal/ws). Under the race detector frames are larger and the
 // reader's stack is 8 KiB, hence a larger bound there.
 func TestWSIdleConnectionCost(t *testing.T) {
 	checkIdleCost(t, transportWS, 12<<10)

@@ -3,8 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/ws"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +12,17 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
+	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
+
+// These tests drive a whole server: 200 connections of one channel, the
+// laggards among them catching up through the server's handler on small
+// socket buffers (shared with the SSE laggard tests), and the outcome is
+// read from the server's metrics (connections, disconnects by reason,
+// queue drops, catch-ups).
 
 // Socket buffer sizes of the slow-client tests: small, so a client that
 // stops reading blocks the server's writes after a few KiB instead of the
@@ -101,18 +109,18 @@ func TestWSLaggardsCatchUp(t *testing.T) {
 	slowHTTP := smallRecvClient(t)
 	isStalled := func(i int) bool { return i%(total/stalled) == 0 }
 
-	clients := make([]*wsClient, total)
+	clients := make([]*wstest.Client, total)
 	for i := range clients {
-		o := dialOpts{fast: true}
+		o := wstest.DialOpts{Fast: true}
 		if isStalled(i) {
-			o.client = slowHTTP
+			o.Client = slowHTTP
 		}
-		c, _, err := dialWSURL(t, base, o, e.client)
+		c, _, err := wstest.Dial(t, base, o, e.client)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.connect(tok)
-		c.subscribe("orders/1", nil)
+		c.Connect(tok)
+		c.Subscribe("orders/1", nil)
 		clients[i] = c
 	}
 
@@ -125,9 +133,9 @@ func TestWSLaggardsCatchUp(t *testing.T) {
 		c := clients[i]
 		for {
 			select {
-			case f, ok := <-c.frames:
+			case f, ok := <-c.Frames():
 				if !ok {
-					t.Errorf("client %d was disconnected: %v", i, c.err)
+					t.Errorf("client %d was disconnected: %v", i, c.Err())
 					return
 				}
 				if f.Push != "pub" {
@@ -145,7 +153,7 @@ func TestWSLaggardsCatchUp(t *testing.T) {
 	}
 	for i, c := range clients {
 		if isStalled(i) {
-			c.stall()
+			c.Stall()
 			continue
 		}
 		wg.Go(func() { check(i) })
@@ -208,7 +216,7 @@ func TestWSLaggardsCatchUp(t *testing.T) {
 	for i, c := range clients {
 		if isStalled(i) {
 			wg.Go(func() { check(i) })
-			c.resume()
+			c.Resume()
 		}
 	}
 	eventually(t, 60*time.Second, fmt.Sprintf("every client to receive offset %d", published), func() bool {
@@ -222,7 +230,7 @@ func TestWSLaggardsCatchUp(t *testing.T) {
 	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != total {
 		t.Fatalf("herald_connections{ws} = %v, want %d", n, total)
 	}
-	for _, r := range Reasons {
+	for _, r := range session.Reasons {
 		if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", r.Code)); n != 0 {
 			t.Fatalf("%v connections ended as %s", n, r.Code)
 		}
@@ -243,13 +251,13 @@ func TestWSLaggardBeyondHistory(t *testing.T) {
 		HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
 	}})
 	ts := smallBufferServer(t, e)
-	c, _, err := dialWSURL(t, "ws://"+ts.Listener.Addr().String(), dialOpts{client: smallRecvClient(t), buffer: 4096}, e.client)
+	c, _, err := wstest.Dial(t, "ws://"+ts.Listener.Addr().String(), wstest.DialOpts{Client: smallRecvClient(t), Buffer: 4096}, e.client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.connect(e.wsToken("u1", []string{"orders/*"}, nil))
-	sub := c.subscribe("orders/1", nil)
-	c.stall()
+	c.Connect(e.wsToken("u1", []string{"orders/*"}, nil))
+	sub := c.Subscribe("orders/1", nil)
+	c.Stall()
 	data := `"` + strings.Repeat("x", 1<<10) + `"`
 	catchUps := e.srv.metrics.catchUps.WithLabelValues("ws")
 	for i := 0; i < 4*history || e.counter(catchUps) == 0; i++ {
@@ -258,10 +266,10 @@ func TestWSLaggardBeyondHistory(t *testing.T) {
 		}
 		e.publish("acme", "orders/1", data)
 	}
-	c.resume()
+	c.Resume()
 	var lastOffset uint64
 	for {
-		f := c.next(30 * time.Second)
+		f := c.NextFrame(30 * time.Second)
 		if f.Push == "pub" {
 			if f.Pub.Offset != lastOffset+1 {
 				t.Fatalf("offset %d after %d", f.Pub.Offset, lastOffset)
@@ -276,15 +284,15 @@ func TestWSLaggardBeyondHistory(t *testing.T) {
 			break
 		}
 	}
-	if _, code := c.closed(); code != session.CloseSlow {
+	if _, code := c.Closed(); code != session.CloseSlow {
 		t.Fatalf("close code %d, want %d", code, session.CloseSlow)
 	}
 	eventually(t, 5*time.Second, "the slow disconnect to be counted", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "slow")) == 1 &&
-			e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitQueue)) == 1
+			e.counter(e.srv.metrics.limitRejections.WithLabelValues(session.LimitQueue)) == 1
 	})
 	r := e.connected("orders/*")
-	res := r.subscribe("orders/1", &ws.Position{Offset: lastOffset, Epoch: sub.Epoch})
+	res := r.Subscribe("orders/1", &ws.Position{Offset: lastOffset, Epoch: sub.Epoch})
 	if res.Recovered {
 		t.Fatalf("resumed from offset %d behind a history of %d: %+v", lastOffset, history, res)
 	}
@@ -297,13 +305,13 @@ func TestWSWriteTimeout(t *testing.T) {
 		WriteTimeout: 200 * time.Millisecond, QueueMaxBytes: 64 << 20, QueueMaxMessages: 100000,
 	}})
 	ts := smallBufferServer(t, e)
-	c, _, err := dialWSURL(t, "ws://"+ts.Listener.Addr().String(), dialOpts{client: smallRecvClient(t)}, e.client)
+	c, _, err := wstest.Dial(t, "ws://"+ts.Listener.Addr().String(), wstest.DialOpts{Client: smallRecvClient(t)}, e.client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.connect(e.wsToken("u1", []string{"orders/*"}, nil))
-	c.subscribe("orders/1", nil)
-	c.stall()
+	c.Connect(e.wsToken("u1", []string{"orders/*"}, nil))
+	c.Subscribe("orders/1", nil)
+	c.Stall()
 	data := `"` + strings.Repeat("x", 4<<10) + `"`
 	timeout := e.srv.metrics.disconnects.WithLabelValues("ws", "write_timeout")
 	for i := 0; e.counter(timeout) == 0; i++ {

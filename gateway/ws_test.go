@@ -1,166 +1,69 @@
 package gateway
 
 import (
-	"context"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/heraldgw/herald/auth"
-	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
-	"github.com/heraldgw/herald/subscriptions"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
-func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
-		Version: "1.2.3", HistorySize: 100, HistoryTTL: 5 * time.Minute}})
-	c := e.dialWS(dialOpts{})
-	if got := c.conn.Subprotocol(); got != ws.Protocol {
-		t.Fatalf("negotiated subprotocol %q", got)
-	}
-	exp := time.Now().Add(time.Hour).Truncate(time.Second)
-	before := time.Now()
-	res := c.connect(e.mint("u1", exp, []string{"orders/*"}, nil))
-	after := time.Now()
-	// The server's clock and the token's TTL by it, so a client need not
-	// trust its own clock.
-	if res.ServerTimeMS < before.UnixMilli() || res.ServerTimeMS > after.UnixMilli() ||
-		res.ExpiresIn < int64(exp.Sub(after)/time.Second) || res.ExpiresIn > int64(exp.Sub(before)/time.Second) {
-		t.Fatalf("connect result %+v: server_time_ms or expires_in off (connected between %d and %d ms)",
-			res, before.UnixMilli(), after.UnixMilli())
-	}
-	want := ws.ConnectResult{
-		Client: res.Client, Protocol: ws.Protocol, Version: "1.2.3", PingIntervalMS: 3600000, PongTimeoutMS: 3600000,
-		ServerTimeMS: res.ServerTimeMS, ExpiresAt: exp.Unix(), ExpiresIn: res.ExpiresIn,
-		History: &ws.History{Size: 100, TTLMS: 300000},
-		Limits:  ws.Limits{MaxMessageSize: 64 << 10, MaxSubscriptions: 128, MaxInflight: 16},
-	}
-	if !reflect.DeepEqual(res, want) || len(res.Client) < 16 {
-		t.Fatalf("connect result %+v\nwant %+v", res, want)
-	}
+// These tests drive a whole server: what they check is the server's part
+// of a WebSocket connection, its admission (the upgrade request's
+// credentials, the verification, expiry and revocation of connect and
+// refresh tokens), its counting, the broker it hands the transport and
+// its graceful shutdown (Server.Stop). The transport's ops, bounds and
+// closes are tested in internal/ws.
 
-	sub := c.subscribe("orders/1", nil)
-	if sub.Recovered || sub.Offset != 0 || sub.Epoch == "" {
-		t.Fatalf("live subscribe = %+v", sub)
-	}
-	pub := e.publish("acme", "orders/1", `{"n":1}`)
-	f := c.next(5 * time.Second)
-	p := f.Pub
-	// The frame is the envelope behind {"push":"pub", without re-encoding.
-	if want := `{"push":"pub",` + string(fanout.NewPrepared(pub).JSON()[1:]); f.Raw != want {
-		t.Fatalf("frame %s\nwant  %s", f.Raw, want)
-	}
-	if p.ID != pub.ID || p.Channel != "orders/1" || p.Offset != 1 || p.Epoch != sub.Epoch ||
-		p.Type != "order.updated" || p.SchemaVersion != 1 || string(p.Data) != `{"n":1}` ||
-		string(p.Freshness) != `{"mode":"immediate"}` || p.Time.IsZero() {
-		t.Fatalf("publication %+v, published %+v", p, pub)
-	}
-
-	c.ok(c.request(ws.OpPing, nil), nil)
-	c.ok(c.request(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
-	e.publish("acme", "orders/1", `2`)
-	// Nothing of orders/1 follows the unsubscribe reply: the next frame is
-	// the reply to this ping.
-	c.ok(c.request(ws.OpPing, nil), nil)
-
+// TestWSConnectionCounted: a connection is counted open once its connect
+// succeeded, and closed with its reason once it ended.
+func TestWSConnectionCounted(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c := e.connected("orders/*")
 	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 1 {
 		t.Fatalf("herald_connections{ws} = %v", n)
 	}
-	c.close()
+	c.Close()
 	eventually(t, 5*time.Second, "the connection to be counted closed", func() bool {
 		return e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "client_closed")) == 1
 	})
-	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues(ws.OpSubscribe, "ok")); n != 1 {
-		t.Fatalf("herald_ws_requests_total{subscribe,ok} = %v", n)
-	}
 }
 
 func TestWSConnectUsesUpgradeCredentials(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	tok := e.wsToken("u1", []string{"orders/*"}, nil)
-	cases := map[string]dialOpts{
-		"header": {header: http.Header{"Authorization": {"Bearer " + tok}}},
-		"cookie": {header: http.Header{"Cookie": {DefaultCookieName + "=" + tok}}},
-		"query":  {query: "access_token=" + url.QueryEscape(tok)},
+	cases := map[string]wstest.DialOpts{
+		"header": {Header: http.Header{"Authorization": {"Bearer " + tok}}},
+		"cookie": {Header: http.Header{"Cookie": {DefaultCookieName + "=" + tok}}},
+		"query":  {Query: "access_token=" + url.QueryEscape(tok)},
 	}
 	for name, o := range cases {
 		t.Run(name, func(t *testing.T) {
 			c := e.dialWS(o)
-			c.connect("")
-			c.subscribe("orders/1", nil)
+			c.Connect("")
+			c.Subscribe("orders/1", nil)
 		})
 	}
 	// A token in the connect frame wins over the upgrade request's.
-	c := e.dialWS(dialOpts{header: http.Header{"Authorization": {"Bearer not-a-token"}}})
-	c.connect(tok)
+	c := e.dialWS(wstest.DialOpts{Header: http.Header{"Authorization": {"Bearer not-a-token"}}})
+	c.Connect(tok)
 	// A malformed Authorization header is reported at connect.
-	c = e.dialWS(dialOpts{header: http.Header{"Authorization": {"Basic abc"}}})
-	if msg := c.fails(c.request(ws.OpConnect, nil), ws.CodeUnauthorized).Message; !strings.Contains(msg, "Bearer") {
+	c = e.dialWS(wstest.DialOpts{Header: http.Header{"Authorization": {"Basic abc"}}})
+	if msg := c.Fails(c.Request(ws.OpConnect, nil), ws.CodeUnauthorized).Message; !strings.Contains(msg, "Bearer") {
 		t.Fatalf("message %q", msg)
 	}
-	c.closedWith("unauthorized", session.CloseUnauthorized)
-}
-
-func TestWSPublish(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	listener := e.connected("rooms/*")
-	listener.subscribe("rooms/lobby", nil)
-
-	c := e.dialWS(dialOpts{})
-	c.connect(e.wsToken("u2", nil, []string{"rooms/lobby", "rooms/{sub}"}))
-	var res ws.PublishResult
-	c.ok(c.request(ws.OpPublish, map[string]any{
-		"channel": "rooms/lobby", "type": "chat.message", "schema_version": 2, "data": map[string]any{"text": "hi"},
-	}), &res)
-	if res.ID == "" || res.Offset != 1 || res.Epoch == "" {
-		t.Fatalf("publish result %+v", res)
-	}
-	p := listener.pub()
-	if p.ID != res.ID || p.Offset != 1 || p.Epoch != res.Epoch || p.Type != "chat.message" ||
-		p.SchemaVersion != 2 || string(p.Data) != `{"text":"hi"}` {
-		t.Fatalf("listener got %+v", p)
-	}
-	// The publication is in the channel's history (not in any outbox).
-	rec, err := e.broker.Recover(context.Background(), fanout.Key{Tenant: "acme", Channel: "rooms/lobby"},
-		fanout.Position{Epoch: res.Epoch}, 0)
-	if err != nil || !rec.Recovered || len(rec.Publications) != 1 || rec.Publications[0].ID != res.ID {
-		t.Fatalf("history = %+v, %v", rec, err)
-	}
-	// {sub} grants expand to the subject.
-	c.ok(c.request(ws.OpPublish, map[string]any{"channel": "rooms/u2", "type": "t", "schema_version": 1, "data": nil}), nil)
-
-	denied := c.fails(c.request(ws.OpPublish, map[string]any{
-		"channel": "rooms/other", "type": "t", "schema_version": 1, "data": 1,
-	}), ws.CodeForbidden)
-	if !strings.Contains(denied.Message, "no publish grant") {
-		t.Fatalf("message %q", denied.Message)
-	}
-	// The subscribe grant does not allow publishing.
-	listener.fails(listener.request(ws.OpPublish, map[string]any{
-		"channel": "rooms/lobby", "type": "t", "schema_version": 1, "data": 1,
-	}), ws.CodeForbidden)
-	for name, fields := range map[string]map[string]any{
-		"type":           {"channel": "rooms/lobby", "type": "Bad Type", "schema_version": 1, "data": 1},
-		"schema version": {"channel": "rooms/lobby", "type": "t", "schema_version": 0, "data": 1},
-		"data":           {"channel": "rooms/lobby", "type": "t", "schema_version": 1},
-		"channel":        {"channel": "rooms//x", "type": "t", "schema_version": 1, "data": 1},
-	} {
-		if msg := c.fails(c.request(ws.OpPublish, fields), ws.CodeBadRequest).Message; msg == "" {
-			t.Fatalf("%s: empty message", name)
-		}
-	}
+	c.ClosedWith("unauthorized", session.CloseUnauthorized)
 }
 
 func TestWSPublishWithoutPublisher(t *testing.T) {
 	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Broker = recoverOnly{d.Broker} }})
-	c := e.dialWS(dialOpts{})
-	c.connect(e.wsToken("u1", nil, []string{"**"}))
-	msg := c.fails(c.request(ws.OpPublish, map[string]any{
+	c := e.dialWS(wstest.DialOpts{})
+	c.Connect(e.wsToken("u1", nil, []string{"**"}))
+	msg := c.Fails(c.Request(ws.OpPublish, map[string]any{
 		"channel": "rooms/lobby", "type": "t", "schema_version": 1, "data": 1,
 	}), ws.CodeForbidden).Message
 	if !strings.Contains(msg, "not available") {
@@ -173,67 +76,109 @@ type recoverOnly struct{ Recoverer }
 
 func TestWSRefresh(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	c := e.dialWS(dialOpts{})
+	c := e.dialWS(wstest.DialOpts{})
 	oldExp := time.Now().Add(2 * time.Second).Truncate(time.Second)
-	c.connect(e.mint("u1", oldExp, []string{"orders/*", "users/u1"}, nil))
+	c.Connect(e.mint("u1", oldExp, []string{"orders/*", "users/u1"}, nil))
 	// Closer to its exp than RefreshAhead: the push follows the reply.
-	if p := refreshPush(t, c.next(5*time.Second)); p.ExpiresAt != oldExp.Unix() {
+	if p := wstest.RefreshPush(t, c.NextFrame(5*time.Second)); p.ExpiresAt != oldExp.Unix() {
 		t.Fatalf("refresh push %+v", p)
 	}
-	c.subscribe("orders/1", nil)
-	c.subscribe("users/u1", nil)
+	c.Subscribe("orders/1", nil)
+	c.Subscribe("users/u1", nil)
 
 	// Another subject, an invalid token and an expired one are refused; the
 	// connection keeps its token.
-	c.fails(c.request(ws.OpRefresh, map[string]any{"token": e.wsToken("u2", []string{"**"}, nil)}), ws.CodeForbidden)
-	c.fails(c.request(ws.OpRefresh, map[string]any{"token": "garbage"}), ws.CodeUnauthorized)
-	c.fails(c.request(ws.OpRefresh, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), ws.CodeTokenExpired)
-	c.fails(c.request(ws.OpRefresh, nil), ws.CodeBadRequest)
+	c.Fails(c.Request(ws.OpRefresh, map[string]any{"token": e.wsToken("u2", []string{"**"}, nil)}), ws.CodeForbidden)
+	c.Fails(c.Request(ws.OpRefresh, map[string]any{"token": "garbage"}), ws.CodeUnauthorized)
+	c.Fails(c.Request(ws.OpRefresh, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), ws.CodeTokenExpired)
+	c.Fails(c.Request(ws.OpRefresh, nil), ws.CodeBadRequest)
 
 	// The new token keeps orders/* but drops users/u1: that subscription
 	// ends with an unsubscribed push, the other goes on.
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
 	var res ws.RefreshResult
-	c.ok(c.request(ws.OpRefresh, map[string]any{"token": e.mint("u1", exp, []string{"orders/*"}, nil)}), &res)
+	c.OK(c.Request(ws.OpRefresh, map[string]any{"token": e.mint("u1", exp, []string{"orders/*"}, nil)}), &res)
 	if res.ExpiresAt != exp.Unix() {
 		t.Fatalf("refresh result %+v, want expires_at %d", res, exp.Unix())
 	}
-	f := c.next(5 * time.Second)
+	f := c.NextFrame(5 * time.Second)
 	if f.Push != "unsubscribed" || f.Ctl.Channel != "users/u1" || f.Ctl.Reason != "forbidden" ||
 		f.Ctl.Resubscribe || f.Ctl.Message == "" {
 		t.Fatalf("want an unsubscribed push for users/u1, got %s", f.Raw)
 	}
 	e.publish("acme", "users/u1", `1`)
 	pub := e.publish("acme", "orders/1", `2`)
-	if p := c.pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
 	// Once the old token's expiry has passed, the connection lives on.
 	<-time.After(time.Until(oldExp) + 300*time.Millisecond)
-	c.ok(c.request(ws.OpPing, nil), nil)
-	c.fails(c.request(ws.OpUnsubscribe, map[string]any{"channel": "users/u1"}), ws.CodeNotSubscribed)
+	c.OK(c.Request(ws.OpPing, nil), nil)
+	c.Fails(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "users/u1"}), ws.CodeNotSubscribed)
 }
 
-func TestWSSubscriptionToken(t *testing.T) {
-	verifier, err := auth.NewVerifier(auth.Config{HMACSecret: testSecret})
-	if err != nil {
-		t.Fatal(err)
+func TestWSConnectRefusals(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	t.Run("unauthorized", func(t *testing.T) {
+		c := e.dialWS(wstest.DialOpts{})
+		c.Fails(c.Request(ws.OpConnect, map[string]any{"token": "not-a-jwt"}), ws.CodeUnauthorized)
+		d := c.ClosedWith("unauthorized", session.CloseUnauthorized)
+		if d.Reconnect || d.Message == "" {
+			t.Fatalf("disconnect %+v", d)
+		}
+	})
+	t.Run("no token", func(t *testing.T) {
+		c := e.dialWS(wstest.DialOpts{})
+		c.Fails(c.Request(ws.OpConnect, nil), ws.CodeUnauthorized)
+		c.ClosedWith("unauthorized", session.CloseUnauthorized)
+	})
+	t.Run("token expired", func(t *testing.T) {
+		c := e.dialWS(wstest.DialOpts{})
+		c.Fails(c.Request(ws.OpConnect, map[string]any{"token": e.mint("u1", time.Now().Add(-time.Minute), nil, nil)}), ws.CodeTokenExpired)
+		d := c.ClosedWith("token_expired", session.CloseTokenExpired)
+		if !d.Reconnect {
+			t.Fatalf("disconnect %+v", d)
+		}
+	})
+	t.Run("request before connect", func(t *testing.T) {
+		c := e.dialWS(wstest.DialOpts{})
+		c.OK(c.Request(ws.OpPing, nil), nil) // ping is fine before connect
+		c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
+		d := c.ClosedWith("protocol_error", session.CloseProtocolError)
+		if !strings.Contains(d.Message, "connect") {
+			t.Fatalf("disconnect %+v", d)
+		}
+	})
+	// The server is unharmed.
+	c := e.connected("orders/*")
+	c.Subscribe("orders/1", nil)
+	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 1 {
+		t.Fatalf("herald_connections{ws} = %v", n)
 	}
-	authz, err := subscriptions.NewAuthorizer(subscriptions.Config{SubTokens: verifier})
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestWSGracefulShutdown: Stop tells every connection to reconnect after
+// a jittered delay, then closes with 4000.
+func TestWSGracefulShutdown(t *testing.T) {
+	delay := 300 * time.Millisecond
+	e := newEnv(t, envOptions{cfg: Config{ShutdownReconnectDelay: delay}})
+	clients := []*wstest.Client{e.connected("orders/*"), e.connected("orders/*"), e.dialWS(wstest.DialOpts{})}
+	clients[0].Subscribe("orders/1", nil)
+	clients[1].Subscribe("orders/1", nil)
+	e.srv.Stop()
+	for i, c := range clients {
+		d := c.ClosedWith("shutdown", session.CloseShutdown)
+		if !d.Reconnect || d.DelayMS < 0 || d.DelayMS > delay.Milliseconds() {
+			t.Fatalf("client %d: disconnect %+v, want reconnect within %s", i, d, delay)
+		}
 	}
-	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
-	c := e.connected() // no subscribe grant at all
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/42"}), ws.CodeForbidden)
-	subTok, err := mintClaims("u1", "acme", time.Now().Add(time.Hour), nil, nil, "docs/42")
-	if err != nil {
-		t.Fatal(err)
+	if n := e.counter(e.srv.metrics.disconnects.WithLabelValues("ws", "shutdown")); n != 2 {
+		t.Fatalf("herald_disconnects_total{ws,shutdown} = %v (the unconnected one is not counted)", n)
 	}
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/43", "token": subTok}), ws.CodeForbidden)
-	c.ok(c.request(ws.OpSubscribe, map[string]any{"channel": "docs/42", "token": subTok}), nil)
-	pub := e.publish("acme", "docs/42", `"x"`)
-	if p := c.pub(); p.Offset != pub.Offset {
-		t.Fatalf("got %+v", p)
+	if n := e.counter(e.srv.metrics.connections.WithLabelValues("ws")); n != 0 {
+		t.Fatalf("herald_connections{ws} = %v after Stop", n)
+	}
+	if _, _, err := e.tryDialWS(wstest.DialOpts{}); err == nil {
+		t.Fatal("the server still accepts WebSockets after Stop")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // Source says which rule allowed a subscription.
@@ -118,7 +119,7 @@ func (a *Authorizer) authorize(ctx context.Context, r Request) (Decision, error)
 	case grants.Allows(r.Channel):
 		return Decision{Allowed: true, Source: SourceGrant}, nil
 	default:
-		why = append(why, fmt.Sprintf("no grant for channel %q", trunc(r.Channel)))
+		why = append(why, fmt.Sprintf("no grant for channel %q", names.Trunc(r.Channel)))
 	}
 
 	// (b) a subscription token naming exactly this channel.
@@ -170,7 +171,7 @@ func (a *Authorizer) AuthorizePublish(_ context.Context, r Request) (Decision, e
 	case grants.Allows(r.Channel):
 		return Decision{Allowed: true, Source: SourceGrant}, nil
 	}
-	return Decision{Reason: fmt.Sprintf("no publish grant for channel %q", trunc(r.Channel))}, nil
+	return Decision{Reason: fmt.Sprintf("no publish grant for channel %q", names.Trunc(r.Channel))}, nil
 }
 
 // checkRequest validates the parts of r every decision relies on.
@@ -178,10 +179,10 @@ func checkRequest(r Request) (*auth.Claims, error) {
 	if r.Claims == nil {
 		return nil, fmt.Errorf("subscriptions: authorize: no claims")
 	}
-	if err := ValidateTenant(r.Claims.Tenant); err != nil {
+	if err := names.ValidateTenant(r.Claims.Tenant); err != nil {
 		return nil, err
 	}
-	if err := ValidateChannel(r.Channel); err != nil {
+	if err := names.ValidateChannel(r.Channel); err != nil {
 		return nil, err
 	}
 	return r.Claims, nil

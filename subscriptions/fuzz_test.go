@@ -3,6 +3,8 @@ package subscriptions
 import (
 	"strings"
 	"testing"
+
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // FuzzValidateChannel checks ValidateChannel against the reference rules
@@ -16,11 +18,11 @@ func FuzzValidateChannel(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, ch string) {
-		err := ValidateChannel(ch)
+		err := names.ValidateChannel(ch)
 		if ref := refValidChannel(ch); (err == nil) != ref {
 			t.Fatalf("ValidateChannel(%q) = %v, reference valid=%v", ch, err, ref)
 		}
-		if err := ValidateTenant(ch); (err == nil) != refSegment(ch) {
+		if err := names.ValidateTenant(ch); (err == nil) != refSegment(ch) {
 			t.Fatalf("ValidateTenant(%q) = %v, reference disagrees", ch, err)
 		}
 	})
@@ -62,7 +64,7 @@ func FuzzGrantMatch(f *testing.F) {
 			return
 		}
 		got := g.Match(channel)
-		if got && ValidateChannel(channel) != nil {
+		if got && names.ValidateChannel(channel) != nil {
 			t.Fatalf("grant %q matched invalid channel %q", pattern, channel)
 		}
 		want := refValidChannel(channel) && refMatch(refSegs, strings.Split(channel, "/"))

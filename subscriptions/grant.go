@@ -3,6 +3,8 @@ package subscriptions
 import (
 	"fmt"
 	"strings"
+
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // Grant is one compiled channel pattern.
@@ -16,8 +18,8 @@ func CompileGrant(pattern, subject string) (Grant, error) {
 	if pattern == "" {
 		return Grant{}, fmt.Errorf("%w: empty pattern", ErrInvalidGrant)
 	}
-	if len(pattern) > MaxChannelLen {
-		return Grant{}, fmt.Errorf("%w: pattern longer than %d bytes", ErrInvalidGrant, MaxChannelLen)
+	if len(pattern) > names.MaxChannelLen {
+		return Grant{}, fmt.Errorf("%w: pattern longer than %d bytes", ErrInvalidGrant, names.MaxChannelLen)
 	}
 	parts := strings.Split(pattern, "/")
 	g := Grant{segs: make([]string, 0, len(parts))}
@@ -25,17 +27,17 @@ func CompileGrant(pattern, subject string) (Grant, error) {
 		switch p {
 		case "**":
 			if i != len(parts)-1 {
-				return Grant{}, fmt.Errorf("%w: %q: ** may only be the last segment", ErrInvalidGrant, trunc(pattern))
+				return Grant{}, fmt.Errorf("%w: %q: ** may only be the last segment", ErrInvalidGrant, names.Trunc(pattern))
 			}
 		case "*":
 		case "{sub}":
-			if err := validSegment(subject); err != nil {
-				return Grant{}, fmt.Errorf("%w: %q: subject cannot stand as a segment: %v", ErrInvalidGrant, trunc(pattern), err)
+			if err := names.ValidSegment(subject); err != nil {
+				return Grant{}, fmt.Errorf("%w: %q: subject cannot stand as a segment: %v", ErrInvalidGrant, names.Trunc(pattern), err)
 			}
 			p = subject
 		default:
-			if err := validSegment(p); err != nil {
-				return Grant{}, fmt.Errorf("%w: %q: %v", ErrInvalidGrant, trunc(pattern), err)
+			if err := names.ValidSegment(p); err != nil {
+				return Grant{}, fmt.Errorf("%w: %q: %v", ErrInvalidGrant, names.Trunc(pattern), err)
 			}
 		}
 		g.segs = append(g.segs, p)
@@ -46,7 +48,7 @@ func CompileGrant(pattern, subject string) (Grant, error) {
 // Match reports whether channel matches the grant. A channel that is not
 // a valid name (see ValidateChannel) never matches, whatever the pattern.
 func (g Grant) Match(channel string) bool {
-	if len(channel) == 0 || len(channel) > MaxChannelLen {
+	if len(channel) == 0 || len(channel) > names.MaxChannelLen {
 		return false
 	}
 	i := 0
@@ -65,7 +67,7 @@ func (g Grant) Match(channel string) bool {
 			seg, end = channel[i:i+end], i+end
 		}
 		if want == "*" {
-			if !segmentOK(seg) {
+			if !names.SegmentOK(seg) {
 				return false
 			}
 		} else if want != seg { // want is a valid literal, so seg is too
@@ -82,9 +84,9 @@ func validSegments(s string) bool {
 	for {
 		end := strings.IndexByte(s, '/')
 		if end < 0 {
-			return segmentOK(s)
+			return names.SegmentOK(s)
 		}
-		if !segmentOK(s[:end]) {
+		if !names.SegmentOK(s[:end]) {
 			return false
 		}
 		s = s[end+1:]

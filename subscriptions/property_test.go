@@ -13,7 +13,7 @@ import (
 )
 
 // The reference below is written from the grant rules of docs/protocol.md independently of grant.go
-// and channel.go: a regexp for segments and a recursive matcher.
+// and internal/names: a regexp for segments and a recursive matcher.
 
 var refSegmentRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,64}$`)
 

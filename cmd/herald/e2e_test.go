@@ -227,7 +227,7 @@ func TestCommittedRecordReachesSubscriber(t *testing.T) {
 			if e.ID != id {
 				t.Fatalf("first publication id %s, want the committed %s (rolled back was %s)", e.ID, id, rolledBack)
 			}
-			if e.Channel != "orders/1" || e.Offset != 1 || e.Epoch == "" || e.Type != "order.updated" || e.SchemaVersion != 2 {
+			if e.Key.Channel != "orders/1" || e.Offset != 1 || e.Epoch == "" || e.Type != "order.updated" || e.SchemaVersion != 2 {
 				t.Fatalf("envelope %+v", e)
 			}
 			if e.Time.Before(before) || e.Time.After(time.Now().Add(time.Second)) {

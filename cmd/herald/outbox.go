@@ -84,15 +84,28 @@ func newOutboxSettings(sub string, stderr io.Writer) (*settings, *outboxCommon) 
 	return st, c
 }
 
-// parse parses args and refuses positional arguments.
-func (c *outboxCommon) parse(st *settings, args []string) error {
-	if err := st.parse(args); err != nil {
+// run parses args, refusing positional arguments, and checks what they
+// say with check (nil: nothing to check); then it opens the configured
+// store (open), runs f with its Admin and closes the store. A usage error
+// is reported before the store is opened.
+func (c *outboxCommon) run(ctx context.Context, args []string, stderr io.Writer, check func() error, f func(outboxfeed.Admin) error) error {
+	if err := c.st.parse(args); err != nil {
 		return err
 	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
+	if c.st.fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, c.st.fs.Arg(0))
 	}
-	return nil
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	a, closeStore, err := c.open(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	return f(a)
 }
 
 // open connects to the configured store and returns its Admin. It never
@@ -165,57 +178,62 @@ func parseWhen(flagName, s string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
+// parseSpan reads --since and --until (parseWhen), both against the same
+// now.
+func parseSpan(since, until string) (from, to time.Time, err error) {
+	now := time.Now()
+	if from, err = parseWhen("--since", since, now); err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	to, err = parseWhen("--until", until, now)
+	return from, to, err
+}
+
 func runOutboxStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	st, c := newOutboxSettings("stats", stderr)
 	var asJSON bool
 	st.Bool(&asJSON, "json", false, "print JSON instead of tables")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	s, err := a.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return writeStatsJSON(stdout, s)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STATE\tRECORDS")
-	for _, name := range []string{outboxfeed.StatePending, outboxfeed.StateProcessing, outboxfeed.StateDispatched, outboxfeed.StateDeadLetter} {
-		fmt.Fprintf(tw, "%s\t%d\n", name, s.States[name])
-	}
-	_ = tw.Flush()
-	if s.OldestPending.IsZero() {
-		fmt.Fprintln(stdout, "\noldest waiting record: none")
-	} else {
-		fmt.Fprintf(stdout, "\noldest waiting record: occurred %s, %s ago\n",
-			s.OldestPending.UTC().Format(time.RFC3339), s.OldestPendingAge.Round(time.Millisecond))
-	}
-	fmt.Fprint(stdout, "records per kind:")
-	if len(s.Kinds) == 0 {
-		fmt.Fprint(stdout, " none")
-	}
-	for _, k := range []string{stage.KindNotification, stage.KindIntegrationEvent, stage.KindJourneyStepCommand, stage.KindProviderSideEffect} {
-		if n, ok := s.Kinds[k]; ok {
-			fmt.Fprintf(stdout, " %s=%d", k, n)
+	return c.run(ctx, args, stderr, nil, func(a outboxfeed.Admin) error {
+		s, err := a.Stats(ctx)
+		if err != nil {
+			return err
 		}
-	}
-	fmt.Fprintln(stdout)
-	if len(s.DeadLetters) > 0 {
-		fmt.Fprintln(stdout, "\ndead letters by type:")
-		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TYPE\tVERSION\tRECORDS")
-		for _, tc := range s.DeadLetters {
-			fmt.Fprintf(tw, "%s\t%d\t%d\n", tc.Type, tc.SchemaVersion, tc.Count)
+		if asJSON {
+			return writeStatsJSON(stdout, s)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "STATE\tRECORDS")
+		for _, name := range []string{outboxfeed.StatePending, outboxfeed.StateProcessing, outboxfeed.StateDispatched, outboxfeed.StateDeadLetter} {
+			fmt.Fprintf(tw, "%s\t%d\n", name, s.States[name])
 		}
 		_ = tw.Flush()
-	}
-	return nil
+		if s.OldestPending.IsZero() {
+			fmt.Fprintln(stdout, "\noldest waiting record: none")
+		} else {
+			fmt.Fprintf(stdout, "\noldest waiting record: occurred %s, %s ago\n",
+				s.OldestPending.UTC().Format(time.RFC3339), s.OldestPendingAge.Round(time.Millisecond))
+		}
+		fmt.Fprint(stdout, "records per kind:")
+		if len(s.Kinds) == 0 {
+			fmt.Fprint(stdout, " none")
+		}
+		for _, k := range []string{stage.KindNotification, stage.KindIntegrationEvent, stage.KindJourneyStepCommand, stage.KindProviderSideEffect} {
+			if n, ok := s.Kinds[k]; ok {
+				fmt.Fprintf(stdout, " %s=%d", k, n)
+			}
+		}
+		fmt.Fprintln(stdout)
+		if len(s.DeadLetters) > 0 {
+			fmt.Fprintln(stdout, "\ndead letters by type:")
+			tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TYPE\tVERSION\tRECORDS")
+			for _, tc := range s.DeadLetters {
+				fmt.Fprintf(tw, "%s\t%d\t%d\n", tc.Type, tc.SchemaVersion, tc.Count)
+			}
+			_ = tw.Flush()
+		}
+		return nil
+	})
 }
 
 func writeStatsJSON(w io.Writer, s outboxfeed.AdminStats) error {
@@ -262,50 +280,42 @@ func runOutboxList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	st.Int(&f.Limit, "limit", 50, fmt.Sprintf("records per page (1–%d)", outboxfeed.MaxListLimit))
 	st.Int(&after, "after", 0, "page cursor: list records after this seq (printed at the end of a full page)")
 	st.Bool(&asJSON, "json", false, "print one JSON object per record")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	now := time.Now()
-	var err error
-	if f.Since, err = parseWhen("--since", since, now); err != nil {
-		return err
-	}
-	if f.Until, err = parseWhen("--until", until, now); err != nil {
-		return err
-	}
-	f.After = int64(after)
-	if f.Limit < 1 {
-		return fmt.Errorf("%w: --limit %d: must be at least 1", errUsage, f.Limit)
-	}
-	a, closeStore, err := c.open(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	p, err := a.List(ctx, f)
-	if err != nil {
-		return adminErr(err)
-	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		for i := range p.Records {
-			if err := enc.Encode(recordJSON(&p.Records[i])); err != nil {
-				return err
+	return c.run(ctx, args, stderr, func() error {
+		var err error
+		if f.Since, f.Until, err = parseSpan(since, until); err != nil {
+			return err
+		}
+		f.After = int64(after)
+		if f.Limit < 1 {
+			return fmt.Errorf("%w: --limit %d: must be at least 1", errUsage, f.Limit)
+		}
+		return nil
+	}, func(a outboxfeed.Admin) error {
+		p, err := a.List(ctx, f)
+		if err != nil {
+			return adminErr(err)
+		}
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			for i := range p.Records {
+				if err := enc.Encode(recordJSON(&p.Records[i])); err != nil {
+					return err
+				}
 			}
+		} else {
+			tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tTYPE\tV\tTENANT\tCHANNEL\tATTEMPT\tOCCURRED_AT\tLAST_ERROR")
+			for _, r := range p.Records {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.State.Name(), r.Type, r.SchemaVersion,
+					r.TenantID, r.Channel, r.Attempt, r.OccurredAt.UTC().Format(time.RFC3339), oneLine(outboxfeed.LastError(r.State), 100))
+			}
+			_ = tw.Flush()
 		}
-	} else {
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tTYPE\tV\tTENANT\tCHANNEL\tATTEMPT\tOCCURRED_AT\tLAST_ERROR")
-		for _, r := range p.Records {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.State.Name(), r.Type, r.SchemaVersion,
-				r.TenantID, r.Channel, r.Attempt, r.OccurredAt.UTC().Format(time.RFC3339), oneLine(outboxfeed.LastError(r.State), 100))
+		if p.Next != 0 {
+			fmt.Fprintf(stderr, "more records may follow: add --after %d\n", p.Next)
 		}
-		_ = tw.Flush()
-	}
-	if p.Next != 0 {
-		fmt.Fprintf(stderr, "more records may follow: add --after %d\n", p.Next)
-	}
-	return nil
+		return nil
+	})
 }
 
 // oneLine flattens s to one line of at most n runes.
@@ -354,44 +364,36 @@ func runOutboxReplay(ctx context.Context, args []string, stdout, stderr io.Write
 	st.String(&r.Actor, "actor", "", "who is replaying, recorded in outbox_replay (required)")
 	st.String(&r.Reason, "reason", "", "why, e.g. an incident or change id, recorded in outbox_replay (required)")
 	st.Int(&r.Limit, "limit", 0, "replay at most this many records; 0 = every one selected")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	switch {
-	case strings.TrimSpace(r.Actor) == "":
-		return fmt.Errorf("%w: --actor is required: who is replaying (it is recorded in outbox_replay with each record)", errUsage)
-	case strings.TrimSpace(r.Reason) == "":
-		return fmt.Errorf("%w: --reason is required: why these records are replayed (it is recorded in outbox_replay with each record)", errUsage)
-	case len(r.IDs) == 0 && r.Type == "" && since == "" && until == "":
-		return fmt.Errorf("%w: select the dead letters to replay with --id, --type, --since or --until", errUsage)
-	case r.Limit < 0:
-		return fmt.Errorf("%w: --limit %d: must not be negative", errUsage, r.Limit)
-	}
-	now := time.Now()
-	var err error
-	if r.Since, err = parseWhen("--since", since, now); err != nil {
-		return err
-	}
-	if r.Until, err = parseWhen("--until", until, now); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	res, err := a.Replay(ctx, r)
-	if err != nil {
-		if len(res.Replayed) > 0 {
-			fmt.Fprintf(stdout, "replayed %d dead letter(s) to pending before the error\n", len(res.Replayed))
+	return c.run(ctx, args, stderr, func() error {
+		switch {
+		case strings.TrimSpace(r.Actor) == "":
+			return fmt.Errorf("%w: --actor is required: who is replaying (it is recorded in outbox_replay with each record)", errUsage)
+		case strings.TrimSpace(r.Reason) == "":
+			return fmt.Errorf("%w: --reason is required: why these records are replayed (it is recorded in outbox_replay with each record)", errUsage)
+		case len(r.IDs) == 0 && r.Type == "" && since == "" && until == "":
+			return fmt.Errorf("%w: select the dead letters to replay with --id, --type, --since or --until", errUsage)
+		case r.Limit < 0:
+			return fmt.Errorf("%w: --limit %d: must not be negative", errUsage, r.Limit)
 		}
-		return adminErr(err)
-	}
-	fmt.Fprintf(stdout, "replayed %d dead letter(s) to pending; skipped %d\n", len(res.Replayed), len(res.Skipped))
-	for _, s := range res.Skipped {
-		fmt.Fprintf(stdout, "skipped %s: %s\n", s.ID, s.Reason)
-	}
-	return nil
+		var err error
+		if r.Since, r.Until, err = parseSpan(since, until); err != nil {
+			return err
+		}
+		return nil
+	}, func(a outboxfeed.Admin) error {
+		res, err := a.Replay(ctx, r)
+		if err != nil {
+			if len(res.Replayed) > 0 {
+				fmt.Fprintf(stdout, "replayed %d dead letter(s) to pending before the error\n", len(res.Replayed))
+			}
+			return adminErr(err)
+		}
+		fmt.Fprintf(stdout, "replayed %d dead letter(s) to pending; skipped %d\n", len(res.Replayed), len(res.Skipped))
+		for _, s := range res.Skipped {
+			fmt.Fprintf(stdout, "skipped %s: %s\n", s.ID, s.Reason)
+		}
+		return nil
+	})
 }
 
 func runOutboxPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -406,50 +408,44 @@ func runOutboxPurge(ctx context.Context, args []string, stdout, stderr io.Writer
 	st.Int(&r.SchemaVersion, "schema-version", 0, "with --type: only this schema version; 0 = any")
 	st.Bool(&r.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	st.Int(&r.BatchSize, "batch-size", 1000, "records deleted per transaction")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	switch {
-	case r.State == "":
-		return fmt.Errorf("%w: --state is required: dispatched or dead_letter", errUsage)
-	case olderThan == "":
-		return fmt.Errorf("%w: --older-than is required, e.g. 7d (0s purges every %s record)", errUsage, r.State)
-	}
-	var err error
-	if r.OlderThan, err = parseAge("--older-than", olderThan); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	res, err := a.Purge(ctx, r)
-	if err != nil {
-		if res.Deleted > 0 {
-			fmt.Fprintf(stdout, "deleted %d %s record(s) before the error\n", res.Deleted, r.State)
+	return c.run(ctx, args, stderr, func() error {
+		switch {
+		case r.State == "":
+			return fmt.Errorf("%w: --state is required: dispatched or dead_letter", errUsage)
+		case olderThan == "":
+			return fmt.Errorf("%w: --older-than is required, e.g. 7d (0s purges every %s record)", errUsage, r.State)
 		}
-		return adminErr(err)
-	}
-	scope := r.State
-	if r.Type != "" {
-		scope += " " + r.Type
-	}
-	if r.SchemaVersion > 0 {
-		scope += fmt.Sprintf(" v%d", r.SchemaVersion)
-	}
-	if r.DryRun {
-		fmt.Fprintf(stdout, "dry run: %d %s record(s) older than %s (before %s) would be deleted\n",
-			res.Deleted, scope, olderThan, res.Cutoff.UTC().Format(time.RFC3339))
+		var err error
+		r.OlderThan, err = parseAge("--older-than", olderThan)
+		return err
+	}, func(a outboxfeed.Admin) error {
+		res, err := a.Purge(ctx, r)
+		if err != nil {
+			if res.Deleted > 0 {
+				fmt.Fprintf(stdout, "deleted %d %s record(s) before the error\n", res.Deleted, r.State)
+			}
+			return adminErr(err)
+		}
+		scope := r.State
+		if r.Type != "" {
+			scope += " " + r.Type
+		}
+		if r.SchemaVersion > 0 {
+			scope += fmt.Sprintf(" v%d", r.SchemaVersion)
+		}
+		if r.DryRun {
+			fmt.Fprintf(stdout, "dry run: %d %s record(s) older than %s (before %s) would be deleted\n",
+				res.Deleted, scope, olderThan, res.Cutoff.UTC().Format(time.RFC3339))
+			return nil
+		}
+		fmt.Fprintf(stdout, "deleted %d %s record(s) older than %s (before %s) in %d batch(es)\n",
+			res.Deleted, scope, olderThan, res.Cutoff.UTC().Format(time.RFC3339), res.Batches)
+		if res.Segments > 0 {
+			fmt.Fprintf(stdout, "removed %d whole segment(s) of records all dispatched before %s\n",
+				res.Segments, res.Cutoff.UTC().Format(time.RFC3339))
+		}
 		return nil
-	}
-	fmt.Fprintf(stdout, "deleted %d %s record(s) older than %s (before %s) in %d batch(es)\n",
-		res.Deleted, scope, olderThan, res.Cutoff.UTC().Format(time.RFC3339), res.Batches)
-	if res.Segments > 0 {
-		fmt.Fprintf(stdout, "removed %d whole segment(s) of records all dispatched before %s\n",
-			res.Segments, res.Cutoff.UTC().Format(time.RFC3339))
-	}
-	return nil
+	})
 }
 
 func runOutboxPartitions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -458,57 +454,45 @@ func runOutboxPartitions(ctx context.Context, args []string, stdout, stderr io.W
 	var asJSON bool
 	st.Int(&set, "set", 0, "change the number of partitions to this (PostgreSQL; keeps each channel's order, see docs/delivery.md)")
 	st.Bool(&asJSON, "json", false, "print JSON instead of a table")
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	if set != 0 {
-		if err := a.SetPartitions(ctx, set); err != nil {
-			return adminErr(err)
+	return c.run(ctx, args, stderr, nil, func(a outboxfeed.Admin) error {
+		if set != 0 {
+			if err := a.SetPartitions(ctx, set); err != nil {
+				return adminErr(err)
+			}
+			fmt.Fprintf(stdout, "partition count set to %d: the current partitions retire once drained, then the new ones take over\n", set)
 		}
-		fmt.Fprintf(stdout, "partition count set to %d: the current partitions retire once drained, then the new ones take over\n", set)
-	}
-	ps, err := a.Partitions(ctx)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ps)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tSTATE\tOWNER\tLEASE EXPIRES\tFENCE\tOPEN\tTAKEOVERS\tLAST DONE\tBATCHES")
-	for _, p := range ps {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%v\t%d\t%s\t%d\n", p.Partition, p.State, dash(p.Owner), timeOrDash(p.ExpiresAt),
-			p.Fence, p.Open, p.Takeovers, timeOrDash(p.DoneAt), p.Batches)
-	}
-	return tw.Flush()
+		ps, err := a.Partitions(ctx)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(ps)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "PARTITION\tSTATE\tOWNER\tLEASE EXPIRES\tFENCE\tOPEN\tTAKEOVERS\tLAST DONE\tBATCHES")
+		for _, p := range ps {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%v\t%d\t%s\t%d\n", p.Partition, p.State, dash(p.Owner), timeOrDash(p.ExpiresAt),
+				p.Fence, p.Open, p.Takeovers, timeOrDash(p.DoneAt), p.Batches)
+		}
+		return tw.Flush()
+	})
 }
 
 // runOutboxResetAfterRestore: see outboxfeed.Admin.ResetAfterRestore and
 // docs/runbooks/store-outage.md.
 func runOutboxResetAfterRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	st, c := newOutboxSettings("reset-after-restore", stderr)
-	if err := c.parse(st, args); err != nil {
-		return err
-	}
-	a, closeStore, err := c.open(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	res, err := a.ResetAfterRestore(ctx)
-	if err != nil {
-		return adminErr(err)
-	}
-	fmt.Fprintf(stdout, "positions reset: %d records not known delivered are queued again (due now), %d transaction ids rewritten; Workers may start\n",
-		res.Requeued, res.Rewritten)
-	return nil
+	_, c := newOutboxSettings("reset-after-restore", stderr)
+	return c.run(ctx, args, stderr, nil, func(a outboxfeed.Admin) error {
+		res, err := a.ResetAfterRestore(ctx)
+		if err != nil {
+			return adminErr(err)
+		}
+		fmt.Fprintf(stdout, "positions reset: %d records not known delivered are queued again (due now), %d transaction ids rewritten; Workers may start\n",
+			res.Requeued, res.Rewritten)
+		return nil
+	})
 }
 
 func dash(s string) string {

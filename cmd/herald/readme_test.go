@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway"
 	"github.com/heraldgw/herald/internal/testenv"
 )
@@ -76,7 +77,7 @@ func TestREADME(t *testing.T) {
 
 		third := startShell(t, root, cleanEnv(), "third terminal")
 		id := publishedID(t, third.run(t, sub.apply(t, live.sh[1])).stdout)
-		e := waitPublication(t, curl, func(e envelope) bool { return e.ID == id })
+		e := waitPublication(t, curl, func(e fanout.Publication) bool { return e.ID == id })
 		checkEnvelope(t, e, "orders/1", "order.updated", 1, `{"status":"paid"}`)
 	})
 
@@ -94,7 +95,7 @@ func TestREADME(t *testing.T) {
 		curl := sh.run(t, sub.apply(t, live.sh[0])).only(t, "curl -N")
 		waitSubscribed(t, curl)
 		id := publishedID(t, sh.run(t, sub.apply(t, live.sh[1])).stdout)
-		e := waitPublication(t, curl, func(e envelope) bool { return e.ID == id })
+		e := waitPublication(t, curl, func(e fanout.Publication) bool { return e.ID == id })
 		checkEnvelope(t, e, "orders/1", "order.updated", 1, `{"status":"paid"}`)
 
 		// The SQL a producer runs, as written, in the database the node
@@ -108,7 +109,7 @@ func TestREADME(t *testing.T) {
 		if _, err := conn.Exec(ctx, pg.sql[0]); err != nil { // no arguments: the simple protocol, several statements
 			t.Fatalf("the README's SQL: %v\n%s", err, pg.sql[0])
 		}
-		e = waitPublication(t, curl, func(e envelope) bool { return e.ID != id })
+		e = waitPublication(t, curl, func(e fanout.Publication) bool { return e.ID != id })
 		checkEnvelope(t, e, "orders/1", "order.updated", 1, `{"status":"paid"}`)
 		var status string
 		if err := conn.QueryRow(ctx, `SELECT status FROM orders WHERE id = 1`).Scan(&status); err != nil || status != "paid" {
@@ -165,7 +166,7 @@ func TestREADME(t *testing.T) {
 
 		id := publishedID(t, sh.run(t, sub.apply(t, many.sh[2])).stdout)
 		for _, c := range curls {
-			e := waitPublication(t, c, func(e envelope) bool { return e.ID == id })
+			e := waitPublication(t, c, func(e fanout.Publication) bool { return e.ID == id })
 			checkEnvelope(t, e, "orders/1", "order.updated", 1, `{"status":"shipped"}`)
 		}
 	})
@@ -618,13 +619,15 @@ func waitSubscribed(t *testing.T, curl *bgProc) {
 
 // waitPublication waits for a data: line on a curl -N stream whose
 // envelope match accepts.
-func waitPublication(t *testing.T, curl *bgProc, match func(envelope) bool) envelope {
+func waitPublication(t *testing.T, curl *bgProc, match func(fanout.Publication) bool) fanout.Publication {
 	t.Helper()
-	var got envelope
+	var got fanout.Publication
 	waitOutput(t, curl, "matching publication", func(out string) bool {
 		for _, ev := range sseEvents(out) {
-			var e envelope
-			if ev.Event == "" && json.Unmarshal([]byte(ev.Data), &e) == nil && match(e) {
+			if ev.Event != "" {
+				continue
+			}
+			if e, err := fanout.DecodeEnvelope([]byte(ev.Data)); err == nil && match(e) {
 				got = e
 				return true
 			}
@@ -647,7 +650,7 @@ func publishedID(t *testing.T, stdout string) string {
 }
 
 // checkEnvelope checks the envelope fields the README lists.
-func checkEnvelope(t *testing.T, e envelope, channel, typ string, schemaVersion int, data string) {
+func checkEnvelope(t *testing.T, e fanout.Publication, channel, typ string, schemaVersion int, data string) {
 	t.Helper()
 	var want, have any
 	if err := json.Unmarshal([]byte(data), &want); err != nil {
@@ -656,7 +659,7 @@ func checkEnvelope(t *testing.T, e envelope, channel, typ string, schemaVersion 
 	if err := json.Unmarshal(e.Data, &have); err != nil {
 		t.Fatalf("data %s: %v", e.Data, err)
 	}
-	if e.Channel != channel || e.Type != typ || e.SchemaVersion != schemaVersion || e.Offset == 0 || e.Epoch == "" ||
+	if e.Key.Channel != channel || e.Type != typ || e.SchemaVersion != schemaVersion || e.Offset == 0 || e.Epoch == "" ||
 		e.Time.IsZero() || len(e.Freshness) == 0 || fmt.Sprint(have) != fmt.Sprint(want) {
 		t.Fatalf("envelope %+v (data %s), want channel %s, type %s, schema_version %d, data %s", e, e.Data, channel, typ, schemaVersion, data)
 	}

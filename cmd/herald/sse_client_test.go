@@ -1,12 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testclient"
 )
 
@@ -15,19 +15,6 @@ type sseEvent struct {
 	Event string
 	ID    string
 	Data  string
-}
-
-// envelope is the publication envelope as a client sees it.
-type envelope struct {
-	ID            string          `json:"id"`
-	Channel       string          `json:"channel"`
-	Offset        uint64          `json:"offset"`
-	Epoch         string          `json:"epoch"`
-	Type          string          `json:"type"`
-	SchemaVersion int             `json:"schema_version"`
-	Time          time.Time       `json:"time"`
-	Freshness     json.RawMessage `json:"freshness"`
-	Data          json.RawMessage `json:"data"`
 }
 
 // sseStream is an open SSE response read by the shared test client.
@@ -89,7 +76,7 @@ func (s *sseStream) next(t *testing.T, d time.Duration) sseEvent {
 }
 
 // nextPublication skips control events and decodes the next publication.
-func (s *sseStream) nextPublication(t *testing.T, d time.Duration) (envelope, string) {
+func (s *sseStream) nextPublication(t *testing.T, d time.Duration) (fanout.Publication, string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -97,8 +84,8 @@ func (s *sseStream) nextPublication(t *testing.T, d time.Duration) (envelope, st
 		if ev.Event != "" {
 			continue
 		}
-		var e envelope
-		if err := json.Unmarshal([]byte(ev.Data), &e); err != nil {
+		e, err := fanout.DecodeEnvelope([]byte(ev.Data))
+		if err != nil {
 			t.Fatalf("publication is not an envelope: %v: %s", err, ev.Data)
 		}
 		return e, ev.ID

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/internal/names"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -46,7 +47,7 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	st.logIgnored(log)
-	if err := subscriptions.ValidateTenant(tenant); err != nil {
+	if err := names.ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("%w: --tenant: %v", errUsage, err)
 	}
 	if sub == "" {
@@ -61,7 +62,7 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	if channel != "" {
-		if err := subscriptions.ValidateChannel(channel); err != nil {
+		if err := names.ValidateChannel(channel); err != nil {
 			return fmt.Errorf("%w: --channel: %v", errUsage, err)
 		}
 	}

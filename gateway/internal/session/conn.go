@@ -22,7 +22,7 @@ const hubCallTimeout = 5 * time.Second
 // Conn is one realtime connection, whatever its transport: its
 // subscriptions and their positions, its bounded queue, its control queue,
 // its revalidation state and why it closed. The hub delivers to it through
-// Deliver, which never blocks; one writer (conn_writer.go) drains both
+// Deliver, which never blocks; one writer drains both
 // queues into the transport's sink, the only thing it knows of the
 // transport.
 type Conn struct {
@@ -48,7 +48,7 @@ type Conn struct {
 	// transport's own.
 	CloseWhenEmpty bool
 
-	// The writer (conn_writer.go). out is the transport's sink, set before
+	// The writer. Out is the transport's sink, set before
 	// the writer may start.
 	Out       Sink
 	Ctx       context.Context // the writer's hub and broker calls; cancelled once the connection closes
@@ -61,7 +61,7 @@ type Conn struct {
 	FinalDone chan struct{}
 
 	// ctl is the one control queue: replies, token refresh requests and
-	// subscription changes, in order (conn_ctl.go).
+	// subscription changes, in order.
 	ctl ctlQueue
 
 	abortMu sync.Mutex
@@ -83,8 +83,8 @@ type Conn struct {
 	// slow.
 	catchingUp bool
 
-	// subsMu guards subs: the subscriptions a client asked for by request
-	// (conn_subs.go); nil for a stream subscribed when it opened.
+	// subsMu guards subs: the subscriptions a client asked for by request;
+	// nil for a stream subscribed when it opened.
 	subsMu sync.Mutex
 	subs   map[string]*clientSub
 
@@ -255,6 +255,9 @@ func (c *Conn) HardClose(r Reason) {
 	c.Close(r, 0)
 	c.Out.Kill()
 }
+
+// Bounds are the limits of every connection of the server; read only.
+func (c *Conn) Bounds() *Bounds { return &c.env.Bounds }
 
 // Done is closed once the connection is closing; Reason is then valid.
 func (c *Conn) Done() <-chan struct{} { return c.done }

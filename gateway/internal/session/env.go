@@ -23,15 +23,37 @@ type History interface {
 	Recover(ctx context.Context, key fanout.Key, since fanout.Position, limit int) (fanout.Recovery, error)
 }
 
-// Bounds are the limits of every connection, from the server's Config.
+// Bounds are the limits and timings of every connection of one server,
+// whatever its transport: the server fills them once from its Config,
+// where each is documented with its default, and the transports read
+// them here (Conn.Bounds), so no transport keeps a copy.
 type Bounds struct {
 	QueueMaxBytes     int           // the send and control queues' byte bound
 	QueueMaxMessages  int           // the send and control queues' message bound
 	HistorySize       int           // how far back a channel's history reaches; 0: unknown
-	MaxSubscriptions  int           // subscriptions a client may ask for by request
+	HistoryTTL        time.Duration // how long an idle channel's history stays; 0: unknown
+	MaxSubscriptions  int           // subscriptions a client may ask for (per SSE request, per WebSocket)
+	MaxMessageSize    int           // the largest message a WebSocket client may send
+	MaxInflight       int           // the requests a WebSocket client may have running at once
 	HeartbeatInterval time.Duration // between keep-alive frames
 	WriteTimeout      time.Duration // bounds the write of one batch
+	ConnectTimeout    time.Duration // a WebSocket's time to send its connect frame
+	ClientTimeout     time.Duration // how long a WebSocket client may stay silent
+	RefreshAhead      time.Duration // how long before its token's exp a connection is asked for a fresh one
+	ExpiryGrace       time.Duration // how long past its token's exp a WebSocket waits for a refresh
 }
+
+// The bounds a connection is refused something or closed at
+//
+//	(herald_limit_rejections_total{limit}).
+const (
+	LimitMessageSize    = "message_size"    // MaxMessageSize
+	LimitInflight       = "inflight"        // MaxInflight
+	LimitSubscriptions  = "subscriptions"   // MaxSubscriptions
+	LimitClientTimeout  = "client_timeout"  // ClientTimeout
+	LimitConnectTimeout = "connect_timeout" // ConnectTimeout
+	LimitQueue          = "queue"           // QueueMaxBytes / QueueMaxMessages: closed as slow (Counters.QueueLimit)
+)
 
 // Counters are the metrics the core updates.
 type Counters struct {

@@ -16,8 +16,8 @@ import (
 // it holds no goroutine while it waits. A stream's token never changes, so
 // it is armed once.
 
-// DefaultExpiryLead is how long before its token's exp a stream ends.
-const DefaultExpiryLead = 500 * time.Millisecond
+// ExpiryLead is how long before its token's exp a stream ends.
+const ExpiryLead = 500 * time.Millisecond
 
 // expiredMessage is the message of a stream ended because its token is
 // about to expire.
@@ -67,7 +67,7 @@ func (sc *Stream) expiryDue() {
 		return
 	}
 	now := time.Now()
-	end, ask := exp.Add(-sc.env.ExpiryLead), exp.Add(-sc.env.RefreshAhead)
+	end, ask := exp.Add(-ExpiryLead), exp.Add(-c.Bounds().RefreshAhead)
 	switch {
 	case !now.Before(end):
 		c.Close(session.WithMessage(session.ReasonTokenExpired, expiredMessage(exp)), 0)

@@ -3,7 +3,6 @@ package ws
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,107 +13,39 @@ import (
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// Reason is why a connection closed (session.Reason).
-type Reason = session.Reason
-
 // ErrBadFrame is wrapped by every client-frame decode error
 // (gateway.ErrBadFrame).
 var ErrBadFrame = errors.New("bad frame")
-
-// Where a connection's token came from, as admission and its logs name it.
-const (
-	SourceTicket = "ticket"
-	SourceFrame  = "connect frame"
-)
-
-// Limits a connection counts when it refuses something
-// (herald_limit_rejections_total{limit}).
-const (
-	LimitMessageSize    = "message_size"    // MaxMessageSize
-	LimitInflight       = "inflight"        // MaxInflight
-	LimitSubscriptions  = "subscriptions"   // MaxSubscriptions
-	LimitClientTimeout  = "client_timeout"  // ClientTimeout
-	LimitConnectTimeout = "connect_timeout" // ConnectTimeout
-)
 
 // DefaultMaxMessageSize is the default of Config.MaxMessageSize
 // (gateway.DefaultMaxMessageSize): a read buffer up to twice its size goes
 // back to the pool.
 const DefaultMaxMessageSize = 64 << 10
 
-// Server is what a WebSocket connection needs of the server that
-// accepted it.
-type Server interface {
-	// VerifyToken verifies a token that came from source.
-	VerifyToken(token, source string) (*auth.Claims, Reason, string)
-	// RedeemTicket spends a ticket for the claims it was issued for.
-	RedeemTicket(ctx context.Context, ticket string) (*auth.Claims, Reason, string)
-	// Admit decides whether verified claims may connect (revocation,
-	// expiry with slack).
-	Admit(c *auth.Claims, source string, slack time.Duration) (Reason, string)
-	// AcquireUser takes one of the user's connection slots for c.
-	AcquireUser(c *session.Conn, claims *auth.Claims) bool
-	// UserLimitReason is the reason of a connect refused at
-	// MaxConnectionsPerUser.
-	UserLimitReason() Reason
-	// Opened counts and logs a connection whose connect succeeded.
-	Opened(c *session.Conn)
-	// Closed counts and logs an opened connection once it ended.
-	Closed(c *session.Conn)
-	// Unregister, ReleaseUser and ReleaseSlot give back the connection's
-	// registration, the user's slot and the server's slot.
-	Unregister(c *session.Conn)
-	ReleaseUser(c *session.Conn)
-	ReleaseSlot()
-	// Publisher is the broker that takes client publications, or nil.
-	Publisher() Publisher
-	// Authorize decides a subscription.
-	Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error)
-	// Limit counts a refusal at a bound (the Limit* labels).
-	Limit(limit string)
-	// Refused counts a connection closed for r before its connect
-	// succeeded.
-	Refused(r Reason)
-}
-
-// Publisher is a broker that takes client publications (fanout.Broker).
-type Publisher interface {
-	Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error)
-}
-
-// Config is what the WebSocket connections read of the gateway's Config.
-type Config struct {
-	Version           string
-	CookieName        string
-	MaxMessageSize    int
-	MaxSubscriptions  int
-	MaxInflight       int
-	HistorySize       int
-	HistoryTTL        time.Duration
-	WriteTimeout      time.Duration
-	ConnectTimeout    time.Duration
-	ClientTimeout     time.Duration
-	HeartbeatInterval time.Duration
-	ExpiryGrace       time.Duration
-	RefreshAhead      time.Duration
-}
-
-// Env is what the WebSocket connections of one server share.
+// Env is what the WebSocket connections of one server share: values, and
+// functions of the server's core that a connection calls; nothing that
+// points back into the server. The bounds are the connection core's
+// (session.Conn.Bounds).
 type Env struct {
-	Server   Server
-	Config   Config
+	// Version is the server's release, announced in the connect reply.
+	Version string
+	// Publish takes a client publication (the broker); nil: publishing is
+	// not available on this server.
+	Publish func(ctx context.Context, msg fanout.Message) (fanout.Publication, error)
+	// Authorize decides a subscription.
+	Authorize func(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error)
+	// Refresh verifies a refresh request's token and admits its claims
+	// (revocation, expiry with ExpiryGrace), or says why not.
+	Refresh  func(token string) (*auth.Claims, session.Reason, string)
 	Log      *ratelog.Logger        // rate-limited, for the connections' failures
 	Requests *prometheus.CounterVec // herald_ws_requests_total{op,result}
+	Limits   *prometheus.CounterVec // herald_limit_rejections_total{limit}: session.Limit*
 }
 
-// Credentials is what the upgrade request carried, if anything: the
-// claims of its verified and admitted token, a ticket not yet redeemed,
-// or why the credential was refused. A connect frame without a token uses
-// them.
-type Credentials struct {
-	Claims *auth.Claims
-	Ticket string // redeemed by connect
-	Source string
-	Reason Reason // non-empty Code: the credential was refused
-	Msg    string
-}
+// Connect admits one connection at its connect request: token is the
+// connect frame's ("" when it carries none, and the credential of the
+// upgrade request applies). It returns the claims of a connection
+// admitted, that is authenticated (session.Conn.Claims set), holding its
+// user's slot and counted open, or the reason and message it is refused
+// with. ctx ends at ConnectTimeout or when the connection closes.
+type Connect func(ctx context.Context, token string) (*auth.Claims, session.Reason, string)

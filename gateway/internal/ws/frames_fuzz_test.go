@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/heraldgw/herald/subscriptions"
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // FuzzDecodeFrame: the client frame decoder never panics; it either
@@ -72,14 +72,14 @@ func FuzzDecodeFrame(f *testing.F) {
 		switch fr.Op {
 		case OpConnect, OpPing, OpPong:
 		case OpSubscribe, OpUnsubscribe:
-			if subscriptions.ValidateChannel(fr.Channel) != nil {
+			if names.ValidateChannel(fr.Channel) != nil {
 				t.Fatalf("invalid channel %q accepted", fr.Channel)
 			}
 			if fr.Since != nil && (fr.Since.Epoch == "" || len(fr.Since.Epoch) > maxEpochBytes) {
 				t.Fatalf("since %+v accepted", fr.Since)
 			}
 		case OpPublish:
-			if subscriptions.ValidateChannel(fr.Channel) != nil || validateType(fr.Type) != nil ||
+			if names.ValidateChannel(fr.Channel) != nil || validateType(fr.Type) != nil ||
 				fr.SchemaVersion < 1 || !json.Valid(fr.Data) {
 				t.Fatalf("publish %+v accepted", fr)
 			}

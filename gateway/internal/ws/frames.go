@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/heraldgw/herald/subscriptions"
+	"github.com/heraldgw/herald/internal/names"
 )
 
 // Client operations of the herald.v1 protocol.
@@ -41,7 +41,7 @@ type Op struct {
 // OpTable is the herald.v1 op table (docs/protocol.md, "Requests and
 // replies").
 var OpTable = []Op{
-	{Name: OpConnect, Reply: true, BeforeConnect: true, handle: (*Conn).connect},
+	{Name: OpConnect, Reply: true, BeforeConnect: true, handle: (*Conn).connectOp},
 	{Name: OpSubscribe, Reply: true, Channel: true, validate: validateSubscribe, Async: true, handle: (*Conn).subscribe},
 	{Name: OpUnsubscribe, Reply: true, Channel: true, handle: (*Conn).unsubscribe},
 	{Name: OpPublish, Reply: true, Channel: true, validate: validatePublish, Async: true, handle: (*Conn).publish},
@@ -226,7 +226,7 @@ func validateOp(op *Op, f *ClientFrame) error {
 		if f.Channel == "" {
 			return badFrame(f.ID, CodeBadRequest, "channel is missing")
 		}
-		if err := subscriptions.ValidateChannel(f.Channel); err != nil {
+		if err := names.ValidateChannel(f.Channel); err != nil {
 			return badFrame(f.ID, CodeBadRequest, "%v", err)
 		}
 	}

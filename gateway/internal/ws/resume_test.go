@@ -1,4 +1,4 @@
-package gateway
+package ws_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/gateway/internal/wstest"
 )
 
 // TestWSResumeRecovered: a client that subscribes with its last position
@@ -18,40 +19,40 @@ import (
 func TestWSResumeRecovered(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	c := e.connected("orders/*")
-	sub := c.subscribe("orders/1", nil)
+	sub := c.Subscribe("orders/1", nil)
 	for i := 1; i <= 3; i++ {
 		e.publish("acme", "orders/1", fmt.Sprint(i))
 	}
-	var last wsPubFrame
+	var last wstest.PubFrame
 	for range 3 {
-		last = c.pub()
+		last = c.Pub()
 	}
-	c.close()
+	c.Close()
 	for i := 4; i <= 7; i++ {
 		e.publish("acme", "orders/1", fmt.Sprint(i))
 	}
 
 	c = e.connected("orders/*")
-	res := c.subscribe("orders/1", &ws.Position{Offset: last.Offset, Epoch: last.Epoch})
+	res := c.Subscribe("orders/1", &ws.Position{Offset: last.Offset, Epoch: last.Epoch})
 	if !res.Recovered || res.Offset != 7 || res.Epoch != sub.Epoch {
 		t.Fatalf("resumed subscribe = %+v, want recovered at offset 7", res)
 	}
 	for i := 4; i <= 7; i++ {
-		if p := c.pub(); p.Offset != uint64(i) || string(p.Data) != fmt.Sprint(i) {
+		if p := c.Pub(); p.Offset != uint64(i) || string(p.Data) != fmt.Sprint(i) {
 			t.Fatalf("got offset %d data %s, want %d", p.Offset, p.Data, i)
 		}
 	}
 	live := e.publish("acme", "orders/1", `"live"`)
-	if p := c.pub(); p.Offset != live.Offset {
+	if p := c.Pub(); p.Offset != live.Offset {
 		t.Fatalf("live offset %d, want %d", p.Offset, live.Offset)
 	}
 	// Resuming at the top recovers nothing and is still recovered.
 	c2 := e.connected("orders/*")
-	res = c2.subscribe("orders/1", &ws.Position{Offset: live.Offset, Epoch: live.Epoch})
+	res = c2.Subscribe("orders/1", &ws.Position{Offset: live.Offset, Epoch: live.Epoch})
 	if !res.Recovered || res.Offset != live.Offset {
 		t.Fatalf("subscribe at the top = %+v", res)
 	}
-	c2.ok(c2.request(ws.OpPing, nil), nil) // no publication came first
+	c2.OK(c2.Request(ws.OpPing, nil), nil) // no publication came first
 }
 
 // TestWSResumeNotRecovered: a position the history no longer covers, or
@@ -70,13 +71,13 @@ func TestWSResumeNotRecovered(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := e.connected("orders/*")
 			top := mustTop(t, e, fanout.Key{Tenant: "acme", Channel: "orders/1"})
-			res := c.subscribe("orders/1", &since)
+			res := c.Subscribe("orders/1", &since)
 			if res.Recovered || res.Offset != top.Offset || res.Epoch != first.Epoch {
 				t.Fatalf("subscribe = %+v, want recovered:false at offset %d", res, top.Offset)
 			}
-			c.ok(c.request(ws.OpPing, nil), nil) // nothing partial was sent
+			c.OK(c.Request(ws.OpPing, nil), nil) // nothing partial was sent
 			pub := e.publish("acme", "orders/1", `"next"`)
-			if p := c.pub(); p.Offset != pub.Offset {
+			if p := c.Pub(); p.Offset != pub.Offset {
 				t.Fatalf("live offset %d, want %d", p.Offset, pub.Offset)
 			}
 		})
@@ -102,19 +103,19 @@ func TestWSSubscribeDuringPublishing(t *testing.T) {
 			}
 		}
 	})
-	var clients []*wsClient
+	var clients []*wstest.Client
 	var starts []uint64
 	for i := range 8 {
 		c := e.connected("orders/*")
 		var res ws.SubscribeResult
 		if i%2 == 0 {
-			res = c.subscribe("orders/1", &ws.Position{Offset: 1, Epoch: mustTop(t, e, key).Epoch})
+			res = c.Subscribe("orders/1", &ws.Position{Offset: 1, Epoch: mustTop(t, e, key).Epoch})
 			if !res.Recovered {
 				t.Fatalf("resume from offset 1 not recovered: %+v", res)
 			}
 			starts = append(starts, 1)
 		} else {
-			res = c.subscribe("orders/1", nil)
+			res = c.Subscribe("orders/1", nil)
 			starts = append(starts, res.Offset)
 		}
 		clients = append(clients, c)
@@ -122,11 +123,11 @@ func TestWSSubscribeDuringPublishing(t *testing.T) {
 	wg.Wait()
 	for i, c := range clients {
 		for want := starts[i] + 1; want <= total; want++ {
-			if p := c.pub(); p.Offset != want {
+			if p := c.Pub(); p.Offset != want {
 				t.Fatalf("client %d (from %d): offset %d, want %d", i, starts[i], p.Offset, want)
 			}
 		}
-		c.ok(c.request(ws.OpPing, nil), nil) // and nothing more
+		c.OK(c.Request(ws.OpPing, nil), nil) // and nothing more
 	}
 }
 

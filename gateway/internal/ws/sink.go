@@ -21,21 +21,21 @@ const (
 	// though more is queued: messages stay small enough for mobile clients'
 	// receive limits (often 1 MiB).
 	BatchBytes = 64 << 10
-	// wsBigFrame is the size from which a frame is written as a message of
+	// bigFrame is the size from which a frame is written as a message of
 	// its own, straight from its shared bytes, instead of being copied
 	// into the batch buffer.
-	wsBigFrame = 16 << 10
+	bigFrame = 16 << 10
 )
 
-// wsSink writes herald.v1 frames to a WebSocket (the writer's sink). Frames
+// frameSink writes herald.v1 frames to a WebSocket (the writer's sink). Frames
 // are batched into one text message, separated by "\n", and written when
 // the batch is full or the queues are empty; each message is written under
 // its own deadline. Only the writer calls it, except abort and kill.
-type wsSink struct {
+type frameSink struct {
 	ws *websocket.Conn
 	// raw is the connection under ws: a message's deadline is its write
 	// deadline (write).
-	raw         *wsFrameWatch
+	raw         *frameWatch
 	requests    *prometheus.CounterVec // herald_ws_requests_total{op,result}
 	timeout     time.Duration          // WriteTimeout, per message
 	expiryGrace time.Duration          // ExpiryGrace, announced in refresh pushes
@@ -53,23 +53,23 @@ type wsSink struct {
 	abortAt time.Time // set by abort: no write may last beyond it
 }
 
-var _ session.Sink = (*wsSink)(nil)
+var _ session.Sink = (*frameSink)(nil)
 
 // Arm gives each message that follows the whole per-message timeout.
-func (s *wsSink) Arm() error {
+func (s *frameSink) Arm() error {
 	s.limit = time.Time{}
 	return nil
 }
 
 // SetDeadline bounds the writes that follow by t as well.
-func (s *wsSink) SetDeadline(t time.Time) error {
+func (s *frameSink) SetDeadline(t time.Time) error {
 	s.limit = t
 	return nil
 }
 
 // Publication buffers {"push":"pub", followed by the shared envelope
 // without its opening brace: the envelope is never re-encoded.
-func (s *wsSink) Publication(p *fanout.Prepared, _ *session.Positions) error {
+func (s *frameSink) Publication(p *fanout.Prepared, _ *session.Positions) error {
 	env := p.JSON()
 	if len(env) < 2 || env[0] != '{' {
 		return nil // not an envelope; Prepared never produces one
@@ -78,20 +78,20 @@ func (s *wsSink) Publication(p *fanout.Prepared, _ *session.Positions) error {
 }
 
 // Heartbeat buffers the server's ping.
-func (s *wsSink) Heartbeat() error { return s.put(nil, wsPingFrame) }
+func (s *frameSink) Heartbeat() error { return s.put(nil, pingFrame) }
 
 // Final buffers the disconnect push.
-func (s *wsSink) Final(r Reason, delay time.Duration) error {
+func (s *frameSink) Final(r session.Reason, delay time.Duration) error {
 	return s.put(nil, encodeDisconnect(r, delay))
 }
 
 // RefreshRequest buffers the push asking for a fresh token before exp.
-func (s *wsSink) RefreshRequest(exp time.Time) error {
+func (s *frameSink) RefreshRequest(exp time.Time) error {
 	return s.put(nil, encodeRefresh(exp, s.expiryGrace))
 }
 
 // Subscribed buffers the reply to the subscribe request id.
-func (s *wsSink) Subscribed(id uint64, sub session.Subscription, _ *session.Positions) error {
+func (s *frameSink) Subscribed(id uint64, sub session.Subscription, _ *session.Positions) error {
 	s.requests.WithLabelValues(OpSubscribe, "ok").Inc()
 	return s.put(nil, encodeResult(id, SubscribeResult{
 		Channel: sub.Channel, Recovered: sub.Recovered, Reason: sub.Why.Code, Offset: sub.Top.Offset, Epoch: sub.Top.Epoch,
@@ -100,10 +100,10 @@ func (s *wsSink) Subscribed(id uint64, sub session.Subscription, _ *session.Posi
 
 // SubscribeFailed buffers the error reply to the subscribe request id:
 // for r, or with r zero a broker that did not answer.
-func (s *wsSink) SubscribeFailed(id uint64, _ string, r Reason) error {
+func (s *frameSink) SubscribeFailed(id uint64, _ string, r session.Reason) error {
 	code, msg := CodeServerError, "cannot subscribe now: the broker did not answer; retry later"
 	if r.Code != "" {
-		code, msg = wsErrorCode(r), r.Message
+		code, msg = errorCode(r), r.Message
 	}
 	s.requests.WithLabelValues(OpSubscribe, code).Inc()
 	return s.put(nil, encodeError(id, code, msg))
@@ -111,7 +111,7 @@ func (s *wsSink) SubscribeFailed(id uint64, _ string, r Reason) error {
 
 // Unsubscribed buffers the reply to the unsubscribe request id, or with id
 // 0 the push ending one subscription for r.
-func (s *wsSink) Unsubscribed(id uint64, channel string, r Reason, _ *session.Positions) error {
+func (s *frameSink) Unsubscribed(id uint64, channel string, r session.Reason, _ *session.Positions) error {
 	if id != 0 {
 		s.requests.WithLabelValues(OpUnsubscribe, "ok").Inc()
 		return s.put(nil, encodeResult(id, Empty{}))
@@ -120,13 +120,13 @@ func (s *wsSink) Unsubscribed(id uint64, channel string, r Reason, _ *session.Po
 }
 
 // Frame buffers a whole frame.
-func (s *wsSink) Frame(b []byte) error { return s.put(nil, b) }
+func (s *frameSink) Frame(b []byte) error { return s.put(nil, b) }
 
 // put buffers the frame head+body, writing the batch first when the
 // frame would overflow it; a big frame becomes a message of its own.
-func (s *wsSink) put(head, body []byte) error {
+func (s *frameSink) put(head, body []byte) error {
 	n := len(head) + len(body)
-	if n >= wsBigFrame {
+	if n >= bigFrame {
 		if err := s.Flush(); err != nil {
 			return err
 		}
@@ -165,7 +165,7 @@ func (s *wsSink) put(head, body []byte) error {
 
 // Flush writes the batch as one message and returns its buffer to the
 // pool: an idle connection holds none.
-func (s *wsSink) Flush() error {
+func (s *frameSink) Flush() error {
 	if len(s.buf) == 0 {
 		return nil
 	}
@@ -182,7 +182,7 @@ func (s *wsSink) Flush() error {
 // deadline is cleared afterwards, so the library's own control frames
 // (pongs, the close frame) are not bound by it. A write that misses it
 // fails, and the connection is dropped.
-func (s *wsSink) write(f func(ctx context.Context) error) error {
+func (s *frameSink) write(f func(ctx context.Context) error) error {
 	deadline := time.Now().Add(s.timeout)
 	if !s.limit.IsZero() && s.limit.Before(deadline) {
 		deadline = s.limit
@@ -219,7 +219,7 @@ func (s *wsSink) write(f func(ctx context.Context) error) error {
 // which its deadline passes and the connection is dropped (a stalled
 // client). Either way the publications it holds are released within that
 // time, not WriteTimeout.
-func (s *wsSink) abort() {
+func (s *frameSink) abort() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.abortAt.IsZero() {
@@ -234,14 +234,14 @@ func (s *wsSink) abort() {
 // frames went out (the close handshake waits at most a few seconds for
 // the client, and not at all for one closed for a timeout); otherwise it
 // drops the TCP connection.
-func (s *wsSink) Close(r Reason, intact bool) {
+func (s *frameSink) Close(r session.Reason, intact bool) {
 	s.release()
 	if !intact {
 		_ = s.ws.CloseNow()
 		return
 	}
 	if r.Code == session.ReasonMessageTooBig.Code && s.raw.tooBig.Load() {
-		// Refused at its frame header (wsFrameWatch): the close frame is
+		// Refused at its frame header (frameWatch): the close frame is
 		// out now, and the payload the client may still be sending is
 		// read and discarded for a short while only.
 		s.raw.drain(time.Now().Add(session.FinalWriteTimeout))
@@ -259,10 +259,10 @@ func (s *wsSink) Close(r Reason, intact bool) {
 	_ = s.ws.Close(session.CloseCode(r), r.Code)
 }
 
-func (s *wsSink) Kill() { _ = s.ws.CloseNow() }
+func (s *frameSink) Kill() { _ = s.ws.CloseNow() }
 
 // release returns the batch buffer to the pool.
-func (s *wsSink) release() {
+func (s *frameSink) release() {
 	if s.buf == nil {
 		return
 	}

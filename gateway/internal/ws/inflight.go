@@ -10,7 +10,7 @@ import "fmt"
 // startRequest counts a request of id in flight; it reports false when
 // MaxInflight are running already.
 func (w *Conn) startRequest(id uint64) bool {
-	if w.inflight.Add(1) > int32(w.env.Config.MaxInflight) {
+	if w.inflight.Add(1) > int32(w.c.Bounds().MaxInflight) {
 		w.inflight.Add(-1)
 		return false
 	}

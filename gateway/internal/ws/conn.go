@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -27,29 +28,29 @@ type Conn struct {
 	env *Env
 	c   *session.Conn
 	ws  *websocket.Conn
-	raw *wsFrameWatch // the connection under ws: its reads and their deadline
-	hc  Credentials
+	raw *frameWatch // the connection under ws: its reads and their deadline
+
+	connect Connect // admits the connection at its connect request
 
 	clientID  string
 	connected atomic.Bool
-	opened    bool // reader (or the handler it waits for) only: counted by Server.Opened
 	pubGrants atomic.Pointer[publishGrants]
 
 	lastRecv atomic.Int64 // unix nanoseconds of the last frame received
 	inflight atomic.Int32
 	idsMu    sync.Mutex
-	ids      []uint64 // the ids of the requests in flight (ws_inflight.go)
+	ids      []uint64 // the ids of the requests in flight
 	reqs     sync.WaitGroup
 
 	connectTimer *time.Timer
 	idleTimer    *time.Timer
 
-	// The token expiry timer (ws_expiry.go), from connect.
+	// The token expiry timer, from connect.
 	expMu      sync.Mutex
 	expTimer   *time.Timer
 	expStopped bool
 
-	sink wsSink
+	sink frameSink
 }
 
 // publishGrants are the compiled publish grants of the current token.
@@ -58,37 +59,54 @@ type publishGrants struct {
 	err    error // the token holds an invalid publish grant
 }
 
-// NewConn prepares the WebSocket side of c; Attach binds the socket.
-func NewConn(env *Env, c *session.Conn, hc Credentials) *Conn {
-	w := &Conn{env: env, c: c, hc: hc, clientID: uuid.NewString()}
-	w.sink.timeout = env.Config.WriteTimeout
-	w.sink.expiryGrace = env.Config.ExpiryGrace
-	w.sink.requests = env.Requests
-	c.Out = &w.sink
-	w.Touch()
-	return w
-}
-
-// Attach binds the accepted WebSocket and the connection it reads from;
-// it runs before the connection is shared with the server or a hub.
-func (w *Conn) Attach(ws *websocket.Conn, raw *wsFrameWatch) {
+// Accept completes the WebSocket handshake of r, whose Upgrade,
+// subprotocol and Origin the handler has checked, for the connection c,
+// which connect admits once its connect frame comes. It returns the
+// connection ready to Run, before it is shared with the server or a hub.
+// On error Accept has answered the request (a broken handshake: 4xx).
+// From then on r.Context() must not be used: the connection is hijacked.
+func Accept(w http.ResponseWriter, r *http.Request, env *Env, c *session.Conn, connect Connect) (*Conn, error) {
+	wc := &Conn{env: env, c: c, connect: connect, clientID: uuid.NewString()}
+	b := c.Bounds()
+	wc.sink.timeout = b.WriteTimeout
+	wc.sink.expiryGrace = b.ExpiryGrace
+	wc.sink.requests = env.Requests
+	c.Out = &wc.sink
+	wc.Touch()
+	hj := &hijacker{ResponseWriter: w, maxMessage: int64(b.MaxMessageSize)}
+	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
+		Subprotocols:       []string{Protocol},
+		InsecureSkipVerify: true, // the handler has checked the Origin
+		OnPingReceived: func(context.Context, []byte) bool {
+			wc.Touch()
+			return true
+		},
+		OnPongReceived: func(context.Context, []byte) { wc.Touch() },
+	})
+	if err != nil {
+		return nil, err
+	}
 	// One byte over the bound, so readMessage sees an oversized message and
 	// closes with message_too_big rather than the library's own 1009 at
 	// its default 32 KiB. A message whose frame headers announce more is
 	// refused at the header by raw, before its payload arrives.
-	ws.SetReadLimit(int64(w.env.Config.MaxMessageSize) + 1)
-	w.ws = ws
-	w.raw = raw
-	w.sink.ws = ws
-	w.sink.raw = raw
-	w.c.SetAbort(w.sink.abort)
-	w.c.StartWriting()
+	ws.SetReadLimit(int64(b.MaxMessageSize) + 1)
+	wc.ws = ws
+	wc.raw = hj.conn
+	wc.sink.ws = ws
+	wc.sink.raw = hj.conn
+	c.SetAbort(wc.sink.abort)
+	c.StartWriting()
+	return wc, nil
 }
 
 // Run is the connection's goroutine: it reads frames until the connection
-// ends, then ends it. What comes before and after reading lives in
-// functions of their own, so the frames an idle reader keeps on its stack
-// are few (see handleApart).
+// ends, then ends it; it returns once the final frames are written, every
+// request is over and the subscriptions are released. What is left to
+// release (the user's and the server's slots, the registration) is the
+// server's. What comes before and after reading lives in functions of
+// their own, so the frames an idle reader keeps on its stack are few (see
+// handleApart).
 func (w *Conn) Run() {
 	w.startTimers()
 	w.readGuarded()
@@ -109,7 +127,7 @@ func (w *Conn) readGuarded() {
 
 // panicked logs a recovered panic of this connection's reader and returns
 // the reason to close it with.
-func (w *Conn) panicked(p any) Reason {
+func (w *Conn) panicked(p any) session.Reason {
 	w.logError("gateway: websocket handler panicked", fmt.Errorf("%v", p), slog.String("stack", string(debug.Stack())))
 	return session.ReasonServerError
 }
@@ -117,19 +135,15 @@ func (w *Conn) panicked(p any) Reason {
 // startTimers starts the connect and client timeouts.
 func (w *Conn) startTimers() {
 	w.connectTimer = stoppedTimer(w.connectTimedOut)
-	w.connectTimer.Reset(w.env.Config.ConnectTimeout)
+	w.connectTimer.Reset(w.c.Bounds().ConnectTimeout)
 	w.idleTimer = stoppedTimer(w.checkIdle)
-	w.idleTimer.Reset(w.env.Config.ClientTimeout)
+	w.idleTimer.Reset(w.c.Bounds().ClientTimeout)
 }
 
-// end waits for the writer's final frames and for every request, releases
-// the subscriptions, the user's and the server's slots, and counts the
-// connection closed.
+// end waits for the writer's final frames and for every request, and
+// releases the subscriptions.
 func (w *Conn) end() {
-	defer w.env.Server.ReleaseSlot()
-	defer w.env.Server.Unregister(w.c)
 	<-w.c.FinalDone
-
 	w.connectTimer.Stop()
 	w.idleTimer.Stop()
 	w.stopExpiry()
@@ -137,15 +151,6 @@ func (w *Conn) end() {
 	w.reqs.Wait()
 	w.c.SetAbort(nil)
 	w.c.UnsubscribeAll()
-	w.env.Server.ReleaseUser(w.c)
-	switch r := w.c.Reason(); {
-	case w.opened:
-		w.env.Server.Closed(w.c)
-	case r.Code != session.ReasonClientClosed.Code:
-		// Closed by the server before connect succeeded: a refused connect,
-		// no connect in time, a request before connect, a shutdown.
-		w.env.Server.Refused(r)
-	}
 }
 
 // stoppedTimer returns a timer for f that is not running; Reset starts it.
@@ -185,15 +190,15 @@ func (w *Conn) readLoop() {
 
 // readMessage reads one message into buf and handles it. A non-empty
 // Reason closes the connection.
-func (w *Conn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.Buffer) Reason {
-	max := w.env.Config.MaxMessageSize
+func (w *Conn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.Buffer) session.Reason {
+	max := w.c.Bounds().MaxMessageSize
 	buf.Reset()
 	if _, err := buf.ReadFrom(io.LimitReader(rd, int64(max)+1)); err != nil {
 		return w.readErrorReason()
 	}
 	w.Touch()
 	if buf.Len() > max {
-		w.env.Server.Limit(LimitMessageSize)
+		w.limit(session.LimitMessageSize)
 		return session.WithMessage(session.ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", max))
 	}
 	if typ != websocket.MessageText {
@@ -211,8 +216,8 @@ func (w *Conn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.B
 // would keep: the garbage collector halves a stack only while less than a
 // quarter of it is in use, and a reader waiting inside coder/websocket
 // uses about 2 KiB, so an 8 KiB stack stays. Reading alone fits in 4 KiB.
-func (w *Conn) handleApart(msg []byte) Reason {
-	done := make(chan Reason, 1)
+func (w *Conn) handleApart(msg []byte) session.Reason {
+	done := make(chan session.Reason, 1)
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -226,20 +231,20 @@ func (w *Conn) handleApart(msg []byte) Reason {
 
 // readErrorReason says why a read failed: the client went away, unless a
 // write of ours missed its deadline and so dropped the connection, or a
-// frame header announced a message over MaxMessageSize (wsFrameWatch).
-func (w *Conn) readErrorReason() Reason {
+// frame header announced a message over MaxMessageSize (frameWatch).
+func (w *Conn) readErrorReason() session.Reason {
 	switch {
 	case w.sink.timedOut.Load():
 		return session.ReasonWriteTimeout
 	case w.raw != nil && w.raw.tooBig.Load():
-		w.env.Server.Limit(LimitMessageSize)
-		return session.WithMessage(session.ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", w.env.Config.MaxMessageSize))
+		w.limit(session.LimitMessageSize)
+		return session.WithMessage(session.ReasonMessageTooBig, fmt.Sprintf("a message exceeded %d bytes", w.c.Bounds().MaxMessageSize))
 	}
 	return session.ReasonClientClosed
 }
 
 // handle decodes and dispatches one client frame.
-func (w *Conn) handle(msg []byte) Reason {
+func (w *Conn) handle(msg []byte) session.Reason {
 	f, err := decodeFrame(msg)
 	if err != nil {
 		var fe *frameError
@@ -277,9 +282,9 @@ func opLabel(op string) string {
 // requests are running already.
 func (w *Conn) spawn(op *Op, f *ClientFrame) {
 	if !w.startRequest(f.ID) {
-		w.env.Server.Limit(LimitInflight)
+		w.limit(session.LimitInflight)
 		w.replyError(f.ID, f.Op, CodeTooManyRequests, fmt.Sprintf(
-			"more than %d requests in flight: wait for replies before sending more", w.env.Config.MaxInflight))
+			"more than %d requests in flight: wait for replies before sending more", w.c.Bounds().MaxInflight))
 		return
 	}
 	req := *f
@@ -290,8 +295,10 @@ func (w *Conn) spawn(op *Op, f *ClientFrame) {
 	}()
 }
 
-// Touch records that the client sent something (the handler's ping and
-// pong callbacks too).
+// limit counts a refusal at the bound named limit.
+func (w *Conn) limit(limit string) { w.env.Limits.WithLabelValues(limit).Inc() }
+
+// Touch records that the client sent something (a ping or a pong too).
 func (w *Conn) Touch() { w.lastRecv.Store(time.Now().UnixNano()) }
 
 // checkIdle closes a connection silent for ClientTimeout; otherwise it
@@ -301,10 +308,10 @@ func (w *Conn) checkIdle() {
 		return
 	}
 	idle := time.Since(time.Unix(0, w.lastRecv.Load()))
-	if idle >= w.env.Config.ClientTimeout {
-		w.env.Server.Limit(LimitClientTimeout)
+	if idle >= w.c.Bounds().ClientTimeout {
+		w.limit(session.LimitClientTimeout)
 		w.c.Close(session.WithMessage(session.ReasonTimeout, fmt.Sprintf(
-			"nothing received for %s (answer every ping with a pong)", w.env.Config.ClientTimeout)), 0)
+			"nothing received for %s (answer every ping with a pong)", w.c.Bounds().ClientTimeout)), 0)
 		// A writer blocked on the silent peer would hold the connection
 		// until WriteTimeout: it gets finalWriteTimeout to finish (a peer
 		// that still reads gets its push and close code), then the
@@ -312,7 +319,7 @@ func (w *Conn) checkIdle() {
 		w.sink.abort()
 		return
 	}
-	w.idleTimer.Reset(w.env.Config.ClientTimeout - idle)
+	w.idleTimer.Reset(w.c.Bounds().ClientTimeout - idle)
 }
 
 // connectTimedOut closes a connection that sent no connect frame in time.
@@ -320,8 +327,8 @@ func (w *Conn) connectTimedOut() {
 	if w.connected.Load() || w.c.Closed() {
 		return
 	}
-	w.env.Server.Limit(LimitConnectTimeout)
-	w.c.Close(session.WithMessage(session.ReasonTimeout, fmt.Sprintf("no connect frame within %s", w.env.Config.ConnectTimeout)), 0)
+	w.limit(session.LimitConnectTimeout)
+	w.c.Close(session.WithMessage(session.ReasonTimeout, fmt.Sprintf("no connect frame within %s", w.c.Bounds().ConnectTimeout)), 0)
 }
 
 // reply queues a success reply.

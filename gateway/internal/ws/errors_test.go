@@ -1,27 +1,38 @@
-package gateway
+package ws_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// gateAuthorizer wraps an Authorizer: a channel under "slow/" waits for
+// gateAuthorizer wraps an authorizer: a channel under "slow/" waits for
 // release (or the request's end), one under "fail/" fails.
 type gateAuthorizer struct {
-	Authorizer
+	authorizer
 	release chan struct{}
 	waiting atomic.Int32
 }
 
 func newGateAuthorizer() *gateAuthorizer {
-	return &gateAuthorizer{Authorizer: &subscriptions.Authorizer{}, release: make(chan struct{})}
+	return &gateAuthorizer{release: make(chan struct{})}
+}
+
+// wrap makes a wrap inner (envOptions.authz).
+func (a *gateAuthorizer) wrap(inner authorizer) authorizer {
+	a.authorizer = inner
+	return a
 }
 
 func (a *gateAuthorizer) Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error) {
@@ -36,14 +47,14 @@ func (a *gateAuthorizer) Authorize(ctx context.Context, r subscriptions.Request)
 	case strings.HasPrefix(r.Channel, "fail/"):
 		return subscriptions.Decision{}, errors.New("authorizer down")
 	}
-	return a.Authorizer.Authorize(ctx, r)
+	return a.authorizer.Authorize(ctx, r)
 }
 
 // TestWSErrorReplies: every malformed or refused request gets its typed
 // error reply and the connection stays healthy.
 func TestWSErrorReplies(t *testing.T) {
 	authz := newGateAuthorizer()
-	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
+	e := newEnv(t, envOptions{authz: authz.wrap})
 	c := e.connected("orders/*", "fail/*")
 
 	noID := map[string]string{
@@ -60,8 +71,8 @@ func TestWSErrorReplies(t *testing.T) {
 		`{"id":18446744073709551615,"op":"subscribe","channel":"orders/1"}`: ws.CodeBadRequest,
 	}
 	for frame, code := range noID {
-		c.send(frame)
-		f := c.next(5 * time.Second)
+		c.SendFrame(frame)
+		f := c.NextFrame(5 * time.Second)
 		if f.Push != "" || f.ID != 0 || f.Error == nil || f.Error.Code != code || f.Error.Message == "" ||
 			strings.Contains(f.Raw, `"id"`) {
 			t.Fatalf("%s: got %s, want a %s error without id", frame, f.Raw, code)
@@ -82,8 +93,8 @@ func TestWSErrorReplies(t *testing.T) {
 		`{"id":16,"op":"publish","channel":"orders/1","type":"t","schema_version":1,"data":1}`: ws.CodeForbidden,
 	}
 	for frame, code := range withID {
-		c.send(frame)
-		f := c.next(5 * time.Second)
+		c.SendFrame(frame)
+		f := c.NextFrame(5 * time.Second)
 		if f.Push != "" || f.ID == 0 || !strings.Contains(frame, `"id":`+itoa(f.ID)) {
 			t.Fatalf("%s: got %s, want the reply to its id", frame, f.Raw)
 		}
@@ -91,17 +102,17 @@ func TestWSErrorReplies(t *testing.T) {
 			t.Fatalf("%s: got %s, want error %s", frame, f.Raw, code)
 		}
 	}
-	c.subscribe("orders/1", nil)
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"}), ws.CodeAlreadySubscribed)
+	c.Subscribe("orders/1", nil)
+	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/1"}), ws.CodeAlreadySubscribed)
 	// Unknown fields are ignored.
-	c.ok(c.request(ws.OpPing, map[string]any{"future": []int{1, 2}}), nil)
+	c.OK(c.Request(ws.OpPing, map[string]any{"future": []int{1, 2}}), nil)
 
 	// Still healthy: it receives what is published.
 	pub := e.publish("acme", "orders/1", `1`)
-	if p := c.pub(); p.Offset != pub.Offset {
+	if p := c.Pub(); p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
-	if n := e.counter(e.srv.metrics.wsRequests.WithLabelValues("invalid", ws.CodeBadRequest)); n < 1 {
+	if n := testenv.MetricValue(t, e.requests.WithLabelValues("invalid", ws.CodeBadRequest)); n < 1 {
 		t.Fatalf("herald_ws_requests_total{invalid,bad_request} = %v", n)
 	}
 }
@@ -124,19 +135,19 @@ func itoa(n uint64) string {
 // goes on.
 func TestWSTooManyRequests(t *testing.T) {
 	authz := newGateAuthorizer()
-	e := newEnv(t, envOptions{cfg: Config{MaxInflight: 2}, deps: func(d *Deps) { d.Authorizer = authz }})
+	e := newEnv(t, envOptions{bounds: session.Bounds{MaxInflight: 2}, authz: authz.wrap})
 	c := e.connected("slow/*", "orders/*")
-	a := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
-	b := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/2"})
+	a := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
+	b := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/2"})
 	eventually(t, 5*time.Second, "two requests in flight", func() bool { return authz.waiting.Load() == 2 })
-	over := c.request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
-	c.fails(over, ws.CodeTooManyRequests)
+	over := c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/1"})
+	c.Fails(over, ws.CodeTooManyRequests)
 	// Cheap requests are not invocations: ping still answers.
-	c.ok(c.request(ws.OpPing, nil), nil)
+	c.OK(c.Request(ws.OpPing, nil), nil)
 	close(authz.release)
 	got := map[uint64]bool{}
 	for range 2 {
-		f := c.next(5 * time.Second)
+		f := c.NextFrame(5 * time.Second)
 		if f.Error != nil {
 			t.Fatalf("in-flight request failed: %s", f.Raw)
 		}
@@ -145,8 +156,8 @@ func TestWSTooManyRequests(t *testing.T) {
 	if !got[a] || !got[b] {
 		t.Fatalf("replies %v, want %d and %d", got, a, b)
 	}
-	c.subscribe("orders/1", nil)
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitInflight)); n != 1 {
+	c.Subscribe("orders/1", nil)
+	if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitInflight)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{inflight} = %v", n)
 	}
 }
@@ -154,18 +165,18 @@ func TestWSTooManyRequests(t *testing.T) {
 // TestWSTooManySubscriptions: subscriptions beyond MaxSubscriptions are
 // refused; unsubscribing makes room.
 func TestWSTooManySubscriptions(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{MaxSubscriptions: 2}})
+	e := newEnv(t, envOptions{bounds: session.Bounds{MaxSubscriptions: 2}})
 	c := e.connected("orders/*")
-	c.subscribe("orders/1", nil)
-	c.subscribe("orders/2", nil)
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "orders/3"}), ws.CodeTooManySubscriptions)
-	c.ok(c.request(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
-	c.subscribe("orders/3", nil)
+	c.Subscribe("orders/1", nil)
+	c.Subscribe("orders/2", nil)
+	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "orders/3"}), ws.CodeTooManySubscriptions)
+	c.OK(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
+	c.Subscribe("orders/3", nil)
 	pub := e.publish("acme", "orders/3", `3`)
-	if p := c.pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
+	if p := c.Pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
 		t.Fatalf("got %+v", p)
 	}
-	if n := e.counter(e.srv.metrics.limitRejections.WithLabelValues(limitSubscriptions)); n != 1 {
+	if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitSubscriptions)); n != 1 {
 		t.Fatalf("herald_limit_rejections_total{subscriptions} = %v", n)
 	}
 }
@@ -174,16 +185,72 @@ func TestWSTooManySubscriptions(t *testing.T) {
 // cannot be ended yet.
 func TestWSUnsubscribeWhileSubscribing(t *testing.T) {
 	authz := newGateAuthorizer()
-	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Authorizer = authz }})
+	e := newEnv(t, envOptions{authz: authz.wrap})
 	c := e.connected("slow/*")
-	id := c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
+	id := c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/1"})
 	eventually(t, 5*time.Second, "the subscribe to be authorizing", func() bool { return authz.waiting.Load() == 1 })
-	msg := c.fails(c.request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), ws.CodeNotSubscribed).Message
+	msg := c.Fails(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), ws.CodeNotSubscribed).Message
 	if !strings.Contains(msg, "wait for its reply") {
 		t.Fatalf("message %q", msg)
 	}
-	c.fails(c.request(ws.OpSubscribe, map[string]any{"channel": "slow/1"}), ws.CodeAlreadySubscribed)
+	c.Fails(c.Request(ws.OpSubscribe, map[string]any{"channel": "slow/1"}), ws.CodeAlreadySubscribed)
 	close(authz.release)
-	c.ok(id, nil)
-	c.ok(c.request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), nil)
+	c.OK(id, nil)
+	c.OK(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "slow/1"}), nil)
+}
+
+// TestWSDuplicateInflightID: while a request is in flight (a subscribe
+// waiting for the authorization webhook), another request with its id is
+// refused with duplicate_id, whatever its op; the first one still gets its
+// own reply, after which the id may be used again.
+func TestWSDuplicateInflightID(t *testing.T) {
+	t.Parallel()
+	called, release := make(chan struct{}, 1), make(chan struct{})
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		called <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"allow": true, "ttl_seconds": 60})
+	}))
+	t.Cleanup(hook.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e := newEnv(t, envOptions{authz: webhook(t, hook.URL, time.Minute)})
+	c := e.connected("orders/*")
+
+	id := c.Request(ws.OpSubscribe, map[string]any{"channel": "docs/1"})
+	<-called
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpPing})
+	if msg := c.Fails(id, ws.CodeDuplicateID).Message; !strings.Contains(msg, "in flight") {
+		t.Fatalf("message %q", msg)
+	}
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpSubscribe, "channel": "orders/1"})
+	c.Fails(id, ws.CodeDuplicateID)
+
+	close(release)
+	var res ws.SubscribeResult
+	c.OK(id, &res)
+	if res.Channel != "docs/1" {
+		t.Fatalf("reply to %d is for %q, want docs/1", id, res.Channel)
+	}
+	c.SendFrame(map[string]any{"id": id, "op": ws.OpPing})
+	c.OK(id, nil)
+	if n := testenv.MetricValue(t, e.requests.WithLabelValues(ws.OpSubscribe, ws.CodeDuplicateID)); n != 1 {
+		t.Fatalf("herald_ws_requests_total{subscribe,duplicate_id} = %v", n)
+	}
+}
+
+// webhook returns an authorizer option: grants, then the authorization
+// webhook at url, answering within timeout.
+func webhook(t *testing.T, url string, timeout time.Duration) func(authorizer) authorizer {
+	authz, err := subscriptions.NewAuthorizer(subscriptions.Config{WebhookURL: url, WebhookTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(authorizer) authorizer { return authz }
 }

@@ -15,107 +15,70 @@ import (
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// connect authenticates the connection (on the goroutine the reader waits
-// for, see handleApart). A failure is answered with an error reply, then
-// the connection closes.
-func (w *Conn) connect(f *ClientFrame) {
+// connectOp has the connection admitted (on the goroutine the reader
+// waits for, see handleApart). A refusal is answered with an error reply,
+// then the connection closes.
+func (w *Conn) connectOp(f *ClientFrame) {
 	if w.connected.Load() {
 		w.replyError(f.ID, OpConnect, CodeBadRequest, "already connected: send connect once per connection")
 		return
 	}
-	var claims *auth.Claims
-	source := SourceFrame
-	switch {
-	case f.Token != "":
-		var reason Reason
-		var msg string
-		if claims, reason, msg = w.env.Server.VerifyToken(f.Token, source); reason.Code != "" {
-			w.refuseConnect(f.ID, reason, msg)
-			return
-		}
-	case w.hc.Reason.Code != "":
-		w.refuseConnect(f.ID, w.hc.Reason, w.hc.Msg)
-		return
-	case w.hc.Ticket != "":
-		// Redeemed only now that connect relies on it (it is spent even if
-		// the connect is refused below: see redeemTicket).
-		ctx, cancel := context.WithTimeout(w.c.Ctx, w.env.Config.ConnectTimeout)
-		var reason Reason
-		var msg string
-		claims, reason, msg = w.env.Server.RedeemTicket(ctx, w.hc.Ticket)
-		cancel()
-		if reason.Code != "" {
-			w.refuseConnect(f.ID, reason, msg)
-			return
-		}
-		source = SourceTicket
-	case w.hc.Claims != nil:
-		claims, source = w.hc.Claims, w.hc.Source
-	default:
-		w.refuseConnect(f.ID, session.ReasonUnauthorized, fmt.Sprintf(
-			"no token: put it in the connect frame's token field, or send it with the upgrade request "+
-				"(Authorization: Bearer, the %s cookie, a ticket or the access_token query parameter)", w.env.Config.CookieName))
-		return
-	}
-	if reason, msg := w.env.Server.Admit(claims, source, w.env.Config.ExpiryGrace); reason.Code != "" {
+	ctx, cancel := context.WithTimeout(w.c.Ctx, w.c.Bounds().ConnectTimeout)
+	claims, reason, msg := w.connect(ctx, f.Token)
+	cancel()
+	if reason.Code != "" {
 		w.refuseConnect(f.ID, reason, msg)
 		return
 	}
-	if !w.env.Server.AcquireUser(w.c, claims) {
-		w.refuseConnect(f.ID, w.env.Server.UserLimitReason(), "")
-		return
-	}
 
-	w.c.Claims = claims
 	w.c.Pos = session.NewPositions(claims.Tenant, 4)
 	w.adopt(claims)
 	w.connected.Store(true)
 	w.connectTimer.Stop()
 	w.c.StartHeartbeat()
-	w.opened = true
-	w.env.Server.Opened(w.c)
 	w.reply(f.ID, OpConnect, w.connectResult(claims, time.Now()))
 	w.armExpiry()
 }
 
 // connectResult is the reply to a successful connect at now.
 func (w *Conn) connectResult(claims *auth.Claims, now time.Time) ConnectResult {
+	b := w.c.Bounds()
 	res := ConnectResult{
 		Client:         w.clientID,
 		Protocol:       Protocol,
-		Version:        w.env.Config.Version,
-		PingIntervalMS: w.env.Config.HeartbeatInterval.Milliseconds(),
-		PongTimeoutMS:  (w.env.Config.ClientTimeout - w.env.Config.HeartbeatInterval).Milliseconds(),
+		Version:        w.env.Version,
+		PingIntervalMS: b.HeartbeatInterval.Milliseconds(),
+		PongTimeoutMS:  (b.ClientTimeout - b.HeartbeatInterval).Milliseconds(),
 		ServerTimeMS:   now.UnixMilli(),
 		ExpiresAt:      unixOrZero(claims.ExpiresAt),
 		Limits: Limits{
-			MaxMessageSize:   w.env.Config.MaxMessageSize,
-			MaxSubscriptions: w.env.Config.MaxSubscriptions,
-			MaxInflight:      w.env.Config.MaxInflight,
+			MaxMessageSize:   b.MaxMessageSize,
+			MaxSubscriptions: b.MaxSubscriptions,
+			MaxInflight:      b.MaxInflight,
 		},
 	}
 	if !claims.ExpiresAt.IsZero() {
 		res.ExpiresIn = max(0, int64(claims.ExpiresAt.Sub(now)/time.Second))
 	}
-	if w.env.Config.HistorySize > 0 || w.env.Config.HistoryTTL > 0 {
-		res.History = &History{Size: w.env.Config.HistorySize, TTLMS: w.env.Config.HistoryTTL.Milliseconds()}
+	if b.HistorySize > 0 || b.HistoryTTL > 0 {
+		res.History = &History{Size: b.HistorySize, TTLMS: b.HistoryTTL.Milliseconds()}
 	}
 	return res
 }
 
 // refuseConnect answers a failed connect with the error code of r and
 // closes the connection for r.
-func (w *Conn) refuseConnect(id uint64, r Reason, msg string) {
+func (w *Conn) refuseConnect(id uint64, r session.Reason, msg string) {
 	if msg == "" {
 		msg = r.Message
 	}
-	w.replyError(id, OpConnect, wsErrorCode(r), msg)
+	w.replyError(id, OpConnect, errorCode(r), msg)
 	w.c.Close(session.WithMessage(r, msg), 0)
 }
 
-// wsErrorCode is the error code of a request refused for r: the reason's
+// errorCode is the error code of a request refused for r: the reason's
 // own code when it is one, else server_error.
-func wsErrorCode(r Reason) string {
+func errorCode(r session.Reason) string {
 	if _, ok := ErrorCodes[r.Code]; ok {
 		return r.Code
 	}
@@ -151,9 +114,9 @@ func (w *Conn) subscribe(f *ClientFrame) {
 		w.replyError(f.ID, OpSubscribe, CodeAlreadySubscribed, fmt.Sprintf("already subscribed to %q", ch))
 		return
 	case session.ReserveFull:
-		w.env.Server.Limit(LimitSubscriptions)
+		w.limit(session.LimitSubscriptions)
 		w.replyError(f.ID, OpSubscribe, CodeTooManySubscriptions, fmt.Sprintf(
-			"at most %d subscriptions per connection: unsubscribe from one first", w.env.Config.MaxSubscriptions))
+			"at most %d subscriptions per connection: unsubscribe from one first", w.c.Bounds().MaxSubscriptions))
 		return
 	}
 
@@ -163,7 +126,7 @@ func (w *Conn) subscribe(f *ClientFrame) {
 	// lands after, while the writer has yet to make the subscription,
 	// has the writer decide again (session.SubscribeReq.Claims).
 	authorize := func(ctx context.Context, claims *auth.Claims) (subscriptions.Decision, error) {
-		return w.env.Server.Authorize(ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
+		return w.env.Authorize(ctx, subscriptions.Request{Claims: claims, Channel: ch, SubToken: f.Token})
 	}
 	claims := c.Cur.Load()
 	d, err := authorize(c.Ctx, claims)
@@ -194,7 +157,7 @@ func (w *Conn) subscribe(f *ClientFrame) {
 		if msg == "" {
 			msg = fmt.Sprintf("channel %q is not allowed", ch)
 		}
-		w.replyError(f.ID, OpSubscribe, wsErrorCode(session.DenialReason(d)), msg)
+		w.replyError(f.ID, OpSubscribe, errorCode(session.DenialReason(d)), msg)
 		return
 	}
 	id := f.ID
@@ -238,12 +201,11 @@ func (w *Conn) publish(f *ClientFrame) {
 		w.replyError(f.ID, OpPublish, CodeForbidden, fmt.Sprintf("no publish grant for channel %q", f.Channel))
 		return
 	}
-	p := w.env.Server.Publisher()
-	if p == nil {
+	if w.env.Publish == nil {
 		w.replyError(f.ID, OpPublish, CodeForbidden, "publishing is not available on this server")
 		return
 	}
-	pub, err := p.Publish(w.c.Ctx, fanout.Message{
+	pub, err := w.env.Publish(w.c.Ctx, fanout.Message{
 		ID:            uuid.NewString(),
 		Key:           fanout.Key{Tenant: claims.Tenant, Channel: f.Channel},
 		Type:          f.Type,
@@ -272,10 +234,7 @@ func (w *Conn) publish(f *ClientFrame) {
 // from then on.
 func (w *Conn) refresh(f *ClientFrame) {
 	defer w.requestDone(f.ID)
-	claims, reason, msg := w.env.Server.VerifyToken(f.Token, "refresh")
-	if reason.Code == "" {
-		reason, msg = w.env.Server.Admit(claims, "refresh", w.env.Config.ExpiryGrace)
-	}
+	claims, reason, msg := w.env.Refresh(f.Token)
 	switch reason.Code {
 	case "":
 	case session.ReasonTokenExpired.Code:
@@ -304,7 +263,7 @@ func (w *Conn) refresh(f *ClientFrame) {
 func (w *Conn) recheck(claims *auth.Claims) {
 	c := w.c
 	for _, e := range c.HeldSubs() {
-		d, err := w.env.Server.Authorize(c.Ctx, subscriptions.Request{
+		d, err := w.env.Authorize(c.Ctx, subscriptions.Request{
 			Claims: claims, Channel: e.Channel, SubToken: e.SubToken, Live: true,
 		})
 		if c.Ctx.Err() != nil {

@@ -3,6 +3,8 @@ package ws
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // Protocol is the WebSocket subprotocol a client must offer.
@@ -17,8 +19,8 @@ var (
 	// pubPrefix starts a publication push; the envelope follows without its
 	// opening brace: {"push":"pub","id":…,"channel":…,…}.
 	pubPrefix = []byte(`{"push":"pub",`)
-	// wsPingFrame is the server's application-level ping.
-	wsPingFrame = []byte(`{"push":"ping"}`)
+	// pingFrame is the server's application-level ping.
+	pingFrame = []byte(`{"push":"ping"}`)
 )
 
 // Reply answers one request: {"id":…,"result":…} or {"id":…,"error":…}.
@@ -132,7 +134,7 @@ func encodeError(id uint64, code, message string) []byte {
 }
 
 // encodeDisconnect encodes the disconnect push for r.
-func encodeDisconnect(r Reason, delay time.Duration) []byte {
+func encodeDisconnect(r session.Reason, delay time.Duration) []byte {
 	return mustJSON(DisconnectPush{
 		Push: "disconnect", Reason: r.Code, Reconnect: r.Reconnect,
 		DelayMS: delay.Milliseconds(), Message: r.Message,
@@ -148,7 +150,7 @@ func encodeRefresh(exp time.Time, grace time.Duration) []byte {
 }
 
 // encodeUnsubscribed encodes the push ending one subscription for r.
-func encodeUnsubscribed(channel string, r Reason) []byte {
+func encodeUnsubscribed(channel string, r session.Reason) []byte {
 	return mustJSON(UnsubscribedPush{
 		Push: "unsubscribed", Channel: channel, Reason: r.Code, Resubscribe: r.Reconnect, Message: r.Message,
 	})

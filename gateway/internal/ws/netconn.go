@@ -10,26 +10,26 @@ import (
 	"time"
 )
 
-// wsReadBufSize is the read buffer coder/websocket gets for a connection:
+// readBufSize is the read buffer coder/websocket gets for a connection:
 // bufio's minimum, instead of net/http's 4 KiB, which the library would
 // keep for the connection's lifetime. Client messages are few and small,
 // so the larger buffer would only save the odd read call.
-const wsReadBufSize = 16
+const readBufSize = 16
 
-// wsWriteBufSize is the write buffer coder/websocket keeps for the
+// writeBufSize is the write buffer coder/websocket keeps for the
 // connection's lifetime, instead of net/http's 4 KiB: a message up to this
 // size (a frame header and its payload) leaves in one write; a larger one
 // in two (what fills the buffer, then the rest straight from the
 // message), as a message over 4 KiB did anyway. Most pushes are small.
-const wsWriteBufSize = 1024
+const writeBufSize = 1024
 
-// Hijacker is the http.ResponseWriter handed to websocket.Accept: its
-// Hijack gives the library small buffers, reading through a wsFrameWatch,
-// which it keeps in Conn.
-type Hijacker struct {
+// hijacker is the http.ResponseWriter handed to websocket.Accept: its
+// Hijack gives the library small buffers, reading through a frameWatch,
+// which it keeps in conn.
+type hijacker struct {
 	http.ResponseWriter
-	MaxMessage int64         // MaxMessageSize
-	Conn       *wsFrameWatch // set by Hijack
+	maxMessage int64       // MaxMessageSize
+	conn       *frameWatch // set by Hijack
 }
 
 // Hijack hijacks the connection. Bytes the client sent after the upgrade
@@ -37,30 +37,30 @@ type Hijacker struct {
 // net/http's read buffer already; the returned connection reads them
 // first. They cannot stay in a bufio.Reader: the library keeps only what
 // the reader it gets has buffered, and reads the rest from the connection.
-func (h *Hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n) // cannot fail: n bytes are buffered
-		conn = &wsPrefixConn{Conn: conn, prefix: append([]byte(nil), b...)}
+		conn = &prefixConn{Conn: conn, prefix: append([]byte(nil), b...)}
 	}
-	h.Conn = &wsFrameWatch{Conn: conn, max: h.MaxMessage}
-	rw := bufio.NewReadWriter(bufio.NewReaderSize(h.Conn, wsReadBufSize), bufio.NewWriterSize(h.Conn, wsWriteBufSize))
-	return h.Conn, rw, nil
+	h.conn = &frameWatch{Conn: conn, max: h.maxMessage}
+	rw := bufio.NewReadWriter(bufio.NewReaderSize(h.conn, readBufSize), bufio.NewWriterSize(h.conn, writeBufSize))
+	return h.conn, rw, nil
 }
 
-// wsPrefixConn is a connection whose first bytes were read before it was
+// prefixConn is a connection whose first bytes were read before it was
 // hijacked. coder/websocket reads a connection from one goroutine at a
 // time (its read lock), so Read needs no lock of its own.
-type wsPrefixConn struct {
+type prefixConn struct {
 	net.Conn
 	prefix []byte // not read yet
 }
 
 // Read implements net.Conn: the prefix first, then the connection.
-func (c *wsPrefixConn) Read(p []byte) (int, error) {
+func (c *prefixConn) Read(p []byte) (int, error) {
 	if len(c.prefix) == 0 {
 		return c.Conn.Read(p)
 	}
@@ -76,16 +76,16 @@ func (c *wsPrefixConn) Read(p []byte) (int, error) {
 // announced a message over MaxMessageSize.
 var errMessageTooBig = errors.New("gateway: a frame header announced a message over the maximum message size")
 
-// wsFrameWatch reads a client's bytes ahead of coder/websocket and follows
+// frameWatch reads a client's bytes ahead of coder/websocket and follows
 // the frame headers in them. The library checks its read limit only as
 // payload arrives, so a header announcing a message over the bound would
 // have the reader wait for that payload, until the client timeout. The
 // watch refuses such a message on sight: it hands the library the bytes
 // before the header, then fails every read with errMessageTooBig, which
 // the reader reports as message_too_big; the close handshake then reads
-// on for a short while only (drain). Like wsPrefixConn it is read from one goroutine
+// on for a short while only (drain). Like prefixConn it is read from one goroutine
 // at a time.
-type wsFrameWatch struct {
+type frameWatch struct {
 	net.Conn
 	max    int64       // MaxMessageSize: the most a message may announce
 	tooBig atomic.Bool // a header announced more; every read fails, until drain
@@ -103,7 +103,7 @@ type wsFrameWatch struct {
 }
 
 // Read implements net.Conn.
-func (c *wsFrameWatch) Read(p []byte) (int, error) {
+func (c *frameWatch) Read(p []byte) (int, error) {
 	if c.draining.Load() {
 		if len(c.held) > 0 {
 			n := copy(p, c.held)
@@ -140,7 +140,7 @@ func (c *wsFrameWatch) Read(p []byte) (int, error) {
 // writing the message it had started and reads the close frame, where a
 // connection dropped with unread bytes would be reset and the client
 // might lose the frame.
-func (c *wsFrameWatch) drain(deadline time.Time) {
+func (c *frameWatch) drain(deadline time.Time) {
 	_ = c.SetReadDeadline(deadline)
 	c.draining.Store(true)
 }
@@ -148,7 +148,7 @@ func (c *wsFrameWatch) drain(deadline time.Time) {
 // scan follows the frames in b. When a header announces too much it
 // returns false, the offsets in b where that header starts (-1 when it
 // started in an earlier read) and where it ends.
-func (c *wsFrameWatch) scan(b []byte) (start, end int, ok bool) {
+func (c *frameWatch) scan(b []byte) (start, end int, ok bool) {
 	start = -1
 	for i := 0; i < len(b); {
 		if c.payload > 0 {
@@ -186,7 +186,7 @@ func (c *wsFrameWatch) scan(b []byte) (start, end int, ok bool) {
 
 // frame takes in the complete header in hdr; false means the message it
 // belongs to announces more than max.
-func (c *wsFrameWatch) frame() bool {
+func (c *frameWatch) frame() bool {
 	c.hn = 0
 	n := uint64(c.hdr[1] & 0x7f)
 	switch n {

@@ -1,4 +1,4 @@
-package gateway
+package sse
 
 import (
 	"bytes"
@@ -10,10 +10,10 @@ import (
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/session"
-	"github.com/heraldgw/herald/gateway/internal/sse"
+	"github.com/heraldgw/herald/gateway/internal/sessiontest"
 )
 
-// countOut is an sseOut that counts the publications it is handed.
+// countOut is an Out that counts the publications it is handed.
 type countOut struct {
 	discardOut
 	n     atomic.Int64
@@ -21,7 +21,7 @@ type countOut struct {
 }
 
 func (o *countOut) Write(buf []byte) error {
-	o.n.Add(int64(bytes.Count(buf[sse.Room:], []byte("\ndata: "))))
+	o.n.Add(int64(bytes.Count(buf[Room:], []byte("\ndata: "))))
 	select {
 	case o.wrote <- struct{}{}:
 	default:
@@ -43,11 +43,11 @@ func (o *countOut) waitFor(n int64) {
 // at a time.
 func BenchmarkWriterSSE(b *testing.B) {
 	const chunk = 1 << 16
-	e := startTestServer(b, envOptions{cfg: Config{
+	core := sessiontest.New(b, sessiontest.Options{Bounds: session.Bounds{
 		QueueMaxMessages: 2 * chunk, QueueMaxBytes: 1 << 30, HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
 	}})
 	out := &countOut{wrote: make(chan struct{}, 1)}
-	c := startBenchWriter(b, e, out)
+	c := startBenchWriter(b, core.Env, out)
 	pubs := make([]*fanout.Prepared, 0, chunk)
 	b.ReportAllocs()
 	for done := 0; done < b.N; {
@@ -71,16 +71,16 @@ func BenchmarkWriterSSE(b *testing.B) {
 	}
 }
 
-// startBenchWriter returns a connection of e's server subscribed to
-// orders/1 (not on the hub) whose writer writes SSE into out.
-func startBenchWriter(b *testing.B, e *testEnv, out sse.Out) *session.Conn {
+// startBenchWriter returns a connection of env subscribed to orders/1
+// (not on the hub) whose writer writes SSE into out.
+func startBenchWriter(b *testing.B, env *session.Env, out Out) *session.Conn {
 	claims := &auth.Claims{Tenant: "acme", Subject: "u1"}
-	c := e.srv.newConn(transportSSE, claims, "bench")
-	c.Out = sse.NewSink(out, time.Minute)
+	c := session.New(env, 1, "sse", claims, "bench")
+	c.Out = NewSink(out, time.Minute)
 	c.Pos.Add("orders/1", fanout.Position{Epoch: "0190a0b1-7c2d-7e3f"})
 	c.StartWriting()
 	b.Cleanup(func() {
-		c.Close(ReasonClientClosed, 0)
+		c.Close(session.ReasonClientClosed, 0)
 		<-c.FinalDone
 	})
 	return c

@@ -1,8 +1,9 @@
 package ws
 
 import (
-	"github.com/heraldgw/herald/gateway/internal/session"
 	"time"
+
+	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
 // A WebSocket's token expiry runs on a timer of its own, not on the
@@ -49,7 +50,8 @@ func (w *Conn) expiryDue() {
 		return
 	}
 	exp, now := claims.ExpiresAt, time.Now()
-	end, ask := exp.Add(w.env.Config.ExpiryGrace), exp.Add(-w.env.Config.RefreshAhead)
+	b := w.c.Bounds()
+	end, ask := exp.Add(b.ExpiryGrace), exp.Add(-b.RefreshAhead)
 	switch {
 	case !now.Before(end):
 		w.c.Close(session.WithMessage(session.ReasonTokenExpired, expiredMessage), 0)

@@ -10,9 +10,9 @@ import (
 	"github.com/heraldgw/herald/gateway/internal/session"
 )
 
-// sseBatchBytes is the size at which a sink hands what it buffered to its
+// batchBytes is the size at which a sink hands what it buffered to its
 // out even though more is to come.
-const sseBatchBytes = 64 << 10
+const batchBytes = 64 << 10
 
 // Sink writes the SSE framing (text/event-stream) of a connection. It
 // builds events in a pooled buffer, held only until the next flush, and
@@ -59,7 +59,7 @@ func (s *Sink) open() []byte {
 // batch to the out once it is large.
 func (s *Sink) done(b []byte) error {
 	s.buf = b
-	if len(b) < Room+sseBatchBytes {
+	if len(b) < Room+batchBytes {
 		return nil
 	}
 	err := s.out.Write(b)
