@@ -43,15 +43,25 @@ const pgAdminRecordColumns = `id, seq, tenant_id, channel, type, schema_version,
 	occurred_at, kind, state, attempt, next_attempt_at, lease_owner, lease_expires_at, fence,
 	last_error, dispatched_at, dead_lettered_at, qseq`
 
-// adminRecords renders pgAdminRecords.
-func adminRecords(cols, where string) string { return fmt.Sprintf(pgAdminRecords, cols, where) }
+// adminRecords renders pgAdminRecords for the Admin's handler.
+func (a pgAdmin) adminRecords(cols, where string) string {
+	// A handler's name is [a-z0-9_-] (rules.ValidateHandlerName): it
+	// needs no quoting.
+	cond := "handler = '" + a.s.handler + "'"
+	if where == "" {
+		where = " WHERE " + cond
+	} else {
+		where += " AND " + cond
+	}
+	return fmt.Sprintf(pgAdminRecords, cols, where)
+}
 
 // Stats counts in one read-only snapshot of herald.outbox_records (every
 // record once, pending and processing as the partition positions and
 // leases make them, the retry queue's rows with their own state).
 func (a pgAdmin) Stats(ctx context.Context) (outboxfeed.AdminStats, error) {
 	st := storekit.NewAdminStats()
-	recs := adminRecords("seq, state, kind, type, schema_version, occurred_at", "")
+	recs := a.adminRecords("seq, state, kind, type, schema_version, occurred_at", "")
 	err := pgx.BeginTxFunc(ctx, a.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var oldest *time.Time
 		err := tx.QueryRow(ctx, `SELECT statement_timestamp(), least(
@@ -113,7 +123,7 @@ func (a pgAdmin) List(ctx context.Context, f outboxfeed.Filter) (outboxfeed.Page
 	if f.State != "" {
 		outer = append(outer, "state = '"+f.State+"'") // validated: one of the four names
 	}
-	q := `SELECT ` + pgRecordColumns + ` FROM ` + adminRecords(pgAdminRecordColumns, storekit.WhereClause(terms)) + ` r` +
+	q := `SELECT ` + pgRecordColumns + ` FROM ` + a.adminRecords(pgAdminRecordColumns, storekit.WhereClause(terms)) + ` r` +
 		storekit.WhereClause(outer) + ` ORDER BY seq LIMIT ` + args.Add(f.Limit)
 	rows, err := a.s.pool.Query(ctx, q, args.Args...)
 	if err != nil {
@@ -158,8 +168,8 @@ WITH picked AS (
 	FROM picked WHERE r.qseq = picked.qseq AND r.state = 'dead_letter'
 	RETURNING r.id, r.seq, picked.last_error AS failure
 ), audit AS (
-	INSERT INTO herald.outbox_replay (message_id, actor, reason, failure)
-	SELECT id, %s::text, %s::text, failure FROM moved
+	INSERT INTO herald.outbox_replay (handler, message_id, actor, reason, failure)
+	SELECT %s::text, id, %s::text, %s::text, failure FROM moved
 )
 SELECT id::text, seq FROM moved ORDER BY seq`
 
@@ -187,8 +197,9 @@ func (a pgAdmin) ReplayBatch(ctx context.Context, sel storekit.Selection, actor,
 			return err
 		}
 		args := &storekit.SQLArgs{PG: true}
-		terms := append([]string{storekit.StateTerm(outboxfeed.StateDeadLetter), "seq > " + args.Add(after)}, sel.Terms(args, pgTime)...)
-		q := fmt.Sprintf(pgReplay, strings.Join(terms, " AND "), args.Add(n), args.Add(actor), args.Add(reason))
+		terms := append([]string{storekit.StateTerm(outboxfeed.StateDeadLetter), "handler = " + args.Add(a.s.handler),
+			"seq > " + args.Add(after)}, sel.Terms(args, pgTime)...)
+		q := fmt.Sprintf(pgReplay, strings.Join(terms, " AND "), args.Add(n), args.Add(a.s.handler), args.Add(actor), args.Add(reason))
 		rows, err := tx.Query(ctx, q, args.Args...)
 		if err != nil {
 			return err
@@ -214,7 +225,7 @@ func (a pgAdmin) ReplayBatch(ctx context.Context, sel storekit.Selection, actor,
 // states maps each existing id to its state as Get sees it.
 func (a pgAdmin) States(ctx context.Context, ids []string) (map[string]string, error) {
 	rows, err := a.s.pool.Query(ctx, `SELECT DISTINCT ON (id) id::text, state FROM herald.outbox_records
-WHERE id = ANY($1::uuid[]) ORDER BY id, qseq DESC NULLS LAST`, ids)
+WHERE id = ANY($1::uuid[]) AND handler = $2 ORDER BY id, qseq DESC NULLS LAST`, ids, a.s.handler)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +263,7 @@ func (a pgAdmin) Purge(ctx context.Context, r outboxfeed.PurgeRequest) (outboxfe
 	}
 	col := storekit.PurgeColumn(r.State)
 	args := &storekit.SQLArgs{PG: true}
-	terms := []string{storekit.StateTerm(r.State), col + " < " + args.Add(res.Cutoff)}
+	terms := []string{storekit.StateTerm(r.State), "handler = " + args.Add(a.s.handler), col + " < " + args.Add(res.Cutoff)}
 	if r.Type != "" {
 		terms = append(terms, "type = "+args.Add(r.Type))
 	}
@@ -271,8 +282,9 @@ func (a pgAdmin) Purge(ctx context.Context, r outboxfeed.PurgeRequest) (outboxfe
 	// again, as dispatched, until retention drops its segment.
 	q := `WITH gone AS (DELETE FROM herald.outbox_retry WHERE qseq IN (SELECT qseq FROM herald.outbox_retry WHERE ` + cond +
 		` ORDER BY ` + col + ` LIMIT ` + args.Add(r.BatchSize) + ` FOR UPDATE SKIP LOCKED) RETURNING rec_part, xid, seq),
-	rows AS (DELETE FROM herald.outbox o USING gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq),
-	archived AS (DELETE FROM herald.outbox_archive o USING gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq)
+	mine AS (SELECT g.* FROM gone g WHERE NOT EXISTS (SELECT 1 FROM herald.outbox_handler h WHERE h.name <> `+args.Add(a.s.handler)+`)),
+	rows AS (DELETE FROM herald.outbox o USING mine gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq),
+	archived AS (DELETE FROM herald.outbox_archive o USING mine gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq)
 	SELECT count(*) FROM gone`
 	for {
 		var n int64

@@ -17,7 +17,7 @@ import (
 // pgClaimSQL reads herald.outbox_claim; xid8 travels as text.
 const pgClaimSQL = `SELECT r_kind, r_part, r_fence, r_takeovers, r_qseq, r_attempt, r_due,
 	r_id::text, r_seq, r_xid::text, r_tenant, r_channel, r_type, r_version, r_payload, r_freshness, r_occurred, r_kind2, r_tk, r_tkq
-FROM herald.outbox_claim($1, $2, $3, $4, $5, $6)`
+FROM herald.outbox_claim($1, $2, $3, $4, $5, $6, $7)`
 
 // pgClaimTries bounds how many partitions with work one claim leases in
 // turn before it gives up (each is tried at most once anyway).
@@ -39,9 +39,9 @@ const (
 	WHERE id IN (SELECT id FROM herald.outbox_wakeup WHERE armed_until IS NOT NULL FOR UPDATE SKIP LOCKED)`
 	// pgKeepSQL renews the lease of the partition whose batch the same
 	// transaction completed (herald.outbox_keep).
-	pgKeepSQL = `SELECT r_fence, r_tk, r_tenant, r_channel FROM herald.outbox_keep($1, $2, $3, $4)`
+	pgKeepSQL = `SELECT r_fence, r_tk, r_tenant, r_channel FROM herald.outbox_keep($1, $2, $3, $4, $5)`
 	// pgRunsSQL reads the runs of a range too large to hold.
-	pgRunsSQL = `SELECT r_xid::text, r_from, r_to, r_n FROM herald.outbox_range_runs($1, $2)`
+	pgRunsSQL = `SELECT r_xid::text, r_from, r_to, r_n FROM herald.outbox_range_runs($1, $2, $3)`
 	// pgReadRunsSQL reads the records of runs, in seq order.
 	pgReadRunsSQL = `SELECT r_id::text, r_seq, r_xid::text, r_tenant, r_channel, r_type, r_version, r_payload, r_freshness,
 	r_occurred, r_kind2 FROM herald.outbox_read_runs($1, $2::text[]::xid8[], $3, $4, $5)`
@@ -78,7 +78,7 @@ func state(b *outboxfeed.Batch) *pgBatch {
 
 // queueClaim adds req's statements (wake-up switch, claim) to b; the
 // claim's result is the last of them.
-func queueClaim(b *pgx.Batch, req *outboxfeed.ClaimRequest) {
+func queueClaim(b *pgx.Batch, handler string, req *outboxfeed.ClaimRequest) {
 	switch {
 	case req.Disarm:
 		b.Queue(pgDisarm)
@@ -89,7 +89,7 @@ func queueClaim(b *pgx.Batch, req *outboxfeed.ClaimRequest) {
 	if part < 0 {
 		part = -1
 	}
-	b.Queue(pgClaimSQL, part, req.Owner, req.Lease, req.Limit, pgClaimTries, rangeLimit(req))
+	b.Queue(pgClaimSQL, handler, part, req.Owner, req.Lease, req.Limit, pgClaimTries, rangeLimit(req))
 }
 
 // Claim leases a partition and reads its next batch, in one round trip (a
@@ -97,7 +97,7 @@ func queueClaim(b *pgx.Batch, req *outboxfeed.ClaimRequest) {
 func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
 	var b pgx.Batch
 	b.Queue(pgCycleSettings, commitMode(req.Durable))
-	queueClaim(&b, &req)
+	queueClaim(&b, s.handler, &req)
 	res := s.pool.SendBatch(ctx, &b)
 	nb, err := readClaim(res, b.Len(), &req)
 	if cerr := res.Close(); err == nil && cerr != nil {
@@ -328,7 +328,7 @@ func (r *pgRuns) left() bool { return r.pending || len(r.list) > 0 || r.more }
 func (s *Store) readRuns(ctx context.Context, b *outboxfeed.Batch, req *outboxfeed.ClaimRequest) error {
 	if len(state(b).runs.list) == 0 {
 		max := rangeLimit(req)
-		rows, err := s.pool.Query(ctx, pgRunsSQL, b.Partition, max+1)
+		rows, err := s.pool.Query(ctx, pgRunsSQL, s.handler, b.Partition, max+1)
 		if err != nil {
 			return err
 		}
@@ -414,11 +414,11 @@ func (r *pgRuns) consume(got []outboxfeed.Record) {
 }
 
 // pgCompleteSQL calls herald.outbox_complete.
-const pgCompleteSQL = `SELECT herald.outbox_complete($1, $2, $3, $4, $5, $6, $7,
-	$8, $9::text[]::xid8[], $10, $11, $12, $13, $14, $15, $16, $17, $18)`
+const pgCompleteSQL = `SELECT herald.outbox_complete($1, $2, $3, $4, $5, $6, $7, $8,
+	$9, $10::text[]::xid8[], $11, $12, $13, $14, $15, $16, $17, $18, $19)`
 
 // completeArgs are herald.outbox_complete's arguments for b and out.
-func completeArgs(b *outboxfeed.Batch, out []outboxfeed.Outcome) []any {
+func completeArgs(handler string, b *outboxfeed.Batch, out []outboxfeed.Outcome) []any {
 	var lastSeq *int64
 	var seqs, qseqs, delays, qdelays []int64
 	var states, errs, qstates, qerrs, xids []string
@@ -455,7 +455,7 @@ func completeArgs(b *outboxfeed.Batch, out []outboxfeed.Outcome) []any {
 		delays, errs = append(delays, o.Delay.Microseconds()), append(errs, storekit.TruncateError(o.Err))
 	}
 	rangeDone := len(out) == len(b.Records) && !b.More
-	return []any{b.Partition, b.Owner, b.Fence, rangeDone, b.Takeover, lastSeq, len(out),
+	return []any{handler, b.Partition, b.Owner, b.Fence, rangeDone, b.Takeover, lastSeq, len(out),
 		nonNil(seqs), nonNil(xids), nonNil(states), nonNil(attempts), nonNil(delays), nullIfEmpty(errs),
 		nonNil(qseqs), nonNil(qstates), nonNil(qattempts), nonNil(qdelays), nullIfEmpty(qerrs)}
 }
@@ -507,12 +507,12 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 	keep := keeps(b, out, next)
 	var pb pgx.Batch
 	pb.Queue(pgCycleSettings, commitMode(state(b).durable))
-	pb.Queue(pgCompleteSQL, completeArgs(b, out)...)
+	pb.Queue(pgCompleteSQL, completeArgs(s.handler, b, out)...)
 	switch {
 	case keep:
-		pb.Queue(pgKeepSQL, b.Partition, b.Owner, next.Lease, b.Fence)
+		pb.Queue(pgKeepSQL, s.handler, b.Partition, b.Owner, next.Lease, b.Fence)
 	case next != nil:
-		queueClaim(&pb, next)
+		queueClaim(&pb, s.handler, next)
 	}
 	res := s.pool.SendBatch(ctx, &pb)
 	held, nb, err := func() (bool, *outboxfeed.Batch, error) {

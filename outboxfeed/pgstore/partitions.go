@@ -15,7 +15,7 @@ import (
 // Partitions lists the partitions, in number order.
 func (a pgAdmin) Partitions(ctx context.Context) ([]outboxfeed.PartitionInfo, error) {
 	rows, err := a.s.pool.Query(ctx, `SELECT part, state, coalesce(owner, ''), expires_at, fence, open, takeovers,
-	done_at, batches FROM herald.outbox_partition ORDER BY part`)
+	done_at, batches FROM herald.outbox_partition WHERE handler = $1 ORDER BY part`, a.s.handler)
 	if err != nil {
 		return nil, fmt.Errorf("outboxfeed: partitions: %w", err)
 	}
@@ -73,7 +73,10 @@ func (a pgAdmin) SetPartitions(ctx context.Context, n int) error {
 		}
 		var changing bool
 		var active, base int
-		err := tx.QueryRow(ctx, `SELECT bool_or(state IN ('retiring', 'waiting')), count(*) FILTER (WHERE state = 'active'),
+		// Every handler has the same partitions; a change is in progress
+		// until every handler's retiring partitions have retired.
+		err := tx.QueryRow(ctx, `SELECT bool_or(state IN ('retiring', 'waiting')),
+			count(*) FILTER (WHERE state = 'active' AND handler = 'realtime'),
 			max(part) + 1 FROM herald.outbox_partition`).Scan(&changing, &active, &base)
 		if err != nil {
 			return err
@@ -90,8 +93,10 @@ func (a pgAdmin) SetPartitions(ctx context.Context, n int) error {
 		if _, err := tx.Exec(ctx, `UPDATE herald.outbox_repartition SET retire_xmax = NULL, wait_vxids = NULL`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO herald.outbox_partition (part, lo, state)
-			SELECT g, pg_current_snapshot(), 'waiting' FROM generate_series($1::int, $1::int + $2::int - 1) g`, base, n); err != nil {
+		// Every handler gets the new partitions.
+		if _, err := tx.Exec(ctx, `INSERT INTO herald.outbox_partition (handler, part, lo, state)
+			SELECT h.name, g, pg_current_snapshot(), 'waiting' FROM herald.outbox_handler h,
+				generate_series($1::int, $1::int + $2::int - 1) g`, base, n); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION herald.outbox_partition_of(tenant_id text, channel text) RETURNS int

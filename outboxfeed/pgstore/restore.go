@@ -52,13 +52,13 @@ func checkPositions(ctx context.Context, q interface {
 // keep their rows. The queue row goes to the partition the channel maps
 // to now.
 const pgResetRequeue = `
-INSERT INTO herald.outbox_retry (id, seq, xid, rec_part, part, tenant_id, channel, type, schema_version, payload, freshness,
+INSERT INTO herald.outbox_retry (handler, id, seq, xid, rec_part, part, tenant_id, channel, type, schema_version, payload, freshness,
 	occurred_at, kind, state, attempt, next_attempt_at)
-SELECT o.id, o.seq, '3', o.part, herald.outbox_partition_of(o.tenant_id, o.channel), o.tenant_id, o.channel, o.type,
+SELECT p.handler, o.id, o.seq, '3', o.part, herald.outbox_partition_of(o.tenant_id, o.channel), o.tenant_id, o.channel, o.type,
 	o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind, 'pending', 0, now()
 FROM herald.outbox_all o
 JOIN herald.outbox_partition p ON p.part = o.part
-WHERE NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq)
+WHERE NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq AND q.handler = p.handler)
 	AND (o.seq > $1 OR NOT (pg_visible_in_snapshot(o.xid, p.lo)
 		OR (p.hi IS NOT NULL AND pg_visible_in_snapshot(o.xid, p.hi) AND o.seq <= p.pos_seq)))
 ORDER BY o.seq`

@@ -16,7 +16,17 @@ import (
 
 // Store is the PostgreSQL outbox store (schema herald). All timestamps
 // come from the database clock.
+//
+// A Store consumes the outbox for one handler (docs/handlers.md): Open
+// returns the built-in handler realtime's, and ForHandler another's over
+// the same pool.
 type Store struct {
+	*shared
+	handler string
+}
+
+// shared is what the Stores of every handler of one database share.
+type shared struct {
 	pool        *pgxpool.Pool
 	cfg         Config
 	log         *slog.Logger
@@ -51,7 +61,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outboxfeed: open postgres pool: %w", err)
 	}
-	return &Store{pool: pool, cfg: cfg, log: cfg.Logger}, nil
+	return &Store{shared: &shared{pool: pool, cfg: cfg, log: cfg.Logger}, handler: outboxfeed.RealtimeHandler}, nil
 }
 
 // Pool is the connection pool, for producers' transactions, admin commands
@@ -198,8 +208,8 @@ func (s *Store) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
 	if !storekit.ValidUUID(id) {
 		return outboxfeed.Record{}, fmt.Errorf("%w: %q is not a uuid", outboxfeed.ErrNotFound, id)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+pgRecordColumns+` FROM herald.outbox_records WHERE id = $1::uuid
-	ORDER BY qseq DESC NULLS LAST LIMIT 1`, id)
+	rows, err := s.pool.Query(ctx, `SELECT `+pgRecordColumns+` FROM herald.outbox_records WHERE id = $1::uuid AND handler = $2
+	ORDER BY qseq DESC NULLS LAST LIMIT 1`, id, s.handler)
 	if err != nil {
 		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
 	}
@@ -224,7 +234,7 @@ func (s *Store) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
 func (s *Store) Stats(ctx context.Context) (outboxfeed.Stats, error) {
 	var st outboxfeed.Stats
 	var oldest *time.Time
-	err := s.pool.QueryRow(ctx, pgStats, pgStatsHead).Scan(&st.Pending, &st.DeadLetter, &oldest, &st.Now)
+	err := s.pool.QueryRow(ctx, pgStats, pgStatsHead, s.handler).Scan(&st.Pending, &st.DeadLetter, &oldest, &st.Now)
 	if err != nil {
 		return outboxfeed.Stats{}, fmt.Errorf("outboxfeed: stats: %w", err)
 	}
@@ -253,15 +263,16 @@ WITH line AS (
 			CROSS JOIN LATERAL (SELECT * FROM herald.outbox o WHERE o.part = p.part AND o.xid = x.xid) o
 	) o
 	WHERE (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq)
-		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq)
+		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq AND q.handler = $2)
+		AND p.handler = $2
 )
 SELECT
-	(SELECT count(*) FROM line) + (SELECT count(*) FROM herald.outbox_retry WHERE state = 'pending'),
-	(SELECT count(*) FROM herald.outbox_retry WHERE dead_lettered_at IS NOT NULL),
+	(SELECT count(*) FROM line) + (SELECT count(*) FROM herald.outbox_retry WHERE state = 'pending' AND handler = $2),
+	(SELECT count(*) FROM herald.outbox_retry WHERE dead_lettered_at IS NOT NULL AND handler = $2),
 	(SELECT min(t) FROM (
 		(SELECT occurred_at AS t FROM line LIMIT $1)
 		UNION ALL
-		(SELECT occurred_at FROM herald.outbox_retry WHERE state = 'pending' ORDER BY qseq LIMIT $1)) h),
+		(SELECT occurred_at FROM herald.outbox_retry WHERE state = 'pending' AND handler = $2 ORDER BY qseq LIMIT $1)) h),
 	now()`
 
 func scanPGRecord(rows pgx.Rows) (outboxfeed.Record, error) {

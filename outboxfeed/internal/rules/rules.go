@@ -81,3 +81,22 @@ func NewID() (string, error) {
 	}
 	return u.String(), nil
 }
+
+// MaxHandlerNameLen bounds a handler's name.
+const MaxHandlerNameLen = 64
+
+// RealtimeHandler is the built-in handler's name.
+const RealtimeHandler = "realtime"
+
+// ValidateHandlerName checks a handler's name: 1–64 bytes of [a-z0-9_-].
+func ValidateHandlerName(name string) error {
+	if name == "" || len(name) > MaxHandlerNameLen {
+		return fmt.Errorf("handler name %q: must be 1 to %d bytes of [a-z0-9_-]", name, MaxHandlerNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("handler name %q: byte %q is not one of [a-z0-9_-]", name, c)
+		}
+	}
+	return nil
+}
