@@ -71,4 +71,3 @@ func TestCompileRoutesRefuses(t *testing.T) {
 		}
 	}
 }
-

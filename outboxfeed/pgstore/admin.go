@@ -282,7 +282,7 @@ func (a pgAdmin) Purge(ctx context.Context, r outboxfeed.PurgeRequest) (outboxfe
 	// again, as dispatched, until retention drops its segment.
 	q := `WITH gone AS (DELETE FROM herald.outbox_retry WHERE qseq IN (SELECT qseq FROM herald.outbox_retry WHERE ` + cond +
 		` ORDER BY ` + col + ` LIMIT ` + args.Add(r.BatchSize) + ` FOR UPDATE SKIP LOCKED) RETURNING rec_part, xid, seq),
-	mine AS (SELECT g.* FROM gone g WHERE NOT EXISTS (SELECT 1 FROM herald.outbox_handler h WHERE h.name <> `+args.Add(a.s.handler)+`)),
+	mine AS (SELECT g.* FROM gone g WHERE NOT EXISTS (SELECT 1 FROM herald.outbox_handler h WHERE h.name <> ` + args.Add(a.s.handler) + `)),
 	rows AS (DELETE FROM herald.outbox o USING mine gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq),
 	archived AS (DELETE FROM herald.outbox_archive o USING mine gone WHERE o.part = gone.rec_part AND o.xid = gone.xid AND o.seq = gone.seq)
 	SELECT count(*) FROM gone`
