@@ -113,6 +113,9 @@ type Outcome struct {
 	Kind  OutcomeKind
 	Delay time.Duration // OutcomeRetryLater: how long until the next attempt
 	Err   string        // OutcomeRetryLater, OutcomeDeadLettered: last_error
+	// Passed (with OutcomeDone): the handler's routes pass the record
+	// over; it was not delivered. Stores treat it as done.
+	Passed bool
 }
 
 // Key is the record's channel.

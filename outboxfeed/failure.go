@@ -56,11 +56,16 @@ const (
 	failureOutage failureClass = iota
 	failureRetry
 	failurePermanent
+	failureGone
 )
 
 func classify(err error) failureClass {
 	if errors.Is(err, fanout.ErrInvalidMessage) {
 		return failurePermanent // the broker refused the message itself
+	}
+	var te *targetError
+	if errors.As(err, &te) && te.gone {
+		return failureGone
 	}
 	var me *messageError
 	if errors.As(err, &me) {

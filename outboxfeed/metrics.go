@@ -34,9 +34,18 @@ type metrics struct {
 	leaseLost    prometheus.Counter
 	claimBatch   prometheus.Counter
 	claimEmpty   prometheus.Counter
+	passed       prometheus.Counter
+	unrouted     prometheus.Counter
+	targetUp     prometheus.Gauge
+	disabled     prometheus.Gauge
+	successRatio prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics makes a Worker's metrics, each labelled handler="<name>".
+func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
+	if reg != nil {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"handler": handler}, reg)
+	}
 	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_outbox_outcomes_total",
 		Help: "Claimed outbox records by outcome: success (broker accepted, completed), retry, dead_letter, lease_lost (a late update rejected by owner/fence).",
@@ -78,12 +87,33 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		leaseLost:    outcomes.WithLabelValues(OutcomeLeaseLost),
 		claimBatch:   claims.WithLabelValues(ClaimBatch),
 		claimEmpty:   claims.WithLabelValues(ClaimEmpty),
+		passed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_outbox_passed_total",
+			Help: "Outbox records the handler's routes passed over (not delivered to it, nothing written).",
+		}),
+		unrouted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_outbox_unrouted_total",
+			Help: "Outbox records routed to no handler at all (counted by the realtime handler's Worker).",
+		}),
+		targetUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_outbox_target_up",
+			Help: "1 while the handler's target (broker, webhook endpoint, Go handler) accepts deliveries, 0 while it fails continuously.",
+		}),
+		disabled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_outbox_handler_disabled",
+			Help: "1 while the handler is disabled (its target answered 410 Gone or failed past disable_after); its records wait until an operator enables it.",
+		}),
+		successRatio: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_outbox_success_ratio",
+			Help: "Share of the handler's completed delivery attempts that succeeded over the last stats interval (1 when there were none).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.pending, m.deadLetter, m.oldestAge, m.storeUp, m.attempts, m.duration, outcomes, claims} {
+	for _, c := range []prometheus.Collector{m.pending, m.deadLetter, m.oldestAge, m.storeUp, m.attempts, m.duration, outcomes, claims,
+		m.passed, m.unrouted, m.targetUp, m.disabled, m.successRatio} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/heraldgw/herald/internal/names"
 	"github.com/heraldgw/herald/outboxfeed/internal/rules"
-	"github.com/heraldgw/herald/subscriptions"
 )
 
 // ErrInvalidRoute wraps every error of CompileRoutes.
@@ -49,7 +49,7 @@ type Routes struct {
 type compiledRoute struct {
 	src     Route
 	typ     []string // nil: any type
-	channel *subscriptions.Grant
+	channel []string // nil: any channel; else segments, "*" or a last "**"
 }
 
 // CompileRoutes checks and compiles rs. Errors name the route by index.
@@ -77,11 +77,11 @@ func CompileRoutes(rs []Route) (Routes, error) {
 			if strings.Contains(r.Channel, "{sub}") {
 				return Routes{}, bad("channel %q: {sub} has no meaning in a route", r.Channel)
 			}
-			g, err := subscriptions.CompileGrant(r.Channel, "")
+			segs, err := compileChannelPattern(r.Channel)
 			if err != nil {
 				return Routes{}, bad("channel %q: %v", r.Channel, err)
 			}
-			c.channel = &g
+			c.channel = segs
 		}
 		out.list = append(out.list, c)
 	}
@@ -112,17 +112,38 @@ func compileTypeGlob(glob string) ([]string, error) {
 	return parts, nil
 }
 
-// matchType reports whether the type t matches the glob parts.
-func matchType(parts []string, t string) bool {
+// compileChannelPattern splits a channel pattern (the grant syntax of
+// docs/protocol.md: "*" one segment, a last "**" one or more).
+func compileChannelPattern(p string) ([]string, error) {
+	if len(p) > names.MaxChannelLen {
+		return nil, fmt.Errorf("longer than %d bytes", names.MaxChannelLen)
+	}
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		switch seg {
+		case "**":
+			if i != len(segs)-1 {
+				return nil, errors.New("** may only be the last segment")
+			}
+		case "*":
+		default:
+			if err := names.ValidSegment(seg); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return segs, nil
+}
+
+// matchSegments reports whether s, split at sep, matches the pattern
+// parts: a literal, "*" (any one part) or a last "**" (one or more).
+func matchSegments(parts []string, s, sep string) bool {
 	for i, want := range parts {
 		if want == "**" {
-			return t != ""
+			return s != ""
 		}
-		if t == "" {
-			return false
-		}
-		seg, rest, more := strings.Cut(t, ".")
-		if want != "*" && want != seg {
+		seg, rest, more := strings.Cut(s, sep)
+		if seg == "" || (want != "*" && want != seg) {
 			return false
 		}
 		if i == len(parts)-1 {
@@ -131,7 +152,7 @@ func matchType(parts []string, t string) bool {
 		if !more {
 			return false
 		}
-		t = rest
+		s = rest
 	}
 	return false
 }
@@ -159,9 +180,9 @@ func (c *compiledRoute) match(r *Record) bool {
 		return false
 	case c.src.Tenant != "" && c.src.Tenant != r.TenantID:
 		return false
-	case c.typ != nil && !matchType(c.typ, r.Type):
+	case c.typ != nil && !matchSegments(c.typ, r.Type, "."):
 		return false
-	case c.channel != nil && !c.channel.Match(r.Channel):
+	case c.channel != nil && !matchSegments(c.channel, r.Channel, "/"):
 		return false
 	}
 	return true

@@ -20,11 +20,19 @@ import (
 // completed; Stop is safe twice and before Start.
 type Worker struct {
 	store Store
-	pub   Publisher
-	cfg   WorkerConfig
-	log   *slog.Logger
-	m     *metrics
-	limit *ratelog.Limiter
+	// One of pub (the realtime handler), deliver (a target taking a record
+	// at a time) and handle (a Go handler) delivers.
+	pub     Publisher
+	deliver Deliverer
+	handle  Handler
+	cfg     WorkerConfig
+	// hs is the store's handler side (nil for a store without one); health
+	// tracks whether the handler's target is failing (not for realtime).
+	hs     HandlerStore
+	health health
+	log    *slog.Logger
+	m      *metrics
+	limit  *ratelog.Limiter
 
 	svc lifecycle.Service
 
@@ -52,27 +60,67 @@ func armsWakeups(s Store) bool {
 	return ok && a.ArmsWakeups()
 }
 
-// NewWorker builds a Worker over store that publishes through pub.
+// NewWorker builds a Worker over store that publishes through pub: the
+// realtime handler, or (with cfg.Handler) another handler that publishes
+// to channels.
 func NewWorker(store Store, pub Publisher, cfg WorkerConfig) (*Worker, error) {
-	if store == nil || pub == nil {
-		return nil, fmt.Errorf("%w: NewWorker needs a store and a publisher", ErrInvalidConfig)
+	if pub == nil {
+		return nil, fmt.Errorf("%w: NewWorker needs a publisher", ErrInvalidConfig)
+	}
+	return newWorker(store, cfg, func(w *Worker) { w.pub = pub })
+}
+
+// NewDeliveryWorker builds the Worker of handler cfg.Handler, delivering
+// each record routed to it through d (a webhook endpoint). store is the
+// handler's Store (HandlerStore.ForHandler).
+func NewDeliveryWorker(store Store, d Deliverer, cfg WorkerConfig) (*Worker, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: NewDeliveryWorker needs a deliverer", ErrInvalidConfig)
+	}
+	return newWorker(store, cfg, func(w *Worker) { w.deliver = d })
+}
+
+// NewHandlerWorker builds the Worker of the Go handler cfg.Handler: h
+// receives the records routed to it, a channel's at a time (see Handler).
+// store is the handler's Store (HandlerStore.ForHandler).
+func NewHandlerWorker(store Store, h Handler, cfg WorkerConfig) (*Worker, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: NewHandlerWorker needs a handler", ErrInvalidConfig)
+	}
+	return newWorker(store, cfg, func(w *Worker) { w.handle = h })
+}
+
+func newWorker(store Store, cfg WorkerConfig, target func(*Worker)) (*Worker, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: a Worker needs a store", ErrInvalidConfig)
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer)
+	if h, ok := store.(interface{ Handler() string }); ok && h.Handler() != cfg.Handler {
+		return nil, fmt.Errorf("%w: the store consumes for handler %q, the Worker's is %q (HandlerStore.ForHandler)",
+			ErrInvalidConfig, h.Handler(), cfg.Handler)
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Handler)
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{
-		store: store, pub: pub, cfg: cfg, m: m,
-		log:       cfg.Logger.With("component", "outbox-worker", "owner", cfg.Owner),
+	w := &Worker{
+		store: store, cfg: cfg, m: m,
+		log:       cfg.Logger.With("component", "outbox-worker", "owner", cfg.Owner, "handler", cfg.Handler),
 		limit:     ratelog.NewLimiter(cfg.LogEvery, 1),
 		recovered: make(chan struct{}, 1),
 		armable:   armsWakeups(store),
-	}, nil
+	}
+	w.hs, _ = store.(HandlerStore)
+	target(w)
+	m.targetUp.Set(1)
+	return w, nil
 }
+
+// Handler is the name of the handler this Worker delivers for.
+func (w *Worker) Handler() string { return w.cfg.Handler }
 
 // Owner is the lease owner id this Worker claims under.
 func (w *Worker) Owner() string { return w.cfg.Owner }
@@ -187,6 +235,33 @@ func (w *Worker) refreshStats(ctx context.Context) {
 		age = max(0, now.Sub(st.OldestPending).Seconds())
 	}
 	w.m.oldestAge.Set(age)
+	w.m.successRatio.Set(w.health.ratio())
+	if w.hs != nil && w.cfg.Handler != RealtimeHandler {
+		w.refreshState(ctx)
+	}
+}
+
+// refreshState reads the handler's state for herald_outbox_handler_disabled
+// and the target's health (another Worker of the handler may have
+// disabled it, an operator enabled it).
+func (w *Worker) refreshState(ctx context.Context) {
+	hs, err := w.hs.Handlers(ctx)
+	if err != nil {
+		return
+	}
+	for _, h := range hs {
+		if h.Name != w.cfg.Handler {
+			continue
+		}
+		off := 0.0
+		if h.State == HandlerDisabled {
+			off = 1
+		}
+		w.m.disabled.Set(off)
+		if h.FailingSince.IsZero() && h.State == HandlerActive {
+			w.m.targetUp.Set(1)
+		}
+	}
 }
 
 // signal wakes ch without blocking.

@@ -13,6 +13,23 @@ import (
 
 // WorkerConfig tunes a Worker. The zero value is valid.
 type WorkerConfig struct {
+	// Handler is the name of the handler the Worker delivers for: its
+	// label in metrics and logs, and its row in the store's handler list
+	// (ValidateHandlerName). Default: "realtime" (RealtimeHandler).
+	Handler string
+	// Routes selects the records the handler receives; the others are
+	// passed over with nothing written. Default: every record.
+	Routes Routes
+	// RoutedElsewhere, when set, reports whether a record these Routes
+	// pass over is routed to another handler; one routed to none is
+	// counted (herald_outbox_unrouted_total) and logged. Default: nil, not
+	// checked.
+	RoutedElsewhere func(*Record) bool
+	// DisableAfter is how long the handler's target may fail continuously
+	// (every delivery an outage or a retryable failure) before the Worker
+	// disables the handler; its records then wait until an operator
+	// enables it. Not for the realtime handler. Default: 0, never.
+	DisableAfter time.Duration
 	// Owner is the lease owner this Worker writes into claimed records.
 	// Default: "<hostname>-<pid>-<random hex>".
 	Owner string
@@ -123,6 +140,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
 	}
+	if c.Handler == "" {
+		c.Handler = RealtimeHandler
+	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 1000
 	}
@@ -162,7 +182,14 @@ func (c WorkerConfig) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
+	if err := ValidateHandlerName(c.Handler); err != nil {
+		return bad("Handler: %v", err)
+	}
 	switch {
+	case c.DisableAfter < 0:
+		return bad("DisableAfter %v: must not be negative", c.DisableAfter)
+	case c.DisableAfter > 0 && c.Handler == RealtimeHandler:
+		return bad("DisableAfter: the realtime handler is never disabled")
 	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
 		return bad("BatchSize %d: must be between 1 and %d", c.BatchSize, maxBatchSize)
 	case c.RangeRecords < c.BatchSize || c.RangeRecords > maxRangeRecords:

@@ -17,6 +17,7 @@ import (
 // dispatchResult is what a batch's dispatch met besides its outcomes.
 type dispatchResult struct {
 	brokerErr error // the broker was unavailable: unpublished records are held
+	failure   error // a record failed and will be retried
 	leaseLost bool  // the broker fenced this lease off: another Worker holds it
 	published bool  // at least one publish succeeded
 }
@@ -44,6 +45,7 @@ func (w *Worker) dispatch(ctx context.Context, b *Batch, claimedAt time.Time) ([
 	scope := partitionScope(b.Partition)
 	fence := fanout.Fence{Scope: scope, Value: b.Fence, Takeover: b.Takeover}
 	stopAt := claimedAt.Add(w.cfg.LeaseDuration / 2)
+	w.route(recs, out)
 	groups := groupByChannel(recs, b.Blocked, out)
 	var st dispatchState
 	workers := min(w.cfg.Concurrency, len(groups))
@@ -70,6 +72,29 @@ func (w *Worker) dispatch(ctx context.Context, b *Batch, claimedAt time.Time) ([
 	return out, st.result()
 }
 
+// route passes over the records the Worker's handler is not routed: they
+// are done for it, with nothing written (Outcome.Passed). A record no
+// handler at all is routed is counted and logged.
+func (w *Worker) route(recs []Record, out []Outcome) {
+	if w.cfg.Routes.All() {
+		return
+	}
+	for i := range recs {
+		r := &recs[i]
+		if w.cfg.Routes.Match(r) {
+			continue
+		}
+		out[i] = Outcome{Kind: OutcomeDone, Passed: true}
+		if w.cfg.RoutedElsewhere != nil && !w.cfg.RoutedElsewhere(r) {
+			w.m.unrouted.Inc()
+			if ok, suppressed := w.limit.Allow("unrouted"); ok {
+				w.log.Warn("outbox record routed to no handler", "id", r.ID, "tenant", r.TenantID, "channel", r.Channel,
+					"kind", r.Kind, "type", r.Type, "suppressed", suppressed)
+			}
+		}
+	}
+}
+
 // partitionScope is the fence scope of partition part (fanout.Fence).
 func partitionScope(part int) string { return "outbox/p" + strconv.Itoa(part) }
 
@@ -81,12 +106,21 @@ type dispatchState struct {
 	published atomic.Bool
 	mu        sync.Mutex
 	brokerErr error
+	failure   error // a record's retryable failure (the target's health)
+}
+
+func (st *dispatchState) noteFailure(err error) {
+	st.mu.Lock()
+	if st.failure == nil {
+		st.failure = err
+	}
+	st.mu.Unlock()
 }
 
 func (st *dispatchState) result() dispatchResult {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return dispatchResult{brokerErr: st.brokerErr, leaseLost: st.fenced.Load(), published: st.published.Load()}
+	return dispatchResult{brokerErr: st.brokerErr, failure: st.failure, leaseLost: st.fenced.Load(), published: st.published.Load()}
 }
 
 // groupByChannel splits the indexes of recs by channel, keeping their
@@ -97,6 +131,9 @@ func groupByChannel(recs []Record, blocked map[fanout.Key]struct{}, out []Outcom
 	index := make(map[fanout.Key]int, 64)
 	var groups [][]int
 	for i := range recs {
+		if out[i].Passed {
+			continue
+		}
 		k := recs[i].Key()
 		if _, ok := blocked[k]; ok && recs[i].Queued == 0 {
 			out[i] = Outcome{Kind: OutcomeHold}
@@ -119,16 +156,15 @@ func groupByChannel(recs []Record, blocked map[fanout.Key]struct{}, out []Outcom
 // rest and stops every channel.
 func (w *Worker) publishChannel(ctx context.Context, recs []Record, group []int, out []Outcome, fence fanout.Fence,
 	st *dispatchState, stopAt time.Time, dl *sharedDeadline) {
-	hold := func(from int) {
-		for _, j := range group[from:] {
-			out[j] = Outcome{Kind: OutcomeHold}
-		}
+	if w.handle != nil {
+		w.handleChannel(ctx, recs, group, out, st, dl)
+		return
 	}
 	for gi, i := range group {
 		r := &recs[i]
 		now := time.Now()
 		if ctx.Err() != nil || st.down.Load() || st.fenced.Load() || (gi > 0 && now.After(stopAt)) {
-			hold(gi)
+			hold(out, group[gi:])
 			return
 		}
 		msg, err := toMessage(r, w.cfg.Registry)
@@ -136,40 +172,103 @@ func (w *Worker) publishChannel(ctx context.Context, recs []Record, group []int,
 			out[i] = Outcome{Kind: OutcomeDeadLettered, Err: err.Error()}
 			continue
 		}
-		msg.Fence = fence
-		_, err = w.pub.Publish(dl.get(ctx, now, w.cfg.PublishTimeout), msg)
+		pctx := dl.get(ctx, now, w.cfg.PublishTimeout)
+		if w.deliver != nil {
+			err = w.deliver.Deliver(pctx, r)
+		} else {
+			msg.Fence = fence
+			_, err = w.pub.Publish(pctx, msg)
+		}
 		if err == nil {
 			out[i] = Outcome{Kind: OutcomeDone}
 			st.published.Store(true)
 			continue
 		}
 		dl.stop()
-		if ctx.Err() != nil {
-			hold(gi)
+		if !w.failed(ctx, r, err, out, group, gi, st) {
 			return
 		}
-		if errors.Is(err, fanout.ErrStaleFence) {
-			st.fenced.Store(true)
-			hold(gi)
-			return
-		}
-		switch classify(err) {
-		case failurePermanent:
+	}
+}
+
+// handleChannel hands one channel's records to the Go handler at once
+// and writes each one's outcome (see Handler).
+func (w *Worker) handleChannel(ctx context.Context, recs []Record, group []int, out []Outcome, st *dispatchState, dl *sharedDeadline) {
+	if ctx.Err() != nil || st.down.Load() {
+		hold(out, group)
+		return
+	}
+	valid := group[:0:0]
+	batch := make([]Record, 0, len(group))
+	for _, i := range group {
+		if _, err := toMessage(&recs[i], w.cfg.Registry); err != nil {
 			out[i] = Outcome{Kind: OutcomeDeadLettered, Err: err.Error()}
-		case failureRetry:
-			out[i] = w.retryOutcome(r, err)
-			hold(gi + 1)
-			return
-		default:
-			st.down.Store(true)
-			st.mu.Lock()
-			if st.brokerErr == nil {
-				st.brokerErr = err
-			}
-			st.mu.Unlock()
-			hold(gi)
+			continue
+		}
+		valid = append(valid, i)
+		batch = append(batch, recs[i])
+	}
+	if len(batch) == 0 {
+		return
+	}
+	errs := w.handle.Handle(dl.get(ctx, time.Now(), w.cfg.PublishTimeout), batch)
+	dl.stop()
+	if len(errs) != len(batch) {
+		err := fmt.Errorf("outboxfeed: handler returned %d results for %d records", len(errs), len(batch))
+		w.failed(ctx, &recs[valid[0]], err, out, valid, 0, st)
+		return
+	}
+	for gi, i := range valid {
+		if errs[gi] == nil {
+			out[i] = Outcome{Kind: OutcomeDone}
+			st.published.Store(true)
+			continue
+		}
+		if !w.failed(ctx, &recs[i], errs[gi], out, valid, gi, st) {
 			return
 		}
+	}
+}
+
+// hold gives the records at idx OutcomeHold.
+func hold(out []Outcome, idx []int) {
+	for _, j := range idx {
+		out[j] = Outcome{Kind: OutcomeHold}
+	}
+}
+
+// failed writes the outcome of group[gi], whose delivery failed with err,
+// and of the rest of its channel, and reports whether the channel goes on
+// (a permanent failure only dead-letters the record).
+func (w *Worker) failed(ctx context.Context, r *Record, err error, out []Outcome, group []int, gi int, st *dispatchState) bool {
+	i := group[gi]
+	if ctx.Err() != nil {
+		hold(out, group[gi:])
+		return false
+	}
+	if errors.Is(err, fanout.ErrStaleFence) {
+		st.fenced.Store(true)
+		hold(out, group[gi:])
+		return false
+	}
+	switch classify(err) {
+	case failurePermanent:
+		out[i] = Outcome{Kind: OutcomeDeadLettered, Err: err.Error()}
+		return true
+	case failureRetry:
+		out[i] = w.retryOutcome(r, err)
+		hold(out, group[gi+1:])
+		st.noteFailure(err)
+		return false
+	default: // an outage, or the target is gone: every channel stops
+		st.down.Store(true)
+		st.mu.Lock()
+		if st.brokerErr == nil {
+			st.brokerErr = err
+		}
+		st.mu.Unlock()
+		hold(out, group[gi:])
+		return false
 	}
 }
 

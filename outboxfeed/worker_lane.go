@@ -259,6 +259,11 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 			l.found++
 		}
 	}
+	failure := res.brokerErr
+	if failure == nil {
+		failure = res.failure
+	}
+	w.observe(ctx, failure, res.published)
 	if res.brokerErr != nil {
 		w.brokerDown(ctx, l, res.brokerErr)
 		return nil
@@ -313,32 +318,45 @@ func (w *Worker) completed(b *Batch, out []Outcome, held bool, claimedAt time.Ti
 		return
 	}
 	elapsed := time.Since(claimedAt).Seconds()
-	var ok int
+	var ok, bad int
 	for i := range out {
 		r := &b.Records[i]
 		switch out[i].Kind {
 		case OutcomeDone:
+			if out[i].Passed {
+				w.m.passed.Inc()
+				continue
+			}
 			ok++
 			w.m.attempts.Observe(float64(r.Attempt + 1))
 			w.m.duration.Observe(elapsed)
 		case OutcomeRetryLater:
+			bad++
 			w.m.retry.Inc()
 		case OutcomeDeadLettered:
+			bad++
 			w.m.deadLettered.Inc()
 			w.log.Warn("outbox record dead-lettered", "id", r.ID, "tenant", r.TenantID, "channel", r.Channel,
 				"type", r.Type, "schema_version", r.SchemaVersion, "reason", out[i].Err)
 		}
 	}
 	w.m.success.Add(float64(ok))
+	w.health.count(ok, bad)
 }
 
-// brokerDown backs the lane off after a broker outage.
+// brokerDown backs the lane off after an outage of the broker (or of the
+// handler's target), for as long as the target asked (Unavailable) within
+// OutageMaxDelay, else on the outage backoff.
 func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
 	if ok, suppressed := w.limit.Allow("broker"); ok {
-		w.log.Warn("broker unavailable; unpublished records keep their place, backing off", "err", err, "suppressed", suppressed)
+		w.log.Warn("delivery target unavailable; undelivered records keep their place, backing off", "err", err, "suppressed", suppressed)
 	}
 	l.brokerFails++
-	w.waitKick(ctx, l, backoff.Outage(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
+	d := backoff.Outage(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
+	if after := retryAfter(err); after > 0 {
+		d = min(max(after, w.cfg.OutageBaseDelay), w.cfg.OutageMaxDelay)
+	}
+	w.waitKick(ctx, l, d)
 }
 
 // probeLoop pings the store while it is unready, so readiness returns
