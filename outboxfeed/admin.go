@@ -203,6 +203,8 @@ type PurgeResult struct {
 
 // ReplayEntry is one outbox_replay row.
 type ReplayEntry struct {
+	// Handler is the handler the record was replayed for.
+	Handler   string
 	MessageID string
 	Actor     string
 	Reason    string

@@ -312,14 +312,14 @@ func (a pgAdmin) Replays(ctx context.Context, messageID string) ([]outboxfeed.Re
 	if !storekit.ValidUUID(messageID) {
 		return nil, storekit.Invalid("id %q is not a uuid", messageID)
 	}
-	rows, err := a.s.pool.Query(ctx, `SELECT message_id::text, actor, reason, replayed_at, failure
+	rows, err := a.s.pool.Query(ctx, `SELECT handler, message_id::text, actor, reason, replayed_at, failure
 FROM herald.outbox_replay WHERE message_id = $1::uuid ORDER BY id`, messageID)
 	if err != nil {
 		return nil, fmt.Errorf("outboxfeed: replays: %w", err)
 	}
 	var out []outboxfeed.ReplayEntry
 	var e outboxfeed.ReplayEntry
-	_, err = pgx.ForEachRow(rows, []any{&e.MessageID, &e.Actor, &e.Reason, &e.At, &e.Failure}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&e.Handler, &e.MessageID, &e.Actor, &e.Reason, &e.At, &e.Failure}, func() error {
 		out = append(out, e)
 		return nil
 	})

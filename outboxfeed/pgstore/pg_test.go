@@ -84,6 +84,11 @@ func TestPostgresConformance(t *testing.T) {
 	storetest.Run(t, pgHarness)
 }
 
+func TestPostgresHandlers(t *testing.T) {
+	t.Parallel()
+	storetest.RunHandlers(t, pgHarness)
+}
+
 // TestPostgresIDsTimeOrdered checks the ids PostgreSQL makes (the column
 // default, stage_notification) and Stage makes: version 7 uuids, unique,
 // and in insertion order for the database's own.

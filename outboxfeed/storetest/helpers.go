@@ -174,6 +174,27 @@ type Worker struct {
 // its metrics on a registry of its own, and stops it when the test ends.
 func StartWorker(t testing.TB, s outboxfeed.Store, p outboxfeed.Publisher, cfg outboxfeed.WorkerConfig) *Worker {
 	t.Helper()
+	return startWorker(t, cfg, func(cfg outboxfeed.WorkerConfig) (*outboxfeed.Worker, error) { return outboxfeed.NewWorker(s, p, cfg) })
+}
+
+// StartDeliveryWorker is StartWorker for a handler delivering through d.
+func StartDeliveryWorker(t testing.TB, s outboxfeed.Store, d outboxfeed.Deliverer, cfg outboxfeed.WorkerConfig) *Worker {
+	t.Helper()
+	return startWorker(t, cfg, func(cfg outboxfeed.WorkerConfig) (*outboxfeed.Worker, error) {
+		return outboxfeed.NewDeliveryWorker(s, d, cfg)
+	})
+}
+
+// StartHandlerWorker is StartWorker for a Go handler.
+func StartHandlerWorker(t testing.TB, s outboxfeed.Store, h outboxfeed.Handler, cfg outboxfeed.WorkerConfig) *Worker {
+	t.Helper()
+	return startWorker(t, cfg, func(cfg outboxfeed.WorkerConfig) (*outboxfeed.Worker, error) {
+		return outboxfeed.NewHandlerWorker(s, h, cfg)
+	})
+}
+
+func startWorker(t testing.TB, cfg outboxfeed.WorkerConfig, build func(outboxfeed.WorkerConfig) (*outboxfeed.Worker, error)) *Worker {
+	t.Helper()
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}
@@ -193,7 +214,7 @@ func StartWorker(t testing.TB, s outboxfeed.Store, p outboxfeed.Publisher, cfg o
 	case *prometheus.Registry:
 		reg = r
 	}
-	w, err := outboxfeed.NewWorker(s, p, cfg)
+	w, err := build(cfg)
 	if err != nil {
 		t.Fatalf("new worker: %v", err)
 	}
@@ -261,3 +282,11 @@ func (w *Worker) Claims(result string) float64 {
 
 // ErrBrokerDown is a publish error the Worker takes for a broker outage.
 var ErrBrokerDown = errors.New("broker unreachable")
+
+// Deliver implements outboxfeed.Deliverer: the record is recorded (and
+// Before consulted) as a publish of its message would be.
+func (r *Recorder) Deliver(ctx context.Context, rec *outboxfeed.Record) error {
+	_, err := r.Publish(ctx, fanout.Message{ID: rec.ID, Key: rec.Key(), Type: rec.Type, SchemaVersion: rec.SchemaVersion,
+		Time: rec.OccurredAt, Data: rec.Payload})
+	return err
+}
