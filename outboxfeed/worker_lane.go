@@ -352,9 +352,14 @@ func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
 		w.log.Warn("delivery target unavailable; undelivered records keep their place, backing off", "err", err, "suppressed", suppressed)
 	}
 	l.brokerFails++
-	d := backoff.Outage(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
-	if after := retryAfter(err); after > 0 {
+	var d time.Duration
+	switch after := retryAfter(err); {
+	case w.cfg.Schedule != nil:
+		d = w.cfg.Schedule.Outage(l.brokerFails, after)
+	case after > 0:
 		d = min(max(after, w.cfg.OutageBaseDelay), w.cfg.OutageMaxDelay)
+	default:
+		d = backoff.Outage(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
 	}
 	w.waitKick(ctx, l, d)
 }
