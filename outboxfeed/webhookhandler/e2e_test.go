@@ -152,12 +152,12 @@ func TestWebhookOutcomes(t *testing.T) {
 		attempt int
 		tries   int
 	}{
-		{"dispatched", 0, 1}, // 2xx
+		{"dispatched", 0, 1},  // 2xx
 		{"dead_letter", 1, 1}, // other 4xx: permanent
-		{"dispatched", 1, 2}, // 500: retryable, one attempt burnt
-		{"dispatched", 0, 2}, // 429 with Retry-After: an outage, none burnt
-		{"dispatched", 0, 2}, // a timeout: an outage, none burnt
-		{"dispatched", 0, 1}, // behind the flaky one in its channel
+		{"dispatched", 1, 2},  // 500: retryable, one attempt burnt
+		{"dispatched", 0, 2},  // 429 with Retry-After: an outage, none burnt
+		{"dispatched", 0, 2},  // a timeout: an outage, none burnt
+		{"dispatched", 0, 1},  // behind the flaky one in its channel
 	} {
 		r := waitState(t, hs, ids[i], want.state)
 		if r.Attempt != want.attempt || rc.count(ids[i]) != want.tries {
