@@ -349,7 +349,11 @@ func (w *Worker) completed(b *Batch, out []Outcome, held bool, claimedAt time.Ti
 // OutageMaxDelay, else on the outage backoff.
 func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
 	if ok, suppressed := w.limit.Allow("broker"); ok {
-		w.log.Warn("delivery target unavailable; undelivered records keep their place, backing off", "err", err, "suppressed", suppressed)
+		msg := "broker unavailable; unpublished records keep their place, backing off"
+		if w.pub == nil {
+			msg = "handler target unavailable; undelivered records keep their place, backing off"
+		}
+		w.log.Warn(msg, "err", err, "suppressed", suppressed)
 	}
 	l.brokerFails++
 	var d time.Duration

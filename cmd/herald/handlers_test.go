@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -156,5 +157,21 @@ func TestServeWithWebhookHandler(t *testing.T) {
 	}
 	if code, _, errOut := herald(t, "handlers", "drop", "--database-url", dbURL, "billing"); code == 0 || !strings.Contains(errOut, "--yes") {
 		t.Fatalf("drop without --yes: exit %d, %s", code, errOut)
+	}
+}
+
+// Every key a handler entry takes is in docs/handlers.md's settings table.
+func TestHandlersDocKeys(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/handlers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := reflect.TypeOf(handlerJSON{})
+	for i := 0; i < typ.NumField(); i++ {
+		key := typ.Field(i).Tag.Get("json")
+		if !strings.Contains(string(doc), "\n| `"+key+"` | ") {
+			t.Errorf("docs/handlers.md's settings table lacks `%s`", key)
+		}
 	}
 }
