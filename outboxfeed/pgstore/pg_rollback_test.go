@@ -1,0 +1,155 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/stage"
+	"github.com/heraldgw/herald/outboxfeed/storetest"
+)
+
+// TestPostgresSchemaRollback takes a database of the current schema with
+// records in every state (dispatched, dead-lettered, waiting for a retry
+// with one held behind it, claimed by a Worker that died, never claimed)
+// back to version 6: refused while the dead Worker's lease lasts, then
+// done; every record keeps its state, the schema is exactly migration 6's,
+// a producer of that release stages into it, and once upgraded again
+// every record not yet delivered is delivered once, in order, and no other.
+func TestPostgresSchemaRollback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newPGStore(t, Config{})
+	last := len(pgMigrations)
+	e := storetest.StageEveryState(t, s, func(ns ...stage.Notification) []string { return pgStage(t, s, ns...) }, true, 2*time.Second)
+
+	err := s.MigrateTo(ctx, last-1)
+	if !errors.Is(err, outboxfeed.ErrRollbackRefused) || !strings.Contains(err.Error(), "is leased to dead-worker") {
+		t.Fatalf("rollback while a lease lasts = %v, want refused naming the lease", err)
+	}
+	if v, err := s.SchemaVersion(ctx); err != nil || v != last {
+		t.Fatalf("after the refusal: version %d, %v; want %d", v, err, last)
+	}
+	storetest.Eventually(t, time.Minute, "the dead holder's lease to end", func() bool {
+		var live bool
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM herald.outbox_partition WHERE owner IS NOT NULL AND expires_at > now())`).Scan(&live), "leases")
+		return !live
+	})
+	newer := pgSchemaShape(t, s)
+	testenv.Must(t, s.MigrateTo(ctx, last-1), "roll back one step")
+	if v, err := s.SchemaVersion(ctx); err != nil || v != last-1 {
+		t.Fatalf("after the rollback: version %d, %v; want %d", v, err, last-1)
+	}
+	e.CheckStates(t, s)
+
+	// Exactly the schema migration 6 makes.
+	fresh, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
+	testenv.Must(t, err, "open a fresh database")
+	t.Cleanup(func() { _ = fresh.Close() })
+	testenv.Must(t, fresh.migrateTo(ctx, last-1), "a fresh schema at the older version")
+	if got, want := pgSchemaShape(t, s), pgSchemaShape(t, fresh); got != want {
+		t.Fatalf("the schema rolled back differs from a fresh one of version %d:\n%s", last-1, shapeDiff(got, want))
+	}
+	if shape := pgSchemaShape(t, s); shape == newer || !strings.Contains(shape, "function outbox_complete(") {
+		t.Fatalf("the schema's shape does not tell the versions apart:\n%s", shape)
+	}
+
+	// A producer of the older release stages meanwhile.
+	later := pgStage(t, s, storetest.Note("r/pending", `{"n":3}`))
+	testenv.Must(t, s.MigrateTo(ctx, last), "upgrade again")
+	e.CheckDeliveredOnce(t, s, func() {
+		_, err := s.Pool().Exec(ctx, `UPDATE herald.outbox_retry SET next_attempt_at = now() WHERE state = 'pending'`)
+		testenv.Must(t, err, "make the retry due")
+	}, map[string][]string{"r/pending": later})
+}
+
+// TestPostgresSchemaRollbackRefused: a step without a down step is not
+// reversed, and the refusal says what to run instead; nothing changes.
+func TestPostgresSchemaRollbackRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newPGStore(t, Config{})
+	last := len(pgMigrations)
+	ids := pgStage(t, s, storetest.Note("a", `{"n":1}`))
+	err := s.MigrateTo(ctx, 5)
+	if !errors.Is(err, outboxfeed.ErrRollbackRefused) {
+		t.Fatalf("rollback to 5 = %v, want ErrRollbackRefused", err)
+	}
+	for _, want := range []string{"migration 6 (ranges in staging order) cannot be reversed",
+		`herald outbox stats says "oldest waiting record: none"`,
+		fmt.Sprintf(`psql "$HERALD_DATABASE_URL" -c 'ALTER SCHEMA herald RENAME TO herald_v%d'`, last),
+		"docs/runbooks/rollback-schema.md"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q:\n%v", want, err)
+		}
+	}
+	if v, err := s.SchemaVersion(ctx); err != nil || v != last {
+		t.Fatalf("after the refusal: version %d, %v; want %d", v, err, last)
+	}
+	if err := s.MigrateTo(ctx, last+1); !errors.Is(err, outboxfeed.ErrInvalidConfig) {
+		t.Fatalf("a version this release does not know: %v, want ErrInvalidConfig", err)
+	}
+	if _, ok := storetest.StateOf(t, s, ids[0]).(outboxfeed.Pending); !ok {
+		t.Fatalf("the record after the refusal: %#v", storetest.StateOf(t, s, ids[0]))
+	}
+}
+
+// pgSchemaShape describes schema herald: its functions with their
+// definitions, its tables' and views' columns (partitions aside), its
+// views' definitions, its indexes and triggers, and the migrations
+// recorded.
+func pgSchemaShape(t *testing.T, s *Store) string {
+	t.Helper()
+	var shape string
+	testenv.Must(t, s.Pool().QueryRow(context.Background(), `
+SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+	SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || md5(pg_get_functiondef(p.oid))
+	FROM pg_proc p WHERE p.pronamespace = 'herald'::regnamespace
+	UNION ALL
+	SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+		|| CASE WHEN a.attnotnull THEN ' not null' ELSE '' END || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+	FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+	WHERE c.relnamespace = 'herald'::regnamespace AND c.relkind IN ('r', 'p', 'v') AND NOT c.relispartition
+	UNION ALL
+	SELECT 'view ' || c.relname || ' ' || md5(pg_get_viewdef(c.oid))
+	FROM pg_class c WHERE c.relnamespace = 'herald'::regnamespace AND c.relkind = 'v'
+	UNION ALL
+	SELECT 'index ' || i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class c ON c.oid = x.indrelid
+	WHERE c.relnamespace = 'herald'::regnamespace AND NOT c.relispartition
+	UNION ALL
+	SELECT 'trigger ' || g.tgname || ' on ' || c.relname FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid
+	WHERE c.relnamespace = 'herald'::regnamespace AND NOT g.tgisinternal AND NOT c.relispartition
+	UNION ALL
+	SELECT 'migration ' || version || ' ' || name FROM herald.schema_migrations) q(x)`).Scan(&shape), "schema shape")
+	return shape
+}
+
+// shapeDiff lists the lines of two shapes that only one has.
+func shapeDiff(got, want string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	g, w := in(got), in(want)
+	var b strings.Builder
+	for l := range g {
+		if !w[l] {
+			fmt.Fprintf(&b, "+ %s\n", l)
+		}
+	}
+	for l := range w {
+		if !g[l] {
+			fmt.Fprintf(&b, "- %s\n", l)
+		}
+	}
+	return b.String()
+}
