@@ -125,7 +125,7 @@ func pgIrreversibleAdvice(to, cur int) string {
   1. stop the producers' staging, keep the Workers of this release running, and wait until
      herald outbox stats says "oldest waiting record: none";
   2. stop every Worker (herald feed, and herald serve without --feed=false);
-  3. psql "$HERALD_DATABASE_URL" -c 'ALTER SCHEMA herald RENAME TO herald_v%d'
+  3. psql "$HERALD_DATABASE_URL" -c 'ALTER SCHEMA herald RENAME TO herald_v%d'   (the URL of --database-url)
   4. with the older release: herald migrate, then start its Workers, then the producers.
 Dead letters and dispatched records stay in schema herald_v%d; drop it once nobody needs them.`, to, cur, cur)
 }
