@@ -1,9 +1,11 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +21,25 @@ import (
 // with one held behind it, claimed by a Worker that died, never claimed)
 // back to version 6: refused while the dead Worker's lease lasts, then
 // done; every record keeps its state, the schema is exactly migration 6's,
-// a producer of that release stages into it, and once upgraded again
-// every record not yet delivered is delivered once, in order, and no other.
+// and a producer of that release stages into it. Then either a Worker of
+// that release (migration 6's functions, as its outboxfeed calls them)
+// delivers every record not yet delivered, once and in order, and no
+// other; or the schema is upgraded again and this release's Worker does.
 func TestPostgresSchemaRollback(t *testing.T) {
 	t.Parallel()
+	for _, older := range []bool{true, false} {
+		name := "upgraded again"
+		if older {
+			name = "older release"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testPostgresSchemaRollback(t, older)
+		})
+	}
+}
+
+func testPostgresSchemaRollback(t *testing.T, older bool) {
 	ctx := context.Background()
 	s, _ := newPGStore(t, Config{})
 	last := len(pgMigrations)
@@ -61,11 +78,135 @@ func TestPostgresSchemaRollback(t *testing.T) {
 
 	// A producer of the older release stages meanwhile.
 	later := pgStage(t, s, storetest.Note("r/pending", `{"n":3}`))
-	testenv.Must(t, s.MigrateTo(ctx, last), "upgrade again")
-	e.CheckDeliveredOnce(t, s, func() {
+	makeDue := func() {
 		_, err := s.Pool().Exec(ctx, `UPDATE herald.outbox_retry SET next_attempt_at = now() WHERE state = 'pending'`)
 		testenv.Must(t, err, "make the retry due")
-	}, map[string][]string{"r/pending": later})
+	}
+	if !older {
+		testenv.Must(t, s.MigrateTo(ctx, last), "upgrade again")
+		e.CheckDeliveredOnce(t, s, makeDue, map[string][]string{"r/pending": later})
+		return
+	}
+	makeDue()
+	got, takeovers := v6Drain(t, s)
+	want := map[string][]string{"r/retry": e.Retry, "r/claimed": e.Claimed, "r/pending": append(append([]string(nil), e.Pending...), later...)}
+	n := 0
+	for ch, ids := range want {
+		n += len(ids)
+		if fmt.Sprint(got[ch]) != fmt.Sprint(ids) {
+			t.Fatalf("the older release delivered %v on %s, want %v (each once, in order)", got[ch], ch, ids)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the older release delivered %v, want only %v", got, want)
+	}
+	for _, id := range e.Claimed {
+		if !takeovers[id] {
+			t.Fatalf("%s, claimed by the Worker that died, was not published as a takeover", id)
+		}
+	}
+	for _, ids := range want {
+		for _, id := range ids {
+			if _, ok := storetest.StateOf(t, s, id).(outboxfeed.Dispatched); !ok {
+				t.Fatalf("%s after the older release's Worker: %#v", id, storetest.StateOf(t, s, id))
+			}
+		}
+	}
+	if _, ok := storetest.StateOf(t, s, e.Dead[0]).(outboxfeed.DeadLetter); !ok {
+		t.Fatalf("the dead letter: %#v", storetest.StateOf(t, s, e.Dead[0]))
+	}
+
+	// Forward again: this release's Worker delivers what is staged next,
+	// and nothing the older one delivered.
+	testenv.Must(t, s.MigrateTo(ctx, last), "upgrade again")
+	next := pgStage(t, s, storetest.Note("r/pending", `{"n":4}`))
+	rec := storetest.NewRecorder()
+	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
+	rec.WaitFor(t, time.Minute, "the record staged after the upgrade", func() bool { _, ok := rec.ByID(next[0]); return ok })
+	storetest.Eventually(t, time.Minute, "it is dispatched", func() bool {
+		_, ok := storetest.StateOf(t, s, next[0]).(outboxfeed.Dispatched)
+		return ok
+	})
+	if c := rec.Count(); c != 1 {
+		t.Fatalf("after the upgrade %d deliveries, want only %s (the older release delivered %d)", c, next[0], n)
+	}
+}
+
+// v6Drain is a Worker of the release whose schema is version 6, as its
+// outboxfeed calls migration 6's functions: it claims every partition
+// with work until none has any, publishes a claim's retry-queue rows, then
+// its range in seq order, and completes each claim with everything done.
+// It returns the ids published per channel (tenant acme) and those
+// published as a takeover.
+func v6Drain(t *testing.T, s *Store) (map[string][]string, map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
+	got, takeovers := map[string][]string{}, map[string]bool{}
+	for range 100 {
+		type row struct {
+			kind    byte
+			part    int
+			fence   int64
+			qseq    *int64
+			id      *string
+			seq     *int64
+			channel *string
+			tk      bool
+			tkq     int64
+		}
+		rows, err := s.Pool().Query(ctx, `SELECT r_kind, r_part, r_fence, r_qseq, r_id::text, r_seq, r_channel, r_tk, r_tkq
+			FROM herald.outbox_claim(-1, 'older-worker', '1 minute', 1000, 8, 100000)`)
+		testenv.Must(t, err, "migration 6's claim")
+		var q, r []row
+		for rows.Next() {
+			var x row
+			testenv.Must(t, rows.Scan(&x.kind, &x.part, &x.fence, &x.qseq, &x.id, &x.seq, &x.channel, &x.tk, &x.tkq), "scan the claim")
+			switch x.kind {
+			case 'q':
+				q = append(q, x)
+			case 'r':
+				r = append(r, x)
+			}
+		}
+		testenv.Must(t, rows.Err(), "the claim's rows")
+		if len(q)+len(r) == 0 {
+			return got, takeovers
+		}
+		if len(r) > 100000 {
+			t.Fatal("a range larger than the test reads at once")
+		}
+		slices.SortFunc(r, func(a, b row) int { return cmp.Compare(*a.seq, *b.seq) })
+		var qseqs []int64
+		var qstates []string
+		var qattempts []int32
+		var qdelays []int64
+		var qerrs []*string
+		for _, x := range append(q, r...) {
+			got[*x.channel] = append(got[*x.channel], *x.id)
+			if x.tk || x.qseq != nil && *x.qseq <= x.tkq {
+				takeovers[*x.id] = true
+			}
+		}
+		for _, x := range q {
+			qseqs, qstates, qattempts, qdelays, qerrs = append(qseqs, *x.qseq), append(qstates, outboxfeed.StateDispatched),
+				append(qattempts, 0), append(qdelays, 0), append(qerrs, nil)
+		}
+		first := append(q, r...)[0]
+		var lastSeq *int64
+		if len(r) > 0 {
+			lastSeq = r[len(r)-1].seq
+		}
+		var held bool
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT herald.outbox_complete($1, 'older-worker', $2, true, $3, $4,
+			'{}', '{}', '{}', '{}', '{}', '{}', $5, $6, $7, $8, $9)`,
+			first.part, first.fence, lastSeq, len(r), nonNil(qseqs), nonNil(qstates), nonNil(qattempts), nonNil(qdelays), nonNil(qerrs)).Scan(&held),
+			"migration 6's completion")
+		if !held {
+			t.Fatal("the older Worker's completion lost its lease")
+		}
+	}
+	t.Fatal("the older Worker still claimed after 100 claims")
+	return nil, nil
 }
 
 // TestPostgresSchemaRollbackRefused: a step without a down step is not
