@@ -294,3 +294,8 @@ func shapeDiff(got, want string) string {
 	}
 	return b.String()
 }
+
+// The runbook says which PostgreSQL steps go back.
+func TestPostgresRollbackDoc(t *testing.T) {
+	storetest.CheckRollbackDoc(t, "PostgreSQL", pgMigrations)
+}

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -125,4 +126,15 @@ SELECT group_concat(x, char(10)) FROM (SELECT x FROM (
 	UNION ALL
 	SELECT 'migration ' || version || ' ' || name FROM schema_migrations) ORDER BY x)`).Scan(&shape), "schema shape")
 	return shape
+}
+
+// The runbook says which SQLite steps go back, and drops what the
+// advice drops.
+func TestSQLiteRollbackDoc(t *testing.T) {
+	storetest.CheckRollbackDoc(t, "SQLite", sqliteMigrations)
+	b, err := os.ReadFile(storetest.RollbackDoc)
+	testenv.Must(t, err, "read the runbook")
+	if !strings.Contains(string(b), `sqlite3 herald-data/herald.db "`+sqliteTables+`"`) {
+		t.Fatalf("%s does not drop what the advice drops: %s", storetest.RollbackDoc, sqliteTables)
+	}
 }
