@@ -19,7 +19,7 @@ import (
 // TestPostgresSchemaRollback takes a database of the current schema with
 // records in every state (dispatched, dead-lettered, waiting for a retry
 // with one held behind it, claimed by a Worker that died, never claimed)
-// back to version 6: refused while the dead Worker's lease lasts, then
+// back to version 6 (from 7: every step since has a down step): refused while the dead Worker's lease lasts, then
 // done; every record keeps its state, the schema is exactly migration 6's,
 // and a producer of that release stages into it. Then either a Worker of
 // that release (migration 6's functions, as its outboxfeed calls them)
@@ -39,13 +39,17 @@ func TestPostgresSchemaRollback(t *testing.T) {
 	}
 }
 
+// pgOlderVersion is the version TestPostgresSchemaRollback goes back to:
+// v6Drain calls its functions.
+const pgOlderVersion = 6
+
 func testPostgresSchemaRollback(t *testing.T, older bool) {
 	ctx := context.Background()
 	s, _ := newPGStore(t, Config{})
 	last := len(pgMigrations)
 	e := storetest.StageEveryState(t, s, func(ns ...stage.Notification) []string { return pgStage(t, s, ns...) }, true, 2*time.Second)
 
-	err := s.MigrateTo(ctx, last-1)
+	err := s.MigrateTo(ctx, pgOlderVersion)
 	if !errors.Is(err, outboxfeed.ErrRollbackRefused) || !strings.Contains(err.Error(), "is leased to dead-worker") {
 		t.Fatalf("rollback while a lease lasts = %v, want refused naming the lease", err)
 	}
@@ -58,9 +62,9 @@ func testPostgresSchemaRollback(t *testing.T, older bool) {
 		return !live
 	})
 	newer := pgSchemaShape(t, s)
-	testenv.Must(t, s.MigrateTo(ctx, last-1), "roll back one step")
-	if v, err := s.SchemaVersion(ctx); err != nil || v != last-1 {
-		t.Fatalf("after the rollback: version %d, %v; want %d", v, err, last-1)
+	testenv.Must(t, s.MigrateTo(ctx, pgOlderVersion), "roll back one step")
+	if v, err := s.SchemaVersion(ctx); err != nil || v != pgOlderVersion {
+		t.Fatalf("after the rollback: version %d, %v; want %d", v, err, pgOlderVersion)
 	}
 	e.CheckStates(t, s)
 
@@ -68,9 +72,9 @@ func testPostgresSchemaRollback(t *testing.T, older bool) {
 	fresh, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
 	testenv.Must(t, err, "open a fresh database")
 	t.Cleanup(func() { _ = fresh.Close() })
-	testenv.Must(t, fresh.migrateTo(ctx, last-1), "a fresh schema at the older version")
+	testenv.Must(t, fresh.migrateTo(ctx, pgOlderVersion), "a fresh schema at the older version")
 	if got, want := pgSchemaShape(t, s), pgSchemaShape(t, fresh); got != want {
-		t.Fatalf("the schema rolled back differs from a fresh one of version %d:\n%s", last-1, shapeDiff(got, want))
+		t.Fatalf("the schema rolled back differs from a fresh one of version %d:\n%s", pgOlderVersion, shapeDiff(got, want))
 	}
 	if shape := pgSchemaShape(t, s); shape == newer || !strings.Contains(shape, "function outbox_complete(") {
 		t.Fatalf("the schema's shape does not tell the versions apart:\n%s", shape)

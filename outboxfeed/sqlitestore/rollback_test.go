@@ -27,20 +27,21 @@ func TestSQLiteSchemaRollback(t *testing.T) {
 	ctx := context.Background()
 	s := newSQLiteStore(t)
 	last := len(sqliteMigrations)
+	const older = 3 // every step since has a down step
 	e := storetest.StageEveryState(t, s, func(ns ...stage.Notification) []string { return sbStage(t, s, ns...) }, false, 0)
 	newer := sqliteSchemaShape(t, s)
-	testenv.Must(t, s.MigrateTo(ctx, last-1), "roll back one step")
-	if v, err := s.SchemaVersion(ctx); err != nil || v != last-1 {
-		t.Fatalf("after the rollback: version %d, %v; want %d", v, err, last-1)
+	testenv.Must(t, s.MigrateTo(ctx, older), "roll back one step")
+	if v, err := s.SchemaVersion(ctx); err != nil || v != older {
+		t.Fatalf("after the rollback: version %d, %v; want %d", v, err, older)
 	}
 	e.CheckStates(t, s)
 
 	fresh, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "fresh.db")})
 	testenv.Must(t, err, "open a fresh file")
 	t.Cleanup(func() { _ = fresh.Close() })
-	testenv.Must(t, fresh.MigrateTo(ctx, last-1), "a fresh schema at the older version")
+	testenv.Must(t, fresh.MigrateTo(ctx, older), "a fresh schema at the older version")
 	if got, want := sqliteSchemaShape(t, s), sqliteSchemaShape(t, fresh); got != want {
-		t.Fatalf("the schema rolled back differs from a fresh one of version %d:\ngot  %s\nwant %s", last-1, got, want)
+		t.Fatalf("the schema rolled back differs from a fresh one of version %d:\ngot  %s\nwant %s", older, got, want)
 	}
 	if sqliteSchemaShape(t, s) == newer {
 		t.Fatal("the schema's shape does not tell the versions apart")
@@ -72,7 +73,7 @@ func TestSQLiteSchemaRollbackRefused(t *testing.T) {
 		to   int
 		want []string
 	}{
-		{last - 1, []string{"migration 4 (takeover extent) cannot be reversed now", "a claim is open up to seq 2", "stop every Worker"}},
+		{3, []string{"migration 4 (takeover extent) cannot be reversed now", "a claim is open up to seq 2", "stop every Worker"}},
 		{2, []string{"migration 3 (outbox partition batches) cannot be reversed", `herald outbox stats says "oldest waiting record: none"`,
 			`sqlite3 ` + s.Path() + ` ".backup `, sqliteTables, "docs/runbooks/rollback-schema.md"}},
 	} {
