@@ -206,6 +206,20 @@ func (w *Worker) storeDown() { w.gates.store.close() }
 // storeUp opens the store gate.
 func (w *Worker) storeUp() { w.gates.store.open() }
 
+// sleepStoreDown sleeps d, or less if the store gate opens (the prober
+// or another lane found the store back); false when ctx ended first.
+func (w *Worker) sleepStoreDown(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-w.gates.store.waitCh(): // nil (never ready) while the gate is open
+	}
+	return true
+}
+
 // brokerDown handles a batch that met a broker outage. With a Pinger the
 // broker gate shuts and the lane waits at it; a lane whose previous batch
 // met the outage too (the broker answered pings but not publishes) also

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed/internal/backoff"
-
-	"github.com/heraldgw/herald/internal/wait"
 )
 
 // lane is one claim loop of a Worker: it holds at most one partition's
@@ -344,7 +342,8 @@ func (w *Worker) leaseLost(op string, n int) {
 }
 
 // persist runs a store write, retrying store errors with backoff until ctx
-// ends; it marks the store unready while failing. The backoff never
+// ends; it marks the store unready while failing, and retries at once when
+// the store's prober finds it back. The backoff never
 // sleeps past the middle of what is left of the lease that began at
 // claimedAt, so a short outage does not outlast the lease.
 func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(context.Context) error) error {
@@ -361,7 +360,7 @@ func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(co
 		if left := time.Until(claimedAt.Add(w.cfg.LeaseDuration)); d > left/4 {
 			d = max(left/4, w.cfg.OutageBaseDelay)
 		}
-		if !wait.Sleep(ctx, d) {
+		if !w.sleepStoreDown(ctx, d) {
 			return err
 		}
 	}
