@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,46 +159,113 @@ func TestPostgresStoreOutageQueries(t *testing.T) {
 	rec.WaitFor(t, 10*time.Second, "dispatch resumed", func() bool { _, ok := rec.ByID(id); return ok })
 }
 
-// pingableRecorder is a Recorder whose broker can be taken down: then
-// Publish and Ping fail. Once up is called, the first publish records how
-// many pings came since.
-type pingableRecorder struct {
-	*storetest.Recorder
-	down       atomic.Bool
+// pingTarget is a broker the Worker can ping.
+type pingTarget interface {
+	outboxfeed.Publisher
+	outboxfeed.Pinger
+}
+
+// countingBroker counts a broker's pings and the publishes it accepted.
+// Once markUp is called, the next accepted publish records how many pings
+// came since.
+type countingBroker struct {
+	pingTarget
 	pings      atomic.Int64
 	pingFailed chan struct{}
-	// upAt is the ping count when the broker came back (-1 before);
-	// pingsToResume the pings from then to the next publish (-1 before).
+	accepted   sync.Map // message id → struct{}
+	published  chan struct{}
+	// upAt is the ping count when the broker answered again (-1 before);
+	// pingsToResume the pings from then to the next accepted publish (-1
+	// before).
 	upAt, pingsToResume atomic.Int64
 }
 
-func newPingableRecorder() *pingableRecorder {
-	p := &pingableRecorder{Recorder: storetest.NewRecorder(), pingFailed: make(chan struct{}, 1)}
-	p.upAt.Store(-1)
-	p.pingsToResume.Store(-1)
-	p.Before = func(context.Context, fanout.Message) error {
-		if p.down.Load() {
-			return storetest.ErrBrokerDown
+func newCountingBroker(b pingTarget) *countingBroker {
+	c := &countingBroker{pingTarget: b, pingFailed: make(chan struct{}, 1), published: make(chan struct{}, 1)}
+	c.upAt.Store(-1)
+	c.pingsToResume.Store(-1)
+	return c
+}
+
+func (b *countingBroker) Ping(ctx context.Context) error {
+	b.pings.Add(1)
+	err := b.pingTarget.Ping(ctx)
+	if err != nil {
+		signalTest(b.pingFailed)
+	}
+	return err
+}
+
+func (b *countingBroker) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
+	pub, err := b.pingTarget.Publish(ctx, msg)
+	if err == nil {
+		if at := b.upAt.Load(); at >= 0 {
+			b.pingsToResume.CompareAndSwap(-1, b.pings.Load()-at)
 		}
-		if at := p.upAt.Load(); at >= 0 {
-			p.pingsToResume.CompareAndSwap(-1, p.pings.Load()-at)
+		b.accepted.Store(msg.ID, struct{}{})
+		signalTest(b.published)
+	}
+	return pub, err
+}
+
+// markUp notes that the broker is about to answer again.
+func (b *countingBroker) markUp() { b.upAt.Store(b.pings.Load()) }
+
+// waitAccepted waits until the broker accepted every one of ids.
+func (b *countingBroker) waitAccepted(t *testing.T, timeout time.Duration, what string, ids ...string) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		missing := 0
+		for _, id := range ids {
+			if _, ok := b.accepted.Load(id); !ok {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		select {
+		case <-b.published:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s: %d of %d not published", what, missing, len(ids))
+		}
+	}
+}
+
+// checkResumed checks that the first publish after markUp followed the
+// first ping the broker answered: at most maxPings pings came between,
+// those under way or made while the broker was coming up (they failed) and
+// the one it answered. Dispatch thus resumed within one probe interval of
+// the broker answering.
+func (b *countingBroker) checkResumed(t *testing.T, maxPings int64) {
+	t.Helper()
+	if n := b.pingsToResume.Load(); n < 1 || n > maxPings {
+		t.Errorf("the first publish after the broker came back followed %d pings, want 1 to %d", n, maxPings)
+	}
+}
+
+// downRecorder is a Recorder whose broker can be taken down: then Publish
+// and Ping fail.
+type downRecorder struct {
+	*storetest.Recorder
+	down atomic.Bool
+}
+
+func newDownRecorder() *downRecorder {
+	r := &downRecorder{Recorder: storetest.NewRecorder()}
+	r.Before = func(context.Context, fanout.Message) error {
+		if r.down.Load() {
+			return storetest.ErrBrokerDown
 		}
 		return nil
 	}
-	return p
-}
-
-// up brings the broker back.
-func (p *pingableRecorder) up() {
-	p.upAt.Store(p.pings.Load())
-	p.down.Store(false)
+	return r
 }
 
 // Ping implements outboxfeed.Pinger.
-func (p *pingableRecorder) Ping(context.Context) error {
-	p.pings.Add(1)
-	if p.down.Load() {
-		signalTest(p.pingFailed)
+func (r *downRecorder) Ping(context.Context) error {
+	if r.down.Load() {
 		return storetest.ErrBrokerDown
 	}
 	return nil
@@ -210,7 +278,8 @@ func TestPostgresBrokerOutageGate(t *testing.T) {
 	t.Parallel()
 	s, _ := newPGStore(t, Config{})
 	cs := newCountingStore(s)
-	pub := newPingableRecorder()
+	rec := newDownRecorder()
+	pub := newCountingBroker(rec)
 	w := storetest.StartWorker(t, cs, pub, outboxfeed.WorkerConfig{})
 	storetest.Eventually(t, 5*time.Second, "worker ready", w.Ready)
 	ctx := context.Background()
@@ -221,16 +290,16 @@ func TestPostgresBrokerOutageGate(t *testing.T) {
 		return id
 	}
 	first := stageNote("orders/0", `{"n":0}`)
-	pub.WaitFor(t, 5*time.Second, "delivery before the outage", func() bool { _, ok := pub.ByID(first); return ok })
+	pub.waitAccepted(t, 5*time.Second, "delivery before the outage", first)
 
-	pub.down.Store(true)
+	rec.down.Store(true)
 	// The Worker meets the outage with this record's publish.
 	ids := []string{stageNote("orders/1", `{"n":1}`)}
 	waitSignal(t, pub.pingFailed, 10*time.Second, "a failed broker ping")
 	if up := w.Metric("herald_outbox_broker_up"); up != 0 {
 		t.Fatalf("herald_outbox_broker_up = %v during the outage", up)
 	}
-	from, publishes, pingsFrom := cs.calls(), pub.CallCount(), pub.pings.Load()
+	from, publishes, pingsFrom := cs.calls(), rec.CallCount(), pub.pings.Load()
 	// Records staged during the outage wake the Worker; it still claims
 	// none.
 	for i := 2; i <= 6; i++ {
@@ -240,9 +309,9 @@ func TestPostgresBrokerOutageGate(t *testing.T) {
 	during := cs.calls().minus(from)
 	pings := pub.pings.Load() - pingsFrom
 	t.Logf("during a %v broker outage: %+v, %d broker pings", outageWindow, during, pings)
-	if during.claims != 0 || during.completes != 0 || pub.CallCount() != publishes {
+	if during.claims != 0 || during.completes != 0 || rec.CallCount() != publishes {
 		t.Errorf("the worker worked while the broker was down: %d claims, %d completes, %d publishes (want 0)",
-			during.claims, during.completes, pub.CallCount()-publishes)
+			during.claims, during.completes, rec.CallCount()-publishes)
 	}
 	// 250ms doubling to 1s, each shortened by up to a quarter: at most 41
 	// pings in 30s.
@@ -250,25 +319,60 @@ func TestPostgresBrokerOutageGate(t *testing.T) {
 		t.Errorf("%d broker pings in %v, want between 10 and 45 (backing off to 1s)", pings, outageWindow)
 	}
 
-	// The first publish after the broker is back follows the first ping
-	// it answers (or the second, if one was under way).
-	pub.up()
-	pub.WaitFor(t, 10*time.Second, "every record delivered after the outage", func() bool {
-		for _, id := range ids {
-			if _, ok := pub.ByID(id); !ok {
-				return false
-			}
-		}
-		return true
-	})
-	if n := pub.pingsToResume.Load(); n < 1 || n > 2 {
-		t.Errorf("the first publish after the broker answered came after %d pings, want 1 or 2", n)
-	}
-	if n := pub.Count(); n != len(ids)+1 {
+	pub.markUp()
+	rec.down.Store(false)
+	pub.waitAccepted(t, 10*time.Second, "every record delivered after the outage", ids...)
+	pub.checkResumed(t, 2) // one may have been under way
+	if n := rec.Count(); n != len(ids)+1 {
 		t.Errorf("%d publishes accepted, want %d (each record once)", n, len(ids)+1)
 	}
 	storetest.Eventually(t, 5*time.Second, "broker_up back to 1", func() bool { return w.Metric("herald_outbox_broker_up") == 1 })
 	if r, d := w.Outcomes(outboxfeed.OutcomeRetry), w.Outcomes(outboxfeed.OutcomeDeadLetter); r != 0 || d != 0 {
 		t.Fatalf("a broker outage burnt attempts: retry %v dead_letter %v", r, d)
 	}
+}
+
+// The same with the Redis broker, killed and started again: the Worker
+// gates on the broker's own Ping (the /readyz check), claims nothing
+// while Redis is down, and publishes again at the first ping it answers.
+func TestPostgresRedisBrokerOutageGate(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	cs := newCountingStore(s)
+	srv := testenv.StartRedis(t)
+	rb, err := fanout.NewRedisBroker(fanout.RedisConfig{URL: srv.URL()})
+	testenv.Must(t, err, "redis broker")
+	t.Cleanup(rb.Stop)
+	pub := newCountingBroker(rb)
+	w := storetest.StartWorker(t, cs, pub, outboxfeed.WorkerConfig{})
+	storetest.Eventually(t, 5*time.Second, "worker ready", w.Ready)
+	ctx := context.Background()
+	first, err := stageOne(ctx, s, storetest.Note("orders/0", `{"n":0}`))
+	testenv.Must(t, err, "stage")
+	pub.waitAccepted(t, 5*time.Second, "delivery before the outage", first)
+
+	srv.Kill()
+	held, err := stageOne(ctx, s, storetest.Note("orders/1", `{"n":1}`))
+	testenv.Must(t, err, "stage")
+	waitSignal(t, pub.pingFailed, 10*time.Second, "a failed broker ping")
+	if up := w.Metric("herald_outbox_broker_up"); up != 0 {
+		t.Fatalf("herald_outbox_broker_up = %v while Redis is down", up)
+	}
+	from, pingsFrom := cs.calls(), pub.pings.Load()
+	more, err := stageOne(ctx, s, storetest.Note("orders/2", `{"n":2}`))
+	testenv.Must(t, err, "stage")
+	// Five more failed pings: about four seconds of outage.
+	for pub.pings.Load() < pingsFrom+5 {
+		waitSignal(t, pub.pingFailed, 10*time.Second, "the next failed broker ping")
+	}
+	if during := cs.calls().minus(from); during.claims != 0 || during.completes != 0 {
+		t.Errorf("the worker worked while Redis was down: %d claims, %d completes (want 0)", during.claims, during.completes)
+	}
+
+	pub.markUp()
+	srv.Start()
+	pub.waitAccepted(t, 10*time.Second, "delivery after Redis came back", held, more)
+	// One ping may have been under way, one made while Redis was starting.
+	pub.checkResumed(t, 3)
+	storetest.Eventually(t, 5*time.Second, "broker_up back to 1", func() bool { return w.Metric("herald_outbox_broker_up") == 1 })
 }
