@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/wait"
 	"github.com/heraldgw/herald/outboxfeed/internal/backoff"
 )
@@ -22,6 +23,9 @@ import (
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
+
+// The fanout brokers can be pinged.
+var _ Pinger = fanout.Broker(nil)
 
 // gates are what the lanes wait for before each claim: the store
 // answering and (with a Pinger) the broker answering. Each closed gate

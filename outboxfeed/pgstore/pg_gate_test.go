@@ -59,10 +59,15 @@ func newCountingStore(s *Store) *countingStore {
 }
 
 func (s *countingStore) Ping(ctx context.Context) error {
-	s.pings.Add(1)
-	err := s.Store.Ping(ctx)
+	return countPing(ctx, &s.pings, s.pingFailed, s.Store.Ping)
+}
+
+// countPing counts a ping and signals failed when it fails.
+func countPing(ctx context.Context, n *atomic.Int64, failed chan struct{}, ping func(context.Context) error) error {
+	n.Add(1)
+	err := ping(ctx)
 	if err != nil {
-		signalTest(s.pingFailed)
+		signalTest(failed)
 	}
 	return err
 }
@@ -188,12 +193,7 @@ func newCountingBroker(b pingTarget) *countingBroker {
 }
 
 func (b *countingBroker) Ping(ctx context.Context) error {
-	b.pings.Add(1)
-	err := b.pingTarget.Ping(ctx)
-	if err != nil {
-		signalTest(b.pingFailed)
-	}
-	return err
+	return countPing(ctx, &b.pings, b.pingFailed, b.pingTarget.Ping)
 }
 
 func (b *countingBroker) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
