@@ -163,14 +163,23 @@ func (w *Worker) setUnready(err error) {
 	}
 }
 
-// statsLoop refreshes the backlog gauges; it pauses while the store is
-// down.
+// statsLoop refreshes the backlog gauges. While the store is down it
+// queries nothing: the oldest record's age grows from its last reading
+// (ageWhileDown), and the gauges are read again as soon as the store
+// answers.
 func (w *Worker) statsLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.StatsInterval)
 	defer t.Stop()
 	for {
-		if !w.gates.store.await(ctx) {
-			return
+		if back := w.gates.store.waitCh(); back != nil {
+			w.ageWhileDown()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				continue
+			case <-back:
+			}
 		}
 		w.refreshStats(ctx)
 		select {
@@ -200,6 +209,7 @@ func (w *Worker) refreshStats(ctx context.Context) {
 		age = max(0, now.Sub(st.OldestPending).Seconds())
 	}
 	w.m.oldestAge.Set(age)
+	w.gates.noteAge(age)
 }
 
 // signal wakes ch without blocking.

@@ -34,6 +34,22 @@ type gates struct {
 	store  gate
 	broker gate
 	pinger Pinger // nil: the Publisher cannot be pinged, the broker gate stays open
+	// lastAge is the oldest record's age at the last stats reading, at
+	// lastAgeAt (read and written by the stats loop only).
+	lastAge   float64
+	lastAgeAt time.Time
+}
+
+// noteAge records the oldest record's age just read.
+func (g *gates) noteAge(age float64) { g.lastAge, g.lastAgeAt = age, time.Now() }
+
+// ageWhileDown advances the oldest record's age gauge while the store is
+// down and cannot be read: a record that was waiting at the last reading
+// still waits (OutboxBacklogStale fires as the outage lasts).
+func (w *Worker) ageWhileDown() {
+	if g := &w.gates; g.lastAge > 0 {
+		w.m.oldestAge.Set(g.lastAge + time.Since(g.lastAgeAt).Seconds())
+	}
 }
 
 func newGates(pub Publisher) gates {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -119,21 +120,35 @@ func waitSignal(t *testing.T, ch <-chan struct{}, timeout time.Duration, what st
 }
 
 // During a store outage the Worker only pings the store, backing off up
-// to ProbeMaxInterval: no claim, no completion, no stats query. It
-// resumes by itself once the store answers.
+// to ProbeMaxInterval: no claim, no completion, no stats query, while the
+// oldest record's age keeps growing. It resumes by itself once the store
+// answers.
 func TestPostgresStoreOutageQueries(t *testing.T) {
 	t.Parallel()
 	s, url := newPGStore(t, Config{})
 	cut := storeCutter(t, url)
 	cs := newCountingStore(s)
 	rec := storetest.NewRecorder()
+	// A record of this channel waits in the retry queue (an hour's
+	// backoff), so the oldest record's age is not 0.
+	stuck := fanout.Key{Tenant: "acme", Channel: "stuck/1"}
+	rec.Before = func(_ context.Context, msg fanout.Message) error {
+		if msg.Key == stuck {
+			return outboxfeed.Retryable(errors.New("not now"))
+		}
+		return nil
+	}
 	// The lead lane polls every 20ms and the gauges are refreshed every
 	// 100ms: without the gate that is 1,500 claims and 300 stats queries
 	// in the window.
-	w := storetest.StartWorker(t, cs, rec, outboxfeed.WorkerConfig{StatsInterval: 100 * time.Millisecond})
+	w := storetest.StartWorker(t, cs, rec, outboxfeed.WorkerConfig{StatsInterval: 100 * time.Millisecond,
+		RetryBaseDelay: time.Hour, RetryMaxDelay: time.Hour})
 	storetest.Eventually(t, 5*time.Second, "worker ready", w.Ready)
-	statsBefore := cs.stats.Load()
-	storetest.Eventually(t, 5*time.Second, "stats refreshed", func() bool { return cs.stats.Load() > statsBefore })
+	_, err := stageOne(context.Background(), s, storetest.Note(stuck.Channel, `{"stuck":true}`))
+	testenv.Must(t, err, "stage")
+	storetest.Eventually(t, 5*time.Second, "the waiting record counted", func() bool {
+		return w.Metric("herald_outbox_oldest_pending_age_seconds") > 0 && w.Metric("herald_outbox_pending") == 1
+	})
 
 	cut(false)
 	// The prober starts once the Worker has met the outage.
@@ -143,6 +158,9 @@ func TestPostgresStoreOutageQueries(t *testing.T) {
 	during := cs.calls().minus(from)
 	if w.Ready() || w.Metric("herald_outbox_store_up") != 0 {
 		t.Fatalf("worker ready %v, store_up %v during the outage", w.Ready(), w.Metric("herald_outbox_store_up"))
+	}
+	if age := w.Metric("herald_outbox_oldest_pending_age_seconds"); age < outageWindow.Seconds() {
+		t.Errorf("oldest pending age %vs after a %v outage: it must keep growing", age, outageWindow)
 	}
 	t.Logf("during a %v store outage: %+v", outageWindow, during)
 	if during.claims != 0 || during.completes != 0 || during.stats != 0 {
@@ -157,7 +175,7 @@ func TestPostgresStoreOutageQueries(t *testing.T) {
 
 	cut(true)
 	storetest.Eventually(t, 10*time.Second, "worker ready again", w.Ready)
-	statsBefore = cs.stats.Load()
+	statsBefore := cs.stats.Load()
 	storetest.Eventually(t, 5*time.Second, "stats refreshed again", func() bool { return cs.stats.Load() > statsBefore })
 	id, err := stageOne(context.Background(), s, storetest.Note("orders/1", `{"after":"outage"}`))
 	testenv.Must(t, err, "stage")
