@@ -26,6 +26,7 @@ type metrics struct {
 	deadLetter   prometheus.Gauge
 	oldestAge    prometheus.Gauge
 	storeUp      prometheus.Gauge
+	brokerUp     prometheus.Gauge
 	attempts     prometheus.Histogram
 	duration     prometheus.Histogram
 	success      prometheus.Counter
@@ -71,6 +72,10 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 			Name: "herald_outbox_store_up",
 			Help: "1 while the outbox store answers the Worker, 0 during an outage.",
 		}),
+		brokerUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_outbox_broker_up",
+			Help: "0 from a publish that met a broker outage until the broker answers again (a ping, or an accepted publish), else 1.",
+		}),
 		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "herald_outbox_attempts",
 			Help:    "Delivery attempts a record needed, observed at completion (1 = first try).",
@@ -108,11 +113,12 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 			Help: "Share of the handler's completed delivery attempts that succeeded over the last stats interval (1 when there were none).",
 		}),
 	}
+	m.brokerUp.Set(1)
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.pending, m.deadLetter, m.oldestAge, m.storeUp, m.attempts, m.duration, outcomes, claims,
+	for _, c := range []prometheus.Collector{m.pending, m.deadLetter, m.oldestAge, m.storeUp, m.brokerUp, m.attempts, m.duration, outcomes, claims,
 		m.passed, m.unrouted, m.targetUp, m.disabled, m.successRatio} {
 		errs = append(errs, reg.Register(c))
 	}
