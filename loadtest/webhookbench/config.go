@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+	"github.com/heraldgw/herald/outboxfeed/webhook"
+)
+
+// config is what one benchmark run does. Every field is a flag.
+type config struct {
+	// DatabaseURL names the server and a database to connect to while the
+	// benchmark creates (and later drops) its own. Default:
+	// benchkit.DefaultDatabaseURL.
+	DatabaseURL string
+	// Variants lists what each round runs, comma-separated, in the first
+	// round's order (the next round reverses it): worker, endpoint, floor.
+	// Default: floor,worker,endpoint.
+	Variants string
+	// Rounds is how many times every variant runs. Default: 4.
+	Rounds int
+	// Records is how many records (requests) one variant sends per round.
+	// Default: 20,000.
+	Records int
+	// Channels is how many channels the records spread over. Default: 1,000.
+	Channels int
+	// MaxInFlight is the endpoint's max_in_flight, and the floor's
+	// concurrency. Default: the endpoint's default (16).
+	MaxInFlight int
+}
+
+// allVariants are the variants.
+var allVariants = []string{"worker", "endpoint", "floor"}
+
+func defaultConfig() config {
+	return config{
+		DatabaseURL: benchkit.DefaultDatabaseURL, Variants: "floor,worker,endpoint", Rounds: 4,
+		Records: 20_000, Channels: 1_000, MaxInFlight: webhook.Config{}.WithDefaults().MaxInFlight,
+	}
+}
+
+func (c *config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+	fs.StringVar(&c.Variants, "variants", c.Variants, "comma-separated variants, in the first round's order (reversed every other round): worker, endpoint, floor")
+	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "how many times every variant runs")
+	fs.IntVar(&c.Records, "records", c.Records, "records (requests) per variant per round")
+	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the records spread over")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "the endpoint's max_in_flight and the floor's concurrency")
+}
+
+// variants is the first round's order.
+func (c *config) variants() []string {
+	var out []string
+	for v := range strings.SplitSeq(c.Variants, ",") {
+		out = append(out, strings.TrimSpace(v))
+	}
+	return out
+}
+
+func (c *config) validate() error {
+	errs := []error{benchkit.CheckPhases(c.Variants, allVariants...)}
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Rounds < 1 {
+		bad("-rounds %d: must be ≥ 1", c.Rounds)
+	}
+	if c.Records < 1 {
+		bad("-records %d: must be ≥ 1", c.Records)
+	}
+	if c.Channels < 1 {
+		bad("-channels %d: must be ≥ 1", c.Channels)
+	}
+	if c.MaxInFlight < 1 {
+		bad("-max-in-flight %d: must be ≥ 1", c.MaxInFlight)
+	}
+	return errors.Join(errs...)
+}
