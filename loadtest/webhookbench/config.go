@@ -23,13 +23,16 @@ type config struct {
 	// Rounds is how many times every variant runs. Default: 4.
 	Rounds int
 	// Records is how many records (requests) one variant sends per round.
-	// Default: 20,000.
+	// Default: 30,000.
 	Records int
 	// Channels is how many channels the records spread over. Default: 1,000.
 	Channels int
 	// MaxInFlight is the endpoint's max_in_flight, and the floor's
 	// concurrency. Default: the endpoint's default (16).
 	MaxInFlight int
+	// BatchSize and Lanes are the Worker's claim batch and batches in
+	// flight. Default: 0, the Worker's defaults (1,000 and 4).
+	BatchSize, Lanes int
 }
 
 // allVariants are the variants.
@@ -38,7 +41,7 @@ var allVariants = []string{"worker", "endpoint", "floor"}
 func defaultConfig() config {
 	return config{
 		DatabaseURL: benchkit.DefaultDatabaseURL, Variants: "floor,worker,endpoint", Rounds: 4,
-		Records: 20_000, Channels: 1_000, MaxInFlight: webhook.Config{}.WithDefaults().MaxInFlight,
+		Records: 30_000, Channels: 1_000, MaxInFlight: webhook.Config{}.WithDefaults().MaxInFlight,
 	}
 }
 
@@ -49,6 +52,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Records, "records", c.Records, "records (requests) per variant per round")
 	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the records spread over")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "the endpoint's max_in_flight and the floor's concurrency")
+	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "worker: the Worker's claim batch (0 = its default, 1,000)")
+	fs.IntVar(&c.Lanes, "lanes", c.Lanes, "worker: the Worker's batches in flight (0 = its default, 4)")
 }
 
 // variants is the first round's order.
@@ -71,6 +76,9 @@ func (c *config) validate() error {
 	}
 	if c.Channels < 1 {
 		bad("-channels %d: must be ≥ 1", c.Channels)
+	}
+	if c.BatchSize < 0 || c.Lanes < 0 {
+		bad("-batch-size %d / -lanes %d: must be ≥ 0", c.BatchSize, c.Lanes)
 	}
 	if c.MaxInFlight < 1 {
 		bad("-max-in-flight %d: must be ≥ 1", c.MaxInFlight)
