@@ -35,6 +35,13 @@ type config struct {
 	// the xmin horizon stays behind every record. Default: false.
 	HoldXmin bool
 
+	// Webhook runs the drain and latency phases four times each, alone,
+	// beside, beside, alone (ABBA): beside, a webhook handler is
+	// registered and drains the same records beside the realtime Worker,
+	// delivering to a receiver process of its own that answers 204.
+	// Default: false.
+	Webhook bool
+
 	// Records is how many records the drain phase stages before starting
 	// the Worker, and the staged phase's producers insert while it runs.
 	// Default: 200,000.
@@ -146,6 +153,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Broker, "broker", c.Broker, "drain, staged, latency: broker the Worker publishes to: memory or redis")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")
 	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")
+	fs.BoolVar(&c.Webhook, "webhook", c.Webhook, "drain, latency: run each alone, beside, beside, alone; beside, a webhook handler drains the same records to a local receiver answering 204")
 	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts; staged: records inserted while it runs")
 	fs.IntVar(&c.StagedProducers, "staged-producers", c.StagedProducers, "staged: concurrent producers inserting while the Worker runs")
 	fs.IntVar(&c.StagedBatch, "staged-batch", c.StagedBatch, "staged: rows per producer transaction (COPY)")

@@ -81,10 +81,11 @@ func serverInfo(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	return s, nil
 }
 
-// countStates returns how many records are dispatched and how many are not.
-func countStates(ctx context.Context, pool *pgxpool.Pool) (dispatched, other int, err error) {
+// countStates returns how many of handler's records are dispatched and
+// how many are not.
+func countStates(ctx context.Context, pool *pgxpool.Pool, handler string) (dispatched, other int, err error) {
 	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'dispatched'),
-		count(*) FILTER (WHERE state <> 'dispatched') FROM herald.outbox_records`).Scan(&dispatched, &other)
+		count(*) FILTER (WHERE state <> 'dispatched') FROM herald.outbox_records WHERE handler = $1`, handler).Scan(&dispatched, &other)
 	if err != nil {
 		err = fmt.Errorf("outboxbench: count states: %w", err)
 	}

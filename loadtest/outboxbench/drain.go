@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
+	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // drainResult is the outcome of the drain or the staged phase.
@@ -34,6 +36,13 @@ type drainResult struct {
 	// first insert → every record completed (after every commit).
 	Drained time.Duration
 	CPU     cpuSpent // CPU used while draining: this process, PostgreSQL
+	// Beside: a webhook handler drained the same records beside the
+	// realtime Worker (-webhook); HookDrained is Worker start → every
+	// record completed for it, and CPUAll the CPU used until both were
+	// done (alone: CPU).
+	Beside      bool
+	HookDrained time.Duration
+	CPUAll      cpuSpent
 }
 
 // stageChunk is how many rows one COPY transaction of the drain phase
@@ -51,8 +60,12 @@ const benchTenant = "bench"
 
 // runDrain stages cfg.Records with no Worker running, then starts one and
 // measures how long claim → publish → complete takes for all of them.
-func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (res drainResult, err error) {
-	res = drainResult{Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize}
+//
+// With recv, a webhook handler delivering to it is registered before the
+// records are staged, and its Worker starts with the realtime one; the
+// phase ends when both are done.
+func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res drainResult, err error) {
+	res = drainResult{Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize, Beside: recv != nil}
 	store, err := db.openStore(ctx, true)
 	if err != nil {
 		return res, err
@@ -60,6 +73,19 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 	defer store.Close()
 	if err := reset(ctx, store.Pool(), 0, cfg.Channels); err != nil {
 		return res, err
+	}
+	var hook *hookSide
+	if recv != nil {
+		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
+			return res, err
+		}
+		defer func() {
+			checked := 0 // its records are checked only once it drained
+			if err == nil {
+				checked = cfg.Records
+			}
+			err = errors.Join(err, hook.stop(ctx, checked))
+		}()
 	}
 	holder, err := maybeHoldXmin(ctx, db, cfg, "drain", progress)
 	if err != nil {
@@ -81,30 +107,49 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, progress io.Writer) 
 	if err != nil {
 		return res, err
 	}
+	if hook != nil {
+		if err := hook.start(ctx); err != nil {
+			p.stop()
+			return res, err
+		}
+	}
 	start = time.Now()
 	cpu0 := readCPU(ctx, store.Pool())
 	err = benchkit.PollUntil(ctx, drainTimeout, 2*time.Millisecond, nil, func() (bool, error) {
 		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
 			res.Published = time.Since(start)
 		}
-		n, err := p.completed()
-		if err != nil || n < int64(cfg.Records) {
+		if res.Drained == 0 {
+			n, err := p.completed()
+			if err != nil || n < int64(cfg.Records) {
+				return false, err
+			}
+			res.Drained = time.Since(start)
+			res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
+		}
+		done, err := hook.done(int64(cfg.Records))
+		if err != nil || !done {
 			return false, err
 		}
-		res.Drained = time.Since(start)
+		res.HookDrained = time.Since(start)
+		res.CPUAll = readCPU(ctx, store.Pool()).since(cpu0)
 		return true, nil
 	})
-	res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
 	p.stop()
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: drain: %w", err)
 	}
-	if err := checkDispatched(ctx, store.Pool(), "drain", cfg.Records); err != nil {
+	if err := checkDispatched(ctx, store.Pool(), outboxfeed.RealtimeHandler, "drain", cfg.Records); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(progress, "drain: %d records completed in %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
-		cfg.Records, res.Drained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.Drained),
+	fmt.Fprintf(progress, "drain %s: %d records completed in %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
+		besideText(res.Beside), cfg.Records, res.Drained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.Drained),
 		benchkit.PerRecordMicros(res.CPU.self, cfg.Records), benchkit.PerRecordMicros(res.CPU.postgres, cfg.Records))
+	if res.Beside {
+		fmt.Fprintf(progress, "drain: the webhook handler completed them in %v (%s); until both were done, CPU per record and handler: Herald %.1f µs, PostgreSQL %.1f µs\n",
+			res.HookDrained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.HookDrained),
+			benchkit.PerRecordMicros(res.CPUAll.self, 2*cfg.Records), benchkit.PerRecordMicros(res.CPUAll.postgres, 2*cfg.Records))
+	}
 	return res, nil
 }
 
@@ -205,7 +250,7 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: staged: %w", err)
 	}
-	if err := checkDispatched(ctx, store.Pool(), "staged", cfg.Records); err != nil {
+	if err := checkDispatched(ctx, store.Pool(), outboxfeed.RealtimeHandler, "staged", cfg.Records); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(progress, "staged: %d records inserted in %v, all completed after %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
@@ -214,14 +259,15 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 	return res, nil
 }
 
-// checkDispatched checks that exactly records rows exist, all dispatched.
-func checkDispatched(ctx context.Context, pool *pgxpool.Pool, phase string, records int) error {
-	dispatched, other, err := countStates(ctx, pool)
+// checkDispatched checks that handler has exactly records rows, all
+// dispatched.
+func checkDispatched(ctx context.Context, pool *pgxpool.Pool, handler, phase string, records int) error {
+	dispatched, other, err := countStates(ctx, pool, handler)
 	if err != nil {
 		return err
 	}
 	if dispatched != records || other != 0 {
-		return fmt.Errorf("outboxbench: %s: %d dispatched and %d other rows, want %d dispatched", phase, dispatched, other, records)
+		return fmt.Errorf("outboxbench: %s: %s: %d dispatched and %d other rows, want %d dispatched", phase, handler, dispatched, other, records)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 )
 
 // latencyResult is the outcome of the latency phase.
@@ -33,6 +35,10 @@ type latencyResult struct {
 	// Claims and EmptyClaims are the Worker's claims with records and
 	// without, in the same span.
 	Claims, EmptyClaims int64
+	// Beside: a webhook handler drained the same records beside the
+	// realtime Worker (-webhook); WorkerPG and Self then run until it
+	// delivered every record too, and cover both handlers' Workers.
+	Beside bool
 }
 
 // commitMark is one producer's committed record.
@@ -46,8 +52,11 @@ type commitMark struct {
 // cfg.LatencyDuration while a Worker (woken by the NOTIFY trigger, or
 // polling when cfg.LatencyNotify is off) dispatches, and measures commit →
 // broker-accept latency per record.
-func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (latencyResult, error) {
-	res := latencyResult{Rate: cfg.Rate, Broker: cfg.Broker, Notify: cfg.LatencyNotify}
+//
+// With recv, a webhook handler delivering to it drains the same records
+// beside the realtime Worker.
+func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res latencyResult, err error) {
+	res = latencyResult{Rate: cfg.Rate, Broker: cfg.Broker, Notify: cfg.LatencyNotify, Beside: recv != nil}
 	store, err := db.openStore(ctx, cfg.LatencyNotify)
 	if err != nil {
 		return res, err
@@ -55,6 +64,22 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 	defer store.Close()
 	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
 		return res, err
+	}
+	var hook *hookSide
+	if recv != nil {
+		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
+			return res, err
+		}
+		defer func() {
+			checked := 0 // its records are checked only once it delivered them
+			if err == nil {
+				checked = res.Committed
+			}
+			err = errors.Join(err, hook.stop(ctx, checked))
+		}()
+		if err := hook.start(ctx); err != nil {
+			return res, err
+		}
 	}
 	p, err := startPipeline(ctx, store, cfg, cfg.Broker, true)
 	if err != nil {
@@ -96,6 +121,12 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: latency: %d of %d records accepted: %w", p.pub.accepted.Load(), len(marks), err)
 	}
+	err = benchkit.PollUntil(ctx, time.Minute, 5*time.Millisecond, nil, func() (bool, error) {
+		return hook.done(int64(len(marks)))
+	})
+	if err != nil {
+		return res, fmt.Errorf("outboxbench: latency: the webhook handler: %w", err)
+	}
 	res.WorkerPG = benchkit.ReadAppBackends(ctx, store.Pool(), "herald").Since(pg0)
 	res.Self = benchkit.SelfCPU() - self0
 	claims1, empty1, err := p.claims()
@@ -119,8 +150,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, progress io.Writer
 		accepts = append(accepts, d)
 	}
 	res.Commit, res.Accept = benchkit.Summarize(commits), benchkit.Summarize(accepts)
-	fmt.Fprintf(progress, "latency: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record; %d claims with records, %d empty\n",
-		benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
+	fmt.Fprintf(progress, "latency %s: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record; %d claims with records, %d empty\n",
+		besideText(res.Beside), benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
 		res.Claims, res.EmptyClaims)
 	return res, nil
 }

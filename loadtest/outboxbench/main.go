@@ -40,6 +40,13 @@
 //     Worker starts), a transaction on a connection of its own takes an xid
 //     (SELECT pg_current_xact_id()) and stays open until the phase ends,
 //     holding back the xmin horizon; then it is rolled back.
+//   - -webhook (drain, latency): runs each of them four times, alone,
+//     beside, beside, alone; beside, a webhook handler (outboxfeed/
+//     webhookhandler, default settings) is registered and drains the same
+//     records beside the realtime Worker, delivering to a receiver that
+//     answers 204 in a process of its own (this binary run again). The
+//     report compares the realtime drain rate, its commit → accept p99
+//     and the PostgreSQL CPU per record and handler, beside ÷ alone.
 //   - -staged-producers (default 4), -staged-batch (default 1,000): the
 //     staged phase's producers and rows per transaction.
 //
@@ -48,6 +55,7 @@
 //	go run ./loadtest/outboxbench                       # defaults, a few minutes
 //	go run ./loadtest/outboxbench -records 20000 -latency-duration 5s -producer-duration 3s
 //	go run ./loadtest/outboxbench -phases drain,staged -broker redis -hold-xmin
+//	go run ./loadtest/outboxbench -phases drain,latency -webhook -records 50000 -latency-duration 10s
 package main
 
 import (
@@ -59,9 +67,12 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+
+	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 )
 
 func main() {
+	hookrecv.MaybeServe()
 	cfg := defaultConfig()
 	cfg.register(flag.CommandLine)
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to this file")

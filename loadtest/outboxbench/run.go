@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
+	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/hostinfo"
 )
 
@@ -20,6 +21,9 @@ type report struct {
 	staged    *drainResult
 	latency   *latencyResult
 	producers []producerResult
+	// With -webhook: every drain and latency run, alone and beside.
+	drains    []drainResult
+	latencies []latencyResult
 }
 
 // run creates the database, runs the phases cfg selects, prints the
@@ -42,12 +46,35 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		return err
 	}
 	rep := report{cfg: cfg, server: server, loadStart: hostinfo.LoadAvg()}
-	if cfg.phase("drain") {
-		r, err := runDrain(ctx, db, cfg, progress)
-		if err != nil {
+	var recv *hookrecv.Receiver
+	if cfg.Webhook {
+		if recv, err = hookrecv.Start(); err != nil {
 			return err
 		}
-		rep.drain = &r
+		defer func() {
+			_, rerr := recv.Stop()
+			err = errors.Join(err, rerr)
+		}()
+		fmt.Fprintf(progress, "outboxbench: webhook receiver pid %d at %s\n", recv.Pid, recv.URL)
+	}
+	// besideRecv is recv when the run is beside a webhook handler.
+	besideRecv := func(beside bool) *hookrecv.Receiver {
+		if beside {
+			return recv
+		}
+		return nil
+	}
+	if cfg.phase("drain") {
+		for _, beside := range hookVariants(cfg) {
+			r, err := runDrain(ctx, db, cfg, besideRecv(beside), progress)
+			if err != nil {
+				return err
+			}
+			if rep.drain == nil {
+				rep.drain = &r
+			}
+			rep.drains = append(rep.drains, r)
+		}
 	}
 	if cfg.phase("staged") {
 		r, err := runStaged(ctx, db, cfg, progress)
@@ -57,11 +84,16 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		rep.staged = &r
 	}
 	if cfg.phase("latency") {
-		r, err := runLatency(ctx, db, cfg, progress)
-		if err != nil {
-			return err
+		for _, beside := range hookVariants(cfg) {
+			r, err := runLatency(ctx, db, cfg, besideRecv(beside), progress)
+			if err != nil {
+				return err
+			}
+			if rep.latency == nil {
+				rep.latency = &r
+			}
+			rep.latencies = append(rep.latencies, r)
 		}
-		rep.latency = &r
 	}
 	if cfg.phase("producers") {
 		// By default ABBA (Worker, none, none, Worker): each variant runs
@@ -144,6 +176,9 @@ func (r *report) print(w io.Writer) {
 			len(withWorker), len(without), ratio, a, b)
 	}
 	fmt.Fprintln(w)
+	if r.cfg.Webhook {
+		r.printBeside(w)
+	}
 }
 
 // holdText describes -hold-xmin in a row.

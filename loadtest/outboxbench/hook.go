@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
+	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/pgstore"
+	"github.com/heraldgw/herald/outboxfeed/webhook"
+	"github.com/heraldgw/herald/outboxfeed/webhookhandler"
+)
+
+// hookName is the webhook handler of -webhook.
+const hookName = "bench-hook"
+
+// hookSide is a webhook handler draining beside the realtime Worker: a
+// Worker of its own over the same store, delivering to the receiver
+// process (-webhook).
+type hookSide struct {
+	store     *pgstore.Store
+	hook      *webhookhandler.Handler
+	worker    *outboxfeed.Worker
+	reg       *prometheus.Registry
+	delivered atomic.Int64
+}
+
+// registerHook registers the webhook handler on store; its Worker starts
+// with start. Records staged from now on are its as well as realtime's.
+func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *hookrecv.Receiver) (*hookSide, error) {
+	if _, err := store.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: hookName, Type: "webhook"}); err != nil {
+		return nil, err
+	}
+	var k [32]byte
+	_, _ = rand.Read(k[:])
+	h, err := webhookhandler.New(webhook.Config{
+		Name: hookName, URL: recv.URL, AllowPrivateNetwork: true,
+		Secret: webhook.Secret(webhook.SecretPrefix + base64.StdEncoding.EncodeToString(k[:])),
+	}, nil)
+	if err != nil {
+		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
+	}
+	s := &hookSide{store: store, hook: h, reg: prometheus.NewRegistry()}
+	s.worker, err = outboxfeed.NewDeliveryWorker(store.ForHandler(hookName), outboxfeed.DelivererFunc(s.deliver),
+		h.WorkerConfig(outboxfeed.WorkerConfig{
+			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
+			Registerer: s.reg,
+		}))
+	if err != nil {
+		h.Close()
+		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
+	}
+	return s, nil
+}
+
+func (s *hookSide) deliver(ctx context.Context, r *outboxfeed.Record) error {
+	err := s.hook.Deliver(ctx, r)
+	if err == nil {
+		s.delivered.Add(1)
+	}
+	return err
+}
+
+// start starts the handler's Worker.
+func (s *hookSide) start(ctx context.Context) error { return s.worker.Start(ctx) }
+
+// done reports whether the handler completed n records (reading its
+// metrics only once n were delivered: gathering costs CPU).
+func (s *hookSide) done(n int64) (bool, error) {
+	if s == nil {
+		return true, nil
+	}
+	if s.delivered.Load() < n {
+		return false, nil
+	}
+	c, err := (&pipeline{reg: s.reg}).completed()
+	return c >= n, err
+}
+
+// stop stops the Worker (nil: nothing), checks that the handler
+// completed records, and drops the handler.
+func (s *hookSide) stop(ctx context.Context, records int) error {
+	if s == nil {
+		return nil
+	}
+	s.worker.Stop()
+	s.hook.Close()
+	var err error
+	if records > 0 {
+		err = checkDispatched(ctx, s.store.Pool(), hookName, "webhook handler", records)
+	}
+	return errors.Join(err, s.store.DropHandler(context.WithoutCancel(ctx), hookName))
+}
+
+// besideText names the variant in progress lines and the report.
+func besideText(beside bool) string {
+	if beside {
+		return "with a webhook handler beside"
+	}
+	return "alone"
+}
+
+// hookVariants are the runs of a phase: alone only, or with -webhook
+// alone, beside, beside, alone (ABBA).
+func hookVariants(cfg config) []bool {
+	if !cfg.Webhook {
+		return []bool{false}
+	}
+	return []bool{false, true, true, false}
+}
