@@ -267,7 +267,12 @@ func checkDispatched(ctx context.Context, pool *pgxpool.Pool, handler, phase str
 		return err
 	}
 	if dispatched != records || other != 0 {
-		return fmt.Errorf("outboxbench: %s: %s: %d dispatched and %d other rows, want %d dispatched", phase, handler, dispatched, other, records)
+		var states []string
+		rows, _ := pool.Query(ctx, `SELECT state || ' ' || count(*) FROM herald.outbox_records WHERE handler = $1 GROUP BY state`, handler)
+		if rows != nil {
+			states, _ = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		return fmt.Errorf("outboxbench: %s: %s: %d dispatched and %d other rows (%v), want %d dispatched", phase, handler, dispatched, other, states, records)
 	}
 	return nil
 }

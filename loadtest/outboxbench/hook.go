@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,10 @@ type hookSide struct {
 	hook      *webhookhandler.Handler
 	worker    *outboxfeed.Worker
 	reg       *prometheus.Registry
-	delivered atomic.Int64
+	delivered atomic.Int64 // distinct records delivered
+
+	mu   sync.Mutex
+	seen map[string]struct{}
 }
 
 // registerHook registers the webhook handler on store; its Worker starts
@@ -45,7 +49,7 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	if err != nil {
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
-	s := &hookSide{store: store, hook: h, reg: prometheus.NewRegistry()}
+	s := &hookSide{store: store, hook: h, reg: prometheus.NewRegistry(), seen: map[string]struct{}{}}
 	s.worker, err = outboxfeed.NewDeliveryWorker(store.ForHandler(hookName), outboxfeed.DelivererFunc(s.deliver),
 		h.WorkerConfig(outboxfeed.WorkerConfig{
 			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
@@ -61,7 +65,12 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 func (s *hookSide) deliver(ctx context.Context, r *outboxfeed.Record) error {
 	err := s.hook.Deliver(ctx, r)
 	if err == nil {
-		s.delivered.Add(1)
+		s.mu.Lock()
+		if _, dup := s.seen[r.ID]; !dup {
+			s.seen[r.ID] = struct{}{}
+			s.delivered.Add(1)
+		}
+		s.mu.Unlock()
 	}
 	return err
 }
@@ -69,8 +78,9 @@ func (s *hookSide) deliver(ctx context.Context, r *outboxfeed.Record) error {
 // start starts the handler's Worker.
 func (s *hookSide) start(ctx context.Context) error { return s.worker.Start(ctx) }
 
-// done reports whether the handler completed n records (reading its
-// metrics only once n were delivered: gathering costs CPU).
+// done reports whether the handler delivered n distinct records and
+// counted as many completed (its metrics are read only once n were
+// delivered: gathering costs CPU).
 func (s *hookSide) done(n int64) (bool, error) {
 	if s == nil {
 		return true, nil

@@ -73,7 +73,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		defer func() {
 			checked := 0 // its records are checked only once it delivered them
 			if err == nil {
-				checked = res.Committed
+				// The retained rows predate it: dispatched for it.
+				checked = cfg.Retained + res.Committed
 			}
 			err = errors.Join(err, hook.stop(ctx, checked))
 		}()
