@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,14 +22,11 @@ const hookName = "bench-hook"
 // Worker of its own over the same store, delivering to the receiver
 // process (-webhook).
 type hookSide struct {
-	store     *pgstore.Store
-	hook      *webhookhandler.Handler
-	worker    *outboxfeed.Worker
-	reg       *prometheus.Registry
-	delivered atomic.Int64 // distinct records delivered
-
-	mu   sync.Mutex
-	seen map[string]struct{}
+	store   *pgstore.Store
+	hook    *webhookhandler.Handler
+	worker  *outboxfeed.Worker
+	reg     *prometheus.Registry
+	counter *hookrecv.Counter
 }
 
 // registerHook registers the webhook handler on store; its Worker starts
@@ -49,8 +44,8 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	if err != nil {
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
-	s := &hookSide{store: store, hook: h, reg: prometheus.NewRegistry(), seen: map[string]struct{}{}}
-	s.worker, err = outboxfeed.NewDeliveryWorker(store.ForHandler(hookName), outboxfeed.DelivererFunc(s.deliver),
+	s := &hookSide{store: store, hook: h, reg: prometheus.NewRegistry(), counter: hookrecv.NewCounter(h)}
+	s.worker, err = outboxfeed.NewDeliveryWorker(store.ForHandler(hookName), s.counter,
 		h.WorkerConfig(outboxfeed.WorkerConfig{
 			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
 			Registerer: s.reg,
@@ -60,19 +55,6 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
 	return s, nil
-}
-
-func (s *hookSide) deliver(ctx context.Context, r *outboxfeed.Record) error {
-	err := s.hook.Deliver(ctx, r)
-	if err == nil {
-		s.mu.Lock()
-		if _, dup := s.seen[r.ID]; !dup {
-			s.seen[r.ID] = struct{}{}
-			s.delivered.Add(1)
-		}
-		s.mu.Unlock()
-	}
-	return err
 }
 
 // start starts the handler's Worker.
@@ -85,7 +67,7 @@ func (s *hookSide) done(n int64) (bool, error) {
 	if s == nil {
 		return true, nil
 	}
-	if s.delivered.Load() < n {
+	if s.counter.Distinct() < n {
 		return false, nil
 	}
 	c, err := (&pipeline{reg: s.reg}).completed()

@@ -19,12 +19,14 @@ func printReport(w io.Writer, cfg config, server, loadStart string, samples []sa
 	fmt.Fprintf(w, "- load average (1/5/15 min) at start: %s, at end: %s\n", loadStart, hostinfo.LoadAvg())
 	fmt.Fprintf(w, "- command: `%s`\n\n", commandLine())
 
-	fmt.Fprintln(w, "| variant | records/s per round | median | Herald CPU per record (median) | PostgreSQL CPU per record (median) | receiver CPU per record (median) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| variant | records/s per round | median | Herald CPU per record (median) | PostgreSQL CPU per record (median) | receiver CPU per record (median) | records delivered again |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, v := range cfg.variants() {
 		var rates, self, pg, recv []float64
+		repeats := 0
 		for _, s := range samples {
 			if s.Variant == v {
+				repeats += s.Repeats
 				rates = append(rates, s.rate())
 				self = append(self, benchkit.PerRecordMicros(s.Self, s.Records))
 				pg = append(pg, benchkit.PerRecordMicros(s.Postgres, s.Records))
@@ -42,7 +44,7 @@ func printReport(w io.Writer, cfg config, server, loadStart string, samples []sa
 		if v == "worker" {
 			pgText = fmt.Sprintf("%.1f µs", median(pg))
 		}
-		fmt.Fprintf(w, "| %s | %s | **%.0f/s** | %.1f µs | %s | %.1f µs |\n", v, list, median(rates), median(self), pgText, median(recv))
+		fmt.Fprintf(w, "| %s | %s | **%.0f/s** | %.1f µs | %s | %.1f µs | %d |\n", v, list, median(rates), median(self), pgText, median(recv), repeats)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| comparison | records/s | Herald CPU per record |")

@@ -42,6 +42,10 @@ type sample struct {
 	// Self is this process's CPU time, Postgres the bench database's
 	// backends' (worker only), Receiver the receiver process's.
 	Self, Postgres, Receiver time.Duration
+	// Repeats is how many records the Worker delivered more than once
+	// (at least once: a record whose completion was not written in time
+	// is delivered again).
+	Repeats int
 }
 
 func (s sample) rate() float64 { return float64(s.Records) / s.Elapsed.Seconds() }
@@ -115,9 +119,9 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(progress, "round %d %-8s %8.0f records/s, CPU per record: Herald %.1f µs, PostgreSQL %.1f µs, receiver %.1f µs\n",
+			fmt.Fprintf(progress, "round %d %-8s %8.0f records/s, CPU per record: Herald %.1f µs, PostgreSQL %.1f µs, receiver %.1f µs; %d delivered again\n",
 				r+1, v, s.rate(), benchkit.PerRecordMicros(s.Self, s.Records), benchkit.PerRecordMicros(s.Postgres, s.Records),
-				benchkit.PerRecordMicros(s.Receiver, s.Records))
+				benchkit.PerRecordMicros(s.Receiver, s.Records), s.Repeats)
 			samples = append(samples, s)
 		}
 		slices.Reverse(order)
@@ -145,7 +149,7 @@ func (b *bench) runVariant(ctx context.Context, v string, round int) (sample, er
 	case "floor":
 		err = b.runFloor(&s)
 	}
-	b.sent += int64(s.Records)
+	b.sent += int64(s.Records + s.Repeats)
 	return s, err
 }
 
@@ -229,41 +233,33 @@ func (b *bench) runWorker(ctx context.Context, s *sample) error {
 		return fmt.Errorf("webhookbench: analyze: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	d := &countingDeliverer{next: b.hook}
+	d := hookrecv.NewCounter(b.hook)
 	w, err := outboxfeed.NewDeliveryWorker(b.store.ForHandler(handlerName), d, b.hook.WorkerConfig(outboxfeed.WorkerConfig{
 		BatchSize: b.cfg.BatchSize, Lanes: b.cfg.Lanes, Registerer: reg,
 	}))
 	if err != nil {
 		return err
 	}
-	return b.measure(ctx, s, pool, func() error {
+	started := false
+	err = b.measure(ctx, s, pool, func() error {
 		if err := w.Start(ctx); err != nil {
 			return err
 		}
-		defer w.Stop()
+		started = true
 		// Gathering the Worker's metrics costs CPU: only once every
 		// record was delivered is the completion count read.
 		return benchkit.PollUntil(ctx, 5*time.Minute, time.Millisecond, nil, func() (bool, error) {
-			if d.delivered.Load() < int64(s.Records) {
+			if d.Distinct() < int64(s.Records) {
 				return false, nil
 			}
 			n, err := completed(reg)
 			return n >= int64(s.Records), err
 		})
 	})
-}
-
-// countingDeliverer counts the records next delivered.
-type countingDeliverer struct {
-	next      outboxfeed.Deliverer
-	delivered atomic.Int64
-}
-
-func (d *countingDeliverer) Deliver(ctx context.Context, r *outboxfeed.Record) error {
-	err := d.next.Deliver(ctx, r)
-	if err == nil {
-		d.delivered.Add(1)
+	if started {
+		w.Stop()
 	}
+	s.Repeats = int(d.Successes() - d.Distinct())
 	return err
 }
 

@@ -6,6 +6,7 @@ package hookrecv
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
+
+	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // env makes the binary a receiver (see MaybeServe).
@@ -106,3 +110,42 @@ func (r *Receiver) Stop() (int64, error) {
 	}
 	return n, err
 }
+
+// Counter passes records to a Deliverer and counts the distinct records
+// it delivered, and every delivery (a record delivered again counts
+// again).
+type Counter struct {
+	next      outboxfeed.Deliverer
+	distinct  atomic.Int64
+	successes atomic.Int64
+
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// NewCounter counts next's deliveries.
+func NewCounter(next outboxfeed.Deliverer) *Counter {
+	return &Counter{next: next, seen: map[string]struct{}{}}
+}
+
+// Deliver implements outboxfeed.Deliverer.
+func (c *Counter) Deliver(ctx context.Context, r *outboxfeed.Record) error {
+	err := c.next.Deliver(ctx, r)
+	if err != nil {
+		return err
+	}
+	c.successes.Add(1)
+	c.mu.Lock()
+	if _, dup := c.seen[r.ID]; !dup {
+		c.seen[r.ID] = struct{}{}
+		c.distinct.Add(1)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// Distinct is how many distinct records were delivered.
+func (c *Counter) Distinct() int64 { return c.distinct.Load() }
+
+// Successes is how many deliveries succeeded, repeats included.
+func (c *Counter) Successes() int64 { return c.successes.Load() }
