@@ -46,6 +46,9 @@ type sample struct {
 	// (at least once: a record whose completion was not written in time
 	// is delivered again).
 	Repeats int
+	// InFlight is how many deliveries the Worker had in flight on
+	// average (worker only).
+	InFlight float64
 }
 
 func (s sample) rate() float64 { return float64(s.Records) / s.Elapsed.Seconds() }
@@ -119,9 +122,9 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(progress, "round %d %-8s %8.0f records/s, CPU per record: Herald %.1f µs, PostgreSQL %.1f µs, receiver %.1f µs; %d delivered again\n",
+			fmt.Fprintf(progress, "round %d %-8s %8.0f records/s, CPU per record: Herald %.1f µs, PostgreSQL %.1f µs, receiver %.1f µs; %d delivered again; %.1f in flight on average\n",
 				r+1, v, s.rate(), benchkit.PerRecordMicros(s.Self, s.Records), benchkit.PerRecordMicros(s.Postgres, s.Records),
-				benchkit.PerRecordMicros(s.Receiver, s.Records), s.Repeats)
+				benchkit.PerRecordMicros(s.Receiver, s.Records), s.Repeats, s.InFlight)
 			samples = append(samples, s)
 		}
 		slices.Reverse(order)
@@ -260,6 +263,7 @@ func (b *bench) runWorker(ctx context.Context, s *sample) error {
 		w.Stop()
 	}
 	s.Repeats = int(d.Successes() - d.Distinct())
+	s.InFlight = float64(d.InFlight()) / float64(s.Elapsed)
 	return err
 }
 

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/heraldgw/herald/outboxfeed"
 )
@@ -119,8 +120,11 @@ type Counter struct {
 	distinct  atomic.Int64
 	successes atomic.Int64
 
-	mu   sync.Mutex
-	seen map[string]struct{}
+	mu       sync.Mutex
+	seen     map[string]struct{}
+	inFlight int           // Deliver calls in progress
+	last     time.Time     // when inFlight last changed
+	area     time.Duration // ∫ inFlight dt
 }
 
 // NewCounter counts next's deliveries.
@@ -130,7 +134,9 @@ func NewCounter(next outboxfeed.Deliverer) *Counter {
 
 // Deliver implements outboxfeed.Deliverer.
 func (c *Counter) Deliver(ctx context.Context, r *outboxfeed.Record) error {
+	c.step(+1)
 	err := c.next.Deliver(ctx, r)
+	c.step(-1)
 	if err != nil {
 		return err
 	}
@@ -142,6 +148,28 @@ func (c *Counter) Deliver(ctx context.Context, r *outboxfeed.Record) error {
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// step notes a Deliver call starting (+1) or ending (-1).
+func (c *Counter) step(d int) {
+	now := time.Now()
+	c.mu.Lock()
+	if !c.last.IsZero() {
+		c.area += time.Duration(c.inFlight) * now.Sub(c.last)
+	}
+	c.inFlight += d
+	c.last = now
+	c.mu.Unlock()
+}
+
+// InFlight is the time integral of the Deliver calls in progress so far:
+// its growth over a span, divided by the span, is how many were in
+// flight on average.
+func (c *Counter) InFlight() time.Duration {
+	c.step(0)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.area
 }
 
 // Distinct is how many distinct records were delivered.
