@@ -109,7 +109,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	// Unmeasured: the endpoint's and the floor's connections open, the
 	// receiver's and this process's code and heap warm up.
 	for _, v := range []string{"endpoint", "floor"} {
-		if _, err := b.runVariant(ctx, v, -1); err != nil {
+		if _, err := b.runVariant(ctx, v, -1, min(b.cfg.Records, warmUp)); err != nil {
 			return err
 		}
 	}
@@ -118,7 +118,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	order := cfg.variants()
 	for r := range cfg.Rounds {
 		for _, v := range order {
-			s, err := b.runVariant(ctx, v, r)
+			s, err := b.runVariant(ctx, v, r, b.cfg.Records)
 			if err != nil {
 				return err
 			}
@@ -133,9 +133,12 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	return nil
 }
 
-// runVariant runs variant v once.
-func (b *bench) runVariant(ctx context.Context, v string, round int) (sample, error) {
-	s := sample{Variant: v, Round: round, Records: b.cfg.Records}
+// warmUp is how many requests the unmeasured warm-up sends per variant.
+const warmUp = 5_000
+
+// runVariant runs variant v once, with the first n messages.
+func (b *bench) runVariant(ctx context.Context, v string, round, n int) (sample, error) {
+	s := sample{Variant: v, Round: round, Records: n}
 	var err error
 	switch v {
 	case "worker":
@@ -229,7 +232,7 @@ func (b *bench) runFloor(s *sample) error {
 // handler's Worker and times its start → every record completed.
 func (b *bench) runWorker(ctx context.Context, s *sample) error {
 	pool := b.store.Pool()
-	if err := stage(ctx, pool, b.msgs); err != nil {
+	if err := stage(ctx, pool, b.msgs[:s.Records]); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, `ANALYZE herald.outbox`); err != nil {
