@@ -11,7 +11,7 @@ CONTAINER ?= $(shell command -v podman 2>/dev/null || echo docker)
 # make install puts bin/herald in $(DESTDIR)$(PREFIX)/bin.
 PREFIX    ?= /usr/local
 
-.PHONY: help run build install build-static image test test-js test-browser lint fuzz bench bench-outbox soak-outbox clean
+.PHONY: help run build install build-static image test test-js test-browser lint fuzz bench bench-outbox bench-webhook soak-outbox clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -58,6 +58,9 @@ bench: ## benchmarks (numbers go to docs/performance.md)
 
 bench-outbox: ## outbox drain rate, commit→accept latency, producer commit rate (loadtest/outboxbench; ~2 min)
 	$(GO) run ./loadtest/outboxbench
+
+bench-webhook: ## webhook handler: throughput beside a bare net/http client, realtime with it beside (scripts/bench-webhook.sh; ~3 min)
+	bash scripts/bench-webhook.sh
 
 soak-outbox: ## the outbox's model-based test, seed after seed, on both stores for SOAK (default 10m) each
 	bash scripts/soak-outbox.sh
