@@ -272,7 +272,13 @@ func checkDispatched(ctx context.Context, pool *pgxpool.Pool, handler, phase str
 		if rows != nil {
 			states, _ = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
-		return fmt.Errorf("outboxbench: %s: %s: %d dispatched and %d other rows (%v), want %d dispatched", phase, handler, dispatched, other, states, records)
+		var parts []string
+		rows, _ = pool.Query(ctx, `SELECT format('part %s %s open=%s expires in %s owner=%s pos_seq=%s', part, state, open, expires_at - now(), owner, pos_seq)
+			FROM herald.outbox_partition WHERE handler = $1 ORDER BY part`, handler)
+		if rows != nil {
+			parts, _ = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		return fmt.Errorf("outboxbench: %s: %s: %d dispatched and %d other rows (%v; partitions %v), want %d dispatched", phase, handler, dispatched, other, states, parts, records)
 	}
 	return nil
 }

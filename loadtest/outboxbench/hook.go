@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -85,6 +86,24 @@ func (s *hookSide) stop(ctx context.Context, records int) error {
 	var err error
 	if records > 0 {
 		err = checkDispatched(ctx, s.store.Pool(), hookName, "webhook handler", records)
+	}
+	return errors.Join(err, s.store.DropHandler(context.WithoutCancel(ctx), hookName))
+}
+
+// stopChecking is stop, checking that the records ids (none: no check)
+// are dispatched for the handler.
+func (s *hookSide) stopChecking(ctx context.Context, ids []string) error {
+	s.worker.Stop()
+	s.hook.Close()
+	var err error
+	if len(ids) > 0 {
+		var dispatched int
+		var states string
+		err = s.store.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'dispatched'), coalesce(string_agg(DISTINCT state, ','), '')
+			FROM herald.outbox_records WHERE handler = $1 AND id = ANY($2::uuid[])`, hookName, ids).Scan(&dispatched, &states)
+		if err == nil && dispatched != len(ids) {
+			err = fmt.Errorf("outboxbench: webhook handler: %d of the %d committed records dispatched (states %s)", dispatched, len(ids), states)
+		}
 	}
 	return errors.Join(err, s.store.DropHandler(context.WithoutCancel(ctx), hookName))
 }

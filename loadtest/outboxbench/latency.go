@@ -39,6 +39,8 @@ type latencyResult struct {
 	// realtime Worker (-webhook); WorkerPG and Self then run until it
 	// delivered every record too, and cover both handlers' Workers.
 	Beside bool
+
+	ids []string // the committed records
 }
 
 // commitMark is one producer's committed record.
@@ -62,7 +64,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		return res, err
 	}
 	defer store.Close()
-	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
+	if err := reset(ctx, store.Pool(), latencyRetained(cfg), cfg.Channels); err != nil {
 		return res, err
 	}
 	var hook *hookSide
@@ -71,12 +73,14 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 			return res, err
 		}
 		defer func() {
-			checked := 0 // its records are checked only once it delivered them
+			// Its records are checked only once it delivered them (the
+			// retained rows, staged with a made-up xid before it was
+			// registered, are not its to check).
+			var ids []string
 			if err == nil {
-				// The retained rows predate it: dispatched for it.
-				checked = cfg.Retained + res.Committed
+				ids = res.ids
 			}
-			err = errors.Join(err, hook.stop(ctx, checked))
+			err = errors.Join(err, hook.stopChecking(ctx, ids))
 		}()
 		if err := hook.start(ctx); err != nil {
 			return res, err
@@ -138,6 +142,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	commits := make([]time.Duration, 0, len(marks))
 	accepts := make([]time.Duration, 0, len(marks))
 	for _, m := range marks {
+		res.ids = append(res.ids, m.id)
 		commits = append(commits, m.commitTook)
 		at, ok := p.pub.acceptTime(m.id)
 		if !ok {
@@ -155,6 +160,17 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		besideText(res.Beside), benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
 		res.Claims, res.EmptyClaims)
 	return res, nil
+}
+
+// latencyRetained is how many dispatched rows the latency phase starts
+// with: none with -webhook, alone as beside. The retained rows are staged
+// under a made-up xid (2) that a handler registered afterwards does not
+// treat as before its start: it would deliver them.
+func latencyRetained(cfg config) int {
+	if cfg.Webhook {
+		return 0
+	}
+	return cfg.Retained
 }
 
 // pacedStage hands record numbers to the producers on a fixed schedule
