@@ -39,9 +39,7 @@ type config struct {
 	// beside, beside, alone (ABBA): beside, a webhook handler is
 	// registered and drains the same records beside the realtime Worker,
 	// delivering to a receiver process of its own that answers 204.
-	// The latency runs then start from an empty table (Retained is not
-	// used: its rows carry a made-up xid that a handler registered
-	// afterwards would deliver). Default: false.
+	// Default: false.
 	Webhook bool
 
 	// Records is how many records the drain phase stages before starting

@@ -30,10 +30,12 @@ type hookSide struct {
 	counter *hookrecv.Counter
 }
 
-// registerHook registers the webhook handler on store; its Worker starts
-// with start. Records staged from now on are its as well as realtime's.
+// registerHook registers the webhook handler on store (StartNew: the
+// rows already there, retained ones included, are not its); its Worker
+// starts with start. Records staged from now on are its as well as
+// realtime's.
 func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *hookrecv.Receiver) (*hookSide, error) {
-	if _, err := store.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: hookName, Type: "webhook"}); err != nil {
+	if _, err := store.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: hookName, Type: "webhook", Start: outboxfeed.StartNew}); err != nil {
 		return nil, err
 	}
 	var k [32]byte

@@ -64,7 +64,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		return res, err
 	}
 	defer store.Close()
-	if err := reset(ctx, store.Pool(), latencyRetained(cfg), cfg.Channels); err != nil {
+	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
 		return res, err
 	}
 	var hook *hookSide
@@ -74,8 +74,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		}
 		defer func() {
 			// Its records are checked only once it delivered them (the
-			// retained rows, staged with a made-up xid before it was
-			// registered, are not its to check).
+			// retained rows predate it: they are not its).
 			var ids []string
 			if err == nil {
 				ids = res.ids
@@ -160,17 +159,6 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		besideText(res.Beside), benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
 		res.Claims, res.EmptyClaims)
 	return res, nil
-}
-
-// latencyRetained is how many dispatched rows the latency phase starts
-// with: none with -webhook, alone as beside. The retained rows are staged
-// under a made-up xid (2) that a handler registered afterwards does not
-// treat as before its start: it would deliver them.
-func latencyRetained(cfg config) int {
-	if cfg.Webhook {
-		return 0
-	}
-	return cfg.Retained
 }
 
 // pacedStage hands record numbers to the producers on a fixed schedule

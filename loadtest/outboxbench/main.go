@@ -42,7 +42,8 @@
 //     holding back the xmin horizon; then it is rolled back.
 //   - -webhook (drain, latency): runs each of them four times, alone,
 //     beside, beside, alone; beside, a webhook handler (outboxfeed/
-//     webhookhandler, default settings) is registered and drains the same
+//     webhookhandler, default settings) is registered (starting from new
+//     records: the retained rows are not its) and drains the same
 //     records beside the realtime Worker, delivering to a receiver that
 //     answers 204 in a process of its own (this binary run again). The
 //     report compares the realtime drain rate, its commit → accept p99

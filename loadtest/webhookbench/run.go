@@ -79,7 +79,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	if err := store.Migrate(ctx); err != nil {
 		return err
 	}
-	if _, err := store.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: handlerName, Type: "webhook"}); err != nil {
+	if _, err := store.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: handlerName, Type: "webhook", Start: outboxfeed.StartNew}); err != nil {
 		return err
 	}
 	server, err := benchkit.ServerInfo(ctx, store.Pool())
