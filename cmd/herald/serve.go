@@ -461,6 +461,36 @@ func (s storeOps) OutboxStatus(ctx context.Context) (gateway.OutboxStatus, error
 		}
 		out.OldestPendingAge = max(0, now.Sub(st.OldestPending))
 	}
+	hs, ok := s.store.(outboxfeed.HandlerStore)
+	if !ok {
+		return out, nil
+	}
+	list, err := hs.Handlers(ctx)
+	if err != nil {
+		return gateway.OutboxStatus{}, err
+	}
+	for _, h := range list {
+		st := st
+		if h.Name != outboxfeed.RealtimeHandler {
+			if st, err = hs.ForHandler(h.Name).Stats(ctx); err != nil {
+				return gateway.OutboxStatus{}, err
+			}
+		}
+		row := gateway.HandlerStatus{Name: h.Name, Type: h.Type, State: string(h.State), StateReason: h.StateReason,
+			Pending: st.Pending, DeadLetters: st.DeadLetter, TargetUp: h.FailingSince.IsZero() && h.State != outboxfeed.HandlerDisabled,
+			LastError: h.LastError}
+		if !h.FailingSince.IsZero() {
+			row.FailingSince = &h.FailingSince
+		}
+		if !st.OldestPending.IsZero() && !st.Now.IsZero() {
+			row.OldestPendingAge = max(0, st.Now.Sub(st.OldestPending)).Seconds()
+		}
+		if h.Name == outboxfeed.RealtimeHandler {
+			out.Handlers = append([]gateway.HandlerStatus{row}, out.Handlers...)
+		} else {
+			out.Handlers = append(out.Handlers, row)
+		}
+	}
 	return out, nil
 }
 
