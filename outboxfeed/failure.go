@@ -95,6 +95,10 @@ func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
 	if len(r.Payload) == 0 || (!r.PayloadIsJSON && !json.Valid(r.Payload)) {
 		return fanout.Message{}, errors.New("payload is not decodable JSON")
 	}
+	// The catalogue's kind and payload schema, before any handler sees it.
+	if err := reg.Check(r); err != nil {
+		return fanout.Message{}, err
+	}
 	freshness := r.Freshness
 	if len(freshness) == 0 || isImmediate(freshness) {
 		freshness = fanout.ImmediateFreshness
