@@ -384,7 +384,8 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
-	const loc = "https://herald.invalid/schema.json"
+	c.UseLoader(noLoader{})
+	const loc = schemaLoc
 	if err := c.AddResource(loc, doc); err != nil {
 		return nil, oneLine(err)
 	}
@@ -395,14 +396,30 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
+// schemaLoc is the URL a schema is compiled under: a relative $ref
+// resolves against it to a URL nothing loads.
+const schemaLoc = "https://herald.invalid/schema.json"
+
+// noLoader refuses every URL a schema references outside itself (the
+// library's default reads local files).
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, errors.New("a $ref must point inside the schema; nothing is loaded")
+}
+
 // oneLine flattens a multi-line library error for a log line or a
-// dead-letter reason.
+// dead-letter reason, without the header line of a validation error and
+// with the schema's made-up URL as "schema".
 func oneLine(err error) error {
 	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	if len(lines) > 1 && strings.HasPrefix(lines[0], "jsonschema validation failed") {
+		lines = lines[1:]
+	}
 	for i := range lines {
 		lines[i] = strings.TrimLeft(strings.TrimSpace(lines[i]), "- ")
 	}
-	return errors.New(strings.Join(lines, "; "))
+	return errors.New(strings.ReplaceAll(strings.Join(lines, "; "), schemaLoc, "schema"))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

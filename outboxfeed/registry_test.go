@@ -3,6 +3,8 @@ package outboxfeed
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -94,7 +96,7 @@ func TestCatalogueCheck(t *testing.T) {
 		{"no schema", rec("order.updated", 1, "", `{"x": 1}`), ""},
 		{"valid", rec("invoice.paid", 2, "integration_event", `{"invoice_id": "in_1", "amount": 5}`), ""},
 		{"missing member", rec("invoice.paid", 2, "integration_event", `{"invoice_id": "in_1"}`),
-			"payload fails the schema of invoice.paid v2: "},
+			"payload fails the schema of invoice.paid v2: at '': missing property 'amount'"},
 		{"wrong type", rec("invoice.paid", 2, "integration_event", `{"invoice_id": 7, "amount": 5}`), "invoice_id"},
 		{"below minimum", rec("invoice.paid", 2, "integration_event", `{"invoice_id": "a", "amount": -1}`), "minimum"},
 		{"wrong kind", rec("invoice.paid", 1, "notification", `{}`),
@@ -122,6 +124,11 @@ func TestCatalogueCheck(t *testing.T) {
 // TestCatalogueRefusals: each mistake is refused with an error naming the
 // type, the version and the member at fault.
 func TestCatalogueRefusals(t *testing.T) {
+	// A schema file that exists: a $ref to it is refused all the same.
+	schemaFile := filepath.Join(t.TempDir(), "s.json")
+	if err := os.WriteFile(schemaFile, []byte(`{"type": "string"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ in, want string }{
 		{``, "want a JSON object of types"},
 		{`null`, "want a JSON object of types"},
@@ -155,6 +162,7 @@ func TestCatalogueRefusals(t *testing.T) {
 		{`{"a": {"versions": {"1": {"schema": {"$ref": "https://example.com/s.json"}}}}}`, `version 1: "schema": `},
 		{`{"a": {"versions": {"1": {"schema": {"$ref": "/etc/passwd"}}}}}`, `version 1: "schema": `},
 		{`{"a": {"versions": {"1": {"schema": {"$ref": "other.json"}}}}}`, `version 1: "schema": `},
+		{`{"a": {"versions": {"1": {"schema": {"$ref": "file://` + schemaFile + `"}}}}}`, `a $ref must point inside the schema`},
 		{`{"a": {"versions": {"1": {"schema": 5}}}}`, `version 1: "schema": `},
 		{`{"a": {"versions": [1], "schemas": {"2": {}}}}`, `"schemas": version 2 is not in "versions"`},
 		{`{"a": {"versions": [1], "schemas": []}}`, `"schemas": want an object`},
