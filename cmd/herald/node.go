@@ -108,7 +108,7 @@ type workerSettings struct {
 }
 
 func (w *workerSettings) register(st *settings) {
-	st.String(&w.Types, "types", "", "notification-type registry JSON file; empty = every type accepted at any schema_version ≥ 1")
+	st.String(&w.Types, "types", "", "type catalogue JSON file (docs/events.md): the (type, schema_version) pairs read, with their kind, direction, trust, handlers and payload schema; empty = every type accepted at any schema_version ≥ 1")
 	st.Int(&w.BatchSize, "outbox-batch-size", 1000, "records one claim of a partition takes")
 	st.Int(&w.RangeRecords, "outbox-range-records", outboxfeed.DefaultRangeRecords, "PostgreSQL: records of one range a lane reads and holds in memory to publish it in staging order; a larger range is read in runs")
 	st.Int(&w.Concurrency, "outbox-concurrency", 32, "channels published in parallel within a batch")
