@@ -196,9 +196,9 @@ func (r *Registry) parseType(typ string, data json.RawMessage) error {
 			if strings.HasPrefix(k, "#") {
 				continue
 			}
-			v, err := strconv.Atoi(k)
-			if err != nil || strconv.Itoa(v) != k {
-				return fmt.Errorf(`"versions": key %q: want a version number such as "1"`, k)
+			v, err := versionKey(k)
+			if err != nil {
+				return fmt.Errorf(`"versions": %v`, err)
 			}
 			list = append(list, v)
 			perVersion[v] = obj[k]
@@ -247,6 +247,15 @@ func (r *Registry) parseType(typ string, data json.RawMessage) error {
 	return nil
 }
 
+// versionKey parses a member name that is a version, written plainly.
+func versionKey(k string) (int, error) {
+	v, err := strconv.Atoi(k)
+	if err != nil || strconv.Itoa(v) != k {
+		return 0, fmt.Errorf(`key %q: want a version number such as "1"`, k)
+	}
+	return v, nil
+}
+
 // versionSchemas reads a type's "schemas" member: an object of JSON
 // Schemas keyed by version, each version one of versions.
 func versionSchemas(raw json.RawMessage, versions []int) (map[int]json.RawMessage, error) {
@@ -262,9 +271,9 @@ func versionSchemas(raw json.RawMessage, versions []int) (map[int]json.RawMessag
 		if strings.HasPrefix(k, "#") || isNull(obj[k]) {
 			continue
 		}
-		v, err := strconv.Atoi(k)
-		if err != nil || strconv.Itoa(v) != k {
-			return nil, fmt.Errorf(`"schemas": key %q: want a version number such as "1"`, k)
+		v, err := versionKey(k)
+		if err != nil {
+			return nil, fmt.Errorf(`"schemas": %v`, err)
 		}
 		if _, ok := slices.BinarySearch(versions, v); !ok {
 			return nil, fmt.Errorf(`"schemas": version %d is not in "versions"`, v)
