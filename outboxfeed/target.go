@@ -81,3 +81,15 @@ func retryAfter(err error) time.Duration {
 	}
 	return 0
 }
+
+// Schedule is a handler target's own retry and outage backoff
+// (WorkerConfig.Schedule).
+type Schedule interface {
+	// Retry is the wait after the failed attempt n (n ≥ 1) of a record
+	// whose time is age ago; retryAfter is what the target asked for (0:
+	// nothing). ok false dead-letters the record.
+	Retry(n int, age, retryAfter time.Duration) (delay time.Duration, ok bool)
+	// Outage is the wait after the f-th outage of the target in a row
+	// (f ≥ 1).
+	Outage(f int, retryAfter time.Duration) time.Duration
+}

@@ -25,6 +25,11 @@ type WorkerConfig struct {
 	// counted (herald_outbox_unrouted_total) and logged. Default: nil, not
 	// checked.
 	RoutedElsewhere func(*Record) bool
+	// Schedule, when set, replaces the retry backoff (RetryBaseDelay,
+	// RetryMaxDelay, MaxAttempts, MaxAge) and the outage backoff
+	// (OutageBaseDelay, OutageMaxDelay) with the target's own (a webhook
+	// endpoint's, docs/handlers.md). Default: nil.
+	Schedule Schedule
 	// DisableAfter is how long the handler's target may fail continuously
 	// (every delivery an outage or a retryable failure) before the Worker
 	// disables the handler; its records then wait until an operator

@@ -277,6 +277,13 @@ func (w *Worker) failed(ctx context.Context, r *Record, err error, out []Outcome
 // or MaxAge is reached.
 func (w *Worker) retryOutcome(r *Record, err error) Outcome {
 	attempt := r.Attempt + 1
+	if w.cfg.Schedule != nil {
+		d, ok := w.cfg.Schedule.Retry(attempt, time.Since(r.OccurredAt), retryAfter(err))
+		if !ok {
+			return Outcome{Kind: OutcomeDeadLettered, Err: fmt.Sprintf("gave up after %d attempts: %v", attempt, err)}
+		}
+		return Outcome{Kind: OutcomeRetryLater, Err: err.Error(), Delay: d}
+	}
 	switch {
 	case attempt >= w.cfg.MaxAttempts:
 		return Outcome{Kind: OutcomeDeadLettered, Err: fmt.Sprintf("gave up after %d attempts: %v", attempt, err)}

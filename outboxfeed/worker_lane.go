@@ -349,12 +349,21 @@ func (w *Worker) completed(b *Batch, out []Outcome, held bool, claimedAt time.Ti
 // OutageMaxDelay, else on the outage backoff.
 func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
 	if ok, suppressed := w.limit.Allow("broker"); ok {
-		w.log.Warn("delivery target unavailable; undelivered records keep their place, backing off", "err", err, "suppressed", suppressed)
+		msg := "broker unavailable; unpublished records keep their place, backing off"
+		if w.pub == nil {
+			msg = "handler target unavailable; undelivered records keep their place, backing off"
+		}
+		w.log.Warn(msg, "err", err, "suppressed", suppressed)
 	}
 	l.brokerFails++
-	d := backoff.Outage(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
-	if after := retryAfter(err); after > 0 {
+	var d time.Duration
+	switch after := retryAfter(err); {
+	case w.cfg.Schedule != nil:
+		d = w.cfg.Schedule.Outage(l.brokerFails, after)
+	case after > 0:
 		d = min(max(after, w.cfg.OutageBaseDelay), w.cfg.OutageMaxDelay)
+	default:
+		d = backoff.Outage(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
 	}
 	w.waitKick(ctx, l, d)
 }

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -67,14 +65,12 @@ func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	w, err := outboxfeed.NewWorker(s, b, wcfg)
+	ws, err := startWorkers(ctx, s, b, wcfg, worker.Handlers.entries, log, reg)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	defer w.Stop()
+	defer ws.stop()
+	w := ws.realtime
 	pruner, err := worker.startPruner(ctx, s, log, reg)
 	if err != nil {
 		return err

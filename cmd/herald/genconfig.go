@@ -201,6 +201,8 @@ func jsonValue(v flag.Value) any {
 		return append([]string{}, *x...)
 	case *durationValue:
 		return shortDuration(time.Duration(*x))
+	case *handlersValue:
+		return x.jsonValue()
 	}
 	return v.String()
 }

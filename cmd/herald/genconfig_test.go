@@ -194,6 +194,10 @@ func TestGenconfigRoundTrip(t *testing.T) {
 					*v += durationValue(90 * time.Second)
 				case *listValue:
 					*v = append(*v, "acme/**", "x")
+				case *handlersValue:
+					if err := v.Set(`[{"name":"billing","type":"webhook","url":"https://billing.example/hook","secret":"whsec_Nm8b7X2m0qkq3v9sQ8pZkR4y1WcT6hJd5LaE2uFgYiM=","routes":[{"kind":"integration_event","type":"invoice.*"}],"timeout":"5s"}]`); err != nil {
+						t.Fatal(err)
+					}
 				case *stringValue:
 					switch s.name { // URLs stay URLs of their kind
 					case "database-url":

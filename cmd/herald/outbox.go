@@ -67,13 +67,20 @@ func outboxUsage(w io.Writer) {
 
 // outboxCommon are the settings every outbox subcommand has.
 type outboxCommon struct {
-	st    *settings
-	store storeSettings
-	logs  logSettings
+	st      *settings
+	store   storeSettings
+	logs    logSettings
+	handler string
 }
 
 func newOutboxSettings(sub string, stderr io.Writer) (*settings, *outboxCommon) {
-	st := newSettings("outbox " + sub)
+	return newOperatorSettings("outbox "+sub, stderr)
+}
+
+// newOperatorSettings are the settings of an operator command (herald
+// outbox …, herald handlers …) named cmd.
+func newOperatorSettings(cmd string, stderr io.Writer) (*settings, *outboxCommon) {
+	st := newSettings(cmd)
 	st.fs.SetOutput(stderr)
 	c := &outboxCommon{st: st}
 	c.store.register(st)
@@ -81,6 +88,7 @@ func newOutboxSettings(sub string, stderr io.Writer) (*settings, *outboxCommon) 
 	// What a subcommand registers next (filters, --actor, --json…) is
 	// given per invocation: flags only, no variable, no config key.
 	st.perInvocation = true
+	st.String(&c.handler, "handler", outboxfeed.RealtimeHandler, "the handler whose records, dead letters and positions to work on (herald handlers list)")
 	return st, c
 }
 
@@ -108,10 +116,31 @@ func (c *outboxCommon) run(ctx context.Context, args []string, stderr io.Writer,
 	return f(a)
 }
 
-// open connects to the configured store and returns its Admin. It never
-// creates an embedded store (there is nothing to operate on) nor changes
-// a PostgreSQL schema (that is `herald migrate`).
+// open connects to the configured store and returns the Admin of the
+// --handler's records. It never creates an embedded store (there is
+// nothing to operate on) nor changes a PostgreSQL schema (that is `herald
+// migrate`).
 func (c *outboxCommon) open(ctx context.Context, stderr io.Writer) (outboxfeed.Admin, func(), error) {
+	s, closeStore, err := c.openStore(ctx, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.handler != outboxfeed.RealtimeHandler {
+		if s, err = forHandler(ctx, s, c.handler); err != nil {
+			closeStore()
+			return nil, nil, err
+		}
+	}
+	a, err := outboxfeed.AdminOf(s)
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	return a, closeStore, nil
+}
+
+// openStore connects to the configured store.
+func (c *outboxCommon) openStore(ctx context.Context, stderr io.Writer) (outboxfeed.Store, func(), error) {
 	log, err := c.logs.logger(stderr)
 	if err != nil {
 		return nil, nil, err
@@ -129,11 +158,27 @@ func (c *outboxCommon) open(ctx context.Context, stderr io.Writer) (outboxfeed.A
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := outboxfeed.AdminOf(s)
-	if err != nil {
-		return nil, nil, errors.Join(err, s.Close())
+	return s, func() { _ = s.Close() }, nil
+}
+
+// forHandler returns the Store of a handler the store knows.
+func forHandler(ctx context.Context, s outboxfeed.Store, name string) (outboxfeed.Store, error) {
+	hs, ok := s.(outboxfeed.HandlerStore)
+	if !ok {
+		return nil, fmt.Errorf("--handler %s: %w", name, errNoHandlerStore)
 	}
-	return a, func() { _ = s.Close() }, nil
+	list, err := hs.Handlers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, h := range list {
+		if h.Name == name {
+			return hs.ForHandler(name), nil
+		}
+		names = append(names, h.Name)
+	}
+	return nil, fmt.Errorf("%w: --handler %s: %w (the store knows %s)", errUsage, name, outboxfeed.ErrNoHandler, strings.Join(names, ", "))
 }
 
 // adminErr turns an invalid request into a usage error.

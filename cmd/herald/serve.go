@@ -256,14 +256,12 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 		if err != nil {
 			return err
 		}
-		worker, err := outboxfeed.NewWorker(store, broker, wcfg)
+		ws, err := startWorkers(ctx, store, broker, wcfg, o.worker.Handlers.entries, log, reg)
 		if err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		if err := worker.Start(ctx); err != nil {
 			return err
 		}
-		defer worker.Stop()
+		defer ws.stop()
+		worker := ws.realtime
 		pruner, err := o.worker.startPruner(ctx, store, log, reg)
 		if err != nil {
 			return err

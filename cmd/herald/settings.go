@@ -336,12 +336,19 @@ type catalogue struct {
 }
 
 // commandWords names every command that has settings, as describeCommand
-// takes them: each command, and each outbox subcommand.
+// takes them: each command, and each outbox and handlers subcommand.
 func commandWords() [][]string {
 	var names [][]string
 	for _, c := range commands() {
-		if c.name == "outbox" {
-			for _, sub := range outboxCommands() {
+		var subs []outboxCommand
+		switch c.name {
+		case "outbox":
+			subs = outboxCommands()
+		case "handlers":
+			subs = handlersCommands()
+		}
+		if subs != nil {
+			for _, sub := range subs {
 				names = append(names, []string{c.name, sub.name})
 			}
 			continue
@@ -419,6 +426,9 @@ func editDistance(a, b string) int {
 }
 
 func setFromJSON(v flag.Value, raw json.RawMessage) error {
+	if jv, ok := v.(interface{ SetJSON(json.RawMessage) error }); ok {
+		return jv.SetJSON(raw)
+	}
 	if lv, ok := v.(*listValue); ok {
 		var items []string
 		if err := json.Unmarshal(raw, &items); err == nil {

@@ -203,13 +203,18 @@ func (t *internedText) ScanBytes(v []byte) error {
 	return nil
 }
 
-// Get loads one record.
+// Get loads one record as the Store's handler has it.
 func (s *Store) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
+	return s.get(ctx, id, `SELECT `+pgRecordColumns+` FROM herald.outbox_records WHERE id = $1::uuid AND handler = $2
+	ORDER BY qseq DESC NULLS LAST LIMIT 1`, s.handler)
+}
+
+// get loads one record with q, a query of its id ($1) and args.
+func (s *Store) get(ctx context.Context, id, q string, args ...any) (outboxfeed.Record, error) {
 	if !storekit.ValidUUID(id) {
 		return outboxfeed.Record{}, fmt.Errorf("%w: %q is not a uuid", outboxfeed.ErrNotFound, id)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+pgRecordColumns+` FROM herald.outbox_records WHERE id = $1::uuid AND handler = $2
-	ORDER BY qseq DESC NULLS LAST LIMIT 1`, id, s.handler)
+	rows, err := s.pool.Query(ctx, q, append([]any{id}, args...)...)
 	if err != nil {
 		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
 	}
