@@ -152,6 +152,14 @@ func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (ou
 		if err != nil {
 			return outboxfeed.WorkerConfig{}, fmt.Errorf("config: --types: %w", err)
 		}
+		// The handlers the catalogue names are configured ones.
+		names := []string{outboxfeed.RealtimeHandler}
+		for _, e := range w.Handlers.entries {
+			names = append(names, e.Name)
+		}
+		if err := r.CheckHandlers(names); err != nil {
+			return outboxfeed.WorkerConfig{}, fmt.Errorf("config: --types: %w", err)
+		}
 		registry = r
 	}
 	return outboxfeed.WorkerConfig{

@@ -121,3 +121,24 @@ func TestTypesCheckGatesWriters(t *testing.T) {
 		})
 	}
 }
+
+// TestTypesNamingUnknownHandlerRefused: a catalogue that routes a type to
+// a handler the config does not have stops serve and feed at start.
+func TestTypesNamingUnknownHandlerRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := writeCatalogue(t, testCatalogue)
+	hooks := `[{"name":"shipping","type":"webhook","url":"https://shipping.example/h","secret":"` + testWebhookSecret + `"}]`
+	for _, args := range [][]string{
+		{"serve", "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret},
+		{"feed", "--listen", ""},
+		{"feed", "--listen", "", "--handlers", hooks},
+	} {
+		args = append(args, "--types", path, "--data-dir", dir, "--log-level", "error")
+		code, _, errOut := herald(t, args...)
+		want := `config: --types: outboxfeed: invalid type registry: invoice.paid v1 names handler "billing"`
+		if code == 0 || !strings.Contains(errOut, want) || !strings.Contains(errOut, "which is not configured") {
+			t.Errorf("herald %s: exit %d, %q; want %q", strings.Join(args, " "), code, errOut, want)
+		}
+	}
+}
