@@ -464,10 +464,12 @@ func (r *Registry) Reader(typ string, version int) error {
 	return fmt.Errorf("no reader for %s v%d", typ, version)
 }
 
+var errPayloadNotJSON = errors.New("payload is not decodable JSON")
+
 // Check returns nil when rec can be handed to a handler, and otherwise the
 // dead-letter reason: no reader for its (type, version) (Reader), a kind
 // other than the one the catalogue declares for it, or a payload that
-// fails the pair's JSON Schema. rec's payload must be JSON.
+// fails the pair's JSON Schema (or is not JSON).
 func (r *Registry) Check(rec *Record) error {
 	if err := r.Reader(rec.Type, rec.SchemaVersion); err != nil || r == nil {
 		return err
@@ -485,7 +487,7 @@ func (r *Registry) Check(rec *Record) error {
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(rec.Payload))
 	if err != nil {
-		return fmt.Errorf("payload is not decodable JSON: %v", err)
+		return errPayloadNotJSON
 	}
 	if err := e.schema.Validate(doc); err != nil {
 		return fmt.Errorf("payload fails the schema of %s v%d: %v", e.Type, e.Version, oneLine(err))

@@ -103,6 +103,7 @@ func TestCatalogueCheck(t *testing.T) {
 			"kind notification does not match the catalogue's integration_event for invoice.paid v1"},
 		{"no kind is notification", rec("mail.send", 1, "", `{"to": "a@b"}`), "kind notification does not match"},
 		{"schemas member", rec("mail.send", 1, "provider_side_effect", `{}`), "payload fails the schema of mail.send v1"},
+		{"not JSON", rec("invoice.paid", 2, "integration_event", `{"invoice_id": `), "payload is not decodable JSON"},
 		{"unknown version", rec("invoice.paid", 9, "integration_event", `{}`), "no reader for invoice.paid v9"},
 	} {
 		err := r.Check(c.rec)
