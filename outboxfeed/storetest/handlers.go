@@ -32,6 +32,7 @@ func RunHandlers(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"FailingPastHorizonDisables", testHandlerHorizon},
 		{"GoHandlerGetsChannelBatchesInOrder", testGoHandler},
 		{"DropKeepsOthers", testHandlerDrop},
+		{"CatalogueDeadLettersForEveryHandler", testCatalogueDeadLetters},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
