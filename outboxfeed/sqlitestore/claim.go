@@ -15,8 +15,8 @@ import (
 )
 
 // The SQLite claim and completion. SQLite has one partition, number 0
-// (AnyPartition names it too), whose row in outbox_partition holds the
-// lease (owner, expires_at, fence), the position (pos: the last seq
+// (AnyPartition names it too); each handler has its row for it in
+// outbox_partition, which holds the handler's lease (owner, expires_at, fence), the position (pos: the last seq
 // completed), the open claim (claim_to: the last seq of the batch claimed
 // and not yet completed, NULL when none) and the count of consecutive
 // takeovers. Each runs in one BEGIN IMMEDIATE transaction: the one writer
@@ -37,6 +37,7 @@ type sqlitePartition struct {
 	tkTo      int64 // the last seq a holder that never completed may have published
 	claimQto  int64 // the last queue row the open claim was handed
 	tkQto     int64 // the last queue row a holder that never completed was handed
+	active    bool  // the handler is active: only then does it claim
 }
 
 // heldBy reports whether owner holds the lease, expired or not (an
@@ -50,21 +51,27 @@ func (p *sqlitePartition) takenAt(owner string, now int64) bool {
 	return p.owner.Valid && p.owner.String != owner && p.expiresAt.Int64 > now
 }
 
-func readSQLitePartition(ctx context.Context, tx *sql.Tx) (sqlitePartition, error) {
+// errNoPartition: the handler has no partition row (it is unknown, or
+// was dropped).
+var errNoPartition = errors.New("no partition row")
+
+// readSQLitePartition reads handler's partition row.
+func readSQLitePartition(ctx context.Context, tx *sql.Tx, handler string) (sqlitePartition, error) {
 	var p sqlitePartition
-	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers, tk_to, claim_qto, tk_qto
-FROM outbox_partition WHERE part = 0`).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos, &p.claimTo, &p.takeovers,
-		&p.tkTo, &p.claimQto, &p.tkQto)
+	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers, tk_to, claim_qto, tk_qto,
+	EXISTS (SELECT 1 FROM outbox_handler h WHERE h.name = p.handler AND h.state = 'active')
+FROM outbox_partition p WHERE p.handler = ?1 AND p.part = 0`, handler).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos,
+		&p.claimTo, &p.takeovers, &p.tkTo, &p.claimQto, &p.tkQto, &p.active)
 	if errors.Is(err, sql.ErrNoRows) {
-		return p, errors.New("no partition row (is the schema migrated?)")
+		return p, errNoPartition
 	}
 	return p, err
 }
 
-// releaseSQLiteLease gives the lease back; the fence stays, so a late
-// completion under it still fails (its owner no longer matches).
-func releaseSQLiteLease(ctx context.Context, tx *sql.Tx) error {
-	_, err := tx.ExecContext(ctx, `UPDATE outbox_partition SET owner = NULL, expires_at = NULL WHERE part = 0`)
+// releaseSQLiteLease gives handler's lease back; the fence stays, so a
+// late completion under it still fails (its owner no longer matches).
+func releaseSQLiteLease(ctx context.Context, tx *sql.Tx, handler string) error {
+	_, err := tx.ExecContext(ctx, `UPDATE outbox_partition SET owner = NULL, expires_at = NULL WHERE handler = ?1 AND part = 0`, handler)
 	return err
 }
 
@@ -83,8 +90,8 @@ func validateSQLiteClaim(req outboxfeed.ClaimRequest) error {
 	return nil
 }
 
-// Claim leases partition 0 to req.Owner and reads its next batch (see
-// sqliteClaim). Arm and Disarm are ignored (wake-ups are in-process), and
+// Claim leases the handler's partition 0 to req.Owner and reads its next
+// batch (see sqliteClaim). Arm and Disarm are ignored (wake-ups are in-process), and
 // so is Durable: every SQLite commit is as durable as the file's
 // synchronous setting makes it.
 func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
@@ -94,7 +101,7 @@ func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outbox
 	var b *outboxfeed.Batch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		b, err = sqliteClaim(ctx, tx, req, time.Now().UnixMicro())
+		b, err = sqliteClaim(ctx, tx, s.handler, req, time.Now().UnixMicro())
 		return err
 	})
 	if err != nil {
@@ -107,20 +114,30 @@ func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outbox
 // (fence+1; a claim never completed makes this one a takeover), then reads
 // the due heads of the retry queue and up to req.Limit records past the
 // position, skipping those the queue holds. With nothing to dispatch it
-// moves nothing, gives the lease back and returns nil.
-func sqliteClaim(ctx context.Context, tx *sql.Tx, req outboxfeed.ClaimRequest, now int64) (*outboxfeed.Batch, error) {
-	p, err := readSQLitePartition(ctx, tx)
+// moves nothing, gives the lease back and returns nil. A handler that is
+// not active (paused, disabled or dropped) claims nothing.
+func sqliteClaim(ctx context.Context, tx *sql.Tx, handler string, req outboxfeed.ClaimRequest, now int64) (*outboxfeed.Batch, error) {
+	p, err := readSQLitePartition(ctx, tx, handler)
+	if errors.Is(err, errNoPartition) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	if p.takenAt(req.Owner, now) {
 		return nil, nil
 	}
-	queued, blocked, queueMore, err := sqliteQueueBatch(ctx, tx, now, req.Limit)
+	if !p.active {
+		if p.owner.Valid {
+			return nil, releaseSQLiteLease(ctx, tx, handler)
+		}
+		return nil, nil
+	}
+	queued, blocked, queueMore, err := sqliteQueueBatch(ctx, tx, handler, now, req.Limit)
 	if err != nil {
 		return nil, err
 	}
-	ranged, err := sqliteRangeBatch(ctx, tx, p.pos, req.Limit+1)
+	ranged, err := sqliteRangeBatch(ctx, tx, handler, p.pos, req.Limit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +147,7 @@ func sqliteClaim(ctx context.Context, tx *sql.Tx, req outboxfeed.ClaimRequest, n
 	}
 	if len(queued)+len(ranged) == 0 {
 		if p.owner.Valid {
-			return nil, releaseSQLiteLease(ctx, tx)
+			return nil, releaseSQLiteLease(ctx, tx, handler)
 		}
 		return nil, nil
 	}
@@ -164,7 +181,7 @@ func sqliteClaim(ctx context.Context, tx *sql.Tx, req outboxfeed.ClaimRequest, n
 	expires := now + req.Lease.Microseconds()
 	if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
 SET owner = ?1, expires_at = ?2, fence = ?3, claim_to = ?4, takeovers = ?5, tk_to = ?6, claim_qto = ?7, tk_qto = ?8
-WHERE part = 0`, req.Owner, expires, b.Fence, last, b.Takeovers, tkTo, claimQto, tkQto); err != nil {
+WHERE handler = ?9 AND part = 0`, req.Owner, expires, b.Fence, last, b.Takeovers, tkTo, claimQto, tkQto, handler); err != nil {
 		return nil, err
 	}
 	st := outboxfeed.Processing{LeaseOwner: req.Owner, LeaseExpiresAt: micros(expires), Fence: b.Fence}
@@ -177,16 +194,18 @@ WHERE part = 0`, req.Owner, expires, b.Fence, last, b.Takeovers, tkTo, claimQto,
 	return b, nil
 }
 
-// sqliteQueueHeads lists the pending queue rows in qseq order (through the
-// partial index: the queue holds only failures and what they hold back).
+// sqliteQueueHeads lists handler ?1's pending queue rows in qseq order
+// (through the partial index: the queue holds only failures and what they
+// hold back).
 const sqliteQueueHeads = `
 SELECT qseq, tenant_id, channel, next_attempt_at FROM outbox_retry INDEXED BY outbox_retry_pending_idx
-WHERE state = 'pending' ORDER BY qseq`
+WHERE handler = ?1 AND state = 'pending' ORDER BY qseq`
 
-// sqliteQueueRows loads the picked queue rows (?1, a JSON array of qseqs).
+// sqliteQueueRows loads the picked queue rows (?1, a JSON array of qseqs)
+// of handler ?2.
 const sqliteQueueRows = `
 SELECT qseq, rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind, attempt
-FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND state = 'pending'`
+FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND handler = ?2 AND state = 'pending'`
 
 // sqliteQueueBatch picks from the retry queue, per channel whose head
 // (lowest pending qseq) is due, its pending rows in qseq order up to the
@@ -197,8 +216,8 @@ FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND state = 'p
 // by channel (channels in the order of their heads), the channels with a
 // pending row it did not take (Batch.Blocked), and whether a due row was
 // left for want of room.
-func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]outboxfeed.Record, map[fanout.Key]struct{}, bool, error) {
-	rows, err := tx.QueryContext(ctx, sqliteQueueHeads)
+func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, handler string, now int64, limit int) ([]outboxfeed.Record, map[fanout.Key]struct{}, bool, error) {
+	rows, err := tx.QueryContext(ctx, sqliteQueueHeads, handler)
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -256,7 +275,7 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 	if err != nil {
 		return nil, nil, false, err
 	}
-	byQseq, err := loadSQLiteQueueRows(ctx, tx, string(list))
+	byQseq, err := loadSQLiteQueueRows(ctx, tx, handler, string(list))
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -273,8 +292,8 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 	return out, blocked, more, nil
 }
 
-func loadSQLiteQueueRows(ctx context.Context, tx *sql.Tx, qseqs string) (map[int64]outboxfeed.Record, error) {
-	rows, err := tx.QueryContext(ctx, sqliteQueueRows, qseqs)
+func loadSQLiteQueueRows(ctx context.Context, tx *sql.Tx, handler, qseqs string) (map[int64]outboxfeed.Record, error) {
+	rows, err := tx.QueryContext(ctx, sqliteQueueRows, qseqs, handler)
 	if err != nil {
 		return nil, err
 	}
@@ -294,16 +313,16 @@ func loadSQLiteQueueRows(ctx context.Context, tx *sql.Tx, qseqs string) (map[int
 	return out, rows.Err()
 }
 
-// sqliteRange reads the records past the position that the retry queue
-// does not hold (migrated ones may), in seq order: a rowid range, each
-// record probing the queue's record index.
-const sqliteRange = `
+// sqliteRange reads the records past the position that handler ?3's
+// retry queue does not hold (migrated ones may), in seq order: a rowid
+// range, each record probing the queue's record index.
+var sqliteRange = `
 SELECT o.seq, o.id, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind
-FROM outbox o WHERE o.seq > ?1 AND ` + sqliteUnqueued + `
+FROM outbox o WHERE o.seq > ?1 AND ` + sqliteUnqueued("?3") + `
 ORDER BY o.seq LIMIT ?2`
 
-func sqliteRangeBatch(ctx context.Context, tx *sql.Tx, pos int64, limit int) ([]outboxfeed.Record, error) {
-	rows, err := tx.QueryContext(ctx, sqliteRange, pos, limit)
+func sqliteRangeBatch(ctx context.Context, tx *sql.Tx, handler string, pos int64, limit int) ([]outboxfeed.Record, error) {
+	rows, err := tx.QueryContext(ctx, sqliteRange, pos, limit, handler)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +381,10 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 	var nb *outboxfeed.Batch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		held, nb = false, nil
-		p, err := readSQLitePartition(ctx, tx)
+		p, err := readSQLitePartition(ctx, tx, s.handler)
+		if errors.Is(err, errNoPartition) {
+			return nil // the handler was dropped: lost
+		}
 		if err != nil {
 			return err
 		}
@@ -381,18 +403,18 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 			return fmt.Errorf("batch ends at seq %d, outside the open claim (%d, %d]", end, p.pos, p.claimTo.Int64)
 		}
 		if end > p.pos {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_batch (part, to_seq, from_seq, fence, done_at)
-VALUES (0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_batch (handler, part, to_seq, from_seq, fence, done_at)
+VALUES (?5, 0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now, s.handler); err != nil {
 				return err
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
-SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE part = 0`, end, now); err != nil {
+SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE handler = ?3 AND part = 0`, end, now, s.handler); err != nil {
 			return err
 		}
 		enqueued := false
 		for i := range out {
-			if err := writeSQLiteOutcome(ctx, tx, &b.Records[i], out[i], now); err != nil {
+			if err := writeSQLiteOutcome(ctx, tx, s.handler, &b.Records[i], out[i], now); err != nil {
 				return fmt.Errorf("record %s: %w", b.Records[i].ID, err)
 			}
 			enqueued = enqueued || b.Records[i].Queued == 0 && out[i].Kind != outboxfeed.OutcomeDone
@@ -402,17 +424,17 @@ SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE part = 0`, end,
 			// holder that never completed: so they are when they leave the
 			// queue.
 			if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
-SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry)) WHERE part = 0`); err != nil {
+SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry WHERE handler = ?1)) WHERE handler = ?1 AND part = 0`, s.handler); err != nil {
 				return err
 			}
 		}
 		if next == nil || next.Owner != b.Owner {
-			if err := releaseSQLiteLease(ctx, tx); err != nil {
+			if err := releaseSQLiteLease(ctx, tx, s.handler); err != nil {
 				return err
 			}
 		}
 		if next != nil {
-			nb, err = sqliteClaim(ctx, tx, *next, now)
+			nb, err = sqliteClaim(ctx, tx, s.handler, *next, now)
 		}
 		return err
 	})
@@ -425,14 +447,15 @@ SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry)) WHERE part = 0`);
 // sqliteEnqueue copies a record read from the position into the retry
 // queue with the state its outcome gives it.
 const sqliteEnqueue = `
-INSERT INTO outbox_retry (rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness,
+INSERT INTO outbox_retry (handler, rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness,
 	occurred_at, kind, state, attempt, next_attempt_at, last_error, dead_lettered_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)`
 
 // writeSQLiteOutcome writes what became of r, if anything needs writing:
 // a record read from the position gets a queue row unless it was done; a
-// queue row is updated unless it was held.
-func writeSQLiteOutcome(ctx context.Context, tx *sql.Tx, r *outboxfeed.Record, o outboxfeed.Outcome, now int64) error {
+// queue row (of handler's queue: qseq is unique across handlers) is
+// updated unless it was held.
+func writeSQLiteOutcome(ctx context.Context, tx *sql.Tx, handler string, r *outboxfeed.Record, o outboxfeed.Outcome, now int64) error {
 	if r.Queued == 0 {
 		if o.Kind == outboxfeed.OutcomeDone {
 			return nil
@@ -447,7 +470,7 @@ func writeSQLiteOutcome(ctx context.Context, tx *sql.Tx, r *outboxfeed.Record, o
 		case outboxfeed.OutcomeDeadLettered:
 			state, next, lastErr, dead = outboxfeed.StateDeadLetter, now, storekit.TruncateError(o.Err), now
 		}
-		_, err := tx.ExecContext(ctx, sqliteEnqueue, r.Seq, r.ID, r.TenantID, r.Channel, r.Type, r.SchemaVersion,
+		_, err := tx.ExecContext(ctx, sqliteEnqueue, handler, r.Seq, r.ID, r.TenantID, r.Channel, r.Type, r.SchemaVersion,
 			string(r.Payload), string(r.Freshness), r.OccurredAt.UnixMicro(), r.Kind,
 			state, attempt, next, lastErr, dead)
 		return err

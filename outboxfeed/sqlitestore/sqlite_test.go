@@ -141,3 +141,7 @@ func stageOne(ctx context.Context, s *Store, n stage.Notification) (string, erro
 	s.Notify()
 	return id, nil
 }
+
+func TestSQLiteHandlers(t *testing.T) {
+	storetest.RunHandlers(t, sqliteHarness)
+}
