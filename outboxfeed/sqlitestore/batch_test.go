@@ -772,12 +772,16 @@ func TestSQLiteBatchPlans(t *testing.T) {
 	t.Parallel()
 	s := sbStore(t)
 	ctx := context.Background()
-	for name, q := range map[string]string{
-		"range": sqliteRange,
-		"get":   `SELECT ` + sqliteRecordColumns + ` FROM outbox_record WHERE id = ?1`,
-		"stats": sqliteStats,
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"range": {sqliteRange, []any{1, 2, "hooks"}},
+		"get":   {`SELECT ` + sqliteRecordColumns + ` FROM outbox_record WHERE handler = ?1 AND id = ?2`, []any{"hooks", "x"}},
+		"stats": {sqliteStats, []any{1, "hooks"}},
+		"heads": {sqliteQueueHeads, []any{"hooks"}},
 	} {
-		rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, 1, 2)
+		rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.sql, q.args...)
 		testenv.Must(t, err, "explain "+name)
 		for rows.Next() {
 			var id, parent, unused int
