@@ -243,12 +243,15 @@ func sqliteUnqueued(h string) string {
 // sqliteNever stands for "no such record" in min() over times.
 const sqliteNever = int64(9223372036854775807)
 
-// sqliteStats counts the records past the position (read from there on in
-// rowid order) and the pending queue rows (partial index), and finds the
+// sqliteStats counts the records past the position (a rowid range, less
+// the few the queue holds: migrated ones) and the pending queue rows
+// (partial index), and finds the
 // oldest of the first record past the position and the pending queue rows,
 // of handler ?2.
 var sqliteStats = `SELECT
-	(SELECT count(*) FROM outbox o WHERE o.seq > p.pos AND ` + sqliteUnqueued("p.handler") + `)
+	(SELECT count(*) FROM outbox o WHERE o.seq > p.pos)
+	- (SELECT count(*) FROM outbox_retry q WHERE q.handler = p.handler AND q.rec_seq > p.pos
+		AND EXISTS (SELECT 1 FROM outbox o WHERE o.seq = q.rec_seq))
 	+ (SELECT count(*) FROM outbox_retry INDEXED BY outbox_retry_pending_idx WHERE handler = p.handler AND state = 'pending'),
 	(SELECT count(*) FROM outbox_retry INDEXED BY outbox_retry_dead_letter_idx WHERE handler = p.handler AND state = 'dead_letter'),
 	min(coalesce((SELECT o.occurred_at FROM outbox o WHERE o.seq > p.pos AND ` + sqliteUnqueued("p.handler") + ` ORDER BY o.seq LIMIT 1), ?1),
