@@ -313,16 +313,38 @@ func loadSQLiteQueueRows(ctx context.Context, tx *sql.Tx, handler, qseqs string)
 	return out, rows.Err()
 }
 
-// sqliteRange reads the records past the position that handler ?3's
-// retry queue does not hold (migrated ones may), in seq order: a rowid
-// range, each record probing the queue's record index.
-var sqliteRange = `
+// sqliteRange reads the records past the position (?1), in seq order: a
+// rowid range. A record past a handler's position has no row in its retry
+// queue (Complete moves the position past every record it queues), except
+// those migration 3 queued; while the handler has such rows,
+// sqliteRangeQueued reads instead, each record probing the queue's record
+// index.
+const sqliteRange = `
+SELECT o.seq, o.id, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind
+FROM outbox o WHERE o.seq > ?1
+ORDER BY o.seq LIMIT ?2`
+
+// sqliteRangeQueued is sqliteRange skipping the records handler ?3's
+// retry queue holds.
+var sqliteRangeQueued = `
 SELECT o.seq, o.id, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind
 FROM outbox o WHERE o.seq > ?1 AND ` + sqliteUnqueued("?3") + `
 ORDER BY o.seq LIMIT ?2`
 
+// sqliteQueuedPast reports whether handler ?1's retry queue holds a record
+// past its position ?2 (an index seek).
+const sqliteQueuedPast = `SELECT EXISTS (SELECT 1 FROM outbox_retry WHERE handler = ?1 AND rec_seq > ?2)`
+
 func sqliteRangeBatch(ctx context.Context, tx *sql.Tx, handler string, pos int64, limit int) ([]outboxfeed.Record, error) {
-	rows, err := tx.QueryContext(ctx, sqliteRange, pos, limit, handler)
+	var queuedPast bool
+	if err := tx.QueryRowContext(ctx, sqliteQueuedPast, handler, pos).Scan(&queuedPast); err != nil {
+		return nil, err
+	}
+	q, args := sqliteRange, []any{pos, limit}
+	if queuedPast {
+		q, args = sqliteRangeQueued, append(args, handler)
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
