@@ -766,8 +766,9 @@ func TestSQLiteBatchRequests(t *testing.T) {
 	}
 }
 
-// TestSQLiteBatchPlans checks that the claim, Get and the cheap Stats read
-// by index and rowid range, never the whole outbox.
+// TestSQLiteBatchPlans checks that the claim, the completion's writes,
+// Get and the cheap Stats read by index and rowid range, never the whole
+// outbox or a handler's whole queue.
 func TestSQLiteBatchPlans(t *testing.T) {
 	t.Parallel()
 	s := sbStore(t)
@@ -776,12 +777,14 @@ func TestSQLiteBatchPlans(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"range":  {sqliteRange, []any{1, 2}},
-		"ranged": {sqliteRangeQueued, []any{1, 2, "hooks"}},
-		"past":   {sqliteQueuedPast, []any{"hooks", 1}},
-		"get":    {`SELECT ` + sqliteRecordColumns + ` FROM outbox_record WHERE handler = ?1 AND id = ?2`, []any{"hooks", "x"}},
-		"stats":  {sqliteStats, []any{1, "hooks"}},
-		"heads":  {sqliteQueueHeads, []any{"hooks"}},
+		"range":   {sqliteRange, []any{1, 2}},
+		"ranged":  {sqliteRangeQueued, []any{1, 2, "hooks"}},
+		"past":    {sqliteQueuedPast, []any{"hooks", 1}},
+		"enqueue": {sqliteEnqueue, []any{"hooks", "[]"}},
+		"requeue": {sqliteRequeue, []any{"hooks", "[]", 1}},
+		"get":     {`SELECT ` + sqliteRecordColumns + ` FROM outbox_record WHERE handler = ?1 AND id = ?2`, []any{"hooks", "x"}},
+		"stats":   {sqliteStats, []any{1, "hooks"}},
+		"heads":   {sqliteQueueHeads, []any{"hooks"}},
 	} {
 		rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.sql, q.args...)
 		testenv.Must(t, err, "explain "+name)
@@ -793,6 +796,7 @@ func TestSQLiteBatchPlans(t *testing.T) {
 				"SCAN outbox_retry USING COVERING INDEX outbox_retry_pending_idx",
 				"SCAN outbox_retry USING COVERING INDEX outbox_retry_dead_letter_idx",
 				"SCAN CONSTANT ROW",
+				"SCAN x VIRTUAL TABLE INDEX 1:", // the outcomes given
 			}, detail) {
 				t.Errorf("%s plan scans: %s", name, detail)
 			}

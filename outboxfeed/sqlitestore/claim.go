@@ -434,12 +434,9 @@ VALUES (?5, 0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now, s.handler); err != 
 SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE handler = ?3 AND part = 0`, end, now, s.handler); err != nil {
 			return err
 		}
-		enqueued := false
-		for i := range out {
-			if err := writeSQLiteOutcome(ctx, tx, s.handler, &b.Records[i], out[i], now); err != nil {
-				return fmt.Errorf("record %s: %w", b.Records[i].ID, err)
-			}
-			enqueued = enqueued || b.Records[i].Queued == 0 && out[i].Kind != outboxfeed.OutcomeDone
+		enqueued, err := writeSQLiteOutcomes(ctx, tx, s.handler, b.Records[:len(out)], out, now)
+		if err != nil {
+			return err
 		}
 		if b.Takeover && enqueued {
 			// Records of a batch taken over may have been published by the
@@ -466,51 +463,108 @@ SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry WHERE handler = ?1)
 	return held, nb, nil
 }
 
-// sqliteEnqueue copies a record read from the position into the retry
-// queue with the state its outcome gives it.
+// sqliteOutcome is one record's write in writeSQLiteOutcomes, a JSON
+// object of sqliteEnqueue's or sqliteRequeue's array.
+type sqliteOutcome struct {
+	Seq     int64   `json:"q"`           // the record's seq, or its queue row's qseq
+	Kind    string  `json:"k,omitempty"` // requeue: done, retry or dead
+	State   string  `json:"s,omitempty"` // enqueue: the row's state
+	Attempt int     `json:"a"`
+	Next    int64   `json:"n"`
+	Err     *string `json:"e"`
+	Dead    *int64  `json:"d"`
+}
+
+// sqliteEnqueue copies the records read from the position (?2: the
+// sqliteOutcome array, in the batch's order, which becomes their order in
+// the queue) into handler ?1's retry queue with the states their outcomes
+// give them.
 const sqliteEnqueue = `
 INSERT INTO outbox_retry (handler, rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness,
 	occurred_at, kind, state, attempt, next_attempt_at, last_error, dead_lettered_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)`
+SELECT ?1, o.seq, o.id, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind,
+	json_extract(x.value, '$.s'), json_extract(x.value, '$.a'), json_extract(x.value, '$.n'),
+	json_extract(x.value, '$.e'), json_extract(x.value, '$.d')
+FROM json_each(?2) x JOIN outbox o ON o.seq = json_extract(x.value, '$.q')
+ORDER BY x.key`
 
-// writeSQLiteOutcome writes what became of r, if anything needs writing:
-// a record read from the position gets a queue row unless it was done; a
-// queue row (of handler's queue: qseq is unique across handlers) is
-// updated unless it was held.
-func writeSQLiteOutcome(ctx context.Context, tx *sql.Tx, handler string, r *outboxfeed.Record, o outboxfeed.Outcome, now int64) error {
-	if r.Queued == 0 {
-		if o.Kind == outboxfeed.OutcomeDone {
-			return nil
+// sqliteRequeue writes the outcomes of handler ?1's queue rows (?2: the
+// sqliteOutcome array; ?3: now): done rows are dispatched, retried ones
+// wait again, dead ones are dead letters. Each row is found by its qseq
+// (the unary + keeps the planner from scanning the handler's rows).
+const sqliteRequeue = `
+UPDATE outbox_retry AS r SET
+	state = CASE json_extract(x.value, '$.k') WHEN 'done' THEN 'dispatched' WHEN 'dead' THEN 'dead_letter' ELSE 'pending' END,
+	attempt = CASE json_extract(x.value, '$.k') WHEN 'done' THEN r.attempt ELSE r.attempt + 1 END,
+	next_attempt_at = CASE json_extract(x.value, '$.k') WHEN 'retry' THEN json_extract(x.value, '$.n') ELSE r.next_attempt_at END,
+	last_error = CASE json_extract(x.value, '$.k') WHEN 'done' THEN r.last_error ELSE json_extract(x.value, '$.e') END,
+	dispatched_at = CASE json_extract(x.value, '$.k') WHEN 'done' THEN ?3 ELSE r.dispatched_at END,
+	dead_lettered_at = CASE json_extract(x.value, '$.k') WHEN 'dead' THEN ?3 ELSE r.dead_lettered_at END
+FROM json_each(?2) x
+WHERE r.qseq = json_extract(x.value, '$.q') AND +r.handler = ?1 AND r.state = 'pending'`
+
+// writeSQLiteOutcomes writes what became of recs, where anything needs
+// writing, in two statements: a record read from the position gets a queue
+// row unless it was done; a queue row is updated unless it was held. It
+// reports whether it queued a record read from the position.
+func writeSQLiteOutcomes(ctx context.Context, tx *sql.Tx, handler string, recs []outboxfeed.Record, out []outboxfeed.Outcome, now int64) (bool, error) {
+	var enq, req []sqliteOutcome
+	for i, o := range out {
+		r := &recs[i]
+		var lastErr *string
+		if o.Kind == outboxfeed.OutcomeRetryLater || o.Kind == outboxfeed.OutcomeDeadLettered {
+			e := storekit.TruncateError(o.Err)
+			lastErr = &e
 		}
-		state, attempt, next := outboxfeed.StatePending, r.Attempt+1, now+o.Delay.Microseconds()
-		var lastErr, dead any
+		if r.Queued == 0 {
+			w := sqliteOutcome{Seq: r.Seq, State: outboxfeed.StatePending, Attempt: r.Attempt + 1, Next: now + o.Delay.Microseconds(), Err: lastErr}
+			switch o.Kind {
+			case outboxfeed.OutcomeDone:
+				continue
+			case outboxfeed.OutcomeHold:
+				w.Attempt, w.Next = r.Attempt, now
+			case outboxfeed.OutcomeDeadLettered:
+				w.State, w.Next, w.Dead = outboxfeed.StateDeadLetter, now, &now
+			}
+			enq = append(enq, w)
+			continue
+		}
+		w := sqliteOutcome{Seq: r.Queued, Next: now + o.Delay.Microseconds(), Err: lastErr}
 		switch o.Kind {
+		case outboxfeed.OutcomeDone:
+			w.Kind = "done"
 		case outboxfeed.OutcomeRetryLater:
-			lastErr = storekit.TruncateError(o.Err)
-		case outboxfeed.OutcomeHold:
-			attempt, next = r.Attempt, now
+			w.Kind = "retry"
 		case outboxfeed.OutcomeDeadLettered:
-			state, next, lastErr, dead = outboxfeed.StateDeadLetter, now, storekit.TruncateError(o.Err), now
+			w.Kind = "dead"
+		case outboxfeed.OutcomeHold:
+			continue // keeps its row, its place and its attempts
 		}
-		_, err := tx.ExecContext(ctx, sqliteEnqueue, handler, r.Seq, r.ID, r.TenantID, r.Channel, r.Type, r.SchemaVersion,
-			string(r.Payload), string(r.Freshness), r.OccurredAt.UnixMicro(), r.Kind,
-			state, attempt, next, lastErr, dead)
-		return err
+		req = append(req, w)
 	}
-	var err error
-	switch o.Kind {
-	case outboxfeed.OutcomeDone:
-		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry SET state = 'dispatched', dispatched_at = ?2
-WHERE qseq = ?1 AND state = 'pending'`, r.Queued, now)
-	case outboxfeed.OutcomeRetryLater:
-		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry SET attempt = attempt + 1, next_attempt_at = ?2, last_error = ?3
-WHERE qseq = ?1 AND state = 'pending'`, r.Queued, now+o.Delay.Microseconds(), storekit.TruncateError(o.Err))
-	case outboxfeed.OutcomeDeadLettered:
-		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry
-SET state = 'dead_letter', attempt = attempt + 1, last_error = ?2, dead_lettered_at = ?3
-WHERE qseq = ?1 AND state = 'pending'`, r.Queued, storekit.TruncateError(o.Err), now)
-	case outboxfeed.OutcomeHold:
-		// keeps its row, its place and its attempts
+	if len(enq) > 0 {
+		list, err := json.Marshal(enq)
+		if err != nil {
+			return false, err
+		}
+		res, err := tx.ExecContext(ctx, sqliteEnqueue, handler, string(list))
+		if err != nil {
+			return false, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return false, err
+		} else if n != int64(len(enq)) {
+			return false, fmt.Errorf("queued %d of %d records: the others are gone from the outbox", n, len(enq))
+		}
 	}
-	return err
+	if len(req) > 0 {
+		list, err := json.Marshal(req)
+		if err != nil {
+			return false, err
+		}
+		if _, err := tx.ExecContext(ctx, sqliteRequeue, handler, string(list), now); err != nil {
+			return false, err
+		}
+	}
+	return len(enq) > 0, nil
 }
