@@ -116,6 +116,12 @@ func TestSQLiteFixtureUpgradesInPlace(t *testing.T) {
 	}
 	testenv.Must(t, rows.Err(), "ids")
 	rows.Close()
+	// Realtime published every record; its last completion may still be
+	// under way.
+	storetest.Eventually(t, time.Minute, "realtime has nothing pending", func() bool {
+		st, err := s.Stats(ctx)
+		return err == nil && st.Pending == 0
+	})
 	done := sqliteFixtureView(t, s.DB(), "WHERE handler = 'realtime'")
 	created, err := s.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: "hooks", Type: "webhook"})
 	if err != nil || !created {
