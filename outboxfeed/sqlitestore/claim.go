@@ -16,10 +16,10 @@ import (
 
 // The SQLite claim and completion. SQLite has one partition, number 0
 // (AnyPartition names it too); each handler has its row for it in
-// outbox_partition, which holds the handler's lease (owner, expires_at, fence), the position (pos: the last seq
-// completed), the open claim (claim_to: the last seq of the batch claimed
-// and not yet completed, NULL when none) and the count of consecutive
-// takeovers. Each runs in one BEGIN IMMEDIATE transaction: the one writer
+// outbox_partition, which holds the handler's lease (owner, expires_at,
+// fence), the position (pos: the last seq completed), the open claim
+// (claim_to: the last seq of the batch claimed and not yet completed, NULL
+// when none) and the count of consecutive takeovers. Each runs in one BEGIN IMMEDIATE transaction: the one writer
 // makes "seq > pos" exactly the records not yet read, with no gap a
 // transaction still in flight could fill later.
 
@@ -91,9 +91,9 @@ func validateSQLiteClaim(req outboxfeed.ClaimRequest) error {
 }
 
 // Claim leases the handler's partition 0 to req.Owner and reads its next
-// batch (see sqliteClaim). Arm and Disarm are ignored (wake-ups are in-process), and
-// so is Durable: every SQLite commit is as durable as the file's
-// synchronous setting makes it.
+// batch (see sqliteClaim). Arm and Disarm are ignored (wake-ups are
+// in-process), and so is Durable: every SQLite commit is as durable as the
+// file's synchronous setting makes it.
 func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
 	if err := validateSQLiteClaim(req); err != nil {
 		return nil, fmt.Errorf("outboxfeed: claim: %w", err)
