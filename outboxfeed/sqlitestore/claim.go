@@ -19,9 +19,10 @@ import (
 // outbox_partition, which holds the handler's lease (owner, expires_at,
 // fence), the position (pos: the last seq completed), the open claim
 // (claim_to: the last seq of the batch claimed and not yet completed, NULL
-// when none) and the count of consecutive takeovers. Each runs in one BEGIN IMMEDIATE transaction: the one writer
-// makes "seq > pos" exactly the records not yet read, with no gap a
-// transaction still in flight could fill later.
+// when none) and the count of consecutive takeovers. Each runs in one
+// BEGIN IMMEDIATE transaction: the one writer makes "seq > pos" exactly
+// the records not yet read, with no gap a transaction still in flight
+// could fill later.
 
 // sqlitePart is SQLite's one partition.
 const sqlitePart = 0
