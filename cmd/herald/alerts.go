@@ -47,8 +47,7 @@ func runAlerts(_ context.Context, args []string, stdout, stderr io.Writer) error
 		handlers handlersValue
 		out      string
 	)
-	st.add("handlers", "the handlers besides realtime, as a JSON list (a YAML list in a YAML config file); see docs/handlers.md", &handlers)
-	st.checks = append(st.checks, func() error { return handlers.check(st.source("handlers")) })
+	handlers.register(st)
 	st.invocation(func() {
 		st.String(&out, "out", "", "write the rule file here (default: standard output)")
 	})

@@ -120,6 +120,13 @@ func (v *handlersValue) check(from origin) error {
 	return nil
 }
 
+// register adds the handlers setting to st (serve, feed and alerts read
+// it); parse checks it.
+func (v *handlersValue) register(st *settings) {
+	st.add("handlers", "the handlers besides realtime, as a JSON list (a YAML list in a YAML config file); see docs/handlers.md", v)
+	st.checks = append(st.checks, func() error { return v.check(st.source("handlers")) })
+}
+
 // jsonValue is the list as a config file holds it.
 func (v *handlersValue) jsonValue() any {
 	var list []any
