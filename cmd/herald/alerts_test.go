@@ -100,7 +100,7 @@ func TestAlertsFromTargets(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"alerts", "--handlers", `[{"name":"realtime","type":"realtime","target_p99":"30s"}]`}, &stdout, &stderr)
-	const want = "config: handlers: realtime: target_p99: 30s: want more than 0 and at most 10s (the largest bucket of herald_outbox_dispatch_duration_seconds)"
+	const want = "handlers[0] (realtime): target_p99: 30s: want more than 0 and at most 10s (the largest bucket of herald_outbox_dispatch_duration_seconds)"
 	if code != 1 || !strings.Contains(stderr.String(), want) {
 		t.Fatalf("target_p99 30s: exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
 	}

@@ -64,6 +64,10 @@ const (
 	defaultTargetP99      = 5 * time.Second
 	defaultMaxDeadLetters = 0
 	defaultMaxBacklogAge  = 15 * time.Minute
+	// maxTargetP99 is the largest finite bucket of
+	// herald_outbox_dispatch_duration_seconds: a p99 beyond it cannot be
+	// measured, so no alert could fire.
+	maxTargetP99 = 10 * time.Second
 )
 
 // handlersValue is the handlers setting: a JSON list of handler entries
@@ -211,6 +215,13 @@ func parseHandler(raw json.RawMessage) (handlerEntry, error) {
 			return e, fmt.Errorf("%s: %q is not a duration such as 15s or 72h", d.key, d.src)
 		}
 		*d.dst = v
+	}
+	switch {
+	case e.TargetP99 <= 0 || e.TargetP99 > maxTargetP99:
+		return e, fmt.Errorf("target_p99: %s: want more than 0 and at most %s (the largest bucket of herald_outbox_dispatch_duration_seconds)",
+			j.TargetP99, maxTargetP99)
+	case e.MaxBacklogAge <= 0:
+		return e, fmt.Errorf("max_backlog_age: %s: want more than 0", j.MaxBacklogAge)
 	}
 	if j.MaxDeadLetters != nil {
 		if *j.MaxDeadLetters < 0 {
