@@ -39,6 +39,9 @@ func TestHandlersConfigRefused(t *testing.T) {
 		{`[{"name":"billing","type":"webhook","url":"ftp://billing.example/h","secret":"` + testWebhookSecret + `"}]`, "billing"},
 		{`[{"name":"billing","type":"webhook","url":"https://billing.example/h","secret":"whsec_short"}]`, "secret"},
 		{`[{"name":"billing","type":"webhook","url":"https://billing.example/h"}]`, "secret"},
+		{`[{` + good + `,"target_p99":"11s"}]`, "handlers[0] (billing): target_p99: 11s: want more than 0 and at most 10s"},
+		{`[{"name":"realtime","type":"realtime","target_p99":"0s"}]`, "handlers[0] (realtime): target_p99: 0s: want more than 0"},
+		{`[{` + good + `,"max_backlog_age":"0s"}]`, "handlers[0] (billing): max_backlog_age: 0s: want more than 0"},
 	} {
 		for _, cmd := range []string{"serve", "feed"} {
 			args := []string{cmd, "--handlers", c.handlers, "--data-dir", dir, "--listen", "127.0.0.1:0",

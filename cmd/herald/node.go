@@ -113,8 +113,7 @@ type workerSettings struct {
 }
 
 func (w *workerSettings) register(st *settings) {
-	st.add("handlers", "the handlers besides realtime, as a JSON list (a YAML list in a YAML config file); see docs/handlers.md", &w.Handlers)
-	st.checks = append(st.checks, func() error { return w.Handlers.check(st.source("handlers")) })
+	w.Handlers.register(st)
 	st.String(&w.Types, "types", "", "type catalogue JSON file (docs/events.md): the (type, schema_version) pairs read, with their kind, direction, trust, handlers and payload schema; empty = every type accepted at any schema_version ≥ 1")
 	st.Int(&w.BatchSize, "outbox-batch-size", 1000, "records one claim of a partition takes")
 	st.Int(&w.RangeRecords, "outbox-range-records", outboxfeed.DefaultRangeRecords, "PostgreSQL: records of one range a lane reads and holds in memory to publish it in staging order; a larger range is read in runs")

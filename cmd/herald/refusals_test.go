@@ -378,6 +378,9 @@ func TestSharedConfigFile(t *testing.T) {
 			}
 			id := strings.TrimSpace(mustHerald(t, cmd("publish", "--tenant", "acme", "--channel", "orders/1", "--type", "order.updated", "--data", "{}")...))
 			mustHerald(t, cmd("outbox", "stats")...)
+			if rules := mustHerald(t, cmd("alerts")...); !strings.Contains(rules, "- name: herald-outbox-handler-realtime") {
+				t.Errorf("alerts with the shared file wrote no realtime group:\n%s", rules)
+			}
 			mustHerald(t, cmd("outbox", "list")...)
 			mustHerald(t, cmd("outbox", "replay", "--actor", "a", "--reason", "r", "--id", id)...)
 			mustHerald(t, cmd("outbox", "purge", "--state", "dispatched", "--older-than", "7d", "--dry-run")...)
