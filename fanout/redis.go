@@ -105,9 +105,10 @@ func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 }
 
 // Publish appends msg to its channel's stream and publishes it, atomically.
-// A fenced msg may instead be refused (ErrStaleFence) or, with Takeover,
-// answered with the publication of its ID still in the stream (see Fence;
-// here the newest fence value is kept per channel and scope).
+// A msg whose ID is still in the stream is answered with that publication
+// instead, appending and publishing nothing; a fenced msg may be refused
+// (ErrStaleFence) first (see Fence; here the newest fence value is kept
+// per channel and scope).
 func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
 	if b.closed.Load() {
 		return Publication{}, wrapf("publish", ErrStopped)
@@ -127,7 +128,7 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 	buf = appendEnvelopeTail(buf, &pub)
 	name := b.name(pub.Key)
 	res, err := publishScript.Run(ctx, b.client,
-		[]string{name + ":meta", name + ":stream"},
+		[]string{name + ":meta", name + ":stream", name + ":ids"},
 		newEpoch(), buf[:head], buf[head:], b.cfg.HistorySize, b.cfg.HistoryTTL.Milliseconds(),
 		b.topic(pub.Key), pub.Key.Tenant, b.pubCmd,
 		f.Scope, strconv.FormatInt(f.Value, 10), takeover, pub.ID,
@@ -174,7 +175,7 @@ func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position, limi
 		count = limit
 	}
 	res, err := recoverScript.Run(ctx, b.client,
-		[]string{name + ":meta", name + ":stream"},
+		[]string{name + ":meta", name + ":stream", name + ":ids"},
 		newEpoch(), b.cfg.HistoryTTL.Milliseconds(), since.Epoch,
 		strconv.FormatUint(since.Offset, 10), count,
 	).Slice()

@@ -1,9 +1,11 @@
 package fanout
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -77,6 +79,10 @@ type RedisConfig struct {
 	// herald_redis_pubsub_reconnects_total (counters). Default: nil, the
 	// metrics are kept but not registered.
 	Registerer prometheus.Registerer
+
+	// dialer, when set (by tests), opens every connection to Redis in
+	// place of go-redis's own dialer.
+	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (c RedisConfig) withDefaults() RedisConfig {
@@ -143,10 +149,16 @@ func (c RedisConfig) validate() (redis.UniversalClient, error) {
 		if copt.ClientName == "" {
 			copt.ClientName = DefaultRedisClientName
 		}
+		if c.dialer != nil {
+			copt.Dialer = c.dialer
+		}
 		return redis.NewClusterClient(copt), nil
 	}
 	if opt.ClientName == "" {
 		opt.ClientName = DefaultRedisClientName
+	}
+	if c.dialer != nil {
+		opt.Dialer = c.dialer
 	}
 	return redis.NewClient(opt), nil
 }

@@ -449,6 +449,10 @@ func TestRedisEpochChangesWhenHistoryLost(t *testing.T) {
 		if p.Offset != 1 || p.Epoch != r.Top.Epoch {
 			t.Fatalf("publication after loss at %v, want 1 in %s", p.Position, r.Top.Epoch)
 		}
+		// The ids of the lost history went with it.
+		if p := mustPublish(t, b, msg(key, "0")); p.Offset != 2 {
+			t.Fatalf("an id of the lost history published at %v, want offset 2", p.Position)
+		}
 	})
 
 	t.Run("both keys deleted", func(t *testing.T) {
