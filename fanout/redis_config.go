@@ -179,12 +179,14 @@ func (c RedisConfig) validate() (redis.UniversalClient, error) {
 	if c.WaitTimeout < time.Millisecond {
 		return nil, fmt.Errorf("fanout: redis config: %w: WaitTimeout %s: must be ≥ 1ms (0 means %s)", ErrInvalidConfig, c.WaitTimeout, DefaultRedisWaitTimeout)
 	}
-	return c.client()
+	return NewRedisClient(c)
 }
 
-// client returns a client for c's URL, Cluster or Sentinel (not
-// connected).
-func (c RedisConfig) client() (redis.UniversalClient, error) {
+// NewRedisClient returns a go-redis client for c's URL, Cluster or
+// Sentinel deployment, as the broker makes it (not connected), for state
+// other parts of a node keep in the same Redis; only URL, Cluster,
+// SentinelMaster and SentinelAddrs are read. The caller closes it.
+func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
 	if c.SentinelMaster != "" {
 		return c.failoverClient()
 	}
