@@ -286,13 +286,10 @@ func decodeStreamEntry(e any) (Publication, error) {
 // Ping sends PING, and fails while the pub/sub subscription is stalled
 // (no heartbeat received, see RedisConfig.HeartbeatInterval).
 func (b *RedisBroker) Ping(ctx context.Context) error {
-	if err := b.ping(ctx); err != nil {
-		return err
-	}
-	if b.stalled.Load() {
+	if b.stalled.Load() && !b.closed.Load() {
 		return fmt.Errorf("fanout: redis pub/sub: no heartbeat received for %s; resubscribing", 3*b.cfg.HeartbeatInterval)
 	}
-	return nil
+	return b.ping(ctx)
 }
 
 // ping sends PING.

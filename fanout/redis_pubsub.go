@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldgw/herald/internal/lifecycle"
@@ -303,22 +304,30 @@ func (b *RedisBroker) replaceShard(ctx context.Context, sh *redisShard) {
 // heartbeatLoop publishes a heartbeat on hbTopic every HeartbeatInterval
 // through the command client (to whichever server takes publications now)
 // and, when sh received none for 3 intervals, marks the subscription
-// stalled and replaces sh's connection. Outside Cluster mode only.
+// stalled and replaces sh's connection. The publish runs beside the loop,
+// one at a time (a stuck connection holds it up to the client's read
+// timeout), so the check keeps its pace. Outside Cluster mode only.
 func (b *RedisBroker) heartbeatLoop(ctx context.Context, sh *redisShard) {
 	every := b.cfg.HeartbeatInterval
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var inflight atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, every)
-		// A failed publish is not an error here: no heartbeat arrives,
-		// which is what the check below looks for.
-		_ = b.client.Do(pctx, b.pubCmd, b.hbTopic, "").Err()
-		cancel()
+		if !inflight.Swap(true) {
+			b.loops.Go(func() {
+				defer inflight.Store(false)
+				pctx, cancel := context.WithTimeout(ctx, every)
+				defer cancel()
+				// A failed publish is not an error here: no heartbeat
+				// arrives, which is what the check looks for.
+				_ = b.client.Do(pctx, b.pubCmd, b.hbTopic, "").Err()
+			})
+		}
 		now := time.Now().UnixNano()
 		if silent := time.Duration(now - b.lastBeat.Load()); silent > 3*every {
 			if !b.stalled.Swap(true) {
