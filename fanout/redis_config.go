@@ -116,9 +116,11 @@ type RedisConfig struct {
 
 	// Registerer receives the broker's metrics:
 	// herald_redis_pubsub_messages_total,
-	// herald_redis_pubsub_decode_errors_total and
-	// herald_redis_pubsub_reconnects_total (counters). Default: nil, the
-	// metrics are kept but not registered.
+	// herald_redis_pubsub_decode_errors_total,
+	// herald_redis_pubsub_reconnects_total and
+	// herald_redis_pubsub_stalls_total (counters), herald_redis_up and
+	// herald_redis_pubsub_healthy (gauges). Default: nil, the metrics are
+	// kept but not registered.
 	Registerer prometheus.Registerer
 
 	// dialer, when set (by tests), opens every connection to Redis in
