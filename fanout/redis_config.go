@@ -50,9 +50,13 @@ type RedisConfig struct {
 	SentinelMaster string
 
 	// SentinelAddrs are the host:port of the sentinels, at least one;
-	// required with SentinelMaster. The sentinels are reached without a
-	// password, with the URL's TLS setting.
+	// required with SentinelMaster. The sentinels are reached with the
+	// URL's TLS setting.
 	SentinelAddrs []string
+
+	// SentinelPassword authenticates to the sentinels (their
+	// requirepass); the primary's password is the URL's. Default "": none.
+	SentinelPassword string
 
 	// Cluster talks to a Redis Cluster (Redis ≥ 7): commands go to the
 	// primary that owns each channel's slot, and pub/sub is sharded
@@ -186,8 +190,8 @@ func (c RedisConfig) validate() (redis.UniversalClient, error) {
 
 // NewRedisClient returns a go-redis client for c's URL, Cluster or
 // Sentinel deployment, as the broker makes it (not connected), for state
-// other parts of a node keep in the same Redis; only URL, Cluster,
-// SentinelMaster and SentinelAddrs are read. The caller closes it.
+// other parts of a node keep in the same Redis; only URL, Cluster and the
+// Sentinel fields are read. The caller closes it.
 func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
 	if c.SentinelMaster != "" {
 		return c.failoverClient()
@@ -246,7 +250,7 @@ func (c RedisConfig) failoverClient() (redis.UniversalClient, error) {
 		opt.ClientName = DefaultRedisClientName
 	}
 	return redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName: c.SentinelMaster, SentinelAddrs: c.SentinelAddrs,
+		MasterName: c.SentinelMaster, SentinelAddrs: c.SentinelAddrs, SentinelPassword: c.SentinelPassword,
 		ClientName: opt.ClientName, Protocol: opt.Protocol,
 		Username: opt.Username, Password: opt.Password, DB: opt.DB,
 		MaxRetries: opt.MaxRetries, MinRetryBackoff: opt.MinRetryBackoff, MaxRetryBackoff: opt.MaxRetryBackoff,

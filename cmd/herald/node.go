@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed/outboxdb"
@@ -25,7 +24,8 @@ type brokerSettings struct {
 	RedisSharded   bool
 	RedisCluster   bool
 	SentinelMaster string
-	SentinelAddrs  string
+	SentinelAddrs  []string
+	SentinelPass   string
 	Heartbeat      time.Duration
 	WaitReplicas   int
 	WaitTimeout    time.Duration
@@ -50,16 +50,10 @@ func (b *brokerSettings) usesRedis() bool { return b.RedisURL != "" || b.Sentine
 
 // redisConfig is the Redis broker's configuration.
 func (b *brokerSettings) redisConfig() fanout.RedisConfig {
-	var sentinels []string
-	for a := range strings.SplitSeq(b.SentinelAddrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			sentinels = append(sentinels, a)
-		}
-	}
 	return fanout.RedisConfig{
 		URL: b.RedisURL, KeyPrefix: b.RedisPrefix, HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL,
 		Sharded: b.RedisSharded, Cluster: b.RedisCluster,
-		SentinelMaster: b.SentinelMaster, SentinelAddrs: sentinels,
+		SentinelMaster: b.SentinelMaster, SentinelAddrs: b.SentinelAddrs, SentinelPassword: b.SentinelPass,
 		HeartbeatInterval: b.Heartbeat, WaitReplicas: b.WaitReplicas, WaitTimeout: b.WaitTimeout,
 	}
 }
@@ -71,7 +65,8 @@ func (b *brokerSettings) registerRedis(st *settings) {
 	st.Bool(&b.RedisSharded, "redis-sharded", false, "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7); all nodes must agree")
 	st.Bool(&b.RedisCluster, "redis-cluster", false, "--redis-url names a seed node of a Redis Cluster (more seeds as ?addr=host:port), for the broker, tickets and revocations; implies --redis-sharded, one pub/sub connection per primary")
 	st.String(&b.SentinelMaster, "redis-sentinel-master", "", "master name of a Redis Sentinel deployment: selects the Redis broker on the primary the sentinels name, followed through failovers; --redis-url (optional) then gives only credentials, database and options")
-	st.String(&b.SentinelAddrs, "redis-sentinel-addrs", "", "host:port of the sentinels, comma-separated; required with --redis-sentinel-master")
+	st.StringList(&b.SentinelAddrs, "redis-sentinel-addrs", "host:port of the sentinels (repeat, or comma-separated); required with --redis-sentinel-master")
+	st.String(&b.SentinelPass, "redis-sentinel-password", "", "password of the sentinels (their requirepass); empty = none. The primary's password goes in --redis-url")
 	st.checks = append(st.checks, func() error { return b.checkRedisURL(st.source("redis-url")) })
 }
 
@@ -79,8 +74,8 @@ func (b *brokerSettings) registerRedis(st *settings) {
 // start-up and naming the forms it takes, rather than at the first
 // connection.
 func (b *brokerSettings) checkRedisURL(from origin) error {
-	if b.SentinelMaster != "" || b.SentinelAddrs != "" {
-		if b.SentinelMaster == "" || b.SentinelAddrs == "" || b.RedisCluster {
+	if b.SentinelMaster != "" || len(b.SentinelAddrs) > 0 {
+		if b.SentinelMaster == "" || len(b.SentinelAddrs) == 0 || b.RedisCluster {
 			return fmt.Errorf("config: --redis-sentinel-master and --redis-sentinel-addrs go together, without --redis-cluster")
 		}
 		c := b.redisConfig()
