@@ -249,8 +249,13 @@ func (b *RedisBroker) receiveLoop(ctx context.Context, sh *redisShard) {
 			b.mu.Lock()
 			clear(sh.pending)
 			b.mu.Unlock()
-			if !wait.Sleep(ctx, backoff(failures)) {
+			// A replacement (by the heartbeat) is a fresh try: it ends
+			// the wait.
+			select {
+			case <-ctx.Done():
 				return
+			case <-sh.kick:
+			case <-time.After(backoff(failures)):
 			}
 			continue
 		}
@@ -299,6 +304,10 @@ func (b *RedisBroker) replaceShard(ctx context.Context, sh *redisShard) {
 	}
 	b.mu.Unlock()
 	_ = old.Close()
+	select {
+	case sh.kick <- struct{}{}:
+	default:
+	}
 }
 
 // heartbeatLoop publishes a heartbeat on hbTopic every HeartbeatInterval
