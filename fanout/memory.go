@@ -17,7 +17,8 @@ import (
 //
 // Publish holds the channel's lock while it assigns the offset, appends to
 // the history and calls the Handler, so per channel the delivery order is
-// the offset order. A fenced Publish (see Fence) checks and raises its
+// the offset order. Each channel indexes the message ids it retains, so a
+// repeated id is found in constant time (see Broker.Publish). A fenced Publish (see Fence) checks and raises its
 // scope's newest fence value under the same lock, so no stale publication
 // can be appended after a newer holder's publication on that channel.
 type MemoryBroker struct {
@@ -67,9 +68,10 @@ func (b *MemoryBroker) Stop() {
 }
 
 // Publish assigns msg the next offset of its channel, appends it to the
-// history and hands it to the handler (when started). A fenced msg may
-// instead be refused (ErrStaleFence) or, with Takeover, answered with the
-// publication of its ID already in the history (see Fence).
+// history and hands it to the handler (when started). A msg whose ID is
+// still in the channel's history is answered with that publication
+// instead, appending and handing out nothing; a fenced msg may be refused
+// (ErrStaleFence) first (see Fence).
 func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
 	if err := ctx.Err(); err != nil {
 		return Publication{}, fmt.Errorf("fanout: publish: %w", err)
@@ -93,11 +95,9 @@ func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, e
 			s.mu.Unlock()
 			return Publication{}, err
 		}
-		if fence.Takeover { // only takeovers pay for the scan
-			if old, ok := s.find(pub.ID); ok {
-				s.mu.Unlock()
-				return old, nil
-			}
+		if old, ok := s.find(pub.ID); ok {
+			s.mu.Unlock()
+			return old, nil
 		}
 		s.top++
 		s.lastActive.Store(nowNs)
