@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -11,6 +12,10 @@ const (
 	DefaultHistorySize = 1000
 	DefaultHistoryTTL  = 24 * time.Hour
 	DefaultMaxChannels = 100000
+
+	// DefaultHistorySyncInterval is MemoryConfig.HistorySyncInterval's
+	// default.
+	DefaultHistorySyncInterval = 100 * time.Millisecond
 )
 
 // MemoryConfig configures a MemoryBroker. The zero value of every field
@@ -31,6 +36,32 @@ type MemoryConfig struct {
 	// at a time); an evicted channel that is used again starts over with a
 	// new epoch. Default 100000.
 	MaxChannels int
+
+	// HistoryDir, when set, keeps every channel's epoch, offsets and
+	// retained history in an append-only log in this directory (created
+	// when missing), so that a node stopped with Stop starts again where
+	// it was: a client resuming inside the history window recovers. Each
+	// publication is appended to a buffer in memory; the buffer is written
+	// and fsynced every HistorySyncInterval, and by Stop, which then marks
+	// the log closed. The log is rewritten as a snapshot of the retained
+	// history when it grows (at least 64 MiB and twice the last snapshot),
+	// and at every start.
+	//
+	// A log that was not closed (the process was killed, the machine
+	// crashed, or a write failed) may have lost its latest records, and it
+	// does not say on which channels: the next start keeps none of it, and
+	// every channel starts over with a new epoch (resuming clients are
+	// told to refresh). Only one broker may use a directory at a time.
+	// Empty (the default): the history lives in memory only.
+	HistoryDir string
+
+	// HistorySyncInterval is how often the history log is written and
+	// fsynced (with HistoryDir). Default 100ms.
+	HistorySyncInterval time.Duration
+
+	// Logger receives the history log's problems and its start-up
+	// summary. Default: nil, nothing is logged.
+	Logger *slog.Logger
 }
 
 func (c MemoryConfig) withDefaults() MemoryConfig {
@@ -42,6 +73,12 @@ func (c MemoryConfig) withDefaults() MemoryConfig {
 	}
 	if c.MaxChannels == 0 {
 		c.MaxChannels = DefaultMaxChannels
+	}
+	if c.HistorySyncInterval == 0 {
+		c.HistorySyncInterval = DefaultHistorySyncInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
@@ -55,6 +92,9 @@ func (c MemoryConfig) validate() error {
 	}
 	if c.MaxChannels < 1 {
 		return fmt.Errorf("fanout: memory config: %w: MaxChannels %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.MaxChannels, DefaultMaxChannels)
+	}
+	if c.HistorySyncInterval < time.Millisecond {
+		return fmt.Errorf("fanout: memory config: %w: HistorySyncInterval %s: must be ≥ 1ms (0 means %s)", ErrInvalidConfig, c.HistorySyncInterval, DefaultHistorySyncInterval)
 	}
 	return nil
 }
