@@ -1,0 +1,296 @@
+package fanout
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+)
+
+// openLogged starts a MemoryBroker on dir with a recorder as its handler;
+// the test's cleanup stops it (a second Stop is harmless).
+func openLogged(t *testing.T, dir string, cfg MemoryConfig) (*MemoryBroker, *recorder) {
+	t.Helper()
+	cfg.HistoryDir = dir
+	b, err := NewMemoryBroker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	r := newRecorder()
+	if err := b.Start(testCtx(t), r); err != nil {
+		t.Fatal(err)
+	}
+	return b, r
+}
+
+// samePublications fails unless got are want, field by field.
+func samePublications(t *testing.T, what string, got, want []Publication) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d publications %v, want %d %v", what, len(got), offsets(got), len(want), offsets(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("%s #%d:\n got %+v\nwant %+v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// TestMemoryHistorySurvivesStop: after Stop, a broker on the same
+// directory answers every resume inside the window with recovered and
+// the same publications (epoch, offsets, ids, bytes), also from an empty
+// channel's position and across compactions, and carries on the offsets.
+func TestMemoryHistorySurvivesStop(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := MemoryConfig{HistorySize: 5}
+	a, _ := openLogged(t, dir, cfg)
+	k1, k2, empty := Key{"acme", "orders/1"}, Key{"acme", "orders/2"}, Key{"globex", "quiet"}
+	var pubs1, pubs2 []Publication
+	for i := range 8 {
+		m := msg(k1, fmt.Sprintf("a%d", i))
+		if i == 3 {
+			m.Freshness = []byte(`{"mode": "coalesce"}`)
+		}
+		pubs1 = append(pubs1, mustPublish(t, a, m))
+		if i == 4 {
+			if err := a.compact(); err != nil { // snapshot mid-stream
+				t.Fatal(err)
+			}
+		}
+	}
+	pubs2 = append(pubs2, mustPublish(t, a, msg(k2, "b0")))
+	quiet := mustRecover(t, a, empty, Position{})
+	a.Stop()
+
+	b, _ := openLogged(t, dir, cfg)
+	r := mustRecover(t, b, k1, pubs1[2].Position)
+	if !r.Recovered || r.Top != pubs1[7].Position {
+		t.Fatalf("resume after restart: recovered %v top %v, want true %v", r.Recovered, r.Top, pubs1[7].Position)
+	}
+	samePublications(t, "k1 after restart", r.Publications, pubs1[3:])
+	if r := mustRecover(t, b, k1, pubs1[1].Position); r.Recovered {
+		t.Fatalf("resume from before the window (size 5): recovered %v", offsets(r.Publications))
+	}
+	samePublications(t, "k2 after restart", mustRecover(t, b, k2, Position{Epoch: pubs2[0].Epoch}).Publications, pubs2)
+	if r := mustRecover(t, b, empty, quiet.Top); !r.Recovered || r.Top != quiet.Top {
+		t.Fatalf("empty channel after restart: %+v, want recovered at %v", r, quiet.Top)
+	}
+	next := mustPublish(t, b, msg(k1, "a8"))
+	if next.Epoch != pubs1[0].Epoch || next.Offset != 9 {
+		t.Fatalf("first publication after restart at %v, want 9 in %s", next.Position, pubs1[0].Epoch)
+	}
+	pubs1 = append(pubs1, next)
+	b.Stop()
+
+	// A third start, with a smaller window, keeps the newest of it.
+	c, _ := openLogged(t, dir, MemoryConfig{HistorySize: 2})
+	samePublications(t, "k1 after second restart", mustRecover(t, c, k1, pubs1[6].Position).Publications, pubs1[7:])
+	if r := mustRecover(t, c, k1, pubs1[5].Position); r.Recovered {
+		t.Fatal("resume from before the smaller window recovered")
+	}
+}
+
+// TestMemoryHistoryCompactsWhilePublishing: compactions racing with
+// publications on many channels lose and repeat nothing.
+func TestMemoryHistoryCompactsWhilePublishing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := MemoryConfig{HistorySize: 1000, HistorySyncInterval: time.Millisecond}
+	a, _ := openLogged(t, dir, cfg)
+	const channels, each = 8, 200
+	want := make([][]Publication, channels)
+	var wg sync.WaitGroup
+	for c := range channels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := Key{"acme", fmt.Sprintf("c%d", c)}
+			for i := range each {
+				p, err := a.Publish(testCtx(t), msg(k, fmt.Sprintf("m%d", i)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				want[c] = append(want[c], p)
+			}
+		}()
+	}
+	compactions := 0
+	for done := false; !done; compactions++ {
+		if err := a.compact(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-waitGroupDone(&wg):
+			done = true
+		default:
+		}
+	}
+	a.Stop()
+	b, _ := openLogged(t, dir, cfg)
+	for c := range channels {
+		k := Key{"acme", fmt.Sprintf("c%d", c)}
+		r := mustRecover(t, b, k, Position{Epoch: want[c][0].Epoch})
+		if !r.Recovered {
+			t.Fatalf("channel %d not recovered after %d compactions", c, compactions)
+		}
+		samePublications(t, k.String(), r.Publications, want[c])
+	}
+	files, err := listLogFiles(dir)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("files after reopening: %v %v, want one snapshot and one segment", files, err)
+	}
+}
+
+func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	return ch
+}
+
+// copyDir copies the files of src into a new directory: the disk as a
+// process killed at that moment would leave it.
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// lastSegment is the path of dir's newest segment.
+func lastSegment(t *testing.T, dir string) string {
+	t.Helper()
+	files, err := listLogFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(files) - 1; i >= 0; i-- {
+		if !files[i].snap {
+			return filepath.Join(dir, files[i].name)
+		}
+	}
+	t.Fatalf("no segment in %v", files)
+	return ""
+}
+
+// TestMemoryHistoryUncleanClose: a log left without its close record (a
+// killed process: even when all it wrote reached the disk, records still
+// buffered did not, on channels it cannot name), or with a torn or
+// corrupt tail, gives every channel a new epoch: no resume claims
+// recovered across a possible gap, and the node starts.
+func TestMemoryHistoryUncleanClose(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, _ := openLogged(t, dir, MemoryConfig{})
+	k1, k2 := Key{"acme", "a"}, Key{"acme", "b"}
+	p1 := mustPublish(t, a, msg(k1, "m1"))
+	p2 := mustPublish(t, a, msg(k2, "m2"))
+	a.hlog.flush()
+	killed := copyDir(t, dir) // everything written, no close record
+	a.Stop()
+
+	torn := copyDir(t, dir) // closed, then its tail cut inside a record
+	seg := lastSegment(t, torn)
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(seg, data[:len(data)-5], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flipped := copyDir(t, dir) // a bit flipped in the middle of the segment
+	seg = lastSegment(t, flipped)
+	data = bytes.Clone(data)
+	data[len(logMagic)+12] ^= 0x40
+	if err := os.WriteFile(seg, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, d := range map[string]string{"killed": killed, "torn": torn, "flipped": flipped} {
+		b, _ := openLogged(t, d, MemoryConfig{})
+		for _, p := range []Publication{p1, p2} {
+			r := mustRecover(t, b, p.Key, Position{Epoch: p.Epoch})
+			if r.Recovered || r.Top.Epoch == p.Epoch || r.Top.Offset != 0 {
+				t.Fatalf("%s: %v after an unclean close: %+v, want not recovered, new epoch", name, p.Key, r)
+			}
+		}
+		if p := mustPublish(t, b, msg(k1, "again")); p.Offset != 1 || p.Epoch == p1.Epoch {
+			t.Fatalf("%s: publication after an unclean close at %v", name, p.Position)
+		}
+		b.Stop()
+		// That start's own log is whole again: the next clean restart
+		// keeps what it published.
+		c, _ := openLogged(t, d, MemoryConfig{})
+		if r := mustRecover(t, c, k1, Position{}); r.Top.Offset != 1 {
+			t.Fatalf("%s: restart after recovery from an unclean close: top %v, want offset 1", name, r.Top)
+		}
+	}
+
+	// The clean original still resumes.
+	b, _ := openLogged(t, dir, MemoryConfig{})
+	if r := mustRecover(t, b, k1, Position{Epoch: p1.Epoch}); !r.Recovered || len(r.Publications) != 1 {
+		t.Fatalf("clean log: %+v", r)
+	}
+}
+
+// TestMemoryHistoryTTLAcrossRestart: a stream reset by its TTL is logged,
+// and a channel idle past the TTL while the node was down is not loaded.
+func TestMemoryHistoryTTLAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clock := &fakeClock{}
+	clock.ns.Store(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	cfg := MemoryConfig{HistoryTTL: time.Hour, HistoryDir: dir}
+	open := func() *MemoryBroker {
+		b, err := newMemoryBroker(cfg, clock.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Stop)
+		return b
+	}
+	ka, kb := Key{"acme", "a"}, Key{"acme", "b"}
+	a := open()
+	old := mustPublish(t, a, msg(ka, "old"))
+	clock.advance(2 * time.Hour)
+	fresh := mustPublish(t, a, msg(ka, "fresh")) // reset: new epoch, offset 1
+	stale := mustPublish(t, a, msg(kb, "stale"))
+	if fresh.Epoch == old.Epoch || fresh.Offset != 1 {
+		t.Fatalf("publication after the TTL at %v", fresh.Position)
+	}
+	a.Stop()
+
+	b := open()
+	r := mustRecover(t, b, ka, Position{Epoch: fresh.Epoch})
+	if !r.Recovered || len(r.Publications) != 1 || r.Publications[0].ID != "fresh" {
+		t.Fatalf("reset channel after restart: %+v", r)
+	}
+	b.Stop()
+
+	clock.advance(61 * time.Minute)
+	c := open()
+	if n := c.Channels(); n != 0 {
+		t.Fatalf("%d channels loaded after the TTL passed while down, want 0", n)
+	}
+	if r := mustRecover(t, c, kb, stale.Position); r.Recovered {
+		t.Fatal("channel idle past its TTL recovered")
+	}
+}
