@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed/outboxdb"
@@ -26,6 +27,8 @@ type brokerSettings struct {
 	HistorySize  int
 	HistoryTTL   time.Duration
 	MaxChannels  int
+	HistoryLog   bool          // serve only: keep the in-memory broker's history in <data-dir>/history
+	HistorySync  time.Duration // how often that log is written and fsynced
 }
 
 func (b *brokerSettings) register(st *settings) {
@@ -33,6 +36,22 @@ func (b *brokerSettings) register(st *settings) {
 	st.Int(&b.HistorySize, "history-size", fanout.DefaultHistorySize, "publications kept per channel for resume")
 	st.Duration(&b.HistoryTTL, "history-ttl", fanout.DefaultHistoryTTL, "how long an idle channel keeps its history and epoch")
 	st.Int(&b.MaxChannels, "max-channels", fanout.DefaultMaxChannels, "channels with history kept by the in-memory broker")
+}
+
+// registerHistoryLog registers the in-memory broker's history log (serve
+// only: a feed process's in-memory broker serves no client).
+func (b *brokerSettings) registerHistoryLog(st *settings) {
+	st.Bool(&b.HistoryLog, "history-log", true, "in-memory broker: keep every channel's epoch, offsets and history in <data-dir>/history, so clients resume across a clean restart (SIGTERM); after a kill or crash every channel starts over (docs/delivery.md); false = history lives in memory only")
+	st.Duration(&b.HistorySync, "history-sync-interval", fanout.DefaultHistorySyncInterval, "how often the history log is written and fsynced")
+}
+
+// historyDir is where serve keeps the in-memory broker's history log;
+// empty when there is none.
+func (b *brokerSettings) historyDir(s storeSettings) string {
+	if b.RedisURL != "" || !b.HistoryLog {
+		return ""
+	}
+	return filepath.Join(s.DataDir, "history")
 }
 
 // registerRedis registers only the Redis connection settings.
@@ -67,13 +86,19 @@ func (b *brokerSettings) checkRedisURL(from origin) error {
 	return nil
 }
 
-func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fanout.Broker, string, error) {
+// open opens the broker; the in-memory one keeps its history log in
+// historyDir when that is not empty.
+func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer, historyDir string) (fanout.Broker, string, error) {
 	if b.RedisURL == "" {
 		m, err := fanout.NewMemoryBroker(fanout.MemoryConfig{
 			HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL, MaxChannels: b.MaxChannels,
+			HistoryDir: historyDir, HistorySyncInterval: b.HistorySync, Logger: log,
 		})
+		if errors.Is(err, fanout.ErrInvalidConfig) {
+			return nil, "", fmt.Errorf("config: --history-size/--history-ttl/--max-channels/--history-sync-interval: %w", err)
+		}
 		if err != nil {
-			return nil, "", fmt.Errorf("config: --history-size/--history-ttl/--max-channels: %w", err)
+			return nil, "", fmt.Errorf("history log %s (turn it off with --history-log=false): %w", historyDir, err)
 		}
 		return m, "in-memory", nil
 	}
