@@ -12,10 +12,6 @@ const (
 	DefaultHistorySize = 1000
 	DefaultHistoryTTL  = 24 * time.Hour
 	DefaultMaxChannels = 100000
-
-	// DefaultHistorySyncInterval is MemoryConfig.HistorySyncInterval's
-	// default.
-	DefaultHistorySyncInterval = 100 * time.Millisecond
 )
 
 // MemoryConfig configures a MemoryBroker. The zero value of every field
@@ -38,26 +34,27 @@ type MemoryConfig struct {
 	MaxChannels int
 
 	// HistoryDir, when set, keeps every channel's epoch, offsets and
-	// retained history in an append-only log in this directory (created
-	// when missing), so that a node stopped with Stop starts again where
-	// it was: a client resuming inside the history window recovers. Each
-	// publication is appended to a buffer in memory; the buffer is written
-	// and fsynced every HistorySyncInterval, and by Stop, which then marks
-	// the log closed. The log is rewritten as a snapshot of the retained
-	// history when it grows (at least 64 MiB and twice the last snapshot),
-	// and at every start.
+	// retained history in a log in this directory (created when missing),
+	// so that a restarted node carries on where it was: a client resuming
+	// inside the history window recovers. Each publication is copied into
+	// a memory-mapped segment file (no system call per publication); the
+	// kernel's page cache holds it at once, so it survives the process
+	// however it ends. Stop syncs the log to the disk and marks it closed.
+	// The log is rewritten as a snapshot of the retained history at every
+	// start and when it grew (by at least 256 MiB and twice the last
+	// snapshot).
 	//
-	// A log that was not closed (the process was killed, the machine
-	// crashed, or a write failed) may have lost its latest records, and it
-	// does not say on which channels: the next start keeps none of it, and
-	// every channel starts over with a new epoch (resuming clients are
-	// told to refresh). Only one broker may use a directory at a time.
+	// A log that was not closed and was written before the machine last
+	// restarted (power loss, kernel crash), or that is damaged or failed
+	// to write, may have lost records on channels it cannot name: the
+	// next start keeps none of it, and every channel starts over with a
+	// new epoch (resuming clients are told to refresh). Only one broker
+	// may use a directory at a time. Linux only (HistoryLogSupported).
 	// Empty (the default): the history lives in memory only.
 	HistoryDir string
 
-	// HistorySyncInterval is how often the history log is written and
-	// fsynced (with HistoryDir). Default 100ms.
-	HistorySyncInterval time.Duration
+	// segmentSize replaces logSegmentSize (tests).
+	segmentSize int
 
 	// Logger receives the history log's problems and its start-up
 	// summary. Default: nil, nothing is logged.
@@ -74,9 +71,6 @@ func (c MemoryConfig) withDefaults() MemoryConfig {
 	if c.MaxChannels == 0 {
 		c.MaxChannels = DefaultMaxChannels
 	}
-	if c.HistorySyncInterval == 0 {
-		c.HistorySyncInterval = DefaultHistorySyncInterval
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,9 +86,6 @@ func (c MemoryConfig) validate() error {
 	}
 	if c.MaxChannels < 1 {
 		return fmt.Errorf("fanout: memory config: %w: MaxChannels %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.MaxChannels, DefaultMaxChannels)
-	}
-	if c.HistorySyncInterval < time.Millisecond {
-		return fmt.Errorf("fanout: memory config: %w: HistorySyncInterval %s: must be ≥ 1ms (0 means %s)", ErrInvalidConfig, c.HistorySyncInterval, DefaultHistorySyncInterval)
 	}
 	return nil
 }

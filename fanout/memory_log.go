@@ -16,6 +16,7 @@ import (
 //	recPub:   tenant, channel, epoch, offset, lastActive, id, type,
 //	          schema version, time, freshness, data — one publication
 //	recClose: nothing — the writer closed the file after syncing it all
+//	recFail:  nothing — the writer failed: the log is not whole
 //
 // Strings and byte strings are a uvarint length and the bytes (freshness
 // and data: length+1, 0 meaning nil); numbers are varints.
@@ -23,10 +24,12 @@ const (
 	recReset = 'E'
 	recPub   = 'P'
 	recClose = 'C'
+	recFail  = 'F'
 )
 
 // logMagic starts every segment and snapshot file (and names the format's
-// version).
+// version); a length byte and the boot id the file was written in (none
+// in a snapshot) follow it.
 const logMagic = "HERALDH1"
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -51,10 +54,13 @@ func beginFrame(buf []byte) ([]byte, int) {
 	return append(buf, 0, 0, 0, 0, 0, 0, 0, 0), start
 }
 
+// endFrame writes the checksum before the length: in a mapped segment a
+// record whose length is still zero reads as the end of the records, so a
+// process killed while appending leaves either a whole record or none.
 func endFrame(buf []byte, start int) []byte {
 	payload := buf[start+8:]
-	binary.LittleEndian.PutUint32(buf[start:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Checksum(payload, crcTable))
+	binary.LittleEndian.PutUint32(buf[start:], uint32(len(payload)))
 	return buf
 }
 
@@ -109,17 +115,26 @@ func appendCloseRecord(buf []byte) []byte {
 	return endFrame(buf, start)
 }
 
+// appendFailRecord appends a recFail frame.
+func appendFailRecord(buf []byte) []byte {
+	buf, start := beginFrame(buf)
+	buf = append(buf, recFail)
+	return endFrame(buf, start)
+}
+
 // nextFrame splits the first frame off b: its payload and the rest. At the
-// end of b it returns a nil payload and no error.
+// end of the records (the end of b, or a zero length: the unused part of a
+// segment, or a record whose header was not yet written) it returns a nil
+// payload and no error.
 func nextFrame(b []byte) (payload, rest []byte, err error) {
-	if len(b) == 0 {
+	if len(b) < 8 {
 		return nil, nil, nil
 	}
-	if len(b) < 8 {
-		return nil, nil, errTorn
-	}
 	n := binary.LittleEndian.Uint32(b)
-	if n == 0 || uint64(n) > uint64(len(b)-8) {
+	if n == 0 {
+		return nil, nil, nil
+	}
+	if uint64(n) > uint64(len(b)-8) {
 		return nil, nil, errTorn
 	}
 	payload = b[8 : 8+n]
@@ -181,7 +196,7 @@ func decodeRecord(payload []byte) (logRecord, error) {
 	r := recordReader{b: payload[1:]}
 	rec := logRecord{kind: payload[0]}
 	switch rec.kind {
-	case recClose:
+	case recClose, recFail:
 	case recReset:
 		rec.key = Key{Tenant: r.string(), Channel: r.string()}
 		rec.epoch = r.string()

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // The files of a history directory. Generation N is a snapshot
@@ -27,47 +27,62 @@ const (
 	tmpSuffix  = ".tmp"
 )
 
-// logKickBytes is how many pending bytes make the writer write before its
-// interval ends, so a burst does not pile up in memory.
-const logKickBytes = 1 << 20
+// errNoHistoryLog is the error of a history log where none can be kept.
+var errNoHistoryLog = errors.New("the history log needs Linux")
 
-// logCompactMin is the smallest segment that is compacted (rewritten as a
-// snapshot of the retained history); a segment is compacted once it is
-// also twice the last snapshot's size. A variable for tests.
-var logCompactMin int64 = 64 << 20
+// logSegmentSize is the size of a segment file, reserved on the disk when
+// the segment is created (a record larger than it gets a segment of its
+// own size). A variable for tests.
+var logSegmentSize = 64 << 20
 
-// historyLog is a MemoryBroker's history on disk. Publish and stream
-// resets append records to an in-memory buffer; a writer goroutine writes
-// and fsyncs the buffer every sync interval, and Stop writes the rest and
-// a close record. A node that stopped without that close record (killed,
-// crashed, or the disk failed) cannot tell which channels lost their
-// latest records, so its next start keeps none of the history: every
-// channel starts over with a new epoch.
+// logTailReserve is the end of every segment kept free for its closing
+// record (recClose or recFail).
+const logTailReserve = 16
+
+// logCompactMin is the least a log grows between snapshots before it is
+// compacted (rewritten as a snapshot of the retained history); it is
+// compacted once it also grew twice the last snapshot's size. A variable
+// for tests.
+var logCompactMin int64 = 256 << 20
+
+// historyLog is a MemoryBroker's history on disk. Publications and stream
+// resets are copied, as records, into the current segment file through a
+// shared memory mapping: no system call per record, and what is copied is
+// in the kernel's page cache at once, so it survives the process however
+// it ends (SIGKILL, a panic, the OOM killer) for as long as the machine
+// runs. Stop syncs every segment to the disk and writes a close record.
+//
+// Loading keeps the history when the log was closed, or when it was not
+// but the machine has not restarted since it was written (same boot id):
+// then the page cache held all of it. A record cut short by the kill was
+// in a Publish that never returned, so no client saw its offset. After a
+// machine restart, an unclosed log may have lost any of its pages, on
+// channels it cannot name: every channel starts over with a new epoch.
 type historyLog struct {
-	dir      string
-	interval time.Duration
-	log      *slog.Logger
+	dir     string
+	boot    string // this boot's id; "" = unknown
+	segSize int    // logSegmentSize, or a test's
+	log     *slog.Logger
 
-	mu     sync.Mutex
-	buf    []byte // records not yet written
-	closed bool
-	kick   chan struct{}
-
-	wmu      sync.Mutex // serializes the writer's steps below
-	f        *os.File   // the current segment
+	mu       sync.Mutex
+	f        *os.File
+	m        []byte // the current segment, mapped; nil once closed or failed
+	pos      int    // bytes used in m
 	gen      uint64
-	segSize  int64
-	snapSize int64
-	spare    []byte
-	failed   error // first write error: nothing more is written, no close record
+	failed   error
+	written  int64      // segment bytes since the last snapshot
+	snapSize int64      // the last snapshot's size
+	retired  []*os.File // rotated segments for the writer to sync and close
+
+	kick   chan struct{}
+	snapMu sync.Mutex // one snapshot at a time
 }
 
 // appendPub logs p, published at nowNs. Caller holds p's stream's mu.
 func (l *historyLog) appendPub(p *Publication, nowNs int64) {
 	l.mu.Lock()
-	if !l.closed {
-		l.buf = appendPubRecord(l.buf, p, nowNs)
-		l.kickIfFull()
+	if l.m != nil {
+		l.place(appendPubRecord(l.room(), p, nowNs))
 	}
 	l.mu.Unlock()
 }
@@ -76,134 +91,159 @@ func (l *historyLog) appendPub(p *Publication, nowNs int64) {
 // holds the stream's mu, or has not yet made the stream visible.
 func (l *historyLog) appendReset(key Key, epoch string, top uint64, nowNs int64) {
 	l.mu.Lock()
-	if !l.closed {
-		l.buf = appendResetRecord(l.buf, key, epoch, top, nowNs)
-		l.kickIfFull()
+	if l.m != nil {
+		l.place(appendResetRecord(l.room(), key, epoch, top, nowNs))
 	}
 	l.mu.Unlock()
 }
 
-// kickIfFull wakes the writer when enough is pending. Caller holds mu.
-func (l *historyLog) kickIfFull() {
-	if len(l.buf) >= logKickBytes {
-		select {
-		case l.kick <- struct{}{}:
-		default:
+// room is the free part of the segment as an empty slice to append a
+// record to: one that fits is written straight into the mapping. Caller
+// holds mu.
+func (l *historyLog) room() []byte { return l.m[l.pos:l.pos:max(l.pos, len(l.m)-logTailReserve)] }
+
+// place takes a record appended to room(): one that fit is already in the
+// mapping; one that did not (append moved it) goes to a new segment. A
+// record's frame header is written last, so a record cut short reads as
+// the end of the segment. Caller holds mu.
+func (l *historyLog) place(rec []byte) {
+	if l.pos+len(rec) > len(l.m)-logTailReserve {
+		if err := l.rotate(len(rec)); err != nil {
+			return
+		}
+		copy(l.m[l.pos:], rec)
+	}
+	l.pos += len(rec)
+	l.written += int64(len(rec))
+	if l.written >= max(logCompactMin, 2*l.snapSize) {
+		l.wake()
+	}
+}
+
+func (l *historyLog) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// rotate ends the current segment and starts the next generation's, with
+// room for a record of need bytes. The writer syncs and closes the old
+// one. Caller holds mu.
+func (l *historyLog) rotate(need int) error {
+	gen := l.gen + 1
+	size := max(l.segSize, need+logTailReserve+len(logMagic)+1+len(l.boot))
+	f, err := os.OpenFile(l.path(gen, segSuffix), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	var m []byte
+	if err == nil {
+		if m, err = mapFile(f, size); err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}
+	if err != nil {
+		l.fail("new segment", err)
+		return l.failed
+	}
+	if l.m != nil {
+		_ = unmapFile(l.m) // the pages stay in the page cache
+		l.retired = append(l.retired, l.f)
+		l.wake()
+	}
+	l.f, l.m, l.gen = f, m, gen
+	l.pos = copy(m, segmentHeader(l.boot))
+	return nil
+}
+
+// segmentHeader starts a segment: logMagic and the boot id it was written
+// in (a length byte, then the id).
+func segmentHeader(boot string) []byte {
+	return append(append([]byte(logMagic), byte(len(boot))), boot...)
+}
+
+// fail stops logging after an error: the current segment gets a failure
+// record (so no later start takes the log as whole) and nothing more is
+// written. Caller holds mu.
+func (l *historyLog) fail(op string, err error) {
+	if l.failed != nil {
+		return
+	}
+	l.failed = fmt.Errorf("fanout: history log %s: %w", op, err)
+	l.log.Error("history log failed: the history is kept in memory only, and the next start keeps none of it (clients resuming then must refresh)",
+		"dir", l.dir, "err", l.failed)
+	if l.m != nil {
+		l.pos += copy(l.m[l.pos:], appendFailRecord(nil))
+		_ = unmapFile(l.m)
+		l.m = nil
+		l.retired = append(l.retired, l.f)
+		l.f = nil
+	}
+}
+
+// syncRetired syncs and closes the rotated segments.
+func (l *historyLog) syncRetired() {
+	l.mu.Lock()
+	files := l.retired
+	l.retired = nil
+	l.mu.Unlock()
+	for _, f := range files {
+		err := f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			l.mu.Lock()
+			l.fail("sync", err)
+			l.mu.Unlock()
 		}
 	}
 }
 
-// take swaps the pending records out; close also ends appending. Caller
-// holds wmu.
-func (l *historyLog) take(close bool) []byte {
+// close syncs every segment, writes the close record to the current one
+// and syncs it; appends after it are dropped. After a failure there is no
+// close record.
+func (l *historyLog) close() {
+	l.syncRetired()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	data := l.buf
-	l.buf = l.spare[:0]
-	l.spare = nil
-	if close {
-		l.closed, l.buf = true, nil
-	}
-	return data
-}
-
-// fail records the first write error; from then on nothing is written
-// and no close record marks the log clean. Caller holds wmu.
-func (l *historyLog) fail(op string, err error) {
-	if l.failed == nil {
-		l.failed = fmt.Errorf("fanout: history log %s: %w", op, err)
-		l.log.Error("history log write failed: the history is kept in memory only, and the next start keeps none of it (clients resuming then must refresh)",
-			"dir", l.dir, "err", l.failed)
-	}
-}
-
-// writeSync writes data (and a close record when close) to the segment
-// and fsyncs it. Caller holds wmu.
-func (l *historyLog) writeSync(data []byte, close bool) {
-	if close {
-		data = appendCloseRecord(data)
-	}
-	if l.failed == nil && len(data) > 0 {
-		if _, err := l.f.Write(data); err != nil {
-			l.fail("write", err)
-		} else if err := l.f.Sync(); err != nil {
-			l.fail("sync", err)
-		}
-		l.segSize += int64(len(data))
-	}
-	if cap(data) <= 4*logKickBytes {
-		l.spare = data[:0]
-	}
-}
-
-// flush writes and syncs what is pending.
-func (l *historyLog) flush() {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	l.writeSync(l.take(false), false)
-}
-
-// close writes what is pending and the close record, and closes the
-// segment. Appends after it are dropped.
-func (l *historyLog) close() {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	l.writeSync(l.take(true), l.failed == nil)
-	if l.f != nil {
-		if err := l.f.Close(); err != nil && l.failed == nil {
-			l.fail("close", err)
+	if l.m != nil {
+		l.pos += copy(l.m[l.pos:], appendCloseRecord(nil))
+		err := l.f.Sync() // writes back the mapping's dirty pages
+		_ = unmapFile(l.m)
+		l.m = nil
+		if cerr := l.f.Close(); err == nil {
+			err = cerr
 		}
 		l.f = nil
+		if err != nil {
+			l.failed = fmt.Errorf("fanout: history log close: %w", err)
+			l.log.Error("history log close failed: the next start keeps no history", "dir", l.dir, "err", l.failed)
+			_ = os.Remove(l.path(l.gen, segSuffix)) // so it cannot pass for whole
+		}
 	}
+	for _, f := range l.retired {
+		_ = f.Close()
+	}
+	l.retired = nil
 }
 
-// needsCompaction reports whether the segment grew enough to be rewritten.
+// needsCompaction reports whether the log grew enough to be rewritten.
 func (l *historyLog) needsCompaction() bool {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	return l.failed == nil && l.segSize >= max(logCompactMin, 2*l.snapSize)
-}
-
-// rotate ends the current segment (writing what is pending) and starts
-// the next generation's; records appended from now go there. It returns
-// the new generation. Caller holds wmu.
-func (l *historyLog) rotate() (uint64, error) {
-	l.writeSync(l.take(false), false)
-	if l.failed != nil {
-		return 0, l.failed
-	}
-	if l.f != nil {
-		if err := l.f.Close(); err != nil {
-			l.fail("close", err)
-			return 0, l.failed
-		}
-		l.f = nil
-	}
-	gen := l.gen + 1
-	f, err := os.OpenFile(l.path(gen, segSuffix), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		l.fail("create segment", err)
-		return 0, l.failed
-	}
-	l.f, l.gen, l.segSize = f, gen, 0
-	l.writeSync([]byte(logMagic), false)
-	if err := syncDir(l.dir); err != nil {
-		l.fail("sync directory", err)
-	}
-	return gen, l.failed
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m != nil && l.written >= max(logCompactMin, 2*l.snapSize)
 }
 
 // writeSnapshot writes generation gen's snapshot with fill, makes it the
 // current one and removes the files of older generations. fill appends
 // records to a buffer and calls write whenever it wants it written.
-// Caller holds wmu.
+// Caller holds snapMu.
 func (l *historyLog) writeSnapshot(gen uint64, fill func(buf []byte, write func([]byte) []byte) []byte) error {
 	final := l.path(gen, snapSuffix)
 	tmp := final + tmpSuffix
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		l.fail("create snapshot", err)
-		return l.failed
+		return fmt.Errorf("fanout: history log snapshot: %w", err)
 	}
 	var werr error
 	size := int64(0)
@@ -214,7 +254,7 @@ func (l *historyLog) writeSnapshot(gen uint64, fill func(buf []byte, write func(
 		}
 		return b[:0]
 	}
-	buf := fill(append(make([]byte, 0, 64<<10), logMagic...), write)
+	buf := fill(append(make([]byte, 0, 64<<10), segmentHeader("")...), write)
 	write(appendCloseRecord(buf))
 	if werr == nil {
 		werr = f.Sync()
@@ -230,10 +270,11 @@ func (l *historyLog) writeSnapshot(gen uint64, fill func(buf []byte, write func(
 	}
 	if werr != nil {
 		_ = os.Remove(tmp)
-		l.fail("snapshot", werr)
-		return l.failed
+		return fmt.Errorf("fanout: history log snapshot: %w", werr)
 	}
+	l.mu.Lock()
 	l.snapSize = size
+	l.mu.Unlock()
 	files, _ := listLogFiles(l.dir)
 	for _, lf := range files {
 		if lf.gen < gen {
@@ -312,78 +353,98 @@ func listLogFiles(dir string) ([]logFile, error) {
 // loadedState is what a history directory held.
 type loadedState struct {
 	streams map[Key]*memStream
-	clean   bool   // the last writer closed it: nothing was lost
+	kept    string // why the history was kept: "closed" or "same boot"; "" = it was not
 	lastGen uint64 // the newest generation found
 	files   int    // snapshots and segments read
 }
 
-// loadHistory reads dir's newest snapshot and the segments after it.
-// historySize bounds each channel's replayed history.
-func loadHistory(dir string, historySize int) (loadedState, error) {
+// loadHistory reads dir's newest snapshot and the segments after it, and
+// keeps what they hold when the log was closed, or was written since the
+// machine's last boot (boot). historySize bounds each channel's history.
+func loadHistory(dir, boot string, historySize int) (loadedState, error) {
 	files, err := listLogFiles(dir)
 	if err != nil {
 		return loadedState{}, fmt.Errorf("fanout: history log: %w", err)
 	}
-	st := loadedState{streams: make(map[Key]*memStream), clean: true}
-	from := -1 // index of the newest snapshot
+	st := loadedState{streams: make(map[Key]*memStream)}
+	from := 0 // index of the newest snapshot
 	for i, f := range files {
 		st.lastGen = max(st.lastGen, f.gen)
 		if f.snap {
 			from = i
 		}
 	}
-	if from < 0 {
-		from = 0
-	}
 	read := files[from:]
-	if len(read) > 0 && !read[0].snap {
-		// Segments with no snapshot before them: only the first
-		// generation's, from an empty start, are complete.
-		if read[0].gen != 1 {
-			st.clean = false
-		}
-	}
+	whole := true    // every file read to its end, nothing failed
+	sameBoot := true // every segment written since this boot
+	var last byte    // the last record of the last file
 	for i, f := range read {
+		if i == 0 && !f.snap && f.gen != 1 {
+			whole = false // segments without the snapshot before them
+		}
 		b, err := os.ReadFile(filepath.Join(dir, f.name))
 		if err != nil {
 			return loadedState{}, fmt.Errorf("fanout: history log: %w", err)
 		}
 		st.files++
-		last, ok := replay(st.streams, b, historySize)
-		// A snapshot ends with a close record; so does the last segment
-		// of a log that was closed. A torn or unclosed last file lost
-		// records we cannot name.
-		if !ok || ((f.snap || i == len(read)-1) && last != recClose) {
-			st.clean = false
+		r := replay(st.streams, b, historySize)
+		whole = whole && r.ok && !r.failed
+		if f.snap {
+			whole = whole && r.last == recClose
+		} else {
+			sameBoot = sameBoot && boot != "" && r.boot == boot
 		}
+		last = r.last
 	}
-	if !st.clean {
+	switch {
+	case !whole:
+	case last == recClose:
+		st.kept = "closed"
+	case sameBoot:
+		st.kept = "same boot"
+	}
+	if st.kept == "" {
 		st.streams = make(map[Key]*memStream)
 	}
 	return st, nil
 }
 
-// replay applies the records of one file to streams. It returns the kind
-// of the last record and whether the file was whole.
-func replay(streams map[Key]*memStream, b []byte, historySize int) (last byte, ok bool) {
-	if !strings.HasPrefix(string(b[:min(len(b), len(logMagic))]), logMagic) {
-		return 0, false
+// replayed is what replay found in a file.
+type replayed struct {
+	boot   string // the boot id in its header
+	last   byte   // its last record's kind
+	ok     bool   // no torn or corrupt record before its end
+	failed bool   // it holds a failure record
+}
+
+// replay applies the records of one file to streams.
+func replay(streams map[Key]*memStream, b []byte, historySize int) replayed {
+	var r replayed
+	if len(b) < len(logMagic)+1 || string(b[:len(logMagic)]) != logMagic {
+		return r
 	}
-	b = b[len(logMagic):]
+	n := int(b[len(logMagic)])
+	b = b[len(logMagic)+1:]
+	if len(b) < n {
+		return r
+	}
+	r.boot, b = string(b[:n]), b[n:]
 	for {
 		payload, rest, err := nextFrame(b)
 		if err != nil {
-			return last, false
+			return r
 		}
 		if payload == nil {
-			return last, true
+			r.ok = true
+			return r
 		}
 		b = rest
 		rec, err := decodeRecord(payload)
 		if err != nil {
-			return last, false
+			return r
 		}
-		last = rec.kind
+		r.last = rec.kind
+		r.failed = r.failed || rec.kind == recFail
 		applyRecord(streams, rec, historySize)
 	}
 }
@@ -417,10 +478,14 @@ func applyRecord(streams map[Key]*memStream, rec logRecord, historySize int) {
 // it kept. Called by NewMemoryBroker.
 func (b *MemoryBroker) openHistory() error {
 	dir := b.cfg.HistoryDir
+	if !HistoryLogSupported {
+		return fmt.Errorf("fanout: history log %s: %w", dir, errNoHistoryLog)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("fanout: history log: %w", err)
 	}
-	st, err := loadHistory(dir, b.cfg.HistorySize)
+	boot := bootID()
+	st, err := loadHistory(dir, boot, b.cfg.HistorySize)
 	if err != nil {
 		return err
 	}
@@ -433,25 +498,23 @@ func (b *MemoryBroker) openHistory() error {
 	if len(b.channels) > b.cfg.MaxChannels {
 		b.evictLocked(nowNs)
 	}
-	if st.files > 0 && !st.clean {
-		b.cfg.Logger.Warn("history log was not closed cleanly (the node was killed or crashed): no channel history kept, resuming clients must refresh",
+	if st.files > 0 && st.kept == "" {
+		b.cfg.Logger.Warn("history log not kept: it was not closed and the machine restarted since (or it is damaged), so it may have lost records on any channel; every channel starts over with a new epoch and resuming clients must refresh",
 			"dir", dir)
 	}
-	l := &historyLog{dir: dir, interval: b.cfg.HistorySyncInterval, log: b.cfg.Logger, kick: make(chan struct{}, 1), gen: st.lastGen}
-	b.hlog = l
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	gen, err := l.rotate()
-	if err == nil {
-		err = l.writeSnapshot(gen, b.snapshot)
-	}
+	l := &historyLog{dir: dir, boot: boot, segSize: cmp.Or(b.cfg.segmentSize, logSegmentSize), log: b.cfg.Logger, kick: make(chan struct{}, 1), gen: st.lastGen}
+	l.mu.Lock()
+	err = l.rotate(0)
+	l.mu.Unlock()
 	if err != nil {
-		if l.f != nil {
-			_ = l.f.Close()
-		}
 		return err
 	}
-	b.cfg.Logger.Info("history log opened", "dir", dir, "channels", len(b.channels), "clean", st.clean || st.files == 0)
+	b.hlog = l
+	if err := l.writeSnapshot(l.gen, b.snapshot); err != nil {
+		l.close()
+		return err
+	}
+	b.cfg.Logger.Info("history log opened", "dir", dir, "channels", len(b.channels), "kept", st.kept)
 	return nil
 }
 
@@ -478,7 +541,7 @@ func (b *MemoryBroker) snapshot(buf []byte, write func([]byte) []byte) []byte {
 			}
 		}
 		s.mu.Unlock()
-		if len(buf) >= logKickBytes {
+		if len(buf) >= 1<<20 {
 			buf = write(buf)
 		}
 	}
@@ -489,31 +552,38 @@ func (b *MemoryBroker) snapshot(buf []byte, write func([]byte) []byte) []byte {
 // and a segment for what follows.
 func (b *MemoryBroker) compact() error {
 	l := b.hlog
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	gen, err := l.rotate()
+	l.snapMu.Lock()
+	defer l.snapMu.Unlock()
+	l.mu.Lock()
+	if l.m == nil {
+		l.mu.Unlock()
+		return l.failed
+	}
+	err := l.rotate(0)
+	gen := l.gen
+	l.written = 0
+	l.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	return l.writeSnapshot(gen, b.snapshot)
 }
 
-// logLoop writes and syncs the history log every sync interval (sooner
-// when much is pending) and compacts it when it grew, until ctx ends.
+// logLoop syncs and closes rotated segments and compacts the log when it
+// grew, until ctx ends.
 func (b *MemoryBroker) logLoop(ctx context.Context) {
 	l := b.hlog
-	t := time.NewTicker(l.interval)
-	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
 		case <-l.kick:
 		}
-		l.flush()
+		l.syncRetired()
 		if l.needsCompaction() {
-			_ = b.compact() // a failure is logged and stops the log
+			if err := b.compact(); err != nil {
+				l.log.Error("history log compaction failed; it is retried when the log grows again", "dir", l.dir, "err", err)
+			}
 		}
 	}
 }

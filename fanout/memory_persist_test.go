@@ -1,11 +1,13 @@
 package fanout
 
 import (
-	"bytes"
+	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 func openLogged(t *testing.T, dir string, cfg MemoryConfig) (*MemoryBroker, *recorder) {
 	t.Helper()
 	cfg.HistoryDir = dir
+	cfg.segmentSize = cmp.Or(cfg.segmentSize, 64<<10) // small files to copy and edit
 	b, err := NewMemoryBroker(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +104,7 @@ func TestMemoryHistorySurvivesStop(t *testing.T) {
 func TestMemoryHistoryCompactsWhilePublishing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := MemoryConfig{HistorySize: 1000, HistorySyncInterval: time.Millisecond}
+	cfg := MemoryConfig{HistorySize: 1000, segmentSize: 4096} // a segment every ~30 publications
 	a, _ := openLogged(t, dir, cfg)
 	const channels, each = 8, 200
 	want := make([][]Publication, channels)
@@ -191,64 +194,133 @@ func lastSegment(t *testing.T, dir string) string {
 	return ""
 }
 
-// TestMemoryHistoryUncleanClose: a log left without its close record (a
-// killed process: even when all it wrote reached the disk, records still
-// buffered did not, on channels it cannot name), or with a torn or
-// corrupt tail, gives every channel a new epoch: no resume claims
-// recovered across a possible gap, and the node starts.
-func TestMemoryHistoryUncleanClose(t *testing.T) {
+// editSegment rewrites dir's newest segment with edit.
+func editSegment(t *testing.T, dir string, edit func(b []byte) []byte) {
+	t.Helper()
+	seg := lastSegment(t, dir)
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(seg, edit(b), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// otherBoot makes a segment look written before the machine restarted.
+func otherBoot(b []byte) []byte {
+	b[len(logMagic)+1] ^= 0x01 // the boot id's first character
+	return b
+}
+
+// lastRecordStart is the offset of the last record in a segment.
+func lastRecordStart(t *testing.T, b []byte) int {
+	t.Helper()
+	off := len(logMagic) + 1 + int(b[len(logMagic)])
+	last := -1
+	for {
+		payload, rest, err := nextFrame(b[off:])
+		if err != nil || payload == nil {
+			break
+		}
+		last = off
+		off = len(b) - len(rest)
+	}
+	if last < 0 {
+		t.Fatal("segment holds no record")
+	}
+	return last
+}
+
+// TestMemoryHistoryAfterKill: a log its process left without closing
+// (SIGKILL: what was copied into the mapping is in the page cache) is
+// kept while the machine has not restarted, up to the last whole record;
+// a record cut short was in a Publish that never returned, so its offset
+// is given again. Written before the machine restarted, damaged, or after
+// a write failure, it may have lost records on any channel: every channel
+// starts over with a new epoch, never recovered across a gap.
+func TestMemoryHistoryAfterKill(t *testing.T) {
 	t.Parallel()
+	if bootID() == "" {
+		t.Fatal("no boot id on this machine")
+	}
 	dir := t.TempDir()
 	a, _ := openLogged(t, dir, MemoryConfig{})
 	k1, k2 := Key{"acme", "a"}, Key{"acme", "b"}
 	p1 := mustPublish(t, a, msg(k1, "m1"))
 	p2 := mustPublish(t, a, msg(k2, "m2"))
-	a.hlog.flush()
-	killed := copyDir(t, dir) // everything written, no close record
+	p3 := mustPublish(t, a, msg(k2, "m3"))
+	killed := copyDir(t, dir) // the files as a SIGKILL now leaves them
+
+	cut := copyDir(t, dir) // killed while appending m3: its length not yet written
+	editSegment(t, cut, func(b []byte) []byte {
+		at := lastRecordStart(t, b)
+		clear(b[at : at+4])
+		return b
+	})
+	rebooted := copyDir(t, dir)
+	editSegment(t, rebooted, otherBoot)
+	damaged := copyDir(t, dir) // a bit flipped inside the last record
+	editSegment(t, damaged, func(b []byte) []byte {
+		b[lastRecordStart(t, b)+12] ^= 0x40
+		return b
+	})
+
+	a.hlog.mu.Lock()
+	a.hlog.fail("test", errors.New("disk gone"))
+	a.hlog.mu.Unlock()
+	mustPublish(t, a, msg(k1, "unlogged"))
 	a.Stop()
+	failed := dir
 
-	torn := copyDir(t, dir) // closed, then its tail cut inside a record
-	seg := lastSegment(t, torn)
-	data, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
+	b, _ := openLogged(t, killed, MemoryConfig{})
+	samePublications(t, "k1 after kill", mustRecover(t, b, k1, Position{Epoch: p1.Epoch}).Publications, []Publication{p1})
+	samePublications(t, "k2 after kill", mustRecover(t, b, k2, Position{Epoch: p2.Epoch}).Publications, []Publication{p2, p3})
+	b.Stop()
+	// The start after the kill wrote a whole log again.
+	c, _ := openLogged(t, killed, MemoryConfig{})
+	samePublications(t, "k2 after kill and restart", mustRecover(t, c, k2, p2.Position).Publications, []Publication{p3})
+
+	d, _ := openLogged(t, cut, MemoryConfig{})
+	r := mustRecover(t, d, k2, p2.Position)
+	if !r.Recovered || r.Top != p2.Position || len(r.Publications) != 0 {
+		t.Fatalf("killed while appending: %+v, want recovered at %v", r, p2.Position)
 	}
-	if err := os.WriteFile(seg, data[:len(data)-5], 0o600); err != nil {
-		t.Fatal(err)
-	}
-	flipped := copyDir(t, dir) // a bit flipped in the middle of the segment
-	seg = lastSegment(t, flipped)
-	data = bytes.Clone(data)
-	data[len(logMagic)+12] ^= 0x40
-	if err := os.WriteFile(seg, data, 0o600); err != nil {
-		t.Fatal(err)
+	if p := mustPublish(t, d, msg(k2, "m3 again")); p.Position != p3.Position {
+		t.Fatalf("the cut record's offset: %v, want %v given again", p.Position, p3.Position)
 	}
 
-	for name, d := range map[string]string{"killed": killed, "torn": torn, "flipped": flipped} {
-		b, _ := openLogged(t, d, MemoryConfig{})
+	for name, dir := range map[string]string{"rebooted": rebooted, "damaged": damaged, "failed": failed} {
+		e, _ := openLogged(t, dir, MemoryConfig{})
 		for _, p := range []Publication{p1, p2} {
-			r := mustRecover(t, b, p.Key, Position{Epoch: p.Epoch})
+			r := mustRecover(t, e, p.Key, Position{Epoch: p.Epoch})
 			if r.Recovered || r.Top.Epoch == p.Epoch || r.Top.Offset != 0 {
-				t.Fatalf("%s: %v after an unclean close: %+v, want not recovered, new epoch", name, p.Key, r)
+				t.Fatalf("%s: %v: %+v, want not recovered, new epoch", name, p.Key, r)
 			}
 		}
-		if p := mustPublish(t, b, msg(k1, "again")); p.Offset != 1 || p.Epoch == p1.Epoch {
-			t.Fatalf("%s: publication after an unclean close at %v", name, p.Position)
-		}
-		b.Stop()
-		// That start's own log is whole again: the next clean restart
-		// keeps what it published.
-		c, _ := openLogged(t, d, MemoryConfig{})
-		if r := mustRecover(t, c, k1, Position{}); r.Top.Offset != 1 {
-			t.Fatalf("%s: restart after recovery from an unclean close: top %v, want offset 1", name, r.Top)
+		if p := mustPublish(t, e, msg(k1, "again")); p.Offset != 1 || p.Epoch == p1.Epoch {
+			t.Fatalf("%s: publication after the history was dropped at %v", name, p.Position)
 		}
 	}
+}
 
-	// The clean original still resumes.
-	b, _ := openLogged(t, dir, MemoryConfig{})
-	if r := mustRecover(t, b, k1, Position{Epoch: p1.Epoch}); !r.Recovered || len(r.Publications) != 1 {
-		t.Fatalf("clean log: %+v", r)
-	}
+// TestMemoryHistoryClosedBeforeReboot: a closed log is kept after the
+// machine restarted, and a publication larger than a segment gets one of
+// its own.
+func TestMemoryHistoryClosedBeforeReboot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := MemoryConfig{segmentSize: 4096}
+	a, _ := openLogged(t, dir, cfg)
+	k := Key{"acme", "big"}
+	small := mustPublish(t, a, msg(k, "small"))
+	m := msg(k, "big")
+	m.Data = []byte(`"` + strings.Repeat("x", 10000) + `"`)
+	big := mustPublish(t, a, m)
+	a.Stop()
+	editSegment(t, dir, otherBoot)
+	b, _ := openLogged(t, dir, cfg)
+	samePublications(t, "after reboot", mustRecover(t, b, k, Position{Epoch: small.Epoch}).Publications, []Publication{small, big})
 }
 
 // TestMemoryHistoryTTLAcrossRestart: a stream reset by its TTL is logged,
@@ -258,7 +330,7 @@ func TestMemoryHistoryTTLAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	clock := &fakeClock{}
 	clock.ns.Store(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	cfg := MemoryConfig{HistoryTTL: time.Hour, HistoryDir: dir}
+	cfg := MemoryConfig{HistoryTTL: time.Hour, HistoryDir: dir, segmentSize: 64 << 10}
 	open := func() *MemoryBroker {
 		b, err := newMemoryBroker(cfg, clock.now)
 		if err != nil {
