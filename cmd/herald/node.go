@@ -27,8 +27,7 @@ type brokerSettings struct {
 	HistorySize  int
 	HistoryTTL   time.Duration
 	MaxChannels  int
-	HistoryLog   bool          // serve only: keep the in-memory broker's history in <data-dir>/history
-	HistorySync  time.Duration // how often that log is written and fsynced
+	HistoryLog   bool // serve only: keep the in-memory broker's history in <data-dir>/history
 }
 
 func (b *brokerSettings) register(st *settings) {
@@ -41,14 +40,13 @@ func (b *brokerSettings) register(st *settings) {
 // registerHistoryLog registers the in-memory broker's history log (serve
 // only: a feed process's in-memory broker serves no client).
 func (b *brokerSettings) registerHistoryLog(st *settings) {
-	st.Bool(&b.HistoryLog, "history-log", true, "in-memory broker: keep every channel's epoch, offsets and history in <data-dir>/history, so clients resume across a clean restart (SIGTERM); after a kill or crash every channel starts over (docs/delivery.md); false = history lives in memory only")
-	st.Duration(&b.HistorySync, "history-sync-interval", fanout.DefaultHistorySyncInterval, "how often the history log is written and fsynced")
+	st.Bool(&b.HistoryLog, "history-log", true, "in-memory broker, Linux: keep every channel's epoch, offsets and history in <data-dir>/history, so clients resume across a restart, a SIGTERM or a killed process alike; after a machine crash every channel starts over (docs/delivery.md); false = history lives in memory only")
 }
 
 // historyDir is where serve keeps the in-memory broker's history log;
 // empty when there is none.
 func (b *brokerSettings) historyDir(s storeSettings) string {
-	if b.RedisURL != "" || !b.HistoryLog {
+	if b.RedisURL != "" || !b.HistoryLog || !fanout.HistoryLogSupported {
 		return ""
 	}
 	return filepath.Join(s.DataDir, "history")
@@ -92,10 +90,10 @@ func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer, histo
 	if b.RedisURL == "" {
 		m, err := fanout.NewMemoryBroker(fanout.MemoryConfig{
 			HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL, MaxChannels: b.MaxChannels,
-			HistoryDir: historyDir, HistorySyncInterval: b.HistorySync, Logger: log,
+			HistoryDir: historyDir, Logger: log,
 		})
 		if errors.Is(err, fanout.ErrInvalidConfig) {
-			return nil, "", fmt.Errorf("config: --history-size/--history-ttl/--max-channels/--history-sync-interval: %w", err)
+			return nil, "", fmt.Errorf("config: --history-size/--history-ttl/--max-channels: %w", err)
 		}
 		if err != nil {
 			return nil, "", fmt.Errorf("history log %s (turn it off with --history-log=false): %w", historyDir, err)
