@@ -3,6 +3,7 @@ package fanout
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,7 +112,7 @@ func (l *historyLog) place(rec []byte) {
 		if err := l.rotate(len(rec)); err != nil {
 			return
 		}
-		copy(l.m[l.pos:], rec)
+		writeRecord(l.m[l.pos:], rec)
 	}
 	l.pos += len(rec)
 	l.written += int64(len(rec))
@@ -127,6 +128,19 @@ func (l *historyLog) wake() {
 	}
 }
 
+// writeRecord copies the frames rec into m as appending them in place
+// does: the payloads, then each header's checksum, then its length, so a
+// process killed while copying leaves the frame's length zero.
+func writeRecord(m, rec []byte) {
+	for len(rec) > 0 {
+		n := 8 + int(binary.LittleEndian.Uint32(rec))
+		copy(m[8:], rec[8:n])
+		copy(m[4:8], rec[4:8])
+		copy(m[:4], rec[:4])
+		m, rec = m[n:], rec[n:]
+	}
+}
+
 // rotate ends the current segment and starts the next generation's, with
 // room for a record of need bytes. The writer syncs and closes the old
 // one. Caller holds mu.
@@ -136,7 +150,15 @@ func (l *historyLog) rotate(need int) error {
 	f, err := os.OpenFile(l.path(gen, segSuffix), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	var m []byte
 	if err == nil {
-		if m, err = mapFile(f, size); err != nil {
+		if m, err = mapFile(f, size); err == nil {
+			// The segment must outlive a crash: a log whose newest
+			// segment vanished would pass for one that ends earlier.
+			err = syncDir(l.dir)
+		}
+		if err != nil {
+			if m != nil {
+				_ = unmapFile(m)
+			}
 			_ = f.Close()
 			_ = os.Remove(f.Name())
 		}
@@ -172,7 +194,9 @@ func (l *historyLog) fail(op string, err error) {
 	l.log.Error("history log failed: the history is kept in memory only, and the next start keeps none of it (clients resuming then must refresh)",
 		"dir", l.dir, "err", l.failed)
 	if l.m != nil {
-		l.pos += copy(l.m[l.pos:], appendFailRecord(nil))
+		rec := appendFailRecord(nil)
+		writeRecord(l.m[l.pos:], rec)
+		l.pos += len(rec)
 		_ = unmapFile(l.m)
 		l.m = nil
 		l.retired = append(l.retired, l.f)
@@ -207,7 +231,9 @@ func (l *historyLog) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m != nil {
-		l.pos += copy(l.m[l.pos:], appendCloseRecord(nil))
+		rec := appendCloseRecord(nil)
+		writeRecord(l.m[l.pos:], rec)
+		l.pos += len(rec)
 		err := l.f.Sync() // writes back the mapping's dirty pages
 		_ = unmapFile(l.m)
 		l.m = nil
@@ -395,6 +421,9 @@ func loadHistory(dir, boot string, historySize int) (loadedState, error) {
 			sameBoot = sameBoot && boot != "" && r.boot == boot
 		}
 		last = r.last
+	}
+	if len(read) > 0 && read[len(read)-1].snap {
+		whole = false // every snapshot has its segment: this one's is lost
 	}
 	switch {
 	case !whole:

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -236,8 +237,8 @@ func lastRecordStart(t *testing.T, b []byte) int {
 // (SIGKILL: what was copied into the mapping is in the page cache) is
 // kept while the machine has not restarted, up to the last whole record;
 // a record cut short was in a Publish that never returned, so its offset
-// is given again. Written before the machine restarted, damaged, or after
-// a write failure, it may have lost records on any channel: every channel
+// is given again. Written before the machine restarted, damaged, missing
+// its newest segment, or after a write failure, it may have lost records on any channel: every channel
 // starts over with a new epoch, never recovered across a gap.
 func TestMemoryHistoryAfterKill(t *testing.T) {
 	t.Parallel()
@@ -266,6 +267,11 @@ func TestMemoryHistoryAfterKill(t *testing.T) {
 		return b
 	})
 
+	lost := copyDir(t, dir) // the newest segment did not survive
+	if err := os.Remove(lastSegment(t, lost)); err != nil {
+		t.Fatal(err)
+	}
+
 	a.hlog.mu.Lock()
 	a.hlog.fail("test", errors.New("disk gone"))
 	a.hlog.mu.Unlock()
@@ -290,7 +296,7 @@ func TestMemoryHistoryAfterKill(t *testing.T) {
 		t.Fatalf("the cut record's offset: %v, want %v given again", p.Position, p3.Position)
 	}
 
-	for name, dir := range map[string]string{"rebooted": rebooted, "damaged": damaged, "failed": failed} {
+	for name, dir := range map[string]string{"rebooted": rebooted, "damaged": damaged, "lost": lost, "failed": failed} {
 		e, _ := openLogged(t, dir, MemoryConfig{})
 		for _, p := range []Publication{p1, p2} {
 			r := mustRecover(t, e, p.Key, Position{Epoch: p.Epoch})
@@ -364,5 +370,35 @@ func TestMemoryHistoryTTLAcrossRestart(t *testing.T) {
 	}
 	if r := mustRecover(t, c, kb, stale.Position); r.Recovered {
 		t.Fatal("channel idle past its TTL recovered")
+	}
+}
+
+// BenchmarkMemoryPublish measures a publication with and without the
+// history log, over 1,000 channels.
+func BenchmarkMemoryPublish(b *testing.B) {
+	for _, logged := range []bool{false, true} {
+		b.Run(fmt.Sprintf("log=%v", logged), func(b *testing.B) {
+			cfg := MemoryConfig{}
+			if logged {
+				cfg.HistoryDir = b.TempDir()
+			}
+			br, err := NewMemoryBroker(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer br.Stop()
+			msgs := make([]Message, 1000)
+			for i := range msgs {
+				msgs[i] = msg(Key{"acme", fmt.Sprintf("orders/%d", i)}, fmt.Sprintf("m%d", i))
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := br.Publish(ctx, msgs[i%len(msgs)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
