@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,15 +23,18 @@ import (
 	"github.com/heraldgw/herald/outboxfeed/stage"
 )
 
-// The restart test's scale: the issue asks for 500 SSE and 500 WebSocket
-// clients on 50 channels; this many run in well under 30 s on the test
-// machine (2 cores) with the race detector.
-const (
-	restartSSEClients = 100
-	restartWSClients  = 100
-	restartChannels   = 20
-	restartPerClient  = 3 // channels each client subscribes to
-)
+// restartScale is the restart test's size. make test runs 100 SSE and
+// 100 WebSocket clients on 20 channels (about 5 s a run on 2 cores with
+// the race detector); HERALD_RESTART_FULL=1 runs the 500 + 500 clients on
+// 50 channels the issue asks for (20–30 s a run there).
+type restartScale struct{ sse, ws, channels, perClient int }
+
+func restartSize() restartScale {
+	if os.Getenv("HERALD_RESTART_FULL") != "" {
+		return restartScale{sse: 500, ws: 500, channels: 50, perClient: 3}
+	}
+	return restartScale{sse: 100, ws: 100, channels: 20, perClient: 3}
+}
 
 // batchStager stages notifications, each batch in one producer
 // transaction, and remembers per channel what it staged, in order.
@@ -402,17 +406,18 @@ func testRestartResumes(t *testing.T, bin, dbURL string, sig syscall.Signal) {
 	pid, base, stderr := start()
 	phase("started")
 
-	channels := make([]string, restartChannels)
+	size := restartSize()
+	channels := make([]string, size.channels)
 	for i := range channels {
 		channels[i] = fmt.Sprintf("rooms/%d", i)
 	}
 	p := progress{ch: make(chan struct{}, 1)}
 	var clients []*restartClient
-	for i := range restartSSEClients + restartWSClients {
-		c := &restartClient{name: fmt.Sprintf("client %d", i), ws: i >= restartSSEClients, got: make(map[string]*received)}
+	for i := range size.sse + size.ws {
+		c := &restartClient{name: fmt.Sprintf("client %d", i), ws: i >= size.sse, got: make(map[string]*received)}
 		c.token = mint(t, "acme", fmt.Sprintf("u%d", i), "rooms/*")
-		for j := range restartPerClient {
-			c.channels = append(c.channels, channels[(i+j*7)%restartChannels])
+		for j := range size.perClient {
+			c.channels = append(c.channels, channels[(i+j*7)%size.channels])
 		}
 		c.connect(t, base, p)
 		clients = append(clients, c)
@@ -473,7 +478,7 @@ func testRestartResumes(t *testing.T, bin, dbURL string, sig syscall.Signal) {
 				return
 			case <-time.After(20 * time.Millisecond): // the producer's pace
 			}
-			if err := st.round(channels[:restartChannels/2]); err != nil {
+			if err := st.round(channels[:size.channels/2]); err != nil {
 				stagerDone <- err
 				return
 			}
@@ -538,7 +543,7 @@ func testRestartResumes(t *testing.T, bin, dbURL string, sig syscall.Signal) {
 		c.mu.Unlock()
 	}
 	t.Logf("%d SSE + %d WebSocket clients on %d channels (%d each): %d records, every resume recovered; %d deliveries of a record published again after the kill",
-		restartSSEClients, restartWSClients, restartChannels, restartPerClient, records, repeats)
+		size.sse, size.ws, size.channels, size.perClient, records, repeats)
 }
 
 // firstOccurrences is ids without the repeats of an id.
