@@ -81,39 +81,40 @@ type historyLog struct {
 
 // appendPub logs p, published at nowNs. Caller holds p's stream's mu.
 func (l *historyLog) appendPub(p *Publication, nowNs int64) {
-	l.mu.Lock()
-	if l.m != nil {
-		l.place(appendPubRecord(l.room(), p, nowNs))
-	}
-	l.mu.Unlock()
+	buf := recordBufs.Get().(*[]byte)
+	*buf = appendPubRecord((*buf)[:0], p, nowNs)
+	l.put(*buf)
+	recordBufs.Put(buf)
 }
 
 // appendReset logs that key's stream (re)started at epoch with top. Caller
 // holds the stream's mu, or has not yet made the stream visible.
 func (l *historyLog) appendReset(key Key, epoch string, top uint64, nowNs int64) {
-	l.mu.Lock()
-	if l.m != nil {
-		l.place(appendResetRecord(l.room(), key, epoch, top, nowNs))
-	}
-	l.mu.Unlock()
+	buf := recordBufs.Get().(*[]byte)
+	*buf = appendResetRecord((*buf)[:0], key, epoch, top, nowNs)
+	l.put(*buf)
+	recordBufs.Put(buf)
 }
 
-// room is the free part of the segment as an empty slice to append a
-// record to: one that fits is written straight into the mapping. Caller
-// holds mu.
-func (l *historyLog) room() []byte { return l.m[l.pos:l.pos:max(l.pos, len(l.m)-logTailReserve)] }
+// recordBufs holds the buffers records are encoded in before they are
+// copied into the segment, so that the log's lock is held only to copy.
+var recordBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// place takes a record appended to room(): one that fit is already in the
-// mapping; one that did not (append moved it) goes to a new segment. A
-// record's frame header is written last, so a record cut short reads as
-// the end of the segment. Caller holds mu.
-func (l *historyLog) place(rec []byte) {
+// put copies the record rec into the segment (a new one when it does not
+// fit), its frame header last: a process killed while copying leaves the
+// record's length zero, which reads as the end of the segment.
+func (l *historyLog) put(rec []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		return
+	}
 	if l.pos+len(rec) > len(l.m)-logTailReserve {
 		if err := l.rotate(len(rec)); err != nil {
 			return
 		}
-		writeRecord(l.m[l.pos:], rec)
 	}
+	writeRecord(l.m[l.pos:], rec)
 	l.pos += len(rec)
 	l.written += int64(len(rec))
 	if l.written >= max(logCompactMin, 2*l.snapSize) {
@@ -128,9 +129,9 @@ func (l *historyLog) wake() {
 	}
 }
 
-// writeRecord copies the frames rec into m as appending them in place
-// does: the payloads, then each header's checksum, then its length, so a
-// process killed while copying leaves the frame's length zero.
+// writeRecord copies the frames rec into m: the payloads, then each
+// header's checksum, then its length, so a process killed while copying
+// leaves the frame's length zero.
 func writeRecord(m, rec []byte) {
 	for len(rec) > 0 {
 		n := 8 + int(binary.LittleEndian.Uint32(rec))
