@@ -19,6 +19,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testclient"
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed/outboxdb"
 	"github.com/heraldgw/herald/outboxfeed/stage"
 )
@@ -557,4 +558,24 @@ func firstOccurrences(ids []string) []string {
 		}
 	}
 	return out
+}
+
+// TestHistoryDirLock: one node's history log per data directory. A second
+// serve on PostgreSQL (which takes no lock on the embedded store) with the
+// same --data-dir is refused, naming the first; with --history-log=false
+// it starts.
+func TestHistoryDirLock(t *testing.T) {
+	bin := buildHerald(t)
+	dbURL := testenv.DatabaseURL(t)
+	data := t.TempDir()
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret, "--log-level", "warn",
+		"--data-dir", data, "--database-url", dbURL}
+	_, first, _ := startBinary(t, bin, args...)
+	mustListen(t, first)
+	code, _, stderr := runBinary(t, bin, args...)
+	if code == 0 || !strings.Contains(stderr, "history directory") || !strings.Contains(stderr, fmt.Sprintf("herald process %d", first.pid)) {
+		t.Fatalf("second serve on the data directory: exit %d, stderr %q; want refused naming process %d", code, stderr, first.pid)
+	}
+	_, second, _ := startBinary(t, bin, append(args, "--history-log=false")...)
+	mustListen(t, second)
 }
