@@ -100,8 +100,8 @@ type Config struct {
 
 	// AdminToken turns on the read-only operator view: GET /ops/ serves its
 	// page, and GET /ops/status, sent "Authorization: Bearer <AdminToken>",
-	// answers readiness, connections and the outbox backlog (ops.go). It is
-	// a secret like the HMAC key. When set, it must be at least
+	// answers readiness, connections and the outbox backlog. It is a
+	// secret like the HMAC key. When set, it must be at least
 	// MinAdminTokenLen (16) bytes of visible ASCII. Default empty: the
 	// operator view is off and its routes answer 404.
 	AdminToken string
@@ -160,9 +160,9 @@ type Config struct {
 	// When a request's TCP peer is in one, its client address is read from
 	// the Forwarded header (RFC 7239 for=) when present, else from
 	// X-Forwarded-For, from the right, skipping hops that are trusted
-	// proxies themselves (clientip.go); from any other peer both headers
-	// are ignored. The client address keys ConnectAttemptsPerIP and is
-	// logged as "remote". Default none: every client is its TCP peer.
+	// proxies themselves; from any other peer both headers are ignored.
+	// The client address keys ConnectAttemptsPerIP and is logged as
+	// "remote". Default none: every client is its TCP peer.
 	TrustedProxies []netip.Prefix
 
 	// MaxConnectionsPerUser bounds the concurrent connections (both

@@ -21,6 +21,11 @@ var (
 	// of the lifecycle states (the CHECK constraints make this impossible
 	// unless they were removed by hand).
 	ErrCorruptRecord = errors.New("outboxfeed: record matches no lifecycle state")
+	// ErrRollbackRefused is wrapped by a store's MigrateTo when it does
+	// not take the schema back to the version asked: a step on the way
+	// cannot be reversed, or not now (a Worker still holds a lease, say).
+	// The message says what to do instead.
+	ErrRollbackRefused = errors.New("outboxfeed: schema rollback refused")
 	// ErrStopped is wrapped by Worker.Start and Pruner.Start after Stop.
 	ErrStopped = lifecycle.ErrStopped
 	// ErrStarted is wrapped by a second Worker.Start or Pruner.Start.

@@ -26,6 +26,7 @@ type metrics struct {
 	deadLetter   prometheus.Gauge
 	oldestAge    prometheus.Gauge
 	storeUp      prometheus.Gauge
+	brokerUp     prometheus.Gauge
 	attempts     prometheus.Histogram
 	duration     prometheus.Histogram
 	success      prometheus.Counter
@@ -62,6 +63,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "herald_outbox_store_up",
 			Help: "1 while the outbox store answers the Worker, 0 during an outage.",
 		}),
+		brokerUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_outbox_broker_up",
+			Help: "0 from a publish that met a broker outage until the broker answers again (a ping, or an accepted publish), else 1.",
+		}),
 		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "herald_outbox_attempts",
 			Help:    "Delivery attempts a record needed, observed at completion (1 = first try).",
@@ -79,11 +84,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		claimBatch:   claims.WithLabelValues(ClaimBatch),
 		claimEmpty:   claims.WithLabelValues(ClaimEmpty),
 	}
+	m.brokerUp.Set(1)
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.pending, m.deadLetter, m.oldestAge, m.storeUp, m.attempts, m.duration, outcomes, claims} {
+	for _, c := range []prometheus.Collector{m.pending, m.deadLetter, m.oldestAge, m.storeUp, m.brokerUp, m.attempts, m.duration, outcomes, claims} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -37,6 +37,8 @@ type Worker struct {
 	// armable: the store has a wake-up trigger the lead lane arms while
 	// idle (WakeArmer), so a wake-up means a record was committed.
 	armable bool
+	// gates pause the lanes during a store or broker outage (worker_gate.go).
+	gates gates
 }
 
 // WakeArmer is a Store whose Wakeups come from a trigger that the Worker
@@ -71,6 +73,7 @@ func NewWorker(store Store, pub Publisher, cfg WorkerConfig) (*Worker, error) {
 		limit:     ratelog.NewLimiter(cfg.LogEvery, 1),
 		recovered: make(chan struct{}, 1),
 		armable:   armsWakeups(store),
+		gates:     newGates(pub),
 	}, nil
 }
 
@@ -91,7 +94,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Go(func() { w.runLanes(runCtx, wake) })
 		wg.Go(func() { w.statsLoop(runCtx) })
-		wg.Go(func() { w.probeLoop(runCtx) })
+		wg.Go(func() { w.runProbes(runCtx) })
 		wg.Wait()
 		for range wake { // the listener closes it once it has stopped
 		}
@@ -131,6 +134,7 @@ func (w *Worker) Readiness() error {
 
 func (w *Worker) setReady() {
 	if w.ready.Swap(true) {
+		w.storeUp() // after a concurrent setUnready
 		return
 	}
 	w.m.storeUp.Set(1)
@@ -138,6 +142,7 @@ func (w *Worker) setReady() {
 	recovered := w.lastErr != nil
 	w.lastErr = nil
 	w.errMu.Unlock()
+	w.storeUp()
 	if recovered {
 		w.log.Info("outbox store available again; dispatch resumes")
 		signal(w.recovered)
@@ -152,16 +157,30 @@ func (w *Worker) setUnready(err error) {
 	w.errMu.Unlock()
 	w.m.storeUp.Set(0)
 	w.ready.Store(false)
+	w.storeDown()
 	if ok, suppressed := w.limit.Allow("store"); ok {
 		w.log.Warn("outbox store unavailable; dispatch paused, backing off", "err", err, "suppressed", suppressed)
 	}
 }
 
-// statsLoop refreshes the backlog gauges.
+// statsLoop refreshes the backlog gauges. While the store is down it
+// queries nothing: the oldest record's age grows from its last reading
+// (ageWhileDown), and the gauges are read again as soon as the store
+// answers.
 func (w *Worker) statsLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.StatsInterval)
 	defer t.Stop()
 	for {
+		if back := w.gates.store.waitCh(); back != nil {
+			w.ageWhileDown()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				continue
+			case <-back:
+			}
+		}
 		w.refreshStats(ctx)
 		select {
 		case <-ctx.Done():
@@ -174,7 +193,10 @@ func (w *Worker) statsLoop(ctx context.Context) {
 func (w *Worker) refreshStats(ctx context.Context) {
 	st, err := w.store.Stats(ctx)
 	if err != nil {
-		return // the claim loop reports store outages
+		if ctx.Err() == nil {
+			w.setUnready(err)
+		}
+		return
 	}
 	w.m.pending.Set(float64(st.Pending))
 	w.m.deadLetter.Set(float64(st.DeadLetter))
@@ -187,6 +209,7 @@ func (w *Worker) refreshStats(ctx context.Context) {
 		age = max(0, now.Sub(st.OldestPending).Seconds())
 	}
 	w.m.oldestAge.Set(age)
+	w.gates.noteAge(age)
 }
 
 // signal wakes ch without blocking.

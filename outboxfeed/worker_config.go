@@ -74,16 +74,29 @@ type WorkerConfig struct {
 	// jitter). Defaults: 1s and 5m.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
-	// OutageBaseDelay and OutageMaxDelay bound the backoff while the store
-	// or the broker is unavailable (exponential, half jittered).
+	// OutageBaseDelay and OutageMaxDelay bound the backoff of a batch's
+	// completion while the store does not answer, and of dispatch while
+	// the broker does not take publishes but its Publisher is no Pinger
+	// (or answers pings): exponential, half jittered.
 	// Defaults: 100ms and 30s.
 	OutageBaseDelay time.Duration
 	OutageMaxDelay  time.Duration
-	// ProbeInterval is how often a Worker whose store stopped answering
-	// pings it, so readiness (and dispatch) return within this long of the
-	// store answering again, whatever backoff the lanes are in.
-	// Default: 250ms.
-	ProbeInterval time.Duration
+	// ProbeInterval and ProbeMaxInterval bound the pings of a store that
+	// stopped answering: meanwhile the Worker claims nothing and refreshes
+	// no gauge, and only pings, the first ProbeInterval after the failure,
+	// then doubling the wait up to ProbeMaxInterval (each wait shortened by
+	// up to a quarter at random). Dispatch and readiness return within
+	// ProbeMaxInterval of the store answering again (about a dozen pings
+	// in a 30 s outage with the defaults). Defaults: 250ms and 5s.
+	ProbeInterval    time.Duration
+	ProbeMaxInterval time.Duration
+	// BrokerProbeMaxInterval bounds the pings of a broker that stopped
+	// taking publishes, when the Publisher is a Pinger (the fanout brokers
+	// are): the Worker then claims and writes nothing and pings the broker,
+	// the first after ProbeInterval (or this, if shorter), doubling up to
+	// BrokerProbeMaxInterval, so dispatch resumes within about this long
+	// of the broker answering. Default: 1s.
+	BrokerProbeMaxInterval time.Duration
 	// StatsInterval is how often the backlog gauges are refreshed with a
 	// count query. Default: 10s.
 	StatsInterval time.Duration
@@ -150,6 +163,8 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	def(&c.OutageMaxDelay, 30*time.Second)
 	def(&c.StatsInterval, 10*time.Second)
 	def(&c.ProbeInterval, 250*time.Millisecond)
+	def(&c.ProbeMaxInterval, max(5*time.Second, c.ProbeInterval))
+	def(&c.BrokerProbeMaxInterval, time.Second)
 	def(&c.ShutdownTimeout, 5*time.Second)
 	def(&c.LogEvery, 30*time.Second)
 	if c.Logger == nil {
@@ -181,10 +196,14 @@ func (c WorkerConfig) validate() error {
 		return bad("RetryBaseDelay %v / RetryMaxDelay %v: want 0 ≤ base ≤ max", c.RetryBaseDelay, c.RetryMaxDelay)
 	case c.OutageBaseDelay <= 0 || c.OutageMaxDelay < c.OutageBaseDelay:
 		return bad("OutageBaseDelay %v / OutageMaxDelay %v: want 0 < base ≤ max", c.OutageBaseDelay, c.OutageMaxDelay)
+	case c.ProbeInterval <= 0 || c.ProbeMaxInterval < c.ProbeInterval:
+		return bad("ProbeInterval %v / ProbeMaxInterval %v: want 0 < interval ≤ max", c.ProbeInterval, c.ProbeMaxInterval)
+	case c.BrokerProbeMaxInterval <= 0:
+		return bad("BrokerProbeMaxInterval %v: must be positive", c.BrokerProbeMaxInterval)
 	}
 	for name, d := range map[string]time.Duration{
 		"PollInterval": c.PollInterval, "ActivePollInterval": c.ActivePollInterval, "IdleAfter": c.IdleAfter, "MaxAge": c.MaxAge, "StatsInterval": c.StatsInterval,
-		"ShutdownTimeout": c.ShutdownTimeout, "LogEvery": c.LogEvery, "ProbeInterval": c.ProbeInterval,
+		"ShutdownTimeout": c.ShutdownTimeout, "LogEvery": c.LogEvery,
 	} {
 		if d < 0 {
 			return bad("%s %v: must not be negative", name, d)

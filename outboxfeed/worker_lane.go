@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed/internal/backoff"
-
-	"github.com/heraldgw/herald/internal/wait"
 )
 
 // lane is one claim loop of a Worker: it holds at most one partition's
@@ -90,7 +88,6 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 // came less than IdleAfter ago, then (lead lane) arms the wake-up trigger
 // and waits for a wake-up or PollInterval.
 func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
-	var storeFails int
 	var b *Batch
 	for ctx.Err() == nil {
 		if b == nil && l.looked {
@@ -99,16 +96,16 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 			continue
 		}
 		if b == nil {
+			if !w.awaitGates(ctx) {
+				continue
+			}
 			req := w.claimRequest(l, AnyPartition)
 			var err error
 			b, err = w.claim(ctx, req)
 			if err != nil {
-				storeFails++
-				w.setUnready(err)
-				w.waitKick(ctx, l, backoff.Outage(storeFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
+				w.setUnready(err) // the lane waits at the store gate
 				continue
 			}
-			storeFails = 0
 			w.setReady()
 			w.claimed(b)
 			w.armed(l, req)
@@ -238,7 +235,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		return nil // the new holder publishes the batch again
 	}
 	var next *ClaimRequest
-	if ctx.Err() == nil && res.brokerErr == nil {
+	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() {
 		part := AnyPartition
 		if b.More || len(out) < len(b.Records) {
 			part = b.Partition
@@ -264,7 +261,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		return nil
 	}
 	if res.published {
-		l.brokerFails = 0
+		w.brokerUp(l)
 	}
 	return nb
 }
@@ -332,39 +329,6 @@ func (w *Worker) completed(b *Batch, out []Outcome, held bool, claimedAt time.Ti
 	w.m.success.Add(float64(ok))
 }
 
-// brokerDown backs the lane off after a broker outage.
-func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
-	if ok, suppressed := w.limit.Allow("broker"); ok {
-		w.log.Warn("broker unavailable; unpublished records keep their place, backing off", "err", err, "suppressed", suppressed)
-	}
-	l.brokerFails++
-	w.waitKick(ctx, l, backoff.Outage(l.brokerFails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay))
-}
-
-// probeLoop pings the store while it is unready, so readiness returns
-// within ProbeInterval of the store answering again, whatever backoff the
-// lanes are in.
-func (w *Worker) probeLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if w.ready.Load() {
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, w.cfg.ProbeInterval)
-		err := w.store.Ping(pctx)
-		cancel()
-		if err == nil {
-			w.setReady()
-		}
-	}
-}
-
 // leaseLost counts records whose outcome the store refused (or the broker
 // fenced off) because another Worker took the partition over.
 func (w *Worker) leaseLost(op string, n int) {
@@ -378,7 +342,8 @@ func (w *Worker) leaseLost(op string, n int) {
 }
 
 // persist runs a store write, retrying store errors with backoff until ctx
-// ends; it marks the store unready while failing. The backoff never
+// ends; it marks the store unready while failing, and retries at once when
+// the store's prober finds it back. The backoff never
 // sleeps past the middle of what is left of the lease that began at
 // claimedAt, so a short outage does not outlast the lease.
 func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(context.Context) error) error {
@@ -395,7 +360,7 @@ func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(co
 		if left := time.Until(claimedAt.Add(w.cfg.LeaseDuration)); d > left/4 {
 			d = max(left/4, w.cfg.OutageBaseDelay)
 		}
-		if !wait.Sleep(ctx, d) {
+		if !w.sleepStoreDown(ctx, d) {
 			return err
 		}
 	}

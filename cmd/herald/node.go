@@ -128,6 +128,10 @@ type workerSettings struct {
 	DurableClaims  bool
 	RangeRecords   int
 	ArchiveWait    time.Duration
+	// StoreProbeMax and BrokerProbeMax bound the pings of a store or a
+	// broker that does not answer (outboxfeed.WorkerConfig).
+	StoreProbeMax  time.Duration
+	BrokerProbeMax time.Duration
 }
 
 func (w *workerSettings) register(st *settings) {
@@ -142,6 +146,8 @@ func (w *workerSettings) register(st *settings) {
 	st.Int(&w.Lanes, "outbox-lanes", 4, "partitions a Worker holds at once, each claimed, published and completed by its own loop")
 	st.Duration(&w.ActivePoll, "outbox-active-poll-interval", 500*time.Microsecond, "how soon a busy Worker claims again (it stands in for wake-ups while records flow)")
 	st.Duration(&w.IdleAfter, "outbox-idle-after", 50*time.Millisecond, "time without records after which a Worker arms the NOTIFY wake-up and waits")
+	st.Duration(&w.StoreProbeMax, "outbox-store-probe-max-interval", 5*time.Second, "longest wait between two pings of an outbox store that does not answer (the first after 250ms, doubling); meanwhile the Worker claims nothing and reads no backlog gauge, and it resumes within this long of the store answering")
+	st.Duration(&w.BrokerProbeMax, "outbox-broker-probe-max-interval", time.Second, "longest wait between two pings of a broker that does not take publishes; the Worker claims and writes nothing meanwhile and resumes within about this long of the broker answering")
 	st.Bool(&w.DurableClaims, "outbox-durable-claims", false, "commit the Worker's claim/complete transactions synchronously (off: a completion lost in a crash only causes a duplicate)")
 	st.Duration(&w.Retention, "outbox-retention", outboxfeed.DefaultRetention, "dispatched records are kept at least this long; then whole segments go (PostgreSQL), or rows (SQLite)")
 	st.Int(&w.SegmentRecords, "outbox-segment-records", outboxfeed.DefaultSegmentRecords, "PostgreSQL: records per segment of herald.outbox (retention drops whole segments)")
@@ -178,6 +184,7 @@ func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (ou
 		BatchSize: w.BatchSize, RangeRecords: w.RangeRecords, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
 		LeaseDuration: w.Lease, MaxAttempts: w.MaxAttempts, MaxAge: w.MaxAge,
 		Lanes: w.Lanes, ActivePollInterval: w.ActivePoll, IdleAfter: w.IdleAfter, DurableClaims: w.DurableClaims,
+		ProbeMaxInterval: w.StoreProbeMax, BrokerProbeMaxInterval: w.BrokerProbeMax,
 		Registry: registry, Logger: log, Registerer: reg,
 	}, nil
 }

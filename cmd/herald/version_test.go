@@ -85,8 +85,10 @@ func TestVersionStamped(t *testing.T) {
 
 // TestMakeBuildPrintsTag follows the release procedure (docs/release.md)
 // on a clone of this repository: an annotated tag on the commit, then
-// `make build`, and `herald version` prints the tag; one commit later it
-// prints what git describe says of that commit.
+// `make build`, and `herald version` prints the tag; `make install
+// PREFIX=…`, as the README's Install section runs it, puts that binary in
+// PREFIX/bin; one commit later `herald version` prints what git describe
+// says of that commit.
 func TestMakeBuildPrintsTag(t *testing.T) {
 	t.Parallel()
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
@@ -120,6 +122,11 @@ func TestMakeBuildPrintsTag(t *testing.T) {
 	run("make", "--no-print-directory", "build")
 	if got := strings.SplitN(run(filepath.Join(dir, "bin", "herald"), "version"), "\n", 2)[0]; got != "herald "+tag {
 		t.Fatalf("on the tag: %q, want %q", got, "herald "+tag)
+	}
+	prefix := filepath.Join(t.TempDir(), "home", ".local")
+	run("make", "--no-print-directory", "install", "PREFIX="+prefix)
+	if got := strings.SplitN(run(filepath.Join(prefix, "bin", "herald"), "version"), "\n", 2)[0]; got != "herald "+tag {
+		t.Fatalf("make install PREFIX=%s: the installed herald says %q, want %q", prefix, got, "herald "+tag)
 	}
 	run("git", "commit", "-q", "--allow-empty", "-m", "after the release")
 	run("make", "--no-print-directory", "build")

@@ -47,6 +47,16 @@ func (r *RedisProc) Restart() {
 	r.start()
 }
 
+// Kill kills the server (SIGKILL); it stays down until Start.
+func (r *RedisProc) Kill() { r.kill() }
+
+// Start starts a killed server again on the same port, empty, and waits
+// until it answers.
+func (r *RedisProc) Start() {
+	r.t.Helper()
+	r.start()
+}
+
 func (r *RedisProc) start() {
 	t := r.t
 	t.Helper()

@@ -9,7 +9,7 @@ import (
 // migrationFiles are the schema's migrations, one file each
 // (storekit.Migration).
 //
-//go:embed migration/*.up.sql
+//go:embed migration/*.sql
 var migrationFiles embed.FS
 
 // pgMigrations are the schema's migrations, in version order.

@@ -28,7 +28,7 @@ import (
 //
 // The migrations are the files of migration/ (storekit.Migration).
 
-//go:embed migration/*.up.sql
+//go:embed migration/*.sql
 var migrationFiles embed.FS
 
 // sqliteMigrations are the schema's migrations, in version order.

@@ -27,8 +27,8 @@ import (
 //
 // It has one partition, number 0 (AnyPartition claims it too): the single
 // writer makes the order of insertion the order of visibility, so one
-// position per partition is exact. See sqlite_schema.go for the layout and
-// how a record's state is derived.
+// position per partition is exact. The comment on sqliteMigrations gives the
+// layout and how a record's state is derived.
 type Store struct {
 	db     *sql.DB
 	path   string

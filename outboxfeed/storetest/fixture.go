@@ -19,9 +19,12 @@ import (
 // stores became packages of their own, with records in every state:
 // dispatched, dead-lettered, waiting for a retry (and one held behind
 // it), a range stopped part way, a claim whose holder died, and never
-// claimed. *-ids.json names them. gen_fixture_test.go wrote them, with
-// the code of that time: go test -tags fixtures -run TestGenerateFixtures. Opened by the current code and migrated in place, every record
-// not yet delivered is delivered once, in order, and no other.
+// claimed. *-ids.json names them. The generator that wrote them, with the
+// code of that time, is in the commit that added them (git log --
+// '*/testdata/*-ids.json'; go test -tags fixtures -run
+// TestGenerateFixtures there). Opened by the current code and migrated
+// in place, every record not yet delivered is delivered once, in order,
+// and no other.
 func CheckFixture(t *testing.T, s outboxfeed.Store, idsFile string, makeDue func()) {
 	t.Helper()
 	ctx := context.Background()

@@ -12,7 +12,7 @@ import (
 // request. Every Reason is declared once, below, with everything a client
 // or an operator learns from it; docs/protocol.md's table, docs/metrics.md's
 // label values and the JS client's fixture are generated from or checked
-// against this table (vocabulary_test.go).
+// against this table (the gateway's TestVocabulary* tests).
 type Reason struct {
 	// Code is a stable snake_case identifier.
 	Code string

@@ -6,7 +6,7 @@ import "github.com/heraldgw/herald/fanout"
 // false): the "reason" of a subscribe result and of an SSE subscribed
 // event. Every one is declared once, below, with what a client learns
 // from it; docs/protocol.md's table and the JS client's fixture are
-// generated from this table (vocabulary_test.go).
+// generated from this table (the gateway's TestVocabulary* tests).
 type RecoveryReason struct {
 	Code string
 	// Doc is what docs/protocol.md says of it.

@@ -65,11 +65,7 @@
 //
 //	HERALD_MODEL_SEED=<seed> HERALD_MODEL_OPS=<ops> go test -race -count=1 -run 'TestModel(Postgres|SQLite)$' ./outboxfeed/internal/modeltest/
 //
-// Files: model_test.go (settings, the plan), model_broker_test.go (the
-// broker and its faults), model_run_test.go (Workers, producers, events),
-// model_check_test.go (the checks), model_pg_test.go and
-// model_sqlite_test.go (the stores' sides). On PostgreSQL the test starts
-// a server of its own (testenv.StartPrivatePG), since producers prepare
-// transactions and the shared test server has max_prepared_transactions
-// at 0.
+// On PostgreSQL the test starts a server of its own
+// (testenv.StartPrivatePG), since producers prepare transactions and the
+// shared test server has max_prepared_transactions at 0.
 package modeltest

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -241,23 +240,7 @@ func TestPostgresListenerReconnects(t *testing.T) {
 func TestPostgresStoreOutage(t *testing.T) {
 	t.Parallel()
 	s, url := newPGStore(t, Config{})
-	dbName := url[strings.LastIndex(url, "/")+1:]
-	if i := strings.IndexByte(dbName, '?'); i >= 0 {
-		dbName = dbName[:i]
-	}
-	admin, err := pgx.Connect(context.Background(), testenv.BaseDatabaseURL())
-	testenv.Must(t, err, "connect admin")
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	setAllowed := func(allowed bool) {
-		t.Helper()
-		_, err := admin.Exec(context.Background(), fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %t`, dbName, allowed))
-		testenv.Must(t, err, "alter database")
-		if !allowed {
-			_, err = admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName)
-			testenv.Must(t, err, "terminate backends")
-		}
-	}
-	t.Cleanup(func() { setAllowed(true) })
+	setAllowed := storeCutter(t, url)
 
 	rec := storetest.NewRecorder()
 	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
