@@ -7,7 +7,9 @@
 // The Hub hands each publication, encoded once, to the local subscribers of
 // its channel with a non-blocking enqueue; it never waits on a client.
 //
-// MemoryBroker serves a single node. RedisBroker serves many: one Lua
+// MemoryBroker serves a single node; with MemoryConfig.HistoryDir its
+// history outlives the process in a memory-mapped log. RedisBroker serves
+// many: one Lua
 // script per publication appends to the channel's Redis stream and
 // publishes on its pub/sub channel, and each node holds one pub/sub
 // connection for the channels its connections follow (one per primary in

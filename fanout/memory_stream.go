@@ -27,16 +27,17 @@ func newMemStream(now int64) *memStream {
 }
 
 // expireIfIdle starts the stream over with a new epoch when it saw no
-// publication for ttl. Caller holds mu.
-func (s *memStream) expireIfIdle(now, ttl int64) {
+// publication for ttl, and reports whether it did. Caller holds mu.
+func (s *memStream) expireIfIdle(now, ttl int64) bool {
 	if now-s.lastActive.Load() <= ttl {
-		return
+		return false
 	}
 	s.epoch = newEpoch()
 	s.top = 0
 	s.ring = memRing{}
 	s.ids = nil
 	s.lastActive.Store(now)
+	return true
 }
 
 // append adds p as the newest publication, dropping the oldest beyond

@@ -58,7 +58,7 @@ func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer s.Close()
-	b, brokerName, err := broker.open(log, reg)
+	b, brokerName, err := broker.open(log, reg, "")
 	if err != nil {
 		return err
 	}

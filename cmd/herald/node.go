@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed/outboxdb"
@@ -32,6 +33,7 @@ type brokerSettings struct {
 	HistorySize    int
 	HistoryTTL     time.Duration
 	MaxChannels    int
+	HistoryLog     bool // serve only: keep the in-memory broker's history in <data-dir>/history
 }
 
 func (b *brokerSettings) register(st *settings) {
@@ -56,6 +58,21 @@ func (b *brokerSettings) redisConfig() fanout.RedisConfig {
 		SentinelMaster: b.SentinelMaster, SentinelAddrs: b.SentinelAddrs, SentinelPassword: b.SentinelPass,
 		HeartbeatInterval: b.Heartbeat, WaitReplicas: b.WaitReplicas, WaitTimeout: b.WaitTimeout,
 	}
+}
+
+// registerHistoryLog registers the in-memory broker's history log (serve
+// only: a feed process's in-memory broker serves no client).
+func (b *brokerSettings) registerHistoryLog(st *settings) {
+	st.Bool(&b.HistoryLog, "history-log", true, "in-memory broker, Linux: keep every channel's epoch, offsets and history in <data-dir>/history, so clients resume across a restart, a SIGTERM or a killed process alike; after a machine crash every channel starts over (docs/delivery.md); false = history lives in memory only")
+}
+
+// historyDir is where serve keeps the in-memory broker's history log;
+// empty when there is none.
+func (b *brokerSettings) historyDir(s storeSettings) string {
+	if b.usesRedis() || !b.HistoryLog || !fanout.HistoryLogSupported {
+		return ""
+	}
+	return filepath.Join(s.DataDir, "history")
 }
 
 // registerRedis registers only the Redis connection settings.
@@ -105,13 +122,17 @@ func (b *brokerSettings) checkRedisURL(from origin) error {
 	return nil
 }
 
-func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fanout.Broker, string, error) {
+func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer, historyDir string) (fanout.Broker, string, error) {
 	if !b.usesRedis() {
 		m, err := fanout.NewMemoryBroker(fanout.MemoryConfig{
 			HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL, MaxChannels: b.MaxChannels,
+			HistoryDir: historyDir, Logger: log,
 		})
-		if err != nil {
+		if errors.Is(err, fanout.ErrInvalidConfig) {
 			return nil, "", fmt.Errorf("config: --history-size/--history-ttl/--max-channels: %w", err)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("history log %s (turn it off with --history-log=false): %w", historyDir, err)
 		}
 		return m, "in-memory", nil
 	}
