@@ -105,6 +105,26 @@ func TestRedisURLRefused(t *testing.T) {
 	})
 }
 
+// TestRedisSentinelSettingsRefused: the Sentinel settings go together,
+// without --redis-cluster, with sentinels given as host:port.
+func TestRedisSentinelSettingsRefused(t *testing.T) {
+	dir := t.TempDir()
+	together := "--redis-sentinel-master and --redis-sentinel-addrs go together, without --redis-cluster"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--redis-sentinel-master", "herald"}, together},
+		{[]string{"--redis-sentinel-addrs", "127.0.0.1:26379"}, together},
+		{[]string{"--redis-sentinel-master", "herald", "--redis-sentinel-addrs", "127.0.0.1:26379", "--redis-cluster"}, together},
+		{[]string{"--redis-sentinel-master", "herald", "--redis-sentinel-addrs", "127.0.0.1"}, `SentinelAddrs "127.0.0.1": want host:port`},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			wantRefused(t, 1, []string{c.want}, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dir}, c.args...)...)
+		})
+	}
+}
+
 // TestMissingDataDirRefused: publish, migrate and the outbox commands on
 // the embedded store, run where the data directory does not exist or
 // holds no outbox, stop without creating anything, naming the directory

@@ -107,6 +107,7 @@ type serveOptions struct {
 func (o *serveOptions) register(st *settings) {
 	o.store.register(st)
 	o.broker.register(st)
+	o.broker.registerHistoryLog(st)
 	o.worker.register(st)
 	o.worker.registerTrigger(st)
 	o.auth.register(st)
@@ -237,7 +238,15 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	}
 	defer store.Close()
 
-	broker, brokerName, err := o.broker.open(log, reg)
+	historyDir := o.broker.historyDir(o.store)
+	if historyDir != "" {
+		lock, err := lockHistoryDir(historyDir)
+		if err != nil {
+			return err
+		}
+		defer lock.release() // after broker.Stop, deferred below
+	}
+	broker, brokerName, err := o.broker.open(log, reg, historyDir)
 	if err != nil {
 		return err
 	}
