@@ -155,6 +155,13 @@ func TestServeWithWebhookHandler(t *testing.T) {
 	if hooks.has(otherID) {
 		t.Fatal("a record not routed to billing reached its receiver")
 	}
+	testenv.Eventually(t, 20*time.Second, "the invoice dispatched for both handlers", func() bool {
+		out := mustHerald(t, "outbox", "show", "--id", id, "--database-url", dbURL)
+		return regexp.MustCompile(`(?m)^realtime +dispatched `).MatchString(out) && regexp.MustCompile(`(?m)^billing +dispatched `).MatchString(out)
+	})
+	if out := mustHerald(t, "outbox", "show", "--id", id, "--json", "--database-url", dbURL); strings.Count(out, `"handler"`) != 2 {
+		t.Fatalf("outbox show --json: want a line per handler:\n%s", out)
+	}
 	if code, _, errOut := herald(t, "outbox", "stats", "--handler", "nope", "--database-url", dbURL); code == 0 || !strings.Contains(errOut, "no such handler") {
 		t.Fatalf("stats --handler nope: exit %d, %s", code, errOut)
 	}
