@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/heraldgw/herald/outboxfeed/storetest"
 
@@ -147,4 +149,15 @@ func stageOne(ctx context.Context, s *Store, n stage.Notification) (string, erro
 
 func TestSQLiteHandlers(t *testing.T) {
 	storetest.RunHandlers(t, sqliteHarness)
+}
+
+func TestSQLiteReaders(t *testing.T) {
+	storetest.RunReaders(t, sqliteHarness, func(t *testing.T, h *storetest.Harness, handler, owner string, age time.Duration) {
+		t.Helper()
+		q := fmt.Sprintf(`UPDATE outbox_reader SET seen_at = %d WHERE handler = '%s' AND owner = '%s'`,
+			time.Now().Add(-age).UnixMicro(), handler, owner)
+		if err := h.Exec(context.Background(), q); err != nil {
+			t.Fatalf("age the reader row: %v", err)
+		}
+	})
 }
