@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,10 +20,11 @@ import (
 )
 
 const (
-	hookCrashRecords   = 2000
-	hookCrashChannels  = 50
-	hookCrashProducers = 5
-	hookCrashKills     = 4
+	hookCrashRecords    = 2000
+	hookCrashChannels   = 50
+	hookCrashProducers  = 5
+	hookCrashKills      = 4
+	hookCrashPartitions = 16
 	// hookCrashPace is the time between two records of one producer: the
 	// records are staged over about hookCrashRecords / hookCrashProducers ×
 	// hookCrashPace = 10s, long enough for every kill to land mid-batch.
@@ -56,6 +58,10 @@ func TestFeedSIGKILLWebhook(t *testing.T) {
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
 	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
+	// A killed process's batches wait out the handler's 20s lease: with
+	// more partitions than the default 4, the other channels keep flowing
+	// to both processes meanwhile.
+	runHerald(t, time.Minute, "outbox", "partitions", "--database-url", dbURL, "--set", strconv.Itoa(hookCrashPartitions))
 	args := feedArgs(dbURL, redisURL, prefix, "--handlers", hookHandlers(srv.URL+"/hook", "1s"))
 	survivor := startFeed(t, "feed-0", args)
 	victim := startFeed(t, "feed-1", args)
@@ -73,12 +79,14 @@ func TestFeedSIGKILLWebhook(t *testing.T) {
 
 	// Each kill: freeze the victim's process group with SIGSTOP, read the
 	// webhook handler's records it holds claimed, and kill it with SIGKILL
-	// if the receiver already has some of them (the batch is half
-	// delivered: its completion cannot have been written, so the kill must
-	// cause duplicates); otherwise SIGCONT and look again.
+	// if the receiver already has some but not all of them (the batch is
+	// half delivered: its completion cannot have been written, so the kill
+	// must cause duplicates) — or, after hookCrashKillGap/2 of trying, all
+	// of them; otherwise SIGCONT and look again.
 	var held [][]string // per kill, the records the victim held
 	for k := range hookCrashKills {
 		var hs []string
+		var trying time.Time
 		waitUntil(t, 60*time.Second, 3*time.Millisecond, fmt.Sprintf("kill %d: %s holding a half-delivered batch", k+1, victim.p.name), func() (bool, error) {
 			select {
 			case err := <-staged:
@@ -91,15 +99,19 @@ func TestFeedSIGKILLWebhook(t *testing.T) {
 			if time.Since(start) < time.Duration(k+1)*hookCrashKillGap {
 				return false, nil
 			}
+			if trying.IsZero() {
+				trying = time.Now()
+			}
 			ids, err := hookHeld(ctx, pool, victim.owner)
 			if err != nil || len(ids) == 0 {
 				return false, cmp.Or(err, fmt.Errorf("%s holds nothing", victim.p.name))
 			}
 			victim.p.signal(t, syscall.SIGSTOP)
 			ids, err = hookHeld(ctx, pool, victim.owner)
-			if err != nil || len(ids) == 0 || rc.received(ids) == 0 {
+			got := rc.received(ids)
+			if err != nil || got == 0 || (got == len(ids) && time.Since(trying) < hookCrashKillGap/2) {
 				victim.p.signal(t, syscall.SIGCONT)
-				return false, cmp.Or(err, fmt.Errorf("%s frozen holding %d records, none received yet", victim.p.name, len(ids)))
+				return false, cmp.Or(err, fmt.Errorf("%s frozen holding %d records, %d received", victim.p.name, len(ids), got))
 			}
 			victim.p.kill(t)
 			hs = ids
@@ -112,6 +124,7 @@ func TestFeedSIGKILLWebhook(t *testing.T) {
 	}
 
 	producers.Wait()
+	stagedIn := log.lastAt.Sub(start)
 	close(staged)
 	for err := range staged {
 		if err != nil {
@@ -121,7 +134,7 @@ func TestFeedSIGKILLWebhook(t *testing.T) {
 	if n := log.count(); n != hookCrashRecords {
 		t.Fatalf("staged %d records, want %d", n, hookCrashRecords)
 	}
-	t.Logf("staged %d records over %d channels in %v", hookCrashRecords, hookCrashChannels, time.Since(start).Round(time.Millisecond))
+	t.Logf("staged %d records over %d channels in %v", hookCrashRecords, hookCrashChannels, stagedIn.Round(time.Millisecond))
 
 	waitUntil(t, 2*time.Minute, 50*time.Millisecond, "every record dispatched by the webhook handler", func() (bool, error) {
 		var dispatched, dead int
