@@ -154,6 +154,10 @@ func TestFeedSIGKILLWebhook(t *testing.T) {
 			t.Fatalf("%s exited: %v", f.p.name, f.p.err)
 		}
 	}
+	var parts int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM herald.outbox_partition WHERE handler = 'hooks' AND state = 'active'`).Scan(&parts); err != nil || parts != hookCrashPartitions {
+		t.Fatalf("the webhook handler has %d active partitions (%v), want %d", parts, err, hookCrashPartitions)
+	}
 	checkHookLog(t, rc, log, held)
 }
 
