@@ -151,7 +151,7 @@ func (c *typesSettings) check(ctx context.Context, reg *outboxfeed.Registry, std
 	defer s.Close()
 	rr, ok := s.(outboxfeed.ReaderRegistry)
 	if !ok {
-		return errors.New("this store does not record which types its Workers read; use the PostgreSQL store")
+		return errors.New("this store does not record which types its Workers read")
 	}
 	readers, err := rr.Readers(ctx)
 	if err != nil {
