@@ -212,11 +212,16 @@ const sqliteRecordColumns = `id, seq, tenant_id, channel, type, schema_version, 
 
 // Get loads one record.
 func (s *Store) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
+	return s.get(ctx, id, `SELECT `+sqliteRecordColumns+` FROM outbox_record WHERE id = ?1 AND handler = ?2`, s.handler)
+}
+
+// get loads one record with q, a query of its canonical id (?1) and args.
+func (s *Store) get(ctx context.Context, id, q string, args ...any) (outboxfeed.Record, error) {
 	cid, err := storekit.CanonicalID(id)
 	if err != nil || id == "" {
 		return outboxfeed.Record{}, fmt.Errorf("%w: %q is not a uuid", outboxfeed.ErrNotFound, id)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sqliteRecordColumns+` FROM outbox_record WHERE handler = ? AND id = ?`, s.handler, cid)
+	rows, err := s.db.QueryContext(ctx, q, append([]any{cid}, args...)...)
 	if err != nil {
 		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
 	}
