@@ -133,8 +133,13 @@ func TestJWKSServiceLoopReloads(t *testing.T) {
 	})
 	v.Stop()
 	v.Stop()
+	// A fetch the loop sent just before Stop may reach the server after
+	// Stop returned (the request was on the wire when it was cancelled):
+	// count from a moment later. A loop still running would fetch every
+	// 30ms, so three intervals with no fetch show it stopped.
+	time.Sleep(100 * time.Millisecond)
 	n := srv.fetches.Load()
-	time.Sleep(100 * time.Millisecond) // three intervals: nothing may fetch after Stop
+	time.Sleep(100 * time.Millisecond)
 	if got := srv.fetches.Load(); got != n {
 		t.Fatalf("fetched %d times after Stop", got-n)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -87,6 +88,7 @@ func BenchmarkHubBroadcast(b *testing.B) {
 		m := benchPublication().Message
 		ctx := context.Background()
 		run(b, func(i int) {
+			m.ID = strconv.Itoa(i) // a new id: a retained one would be skipped
 			if _, err := mb.Publish(ctx, m); err != nil {
 				b.Fatal(err)
 			}

@@ -25,9 +25,14 @@ type Recovery struct {
 // message transport (in-memory for one node, Redis for many).
 type Broker interface {
 	// Publish appends msg to its channel's history and fans it out to every
-	// node's handler. It returns once the broker accepted the message. A
-	// fenced message (see Fence) may be refused with ErrStaleFence, or
-	// answered with the publication of its ID already in the history.
+	// node's handler. It returns once the broker accepted the message.
+	// Publish is idempotent by message ID: a msg whose ID is still in the
+	// channel's retained history (HistorySize, HistoryTTL) appends and fans
+	// out nothing, and is answered with the publication already there (its
+	// position and stored message), so a publish retried after its answer
+	// was lost leaves one entry. Once the ID has left the history it is
+	// appended again, at a new offset. A fenced message (see Fence) may be
+	// refused with ErrStaleFence before that check.
 	Publish(ctx context.Context, msg Message) (Publication, error)
 	// Recover returns what was published on key after since: all of it,
 	// or with limit > 0 at most the first limit publications (a page; ask

@@ -14,6 +14,11 @@ var (
 	// ErrStaleFence is wrapped by a Publish refused because a publication
 	// with a higher fence value for the same scope was accepted (see Fence).
 	ErrStaleFence = errors.New("stale fence: a newer lease holder published")
+	// ErrNotReplicated is wrapped by a RedisBroker Publish that Redis
+	// accepted but fewer than RedisConfig.WaitReplicas replicas
+	// acknowledged in time; a retry is answered with the publication when
+	// it is in the history (see Broker.Publish).
+	ErrNotReplicated = errors.New("not acknowledged by enough replicas")
 	// ErrInvalidKey is wrapped when a tenant or channel name is not valid.
 	ErrInvalidKey = errors.New("invalid key")
 	// ErrInvalidEnvelope is wrapped by DecodeEnvelope errors.

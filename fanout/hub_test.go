@@ -283,10 +283,10 @@ func TestHubPerChannelOrder(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for c := range channels {
-		for range 2 {
+		for w := range 2 {
 			wg.Go(func() {
 				for i := range n / 2 {
-					mustPublish(t, f.broker, msg(Key{"acme", fmt.Sprintf("c%d", c)}, fmt.Sprint(i)))
+					mustPublish(t, f.broker, msg(Key{"acme", fmt.Sprintf("c%d", c)}, fmt.Sprint(w, "-", i)))
 				}
 			})
 		}

@@ -12,12 +12,15 @@ import (
 )
 
 // MemoryBroker is the broker of a single node: every channel's stream
-// lives in this process and is lost on restart (a restarted node has new
-// epochs, so resuming clients are told to refresh).
+// lives in this process. Without MemoryConfig.HistoryDir it is lost on
+// restart (a restarted node has new epochs, so resuming clients are told
+// to refresh); with it, a node that was stopped cleanly starts again with
+// every channel's epoch, offsets and retained history (see HistoryDir).
 //
 // Publish holds the channel's lock while it assigns the offset, appends to
 // the history and calls the Handler, so per channel the delivery order is
-// the offset order. A fenced Publish (see Fence) checks and raises its
+// the offset order. Each channel indexes the message ids it retains, so a
+// repeated id is found in constant time (see Broker.Publish). A fenced Publish (see Fence) checks and raises its
 // scope's newest fence value under the same lock, so no stale publication
 // can be appended after a newer holder's publication on that channel.
 type MemoryBroker struct {
@@ -30,29 +33,47 @@ type MemoryBroker struct {
 	fenceMu sync.Mutex       // taken under a memStream's mu, never the reverse
 	fences  map[string]int64 // newest accepted fence value per scope; never dropped
 
+	hlog *historyLog // nil without HistoryDir
+
 	handler atomic.Pointer[Handler]
 	svc     lifecycle.Service
 }
 
 var _ Broker = (*MemoryBroker)(nil)
 
-// NewMemoryBroker returns a broker for one node.
+// NewMemoryBroker returns a broker for one node. With HistoryDir it first
+// loads the history kept there; Stop then closes the log.
 func NewMemoryBroker(cfg MemoryConfig) (*MemoryBroker, error) {
+	return newMemoryBroker(cfg, time.Now)
+}
+
+// newMemoryBroker is NewMemoryBroker with a clock (for tests).
+func newMemoryBroker(cfg MemoryConfig, now func() time.Time) (*MemoryBroker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &MemoryBroker{cfg: cfg, now: time.Now, channels: make(map[Key]*memStream), fences: make(map[string]int64)}, nil
+	b := &MemoryBroker{cfg: cfg, now: now, channels: make(map[Key]*memStream), fences: make(map[string]int64)}
+	if cfg.HistoryDir != "" {
+		if err := b.openHistory(); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // Start hands every later publication to h, synchronously inside Publish,
 // until Stop; until ctx ends or Stop it also sweeps expired channels in the
-// background.
+// background and, with HistoryDir, writes the history log.
 func (b *MemoryBroker) Start(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("fanout: memory broker start: handler is nil")
 	}
-	err := b.svc.Start(ctx, func(context.Context) error { b.handler.Store(&h); return nil }, b.sweepLoop)
+	runs := []func(context.Context){b.sweepLoop}
+	if b.hlog != nil {
+		runs = append(runs, b.logLoop)
+	}
+	err := b.svc.Start(ctx, func(context.Context) error { b.handler.Store(&h); return nil }, runs...)
 	if err != nil {
 		return wrapf("memory broker start", err)
 	}
@@ -60,16 +81,22 @@ func (b *MemoryBroker) Start(ctx context.Context, h Handler) error {
 }
 
 // Stop stops the sweeper and detaches the handler; the history stays
-// readable. Safe to call twice and before Start.
+// readable. With HistoryDir it writes and syncs the rest of the log and
+// marks it closed cleanly; publications after Stop are not logged. Safe
+// to call twice and before Start.
 func (b *MemoryBroker) Stop() {
-	b.svc.Stop(nil)
+	first := b.svc.Stop(nil)
 	b.handler.Store(nil)
+	if first && b.hlog != nil {
+		b.hlog.close()
+	}
 }
 
 // Publish assigns msg the next offset of its channel, appends it to the
-// history and hands it to the handler (when started). A fenced msg may
-// instead be refused (ErrStaleFence) or, with Takeover, answered with the
-// publication of its ID already in the history (see Fence).
+// history and hands it to the handler (when started). A msg whose ID is
+// still in the channel's history is answered with that publication
+// instead, appending and handing out nothing; a fenced msg may be refused
+// (ErrStaleFence) first (see Fence).
 func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
 	if err := ctx.Err(); err != nil {
 		return Publication{}, fmt.Errorf("fanout: publish: %w", err)
@@ -88,21 +115,22 @@ func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, e
 			s.mu.Unlock()
 			continue
 		}
-		s.expireIfIdle(nowNs, ttl)
+		b.expireIfIdle(pub.Key, s, nowNs, ttl)
 		if err := b.raiseFence(fence); err != nil {
 			s.mu.Unlock()
 			return Publication{}, err
 		}
-		if fence.Takeover { // only takeovers pay for the scan
-			if old, ok := s.find(pub.ID); ok {
-				s.mu.Unlock()
-				return old, nil
-			}
+		if old, ok := s.find(pub.ID); ok {
+			s.mu.Unlock()
+			return old, nil
 		}
 		s.top++
 		s.lastActive.Store(nowNs)
 		pub.Position = Position{Offset: s.top, Epoch: s.epoch}
 		s.append(pub, b.cfg.HistorySize)
+		if b.hlog != nil {
+			b.hlog.appendPub(&pub, nowNs)
+		}
 		if h := b.handler.Load(); h != nil {
 			(*h).HandlePublication(pub)
 		}
@@ -146,7 +174,7 @@ func (b *MemoryBroker) Recover(ctx context.Context, key Key, since Position, lim
 			s.mu.Unlock()
 			continue
 		}
-		s.expireIfIdle(nowNs, int64(b.cfg.HistoryTTL))
+		b.expireIfIdle(key, s, nowNs, int64(b.cfg.HistoryTTL))
 		r := s.recover(since, limit)
 		s.mu.Unlock()
 		return r, nil
@@ -192,8 +220,19 @@ func (b *MemoryBroker) stream(key Key, nowNs int64) *memStream {
 		b.evictLocked(nowNs)
 	}
 	s = newMemStream(nowNs)
+	if b.hlog != nil {
+		b.hlog.appendReset(key, s.epoch, 0, nowNs)
+	}
 	b.channels[key] = s
 	return s
+}
+
+// expireIfIdle starts key's stream s over when it is idle past ttl, and
+// logs it. Caller holds s.mu.
+func (b *MemoryBroker) expireIfIdle(key Key, s *memStream, nowNs, ttl int64) {
+	if s.expireIfIdle(nowNs, ttl) && b.hlog != nil {
+		b.hlog.appendReset(key, s.epoch, 0, nowNs)
+	}
 }
 
 // evictLocked drops expired channels and then, while the map is still at

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -31,6 +32,33 @@ type MemoryConfig struct {
 	// at a time); an evicted channel that is used again starts over with a
 	// new epoch. Default 100000.
 	MaxChannels int
+
+	// HistoryDir, when set, keeps every channel's epoch, offsets and
+	// retained history in a log in this directory (created when missing),
+	// so that a restarted node carries on where it was: a client resuming
+	// inside the history window recovers. Each publication is copied into
+	// a memory-mapped segment file (no system call per publication); the
+	// kernel's page cache holds it at once, so it survives the process
+	// however it ends. Stop syncs the log to the disk and marks it closed.
+	// The log is rewritten as a snapshot of the retained history at every
+	// start and when it grew (by at least 256 MiB and twice the last
+	// snapshot).
+	//
+	// A log that was not closed and was written before the machine last
+	// restarted (power loss, kernel crash), or that is damaged or failed
+	// to write, may have lost records on channels it cannot name: the
+	// next start keeps none of it, and every channel starts over with a
+	// new epoch (resuming clients are told to refresh). Only one broker
+	// may use a directory at a time. Linux only (HistoryLogSupported).
+	// Empty (the default): the history lives in memory only.
+	HistoryDir string
+
+	// segmentSize replaces logSegmentSize (tests).
+	segmentSize int
+
+	// Logger receives the history log's problems and its start-up
+	// summary. Default: nil, nothing is logged.
+	Logger *slog.Logger
 }
 
 func (c MemoryConfig) withDefaults() MemoryConfig {
@@ -42,6 +70,9 @@ func (c MemoryConfig) withDefaults() MemoryConfig {
 	}
 	if c.MaxChannels == 0 {
 		c.MaxChannels = DefaultMaxChannels
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }

@@ -12,7 +12,8 @@ type memStream struct {
 	epoch   string
 	top     uint64
 	ring    memRing
-	evicted bool // removed from the broker; a holder must look it up again
+	ids     map[string]uint64 // message id → offset of every retained publication
+	evicted bool              // removed from the broker; a holder must look it up again
 
 	// lastActive is the unix-nano time of the last publication (or of
 	// creation); written under mu, read without it by the evictor.
@@ -26,30 +27,43 @@ func newMemStream(now int64) *memStream {
 }
 
 // expireIfIdle starts the stream over with a new epoch when it saw no
-// publication for ttl. Caller holds mu.
-func (s *memStream) expireIfIdle(now, ttl int64) {
+// publication for ttl, and reports whether it did. Caller holds mu.
+func (s *memStream) expireIfIdle(now, ttl int64) bool {
 	if now-s.lastActive.Load() <= ttl {
-		return
+		return false
 	}
 	s.epoch = newEpoch()
 	s.top = 0
 	s.ring = memRing{}
+	s.ids = nil
 	s.lastActive.Store(now)
+	return true
 }
 
 // append adds p as the newest publication, dropping the oldest beyond
-// size. Caller holds mu.
-func (s *memStream) append(p Publication, size int) { s.ring.push(p, size) }
-
-// find returns the newest retained publication with message id, scanning
-// the ring newest first. Caller holds mu.
-func (s *memStream) find(id string) (Publication, bool) {
-	for i := s.ring.n - 1; i >= 0; i-- {
-		if p := s.ring.at(i); p.ID == id {
-			return *p, true
+// size, and indexes its id. Caller holds mu.
+func (s *memStream) append(p Publication, size int) {
+	if s.ids == nil {
+		s.ids = make(map[string]uint64)
+	}
+	if s.ring.n == size {
+		if old := s.ring.at(0); s.ids[old.ID] == old.Offset {
+			delete(s.ids, old.ID)
 		}
 	}
-	return Publication{}, false
+	s.ring.push(p, size)
+	s.ids[p.ID] = p.Offset
+}
+
+// find returns the retained publication with message id (there is at most
+// one: Publish appends no id that is retained). Caller holds mu.
+func (s *memStream) find(id string) (Publication, bool) {
+	off, ok := s.ids[id]
+	if !ok || off > s.top || s.top-off >= uint64(s.ring.n) {
+		return Publication{}, false
+	}
+	p := s.ring.at(s.ring.n - 1 - int(s.top-off))
+	return *p, p.ID == id
 }
 
 // recover answers a resume request from since. Caller holds mu.

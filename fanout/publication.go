@@ -40,9 +40,13 @@ type Message struct {
 //     accepted for its Scope is refused with ErrStaleFence; nothing is
 //     appended or fanned out. An equal or higher Value is accepted and
 //     becomes the newest.
-//   - A Takeover publication whose message ID is still in the channel's
-//     retained history appends and fans out nothing: Publish returns the
-//     publication already there (its position and stored message).
+//   - As every publication, one whose message ID is still in the
+//     channel's retained history appends and fans out nothing: Publish
+//     returns the publication already there (its position and stored
+//     message). Takeover adds nothing to that in MemoryBroker; in
+//     RedisBroker it also finds the entries written before the channel's
+//     ids were indexed (by Herald versions that skipped a retained ID only
+//     on a takeover), by scanning the stream.
 //
 // MemoryBroker tracks the newest Value per Scope. RedisBroker tracks it
 // per channel and Scope, in the channel's meta hash, so the check stays in
@@ -58,7 +62,7 @@ type Message struct {
 type Fence struct {
 	Scope    string // the lease's scope: e.g. "p3" (outbox partition); "" = unfenced
 	Value    int64  // the lease's fencing value; grows with every takeover
-	Takeover bool   // re-publishes what an earlier holder may have published: skip an ID already in the channel's retained history
+	Takeover bool   // re-publishes what an earlier holder may have published: also scan for an ID in entries older than the ids index
 }
 
 // Position is where a publication sits in its channel's stream. Offsets

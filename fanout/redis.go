@@ -40,7 +40,11 @@ type RedisBroker struct {
 
 	pubCmd      string        // PUBLISH or SPUBLISH
 	topicPrefix string        // KeyPrefix + "{"
+	hbTopic     string        // this node's heartbeat channel: KeyPrefix + "heartbeat:" + random
 	done        chan struct{} // closed by Stop
+
+	lastBeat atomic.Int64 // unix ns of the last heartbeat received (or of the last replacement)
+	stalled  atomic.Bool  // no heartbeat for 3 × HeartbeatInterval, until the next one
 
 	// mu guards the pub/sub state below, and every redisShard's fields.
 	mu        sync.Mutex
@@ -85,12 +89,13 @@ func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 		logs:        ratelog.New(cfg.Logger, 10*time.Second, 1),
 		pubCmd:      "PUBLISH",
 		topicPrefix: cfg.KeyPrefix + "{",
+		hbTopic:     cfg.KeyPrefix + "heartbeat:" + newEpoch(),
 		done:        make(chan struct{}),
 		client:      client,
 		shards:      make(map[string]*redisShard),
 		topics:      make(map[string]*topicState),
 	}
-	b.m = newRedisMetrics(b.up)
+	b.m = newRedisMetrics(b.up, b.healthy)
 	if cfg.Sharded {
 		b.pubCmd = "SPUBLISH"
 	}
@@ -105,9 +110,10 @@ func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 }
 
 // Publish appends msg to its channel's stream and publishes it, atomically.
-// A fenced msg may instead be refused (ErrStaleFence) or, with Takeover,
-// answered with the publication of its ID still in the stream (see Fence;
-// here the newest fence value is kept per channel and scope).
+// A msg whose ID is still in the stream is answered with that publication
+// instead, appending and publishing nothing; a fenced msg may be refused
+// (ErrStaleFence) first (see Fence; here the newest fence value is kept
+// per channel and scope).
 func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
 	if b.closed.Load() {
 		return Publication{}, wrapf("publish", ErrStopped)
@@ -126,12 +132,16 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 	head := len(buf)
 	buf = appendEnvelopeTail(buf, &pub)
 	name := b.name(pub.Key)
-	res, err := publishScript.Run(ctx, b.client,
-		[]string{name + ":meta", name + ":stream"},
-		newEpoch(), buf[:head], buf[head:], b.cfg.HistorySize, b.cfg.HistoryTTL.Milliseconds(),
+	keys := []string{name + ":meta", name + ":stream", name + ":ids"}
+	args := []any{newEpoch(), buf[:head], buf[head:], b.cfg.HistorySize, b.cfg.HistoryTTL.Milliseconds(),
 		b.topic(pub.Key), pub.Key.Tenant, b.pubCmd,
-		f.Scope, strconv.FormatInt(f.Value, 10), takeover, pub.ID,
-	).Slice()
+		f.Scope, strconv.FormatInt(f.Value, 10), takeover, pub.ID}
+	var res []any
+	if b.cfg.WaitReplicas > 0 {
+		res, err = b.publishReplicated(ctx, keys, args)
+	} else {
+		res, err = publishScript.Run(ctx, b.client, keys, args...).Slice()
+	}
 	if err != nil {
 		return Publication{}, fmt.Errorf("fanout: publish %s: %w", pub.Key, err)
 	}
@@ -159,6 +169,39 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 	return pub, nil
 }
 
+// publishReplicated runs the publish script and WAIT for WaitReplicas
+// replicas on one connection, in one round trip (WAIT counts the replicas
+// that have this connection's writes). A script not yet loaded is loaded
+// and the pair sent again.
+func (b *RedisBroker) publishReplicated(ctx context.Context, keys []string, args []any) ([]any, error) {
+	for loaded := false; ; loaded = true {
+		var script *redis.Cmd
+		var wait *redis.Cmd
+		_, err := b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			script = publishScript.EvalSha(ctx, p, keys, args...)
+			wait = p.Do(ctx, "wait", b.cfg.WaitReplicas, b.cfg.WaitTimeout.Milliseconds())
+			return nil
+		})
+		if err != nil && !loaded && redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
+			if err := publishScript.Load(ctx, b.client).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		res, err := script.Slice()
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := wait.Int64(); n < int64(b.cfg.WaitReplicas) {
+			return nil, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, n, b.cfg.WaitReplicas, b.cfg.WaitTimeout)
+		}
+		return res, nil
+	}
+}
+
 // Recover returns the publications of key after since, when the stream
 // still holds all of them and the epoch matches.
 func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position, limit int) (Recovery, error) {
@@ -174,7 +217,7 @@ func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position, limi
 		count = limit
 	}
 	res, err := recoverScript.Run(ctx, b.client,
-		[]string{name + ":meta", name + ":stream"},
+		[]string{name + ":meta", name + ":stream", name + ":ids"},
 		newEpoch(), b.cfg.HistoryTTL.Milliseconds(), since.Epoch,
 		strconv.FormatUint(since.Offset, 10), count,
 	).Slice()
@@ -240,8 +283,17 @@ func decodeStreamEntry(e any) (Publication, error) {
 	return Publication{}, fmt.Errorf("%w: stream entry has no envelope", ErrInvalidEnvelope)
 }
 
-// Ping sends PING.
+// Ping sends PING, and fails while the pub/sub subscription is stalled
+// (no heartbeat received, see RedisConfig.HeartbeatInterval).
 func (b *RedisBroker) Ping(ctx context.Context) error {
+	if b.stalled.Load() && !b.closed.Load() {
+		return fmt.Errorf("fanout: redis pub/sub: no heartbeat received for %s; resubscribing", 3*b.cfg.HeartbeatInterval)
+	}
+	return b.ping(ctx)
+}
+
+// ping sends PING.
+func (b *RedisBroker) ping(ctx context.Context) error {
 	if b.closed.Load() {
 		return wrapf("redis ping", ErrStopped)
 	}
@@ -301,7 +353,9 @@ type redisMetrics struct {
 	messages     prometheus.Counter
 	decodeErrors prometheus.Counter
 	reconnects   prometheus.Counter
+	stalls       prometheus.Counter
 	up           prometheus.GaugeFunc
+	healthy      prometheus.GaugeFunc
 }
 
 // upPingTimeout bounds the PING behind herald_redis_up, which runs while
@@ -313,14 +367,30 @@ const upPingTimeout = time.Second
 func (b *RedisBroker) up() float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), upPingTimeout)
 	defer cancel()
-	if b.Ping(ctx) != nil {
+	if b.ping(ctx) != nil {
 		return 0
 	}
 	return 1
 }
 
-func newRedisMetrics(up func() float64) redisMetrics {
+// healthy is the value of herald_redis_pubsub_healthy.
+func (b *RedisBroker) healthy() float64 {
+	if b.stalled.Load() {
+		return 0
+	}
+	return 1
+}
+
+func newRedisMetrics(up, healthy func() float64) redisMetrics {
 	return redisMetrics{
+		healthy: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "herald_redis_pubsub_healthy",
+			Help: "0 while this node's pub/sub subscription is stalled (no heartbeat of its own received for 3 heartbeat intervals; /readyz fails meanwhile), else 1.",
+		}, healthy),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_redis_pubsub_stalls_total",
+			Help: "Times this node's pub/sub subscription was found stalled by its heartbeat (each followed by a new connection and a resync of its channels).",
+		}),
 		up: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "herald_redis_up",
 			Help: "1 when Redis answered a PING from this node's broker client during this scrape (bounded by 1s), else 0.",
@@ -341,7 +411,7 @@ func newRedisMetrics(up func() float64) redisMetrics {
 }
 
 func (m redisMetrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.messages, m.decodeErrors, m.reconnects, m.up} {
+	for _, c := range []prometheus.Collector{m.messages, m.decodeErrors, m.reconnects, m.stalls, m.up, m.healthy} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

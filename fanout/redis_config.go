@@ -1,9 +1,11 @@
 package fanout
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -17,6 +19,8 @@ const (
 	DefaultRedisKeyPrefix           = "herald:"
 	DefaultRedisClientName          = "herald"
 	DefaultRedisHealthCheckInterval = 5 * time.Second
+	DefaultRedisHeartbeatInterval   = time.Second
+	DefaultRedisWaitTimeout         = time.Second
 )
 
 // RedisConfig configures a RedisBroker. The zero value of every field but
@@ -25,12 +29,34 @@ type RedisConfig struct {
 	// URL of the Redis server: redis://[user:pass@]host:port/db,
 	// rediss://… for TLS, or unix://…; go-redis URL options such as
 	// ?dial_timeout=3s&client_name=x are accepted. The client name defaults
-	// to "herald" (visible in CLIENT LIST). Required.
+	// to "herald" (visible in CLIENT LIST). Required, except with
+	// SentinelMaster.
 	//
 	// With Cluster set, the URL names one seed node of a Redis Cluster,
 	// redis://[user:pass@]host:port?addr=host2:port2&…, as go-redis's
 	// ParseClusterURL reads it (no database number, no unix sockets).
+	//
+	// With SentinelMaster set, the URL (optional) gives the primary's
+	// credentials, database, TLS and options; its host and port are not
+	// used: the sentinels name the primary.
 	URL string
+
+	// SentinelMaster is the master name of a Redis Sentinel deployment
+	// (the name in the sentinels' "sentinel monitor NAME …"); with it the
+	// broker asks SentinelAddrs for the current primary, connects to it,
+	// and follows a failover (go-redis's failover client): commands and
+	// the pub/sub connection go to the new primary once the sentinels
+	// have promoted it. Default "": no Sentinel.
+	SentinelMaster string
+
+	// SentinelAddrs are the host:port of the sentinels, at least one;
+	// required with SentinelMaster. The sentinels are reached with the
+	// URL's TLS setting.
+	SentinelAddrs []string
+
+	// SentinelPassword authenticates to the sentinels (their
+	// requirepass); the primary's password is the URL's. Default "": none.
+	SentinelPassword string
 
 	// Cluster talks to a Redis Cluster (Redis ≥ 7): commands go to the
 	// primary that owns each channel's slot, and pub/sub is sharded
@@ -67,16 +93,43 @@ type RedisConfig struct {
 	// a second interval is replaced (and its channels resynced). Default 5s.
 	HealthCheckInterval time.Duration
 
+	// HeartbeatInterval is how often a node (outside Cluster mode)
+	// publishes a heartbeat through Redis to a pub/sub channel of its own,
+	// which its pub/sub connection must receive. When none arrived for
+	// 3 × HeartbeatInterval the subscription counts as broken: Ping fails
+	// (the node is unready), herald_redis_pubsub_healthy is 0, and the
+	// connection is replaced (then every channel resynced); the next
+	// heartbeat received makes it healthy again. Default 1s.
+	HeartbeatInterval time.Duration
+
+	// WaitReplicas, when above 0 (outside Cluster mode), makes Publish
+	// wait until that many replicas acknowledged the publication (WAIT,
+	// sent in the same round trip) before it succeeds, so a publication a
+	// publisher was told about survives the primary's failover; when fewer
+	// acknowledged within WaitTimeout, Publish fails with
+	// ErrNotReplicated (the publication may be in the history: a retry is
+	// answered with it, see Broker.Publish). Default 0: do not wait.
+	WaitReplicas int
+
+	// WaitTimeout bounds the wait of WaitReplicas. Default 1s.
+	WaitTimeout time.Duration
+
 	// Logger receives connection and decode problems (rate-limited).
 	// Default: nil, nothing is logged.
 	Logger *slog.Logger
 
 	// Registerer receives the broker's metrics:
 	// herald_redis_pubsub_messages_total,
-	// herald_redis_pubsub_decode_errors_total and
-	// herald_redis_pubsub_reconnects_total (counters). Default: nil, the
-	// metrics are kept but not registered.
+	// herald_redis_pubsub_decode_errors_total,
+	// herald_redis_pubsub_reconnects_total and
+	// herald_redis_pubsub_stalls_total (counters), herald_redis_up and
+	// herald_redis_pubsub_healthy (gauges). Default: nil, the metrics are
+	// kept but not registered.
 	Registerer prometheus.Registerer
+
+	// dialer, when set (by tests), opens every connection to Redis in
+	// place of go-redis's own dialer.
+	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (c RedisConfig) withDefaults() RedisConfig {
@@ -97,36 +150,20 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	if c.HealthCheckInterval == 0 {
 		c.HealthCheckInterval = DefaultRedisHealthCheckInterval
 	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultRedisHeartbeatInterval
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = DefaultRedisWaitTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
 
-// validate checks c and returns the client for its URL (not connected).
+// validate checks c and returns the client for it (not connected).
 func (c RedisConfig) validate() (redis.UniversalClient, error) {
-	if c.URL == "" {
-		return nil, fmt.Errorf("fanout: redis config: %w: URL is empty", ErrInvalidConfig)
-	}
-	var (
-		opt  *redis.Options
-		copt *redis.ClusterOptions
-		err  error
-	)
-	if c.Cluster {
-		copt, err = redis.ParseClusterURL(c.URL)
-	} else {
-		opt, err = redis.ParseURL(c.URL)
-	}
-	if err != nil {
-		// A *url.Error quotes the whole URL, password included: keep only
-		// its reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("fanout: redis config: %w: URL: %v", ErrInvalidConfig, err)
-	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("fanout: redis config: %w: KeyPrefix %q: must not contain '{' or '}'", ErrInvalidConfig, c.KeyPrefix)
 	}
@@ -139,14 +176,98 @@ func (c RedisConfig) validate() (redis.UniversalClient, error) {
 	if c.HealthCheckInterval < 10*time.Millisecond {
 		return nil, fmt.Errorf("fanout: redis config: %w: HealthCheckInterval %s: must be ≥ 10ms (0 means %s)", ErrInvalidConfig, c.HealthCheckInterval, DefaultRedisHealthCheckInterval)
 	}
-	if copt != nil {
+	if c.HeartbeatInterval < 10*time.Millisecond {
+		return nil, fmt.Errorf("fanout: redis config: %w: HeartbeatInterval %s: must be ≥ 10ms (0 means %s)", ErrInvalidConfig, c.HeartbeatInterval, DefaultRedisHeartbeatInterval)
+	}
+	if c.WaitReplicas < 0 || (c.WaitReplicas > 0 && c.Cluster) {
+		return nil, fmt.Errorf("fanout: redis config: %w: WaitReplicas %d: must be ≥ 0, and 0 with Cluster", ErrInvalidConfig, c.WaitReplicas)
+	}
+	if c.WaitTimeout < time.Millisecond {
+		return nil, fmt.Errorf("fanout: redis config: %w: WaitTimeout %s: must be ≥ 1ms (0 means %s)", ErrInvalidConfig, c.WaitTimeout, DefaultRedisWaitTimeout)
+	}
+	return NewRedisClient(c)
+}
+
+// NewRedisClient returns a go-redis client for c's URL, Cluster or
+// Sentinel deployment, as the broker makes it (not connected), for state
+// other parts of a node keep in the same Redis; only URL, Cluster and the
+// Sentinel fields are read. The caller closes it.
+func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
+	if c.SentinelMaster != "" {
+		return c.failoverClient()
+	}
+	if c.URL == "" {
+		return nil, fmt.Errorf("fanout: redis config: %w: URL is empty", ErrInvalidConfig)
+	}
+	if c.Cluster {
+		copt, err := redis.ParseClusterURL(c.URL)
+		if err != nil {
+			return nil, urlError(err)
+		}
 		if copt.ClientName == "" {
 			copt.ClientName = DefaultRedisClientName
 		}
+		if c.dialer != nil {
+			copt.Dialer = c.dialer
+		}
 		return redis.NewClusterClient(copt), nil
+	}
+	opt, err := redis.ParseURL(c.URL)
+	if err != nil {
+		return nil, urlError(err)
 	}
 	if opt.ClientName == "" {
 		opt.ClientName = DefaultRedisClientName
 	}
+	if c.dialer != nil {
+		opt.Dialer = c.dialer
+	}
 	return redis.NewClient(opt), nil
+}
+
+// failoverClient returns go-redis's failover client for c's Sentinel
+// deployment, with the URL's settings for the primary.
+func (c RedisConfig) failoverClient() (redis.UniversalClient, error) {
+	if c.Cluster {
+		return nil, fmt.Errorf("fanout: redis config: %w: SentinelMaster and Cluster exclude each other", ErrInvalidConfig)
+	}
+	if len(c.SentinelAddrs) == 0 {
+		return nil, fmt.Errorf("fanout: redis config: %w: SentinelMaster %q needs SentinelAddrs", ErrInvalidConfig, c.SentinelMaster)
+	}
+	for _, a := range c.SentinelAddrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("fanout: redis config: %w: SentinelAddrs %q: want host:port", ErrInvalidConfig, a)
+		}
+	}
+	opt := &redis.Options{}
+	if c.URL != "" {
+		var err error
+		if opt, err = redis.ParseURL(c.URL); err != nil {
+			return nil, urlError(err)
+		}
+	}
+	if opt.ClientName == "" {
+		opt.ClientName = DefaultRedisClientName
+	}
+	return redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: c.SentinelMaster, SentinelAddrs: c.SentinelAddrs, SentinelPassword: c.SentinelPassword,
+		ClientName: opt.ClientName, Protocol: opt.Protocol,
+		Username: opt.Username, Password: opt.Password, DB: opt.DB,
+		MaxRetries: opt.MaxRetries, MinRetryBackoff: opt.MinRetryBackoff, MaxRetryBackoff: opt.MaxRetryBackoff,
+		DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout, WriteTimeout: opt.WriteTimeout,
+		PoolSize: opt.PoolSize, PoolTimeout: opt.PoolTimeout, MinIdleConns: opt.MinIdleConns, MaxIdleConns: opt.MaxIdleConns,
+		ConnMaxIdleTime: opt.ConnMaxIdleTime, ConnMaxLifetime: opt.ConnMaxLifetime,
+		TLSConfig: opt.TLSConfig,
+	}), nil
+}
+
+// urlError is the config error for a URL go-redis cannot read. A
+// *url.Error quotes the whole URL, password included: keep only its
+// reason.
+func urlError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Errorf("fanout: redis config: %w: URL: %v", ErrInvalidConfig, err)
 }

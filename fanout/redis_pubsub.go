@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldgw/herald/internal/lifecycle"
@@ -36,8 +37,15 @@ func (b *RedisBroker) Start(ctx context.Context, h Handler) error {
 		// waits for them.
 		b.runCtx, b.cancelRun = context.WithCancel(ctx)
 		if b.cluster == nil {
-			_, err := b.newShardLocked("")
-			return err
+			sh, err := b.newShardLocked("")
+			if err != nil {
+				return err
+			}
+			if err := b.subscribeLocked(b.runCtx, sh, b.hbTopic); err != nil {
+				b.logs.Warn("fanout: redis heartbeat subscribe not sent; waiting for the connection", "err", err)
+			}
+			b.lastBeat.Store(time.Now().UnixNano())
+			b.loops.Go(func() { b.heartbeatLoop(b.runCtx, sh) })
 		}
 		return nil
 	})
@@ -241,14 +249,23 @@ func (b *RedisBroker) receiveLoop(ctx context.Context, sh *redisShard) {
 			b.mu.Lock()
 			clear(sh.pending)
 			b.mu.Unlock()
-			if !wait.Sleep(ctx, backoff(failures)) {
+			// A replacement (by the heartbeat) is a fresh try: it ends
+			// the wait.
+			select {
+			case <-ctx.Done():
 				return
+			case <-sh.kick:
+			case <-time.After(backoff(failures)):
 			}
 			continue
 		}
 		failures, pinged = 0, false
 		switch m := msg.(type) {
 		case *redis.Message:
+			if m.Channel == b.hbTopic {
+				b.beat()
+				continue
+			}
 			b.dispatch(m)
 		case *redis.Subscription:
 			switch m.Kind {
@@ -280,13 +297,64 @@ func (b *RedisBroker) replaceShard(ctx context.Context, sh *redisShard) {
 	old := sh.ps
 	sh.ps = b.newPubSub(ctx, sh)
 	clear(sh.pending)
-	if topics := slices.Collect(maps.Keys(sh.topics)); len(topics) > 0 {
+	if topics := append(slices.Collect(maps.Keys(sh.topics)), b.hbTopic); len(topics) > 0 {
 		if err := b.subscribeLocked(ctx, sh, topics...); err != nil {
 			b.logs.Warn("fanout: redis resubscribe not sent; waiting for the connection", "err", err)
 		}
 	}
 	b.mu.Unlock()
 	_ = old.Close()
+	select {
+	case sh.kick <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeatLoop publishes a heartbeat on hbTopic every HeartbeatInterval
+// through the command client (to whichever server takes publications now)
+// and, when sh received none for 3 intervals, marks the subscription
+// stalled and replaces sh's connection. The publish runs beside the loop,
+// one at a time (a stuck connection holds it up to the client's read
+// timeout), so the check keeps its pace. Outside Cluster mode only.
+func (b *RedisBroker) heartbeatLoop(ctx context.Context, sh *redisShard) {
+	every := b.cfg.HeartbeatInterval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var inflight atomic.Bool
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !inflight.Swap(true) {
+			b.loops.Go(func() {
+				defer inflight.Store(false)
+				pctx, cancel := context.WithTimeout(ctx, every)
+				defer cancel()
+				// A failed publish is not an error here: no heartbeat
+				// arrives, which is what the check looks for.
+				_ = b.client.Do(pctx, b.pubCmd, b.hbTopic, "").Err()
+			})
+		}
+		now := time.Now().UnixNano()
+		if silent := time.Duration(now - b.lastBeat.Load()); silent > 3*every {
+			if !b.stalled.Swap(true) {
+				b.m.stalls.Inc()
+				b.logs.Warn("fanout: redis pub/sub received no heartbeat; unready, resubscribing on a new connection", "silent", silent)
+			}
+			b.lastBeat.Store(now) // the new connection gets 3 intervals too
+			b.replaceShard(ctx, sh)
+		}
+	}
+}
+
+// beat records a heartbeat received on this node's subscription.
+func (b *RedisBroker) beat() {
+	b.lastBeat.Store(time.Now().UnixNano())
+	if b.stalled.Swap(false) {
+		b.log.Info("fanout: redis pub/sub receives heartbeats again; ready")
+	}
 }
 
 // confirm handles Redis's confirmation of a SUBSCRIBE for topic on sh: the

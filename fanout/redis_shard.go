@@ -27,6 +27,7 @@ type redisShard struct {
 	ps      *redis.PubSub
 	topics  map[string]*topicState
 	pending map[string]int // SUBSCRIBE commands written, not yet confirmed
+	kick    chan struct{}  // replaceShard's poke: the receive loop's backoff ends
 	cancel  context.CancelFunc
 	closed  bool
 }
@@ -42,6 +43,7 @@ func (b *RedisBroker) newShardLocked(addr string) (*redisShard, error) {
 		addr:    addr,
 		topics:  make(map[string]*topicState),
 		pending: make(map[string]int),
+		kick:    make(chan struct{}, 1),
 		cancel:  cancel,
 	}
 	if b.cluster != nil {

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -449,6 +451,10 @@ func TestRedisEpochChangesWhenHistoryLost(t *testing.T) {
 		if p.Offset != 1 || p.Epoch != r.Top.Epoch {
 			t.Fatalf("publication after loss at %v, want 1 in %s", p.Position, r.Top.Epoch)
 		}
+		// The ids of the lost history went with it.
+		if p := mustPublish(t, b, msg(key, "0")); p.Offset != 2 {
+			t.Fatalf("an id of the lost history published at %v, want offset 2", p.Position)
+		}
 	})
 
 	t.Run("both keys deleted", func(t *testing.T) {
@@ -616,4 +622,117 @@ func TestRedisDecodeErrorsCounted(t *testing.T) {
 	if v := testutil.ToFloat64(node.broker.m.messages); v != 4 {
 		t.Fatalf("herald_redis_pubsub_messages_total = %v, want 4", v)
 	}
+}
+
+// eventLog is a slog.Handler that sends the message of every record to
+// events (dropping when full) after calling onRecord, if set.
+type eventLog struct {
+	events   chan string
+	onRecord func(msg string)
+}
+
+func (h eventLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h eventLog) Handle(_ context.Context, r slog.Record) error {
+	if h.onRecord != nil {
+		h.onRecord(r.Message)
+	}
+	select {
+	case h.events <- r.Message:
+	default:
+	}
+	return nil
+}
+func (h eventLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h eventLog) WithGroup(string) slog.Handler      { return h }
+
+// waitLog waits for a log message containing part.
+func waitLog(t *testing.T, events <-chan string, part string) {
+	t.Helper()
+	for {
+		select {
+		case m := <-events:
+			if strings.Contains(m, part) {
+				return
+			}
+		case <-testCtx(t).Done():
+			t.Fatalf("no log %q", part)
+		}
+	}
+}
+
+// TestRedisHeartbeatNoticesStalledSubscription: a pub/sub connection that
+// stops carrying bytes, while new connections work, receives no
+// heartbeat; after 3 heartbeat intervals (the ping of a silent connection
+// set far later) the node is unready (Ping fails,
+// herald_redis_pubsub_healthy 0), replaces the connection, resyncs its
+// channels, and is healthy again once a heartbeat arrives.
+func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFreezingProxy(t, opt.Addr)
+	proxied := strings.Replace(url, opt.Addr, proxy.ln.Addr().String(), 1)
+	var node atomic.Pointer[RedisBroker]
+	stalled := make(chan error, 1) // Ping and the gauge when the stall is logged
+	logs := eventLog{events: make(chan string, 16), onRecord: func(msg string) {
+		if b := node.Load(); b != nil && strings.Contains(msg, "no heartbeat") {
+			err := b.Ping(context.Background())
+			if g := testutil.ToFloat64(b.m.healthy); err == nil || g != 0 {
+				err = fmt.Errorf("stalled, but Ping = %v and herald_redis_pubsub_healthy = %v", err, g)
+			} else {
+				err = nil
+			}
+			stalled <- err
+		}
+	}}
+	const every = 100 * time.Millisecond
+	n := newRedisNode(t, RedisConfig{URL: proxied, KeyPrefix: prefix, HeartbeatInterval: every,
+		HealthCheckInterval: time.Minute, Logger: slog.New(logs)})
+	node.Store(n.broker)
+	publisher := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	key := Key{"acme", "heartbeat"}
+	sub := resyncSub{newChanSub(100)}
+	if err := n.hub.Subscribe(testCtx(t), key, sub); err != nil {
+		t.Fatal(err)
+	}
+	mustPublish(t, publisher, msg(key, "before"))
+	receive(t, sub.chanSub, 1)
+	if err := n.broker.Ping(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	frozen := time.Now()
+	close(proxy.frozen)
+	select {
+	case err := <-stalled:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("the stalled subscription was not noticed")
+	}
+	noticed := time.Since(frozen)
+	select {
+	case <-sub.resyncs:
+	case <-testCtx(t).Done():
+		t.Fatal("the channel was not resynced")
+	}
+	waitLog(t, logs.events, "heartbeats again")
+	if err := n.broker.Ping(testCtx(t)); err != nil {
+		t.Fatalf("after a heartbeat arrived: %v", err)
+	}
+	if g := testutil.ToFloat64(n.broker.m.healthy); g != 1 {
+		t.Fatalf("herald_redis_pubsub_healthy = %v after a heartbeat arrived", g)
+	}
+	if s := testutil.ToFloat64(n.broker.m.stalls); s != 1 {
+		t.Fatalf("herald_redis_pubsub_stalls_total = %v, want 1", s)
+	}
+	after := mustPublish(t, publisher, msg(key, "after"))
+	if got := receive(t, sub.chanSub, 1); got[0].Position() != after.Position {
+		t.Fatalf("after the replacement got %v, want %v", got[0].Position(), after.Position)
+	}
+	t.Logf("stall noticed %v after the connection froze (heartbeat every %v)", noticed.Round(time.Millisecond), every)
 }

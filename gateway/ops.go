@@ -63,6 +63,27 @@ type OutboxStatus struct {
 	// OldestPendingAge is how long that record has waited, by the store's
 	// clock; zero when none waits.
 	OldestPendingAge time.Duration
+	// Handlers are the outbox handlers (docs/handlers.md), realtime first;
+	// the counts above are realtime's.
+	Handlers []HandlerStatus
+}
+
+// HandlerStatus is one outbox handler as the operator view shows it. It
+// never holds a secret.
+type HandlerStatus struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// State is active, paused or disabled.
+	State            string  `json:"state"`
+	StateReason      string  `json:"state_reason,omitempty"`
+	Pending          int64   `json:"pending"`
+	DeadLetters      int64   `json:"dead_letters"`
+	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+	// TargetUp is false while the handler's target (a webhook endpoint)
+	// fails continuously, since FailingSince, with LastError.
+	TargetUp     bool       `json:"target_up"`
+	FailingSince *time.Time `json:"failing_since,omitempty"`
+	LastError    string     `json:"last_error,omitempty"`
 }
 
 //go:embed ops/index.html ops/ops.js ops/ops.css
@@ -143,11 +164,12 @@ type opsConnections struct {
 // "error: …" (the store failed; the numbers are null) or "unavailable: …"
 // (no store on this node).
 type opsOutbox struct {
-	Status                  string     `json:"status"`
-	Pending                 *int64     `json:"pending"`
-	DeadLetters             *int64     `json:"dead_letters"`
-	OldestPending           *time.Time `json:"oldest_pending"`
-	OldestPendingAgeSeconds *float64   `json:"oldest_pending_age_seconds"`
+	Status                  string          `json:"status"`
+	Pending                 *int64          `json:"pending"`
+	DeadLetters             *int64          `json:"dead_letters"`
+	OldestPending           *time.Time      `json:"oldest_pending"`
+	OldestPendingAgeSeconds *float64        `json:"oldest_pending_age_seconds"`
+	Handlers                []HandlerStatus `json:"handlers"`
 }
 
 // handleOpsStatus answers GET /ops/status to the admin token whose SHA-256
@@ -235,7 +257,10 @@ func (s *Server) outboxStatus(ctx context.Context) opsOutbox {
 		s.connLog.Log(slog.LevelWarn, "gateway: operator view: reading the outbox failed", slog.String("error", err.Error()))
 		return opsOutbox{Status: "error: " + err.Error()}
 	}
-	out := opsOutbox{Status: "ok", Pending: &st.Pending, DeadLetters: &st.DeadLetters}
+	out := opsOutbox{Status: "ok", Pending: &st.Pending, DeadLetters: &st.DeadLetters, Handlers: st.Handlers}
+	if out.Handlers == nil {
+		out.Handlers = []HandlerStatus{}
+	}
 	if !st.OldestPending.IsZero() {
 		t := st.OldestPending.UTC()
 		age := max(0, st.OldestPendingAge).Seconds()

@@ -89,11 +89,13 @@ func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
 	if err := rules.ValidateType(r.Type); err != nil {
 		return fanout.Message{}, err
 	}
-	if err := reg.Reader(r.Type, r.SchemaVersion); err != nil {
+	// A reader for the (type, version), the catalogue's kind and payload
+	// schema, before any handler sees it.
+	if err := reg.Check(r); err != nil {
 		return fanout.Message{}, err
 	}
 	if len(r.Payload) == 0 || (!r.PayloadIsJSON && !json.Valid(r.Payload)) {
-		return fanout.Message{}, errors.New("payload is not decodable JSON")
+		return fanout.Message{}, errPayloadNotJSON
 	}
 	freshness := r.Freshness
 	if len(freshness) == 0 || isImmediate(freshness) {

@@ -30,9 +30,13 @@ type Worker struct {
 	// tracks whether the handler's target is failing (not for realtime).
 	hs     HandlerStore
 	health health
-	log    *slog.Logger
-	m      *metrics
-	limit  *ratelog.Limiter
+	// readers records the pairs this Worker reads (nil for a store that
+	// does not keep them); reads is what it reports.
+	readers ReaderRegistry
+	reads   []TypeVersion
+	log     *slog.Logger
+	m       *metrics
+	limit   *ratelog.Limiter
 
 	svc lifecycle.Service
 
@@ -117,6 +121,8 @@ func newWorker(store Store, cfg WorkerConfig, target func(*Worker)) (*Worker, er
 		gates:     newGates(nil),
 	}
 	w.hs, _ = store.(HandlerStore)
+	w.readers, _ = store.(ReaderRegistry)
+	w.reads = cfg.Registry.Reads()
 	target(w)
 	switch {
 	case w.pub != nil:
@@ -154,6 +160,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		wg.Wait()
 		for range wake { // the listener closes it once it has stopped
 		}
+		w.forgetReader()
 		w.ready.Store(false)
 		w.m.storeUp.Set(0)
 		w.log.Info("outbox worker stopped")
@@ -219,13 +226,17 @@ func (w *Worker) setUnready(err error) {
 	}
 }
 
-// statsLoop refreshes the backlog gauges. While the store is down it
+// statsLoop refreshes the backlog gauges and reports what the Worker
+// reads (ReaderRegistry): on start, then every StatsInterval or
+// ReaderHeartbeat, whichever is shorter. While the store is down it
 // queries nothing: the oldest record's age grows from its last reading
-// (ageWhileDown), and the gauges are read again as soon as the store
-// answers.
+// (ageWhileDown), and both are done again as soon as the store answers.
 func (w *Worker) statsLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.StatsInterval)
 	defer t.Stop()
+	hb := time.NewTicker(min(w.cfg.StatsInterval, ReaderHeartbeat))
+	defer hb.Stop()
+	refresh, beat := true, true
 	for {
 		if back := w.gates.store.waitCh(); back != nil {
 			w.ageWhileDown()
@@ -235,14 +246,52 @@ func (w *Worker) statsLoop(ctx context.Context) {
 			case <-t.C:
 				continue
 			case <-back:
+				refresh, beat = true, true
 			}
 		}
-		w.refreshStats(ctx)
+		if beat {
+			w.heartbeat(ctx)
+			beat = false
+		}
+		if refresh {
+			w.refreshStats(ctx)
+			refresh = false
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			refresh = true
+		case <-hb.C:
+			beat = true
 		}
+	}
+}
+
+// heartbeat reports the pairs this Worker reads; a failure is logged
+// (rate-limited) and tried again at the next tick.
+func (w *Worker) heartbeat(ctx context.Context) {
+	if w.readers == nil {
+		return
+	}
+	err := w.readers.Heartbeat(ctx, w.cfg.Handler, w.cfg.Owner, w.reads)
+	if err != nil && ctx.Err() == nil {
+		if ok, suppressed := w.limit.Allow("heartbeat"); ok {
+			w.log.Warn("outbox worker could not report the types it reads", "err", err, "suppressed", suppressed)
+		}
+	}
+}
+
+// forgetReader removes this Worker's reader row once it stopped, within
+// ShutdownTimeout.
+func (w *Worker) forgetReader() {
+	if w.readers == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := w.readers.ForgetReader(ctx, w.cfg.Handler, w.cfg.Owner); err != nil {
+		w.log.Warn("outbox worker could not remove its reader row; it is ignored once stale", "err", err, "stale_after", ReaderLiveWithin)
 	}
 }
 

@@ -274,6 +274,19 @@ func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
 	default:
 		d = backoff.Outage(fails, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
 	}
+	if w.pub == nil {
+		// A handler's target (a webhook endpoint): a record committed
+		// meanwhile does not bring it back, so a wake-up must not cut the
+		// wait short — with records flowing it would try the endpoint at
+		// every commit instead of backing off.
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return
+	}
 	w.waitKick(ctx, l, d)
 }
 

@@ -80,14 +80,16 @@ func dashboardExprs(t *testing.T) []string {
 	return out
 }
 
-// ruleExprs returns the expr of every rule in docs/alerts/*.rules.yml
-// (the files keep each expr on one line).
+// ruleExprs returns the expr of every rule in docs/alerts/*.rules.yml and
+// docs/alerts/examples/*.rules.yml (the files keep each expr on one line).
 func ruleExprs(t *testing.T) map[string][]string {
 	t.Helper()
 	files, err := filepath.Glob("../../docs/alerts/*.rules.yml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no rule files in docs/alerts (%v)", err)
+	examples, err2 := filepath.Glob("../../docs/alerts/examples/*.rules.yml")
+	if err != nil || err2 != nil || len(files) == 0 || len(examples) == 0 {
+		t.Fatalf("no rule files in docs/alerts or docs/alerts/examples (%v, %v)", err, err2)
 	}
+	files = append(files, examples...)
 	out := map[string][]string{}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +16,95 @@ const (
 	deliveryDoc = "../../docs/delivery.md"
 	alertRules  = "../../docs/alerts/herald-outbox.rules.yml"
 	metricsDoc  = "../../docs/metrics.md"
+	// alertsExample is a config with a webhook handler; its rules are
+	// checked in beside it.
+	alertsExample      = "../../docs/alerts/examples/billing-webhook.yaml"
+	alertsExampleRules = "../../docs/alerts/examples/billing-webhook.rules.yml"
 )
+
+// runAlertsCmd runs herald alerts with args and returns its output.
+func runAlertsCmd(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), append([]string{"alerts"}, args...), &out, &errb); code != 0 {
+		t.Fatalf("herald alerts %v: exit %d: %s", args, code, errb.String())
+	}
+	return out.String()
+}
+
+// TestAlertsGenerated keeps the checked-in rule files the output of
+// `herald alerts`: docs/alerts/herald-outbox.rules.yml with no handler
+// configured, and the webhook example's. -update rewrites them.
+func TestAlertsGenerated(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		args []string
+	}{
+		{alertRules, nil},
+		{alertsExampleRules, []string{"--config", alertsExample}},
+	} {
+		got := runAlertsCmd(t, c.args...)
+		raw, err := os.ReadFile(c.file)
+		if err != nil && !*updateDocs {
+			t.Fatal(err)
+		}
+		if string(raw) == got {
+			continue
+		}
+		if *updateDocs {
+			if err := os.WriteFile(c.file, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		t.Errorf("%s is not the output of herald alerts %s; run: go test ./cmd/herald -run TestAlertsGenerated -update",
+			c.file, strings.Join(c.args, " "))
+	}
+}
+
+// TestAlertsFromTargets checks that each handler's delivery targets are
+// the thresholds of its alerts, that --out writes the file, and that a
+// target_p99 the dispatch histogram cannot measure is refused.
+func TestAlertsFromTargets(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "rules.yml")
+	handlers := `[{"name":"realtime","type":"realtime","max_dead_letters":3},` +
+		`{"name":"hooks","type":"webhook","url":"https://hooks.example/in","secret":"whsec_eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHg=",` +
+		`"target_p99":"750ms","max_backlog_age":"90m"}]`
+	if got := runAlertsCmd(t, "--handlers", handlers, "--out", out); got != "" {
+		t.Fatalf("with --out, standard output is %q", got)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := string(raw)
+	for _, want := range []string{
+		`- name: herald-outbox-handler-realtime`,
+		`max(herald_outbox_dead_letter{handler="realtime"}) > 3` + "\n",
+		`rate(herald_outbox_dispatch_duration_seconds_bucket{handler="realtime"}[5m]))) > 5` + "\n",
+		`- name: herald-outbox-handler-hooks`,
+		`rate(herald_outbox_dispatch_duration_seconds_bucket{handler="hooks"}[5m]))) > 0.75` + "\n",
+		`max(herald_outbox_oldest_pending_age_seconds{handler="hooks"}) > 5400` + "\n",
+		`max(herald_outbox_dead_letter{handler="hooks"}) > 0` + "\n",
+		`max(herald_outbox_handler_disabled{handler="hooks"}) == 1` + "\n",
+		`summary: "Handler hooks: records wait longer than 1h30m (max_backlog_age)"`,
+		"runbook_url: " + runbookBase + "webhook-endpoint.md",
+	} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("rules lack %q:\n%s", want, rules)
+		}
+	}
+	if strings.Contains(rules, `herald_outbox_handler_disabled{handler="realtime"}`) {
+		t.Errorf("realtime, which is never disabled, has a disabled alert:\n%s", rules)
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"alerts", "--handlers", `[{"name":"realtime","type":"realtime","target_p99":"30s"}]`}, &stdout, &stderr)
+	const want = "handlers[0] (realtime): target_p99: 30s: want more than 0 and at most 10s (the largest bucket of herald_outbox_dispatch_duration_seconds)"
+	if code != 1 || !strings.Contains(stderr.String(), want) {
+		t.Fatalf("target_p99 30s: exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
+	}
+}
 
 // target is one row of the "Delivery targets" table of docs/delivery.md.
 type target struct {
@@ -166,6 +256,7 @@ func TestAlertRulesMatchTargets(t *testing.T) {
 			t.Errorf("%s: runbook: %v", name, err)
 		}
 		for _, metric := range regexp.MustCompile(`herald_[a-z_]+`).FindAllString(r.expr, -1) {
+			metric = strings.TrimSuffix(metric, "_bucket") // a histogram's series
 			if !strings.Contains(string(metrics), "`"+metric+"`") {
 				t.Errorf("%s: metric %s is not documented in %s", name, metric, metricsDoc)
 			}

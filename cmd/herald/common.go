@@ -27,7 +27,7 @@ type storeSettings struct {
 }
 
 func (s *storeSettings) register(st *settings) {
-	st.String(&s.DataDir, "data-dir", defaultDataDir, "directory for the embedded store and the development secret")
+	st.String(&s.DataDir, "data-dir", defaultDataDir, "directory for the embedded store, the development secret and the in-memory broker's history log (history/)")
 	st.String(&s.DatabaseURL, "database-url", "", "outbox store: a postgres:// or postgresql:// URL selects PostgreSQL (anything else is refused); empty = embedded SQLite file <data-dir>/herald.db")
 	st.checks = append(st.checks, func() error { return s.check(st.source("database-url")) })
 }

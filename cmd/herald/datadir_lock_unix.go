@@ -31,6 +31,28 @@ type dataDirLock struct{ f *os.File }
 // broker. When another process holds the lock, the error names its PID.
 // Producers (publish) and the admin commands take no lock.
 func lockDataDir(dir string) (*dataDirLock, error) {
+	return lockDir(dir, func(abs, holder string) error {
+		return fmt.Errorf("data directory %s is in use: %s runs the outbox Worker on its embedded SQLite store (lock %s). "+
+			"Only one process may, or records would reach one node's clients and not the other's: stop that one, "+
+			"or give this one another --data-dir; several nodes share PostgreSQL (--database-url) and Redis (--redis-url)",
+			abs, holder, filepath.Join(abs, lockFileName))
+	})
+}
+
+// lockHistoryDir takes the lock on the in-memory broker's history
+// directory, creating it: only one process may append to its log.
+func lockHistoryDir(dir string) (*dataDirLock, error) {
+	return lockDir(dir, func(abs, holder string) error {
+		return fmt.Errorf("history directory %s is in use: %s keeps its channel history there (lock %s). "+
+			"Only one node may: stop that one, or give this one another --data-dir (or --history-log=false)",
+			abs, holder, filepath.Join(abs, lockFileName))
+	})
+}
+
+// lockDir takes the lock file lockFileName in dir, creating dir; when
+// another process holds it, inUse makes the error from dir's absolute path
+// and the holder ("herald process PID" when it wrote its PID).
+func lockDir(dir string, inUse func(abs, holder string) error) (*dataDirLock, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
@@ -58,10 +80,7 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 			}
 			_ = f.Close()
 			abs, _ := filepath.Abs(dir)
-			return nil, fmt.Errorf("data directory %s is in use: %s runs the outbox Worker on its embedded SQLite store (lock %s). "+
-				"Only one process may, or records would reach one node's clients and not the other's: stop that one, "+
-				"or give this one another --data-dir; several nodes share PostgreSQL (--database-url) and Redis (--redis-url)",
-				abs, holder, filepath.Join(abs, lockFileName))
+			return nil, inUse(abs, holder)
 		}
 		time.Sleep(10 * time.Millisecond) // a probe holds the lock for microseconds
 	}

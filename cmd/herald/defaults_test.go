@@ -155,21 +155,27 @@ func get(t *testing.T, url string) string {
 	return string(b)
 }
 
-// waitReady polls base's /readyz until it answers 200 (for at most 15s).
+// waitReady polls base's /readyz until it answers 200.
 func waitReady(t *testing.T, base string) {
+	t.Helper()
+	waitStatus(t, base+"/readyz", http.StatusOK)
+}
+
+// waitStatus polls url until it answers code (for at most 2m).
+func waitStatus(t *testing.T, url string, code int) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute) // a failure bound, not a budget
 	for {
-		resp, err := http.Get(base + "/readyz")
+		resp, err := http.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			break
+		if resp.StatusCode == code {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d after 2m", resp.StatusCode)
+			t.Fatalf("%s still %d after 2m, want %d", url, resp.StatusCode, code)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -48,7 +48,7 @@ func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := newRegistry()
-	if broker.RedisURL == "" {
+	if !broker.usesRedis() {
 		log.Warn("herald feed without --redis-url publishes to an in-memory broker that no gateway process can see; use --redis-url to reach the gateways")
 	}
 	s, err := openStore(ctx, store, worker.NotifyTrigger, log)
@@ -56,7 +56,7 @@ func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer s.Close()
-	b, brokerName, err := broker.open(log, reg)
+	b, brokerName, err := broker.open(log, reg, "")
 	if err != nil {
 		return err
 	}

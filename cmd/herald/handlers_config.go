@@ -64,6 +64,13 @@ const (
 	defaultTargetP99      = 5 * time.Second
 	defaultMaxDeadLetters = 0
 	defaultMaxBacklogAge  = 15 * time.Minute
+	// realtimeMaxBacklogAge is the realtime handler's: its delivery
+	// target is a p99 of 5 s (docs/delivery.md).
+	realtimeMaxBacklogAge = 5 * time.Second
+	// maxTargetP99 is the largest finite bucket of
+	// herald_outbox_dispatch_duration_seconds: a p99 beyond it cannot be
+	// measured, so no alert could fire.
+	maxTargetP99 = 10 * time.Second
 )
 
 // handlersValue is the handlers setting: a JSON list of handler entries
@@ -118,6 +125,13 @@ func (v *handlersValue) check(from origin) error {
 	}
 	v.entries = entries
 	return nil
+}
+
+// register adds the handlers setting to st (serve, feed and alerts read
+// it); parse checks it.
+func (v *handlersValue) register(st *settings) {
+	st.add("handlers", "the handlers besides realtime, as a JSON list (a YAML list in a YAML config file); see docs/handlers.md", v)
+	st.checks = append(st.checks, func() error { return v.check(st.source("handlers")) })
 }
 
 // jsonValue is the list as a config file holds it.
@@ -176,6 +190,9 @@ func parseHandler(raw json.RawMessage) (handlerEntry, error) {
 	}
 	e := handlerEntry{Name: j.Name, Type: j.Type, TargetP99: defaultTargetP99, MaxDeadLetters: defaultMaxDeadLetters,
 		MaxBacklogAge: defaultMaxBacklogAge}
+	if j.Type == "realtime" {
+		e.MaxBacklogAge = realtimeMaxBacklogAge
+	}
 	if err := outboxfeed.ValidateHandlerName(j.Name); err != nil {
 		return e, fmt.Errorf("name: %v", err)
 	}
@@ -204,6 +221,13 @@ func parseHandler(raw json.RawMessage) (handlerEntry, error) {
 			return e, fmt.Errorf("%s: %q is not a duration such as 15s or 72h", d.key, d.src)
 		}
 		*d.dst = v
+	}
+	switch {
+	case e.TargetP99 <= 0 || e.TargetP99 > maxTargetP99:
+		return e, fmt.Errorf("target_p99: %s: want more than 0 and at most %s (the largest bucket of herald_outbox_dispatch_duration_seconds)",
+			j.TargetP99, maxTargetP99)
+	case e.MaxBacklogAge <= 0:
+		return e, fmt.Errorf("max_backlog_age: %s: want more than 0", j.MaxBacklogAge)
 	}
 	if j.MaxDeadLetters != nil {
 		if *j.MaxDeadLetters < 0 {

@@ -39,6 +39,9 @@ func TestHandlersConfigRefused(t *testing.T) {
 		{`[{"name":"billing","type":"webhook","url":"ftp://billing.example/h","secret":"` + testWebhookSecret + `"}]`, "billing"},
 		{`[{"name":"billing","type":"webhook","url":"https://billing.example/h","secret":"whsec_short"}]`, "secret"},
 		{`[{"name":"billing","type":"webhook","url":"https://billing.example/h"}]`, "secret"},
+		{`[{` + good + `,"target_p99":"11s"}]`, "handlers[0] (billing): target_p99: 11s: want more than 0 and at most 10s"},
+		{`[{"name":"realtime","type":"realtime","target_p99":"0s"}]`, "handlers[0] (realtime): target_p99: 0s: want more than 0"},
+		{`[{` + good + `,"max_backlog_age":"0s"}]`, "handlers[0] (billing): max_backlog_age: 0s: want more than 0"},
 	} {
 		for _, cmd := range []string{"serve", "feed"} {
 			args := []string{cmd, "--handlers", c.handlers, "--data-dir", dir, "--listen", "127.0.0.1:0",
@@ -151,6 +154,13 @@ func TestServeWithWebhookHandler(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, "the paused record after resume", func() bool { return hooks.has(pausedID) })
 	if hooks.has(otherID) {
 		t.Fatal("a record not routed to billing reached its receiver")
+	}
+	testenv.Eventually(t, 20*time.Second, "the invoice dispatched for both handlers", func() bool {
+		out := mustHerald(t, "outbox", "show", "--id", id, "--database-url", dbURL)
+		return regexp.MustCompile(`(?m)^realtime +dispatched `).MatchString(out) && regexp.MustCompile(`(?m)^billing +dispatched `).MatchString(out)
+	})
+	if out := mustHerald(t, "outbox", "show", "--id", id, "--json", "--database-url", dbURL); strings.Count(out, `"handler"`) != 2 {
+		t.Fatalf("outbox show --json: want a line per handler:\n%s", out)
 	}
 	if code, _, errOut := herald(t, "outbox", "stats", "--handler", "nope", "--database-url", dbURL); code == 0 || !strings.Contains(errOut, "no such handler") {
 		t.Fatalf("stats --handler nope: exit %d, %s", code, errOut)

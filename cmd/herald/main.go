@@ -28,6 +28,8 @@ func commands() []command {
 		{"token", "mint a development token with the configured HMAC secret", runToken},
 		{"outbox", "operate the outbox: stats, list, replay, purge", runOutbox},
 		{"handlers", "operate the handlers: list, pause, resume, enable, drop", runHandlers},
+		{"types", "print the type catalogue; types check gates a new writer on the live Workers reading its type", runTypes},
+		{"alerts", "write the Prometheus alert rules of the handlers' delivery targets", runAlerts},
 		{"revoke", "revoke a session (sid) or token (jti); revoke list shows them", runRevoke},
 		{"genconfig", "write a config file of a command's settings at their defaults", runGenconfig},
 		{"version", "print the version, Go toolchain and commit", runVersion},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed/outboxdb"
@@ -19,13 +20,20 @@ import (
 
 // brokerSettings select and tune the broker.
 type brokerSettings struct {
-	RedisURL     string
-	RedisPrefix  string
-	RedisSharded bool
-	RedisCluster bool
-	HistorySize  int
-	HistoryTTL   time.Duration
-	MaxChannels  int
+	RedisURL       string
+	RedisPrefix    string
+	RedisSharded   bool
+	RedisCluster   bool
+	SentinelMaster string
+	SentinelAddrs  []string
+	SentinelPass   string
+	Heartbeat      time.Duration
+	WaitReplicas   int
+	WaitTimeout    time.Duration
+	HistorySize    int
+	HistoryTTL     time.Duration
+	MaxChannels    int
+	HistoryLog     bool // serve only: keep the in-memory broker's history in <data-dir>/history
 }
 
 func (b *brokerSettings) register(st *settings) {
@@ -33,6 +41,38 @@ func (b *brokerSettings) register(st *settings) {
 	st.Int(&b.HistorySize, "history-size", fanout.DefaultHistorySize, "publications kept per channel for resume")
 	st.Duration(&b.HistoryTTL, "history-ttl", fanout.DefaultHistoryTTL, "how long an idle channel keeps its history and epoch")
 	st.Int(&b.MaxChannels, "max-channels", fanout.DefaultMaxChannels, "channels with history kept by the in-memory broker")
+	st.Duration(&b.Heartbeat, "redis-heartbeat-interval", fanout.DefaultRedisHeartbeatInterval, "Redis (not Cluster): how often a node publishes a heartbeat its own pub/sub connection must receive; none for 3 intervals makes the node unready and resubscribes it")
+	st.Int(&b.WaitReplicas, "redis-wait-replicas", 0, "Redis (not Cluster): replicas that must acknowledge a publication (WAIT) before the publish succeeds, so it survives a failover; 0 = do not wait")
+	st.Duration(&b.WaitTimeout, "redis-wait-timeout", fanout.DefaultRedisWaitTimeout, "how long a publish waits for --redis-wait-replicas; fewer acknowledgements fail it (retried later, without a second history entry)")
+}
+
+// usesRedis says whether Redis (a server, a Cluster or a Sentinel
+// deployment) is configured.
+func (b *brokerSettings) usesRedis() bool { return b.RedisURL != "" || b.SentinelMaster != "" }
+
+// redisConfig is the Redis broker's configuration.
+func (b *brokerSettings) redisConfig() fanout.RedisConfig {
+	return fanout.RedisConfig{
+		URL: b.RedisURL, KeyPrefix: b.RedisPrefix, HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL,
+		Sharded: b.RedisSharded, Cluster: b.RedisCluster,
+		SentinelMaster: b.SentinelMaster, SentinelAddrs: b.SentinelAddrs, SentinelPassword: b.SentinelPass,
+		HeartbeatInterval: b.Heartbeat, WaitReplicas: b.WaitReplicas, WaitTimeout: b.WaitTimeout,
+	}
+}
+
+// registerHistoryLog registers the in-memory broker's history log (serve
+// only: a feed process's in-memory broker serves no client).
+func (b *brokerSettings) registerHistoryLog(st *settings) {
+	st.Bool(&b.HistoryLog, "history-log", true, "in-memory broker, Linux: keep every channel's epoch, offsets and history in <data-dir>/history, so clients resume across a restart, a SIGTERM or a killed process alike; after a machine crash every channel starts over (docs/delivery.md); false = history lives in memory only")
+}
+
+// historyDir is where serve keeps the in-memory broker's history log;
+// empty when there is none.
+func (b *brokerSettings) historyDir(s storeSettings) string {
+	if b.usesRedis() || !b.HistoryLog || !fanout.HistoryLogSupported {
+		return ""
+	}
+	return filepath.Join(s.DataDir, "history")
 }
 
 // registerRedis registers only the Redis connection settings.
@@ -41,6 +81,9 @@ func (b *brokerSettings) registerRedis(st *settings) {
 	st.String(&b.RedisPrefix, "redis-key-prefix", fanout.DefaultRedisKeyPrefix, "prefix of every Redis key and pub/sub channel Herald uses")
 	st.Bool(&b.RedisSharded, "redis-sharded", false, "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7); all nodes must agree")
 	st.Bool(&b.RedisCluster, "redis-cluster", false, "--redis-url names a seed node of a Redis Cluster (more seeds as ?addr=host:port), for the broker, tickets and revocations; implies --redis-sharded, one pub/sub connection per primary")
+	st.String(&b.SentinelMaster, "redis-sentinel-master", "", "master name of a Redis Sentinel deployment: selects the Redis broker on the primary the sentinels name, followed through failovers; --redis-url (optional) then gives only credentials, database and options")
+	st.StringList(&b.SentinelAddrs, "redis-sentinel-addrs", "host:port of the sentinels (repeat, or comma-separated); required with --redis-sentinel-master")
+	st.String(&b.SentinelPass, "redis-sentinel-password", "", "password of the sentinels (their requirepass); empty = none. The primary's password goes in --redis-url")
 	st.checks = append(st.checks, func() error { return b.checkRedisURL(st.source("redis-url")) })
 }
 
@@ -48,6 +91,18 @@ func (b *brokerSettings) registerRedis(st *settings) {
 // start-up and naming the forms it takes, rather than at the first
 // connection.
 func (b *brokerSettings) checkRedisURL(from origin) error {
+	if b.SentinelMaster != "" || len(b.SentinelAddrs) > 0 {
+		if b.SentinelMaster == "" || len(b.SentinelAddrs) == 0 || b.RedisCluster {
+			return fmt.Errorf("config: --redis-sentinel-master and --redis-sentinel-addrs go together, without --redis-cluster")
+		}
+		c := b.redisConfig()
+		c.URL = "" // checked below
+		rdb, err := fanout.NewRedisClient(c)
+		if err != nil {
+			return fmt.Errorf("config: --redis-sentinel-addrs: %w", err)
+		}
+		_ = rdb.Close()
+	}
 	if b.RedisURL == "" {
 		return nil
 	}
@@ -67,22 +122,28 @@ func (b *brokerSettings) checkRedisURL(from origin) error {
 	return nil
 }
 
-func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer) (fanout.Broker, string, error) {
-	if b.RedisURL == "" {
+func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer, historyDir string) (fanout.Broker, string, error) {
+	if !b.usesRedis() {
 		m, err := fanout.NewMemoryBroker(fanout.MemoryConfig{
 			HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL, MaxChannels: b.MaxChannels,
+			HistoryDir: historyDir, Logger: log,
 		})
-		if err != nil {
+		if errors.Is(err, fanout.ErrInvalidConfig) {
 			return nil, "", fmt.Errorf("config: --history-size/--history-ttl/--max-channels: %w", err)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("history log %s (turn it off with --history-log=false): %w", historyDir, err)
 		}
 		return m, "in-memory", nil
 	}
-	r, err := fanout.NewRedisBroker(fanout.RedisConfig{
-		URL: b.RedisURL, KeyPrefix: b.RedisPrefix, HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL,
-		Sharded: b.RedisSharded, Cluster: b.RedisCluster, Logger: log, Registerer: reg,
-	})
+	cfg := b.redisConfig()
+	cfg.Logger, cfg.Registerer = log, reg
+	r, err := fanout.NewRedisBroker(cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("config: --redis-url: %w", err)
+		return nil, "", fmt.Errorf("config: --redis-*: %w", err)
+	}
+	if b.SentinelMaster != "" {
+		return r, "redis (sentinel " + b.SentinelMaster + ")", nil
 	}
 	return r, "redis", nil
 }
@@ -113,9 +174,8 @@ type workerSettings struct {
 }
 
 func (w *workerSettings) register(st *settings) {
-	st.add("handlers", "the handlers besides realtime, as a JSON list (a YAML list in a YAML config file); see docs/handlers.md", &w.Handlers)
-	st.checks = append(st.checks, func() error { return w.Handlers.check(st.source("handlers")) })
-	st.String(&w.Types, "types", "", "notification-type registry JSON file; empty = every type accepted at any schema_version ≥ 1")
+	w.Handlers.register(st)
+	st.String(&w.Types, "types", "", "type catalogue JSON file (docs/events.md): the (type, schema_version) pairs read, with their kind, direction, trust, handlers and payload schema; empty = every type accepted at any schema_version ≥ 1")
 	st.Int(&w.BatchSize, "outbox-batch-size", 1000, "records one claim of a partition takes")
 	st.Int(&w.RangeRecords, "outbox-range-records", outboxfeed.DefaultRangeRecords, "PostgreSQL: records of one range a lane reads and holds in memory to publish it in staging order; a larger range is read in runs")
 	st.Int(&w.Concurrency, "outbox-concurrency", 32, "channels published in parallel within a batch")
@@ -156,6 +216,14 @@ func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (ou
 	if w.Types != "" {
 		r, err := outboxfeed.LoadRegistry(w.Types)
 		if err != nil {
+			return outboxfeed.WorkerConfig{}, fmt.Errorf("config: --types: %w", err)
+		}
+		// The handlers the catalogue names are configured ones.
+		names := []string{outboxfeed.RealtimeHandler}
+		for _, e := range w.Handlers.entries {
+			names = append(names, e.Name)
+		}
+		if err := r.CheckHandlers(names); err != nil {
 			return outboxfeed.WorkerConfig{}, fmt.Errorf("config: --types: %w", err)
 		}
 		registry = r

@@ -48,6 +48,12 @@ type opsStatus struct {
 		DeadLetters   *int64     `json:"dead_letters"`
 		OldestPending *time.Time `json:"oldest_pending"`
 		OldestAge     *float64   `json:"oldest_pending_age_seconds"`
+		Handlers      []struct {
+			Name, Type, State string
+			Pending           int64
+			DeadLetters       int64 `json:"dead_letters"`
+			TargetUp          bool  `json:"target_up"`
+		} `json:"handlers"`
 	} `json:"outbox"`
 }
 
@@ -134,6 +140,9 @@ func TestServeOpsView(t *testing.T) {
 	o := got.Outbox
 	if o.Status != "ok" || o.Pending == nil || *o.Pending != 3 || o.DeadLetters == nil || *o.DeadLetters != 1 {
 		t.Fatalf("outbox = %+v, want 3 pending and 1 dead letter", o)
+	}
+	if len(o.Handlers) != 1 || o.Handlers[0].Name != "realtime" || o.Handlers[0].State != "active" || o.Handlers[0].Pending != 3 || !o.Handlers[0].TargetUp {
+		t.Errorf("handlers = %+v, want realtime, active, 3 pending", o.Handlers)
 	}
 	if o.OldestPending == nil || !o.OldestPending.Equal(oldest) || o.OldestAge == nil || *o.OldestAge < 120 || *o.OldestAge > 180 {
 		t.Errorf("oldest pending %v (age %v s), want %v, about 120 s ago", o.OldestPending, o.OldestAge, oldest)

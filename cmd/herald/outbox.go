@@ -28,6 +28,7 @@ func outboxCommands() []outboxCommand {
 	return []outboxCommand{
 		{"stats", "count records per state and kind, dead letters per type, the oldest waiting record", runOutboxStats},
 		{"list", "list records with their state, attempt and last error", runOutboxList},
+		{"show", "show one record (--id) and its state for every handler", runOutboxShow},
 		{"replay", "move dead letters back to pending (audited; --actor and --reason required)", runOutboxReplay},
 		{"purge", "delete dispatched or dead-lettered records older than an age, in small batches", runOutboxPurge},
 		{"partitions", "list the partitions and their leases; --set N changes their number (PostgreSQL)", runOutboxPartitions},
@@ -305,6 +306,89 @@ func writeStatsJSON(w io.Writer, s outboxfeed.AdminStats) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// runOutboxShow prints one record and its state for each handler.
+func runOutboxShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	st, c := newOutboxSettings("show", stderr)
+	var id string
+	var asJSON bool
+	st.String(&id, "id", "", "the record's message id (required)")
+	st.Bool(&asJSON, "json", false, "print one JSON object per handler")
+	if err := st.parse(args); err != nil {
+		return err
+	}
+	if st.fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
+	}
+	if id == "" {
+		return fmt.Errorf("%w: --id is required", errUsage)
+	}
+	s, closeStore, err := c.openStore(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	type row struct {
+		Handler   string    `json:"handler"`
+		State     string    `json:"state"`
+		Attempt   int       `json:"attempt"`
+		LastError string    `json:"last_error,omitempty"`
+		At        time.Time `json:"at,omitzero"`
+	}
+	handlers := []string{outboxfeed.RealtimeHandler}
+	stores := map[string]outboxfeed.Store{outboxfeed.RealtimeHandler: s}
+	if hs, ok := s.(outboxfeed.HandlerStore); ok {
+		list, err := hs.Handlers(ctx)
+		if err != nil {
+			return err
+		}
+		for _, h := range list {
+			if h.Name != outboxfeed.RealtimeHandler {
+				handlers = append(handlers, h.Name)
+				stores[h.Name] = hs.ForHandler(h.Name)
+			}
+		}
+	}
+	var first outboxfeed.Record
+	var rows []row
+	for _, h := range handlers {
+		r, err := stores[h].Get(ctx, id)
+		if errors.Is(err, outboxfeed.ErrNotFound) {
+			return fmt.Errorf("%w: no record %s", errUsage, id)
+		}
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			first = r
+		}
+		one := row{Handler: h, State: r.State.Name(), Attempt: r.Attempt, LastError: outboxfeed.LastError(r.State)}
+		switch v := r.State.(type) {
+		case outboxfeed.Dispatched:
+			one.At = v.At
+		case outboxfeed.DeadLetter:
+			one.At = v.At
+		}
+		rows = append(rows, one)
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, r := range rows {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	fmt.Fprintf(stdout, "id %s\ntenant %s  channel %s  kind %s  type %s v%d  occurred %s\n\n", first.ID, first.TenantID, first.Channel,
+		first.Kind, first.Type, first.SchemaVersion, first.OccurredAt.UTC().Format(time.RFC3339Nano))
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HANDLER\tSTATE\tATTEMPT\tAT\tLAST_ERROR")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Handler, r.State, r.Attempt, orDash(r.At), truncateForTable(r.LastError))
+	}
+	return tw.Flush()
 }
 
 func runOutboxList(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -105,6 +105,26 @@ func TestRedisURLRefused(t *testing.T) {
 	})
 }
 
+// TestRedisSentinelSettingsRefused: the Sentinel settings go together,
+// without --redis-cluster, with sentinels given as host:port.
+func TestRedisSentinelSettingsRefused(t *testing.T) {
+	dir := t.TempDir()
+	together := "--redis-sentinel-master and --redis-sentinel-addrs go together, without --redis-cluster"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--redis-sentinel-master", "herald"}, together},
+		{[]string{"--redis-sentinel-addrs", "127.0.0.1:26379"}, together},
+		{[]string{"--redis-sentinel-master", "herald", "--redis-sentinel-addrs", "127.0.0.1:26379", "--redis-cluster"}, together},
+		{[]string{"--redis-sentinel-master", "herald", "--redis-sentinel-addrs", "127.0.0.1"}, `SentinelAddrs "127.0.0.1": want host:port`},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			wantRefused(t, 1, []string{c.want}, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dir}, c.args...)...)
+		})
+	}
+}
+
 // TestMissingDataDirRefused: publish, migrate and the outbox commands on
 // the embedded store, run where the data directory does not exist or
 // holds no outbox, stop without creating anything, naming the directory
@@ -378,6 +398,9 @@ func TestSharedConfigFile(t *testing.T) {
 			}
 			id := strings.TrimSpace(mustHerald(t, cmd("publish", "--tenant", "acme", "--channel", "orders/1", "--type", "order.updated", "--data", "{}")...))
 			mustHerald(t, cmd("outbox", "stats")...)
+			if rules := mustHerald(t, cmd("alerts")...); !strings.Contains(rules, "- name: herald-outbox-handler-realtime") {
+				t.Errorf("alerts with the shared file wrote no realtime group:\n%s", rules)
+			}
 			mustHerald(t, cmd("outbox", "list")...)
 			mustHerald(t, cmd("outbox", "replay", "--actor", "a", "--reason", "r", "--id", id)...)
 			mustHerald(t, cmd("outbox", "purge", "--state", "dispatched", "--older-than", "7d", "--dry-run")...)

@@ -12,27 +12,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
 )
 
-// openRedis connects to --redis-url for the state every node shares
+// openRedis connects to --redis-url (or the Sentinel deployment) for the state every node shares
 // (revocations, tickets); nil when no Redis is configured.
 func openRedis(ctx context.Context, b brokerSettings) (redis.UniversalClient, error) {
-	if b.RedisURL == "" {
+	if !b.usesRedis() {
 		return nil, nil
 	}
-	var rdb redis.UniversalClient
-	if b.RedisCluster {
-		opt, err := redis.ParseClusterURL(b.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("config: --redis-url (cluster): %w", err)
-		}
-		rdb = redis.NewClusterClient(opt)
-	} else {
-		opt, err := redis.ParseURL(b.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("config: --redis-url: %w", err)
-		}
-		rdb = redis.NewClient(opt)
+	rdb, err := fanout.NewRedisClient(b.redisConfig())
+	if err != nil {
+		return nil, fmt.Errorf("config: --redis-*: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

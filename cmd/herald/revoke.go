@@ -127,7 +127,7 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // revocationStoreKnown refuses settings that contradict each other.
 func revocationStoreKnown(_ storeSettings, broker brokerSettings, noRedis bool) error {
-	if noRedis && broker.RedisURL != "" {
+	if noRedis && broker.usesRedis() {
 		return fmt.Errorf("%w: --no-redis and --redis-url contradict each other: pass the nodes' own settings", errUsage)
 	}
 	return nil

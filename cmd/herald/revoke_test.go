@@ -172,6 +172,12 @@ func postTicket(t *testing.T, base, tok string) (int, string) {
 // snapshotAt reads herald_revocations_snapshot_timestamp_seconds of base.
 func snapshotAt(t *testing.T, base string) float64 {
 	t.Helper()
+	return metricValue(t, base, "herald_revocations_snapshot_timestamp_seconds")
+}
+
+// metricValue reads the unlabelled sample name from base's /metrics.
+func metricValue(t *testing.T, base, name string) float64 {
+	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +185,7 @@ func snapshotAt(t *testing.T, base string) float64 {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "herald_revocations_snapshot_timestamp_seconds "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -187,7 +193,7 @@ func snapshotAt(t *testing.T, base string) float64 {
 			return f
 		}
 	}
-	t.Fatal("no herald_revocations_snapshot_timestamp_seconds in /metrics")
+	t.Fatalf("no %s in /metrics", name)
 	return 0
 }
 

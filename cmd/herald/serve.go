@@ -107,6 +107,7 @@ type serveOptions struct {
 func (o *serveOptions) register(st *settings) {
 	o.store.register(st)
 	o.broker.register(st)
+	o.broker.registerHistoryLog(st)
 	o.worker.register(st)
 	o.worker.registerTrigger(st)
 	o.auth.register(st)
@@ -237,7 +238,15 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 	}
 	defer store.Close()
 
-	broker, brokerName, err := o.broker.open(log, reg)
+	historyDir := o.broker.historyDir(o.store)
+	if historyDir != "" {
+		lock, err := lockHistoryDir(historyDir)
+		if err != nil {
+			return err
+		}
+		defer lock.release() // after broker.Stop, deferred below
+	}
+	broker, brokerName, err := o.broker.open(log, reg, historyDir)
 	if err != nil {
 		return err
 	}
@@ -460,6 +469,36 @@ func (s storeOps) OutboxStatus(ctx context.Context) (gateway.OutboxStatus, error
 			now = time.Now()
 		}
 		out.OldestPendingAge = max(0, now.Sub(st.OldestPending))
+	}
+	hs, ok := s.store.(outboxfeed.HandlerStore)
+	if !ok {
+		return out, nil
+	}
+	list, err := hs.Handlers(ctx)
+	if err != nil {
+		return gateway.OutboxStatus{}, err
+	}
+	for _, h := range list {
+		st := st
+		if h.Name != outboxfeed.RealtimeHandler {
+			if st, err = hs.ForHandler(h.Name).Stats(ctx); err != nil {
+				return gateway.OutboxStatus{}, err
+			}
+		}
+		row := gateway.HandlerStatus{Name: h.Name, Type: h.Type, State: string(h.State), StateReason: h.StateReason,
+			Pending: st.Pending, DeadLetters: st.DeadLetter, TargetUp: h.FailingSince.IsZero() && h.State != outboxfeed.HandlerDisabled,
+			LastError: h.LastError}
+		if !h.FailingSince.IsZero() {
+			row.FailingSince = &h.FailingSince
+		}
+		if !st.OldestPending.IsZero() && !st.Now.IsZero() {
+			row.OldestPendingAge = max(0, st.Now.Sub(st.OldestPending)).Seconds()
+		}
+		if h.Name == outboxfeed.RealtimeHandler {
+			out.Handlers = append([]gateway.HandlerStatus{row}, out.Handlers...)
+		} else {
+			out.Handlers = append(out.Handlers, row)
+		}
 	}
 	return out, nil
 }

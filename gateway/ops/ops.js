@@ -144,6 +144,24 @@
     else if (o.oldest_pending === null) setText('outbox-oldest', 'none waiting');
     else setText('outbox-oldest', `${age(o.oldest_pending_age_seconds)} (occurred ${o.oldest_pending})`);
     setText('outbox-dead', known ? String(o.dead_letters) : 'unknown', !known ? 'warn' : o.dead_letters > 0 ? 'bad' : '');
+    const hrows = (o.handlers || []).map((h) => {
+      const tr = document.createElement('tr');
+      tr.dataset.handler = h.name;
+      const cell = (text, cls) => {
+        const td = document.createElement('td');
+        td.textContent = text;
+        td.className = cls || '';
+        return td;
+      };
+      const state = h.state_reason ? `${h.state} (${h.state_reason})` : h.state;
+      const target = h.target_up ? 'up' : h.failing_since ? `down since ${h.failing_since}` : 'down';
+      tr.append(cell(h.name), cell(h.type), cell(state, h.state === 'active' ? 'ok' : 'bad'), cell(String(h.pending)),
+        cell(h.pending > 0 ? age(h.oldest_pending_age_seconds) : 'none waiting'),
+        cell(String(h.dead_letters), h.dead_letters > 0 ? 'bad' : ''), cell(target, h.target_up ? 'ok' : 'bad'),
+        cell(h.last_error || ''));
+      return tr;
+    });
+    $('handlers').replaceChildren(...hrows);
   }
 
   $('login').addEventListener('submit', (ev) => {

@@ -24,14 +24,20 @@ func promtool(t *testing.T) string {
 	return p
 }
 
+// glob finds the files matching pattern in docs/alerts and in its
+// examples (the rules `herald alerts` writes for example configs).
 func glob(t *testing.T, pattern string) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(alertsDir, pattern))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatalf("no %s in %s", pattern, alertsDir)
+	var files []string
+	for _, dir := range []string{alertsDir, filepath.Join(alertsDir, "examples")} {
+		found, err := filepath.Glob(filepath.Join(dir, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(found) == 0 {
+			t.Fatalf("no %s in %s", pattern, dir)
+		}
+		files = append(files, found...)
 	}
 	return files
 }
@@ -40,7 +46,7 @@ func glob(t *testing.T, pattern string) []string {
 func TestCheckRules(t *testing.T) {
 	bin := promtool(t)
 	for _, f := range glob(t, "*.rules.yml") {
-		t.Run(filepath.Base(f), func(t *testing.T) {
+		t.Run(strings.TrimPrefix(f, alertsDir+"/"), func(t *testing.T) {
 			out, err := exec.Command(bin, "check", "rules", f).CombinedOutput()
 			if err != nil {
 				t.Fatalf("promtool check rules %s: %v\n%s", f, err, out)
@@ -60,7 +66,7 @@ func TestRuleUnitTests(t *testing.T) {
 		}
 	}
 	for _, f := range glob(t, "*_test.yml") {
-		t.Run(filepath.Base(f), func(t *testing.T) {
+		t.Run(strings.TrimPrefix(f, alertsDir+"/"), func(t *testing.T) {
 			// promtool resolves rule_files relative to the test file.
 			cmd := exec.Command(bin, "test", "rules", filepath.Base(f))
 			cmd.Dir = filepath.Dir(f)

@@ -95,7 +95,7 @@ func TestFeedSIGSTOPPastLease(t *testing.T) {
 	checkReady(t, other)
 }
 
-// leaseLostCount reads herald_outbox_outcomes_total{result="lease_lost"}
+// leaseLostCount reads herald_outbox_outcomes_total{handler="realtime",result="lease_lost"}
 // from a feed's /metrics.
 func leaseLostCount(ops string) (float64, error) {
 	resp, err := http.Get("http://" + ops + "/metrics")
@@ -106,7 +106,7 @@ func leaseLostCount(ops string) (float64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, `herald_outbox_outcomes_total{result="lease_lost"}`) {
+		if strings.HasPrefix(line, `herald_outbox_outcomes_total{handler="realtime",result="lease_lost"}`) {
 			f := strings.Fields(line)
 			return strconv.ParseFloat(f[len(f)-1], 64)
 		}

@@ -32,7 +32,8 @@ type sseClient struct {
 	done chan struct{} // closed when every event has been counted
 
 	mu         sync.Mutex
-	seen       map[string]int // publication id → deliveries
+	seen       map[string]int       // publication id → deliveries
+	firstAt    map[string]time.Time // publication id → when it first arrived
 	events     int
 	subscribed int
 	ended      error // why the stream ended, once it did
@@ -56,7 +57,7 @@ func openSSE(t *testing.T, base, token string, channels []string) *sseClient {
 	if err != nil {
 		t.Fatalf("open sse stream: %v", err)
 	}
-	c := &sseClient{done: make(chan struct{}), seen: map[string]int{}}
+	c := &sseClient{done: make(chan struct{}), seen: map[string]int{}, firstAt: map[string]time.Time{}}
 	go func() {
 		defer close(c.done)
 		err := c.count(stream.Events())
@@ -101,6 +102,9 @@ func (c *sseClient) dispatch(event, data string) error {
 		if err != nil {
 			return err
 		}
+		if c.seen[p.ID] == 0 {
+			c.firstAt[p.ID] = time.Now()
+		}
 		c.seen[p.ID]++
 		c.events++
 	case "subscribed":
@@ -124,4 +128,12 @@ func (c *sseClient) delivered(id string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.seen[id]
+}
+
+// arrivedAt returns when id was first delivered.
+func (c *sseClient) arrivedAt(id string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.firstAt[id]
+	return at, ok
 }

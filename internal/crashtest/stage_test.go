@@ -29,6 +29,7 @@ type stagedLog struct {
 	mu        sync.Mutex
 	byChannel map[string][]stagedRecord
 	total     int
+	lastAt    time.Time // when the last commit was logged
 }
 
 func newStagedLog() *stagedLog { return &stagedLog{byChannel: map[string][]stagedRecord{}} }
@@ -40,6 +41,7 @@ func (l *stagedLog) committed(recs []stagedRecord) {
 		l.byChannel[r.Channel] = append(l.byChannel[r.Channel], r)
 	}
 	l.total += len(recs)
+	l.lastAt = time.Now()
 }
 
 func (l *stagedLog) count() int {

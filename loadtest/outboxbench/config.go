@@ -22,7 +22,8 @@ type config struct {
 
 	// Broker is what the Worker publishes to in the drain, staged and
 	// latency phases: "memory" (a fanout.MemoryBroker, the outbox's own
-	// cost) or "redis" (a fanout.RedisBroker on RedisURL, under a key
+	// cost), "memory-log" (a MemoryBroker keeping its history log in a
+	// temporary directory, as herald serve does) or "redis" (a fanout.RedisBroker on RedisURL, under a key
 	// prefix of its own, deleted afterwards). The producer phase always
 	// uses memory. Default: memory.
 	Broker string
@@ -150,7 +151,7 @@ func defaultConfig() config {
 func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
 	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, staged, latency, producers")
-	fs.StringVar(&c.Broker, "broker", c.Broker, "drain, staged, latency: broker the Worker publishes to: memory or redis")
+	fs.StringVar(&c.Broker, "broker", c.Broker, "drain, staged, latency: broker the Worker publishes to: memory, memory-log (with its history log, as herald serve) or redis")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")
 	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")
 	fs.BoolVar(&c.Webhook, "webhook", c.Webhook, "drain, latency: run each alone, beside, beside, alone; beside, a webhook handler drains the same records to a local receiver answering 204")
@@ -188,13 +189,13 @@ func (c *config) validate() error {
 	}
 	c.variants = vs
 	switch c.Broker {
-	case "memory":
+	case "memory", "memory-log":
 	case "redis":
 		if c.RedisURL == "" {
 			bad("-redis-url: needed with -broker redis")
 		}
 	default:
-		bad("-broker %q: want memory or redis", c.Broker)
+		bad("-broker %q: want memory, memory-log or redis", c.Broker)
 	}
 	if c.StagedProducers < 1 || c.StagedBatch < 1 {
 		bad("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,7 +104,20 @@ func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, kind
 // newBroker returns a broker of kind, not started, and what deletes its
 // state once it is stopped.
 func newBroker(ctx context.Context, cfg config, kind string) (fanout.Broker, func(), error) {
-	if kind != "redis" {
+	switch kind {
+	case "memory-log":
+		dir, err := os.MkdirTemp("", "outboxbench-history-")
+		if err != nil {
+			return nil, nil, fmt.Errorf("outboxbench: history log: %w", err)
+		}
+		b, err := fanout.NewMemoryBroker(fanout.MemoryConfig{HistoryDir: dir})
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, nil, err
+		}
+		return b, func() { _ = os.RemoveAll(dir) }, nil
+	case "redis":
+	default:
 		b, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
 		return b, func() {}, err
 	}

@@ -12,7 +12,8 @@ import (
 	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
 )
 
-// Admin returns the operator interface of the SQLite store.
+// Admin returns the operator interface of the SQLite store, over the
+// records of its handler.
 func (s *Store) Admin() outboxfeed.Admin { return sqliteAdmin{s} }
 
 type sqliteAdmin struct{ s *Store }
@@ -34,14 +35,14 @@ func (a sqliteAdmin) Stats(ctx context.Context) (outboxfeed.AdminStats, error) {
 	st := storekit.NewAdminStats()
 	st.Now = time.Now().UTC()
 	var pending, dead, oldest int64
-	if err := a.s.db.QueryRowContext(ctx, sqliteStats, sqliteNever).Scan(&pending, &dead, &oldest); err != nil {
+	if err := a.s.db.QueryRowContext(ctx, sqliteStats, sqliteNever, a.s.handler).Scan(&pending, &dead, &oldest); err != nil {
 		return outboxfeed.AdminStats{}, fmt.Errorf("outboxfeed: admin stats: %w", err)
 	}
 	if oldest != sqliteNever {
 		st.OldestPending = micros(oldest)
 		st.OldestPendingAge = max(0, st.Now.Sub(st.OldestPending))
 	}
-	err := a.each(ctx, `SELECT state, kind, count(*) FROM outbox_record GROUP BY state, kind`, nil, func(rows *sql.Rows) error {
+	err := a.each(ctx, `SELECT state, kind, count(*) FROM outbox_record WHERE handler = ? GROUP BY state, kind`, nil, func(rows *sql.Rows) error {
 		var state, kind string
 		var n int64
 		if err := rows.Scan(&state, &kind, &n); err != nil {
@@ -50,11 +51,11 @@ func (a sqliteAdmin) Stats(ctx context.Context) (outboxfeed.AdminStats, error) {
 		st.States[state] += n
 		st.Kinds[kind] += n
 		return nil
-	})
+	}, a.s.handler)
 	if err != nil {
 		return outboxfeed.AdminStats{}, fmt.Errorf("outboxfeed: admin stats: %w", err)
 	}
-	err = a.each(ctx, `SELECT type, schema_version, count(*) FROM outbox_retry WHERE state = 'dead_letter'
+	err = a.each(ctx, `SELECT type, schema_version, count(*) FROM outbox_retry WHERE handler = ? AND state = 'dead_letter'
 GROUP BY type, schema_version ORDER BY count(*) DESC, type, schema_version`, nil, func(rows *sql.Rows) error {
 		var tc outboxfeed.TypeCount
 		if err := rows.Scan(&tc.Type, &tc.SchemaVersion, &tc.Count); err != nil {
@@ -62,7 +63,7 @@ GROUP BY type, schema_version ORDER BY count(*) DESC, type, schema_version`, nil
 		}
 		st.DeadLetters = append(st.DeadLetters, tc)
 		return nil
-	})
+	}, a.s.handler)
 	if err != nil {
 		return outboxfeed.AdminStats{}, fmt.Errorf("outboxfeed: admin stats: %w", err)
 	}
@@ -100,7 +101,8 @@ func (a sqliteAdmin) List(ctx context.Context, f outboxfeed.Filter) (outboxfeed.
 		return outboxfeed.Page{}, err
 	}
 	args := &storekit.SQLArgs{}
-	terms := storekit.Selection{Type: f.Type, SchemaVersion: f.SchemaVersion, Tenant: f.Tenant, Channel: f.Channel, Since: f.Since, Until: f.Until}.Terms(args, sqliteTime)
+	terms := []string{"handler = " + args.Add(a.s.handler)}
+	terms = append(terms, storekit.Selection{Type: f.Type, SchemaVersion: f.SchemaVersion, Tenant: f.Tenant, Channel: f.Channel, Since: f.Since, Until: f.Until}.Terms(args, sqliteTime)...)
 	if f.State != "" {
 		terms = append(terms, "state = '"+f.State+"'") // validated: a literal
 	}
@@ -138,7 +140,7 @@ func (a sqliteAdmin) Wake() { a.s.wakeup.Broadcast() }
 // states returns the state of each existing id.
 func (a sqliteAdmin) States(ctx context.Context, ids []string) (map[string]string, error) {
 	states := make(map[string]string, len(ids))
-	err := a.each(ctx, `SELECT id, state FROM outbox_record WHERE id IN (SELECT value FROM json_each(?))`, nil,
+	err := a.each(ctx, `SELECT id, state FROM outbox_record WHERE handler = ? AND id IN (SELECT value FROM json_each(?))`, nil,
 		func(rows *sql.Rows) error {
 			var id, state string
 			if err := rows.Scan(&id, &state); err != nil {
@@ -146,7 +148,7 @@ func (a sqliteAdmin) States(ctx context.Context, ids []string) (map[string]strin
 			}
 			states[id] = state
 			return nil
-		}, storekit.JSONStrings(ids))
+		}, a.s.handler, storekit.JSONStrings(ids))
 	return states, err
 }
 
@@ -161,7 +163,8 @@ func (a sqliteAdmin) ReplayBatch(ctx context.Context, sel storekit.Selection, ac
 	}
 	defer func() { _ = tx.Rollback() }()
 	args := &storekit.SQLArgs{}
-	terms := append([]string{"state = 'dead_letter'", "rec_seq > " + args.Add(after)}, sel.Terms(args, sqliteTime)...)
+	terms := append([]string{"handler = " + args.Add(a.s.handler), "state = 'dead_letter'", "rec_seq > " + args.Add(after)},
+		sel.Terms(args, sqliteTime)...)
 	q := `SELECT rec_seq, id FROM outbox_retry WHERE ` + strings.Join(terms, " AND ") + ` ORDER BY rec_seq LIMIT ` + args.Add(n)
 	var ids []string
 	var seqs []int64
@@ -179,15 +182,15 @@ func (a sqliteAdmin) ReplayBatch(ctx context.Context, sel storekit.Selection, ac
 	}
 	picked := jsonInts(seqs)
 	now := time.Now().UnixMicro()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_replay (message_id, actor, reason, replayed_at, failure)
-SELECT id, ?, ?, ?, last_error FROM outbox_retry
-WHERE state = 'dead_letter' AND rec_seq IN (SELECT value FROM json_each(?)) ORDER BY rec_seq`,
-		actor, reason, now, picked); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_replay (handler, message_id, actor, reason, replayed_at, failure)
+SELECT handler, id, ?2, ?3, ?4, last_error FROM outbox_retry
+WHERE handler = ?1 AND state = 'dead_letter' AND rec_seq IN (SELECT value FROM json_each(?5)) ORDER BY rec_seq`,
+		a.s.handler, actor, reason, now, picked); err != nil {
 		return nil, 0, err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE outbox_retry
-SET state = 'pending', attempt = 0, next_attempt_at = ?, last_error = NULL, dead_lettered_at = NULL
-WHERE state = 'dead_letter' AND rec_seq IN (SELECT value FROM json_each(?))`, now, picked); err != nil {
+SET state = 'pending', attempt = 0, next_attempt_at = ?2, last_error = NULL, dead_lettered_at = NULL
+WHERE handler = ?1 AND state = 'dead_letter' AND rec_seq IN (SELECT value FROM json_each(?3))`, a.s.handler, now, picked); err != nil {
 		return nil, 0, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -196,35 +199,54 @@ WHERE state = 'dead_letter' AND rec_seq IN (SELECT value FROM json_each(?))`, no
 	return ids, seqs[len(seqs)-1], nil
 }
 
-// sqlitePurgeBound is the highest seq a purge of records read from the
-// position may reach: the partition's position when its last completion
-// is older than the cutoff (?1), else the end of the last batch logged
-// before it.
+// sqlitePurgeBound is the highest seq a purge of records read from
+// handler ?2's position may reach: the partition's position when its last
+// completion is older than the cutoff (?1), else the end of the last batch
+// logged before it.
 const sqlitePurgeBound = `
 SELECT CASE WHEN p.done_at < ?1 THEN p.pos
-	ELSE coalesce((SELECT max(b.to_seq) FROM outbox_batch b WHERE b.part = 0 AND b.done_at < ?1), 0) END
-FROM outbox_partition p WHERE p.part = 0`
+	ELSE coalesce((SELECT max(b.to_seq) FROM outbox_batch b WHERE b.handler = p.handler AND b.part = 0 AND b.done_at < ?1), 0) END
+FROM outbox_partition p WHERE p.handler = ?2 AND p.part = 0`
 
-// sqliteBatchTrim drops the logged batches that end before the first
-// outbox row: they cover nothing any more.
+// sqliteBatchTrim drops handler ?1's logged batches that end before the
+// first outbox row: they cover nothing any more.
 const sqliteBatchTrim = `
-DELETE FROM outbox_batch WHERE part = 0 AND to_seq < coalesce((SELECT min(seq) FROM outbox),
-	(SELECT pos + 1 FROM outbox_partition WHERE part = 0))`
+DELETE FROM outbox_batch WHERE handler = ?1 AND part = 0 AND to_seq < coalesce((SELECT min(seq) FROM outbox),
+	(SELECT pos + 1 FROM outbox_partition WHERE handler = ?1 AND part = 0))`
 
-// sqlitePurge is one purge: the rows of the retry queue in the state,
-// older than the cutoff, and (dispatched only) the records at or below the
-// position without a queue row, dispatched by a batch done before the
-// cutoff. A queue row goes with its outbox row: left alone, the outbox row
-// would be read again (above the position) or seen as dispatched.
+// sqliteOthers reports whether a handler other than ?1 exists: then a
+// purge leaves the outbox rows, which the others may still need.
+const sqliteOthers = `SELECT EXISTS (SELECT 1 FROM outbox_handler WHERE name <> ?1)`
+
+// sqlitePurge is one purge of the handler's records: the rows of its
+// retry queue in the state, older than the cutoff, and (dispatched only)
+// the records at or below its position without a queue row, dispatched by
+// a batch done before the cutoff. A queue row goes with its outbox row:
+// left alone, the outbox row would be read again (above the position) or
+// seen as dispatched. When other handlers exist, the outbox rows stay
+// (they may still be theirs to deliver): the handler's queue rows go, and
+// the records read from its position are left to the other handlers'
+// purges (as PostgreSQL leaves them to retention).
 type sqlitePurge struct {
-	r      outboxfeed.PurgeRequest
-	cutoff int64
+	r       outboxfeed.PurgeRequest
+	handler string
+	cutoff  int64
 }
 
 // queueCond selects the queue rows to purge.
 func (p sqlitePurge) queueCond(args *storekit.SQLArgs) string {
-	cond := "state = '" + p.r.State + "' AND " + storekit.PurgeColumn(p.r.State) + " < " + args.Add(p.cutoff)
+	cond := "handler = " + args.Add(p.handler) + " AND state = '" + p.r.State + "' AND " +
+		storekit.PurgeColumn(p.r.State) + " < " + args.Add(p.cutoff)
 	return cond + p.typeCond(args)
+}
+
+// others reports whether a handler other than p's exists.
+func (p sqlitePurge) others(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) (bool, error) {
+	var others bool
+	err := q.QueryRowContext(ctx, sqliteOthers, p.handler).Scan(&others)
+	return others, err
 }
 
 func (p sqlitePurge) typeCond(args *storekit.SQLArgs) string {
@@ -241,10 +263,13 @@ func (p sqlitePurge) typeCond(args *storekit.SQLArgs) string {
 // rangeCond selects the records read from the position to purge, with
 // seq in (after, bound].
 func (p sqlitePurge) rangeCond(args *storekit.SQLArgs, after, bound int64) string {
+	// Each "?" is a parameter of its own: the handler is added at each use.
 	return "o.seq > " + args.Add(after) + " AND o.seq <= " + args.Add(bound) +
-		" AND o.seq <= (SELECT pos FROM outbox_partition WHERE part = 0) AND " + sqliteUnqueued +
-		" AND coalesce((SELECT b.done_at FROM outbox_batch b WHERE b.part = 0 AND b.to_seq >= o.seq ORDER BY b.to_seq LIMIT 1)," +
-		" (SELECT done_at FROM outbox_partition WHERE part = 0)) < " + args.Add(p.cutoff) + p.typeCond(args)
+		" AND o.seq <= (SELECT pos FROM outbox_partition WHERE handler = " + args.Add(p.handler) + " AND part = 0)" +
+		" AND " + sqliteUnqueued(args.Add(p.handler)) +
+		" AND coalesce((SELECT b.done_at FROM outbox_batch b WHERE b.handler = " + args.Add(p.handler) +
+		" AND b.part = 0 AND b.to_seq >= o.seq ORDER BY b.to_seq LIMIT 1)," +
+		" (SELECT done_at FROM outbox_partition WHERE handler = " + args.Add(p.handler) + " AND part = 0)) < " + args.Add(p.cutoff) + p.typeCond(args)
 }
 
 // Purge deletes in batches, each its own transaction, so Workers and
@@ -255,7 +280,7 @@ func (a sqliteAdmin) Purge(ctx context.Context, r outboxfeed.PurgeRequest) (outb
 		return outboxfeed.PurgeResult{}, err
 	}
 	res := outboxfeed.PurgeResult{Cutoff: time.Now().Add(-r.OlderThan).UTC()}
-	p := sqlitePurge{r: r, cutoff: res.Cutoff.UnixMicro()}
+	p := sqlitePurge{r: r, handler: a.s.handler, cutoff: res.Cutoff.UnixMicro()}
 	if r.DryRun {
 		n, err := p.count(ctx, a.s.db)
 		if err != nil {
@@ -293,8 +318,11 @@ func (p sqlitePurge) count(ctx context.Context, db *sql.DB) (int64, error) {
 	if p.r.State != outboxfeed.StateDispatched {
 		return queued, nil
 	}
+	if others, err := p.others(ctx, db); err != nil || others {
+		return queued, err
+	}
 	var bound int64
-	if err := db.QueryRowContext(ctx, sqlitePurgeBound, p.cutoff).Scan(&bound); err != nil {
+	if err := db.QueryRowContext(ctx, sqlitePurgeBound, p.cutoff, p.handler).Scan(&bound); err != nil {
 		return 0, err
 	}
 	args = &storekit.SQLArgs{}
@@ -323,18 +351,24 @@ func (p sqlitePurge) batch(ctx context.Context, a sqliteAdmin, tx *sql.Tx, after
 	if err != nil {
 		return 0, after, err
 	}
+	others, err := p.others(ctx, tx)
+	if err != nil {
+		return 0, after, err
+	}
 	deleted := int64(len(qseqs))
-	if len(qseqs) > 0 {
+	if len(qseqs) > 0 && !others {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?))`, jsonInts(recs)); err != nil {
 			return 0, after, err
 		}
+	}
+	if len(qseqs) > 0 {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?))`, jsonInts(qseqs)); err != nil {
 			return 0, after, err
 		}
 	}
-	if p.r.State == outboxfeed.StateDispatched && len(qseqs) < n {
+	if p.r.State == outboxfeed.StateDispatched && len(qseqs) < n && !others {
 		var bound int64
-		if err := tx.QueryRowContext(ctx, sqlitePurgeBound, p.cutoff).Scan(&bound); err != nil {
+		if err := tx.QueryRowContext(ctx, sqlitePurgeBound, p.cutoff, p.handler).Scan(&bound); err != nil {
 			return 0, after, err
 		}
 		args := &storekit.SQLArgs{}
@@ -359,7 +393,7 @@ func (p sqlitePurge) batch(ctx context.Context, a sqliteAdmin, tx *sql.Tx, after
 			deleted += int64(len(seqs))
 		}
 	}
-	if _, err := tx.ExecContext(ctx, sqliteBatchTrim); err != nil {
+	if _, err := tx.ExecContext(ctx, sqliteBatchTrim, p.handler); err != nil {
 		return 0, after, err
 	}
 	return deleted, after, nil
@@ -375,11 +409,11 @@ func (a sqliteAdmin) Replays(ctx context.Context, messageID string) ([]outboxfee
 		return nil, storekit.Invalid("id %q is not a uuid", messageID)
 	}
 	var out []outboxfeed.ReplayEntry
-	err = a.each(ctx, `SELECT message_id, actor, reason, replayed_at, failure FROM outbox_replay
+	err = a.each(ctx, `SELECT handler, message_id, actor, reason, replayed_at, failure FROM outbox_replay
 WHERE message_id = ? ORDER BY id`, nil, func(rows *sql.Rows) error {
 		var e outboxfeed.ReplayEntry
 		var at int64
-		if err := rows.Scan(&e.MessageID, &e.Actor, &e.Reason, &at, &e.Failure); err != nil {
+		if err := rows.Scan(&e.Handler, &e.MessageID, &e.Actor, &e.Reason, &at, &e.Failure); err != nil {
 			return err
 		}
 		e.At = micros(at)
@@ -392,14 +426,15 @@ WHERE message_id = ? ORDER BY id`, nil, func(rows *sql.Rows) error {
 	return out, nil
 }
 
-// Partitions lists the embedded store's one partition.
+// Partitions lists the embedded store's one partition, as the handler
+// consumes it.
 func (a sqliteAdmin) Partitions(ctx context.Context) ([]outboxfeed.PartitionInfo, error) {
 	var p outboxfeed.PartitionInfo
 	var owner sql.NullString
 	var exp, done sql.NullInt64
 	var batches int64
 	err := a.s.db.QueryRowContext(ctx, `SELECT part, owner, expires_at, fence, claim_to IS NOT NULL, takeovers, done_at,
-	(SELECT count(*) FROM outbox_batch) FROM outbox_partition WHERE part = 0`).
+	(SELECT count(*) FROM outbox_batch b WHERE b.handler = p.handler) FROM outbox_partition p WHERE p.handler = ? AND p.part = 0`, a.s.handler).
 		Scan(&p.Partition, &owner, &exp, &p.Fence, &p.Open, &p.Takeovers, &done, &batches)
 	if err != nil {
 		return nil, fmt.Errorf("outboxfeed: partitions: %w", err)

@@ -766,18 +766,27 @@ func TestSQLiteBatchRequests(t *testing.T) {
 	}
 }
 
-// TestSQLiteBatchPlans checks that the claim, Get and the cheap Stats read
-// by index and rowid range, never the whole outbox.
+// TestSQLiteBatchPlans checks that the claim, the completion's writes,
+// Get and the cheap Stats read by index and rowid range, never the whole
+// outbox or a handler's whole queue.
 func TestSQLiteBatchPlans(t *testing.T) {
 	t.Parallel()
 	s := sbStore(t)
 	ctx := context.Background()
-	for name, q := range map[string]string{
-		"range": sqliteRange,
-		"get":   `SELECT ` + sqliteRecordColumns + ` FROM outbox_record WHERE id = ?1`,
-		"stats": sqliteStats,
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"range":   {sqliteRange, []any{1, 2}},
+		"ranged":  {sqliteRangeQueued, []any{1, 2, "hooks"}},
+		"past":    {sqliteQueuedPast, []any{"hooks", 1}},
+		"enqueue": {sqliteEnqueue, []any{"hooks", "[]"}},
+		"requeue": {sqliteRequeue, []any{"hooks", "[]", 1}},
+		"get":     {`SELECT ` + sqliteRecordColumns + ` FROM outbox_record WHERE handler = ?1 AND id = ?2`, []any{"hooks", "x"}},
+		"stats":   {sqliteStats, []any{1, "hooks"}},
+		"heads":   {sqliteQueueHeads, []any{"hooks"}},
 	} {
-		rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, 1, 2)
+		rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.sql, q.args...)
 		testenv.Must(t, err, "explain "+name)
 		for rows.Next() {
 			var id, parent, unused int
@@ -786,6 +795,8 @@ func TestSQLiteBatchPlans(t *testing.T) {
 			if len(detail) >= 4 && detail[:4] == "SCAN" && !slices.Contains([]string{
 				"SCAN outbox_retry USING COVERING INDEX outbox_retry_pending_idx",
 				"SCAN outbox_retry USING COVERING INDEX outbox_retry_dead_letter_idx",
+				"SCAN CONSTANT ROW",
+				"SCAN x VIRTUAL TABLE INDEX 1:", // the outcomes given
 			}, detail) {
 				t.Errorf("%s plan scans: %s", name, detail)
 			}

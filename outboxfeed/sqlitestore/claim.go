@@ -15,13 +15,14 @@ import (
 )
 
 // The SQLite claim and completion. SQLite has one partition, number 0
-// (AnyPartition names it too), whose row in outbox_partition holds the
-// lease (owner, expires_at, fence), the position (pos: the last seq
-// completed), the open claim (claim_to: the last seq of the batch claimed
-// and not yet completed, NULL when none) and the count of consecutive
-// takeovers. Each runs in one BEGIN IMMEDIATE transaction: the one writer
-// makes "seq > pos" exactly the records not yet read, with no gap a
-// transaction still in flight could fill later.
+// (AnyPartition names it too); each handler has its row for it in
+// outbox_partition, which holds the handler's lease (owner, expires_at,
+// fence), the position (pos: the last seq completed), the open claim
+// (claim_to: the last seq of the batch claimed and not yet completed, NULL
+// when none) and the count of consecutive takeovers. Each runs in one
+// BEGIN IMMEDIATE transaction: the one writer makes "seq > pos" exactly
+// the records not yet read, with no gap a transaction still in flight
+// could fill later.
 
 // sqlitePart is SQLite's one partition.
 const sqlitePart = 0
@@ -37,6 +38,7 @@ type sqlitePartition struct {
 	tkTo      int64 // the last seq a holder that never completed may have published
 	claimQto  int64 // the last queue row the open claim was handed
 	tkQto     int64 // the last queue row a holder that never completed was handed
+	active    bool  // the handler is active: only then does it claim
 }
 
 // heldBy reports whether owner holds the lease, expired or not (an
@@ -50,21 +52,27 @@ func (p *sqlitePartition) takenAt(owner string, now int64) bool {
 	return p.owner.Valid && p.owner.String != owner && p.expiresAt.Int64 > now
 }
 
-func readSQLitePartition(ctx context.Context, tx *sql.Tx) (sqlitePartition, error) {
+// errNoPartition: the handler has no partition row (it is unknown, or
+// was dropped).
+var errNoPartition = errors.New("no partition row")
+
+// readSQLitePartition reads handler's partition row.
+func readSQLitePartition(ctx context.Context, tx *sql.Tx, handler string) (sqlitePartition, error) {
 	var p sqlitePartition
-	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers, tk_to, claim_qto, tk_qto
-FROM outbox_partition WHERE part = 0`).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos, &p.claimTo, &p.takeovers,
-		&p.tkTo, &p.claimQto, &p.tkQto)
+	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at, fence, pos, claim_to, takeovers, tk_to, claim_qto, tk_qto,
+	EXISTS (SELECT 1 FROM outbox_handler h WHERE h.name = p.handler AND h.state = 'active')
+FROM outbox_partition p WHERE p.handler = ?1 AND p.part = 0`, handler).Scan(&p.owner, &p.expiresAt, &p.fence, &p.pos,
+		&p.claimTo, &p.takeovers, &p.tkTo, &p.claimQto, &p.tkQto, &p.active)
 	if errors.Is(err, sql.ErrNoRows) {
-		return p, errors.New("no partition row (is the schema migrated?)")
+		return p, errNoPartition
 	}
 	return p, err
 }
 
-// releaseSQLiteLease gives the lease back; the fence stays, so a late
-// completion under it still fails (its owner no longer matches).
-func releaseSQLiteLease(ctx context.Context, tx *sql.Tx) error {
-	_, err := tx.ExecContext(ctx, `UPDATE outbox_partition SET owner = NULL, expires_at = NULL WHERE part = 0`)
+// releaseSQLiteLease gives handler's lease back; the fence stays, so a
+// late completion under it still fails (its owner no longer matches).
+func releaseSQLiteLease(ctx context.Context, tx *sql.Tx, handler string) error {
+	_, err := tx.ExecContext(ctx, `UPDATE outbox_partition SET owner = NULL, expires_at = NULL WHERE handler = ?1 AND part = 0`, handler)
 	return err
 }
 
@@ -83,10 +91,10 @@ func validateSQLiteClaim(req outboxfeed.ClaimRequest) error {
 	return nil
 }
 
-// Claim leases partition 0 to req.Owner and reads its next batch (see
-// sqliteClaim). Arm and Disarm are ignored (wake-ups are in-process), and
-// so is Durable: every SQLite commit is as durable as the file's
-// synchronous setting makes it.
+// Claim leases the handler's partition 0 to req.Owner and reads its next
+// batch (see sqliteClaim). Arm and Disarm are ignored (wake-ups are
+// in-process), and so is Durable: every SQLite commit is as durable as the
+// file's synchronous setting makes it.
 func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
 	if err := validateSQLiteClaim(req); err != nil {
 		return nil, fmt.Errorf("outboxfeed: claim: %w", err)
@@ -94,7 +102,7 @@ func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outbox
 	var b *outboxfeed.Batch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		b, err = sqliteClaim(ctx, tx, req, time.Now().UnixMicro())
+		b, err = sqliteClaim(ctx, tx, s.handler, req, time.Now().UnixMicro())
 		return err
 	})
 	if err != nil {
@@ -107,20 +115,30 @@ func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outbox
 // (fence+1; a claim never completed makes this one a takeover), then reads
 // the due heads of the retry queue and up to req.Limit records past the
 // position, skipping those the queue holds. With nothing to dispatch it
-// moves nothing, gives the lease back and returns nil.
-func sqliteClaim(ctx context.Context, tx *sql.Tx, req outboxfeed.ClaimRequest, now int64) (*outboxfeed.Batch, error) {
-	p, err := readSQLitePartition(ctx, tx)
+// moves nothing, gives the lease back and returns nil. A handler that is
+// not active (paused, disabled or dropped) claims nothing.
+func sqliteClaim(ctx context.Context, tx *sql.Tx, handler string, req outboxfeed.ClaimRequest, now int64) (*outboxfeed.Batch, error) {
+	p, err := readSQLitePartition(ctx, tx, handler)
+	if errors.Is(err, errNoPartition) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	if p.takenAt(req.Owner, now) {
 		return nil, nil
 	}
-	queued, blocked, queueMore, err := sqliteQueueBatch(ctx, tx, now, req.Limit)
+	if !p.active {
+		if p.owner.Valid {
+			return nil, releaseSQLiteLease(ctx, tx, handler)
+		}
+		return nil, nil
+	}
+	queued, blocked, queueMore, err := sqliteQueueBatch(ctx, tx, handler, now, req.Limit)
 	if err != nil {
 		return nil, err
 	}
-	ranged, err := sqliteRangeBatch(ctx, tx, p.pos, req.Limit+1)
+	ranged, err := sqliteRangeBatch(ctx, tx, handler, p.pos, req.Limit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +148,7 @@ func sqliteClaim(ctx context.Context, tx *sql.Tx, req outboxfeed.ClaimRequest, n
 	}
 	if len(queued)+len(ranged) == 0 {
 		if p.owner.Valid {
-			return nil, releaseSQLiteLease(ctx, tx)
+			return nil, releaseSQLiteLease(ctx, tx, handler)
 		}
 		return nil, nil
 	}
@@ -164,7 +182,7 @@ func sqliteClaim(ctx context.Context, tx *sql.Tx, req outboxfeed.ClaimRequest, n
 	expires := now + req.Lease.Microseconds()
 	if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
 SET owner = ?1, expires_at = ?2, fence = ?3, claim_to = ?4, takeovers = ?5, tk_to = ?6, claim_qto = ?7, tk_qto = ?8
-WHERE part = 0`, req.Owner, expires, b.Fence, last, b.Takeovers, tkTo, claimQto, tkQto); err != nil {
+WHERE handler = ?9 AND part = 0`, req.Owner, expires, b.Fence, last, b.Takeovers, tkTo, claimQto, tkQto, handler); err != nil {
 		return nil, err
 	}
 	st := outboxfeed.Processing{LeaseOwner: req.Owner, LeaseExpiresAt: micros(expires), Fence: b.Fence}
@@ -177,16 +195,18 @@ WHERE part = 0`, req.Owner, expires, b.Fence, last, b.Takeovers, tkTo, claimQto,
 	return b, nil
 }
 
-// sqliteQueueHeads lists the pending queue rows in qseq order (through the
-// partial index: the queue holds only failures and what they hold back).
+// sqliteQueueHeads lists handler ?1's pending queue rows in qseq order
+// (through the partial index: the queue holds only failures and what they
+// hold back).
 const sqliteQueueHeads = `
 SELECT qseq, tenant_id, channel, next_attempt_at FROM outbox_retry INDEXED BY outbox_retry_pending_idx
-WHERE state = 'pending' ORDER BY qseq`
+WHERE handler = ?1 AND state = 'pending' ORDER BY qseq`
 
-// sqliteQueueRows loads the picked queue rows (?1, a JSON array of qseqs).
+// sqliteQueueRows loads the picked queue rows (?1, a JSON array of qseqs)
+// of handler ?2.
 const sqliteQueueRows = `
 SELECT qseq, rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind, attempt
-FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND state = 'pending'`
+FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND handler = ?2 AND state = 'pending'`
 
 // sqliteQueueBatch picks from the retry queue, per channel whose head
 // (lowest pending qseq) is due, its pending rows in qseq order up to the
@@ -197,8 +217,8 @@ FROM outbox_retry WHERE qseq IN (SELECT value FROM json_each(?1)) AND state = 'p
 // by channel (channels in the order of their heads), the channels with a
 // pending row it did not take (Batch.Blocked), and whether a due row was
 // left for want of room.
-func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]outboxfeed.Record, map[fanout.Key]struct{}, bool, error) {
-	rows, err := tx.QueryContext(ctx, sqliteQueueHeads)
+func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, handler string, now int64, limit int) ([]outboxfeed.Record, map[fanout.Key]struct{}, bool, error) {
+	rows, err := tx.QueryContext(ctx, sqliteQueueHeads, handler)
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -256,7 +276,7 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 	if err != nil {
 		return nil, nil, false, err
 	}
-	byQseq, err := loadSQLiteQueueRows(ctx, tx, string(list))
+	byQseq, err := loadSQLiteQueueRows(ctx, tx, handler, string(list))
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -273,8 +293,8 @@ func sqliteQueueBatch(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]
 	return out, blocked, more, nil
 }
 
-func loadSQLiteQueueRows(ctx context.Context, tx *sql.Tx, qseqs string) (map[int64]outboxfeed.Record, error) {
-	rows, err := tx.QueryContext(ctx, sqliteQueueRows, qseqs)
+func loadSQLiteQueueRows(ctx context.Context, tx *sql.Tx, handler, qseqs string) (map[int64]outboxfeed.Record, error) {
+	rows, err := tx.QueryContext(ctx, sqliteQueueRows, qseqs, handler)
 	if err != nil {
 		return nil, err
 	}
@@ -294,16 +314,38 @@ func loadSQLiteQueueRows(ctx context.Context, tx *sql.Tx, qseqs string) (map[int
 	return out, rows.Err()
 }
 
-// sqliteRange reads the records past the position that the retry queue
-// does not hold (migrated ones may), in seq order: a rowid range, each
-// record probing the queue's record index.
+// sqliteRange reads the records past the position (?1), in seq order: a
+// rowid range. A record past a handler's position has no row in its retry
+// queue (Complete moves the position past every record it queues), except
+// those migration 3 queued; while the handler has such rows,
+// sqliteRangeQueued reads instead, each record probing the queue's record
+// index.
 const sqliteRange = `
 SELECT o.seq, o.id, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind
-FROM outbox o WHERE o.seq > ?1 AND ` + sqliteUnqueued + `
+FROM outbox o WHERE o.seq > ?1
 ORDER BY o.seq LIMIT ?2`
 
-func sqliteRangeBatch(ctx context.Context, tx *sql.Tx, pos int64, limit int) ([]outboxfeed.Record, error) {
-	rows, err := tx.QueryContext(ctx, sqliteRange, pos, limit)
+// sqliteRangeQueued is sqliteRange skipping the records handler ?3's
+// retry queue holds.
+var sqliteRangeQueued = `
+SELECT o.seq, o.id, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind
+FROM outbox o WHERE o.seq > ?1 AND ` + sqliteUnqueued("?3") + `
+ORDER BY o.seq LIMIT ?2`
+
+// sqliteQueuedPast reports whether handler ?1's retry queue holds a record
+// past its position ?2 (an index seek).
+const sqliteQueuedPast = `SELECT EXISTS (SELECT 1 FROM outbox_retry WHERE handler = ?1 AND rec_seq > ?2)`
+
+func sqliteRangeBatch(ctx context.Context, tx *sql.Tx, handler string, pos int64, limit int) ([]outboxfeed.Record, error) {
+	var queuedPast bool
+	if err := tx.QueryRowContext(ctx, sqliteQueuedPast, handler, pos).Scan(&queuedPast); err != nil {
+		return nil, err
+	}
+	q, args := sqliteRange, []any{pos, limit}
+	if queuedPast {
+		q, args = sqliteRangeQueued, append(args, handler)
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +404,10 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 	var nb *outboxfeed.Batch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		held, nb = false, nil
-		p, err := readSQLitePartition(ctx, tx)
+		p, err := readSQLitePartition(ctx, tx, s.handler)
+		if errors.Is(err, errNoPartition) {
+			return nil // the handler was dropped: lost
+		}
 		if err != nil {
 			return err
 		}
@@ -381,38 +426,35 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 			return fmt.Errorf("batch ends at seq %d, outside the open claim (%d, %d]", end, p.pos, p.claimTo.Int64)
 		}
 		if end > p.pos {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_batch (part, to_seq, from_seq, fence, done_at)
-VALUES (0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_batch (handler, part, to_seq, from_seq, fence, done_at)
+VALUES (?5, 0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now, s.handler); err != nil {
 				return err
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
-SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE part = 0`, end, now); err != nil {
+SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE handler = ?3 AND part = 0`, end, now, s.handler); err != nil {
 			return err
 		}
-		enqueued := false
-		for i := range out {
-			if err := writeSQLiteOutcome(ctx, tx, &b.Records[i], out[i], now); err != nil {
-				return fmt.Errorf("record %s: %w", b.Records[i].ID, err)
-			}
-			enqueued = enqueued || b.Records[i].Queued == 0 && out[i].Kind != outboxfeed.OutcomeDone
+		enqueued, err := writeSQLiteOutcomes(ctx, tx, s.handler, b.Records[:len(out)], out, now)
+		if err != nil {
+			return err
 		}
 		if b.Takeover && enqueued {
 			// Records of a batch taken over may have been published by the
 			// holder that never completed: so they are when they leave the
 			// queue.
 			if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
-SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry)) WHERE part = 0`); err != nil {
+SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry WHERE handler = ?1)) WHERE handler = ?1 AND part = 0`, s.handler); err != nil {
 				return err
 			}
 		}
 		if next == nil || next.Owner != b.Owner {
-			if err := releaseSQLiteLease(ctx, tx); err != nil {
+			if err := releaseSQLiteLease(ctx, tx, s.handler); err != nil {
 				return err
 			}
 		}
 		if next != nil {
-			nb, err = sqliteClaim(ctx, tx, *next, now)
+			nb, err = sqliteClaim(ctx, tx, s.handler, *next, now)
 		}
 		return err
 	})
@@ -422,50 +464,108 @@ SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry)) WHERE part = 0`);
 	return held, nb, nil
 }
 
-// sqliteEnqueue copies a record read from the position into the retry
-// queue with the state its outcome gives it.
-const sqliteEnqueue = `
-INSERT INTO outbox_retry (rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness,
-	occurred_at, kind, state, attempt, next_attempt_at, last_error, dead_lettered_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+// sqliteOutcome is one record's write in writeSQLiteOutcomes, a JSON
+// object of sqliteEnqueue's or sqliteRequeue's array.
+type sqliteOutcome struct {
+	Seq     int64   `json:"q"`           // the record's seq, or its queue row's qseq
+	Kind    string  `json:"k,omitempty"` // requeue: done, retry or dead
+	State   string  `json:"s,omitempty"` // enqueue: the row's state
+	Attempt int     `json:"a"`
+	Next    int64   `json:"n"`
+	Err     *string `json:"e"`
+	Dead    *int64  `json:"d"`
+}
 
-// writeSQLiteOutcome writes what became of r, if anything needs writing:
-// a record read from the position gets a queue row unless it was done; a
-// queue row is updated unless it was held.
-func writeSQLiteOutcome(ctx context.Context, tx *sql.Tx, r *outboxfeed.Record, o outboxfeed.Outcome, now int64) error {
-	if r.Queued == 0 {
-		if o.Kind == outboxfeed.OutcomeDone {
-			return nil
+// sqliteEnqueue copies the records read from the position (?2: the
+// sqliteOutcome array, in the batch's order, which becomes their order in
+// the queue) into handler ?1's retry queue with the states their outcomes
+// give them.
+const sqliteEnqueue = `
+INSERT INTO outbox_retry (handler, rec_seq, id, tenant_id, channel, type, schema_version, payload, freshness,
+	occurred_at, kind, state, attempt, next_attempt_at, last_error, dead_lettered_at)
+SELECT ?1, o.seq, o.id, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind,
+	json_extract(x.value, '$.s'), json_extract(x.value, '$.a'), json_extract(x.value, '$.n'),
+	json_extract(x.value, '$.e'), json_extract(x.value, '$.d')
+FROM json_each(?2) x JOIN outbox o ON o.seq = json_extract(x.value, '$.q')
+ORDER BY x.key`
+
+// sqliteRequeue writes the outcomes of handler ?1's queue rows (?2: the
+// sqliteOutcome array; ?3: now): done rows are dispatched, retried ones
+// wait again, dead ones are dead letters. Each row is found by its qseq
+// (the unary + keeps the planner from scanning the handler's rows).
+const sqliteRequeue = `
+UPDATE outbox_retry AS r SET
+	state = CASE json_extract(x.value, '$.k') WHEN 'done' THEN 'dispatched' WHEN 'dead' THEN 'dead_letter' ELSE 'pending' END,
+	attempt = CASE json_extract(x.value, '$.k') WHEN 'done' THEN r.attempt ELSE r.attempt + 1 END,
+	next_attempt_at = CASE json_extract(x.value, '$.k') WHEN 'retry' THEN json_extract(x.value, '$.n') ELSE r.next_attempt_at END,
+	last_error = CASE json_extract(x.value, '$.k') WHEN 'done' THEN r.last_error ELSE json_extract(x.value, '$.e') END,
+	dispatched_at = CASE json_extract(x.value, '$.k') WHEN 'done' THEN ?3 ELSE r.dispatched_at END,
+	dead_lettered_at = CASE json_extract(x.value, '$.k') WHEN 'dead' THEN ?3 ELSE r.dead_lettered_at END
+FROM json_each(?2) x
+WHERE r.qseq = json_extract(x.value, '$.q') AND +r.handler = ?1 AND r.state = 'pending'`
+
+// writeSQLiteOutcomes writes what became of recs, where anything needs
+// writing, in two statements: a record read from the position gets a queue
+// row unless it was done; a queue row is updated unless it was held. It
+// reports whether it queued a record read from the position.
+func writeSQLiteOutcomes(ctx context.Context, tx *sql.Tx, handler string, recs []outboxfeed.Record, out []outboxfeed.Outcome, now int64) (bool, error) {
+	var enq, req []sqliteOutcome
+	for i, o := range out {
+		r := &recs[i]
+		var lastErr *string
+		if o.Kind == outboxfeed.OutcomeRetryLater || o.Kind == outboxfeed.OutcomeDeadLettered {
+			e := storekit.TruncateError(o.Err)
+			lastErr = &e
 		}
-		state, attempt, next := outboxfeed.StatePending, r.Attempt+1, now+o.Delay.Microseconds()
-		var lastErr, dead any
+		if r.Queued == 0 {
+			w := sqliteOutcome{Seq: r.Seq, State: outboxfeed.StatePending, Attempt: r.Attempt + 1, Next: now + o.Delay.Microseconds(), Err: lastErr}
+			switch o.Kind {
+			case outboxfeed.OutcomeDone:
+				continue
+			case outboxfeed.OutcomeHold:
+				w.Attempt, w.Next = r.Attempt, now
+			case outboxfeed.OutcomeDeadLettered:
+				w.State, w.Next, w.Dead = outboxfeed.StateDeadLetter, now, &now
+			}
+			enq = append(enq, w)
+			continue
+		}
+		w := sqliteOutcome{Seq: r.Queued, Next: now + o.Delay.Microseconds(), Err: lastErr}
 		switch o.Kind {
+		case outboxfeed.OutcomeDone:
+			w.Kind = "done"
 		case outboxfeed.OutcomeRetryLater:
-			lastErr = storekit.TruncateError(o.Err)
-		case outboxfeed.OutcomeHold:
-			attempt, next = r.Attempt, now
+			w.Kind = "retry"
 		case outboxfeed.OutcomeDeadLettered:
-			state, next, lastErr, dead = outboxfeed.StateDeadLetter, now, storekit.TruncateError(o.Err), now
+			w.Kind = "dead"
+		case outboxfeed.OutcomeHold:
+			continue // keeps its row, its place and its attempts
 		}
-		_, err := tx.ExecContext(ctx, sqliteEnqueue, r.Seq, r.ID, r.TenantID, r.Channel, r.Type, r.SchemaVersion,
-			string(r.Payload), string(r.Freshness), r.OccurredAt.UnixMicro(), r.Kind,
-			state, attempt, next, lastErr, dead)
-		return err
+		req = append(req, w)
 	}
-	var err error
-	switch o.Kind {
-	case outboxfeed.OutcomeDone:
-		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry SET state = 'dispatched', dispatched_at = ?2
-WHERE qseq = ?1 AND state = 'pending'`, r.Queued, now)
-	case outboxfeed.OutcomeRetryLater:
-		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry SET attempt = attempt + 1, next_attempt_at = ?2, last_error = ?3
-WHERE qseq = ?1 AND state = 'pending'`, r.Queued, now+o.Delay.Microseconds(), storekit.TruncateError(o.Err))
-	case outboxfeed.OutcomeDeadLettered:
-		_, err = tx.ExecContext(ctx, `UPDATE outbox_retry
-SET state = 'dead_letter', attempt = attempt + 1, last_error = ?2, dead_lettered_at = ?3
-WHERE qseq = ?1 AND state = 'pending'`, r.Queued, storekit.TruncateError(o.Err), now)
-	case outboxfeed.OutcomeHold:
-		// keeps its row, its place and its attempts
+	if len(enq) > 0 {
+		list, err := json.Marshal(enq)
+		if err != nil {
+			return false, err
+		}
+		res, err := tx.ExecContext(ctx, sqliteEnqueue, handler, string(list))
+		if err != nil {
+			return false, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return false, err
+		} else if n != int64(len(enq)) {
+			return false, fmt.Errorf("queued %d of %d records: the others are gone from the outbox", n, len(enq))
+		}
 	}
-	return err
+	if len(req) > 0 {
+		list, err := json.Marshal(req)
+		if err != nil {
+			return false, err
+		}
+		if _, err := tx.ExecContext(ctx, sqliteRequeue, handler, string(list), now); err != nil {
+			return false, err
+		}
+	}
+	return len(enq) > 0, nil
 }

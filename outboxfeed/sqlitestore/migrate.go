@@ -14,12 +14,15 @@ import (
 // Since migration 3 the outbox table holds only what producers write.
 // SQLite has one partition, number 0: with a single writer the order of
 // insertion is the order of visibility, so one position (outbox_partition.pos,
-// the last seq completed) is exact, and a record's lifecycle state is
-// derived (see the outbox_record view):
+// the last seq completed) is exact. Since migration 5 each handler
+// (outbox_handler; realtime always) has its own partition row, retry
+// queue rows and batch log, all keyed by the handler first, and a record's
+// lifecycle state for a handler is derived (see the outbox_record view,
+// one row per record and handler):
 //
-//   - a record with a row in the retry queue (outbox_retry) has that row's
-//     state: pending (waiting for a retry or held back behind one),
-//     dispatched or dead_letter;
+//   - a record with a row in the handler's retry queue (outbox_retry) has
+//     that row's state: pending (waiting for a retry or held back behind
+//     one), dispatched or dead_letter;
 //   - otherwise seq <= pos: dispatched, at the done_at of the completed
 //     batch that covers it (outbox_batch);
 //   - otherwise within the open claim (pos < seq <= claim_to) while its

@@ -124,9 +124,10 @@ func sqliteColumn[T any](ctx context.Context, tx *sql.Tx, query string) ([]T, er
 	return out, rows.Err()
 }
 
-// sqliteTables are the tables and views of Herald's schema, every version.
+// sqliteTables are the tables and views of Herald's schema (this
+// release's: the advice is given for it).
 const sqliteTables = "DROP VIEW outbox_record; DROP TABLE outbox; DROP TABLE outbox_retry; DROP TABLE outbox_partition; " +
-	"DROP TABLE outbox_batch; DROP TABLE outbox_replay; DROP TABLE schema_migrations;"
+	"DROP TABLE outbox_batch; DROP TABLE outbox_replay; DROP TABLE outbox_handler; DROP TABLE outbox_reader; DROP TABLE schema_migrations;"
 
 // irreversibleAdvice is what to do when the schema cannot be taken back
 // to version to from cur (docs/runbooks/rollback-schema.md says the same).

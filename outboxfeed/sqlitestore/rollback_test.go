@@ -34,7 +34,7 @@ func TestSQLiteSchemaRollback(t *testing.T) {
 	if v, err := s.SchemaVersion(ctx); err != nil || v != older {
 		t.Fatalf("after the rollback: version %d, %v; want %d", v, err, older)
 	}
-	e.CheckStates(t, s)
+	e.CheckStates(t, before5{s})
 
 	fresh, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "fresh.db")})
 	testenv.Must(t, err, "open a fresh file")
@@ -138,4 +138,12 @@ func TestSQLiteRollbackDoc(t *testing.T) {
 	if !strings.Contains(string(b), `sqlite3 herald-data/herald.db "`+sqliteTables+`"`) {
 		t.Fatalf("%s does not drop what the advice drops: %s", storetest.RollbackDoc, sqliteTables)
 	}
+}
+
+// before5 reads records of a schema from before migration 5, whose view
+// has no handler column.
+type before5 struct{ *Store }
+
+func (s before5) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
+	return s.get(ctx, id, `SELECT `+sqliteRecordColumns+` FROM outbox_record WHERE id = ?1`)
 }

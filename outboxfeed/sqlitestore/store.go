@@ -29,7 +29,17 @@ import (
 // writer makes the order of insertion the order of visibility, so one
 // position per partition is exact. The comment on sqliteMigrations gives the
 // layout and how a record's state is derived.
+//
+// A Store consumes the outbox for one handler (docs/handlers.md): Open
+// returns the built-in handler realtime's, and ForHandler another's over
+// the same connection.
 type Store struct {
+	*shared
+	handler string
+}
+
+// shared is what the Stores of every handler of one database share.
+type shared struct {
 	db     *sql.DB
 	path   string
 	log    *slog.Logger
@@ -65,7 +75,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
-	s := &Store{db: db, path: path, log: cfg.Logger}
+	s := &Store{shared: &shared{db: db, path: path, log: cfg.Logger}, handler: outboxfeed.RealtimeHandler}
 	if err := s.Ping(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -123,7 +133,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // migrate applies the pending migrations up to version upTo (tests build
 // databases of earlier versions with it).
-func (s *Store) migrate(ctx context.Context, upTo int) error {
+func (s *shared) migrate(ctx context.Context, upTo int) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version    INTEGER PRIMARY KEY,
@@ -170,7 +180,7 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 }
 
 // inTx runs fn in a BEGIN IMMEDIATE transaction.
-func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *shared) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -202,11 +212,16 @@ const sqliteRecordColumns = `id, seq, tenant_id, channel, type, schema_version, 
 
 // Get loads one record.
 func (s *Store) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
+	return s.get(ctx, id, `SELECT `+sqliteRecordColumns+` FROM outbox_record WHERE id = ?1 AND handler = ?2`, s.handler)
+}
+
+// get loads one record with q, a query of its canonical id (?1) and args.
+func (s *Store) get(ctx context.Context, id, q string, args ...any) (outboxfeed.Record, error) {
 	cid, err := storekit.CanonicalID(id)
 	if err != nil || id == "" {
 		return outboxfeed.Record{}, fmt.Errorf("%w: %q is not a uuid", outboxfeed.ErrNotFound, id)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sqliteRecordColumns+` FROM outbox_record WHERE id = ?`, cid)
+	rows, err := s.db.QueryContext(ctx, q, append([]any{cid}, args...)...)
 	if err != nil {
 		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
 	}
@@ -225,29 +240,35 @@ func (s *Store) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
 }
 
 // sqliteUnqueued is the condition "record o has no row in the retry
-// queue" (an index probe).
-const sqliteUnqueued = `NOT EXISTS (SELECT 1 FROM outbox_retry q WHERE q.rec_seq = o.seq)`
+// queue of the handler named by the SQL expression h" (an index probe).
+func sqliteUnqueued(h string) string {
+	return `NOT EXISTS (SELECT 1 FROM outbox_retry q WHERE q.handler = ` + h + ` AND q.rec_seq = o.seq)`
+}
 
 // sqliteNever stands for "no such record" in min() over times.
 const sqliteNever = int64(9223372036854775807)
 
-// sqliteStats counts the records past the position (read from there on in
-// rowid order) and the pending queue rows (partial index), and finds the
-// oldest of the first record past the position and the pending queue rows.
-const sqliteStats = `SELECT
-	(SELECT count(*) FROM outbox o WHERE o.seq > p.pos AND ` + sqliteUnqueued + `)
-	+ (SELECT count(*) FROM outbox_retry INDEXED BY outbox_retry_pending_idx WHERE state = 'pending'),
-	(SELECT count(*) FROM outbox_retry INDEXED BY outbox_retry_dead_letter_idx WHERE state = 'dead_letter'),
-	min(coalesce((SELECT o.occurred_at FROM outbox o WHERE o.seq > p.pos AND ` + sqliteUnqueued + ` ORDER BY o.seq LIMIT 1), ?1),
-	    coalesce((SELECT min(occurred_at) FROM outbox_retry WHERE state = 'pending'), ?1))
-FROM outbox_partition p WHERE p.part = 0`
+// sqliteStats counts the records past the position (a rowid range, less
+// the few the queue holds: migrated ones) and the pending queue rows
+// (partial index), and finds the
+// oldest of the first record past the position and the pending queue rows,
+// of handler ?2.
+var sqliteStats = `SELECT
+	(SELECT count(*) FROM outbox o WHERE o.seq > p.pos)
+	- (SELECT count(*) FROM outbox_retry q WHERE q.handler = p.handler AND q.rec_seq > p.pos
+		AND EXISTS (SELECT 1 FROM outbox o WHERE o.seq = q.rec_seq))
+	+ (SELECT count(*) FROM outbox_retry INDEXED BY outbox_retry_pending_idx WHERE handler = p.handler AND state = 'pending'),
+	(SELECT count(*) FROM outbox_retry INDEXED BY outbox_retry_dead_letter_idx WHERE handler = p.handler AND state = 'dead_letter'),
+	min(coalesce((SELECT o.occurred_at FROM outbox o WHERE o.seq > p.pos AND ` + sqliteUnqueued("p.handler") + ` ORDER BY o.seq LIMIT 1), ?1),
+	    coalesce((SELECT min(occurred_at) FROM outbox_retry WHERE handler = p.handler AND state = 'pending'), ?1))
+FROM outbox_partition p WHERE p.handler = ?2 AND p.part = 0`
 
 // Stats counts the backlog: the records past the partition's position and
 // the pending rows of the retry queue.
 func (s *Store) Stats(ctx context.Context) (outboxfeed.Stats, error) {
 	var st outboxfeed.Stats
 	var oldest int64
-	err := s.db.QueryRowContext(ctx, sqliteStats, sqliteNever).Scan(&st.Pending, &st.DeadLetter, &oldest)
+	err := s.db.QueryRowContext(ctx, sqliteStats, sqliteNever, s.handler).Scan(&st.Pending, &st.DeadLetter, &oldest)
 	if err != nil {
 		return outboxfeed.Stats{}, fmt.Errorf("outboxfeed: stats: %w", err)
 	}

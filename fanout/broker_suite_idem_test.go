@@ -1,0 +1,129 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// testIdempotentCases runs the idempotent Publish contract (see
+// Broker.Publish) against a broker whose history holds historySize
+// publications per channel. newLossy returns a broker and a publish that
+// the broker accepts but whose first answer is lost, so it is retried; the
+// publish returns what the retry answered.
+func testIdempotentCases(t *testing.T, newBroker func(t *testing.T, historySize int) Broker,
+	newLossy func(t *testing.T) (Broker, func(t *testing.T, m Message) Publication)) {
+	t.Run("a publish whose reply was lost is retried without a second entry", func(t *testing.T) {
+		b, publishLosingReply := newLossy(t)
+		key := Key{"acme", "idem/lost"}
+		rec := recording(t, b, key)
+		first := mustPublish(t, b, msg(key, "m0")) // loads the script where it runs
+		got := publishLosingReply(t, msg(key, "m1"))
+		if got.ID != "m1" || got.Offset != first.Offset+1 || got.Epoch != first.Epoch {
+			t.Fatalf("retried publish answered %+v, want m1 at offset %d", got.Position, first.Offset+1)
+		}
+		if p := mustPublish(t, b, msg(key, "m2")); p.Offset != got.Offset+1 {
+			t.Fatalf("next publication at %v, want offset %d", p.Position, got.Offset+1)
+		}
+		if h := ids(history(t, b, key)); !slices.Equal(h, []string{"m0", "m1", "m2"}) {
+			t.Fatalf("history %v, want [m0 m1 m2]", h)
+		}
+		if d := deliveredUpTo(t, b, rec, key); !slices.Equal(d, []string{"m0", "m1", "m2"}) {
+			t.Fatalf("fanned out %v, want [m0 m1 m2]", d)
+		}
+	})
+
+	t.Run("a retained id is answered with its publication", func(t *testing.T) {
+		b := newBroker(t, 10)
+		key := Key{"acme", "idem/retained"}
+		rec := recording(t, b, key)
+		m1 := mustPublish(t, b, msg(key, "m1"))
+		mustPublish(t, b, msg(key, "m2"))
+		again := msg(key, "m1")
+		again.Data = json.RawMessage(`{"other":true}`)
+		got := mustPublish(t, b, again)
+		if got.Position != m1.Position || got.ID != "m1" || got.Key != key || string(got.Data) != `{"id":"m1"}` ||
+			!got.Time.Equal(m1.Time) || got.Type != m1.Type {
+			t.Fatalf("repeat of m1: %+v data %s; want the retained %+v", got, got.Data, m1)
+		}
+		// The same id on another channel is another message.
+		if p := mustPublish(t, b, msg(Key{"acme", "idem/other"}, "m1")); p.Offset != 1 {
+			t.Fatalf("m1 on another channel at %v, want offset 1", p.Position)
+		}
+		if d := deliveredUpTo(t, b, rec, key); !slices.Equal(d, []string{"m1", "m2"}) {
+			t.Fatalf("fanned out %v, want [m1 m2]", d)
+		}
+	})
+
+	t.Run("an id that left the history is appended again", func(t *testing.T) {
+		b := newBroker(t, 3)
+		key := Key{"acme", "idem/trimmed"}
+		for i := 1; i <= 10; i++ {
+			mustPublish(t, b, msg(key, fmt.Sprint("m", i)))
+		}
+		// Retained: m8 m9 m10.
+		for i := 8; i <= 10; i++ {
+			if p := mustPublish(t, b, msg(key, fmt.Sprint("m", i))); p.Offset != uint64(i) {
+				t.Fatalf("repeat of retained m%d at %v, want offset %d", i, p.Position, i)
+			}
+		}
+		if p := mustPublish(t, b, msg(key, "m7")); p.Offset != 11 {
+			t.Fatalf("repeat of trimmed m7 at %v, want offset 11", p.Position)
+		}
+		// Retained: m9 m10 m7; m8 has left.
+		if p := mustPublish(t, b, msg(key, "m8")); p.Offset != 12 {
+			t.Fatalf("repeat of trimmed m8 at %v, want offset 12", p.Position)
+		}
+		if p := mustPublish(t, b, msg(key, "m7")); p.Offset != 11 {
+			t.Fatalf("repeat of re-appended m7 at %v, want offset 11", p.Position)
+		}
+		top := mustRecover(t, b, key, Position{}).Top
+		r := mustRecover(t, b, key, Position{Offset: 9, Epoch: top.Epoch})
+		if h := ids(r.Publications); !r.Recovered || !slices.Equal(h, []string{"m10", "m7", "m8"}) {
+			t.Fatalf("history after offset 9: %v (recovered %v), want [m10 m7 m8]", h, r.Recovered)
+		}
+	})
+
+	t.Run("concurrent repeats leave one entry per id", func(t *testing.T) {
+		b := newBroker(t, 100)
+		key := Key{"acme", "idem/concurrent"}
+		const n, workers = 40, 4
+		got := make([]map[string]Position, workers)
+		errs := make(chan error, workers)
+		done := make(chan struct{})
+		for w := range workers {
+			got[w] = make(map[string]Position)
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for i := range n {
+					p, err := b.Publish(context.Background(), msg(key, fmt.Sprint("m", i)))
+					if err != nil {
+						errs <- err
+						return
+					}
+					got[w][p.ID] = p.Position
+				}
+			}()
+		}
+		for range workers {
+			<-done
+		}
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		h := history(t, b, key)
+		if len(h) != n {
+			t.Fatalf("history holds %d publications, want %d", len(h), n)
+		}
+		for _, p := range h {
+			for w := range workers {
+				if got[w][p.ID] != p.Position {
+					t.Fatalf("worker %d got %s at %v, history has it at %v", w, p.ID, got[w][p.ID], p.Position)
+				}
+			}
+		}
+	})
+}

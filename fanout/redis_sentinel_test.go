@@ -1,0 +1,270 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// follower is a client of one channel on one node: it takes publications
+// in offset order, and on a gap or a resync resumes from the history
+// (queued for a resumer), as the gateway's connections do.
+type follower struct {
+	key    Key
+	broker Broker
+	queue  chan<- *follower
+	seen   func(id string) // called for every publication taken
+
+	mu       sync.Mutex
+	epoch    string
+	next     uint64 // the offset it takes next
+	ids      []string
+	queued   bool
+	lost     int           // resumes answered recovered: false
+	progress chan struct{} // poked whenever next grows
+}
+
+func (f *follower) Deliver(p *Prepared) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch pos := p.Position(); {
+	case pos.Epoch == f.epoch && pos.Offset < f.next: // had it
+	case pos.Epoch == f.epoch && pos.Offset == f.next:
+		f.takeLocked(p.Publication())
+	default:
+		f.enqueueLocked()
+	}
+}
+
+func (f *follower) Resync(Key) {
+	f.mu.Lock()
+	f.enqueueLocked()
+	f.mu.Unlock()
+}
+
+func (f *follower) takeLocked(p Publication) {
+	f.ids = append(f.ids, p.ID)
+	f.next++
+	f.seen(p.ID)
+	select {
+	case f.progress <- struct{}{}:
+	default:
+	}
+}
+
+// enqueueLocked queues f for a resume, once: the queue holds every
+// follower, so this never blocks.
+func (f *follower) enqueueLocked() {
+	if !f.queued {
+		f.queued = true
+		f.queue <- f
+	}
+}
+
+// resume recovers what f missed; false when the broker did not answer.
+func (f *follower) resume(ctx context.Context) bool {
+	f.mu.Lock()
+	f.queued = false
+	since := Position{Offset: f.next - 1, Epoch: f.epoch}
+	f.mu.Unlock()
+	r, err := f.broker.Recover(ctx, f.key, since, 0)
+	if err != nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !r.Recovered {
+		f.lost++
+		return true
+	}
+	for _, p := range r.Publications {
+		if p.Offset == f.next {
+			f.takeLocked(p)
+		}
+	}
+	return true
+}
+
+// upTo waits until f took every offset up to top.
+func (f *follower) upTo(ctx context.Context, top uint64) error {
+	for {
+		f.mu.Lock()
+		done := f.next > top
+		f.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-f.progress:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// TestRedisSentinelFailover: a primary, its replica and three sentinels;
+// two nodes with 1,000 followers on 10 channels; a publisher that waits
+// for the replica (WaitReplicas 1) and retries until accepted. The
+// primary is killed (SIGKILL) while records flow. The sentinels promote
+// the replica, the nodes notice (heartbeat: stalled, then healthy),
+// resubscribe, and every follower resumes from the history: each holds
+// every accepted record once, in offset order, and no resume was told
+// recovered: false. The killed server is started again (empty) as the
+// new primary's replica, so WAIT is answered again.
+func TestRedisSentinelFailover(t *testing.T) {
+	t.Parallel()
+	s := testenv.StartRedisSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, prefix := testenv.Redis(t) // a prefix of the test's own
+	cfg := RedisConfig{
+		SentinelMaster: testenv.SentinelMaster, SentinelAddrs: s.Sentinels, KeyPrefix: prefix,
+		HeartbeatInterval: 100 * time.Millisecond,
+	}
+	const channels, perNode, records, killAfter = 10, 50, 1000, 300
+	var keys []Key
+	for c := range channels {
+		keys = append(keys, Key{"acme", fmt.Sprintf("failover/%d", c)})
+	}
+	pcfg := cfg
+	pcfg.WaitReplicas, pcfg.WaitTimeout = 1, 200*time.Millisecond
+	publisher := newTestRedisBroker(t, pcfg)
+	seed := make(map[Key]Publication)
+	for _, k := range keys {
+		seed[k] = mustPublish(t, publisher, msg(k, "seed"))
+	}
+
+	var (
+		killAt    time.Time
+		afterKill atomic.Pointer[string] // the first id published after the kill
+		resumedAt atomic.Int64           // unix ns of the first take of a record published after the kill
+	)
+	seen := func(id string) {
+		if first := afterKill.Load(); first != nil && id >= *first && resumedAt.Load() == 0 {
+			resumedAt.CompareAndSwap(0, time.Now().UnixNano())
+		}
+	}
+	queue := make(chan *follower, 2*channels*perNode)
+	var resumers sync.WaitGroup
+	for range 8 {
+		resumers.Go(func() {
+			for f := range queue {
+				if !f.resume(ctx) {
+					time.Sleep(20 * time.Millisecond) // the broker is not back yet
+					f.mu.Lock()
+					f.enqueueLocked()
+					f.mu.Unlock()
+				}
+			}
+		})
+	}
+	var nodes []redisNode
+	var followers []*follower
+	for range 2 {
+		n := newRedisNode(t, cfg)
+		nodes = append(nodes, n)
+		for i := range perNode * channels {
+			k := keys[i%channels]
+			f := &follower{key: k, broker: n.broker, queue: queue, seen: seen,
+				epoch: seed[k].Epoch, next: seed[k].Offset + 1, progress: make(chan struct{}, 1)}
+			if err := n.hub.Subscribe(ctx, k, f); err != nil {
+				t.Fatal(err)
+			}
+			followers = append(followers, f)
+		}
+	}
+
+	accepted := make(map[string]Publication)
+	var acceptedAfterKill time.Time
+	for i := range records {
+		id := fmt.Sprintf("r%05d", i)
+		m := msg(keys[i%channels], id)
+		for {
+			p, err := publisher.Publish(ctx, m)
+			if err == nil {
+				accepted[id] = p
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("publish %s: %v", id, err)
+			}
+			if errors.Is(err, ErrNotReplicated) && acceptedAfterKill.IsZero() {
+				restartAsReplica(t, s, ctx)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if i > killAfter && acceptedAfterKill.IsZero() {
+			acceptedAfterKill = time.Now()
+		}
+		if i == killAfter {
+			next := fmt.Sprintf("r%05d", i+1)
+			afterKill.Store(&next)
+			killAt = time.Now()
+			s.Kill(s.Primary)
+		}
+	}
+
+	for _, f := range followers {
+		top := accepted[fmt.Sprintf("r%05d", records-channels+slices.Index(keys, f.key))].Offset
+		if err := f.upTo(ctx, top); err != nil {
+			f.mu.Lock()
+			t.Fatalf("follower of %v on %d of %d: %v", f.key, f.next-1, top, err)
+		}
+	}
+	close(queue)
+	resumers.Wait()
+
+	for _, k := range keys {
+		h := history(t, publisher, k)
+		if h[0].Epoch != seed[k].Epoch {
+			t.Fatalf("%v: epoch %s after the failover, was %s", k, h[0].Epoch, seed[k].Epoch)
+		}
+		for _, p := range h[1:] {
+			if a, ok := accepted[p.ID]; !ok || a.Position != p.Position {
+				t.Fatalf("%v: history has %s at %v, accepted at %v", k, p.ID, p.Position, a.Position)
+			}
+		}
+		want := ids(h[1:])
+		for _, f := range followers {
+			if f.key != k {
+				continue
+			}
+			if f.lost > 0 || !slices.Equal(f.ids, want) {
+				t.Fatalf("%v: a follower took %d records (%d resumes not recovered), the history has %d", k, len(f.ids), f.lost, len(want))
+			}
+		}
+	}
+	if n := len(accepted); n != records {
+		t.Fatalf("%d records accepted, want %d", n, records)
+	}
+	for i, n := range nodes {
+		if stalls := testutil.ToFloat64(n.broker.m.stalls); stalls < 1 {
+			t.Errorf("node %d: herald_redis_pubsub_stalls_total = %v, want ≥ 1", i, stalls)
+		}
+		if err := n.broker.Ping(ctx); err != nil {
+			t.Errorf("node %d after the failover: %v", i, err)
+		}
+	}
+	t.Logf("kill → first record published after it delivered: %v; → first publish acknowledged by the new replica: %v",
+		time.Duration(resumedAt.Load()-killAt.UnixNano()).Round(time.Millisecond), acceptedAfterKill.Sub(killAt).Round(time.Millisecond))
+}
+
+// restartAsReplica starts the killed primary again as a replica of the
+// new one, once the sentinels name another primary.
+func restartAsReplica(t *testing.T, s *testenv.RedisSentinel, ctx context.Context) {
+	t.Helper()
+	if s.Running(s.Primary) {
+		return
+	}
+	if now, err := s.PrimaryNow(ctx); err == nil && now != s.Primary {
+		s.RestartAsReplica(s.Primary, now)
+	}
+}
