@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -136,12 +137,41 @@ type pgClaimRowTargets struct {
 	fence, tkq               int64
 	qseq, seq                pgtype.Int8
 	due, tk                  pgtype.Bool
-	id, xid, channel         pgtype.Text
+	id                       pgtype.Text
+	xid                      xidText
 	tenant, typ, kind2       internedText
+	channel                  internedText
 	version                  pgtype.Int4
 	payload, freshness       []byte
 	occurred                 pgtype.Timestamptz
 	dest                     []any
+	slab                     []byte // the claim's payloads (keep)
+}
+
+// maxInternedChannels bounds a claim's table of channel names: a range
+// holds up to RangeRecords records, many of them on the same channels.
+const maxInternedChannels = 4096
+
+// slabBytes is the size of the blocks a claim copies its payloads into,
+// instead of one allocation per record (a payload of more than a quarter
+// of it gets its own).
+const slabBytes = 32 << 10
+
+// keep copies v (the driver's memory) into the claim's slab; the copy's
+// capacity ends with it, so appending to one never touches another.
+func (t *pgClaimRowTargets) keep(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	if len(v) > slabBytes/4 {
+		return append([]byte(nil), v...)
+	}
+	if cap(t.slab)-len(t.slab) < len(v) {
+		t.slab = make([]byte, 0, slabBytes)
+	}
+	i := len(t.slab)
+	t.slab = append(t.slab, v...)
+	return t.slab[i:len(t.slab):len(t.slab)]
 }
 
 func newPGClaimRowTargets() *pgClaimRowTargets {
@@ -150,6 +180,7 @@ func newPGClaimRowTargets() *pgClaimRowTargets {
 	for _, it := range []*internedText{&t.tenant, &t.typ, &t.kind2} {
 		it.table = strs
 	}
+	t.channel.table, t.channel.limit = make(map[string]string, 64), maxInternedChannels
 	t.dest = []any{&t.kind, &t.part, &t.fence, &t.takeovers, &t.qseq, &t.attempt, &t.due,
 		&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2, &t.tk, &t.tkq}
 	return t
@@ -157,14 +188,14 @@ func newPGClaimRowTargets() *pgClaimRowTargets {
 
 // record builds the claimed record of the current row.
 func (t *pgClaimRowTargets) record() (outboxfeed.Record, error) {
-	if !t.id.Valid || !t.seq.Valid || !t.tenant.valid || !t.channel.Valid || !t.typ.valid || !t.version.Valid ||
+	if !t.id.Valid || !t.seq.Valid || !t.tenant.valid || !t.channel.valid || !t.typ.valid || !t.version.Valid ||
 		!t.occurred.Valid || !t.kind2.valid {
 		return outboxfeed.Record{}, fmt.Errorf("%w: NULL column in claimed record %s", outboxfeed.ErrCorruptRecord, t.id.String)
 	}
 	r := outboxfeed.Record{
-		ID: t.id.String, Seq: t.seq.Int64, TenantID: t.tenant.s, Channel: t.channel.String,
+		ID: t.id.String, Seq: t.seq.Int64, TenantID: t.tenant.s, Channel: t.channel.s,
 		Type: t.typ.s, SchemaVersion: int(t.version.Int32),
-		Payload: append([]byte(nil), t.payload...), Freshness: append([]byte(nil), t.freshness...),
+		Payload: t.keep(t.payload), Freshness: t.keep(t.freshness),
 		OccurredAt: t.occurred.Time, Kind: t.kind2.s, Attempt: int(t.attempt), Fence: t.fence,
 		PayloadIsJSON: true,
 	}
@@ -172,12 +203,94 @@ func (t *pgClaimRowTargets) record() (outboxfeed.Record, error) {
 		r.Queued = t.qseq.Int64
 		return r, nil
 	}
-	x, err := strconv.ParseUint(t.xid.String, 10, 64)
-	if err != nil {
-		return outboxfeed.Record{}, fmt.Errorf("%w: xid %q of record %s", outboxfeed.ErrCorruptRecord, t.xid.String, r.ID)
+	if !t.xid.valid {
+		return outboxfeed.Record{}, fmt.Errorf("%w: xid %q of record %s", outboxfeed.ErrCorruptRecord, t.xid.bad, r.ID)
 	}
-	r.TxID = x
+	r.TxID = t.xid.x
 	return r, nil
+}
+
+// xidText scans an xid8 sent as text into a number, without keeping the
+// text (one string less per claimed record).
+type xidText struct {
+	x     uint64
+	valid bool
+	bad   string // the text when it is not an xid (for the error)
+}
+
+// ScanBytes implements pgtype.BytesScanner; v is the driver's memory.
+func (t *xidText) ScanBytes(v []byte) error {
+	t.x, t.valid, t.bad = 0, false, ""
+	if v == nil {
+		return nil // NULL: a queued record's row (or corrupt, reported by record)
+	}
+	x, ok := parseXID(v)
+	if !ok {
+		t.bad = string(v)
+		return nil
+	}
+	t.x, t.valid = x, true
+	return nil
+}
+
+// parseXID parses a decimal uint64 (strconv.ParseUint without the
+// conversion to a string).
+func parseXID(v []byte) (uint64, bool) {
+	if len(v) == 0 || len(v) > 20 {
+		return 0, false
+	}
+	var x uint64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if x > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		x = x*10 + d
+	}
+	return x, true
+}
+
+// recordChunk is how many records scanClaim gathers before it starts a
+// new chunk.
+const recordChunk = 4096
+
+// gather collects a claim's range records in chunks and joins them once
+// at the end: a range can hold RangeRecords (100,000 by default) records,
+// and growing one slice to that size copies it several times over.
+type gather struct {
+	full [][]outboxfeed.Record
+	cur  []outboxfeed.Record
+	n    int
+}
+
+func (g *gather) add(r outboxfeed.Record) {
+	if len(g.cur) == cap(g.cur) {
+		if g.cur != nil {
+			g.full = append(g.full, g.cur)
+		}
+		c := recordChunk
+		if g.n < recordChunk {
+			c = max(64, 2*g.n) // small claims stay small
+		}
+		g.cur = make([]outboxfeed.Record, 0, min(c, recordChunk))
+	}
+	g.cur = append(g.cur, r)
+	g.n++
+}
+
+// records returns the records gathered, in the order added.
+func (g *gather) records() []outboxfeed.Record {
+	if len(g.full) == 0 {
+		return g.cur
+	}
+	out := make([]outboxfeed.Record, 0, g.n)
+	for _, c := range g.full {
+		out = append(out, c...)
+	}
+	return append(out, g.cur...)
 }
 
 // scanClaim builds the batch from herald.outbox_claim's rows (none: nothing
@@ -190,7 +303,8 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 		queued int64
 	}
 	var heads map[fanout.Key]head
-	var queued, ranged []outboxfeed.Record
+	var queued []outboxfeed.Record
+	var ranged gather
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
 			return nil, err
@@ -203,7 +317,7 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 			if heads == nil {
 				heads = make(map[fanout.Key]head)
 			}
-			heads[fanout.Key{Tenant: t.tenant.s, Channel: t.channel.String}] = head{due: t.due.Bool, queued: t.qseq.Int64}
+			heads[fanout.Key{Tenant: t.tenant.s, Channel: t.channel.s}] = head{due: t.due.Bool, queued: t.qseq.Int64}
 			continue
 		}
 		r, err := t.record()
@@ -213,7 +327,7 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 		if t.kind == 'q' {
 			queued = append(queued, r)
 		} else {
-			ranged = append(ranged, r)
+			ranged.add(r)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -239,7 +353,7 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 			break
 		}
 	}
-	if len(ranged) > rangeLimit(req) {
+	if ranged.n > rangeLimit(req) {
 		// Too large to hold: read in runs (Claim reads the first ones).
 		state(b).runs.pending = true
 		b.Records = queued
@@ -247,9 +361,10 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 		setState(b)
 		return b, nil
 	}
-	sortBySeq(ranged)
+	rs := ranged.records()
+	sortBySeq(rs)
 	b.Records = queued
-	hand(b, ranged, req.Limit)
+	hand(b, rs, req.Limit)
 	return b, nil
 }
 
@@ -371,7 +486,7 @@ func (s *Store) readRuns(ctx context.Context, b *outboxfeed.Batch, req *outboxfe
 	t := newPGClaimRowTargets()
 	t.kind = 'r'
 	dest := []any{&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2}
-	var got []outboxfeed.Record
+	got := make([]outboxfeed.Record, 0, min(n, req.Limit))
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
