@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -57,13 +58,13 @@ func rangeLimit(req *outboxfeed.ClaimRequest) int {
 }
 
 // pgBatch is the store's own state of a claim (outboxfeed.Batch.Driver):
-// the claim's commit mode, the rest of the range it read, in seq order,
-// and the runs of a range too large to hold. A completion whose next
+// the claim's commit mode, the rest of the range it read, in seq order
+// (in chunks, none empty), and the runs of a range too large to hold. A completion whose next
 // claim is the same partition's goes on with them under a renewed lease
 // instead of reading the range again.
 type pgBatch struct {
 	durable bool
-	rest    []outboxfeed.Record
+	rest    [][]outboxfeed.Record
 	runs    pgRuns
 }
 
@@ -253,44 +254,50 @@ func parseXID(v []byte) (uint64, bool) {
 	return x, true
 }
 
-// recordChunk is how many records scanClaim gathers before it starts a
-// new chunk.
-const recordChunk = 4096
-
-// gather collects a claim's range records in chunks and joins them once
-// at the end: a range can hold RangeRecords (100,000 by default) records,
-// and growing one slice to that size copies it several times over.
+// gather collects a claim's range records in chunks of a batch (the
+// first one grows to it as a slice does, for small claims): a range can hold RangeRecords
+// (100,000 by default) records, and growing one slice to that size, or
+// joining the chunks into one, allocates, clears and copies megabytes the
+// batches handed out one at a time do not need; a chunk is freed once its
+// batch is.
 type gather struct {
-	full [][]outboxfeed.Record
-	cur  []outboxfeed.Record
-	n    int
+	chunks [][]outboxfeed.Record // full ones
+	cur    []outboxfeed.Record
+	n      int
+	limit  int // a chunk's size
 }
 
 func (g *gather) add(r outboxfeed.Record) {
-	if len(g.cur) == cap(g.cur) {
-		if g.cur != nil {
-			g.full = append(g.full, g.cur)
-		}
-		c := recordChunk
-		if g.n < recordChunk {
-			c = max(64, 2*g.n) // small claims stay small
-		}
-		g.cur = make([]outboxfeed.Record, 0, min(c, recordChunk))
+	if len(g.cur) == g.limit {
+		// Exactly a batch each, so that batches never straddle two.
+		g.chunks = append(g.chunks, g.cur)
+		g.cur = make([]outboxfeed.Record, 0, g.limit)
 	}
 	g.cur = append(g.cur, r)
 	g.n++
 }
 
-// records returns the records gathered, in the order added.
-func (g *gather) records() []outboxfeed.Record {
-	if len(g.full) == 0 {
-		return g.cur
+// inSeqOrder returns the records gathered in seq order, in chunks: as
+// they are when they came so (one transaction after another), else
+// joined and sorted.
+func (g *gather) inSeqOrder() [][]outboxfeed.Record {
+	cs := append(g.chunks, g.cur)
+	sorted := true
+	for i, c := range cs {
+		if !slices.IsSortedFunc(c, bySeq) || i > 0 && len(c) > 0 && cs[i-1][len(cs[i-1])-1].Seq > c[0].Seq {
+			sorted = false
+			break
+		}
 	}
-	out := make([]outboxfeed.Record, 0, g.n)
-	for _, c := range g.full {
-		out = append(out, c...)
+	if sorted {
+		return cs
 	}
-	return append(out, g.cur...)
+	all := make([]outboxfeed.Record, 0, g.n)
+	for _, c := range cs {
+		all = append(all, c...)
+	}
+	slices.SortFunc(all, bySeq)
+	return [][]outboxfeed.Record{all}
 }
 
 // scanClaim builds the batch from herald.outbox_claim's rows (none: nothing
@@ -304,7 +311,7 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 	}
 	var heads map[fanout.Key]head
 	var queued []outboxfeed.Record
-	var ranged gather
+	ranged := gather{limit: max(req.Limit, 1)}
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
 			return nil, err
@@ -361,10 +368,8 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 		setState(b)
 		return b, nil
 	}
-	rs := ranged.records()
-	sortBySeq(rs)
 	b.Records = queued
-	hand(b, rs, req.Limit)
+	hand(b, ranged.inSeqOrder(), req.Limit)
 	return b, nil
 }
 
@@ -376,20 +381,41 @@ func block(b *outboxfeed.Batch, k fanout.Key) {
 	b.Blocked[k] = struct{}{}
 }
 
-// hand appends up to limit of ranged (in seq order) to b.Records and
-// keeps the rest for the next batch of the range (sharing ranged's
-// array: nothing is copied but this batch).
-func hand(b *outboxfeed.Batch, ranged []outboxfeed.Record, limit int) {
-	n := min(len(ranged), limit)
-	if len(b.Records) == 0 {
-		b.Records = ranged[:n:n]
-	} else {
-		b.Records = append(b.Records, ranged[:n]...)
+// hand appends up to limit of ranged (in seq order, in chunks) to
+// b.Records (after its queued records) and keeps the rest for the next batch of the range (sharing
+// ranged's arrays: a batch within one chunk is not copied).
+func hand(b *outboxfeed.Batch, ranged [][]outboxfeed.Record, limit int) {
+	for len(ranged) > 0 && len(ranged[0]) == 0 {
+		ranged = ranged[1:]
 	}
-	if n < len(ranged) {
-		state(b).rest = ranged[n:]
+	var first []outboxfeed.Record // what is left of ranged[0]
+	switch {
+	case len(ranged) == 0:
+	case len(b.Records) == 0 && (len(ranged[0]) >= limit || len(ranged) == 1):
+		n := min(len(ranged[0]), limit)
+		b.Records, first = ranged[0][:n:n], ranged[0][n:]
+	default:
+		first = ranged[0]
+		for taken := 0; taken < limit; {
+			n := min(len(first), limit-taken)
+			b.Records, first = append(b.Records, first[:n]...), first[n:]
+			taken += n
+			if len(first) > 0 || len(ranged) == 1 {
+				break
+			}
+			ranged, first = ranged[1:], ranged[1]
+		}
 	}
-	b.More = len(state(b).rest) > 0 || state(b).runs.left()
+	// A new list: the one handed in may be another batch's.
+	var rest [][]outboxfeed.Record
+	if len(first) > 0 {
+		rest = append(rest, first)
+	}
+	if len(ranged) > 1 {
+		rest = append(rest, ranged[1:]...)
+	}
+	state(b).rest = rest
+	b.More = len(rest) > 0 || state(b).runs.left()
 	setState(b)
 }
 
@@ -402,22 +428,9 @@ func setState(b *outboxfeed.Batch) {
 	}
 }
 
-// sortBySeq sorts records of one range into staging order. They come
-// from the index in (xid, seq) order, mostly sorted already.
-func sortBySeq(rs []outboxfeed.Record) {
-	cmp := func(a, b outboxfeed.Record) int {
-		switch {
-		case a.Seq < b.Seq:
-			return -1
-		case a.Seq > b.Seq:
-			return 1
-		}
-		return 0
-	}
-	if !slices.IsSortedFunc(rs, cmp) {
-		slices.SortFunc(rs, cmp)
-	}
-}
+// bySeq orders records of one range in staging order. They come from
+// the index in (xid, seq) order, mostly sorted already.
+func bySeq(a, b outboxfeed.Record) int { return cmp.Compare(a.Seq, b.Seq) }
 
 // pgRun is a run of one transaction's consecutive records of a range (in
 // seq order): seq from..to, n records.
@@ -504,7 +517,7 @@ func (s *Store) readRuns(ctx context.Context, b *outboxfeed.Batch, req *outboxfe
 		return err
 	}
 	state(b).runs.consume(got)
-	hand(b, got, req.Limit)
+	hand(b, [][]outboxfeed.Record{got}, req.Limit)
 	return nil
 }
 
@@ -701,7 +714,7 @@ func readKeep(res pgx.BatchResults, b *outboxfeed.Batch, out []outboxfeed.Outcom
 		}
 	}
 	if len(left) > 0 {
-		ranged = append(left, state(b).rest...)
+		ranged = append([][]outboxfeed.Record{left}, state(b).rest...)
 	}
 	if len(ranged) == 0 && !state(nb).runs.left() {
 		// Nothing left to hand out (the range's last runs were read).
