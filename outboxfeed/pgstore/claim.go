@@ -59,9 +59,9 @@ func rangeLimit(req *outboxfeed.ClaimRequest) int {
 
 // pgBatch is the store's own state of a claim (outboxfeed.Batch.Driver):
 // the claim's commit mode, the rest of the range it read, in seq order
-// (in chunks, none empty), and the runs of a range too large to hold. A completion whose next
-// claim is the same partition's goes on with them under a renewed lease
-// instead of reading the range again.
+// (in chunks, none empty), and the runs of a range too large to hold. A
+// completion whose next claim is the same partition's goes on with them
+// under a renewed lease instead of reading the range again.
 type pgBatch struct {
 	durable bool
 	rest    [][]outboxfeed.Record
@@ -255,11 +255,11 @@ func parseXID(v []byte) (uint64, bool) {
 }
 
 // gather collects a claim's range records in chunks of a batch (the
-// first one grows to it as a slice does, for small claims): a range can hold RangeRecords
-// (100,000 by default) records, and growing one slice to that size, or
-// joining the chunks into one, allocates, clears and copies megabytes the
-// batches handed out one at a time do not need; a chunk is freed once its
-// batch is.
+// first one grows to it as a slice does, for small claims): a range can
+// hold RangeRecords (100,000 by default) records, and growing one slice
+// to that size, or joining the chunks into one, allocates, clears and
+// copies megabytes the batches handed out one at a time do not need; a
+// chunk is freed once its batch is.
 type gather struct {
 	chunks [][]outboxfeed.Record // full ones
 	cur    []outboxfeed.Record
@@ -382,8 +382,9 @@ func block(b *outboxfeed.Batch, k fanout.Key) {
 }
 
 // hand appends up to limit of ranged (in seq order, in chunks) to
-// b.Records (after its queued records) and keeps the rest for the next batch of the range (sharing
-// ranged's arrays: a batch within one chunk is not copied).
+// b.Records (after its queued records) and keeps the rest for the next
+// batch of the range (sharing ranged's arrays: a batch within one chunk
+// is not copied).
 func hand(b *outboxfeed.Batch, ranged [][]outboxfeed.Record, limit int) {
 	for len(ranged) > 0 && len(ranged[0]) == 0 {
 		ranged = ranged[1:]
