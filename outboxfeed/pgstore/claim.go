@@ -143,7 +143,7 @@ type pgClaimRowTargets struct {
 	tenant, typ, kind2       internedText
 	channel                  internedText
 	version                  pgtype.Int4
-	payload, freshness       []byte
+	payload, freshness       keptBytes
 	occurred                 pgtype.Timestamptz
 	dest                     []any
 	slab                     []byte // the claim's payloads (keep)
@@ -157,6 +157,19 @@ const maxInternedChannels = 4096
 // instead of one allocation per record (a payload of more than a quarter
 // of it gets its own).
 const slabBytes = 32 << 10
+
+// keptBytes scans a column straight from the driver's memory into its
+// claim's slab (keep).
+type keptBytes struct {
+	t *pgClaimRowTargets
+	v []byte
+}
+
+// ScanBytes implements pgtype.BytesScanner; v is the driver's memory.
+func (k *keptBytes) ScanBytes(v []byte) error {
+	k.v = k.t.keep(v)
+	return nil
+}
 
 // keep copies v (the driver's memory) into the claim's slab; the copy's
 // capacity ends with it, so appending to one never touches another.
@@ -182,6 +195,7 @@ func newPGClaimRowTargets() *pgClaimRowTargets {
 		it.table = strs
 	}
 	t.channel.table, t.channel.limit = make(map[string]string, 64), maxInternedChannels
+	t.payload.t, t.freshness.t = t, t
 	t.dest = []any{&t.kind, &t.part, &t.fence, &t.takeovers, &t.qseq, &t.attempt, &t.due,
 		&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2, &t.tk, &t.tkq}
 	return t
@@ -196,7 +210,7 @@ func (t *pgClaimRowTargets) record() (outboxfeed.Record, error) {
 	r := outboxfeed.Record{
 		ID: t.id.String, Seq: t.seq.Int64, TenantID: t.tenant.s, Channel: t.channel.s,
 		Type: t.typ.s, SchemaVersion: int(t.version.Int32),
-		Payload: t.keep(t.payload), Freshness: t.keep(t.freshness),
+		Payload: t.payload.v, Freshness: t.freshness.v,
 		OccurredAt: t.occurred.Time, Kind: t.kind2.s, Attempt: int(t.attempt), Fence: t.fence,
 		PayloadIsJSON: true,
 	}
