@@ -1,8 +1,10 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -56,13 +58,13 @@ func rangeLimit(req *outboxfeed.ClaimRequest) int {
 }
 
 // pgBatch is the store's own state of a claim (outboxfeed.Batch.Driver):
-// the claim's commit mode, the rest of the range it read, in seq order,
-// and the runs of a range too large to hold. A completion whose next
-// claim is the same partition's goes on with them under a renewed lease
-// instead of reading the range again.
+// the claim's commit mode, the rest of the range it read, in seq order
+// (in chunks, none empty), and the runs of a range too large to hold. A
+// completion whose next claim is the same partition's goes on with them
+// under a renewed lease instead of reading the range again.
 type pgBatch struct {
 	durable bool
-	rest    []outboxfeed.Record
+	rest    [][]outboxfeed.Record
 	runs    pgRuns
 }
 
@@ -136,12 +138,54 @@ type pgClaimRowTargets struct {
 	fence, tkq               int64
 	qseq, seq                pgtype.Int8
 	due, tk                  pgtype.Bool
-	id, xid, channel         pgtype.Text
+	id                       pgtype.Text
+	xid                      xidText
 	tenant, typ, kind2       internedText
+	channel                  internedText
 	version                  pgtype.Int4
-	payload, freshness       []byte
+	payload, freshness       keptBytes
 	occurred                 pgtype.Timestamptz
 	dest                     []any
+	slab                     []byte // the claim's payloads (keep)
+}
+
+// maxInternedChannels bounds a claim's table of channel names: a range
+// holds up to RangeRecords records, many of them on the same channels.
+const maxInternedChannels = 4096
+
+// slabBytes is the size of the blocks a claim copies its payloads into,
+// instead of one allocation per record (a payload of more than a quarter
+// of it gets its own).
+const slabBytes = 32 << 10
+
+// keptBytes scans a column straight from the driver's memory into its
+// claim's slab (keep).
+type keptBytes struct {
+	t *pgClaimRowTargets
+	v []byte
+}
+
+// ScanBytes implements pgtype.BytesScanner; v is the driver's memory.
+func (k *keptBytes) ScanBytes(v []byte) error {
+	k.v = k.t.keep(v)
+	return nil
+}
+
+// keep copies v (the driver's memory) into the claim's slab; the copy's
+// capacity ends with it, so appending to one never touches another.
+func (t *pgClaimRowTargets) keep(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	if len(v) > slabBytes/4 {
+		return append([]byte(nil), v...)
+	}
+	if cap(t.slab)-len(t.slab) < len(v) {
+		t.slab = make([]byte, 0, slabBytes)
+	}
+	i := len(t.slab)
+	t.slab = append(t.slab, v...)
+	return t.slab[i:len(t.slab):len(t.slab)]
 }
 
 func newPGClaimRowTargets() *pgClaimRowTargets {
@@ -150,6 +194,8 @@ func newPGClaimRowTargets() *pgClaimRowTargets {
 	for _, it := range []*internedText{&t.tenant, &t.typ, &t.kind2} {
 		it.table = strs
 	}
+	t.channel.table, t.channel.limit = make(map[string]string, 64), maxInternedChannels
+	t.payload.t, t.freshness.t = t, t
 	t.dest = []any{&t.kind, &t.part, &t.fence, &t.takeovers, &t.qseq, &t.attempt, &t.due,
 		&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2, &t.tk, &t.tkq}
 	return t
@@ -157,14 +203,14 @@ func newPGClaimRowTargets() *pgClaimRowTargets {
 
 // record builds the claimed record of the current row.
 func (t *pgClaimRowTargets) record() (outboxfeed.Record, error) {
-	if !t.id.Valid || !t.seq.Valid || !t.tenant.valid || !t.channel.Valid || !t.typ.valid || !t.version.Valid ||
+	if !t.id.Valid || !t.seq.Valid || !t.tenant.valid || !t.channel.valid || !t.typ.valid || !t.version.Valid ||
 		!t.occurred.Valid || !t.kind2.valid {
 		return outboxfeed.Record{}, fmt.Errorf("%w: NULL column in claimed record %s", outboxfeed.ErrCorruptRecord, t.id.String)
 	}
 	r := outboxfeed.Record{
-		ID: t.id.String, Seq: t.seq.Int64, TenantID: t.tenant.s, Channel: t.channel.String,
+		ID: t.id.String, Seq: t.seq.Int64, TenantID: t.tenant.s, Channel: t.channel.s,
 		Type: t.typ.s, SchemaVersion: int(t.version.Int32),
-		Payload: append([]byte(nil), t.payload...), Freshness: append([]byte(nil), t.freshness...),
+		Payload: t.payload.v, Freshness: t.freshness.v,
 		OccurredAt: t.occurred.Time, Kind: t.kind2.s, Attempt: int(t.attempt), Fence: t.fence,
 		PayloadIsJSON: true,
 	}
@@ -172,12 +218,100 @@ func (t *pgClaimRowTargets) record() (outboxfeed.Record, error) {
 		r.Queued = t.qseq.Int64
 		return r, nil
 	}
-	x, err := strconv.ParseUint(t.xid.String, 10, 64)
-	if err != nil {
-		return outboxfeed.Record{}, fmt.Errorf("%w: xid %q of record %s", outboxfeed.ErrCorruptRecord, t.xid.String, r.ID)
+	if !t.xid.valid {
+		return outboxfeed.Record{}, fmt.Errorf("%w: xid %q of record %s", outboxfeed.ErrCorruptRecord, t.xid.bad, r.ID)
 	}
-	r.TxID = x
+	r.TxID = t.xid.x
 	return r, nil
+}
+
+// xidText scans an xid8 sent as text into a number, without keeping the
+// text (one string less per claimed record).
+type xidText struct {
+	x     uint64
+	valid bool
+	bad   string // the text when it is not an xid (for the error)
+}
+
+// ScanBytes implements pgtype.BytesScanner; v is the driver's memory.
+func (t *xidText) ScanBytes(v []byte) error {
+	t.x, t.valid, t.bad = 0, false, ""
+	if v == nil {
+		return nil // NULL: a queued record's row (or corrupt, reported by record)
+	}
+	x, ok := parseXID(v)
+	if !ok {
+		t.bad = string(v)
+		return nil
+	}
+	t.x, t.valid = x, true
+	return nil
+}
+
+// parseXID parses a decimal uint64 (strconv.ParseUint without the
+// conversion to a string).
+func parseXID(v []byte) (uint64, bool) {
+	if len(v) == 0 || len(v) > 20 {
+		return 0, false
+	}
+	var x uint64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if x > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		x = x*10 + d
+	}
+	return x, true
+}
+
+// gather collects a claim's range records in chunks of a batch (the
+// first one grows to it as a slice does, for small claims): a range can
+// hold RangeRecords (100,000 by default) records, and growing one slice
+// to that size, or joining the chunks into one, allocates, clears and
+// copies megabytes the batches handed out one at a time do not need; a
+// chunk is freed once its batch is.
+type gather struct {
+	chunks [][]outboxfeed.Record // full ones
+	cur    []outboxfeed.Record
+	n      int
+	limit  int // a chunk's size
+}
+
+func (g *gather) add(r outboxfeed.Record) {
+	if len(g.cur) == g.limit {
+		// Exactly a batch each, so that batches never straddle two.
+		g.chunks = append(g.chunks, g.cur)
+		g.cur = make([]outboxfeed.Record, 0, g.limit)
+	}
+	g.cur = append(g.cur, r)
+	g.n++
+}
+
+// inSeqOrder returns the records gathered in seq order, in chunks: as
+// they are when they came so (one transaction after another), else
+// joined and sorted.
+func (g *gather) inSeqOrder() [][]outboxfeed.Record {
+	cs := append(g.chunks, g.cur)
+	sorted := true
+	for i, c := range cs {
+		if !slices.IsSortedFunc(c, bySeq) || i > 0 && len(c) > 0 && cs[i-1][len(cs[i-1])-1].Seq > c[0].Seq {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		return cs
+	}
+	all := make([]outboxfeed.Record, 0, g.n)
+	for _, c := range cs {
+		all = append(all, c...)
+	}
+	slices.SortFunc(all, bySeq)
+	return [][]outboxfeed.Record{all}
 }
 
 // scanClaim builds the batch from herald.outbox_claim's rows (none: nothing
@@ -190,7 +324,8 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 		queued int64
 	}
 	var heads map[fanout.Key]head
-	var queued, ranged []outboxfeed.Record
+	var queued []outboxfeed.Record
+	ranged := gather{limit: max(req.Limit, 1)}
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
 			return nil, err
@@ -203,7 +338,7 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 			if heads == nil {
 				heads = make(map[fanout.Key]head)
 			}
-			heads[fanout.Key{Tenant: t.tenant.s, Channel: t.channel.String}] = head{due: t.due.Bool, queued: t.qseq.Int64}
+			heads[fanout.Key{Tenant: t.tenant.s, Channel: t.channel.s}] = head{due: t.due.Bool, queued: t.qseq.Int64}
 			continue
 		}
 		r, err := t.record()
@@ -213,7 +348,7 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 		if t.kind == 'q' {
 			queued = append(queued, r)
 		} else {
-			ranged = append(ranged, r)
+			ranged.add(r)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -239,7 +374,7 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 			break
 		}
 	}
-	if len(ranged) > rangeLimit(req) {
+	if ranged.n > rangeLimit(req) {
 		// Too large to hold: read in runs (Claim reads the first ones).
 		state(b).runs.pending = true
 		b.Records = queued
@@ -247,9 +382,8 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 		setState(b)
 		return b, nil
 	}
-	sortBySeq(ranged)
 	b.Records = queued
-	hand(b, ranged, req.Limit)
+	hand(b, ranged.inSeqOrder(), req.Limit)
 	return b, nil
 }
 
@@ -261,20 +395,42 @@ func block(b *outboxfeed.Batch, k fanout.Key) {
 	b.Blocked[k] = struct{}{}
 }
 
-// hand appends up to limit of ranged (in seq order) to b.Records and
-// keeps the rest for the next batch of the range (sharing ranged's
-// array: nothing is copied but this batch).
-func hand(b *outboxfeed.Batch, ranged []outboxfeed.Record, limit int) {
-	n := min(len(ranged), limit)
-	if len(b.Records) == 0 {
-		b.Records = ranged[:n:n]
-	} else {
-		b.Records = append(b.Records, ranged[:n]...)
+// hand appends up to limit of ranged (in seq order, in chunks) to
+// b.Records (after its queued records) and keeps the rest for the next
+// batch of the range (sharing ranged's arrays: a batch within one chunk
+// is not copied).
+func hand(b *outboxfeed.Batch, ranged [][]outboxfeed.Record, limit int) {
+	for len(ranged) > 0 && len(ranged[0]) == 0 {
+		ranged = ranged[1:]
 	}
-	if n < len(ranged) {
-		state(b).rest = ranged[n:]
+	var first []outboxfeed.Record // what is left of ranged[0]
+	switch {
+	case len(ranged) == 0:
+	case len(b.Records) == 0 && (len(ranged[0]) >= limit || len(ranged) == 1):
+		n := min(len(ranged[0]), limit)
+		b.Records, first = ranged[0][:n:n], ranged[0][n:]
+	default:
+		first = ranged[0]
+		for taken := 0; taken < limit; {
+			n := min(len(first), limit-taken)
+			b.Records, first = append(b.Records, first[:n]...), first[n:]
+			taken += n
+			if len(first) > 0 || len(ranged) == 1 {
+				break
+			}
+			ranged, first = ranged[1:], ranged[1]
+		}
 	}
-	b.More = len(state(b).rest) > 0 || state(b).runs.left()
+	// A new list: the one handed in may be another batch's.
+	var rest [][]outboxfeed.Record
+	if len(first) > 0 {
+		rest = append(rest, first)
+	}
+	if len(ranged) > 1 {
+		rest = append(rest, ranged[1:]...)
+	}
+	state(b).rest = rest
+	b.More = len(rest) > 0 || state(b).runs.left()
 	setState(b)
 }
 
@@ -287,22 +443,9 @@ func setState(b *outboxfeed.Batch) {
 	}
 }
 
-// sortBySeq sorts records of one range into staging order. They come
-// from the index in (xid, seq) order, mostly sorted already.
-func sortBySeq(rs []outboxfeed.Record) {
-	cmp := func(a, b outboxfeed.Record) int {
-		switch {
-		case a.Seq < b.Seq:
-			return -1
-		case a.Seq > b.Seq:
-			return 1
-		}
-		return 0
-	}
-	if !slices.IsSortedFunc(rs, cmp) {
-		slices.SortFunc(rs, cmp)
-	}
-}
+// bySeq orders records of one range in staging order. They come from
+// the index in (xid, seq) order, mostly sorted already.
+func bySeq(a, b outboxfeed.Record) int { return cmp.Compare(a.Seq, b.Seq) }
 
 // pgRun is a run of one transaction's consecutive records of a range (in
 // seq order): seq from..to, n records.
@@ -371,7 +514,7 @@ func (s *Store) readRuns(ctx context.Context, b *outboxfeed.Batch, req *outboxfe
 	t := newPGClaimRowTargets()
 	t.kind = 'r'
 	dest := []any{&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2}
-	var got []outboxfeed.Record
+	got := make([]outboxfeed.Record, 0, min(n, req.Limit))
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
@@ -389,7 +532,7 @@ func (s *Store) readRuns(ctx context.Context, b *outboxfeed.Batch, req *outboxfe
 		return err
 	}
 	state(b).runs.consume(got)
-	hand(b, got, req.Limit)
+	hand(b, [][]outboxfeed.Record{got}, req.Limit)
 	return nil
 }
 
@@ -586,7 +729,7 @@ func readKeep(res pgx.BatchResults, b *outboxfeed.Batch, out []outboxfeed.Outcom
 		}
 	}
 	if len(left) > 0 {
-		ranged = append(left, state(b).rest...)
+		ranged = append([][]outboxfeed.Record{left}, state(b).rest...)
 	}
 	if len(ranged) == 0 && !state(nb).runs.left() {
 		// Nothing left to hand out (the range's last runs were read).

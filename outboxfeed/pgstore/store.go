@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -179,6 +180,7 @@ type internedText struct {
 	s     string
 	valid bool
 	table map[string]string
+	limit int // the table's bound (0: maxInterned)
 }
 
 // maxInterned bounds an intern table (a claim's distinct tenants, types,
@@ -197,7 +199,7 @@ func (t *internedText) ScanBytes(v []byte) error {
 		return nil
 	}
 	t.s = string(v)
-	if len(t.table) < maxInterned {
+	if len(t.table) < cmp.Or(t.limit, maxInterned) {
 		t.table[t.s] = t.s
 	}
 	return nil
