@@ -27,7 +27,9 @@ const post = (app, id, status) =>
 test('example: the order list from state, live updates, a reload after a gap', async (t) => {
   const app = await startApp({ secret: SECRET });
   t.after(() => app.close());
-  const h = await Herald.start({ args: ['--allowed-origins', app.url] });
+  // Without its history log, a restarted Herald has lost the history:
+  // the page must reload after the gap.
+  const h = await Herald.start({ args: ['--allowed-origins', app.url, '--history-log=false'] });
   t.after(() => h.destroy());
   app.use(h.url);
 
@@ -60,7 +62,7 @@ test('example: the order list from state, live updates, a reload after a gap', a
   await shows('A-2', 'shipped');
   assert.equal(await page.getAttribute('#order-A-2', 'data-version'), '2');
 
-  // Herald restarts (the in-memory history is lost: a new epoch), and an
+  // Herald restarts (its in-memory history is lost: a new epoch), and an
   // update made while it is down is never published.
   await h.stop();
   await page.waitForFunction(() => document.getElementById('status').textContent.startsWith('reconnecting'), null, { timeout: 120_000 });
