@@ -15,16 +15,21 @@ type health struct {
 	mu      sync.Mutex
 	failing bool
 	since   time.Time
+	// last is when the batch of the latest observation was claimed: lanes
+	// finish in any order, and a batch claimed before it (a failure that
+	// was under way when the target came back) says nothing newer.
+	last    time.Time
 	ok, bad int64 // attempts since the last stats refresh
 }
 
-// observe records the result of one dispatched batch: failure is the
-// error of an outage or of a record's retryable failure, succeeded says a
-// delivery went through. It marks the handler failing (or not) in the
-// store on a change, disables it once it has failed for DisableAfter, and
-// disables it at once when the target is gone.
-func (w *Worker) observe(ctx context.Context, failure error, succeeded bool) {
-	if w.cfg.Handler == RealtimeHandler || w.hs == nil {
+// observe records the result of one dispatched batch, claimed at
+// claimedAt: failure is the error of an outage or of a record's retryable
+// failure, succeeded says a delivery went through. It marks the handler
+// failing (or not) in the store on a change, disables it once it has
+// failed for DisableAfter, and disables it at once when the target is
+// gone. A batch claimed before the last one observed changes nothing.
+func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, claimedAt time.Time) {
+	if w.cfg.Handler == RealtimeHandler || w.hs == nil || (failure == nil && !succeeded) {
 		return
 	}
 	if failure != nil && classify(failure) == failureGone {
@@ -34,11 +39,15 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool) {
 	h := &w.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if claimedAt.Before(h.last) {
+		return
+	}
 	switch {
 	case succeeded && h.failing:
 		if _, err := w.hs.MarkFailing(ctx, w.cfg.Handler, false, ""); err != nil {
 			return // the store is down: tried again with the next success
 		}
+		h.last = claimedAt
 		h.failing, h.since = false, time.Time{}
 		w.m.targetUp.Set(1)
 		w.log.Info("handler target accepts deliveries again")
@@ -47,6 +56,7 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool) {
 		if err != nil {
 			return
 		}
+		h.last = claimedAt
 		if !h.failing {
 			h.failing, h.since = true, since
 			w.m.targetUp.Set(0)
@@ -55,6 +65,8 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool) {
 		if w.cfg.DisableAfter > 0 && !since.IsZero() && time.Since(since) >= w.cfg.DisableAfter {
 			w.disable(ctx, fmt.Sprintf("failing continuously since %s: %v", since.UTC().Format(time.RFC3339), failure))
 		}
+	case succeeded:
+		h.last = claimedAt
 	}
 }
 

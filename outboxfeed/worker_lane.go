@@ -260,7 +260,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	if failure == nil {
 		failure = res.failure
 	}
-	w.observe(ctx, failure, res.published)
+	w.observe(ctx, failure, res.published, claimedAt)
 	if res.brokerErr != nil {
 		w.brokerDown(ctx, l, res.brokerErr)
 		return nil
