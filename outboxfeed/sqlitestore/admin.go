@@ -225,8 +225,8 @@ const sqliteOthers = `SELECT EXISTS (SELECT 1 FROM outbox_handler WHERE name <> 
 // left alone, the outbox row would be read again (above the position) or
 // seen as dispatched. When other handlers exist, the outbox rows stay
 // (they may still be theirs to deliver): the handler's queue rows go, and
-// the records read from its position are left to the other handlers'
-// purges (as PostgreSQL leaves them to retention).
+// the records read from its position go once every other handler's
+// position has passed them too and none keeps a queue row of them.
 type sqlitePurge struct {
 	r       outboxfeed.PurgeRequest
 	handler string
@@ -269,7 +269,12 @@ func (p sqlitePurge) rangeCond(args *storekit.SQLArgs, after, bound int64) strin
 		" AND " + sqliteUnqueued(args.Add(p.handler)) +
 		" AND coalesce((SELECT b.done_at FROM outbox_batch b WHERE b.handler = " + args.Add(p.handler) +
 		" AND b.part = 0 AND b.to_seq >= o.seq ORDER BY b.to_seq LIMIT 1)," +
-		" (SELECT done_at FROM outbox_partition WHERE handler = " + args.Add(p.handler) + " AND part = 0)) < " + args.Add(p.cutoff) + p.typeCond(args)
+		" (SELECT done_at FROM outbox_partition WHERE handler = " + args.Add(p.handler) + " AND part = 0)) < " + args.Add(p.cutoff) +
+		// Every other handler is done with it too: its position passed
+		// the record and it keeps no queue row of it.
+		" AND NOT EXISTS (SELECT 1 FROM outbox_partition x WHERE x.part = 0 AND x.handler <> " + args.Add(p.handler) + " AND x.pos < o.seq)" +
+		" AND NOT EXISTS (SELECT 1 FROM outbox_handler h WHERE h.name <> " + args.Add(p.handler) +
+		" AND EXISTS (SELECT 1 FROM outbox_retry x WHERE x.handler = h.name AND x.rec_seq = o.seq))" + p.typeCond(args)
 }
 
 // Purge deletes in batches, each its own transaction, so Workers and
@@ -318,9 +323,6 @@ func (p sqlitePurge) count(ctx context.Context, db *sql.DB) (int64, error) {
 	if p.r.State != outboxfeed.StateDispatched {
 		return queued, nil
 	}
-	if others, err := p.others(ctx, db); err != nil || others {
-		return queued, err
-	}
 	var bound int64
 	if err := db.QueryRowContext(ctx, sqlitePurgeBound, p.cutoff, p.handler).Scan(&bound); err != nil {
 		return 0, err
@@ -366,7 +368,7 @@ func (p sqlitePurge) batch(ctx context.Context, a sqliteAdmin, tx *sql.Tx, after
 			return 0, after, err
 		}
 	}
-	if p.r.State == outboxfeed.StateDispatched && len(qseqs) < n && !others {
+	if p.r.State == outboxfeed.StateDispatched && len(qseqs) < n {
 		var bound int64
 		if err := tx.QueryRowContext(ctx, sqlitePurgeBound, p.cutoff, p.handler).Scan(&bound); err != nil {
 			return 0, after, err

@@ -67,10 +67,22 @@ func TestSQLiteHandlersAdminScoped(t *testing.T) {
 		t.Fatalf("hooks purge %+v", res)
 	}
 	sbWantState[outboxfeed.Dispatched](t, s, ids[0])
+	// Realtime's purge (retention's) takes only what hooks is done with
+	// too: not ids[2], which hooks still retries.
 	res, err = s.Admin().Purge(ctx, outboxfeed.PurgeRequest{State: outboxfeed.StateDispatched, DryRun: true})
 	testenv.Must(t, err, "dry run")
-	if res.Deleted != 0 {
-		t.Fatalf("realtime would purge %d records hooks may still need", res.Deleted)
+	if res.Deleted != 2 {
+		t.Fatalf("realtime would purge %d records, want the 2 hooks is done with", res.Deleted)
+	}
+	// Nor one hooks has not reached yet.
+	later := sbStage(t, s, sbNote("d", `4`))
+	b = sbMustClaim(t, s, "rt", 10)
+	sbWantIDs(t, "realtime's next", sbIDs(b), later)
+	sbComplete(t, s, b, sbAll(b, outboxfeed.OutcomeDone), nil)
+	res, err = s.Admin().Purge(ctx, outboxfeed.PurgeRequest{State: outboxfeed.StateDispatched, DryRun: true})
+	testenv.Must(t, err, "dry run")
+	if res.Deleted != 2 {
+		t.Fatalf("realtime would purge %d records, want 2: not the one hooks has not reached", res.Deleted)
 	}
 
 	// Paused, hooks claims nothing and gives its lease back; its pending
@@ -82,7 +94,7 @@ func TestSQLiteHandlersAdminScoped(t *testing.T) {
 	}
 	testenv.Must(t, s.SetHandlerState(ctx, "hooks", outboxfeed.HandlerActive, ""), "resume")
 	b = sbMustClaim(t, hooks, "hk", 10)
-	sbWantIDs(t, "after resume", sbIDs(b), []string{ids[2]})
+	sbWantIDs(t, "after resume", sbIDs(b), append([]string{ids[2]}, later...))
 	sbComplete(t, hooks, b, sbAll(b, outboxfeed.OutcomeDone), nil)
 
 	// Dropped, hooks' rows go; realtime's purge then deletes the records.
@@ -97,8 +109,8 @@ func TestSQLiteHandlersAdminScoped(t *testing.T) {
 	}
 	res, err = s.Admin().Purge(ctx, outboxfeed.PurgeRequest{State: outboxfeed.StateDispatched})
 	testenv.Must(t, err, "purge")
-	if res.Deleted != 3 {
-		t.Fatalf("realtime alone purged %+v, want its 3 dispatched records", res)
+	if res.Deleted != 4 {
+		t.Fatalf("realtime alone purged %+v, want its 4 dispatched records", res)
 	}
 	if _, err := s.Get(ctx, ids[0]); !errors.Is(err, outboxfeed.ErrNotFound) {
 		t.Fatalf("purged record: %v", err)
