@@ -3,13 +3,10 @@ package fanout
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // counterSub counts deliveries.
@@ -122,26 +119,4 @@ func BenchmarkPrepared(b *testing.B) {
 		}
 		b.SetBytes(int64(size))
 	})
-}
-
-// BenchmarkRedisPublish measures one Publish (the Lua script round trip)
-// against the test Redis, with no subscribers.
-func BenchmarkRedisPublish(b *testing.B) {
-	url, prefix := testenv.Redis(b)
-	rb, err := NewRedisBroker(RedisConfig{URL: url, KeyPrefix: prefix})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rb.Stop()
-	m := benchPublication().Message
-	ctx := context.Background()
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		m.ID = fmt.Sprint(i)
-		if _, err := rb.Publish(ctx, m); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

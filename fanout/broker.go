@@ -57,7 +57,7 @@ type Broker interface {
 
 // PreparedHandler is implemented by a Handler that can take a publication
 // whose envelope is already encoded (the Hub does). A broker that receives
-// envelopes from elsewhere (RedisBroker) hands them over with
+// envelopes from elsewhere (redisbroker.Broker) hands them over with
 // HandlePrepared, so the envelope is encoded once per cluster rather than
 // once per node. It must not block.
 type PreparedHandler interface {
@@ -66,7 +66,7 @@ type PreparedHandler interface {
 
 // Resyncer is implemented by a Handler that wants to know when the broker
 // may have lost publications of a channel in transit to this node: after
-// RedisBroker's pub/sub connection was lost and re-established, it calls
+// redisbroker.Broker's pub/sub connection was lost and re-established, it calls
 // HandleResync once for every channel this node is subscribed to, after the
 // new subscription is confirmed. The publications are not lost from the
 // history: a receiver resumes with Recover from the last position it

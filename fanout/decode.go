@@ -53,3 +53,16 @@ func DecodeEnvelope(b []byte) (Publication, error) {
 		Position: Position{Offset: w.Offset, Epoch: w.Epoch},
 	}, nil
 }
+
+// PreparedFromEnvelope decodes an envelope that a Broker received already
+// encoded (from another node, through Redis) and keeps its bytes as the
+// Prepared's JSON, so it is not encoded again; tenant is the publication's
+// tenant, which the envelope does not carry. The error is DecodeEnvelope's.
+func PreparedFromEnvelope(tenant string, envelope []byte) (*Prepared, error) {
+	pub, err := DecodeEnvelope(envelope)
+	if err != nil {
+		return nil, err
+	}
+	pub.Key.Tenant = tenant
+	return &Prepared{pub: pub, json: envelope}, nil
+}

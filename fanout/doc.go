@@ -8,16 +8,15 @@
 // its channel with a non-blocking enqueue; it never waits on a client.
 //
 // MemoryBroker serves a single node; with MemoryConfig.HistoryDir its
-// history outlives the process in a memory-mapped log. RedisBroker serves
-// many: one Lua
-// script per publication appends to the channel's Redis stream and
-// publishes on its pub/sub channel, and each node holds one pub/sub
-// connection for the channels its connections follow (one per primary in
-// a Redis Cluster); a single server may be a Sentinel deployment's
-// primary, followed through failovers, the subscription checked by a
-// heartbeat. Wiring:
+// history outlives the process in a memory-mapped log. The Redis broker,
+// which serves many nodes, is in package fanout/redisbroker, so a program
+// that only speaks this vocabulary (the outbox Worker and its stores) does
+// not link a Redis client; it builds on what every broker shares here
+// (ValidateKey, NewPublication, NewEpoch, EnvelopeParts,
+// PreparedFromEnvelope). Package fanout/fanouttest is the conformance suite
+// every broker runs. Wiring:
 //
-//	broker, _ := fanout.NewRedisBroker(fanout.RedisConfig{URL: url})
+//	broker, _ := fanout.NewMemoryBroker(fanout.MemoryConfig{})
 //	hub, _ := fanout.NewHub(broker, fanout.HubConfig{})
 //	_ = broker.Start(ctx, hub)
 //	defer broker.Stop()

@@ -14,11 +14,6 @@ var (
 	// ErrStaleFence is wrapped by a Publish refused because a publication
 	// with a higher fence value for the same scope was accepted (see Fence).
 	ErrStaleFence = errors.New("stale fence: a newer lease holder published")
-	// ErrNotReplicated is wrapped by a RedisBroker Publish that Redis
-	// accepted but fewer than RedisConfig.WaitReplicas replicas
-	// acknowledged in time; a retry is answered with the publication when
-	// it is in the history (see Broker.Publish).
-	ErrNotReplicated = errors.New("not acknowledged by enough replicas")
 	// ErrInvalidKey is wrapped when a tenant or channel name is not valid.
 	ErrInvalidKey = errors.New("invalid key")
 	// ErrInvalidEnvelope is wrapped by DecodeEnvelope errors.
@@ -28,8 +23,6 @@ var (
 	// ErrInvalidSubscriber is returned by Hub.Subscribe for a nil or
 	// non-comparable Subscriber.
 	ErrInvalidSubscriber = errors.New("invalid subscriber")
-	// ErrNotStarted is returned by RedisBroker.Subscribe before Start.
-	ErrNotStarted = errors.New("not started")
 	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = lifecycle.ErrStarted
 	// ErrStopped is returned by calls made after Stop.

@@ -102,7 +102,7 @@ func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, e
 		return Publication{}, fmt.Errorf("fanout: publish: %w", err)
 	}
 	now := b.now()
-	pub, err := newPublication(msg, now)
+	pub, err := NewPublication(msg, now)
 	if err != nil {
 		return Publication{}, err
 	}
@@ -163,7 +163,7 @@ func (b *MemoryBroker) Recover(ctx context.Context, key Key, since Position, lim
 	if err := ctx.Err(); err != nil {
 		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
 	}
-	if err := validateKey(key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
 	}
 	nowNs := b.now().UnixNano()
@@ -183,7 +183,7 @@ func (b *MemoryBroker) Recover(ctx context.Context, key Key, since Position, lim
 
 // Subscribe is a no-op: on one node every publication reaches the handler.
 func (b *MemoryBroker) Subscribe(ctx context.Context, key Key) error {
-	if err := validateKey(key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return fmt.Errorf("fanout: subscribe: %w", err)
 	}
 	return nil

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Defaults shared by MemoryConfig and RedisConfig, exported for docs and
+// Defaults shared by MemoryConfig and redisbroker.Config, exported for docs and
 // the CLI.
 const (
 	DefaultHistorySize = 1000

@@ -15,9 +15,14 @@ import (
 	"time"
 )
 
-// openLogged starts a MemoryBroker on dir with a recorder as its handler;
-// the test's cleanup stops it (a second Stop is harmless).
-func openLogged(t *testing.T, dir string, cfg MemoryConfig) (*MemoryBroker, *recorder) {
+// discard is a Handler that drops what it is handed.
+type discard struct{}
+
+func (discard) HandlePublication(Publication) {}
+
+// openLogged starts a MemoryBroker on dir with a handler that drops what
+// it is handed; the test's cleanup stops it (a second Stop is harmless).
+func openLogged(t *testing.T, dir string, cfg MemoryConfig) *MemoryBroker {
 	t.Helper()
 	cfg.HistoryDir = dir
 	cfg.segmentSize = cmp.Or(cfg.segmentSize, 64<<10) // small files to copy and edit
@@ -26,11 +31,10 @@ func openLogged(t *testing.T, dir string, cfg MemoryConfig) (*MemoryBroker, *rec
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Stop)
-	r := newRecorder()
-	if err := b.Start(testCtx(t), r); err != nil {
+	if err := b.Start(testCtx(t), discard{}); err != nil {
 		t.Fatal(err)
 	}
-	return b, r
+	return b
 }
 
 // samePublications fails unless got are want, field by field.
@@ -54,7 +58,7 @@ func TestMemoryHistorySurvivesStop(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := MemoryConfig{HistorySize: 5}
-	a, _ := openLogged(t, dir, cfg)
+	a := openLogged(t, dir, cfg)
 	k1, k2, empty := Key{"acme", "orders/1"}, Key{"acme", "orders/2"}, Key{"globex", "quiet"}
 	var pubs1, pubs2 []Publication
 	for i := range 8 {
@@ -73,7 +77,7 @@ func TestMemoryHistorySurvivesStop(t *testing.T) {
 	quiet := mustRecover(t, a, empty, Position{})
 	a.Stop()
 
-	b, _ := openLogged(t, dir, cfg)
+	b := openLogged(t, dir, cfg)
 	r := mustRecover(t, b, k1, pubs1[2].Position)
 	if !r.Recovered || r.Top != pubs1[7].Position {
 		t.Fatalf("resume after restart: recovered %v top %v, want true %v", r.Recovered, r.Top, pubs1[7].Position)
@@ -94,7 +98,7 @@ func TestMemoryHistorySurvivesStop(t *testing.T) {
 	b.Stop()
 
 	// A third start, with a smaller window, keeps the newest of it.
-	c, _ := openLogged(t, dir, MemoryConfig{HistorySize: 2})
+	c := openLogged(t, dir, MemoryConfig{HistorySize: 2})
 	samePublications(t, "k1 after second restart", mustRecover(t, c, k1, pubs1[6].Position).Publications, pubs1[7:])
 	if r := mustRecover(t, c, k1, pubs1[5].Position); r.Recovered {
 		t.Fatal("resume from before the smaller window recovered")
@@ -107,7 +111,7 @@ func TestMemoryHistoryCompactsWhilePublishing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := MemoryConfig{HistorySize: 1000, segmentSize: 4096} // a segment every ~30 publications
-	a, _ := openLogged(t, dir, cfg)
+	a := openLogged(t, dir, cfg)
 	const channels, each = 8, 200
 	want := make([][]Publication, channels)
 	var wg sync.WaitGroup
@@ -138,7 +142,7 @@ func TestMemoryHistoryCompactsWhilePublishing(t *testing.T) {
 		}
 	}
 	a.Stop()
-	b, _ := openLogged(t, dir, cfg)
+	b := openLogged(t, dir, cfg)
 	for c := range channels {
 		k := Key{"acme", fmt.Sprintf("c%d", c)}
 		r := mustRecover(t, b, k, Position{Epoch: want[c][0].Epoch})
@@ -247,7 +251,7 @@ func TestMemoryHistoryAfterKill(t *testing.T) {
 		t.Fatal("no boot id on this machine")
 	}
 	dir := t.TempDir()
-	a, _ := openLogged(t, dir, MemoryConfig{})
+	a := openLogged(t, dir, MemoryConfig{})
 	k1, k2 := Key{"acme", "a"}, Key{"acme", "b"}
 	p1 := mustPublish(t, a, msg(k1, "m1"))
 	p2 := mustPublish(t, a, msg(k2, "m2"))
@@ -280,15 +284,15 @@ func TestMemoryHistoryAfterKill(t *testing.T) {
 	a.Stop()
 	failed := dir
 
-	b, _ := openLogged(t, killed, MemoryConfig{})
+	b := openLogged(t, killed, MemoryConfig{})
 	samePublications(t, "k1 after kill", mustRecover(t, b, k1, Position{Epoch: p1.Epoch}).Publications, []Publication{p1})
 	samePublications(t, "k2 after kill", mustRecover(t, b, k2, Position{Epoch: p2.Epoch}).Publications, []Publication{p2, p3})
 	b.Stop()
 	// The start after the kill wrote a whole log again.
-	c, _ := openLogged(t, killed, MemoryConfig{})
+	c := openLogged(t, killed, MemoryConfig{})
 	samePublications(t, "k2 after kill and restart", mustRecover(t, c, k2, p2.Position).Publications, []Publication{p3})
 
-	d, _ := openLogged(t, cut, MemoryConfig{})
+	d := openLogged(t, cut, MemoryConfig{})
 	r := mustRecover(t, d, k2, p2.Position)
 	if !r.Recovered || r.Top != p2.Position || len(r.Publications) != 0 {
 		t.Fatalf("killed while appending: %+v, want recovered at %v", r, p2.Position)
@@ -298,7 +302,7 @@ func TestMemoryHistoryAfterKill(t *testing.T) {
 	}
 
 	for name, dir := range map[string]string{"rebooted": rebooted, "damaged": damaged, "lost": lost, "failed": failed} {
-		e, _ := openLogged(t, dir, MemoryConfig{})
+		e := openLogged(t, dir, MemoryConfig{})
 		for _, p := range []Publication{p1, p2} {
 			r := mustRecover(t, e, p.Key, Position{Epoch: p.Epoch})
 			if r.Recovered || r.Top.Epoch == p.Epoch || r.Top.Offset != 0 {
@@ -318,7 +322,7 @@ func TestMemoryHistoryClosedBeforeReboot(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := MemoryConfig{segmentSize: 4096}
-	a, _ := openLogged(t, dir, cfg)
+	a := openLogged(t, dir, cfg)
 	k := Key{"acme", "big"}
 	small := mustPublish(t, a, msg(k, "small"))
 	m := msg(k, "big")
@@ -326,7 +330,7 @@ func TestMemoryHistoryClosedBeforeReboot(t *testing.T) {
 	big := mustPublish(t, a, m)
 	a.Stop()
 	editSegment(t, dir, otherBoot)
-	b, _ := openLogged(t, dir, cfg)
+	b := openLogged(t, dir, cfg)
 	samePublications(t, "after reboot", mustRecover(t, b, k, Position{Epoch: small.Epoch}).Publications, []Publication{small, big})
 }
 

@@ -21,7 +21,7 @@ type memStream struct {
 }
 
 func newMemStream(now int64) *memStream {
-	s := &memStream{epoch: newEpoch()}
+	s := &memStream{epoch: NewEpoch()}
 	s.lastActive.Store(now)
 	return s
 }
@@ -32,7 +32,7 @@ func (s *memStream) expireIfIdle(now, ttl int64) bool {
 	if now-s.lastActive.Load() <= ttl {
 		return false
 	}
-	s.epoch = newEpoch()
+	s.epoch = NewEpoch()
 	s.top = 0
 	s.ring = memRing{}
 	s.ids = nil

@@ -2,8 +2,6 @@ package fanout
 
 import (
 	"errors"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,35 +15,6 @@ func newTestMemoryBroker(t *testing.T, cfg MemoryConfig) *MemoryBroker {
 	}
 	t.Cleanup(b.Stop)
 	return b
-}
-
-func TestMemoryBrokerRecover(t *testing.T) {
-	t.Parallel()
-	testRecoverCases(t, func(t *testing.T) Broker {
-		return newTestMemoryBroker(t, MemoryConfig{HistorySize: 3})
-	})
-}
-
-func TestMemoryBrokerFence(t *testing.T) {
-	t.Parallel()
-	testFenceCases(t, func(t *testing.T, historySize int) Broker {
-		return newTestMemoryBroker(t, MemoryConfig{HistorySize: historySize})
-	})
-}
-
-// TestMemoryBrokerFenceIsPerScope: the newest fence value holds for the
-// scope across channels, and across a channel's expiry and eviction.
-func TestMemoryBrokerFenceIsPerScope(t *testing.T) {
-	t.Parallel()
-	b := newTestMemoryBroker(t, MemoryConfig{MaxChannels: 1})
-	mustPublish(t, b, fenced(Key{"acme", "a"}, "m1", Fence{Scope: "p1", Value: 2}))
-	mustPublish(t, b, msg(Key{"acme", "b"}, "evicts a"))
-	for _, k := range []Key{{"acme", "a"}, {"acme", "b"}, {"other", "c"}} {
-		mustBeStale(t, b, fenced(k, "m2", Fence{Scope: "p1", Value: 1}))
-	}
-	if n := len(history(t, b, Key{"acme", "a"})); n != 0 {
-		t.Fatalf("evicted channel holds %d publications after refusals", n)
-	}
 }
 
 func TestMemoryConfig(t *testing.T) {
@@ -122,98 +91,5 @@ func TestMemoryBrokerMaxChannelsEvictsIdlest(t *testing.T) {
 	}
 	if n := b.Channels(); n != 3 {
 		t.Fatalf("channels after recreate = %d, want 3", n)
-	}
-}
-
-func TestMemoryBrokerLifecycle(t *testing.T) {
-	t.Parallel()
-	b := newTestMemoryBroker(t, MemoryConfig{})
-	key := Key{"acme", "life"}
-	before := mustPublish(t, b, msg(key, "before-start"))
-	if before.Offset != 1 {
-		t.Fatalf("publish before start: %v", before.Position)
-	}
-	rec := newRecorder()
-	if err := b.Start(testCtx(t), rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(testCtx(t), rec); !errors.Is(err, ErrAlreadyStarted) {
-		t.Fatalf("second start: %v", err)
-	}
-	mustPublish(t, b, msg(key, "after-start"))
-	pubs := rec.snapshot()
-	if len(pubs) != 1 || pubs[0].ID != "after-start" || pubs[0].Offset != 2 {
-		t.Fatalf("handler got %+v", pubs)
-	}
-	if err := b.Ping(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	b.Stop()
-	b.Stop()
-	mustPublish(t, b, msg(key, "after-stop"))
-	if len(rec.snapshot()) != 1 {
-		t.Fatal("handler called after Stop")
-	}
-	if err := b.Start(testCtx(t), rec); !errors.Is(err, ErrStopped) {
-		t.Fatalf("start after stop: %v", err)
-	}
-	if r := mustRecover(t, b, key, Position{0, before.Epoch}); !r.Recovered || len(r.Publications) != 3 {
-		t.Fatalf("history after stop: %+v", r)
-	}
-}
-
-func TestMemoryBrokerStopBeforeStart(t *testing.T) {
-	t.Parallel()
-	b := newTestMemoryBroker(t, MemoryConfig{})
-	b.Stop()
-	b.Stop()
-}
-
-// TestMemoryBrokerConcurrentPublishOrder publishes to one channel from many
-// goroutines: the handler must see offsets 1..n in order.
-func TestMemoryBrokerConcurrentPublishOrder(t *testing.T) {
-	t.Parallel()
-	b := newTestMemoryBroker(t, MemoryConfig{})
-	rec := newRecorder()
-	if err := b.Start(testCtx(t), rec); err != nil {
-		t.Fatal(err)
-	}
-	key := Key{"acme", "busy"}
-	const workers, each = 8, 200
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				if _, err := b.Publish(testCtx(t), msg(key, fmt.Sprintf("w%d-%d", w, i))); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	pubs := rec.snapshot()
-	if len(pubs) != workers*each {
-		t.Fatalf("handler got %d publications, want %d", len(pubs), workers*each)
-	}
-	for i, p := range pubs {
-		if p.Offset != uint64(i+1) {
-			t.Fatalf("delivery %d has offset %d", i, p.Offset)
-		}
-	}
-}
-
-func TestMemoryBrokerCopiesMessageBytes(t *testing.T) {
-	t.Parallel()
-	b := newTestMemoryBroker(t, MemoryConfig{})
-	key := Key{"acme", "copy"}
-	m := msg(key, "m1")
-	p := mustPublish(t, b, m)
-	for i := range m.Data {
-		m.Data[i] = ' '
-	}
-	r := mustRecover(t, b, key, Position{0, p.Epoch})
-	if string(r.Publications[0].Data) != `{"id":"m1"}` {
-		t.Fatalf("history changed with the caller's buffer: %s", r.Publications[0].Data)
 	}
 }

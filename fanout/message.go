@@ -11,9 +11,10 @@ import (
 	"github.com/heraldgw/herald/internal/names"
 )
 
-// validateKey checks both names of a key; every broker and the Redis key
-// layout rely on them (no '/' in a tenant, no braces or newlines anywhere).
-func validateKey(k Key) error {
+// ValidateKey checks both names of a key (the error wraps ErrInvalidKey);
+// every broker and the Redis key layout rely on them (no '/' in a tenant,
+// no braces or newlines anywhere). A Broker checks the key of every call.
+func ValidateKey(k Key) error {
 	if err := names.ValidateTenant(k.Tenant); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
 	}
@@ -23,13 +24,14 @@ func validateKey(k Key) error {
 	return nil
 }
 
-// newPublication validates msg and returns a publication that owns its
+// NewPublication validates msg (the error wraps ErrInvalidMessage) and returns a publication that owns its
 // bytes: Data and Freshness are compacted into fresh memory, so a caller
 // that reuses its buffers cannot change the history. A zero Time becomes
 // now. The fence is checked and dropped (the caller reads it from msg). The
-// position is left for the broker to assign.
-func newPublication(msg Message, now time.Time) (Publication, error) {
-	if err := validateKey(msg.Key); err != nil {
+// position is left for the broker to assign. A Broker's Publish starts
+// with it.
+func NewPublication(msg Message, now time.Time) (Publication, error) {
+	if err := ValidateKey(msg.Key); err != nil {
 		return Publication{}, fmt.Errorf("fanout: publish: %w: %v", ErrInvalidMessage, err)
 	}
 	if msg.ID == "" {
@@ -74,9 +76,10 @@ func compactCopy(raw json.RawMessage) (json.RawMessage, error) {
 	return out, nil
 }
 
-// newEpoch returns a fresh random epoch: 16 hex digits, which need no JSON
+// NewEpoch returns a fresh random epoch, for a Broker that starts or
+// resets a channel's stream: 16 hex digits, which need no JSON
 // escaping (the Redis publish script splices the epoch in unescaped).
-func newEpoch() string {
+func NewEpoch() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return hex.EncodeToString(b[:])

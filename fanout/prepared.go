@@ -79,8 +79,6 @@ func appendEnvelopeHead(b []byte, p *Publication) []byte {
 
 // appendEnvelopeTail appends the envelope after the epoch and its comma:
 // "type":…,"schema_version":…,"time":…,"freshness":…,"data":…}
-// The Redis publish script joins head, offset, epoch and tail, because only
-// Redis knows the position when the envelope is built.
 func appendEnvelopeTail(b []byte, p *Publication) []byte {
 	b = append(b, `"type":`...)
 	b = appendJSONString(b, p.Type)
@@ -97,6 +95,20 @@ func appendEnvelopeTail(b []byte, p *Publication) []byte {
 	b = append(b, `,"data":`...)
 	b = appendCompactOrNull(b, p.Data)
 	return append(b, '}')
+}
+
+// EnvelopeParts encodes p's envelope without its position, for a Broker
+// that learns the position only where it stores the publication (the Redis
+// publish script): head runs up to the offset's value
+// ({"id":…,"channel":…,"offset":) and tail from after the epoch and its
+// comma ("type":…,"schema_version":…,"time":…,"freshness":…,"data":…}).
+// The envelope is head, the offset, ,"epoch":, the epoch as a JSON string,
+// a comma, and tail. Both share one allocation and must not be modified.
+func EnvelopeParts(p *Publication) (head, tail []byte) {
+	b := appendEnvelopeHead(make([]byte, 0, envelopeSizeHint(p)), p)
+	n := len(b)
+	b = appendEnvelopeTail(b, p)
+	return b[:n:n], b[n:]
 }
 
 // appendCompactOrNull appends raw compacted, or null when raw is not

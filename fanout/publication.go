@@ -44,11 +44,11 @@ type Message struct {
 //     channel's retained history appends and fans out nothing: Publish
 //     returns the publication already there (its position and stored
 //     message). Takeover adds nothing to that in MemoryBroker; in
-//     RedisBroker it also finds the entries written before the channel's
+//     redisbroker.Broker it also finds the entries written before the channel's
 //     ids were indexed (by Herald versions that skipped a retained ID only
 //     on a takeover), by scanning the stream.
 //
-// MemoryBroker tracks the newest Value per Scope. RedisBroker tracks it
+// MemoryBroker tracks the newest Value per Scope. redisbroker.Broker tracks it
 // per channel and Scope, in the channel's meta hash, so the check stays in
 // one Cluster slot; with Takeover that gives the same guarantee: a stale
 // holder's publication on a channel the new holder already published to

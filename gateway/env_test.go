@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/redisbroker"
 	"github.com/heraldgw/herald/gateway/internal/sessiontest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
@@ -75,10 +76,10 @@ func newTestBroker(t testing.TB, o envOptions) (fanout.Broker, error) {
 		return fanout.NewMemoryBroker(fanout.MemoryConfig{HistorySize: o.history, HistoryTTL: o.historyTTL})
 	case "redis":
 		url, prefix := testenv.Redis(t)
-		return fanout.NewRedisBroker(fanout.RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: o.history})
+		return redisbroker.New(redisbroker.Config{URL: url, KeyPrefix: prefix, HistorySize: o.history})
 	case "cluster":
 		c := testenv.StartRedisCluster(t)
-		return fanout.NewRedisBroker(fanout.RedisConfig{
+		return redisbroker.New(redisbroker.Config{
 			URL: "redis://" + c.Addrs[0], Cluster: true, HistorySize: o.history,
 			KeyPrefix: "herald_t_" + testenv.Suffix() + ":",
 		})

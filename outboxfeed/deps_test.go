@@ -9,8 +9,10 @@ import (
 )
 
 // TestStoresLinkOnlyTheirDriver: a program that uses one store links that
-// store's database driver and not the other's, and the Worker links
-// neither (go list -deps, tests excluded).
+// store's database driver and no other driver (not the other store's, not
+// go-redis: the Redis broker is in fanout/redisbroker), the Worker links
+// none, and a producer that only stages (outboxfeed/stage) links pgx and
+// nothing of SQLite, go-redis or Prometheus (go list -deps, tests excluded).
 func TestStoresLinkOnlyTheirDriver(t *testing.T) {
 	t.Parallel()
 	goBin, err := exec.LookPath("go")
@@ -20,14 +22,20 @@ func TestStoresLinkOnlyTheirDriver(t *testing.T) {
 		testenv.Must(t, err, "go list -deps "+pkg+": "+string(out))
 		return string(out)
 	}
-	const pgx, sqlite = "github.com/jackc/pgx/v5\n", "modernc.org/sqlite\n"
+	const (
+		pgx        = "github.com/jackc/pgx/v5\n"
+		sqlite     = "modernc.org/sqlite\n"
+		redis      = "github.com/redis/go-redis/v9\n"
+		prometheus = "github.com/prometheus/client_golang/prometheus\n"
+	)
 	for _, c := range []struct {
 		pkg        string
 		want, none []string
 	}{
-		{"github.com/heraldgw/herald/outboxfeed", nil, []string{pgx, sqlite}},
-		{"github.com/heraldgw/herald/outboxfeed/pgstore", []string{pgx}, []string{sqlite}},
-		{"github.com/heraldgw/herald/outboxfeed/sqlitestore", []string{sqlite}, []string{pgx}},
+		{"github.com/heraldgw/herald/outboxfeed", nil, []string{pgx, sqlite, redis}},
+		{"github.com/heraldgw/herald/outboxfeed/pgstore", []string{pgx}, []string{sqlite, redis}},
+		{"github.com/heraldgw/herald/outboxfeed/sqlitestore", []string{sqlite}, []string{pgx, redis}},
+		{"github.com/heraldgw/herald/outboxfeed/stage", []string{pgx}, []string{sqlite, redis, prometheus}},
 	} {
 		got := deps(c.pkg)
 		for _, w := range c.want {

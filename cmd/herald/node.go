@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/redisbroker"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
@@ -41,9 +42,9 @@ func (b *brokerSettings) register(st *settings) {
 	st.Int(&b.HistorySize, "history-size", fanout.DefaultHistorySize, "publications kept per channel for resume")
 	st.Duration(&b.HistoryTTL, "history-ttl", fanout.DefaultHistoryTTL, "how long an idle channel keeps its history and epoch")
 	st.Int(&b.MaxChannels, "max-channels", fanout.DefaultMaxChannels, "channels with history kept by the in-memory broker")
-	st.Duration(&b.Heartbeat, "redis-heartbeat-interval", fanout.DefaultRedisHeartbeatInterval, "Redis (not Cluster): how often a node publishes a heartbeat its own pub/sub connection must receive; none for 3 intervals makes the node unready and resubscribes it")
+	st.Duration(&b.Heartbeat, "redis-heartbeat-interval", redisbroker.DefaultHeartbeatInterval, "Redis (not Cluster): how often a node publishes a heartbeat its own pub/sub connection must receive; none for 3 intervals makes the node unready and resubscribes it")
 	st.Int(&b.WaitReplicas, "redis-wait-replicas", 0, "Redis (not Cluster): replicas that must acknowledge a publication (WAIT) before the publish succeeds, so it survives a failover; 0 = do not wait")
-	st.Duration(&b.WaitTimeout, "redis-wait-timeout", fanout.DefaultRedisWaitTimeout, "how long a publish waits for --redis-wait-replicas; fewer acknowledgements fail it (retried later, without a second history entry)")
+	st.Duration(&b.WaitTimeout, "redis-wait-timeout", redisbroker.DefaultWaitTimeout, "how long a publish waits for --redis-wait-replicas; fewer acknowledgements fail it (retried later, without a second history entry)")
 }
 
 // usesRedis says whether Redis (a server, a Cluster or a Sentinel
@@ -51,8 +52,8 @@ func (b *brokerSettings) register(st *settings) {
 func (b *brokerSettings) usesRedis() bool { return b.RedisURL != "" || b.SentinelMaster != "" }
 
 // redisConfig is the Redis broker's configuration.
-func (b *brokerSettings) redisConfig() fanout.RedisConfig {
-	return fanout.RedisConfig{
+func (b *brokerSettings) redisConfig() redisbroker.Config {
+	return redisbroker.Config{
 		URL: b.RedisURL, KeyPrefix: b.RedisPrefix, HistorySize: b.HistorySize, HistoryTTL: b.HistoryTTL,
 		Sharded: b.RedisSharded, Cluster: b.RedisCluster,
 		SentinelMaster: b.SentinelMaster, SentinelAddrs: b.SentinelAddrs, SentinelPassword: b.SentinelPass,
@@ -78,7 +79,7 @@ func (b *brokerSettings) historyDir(s storeSettings) string {
 // registerRedis registers only the Redis connection settings.
 func (b *brokerSettings) registerRedis(st *settings) {
 	st.String(&b.RedisURL, "redis-url", "", "redis://… (rediss:// for TLS, unix:// for a socket) selects the Redis broker (many nodes); anything else is refused; empty = in-memory broker (one node)")
-	st.String(&b.RedisPrefix, "redis-key-prefix", fanout.DefaultRedisKeyPrefix, "prefix of every Redis key and pub/sub channel Herald uses")
+	st.String(&b.RedisPrefix, "redis-key-prefix", redisbroker.DefaultKeyPrefix, "prefix of every Redis key and pub/sub channel Herald uses")
 	st.Bool(&b.RedisSharded, "redis-sharded", false, "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7); all nodes must agree")
 	st.Bool(&b.RedisCluster, "redis-cluster", false, "--redis-url names a seed node of a Redis Cluster (more seeds as ?addr=host:port), for the broker, tickets and revocations; implies --redis-sharded, one pub/sub connection per primary")
 	st.String(&b.SentinelMaster, "redis-sentinel-master", "", "master name of a Redis Sentinel deployment: selects the Redis broker on the primary the sentinels name, followed through failovers; --redis-url (optional) then gives only credentials, database and options")
@@ -97,7 +98,7 @@ func (b *brokerSettings) checkRedisURL(from origin) error {
 		}
 		c := b.redisConfig()
 		c.URL = "" // checked below
-		rdb, err := fanout.NewRedisClient(c)
+		rdb, err := redisbroker.NewClient(c)
 		if err != nil {
 			return fmt.Errorf("config: --redis-sentinel-addrs: %w", err)
 		}
@@ -138,7 +139,7 @@ func (b *brokerSettings) open(log *slog.Logger, reg prometheus.Registerer, histo
 	}
 	cfg := b.redisConfig()
 	cfg.Logger, cfg.Registerer = log, reg
-	r, err := fanout.NewRedisBroker(cfg)
+	r, err := redisbroker.New(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("config: --redis-*: %w", err)
 	}

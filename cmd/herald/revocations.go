@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/auth"
-	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/redisbroker"
 )
 
 // openRedis connects to --redis-url (or the Sentinel deployment) for the state every node shares
@@ -21,7 +21,7 @@ func openRedis(ctx context.Context, b brokerSettings) (redis.UniversalClient, er
 	if !b.usesRedis() {
 		return nil, nil
 	}
-	rdb, err := fanout.NewRedisClient(b.redisConfig())
+	rdb, err := redisbroker.NewClient(b.redisConfig())
 	if err != nil {
 		return nil, fmt.Errorf("config: --redis-*: %w", err)
 	}

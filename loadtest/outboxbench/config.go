@@ -23,7 +23,7 @@ type config struct {
 	// Broker is what the Worker publishes to in the drain, staged and
 	// latency phases: "memory" (a fanout.MemoryBroker, the outbox's own
 	// cost), "memory-log" (a MemoryBroker keeping its history log in a
-	// temporary directory, as herald serve does) or "redis" (a fanout.RedisBroker on RedisURL, under a key
+	// temporary directory, as herald serve does) or "redis" (a redisbroker.Broker on RedisURL, under a key
 	// prefix of its own, deleted afterwards). The producer phase always
 	// uses memory. Default: memory.
 	Broker string

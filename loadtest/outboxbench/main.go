@@ -33,7 +33,7 @@
 // Flags that shape the phases:
 //
 //   - -broker memory|redis (drain, staged, latency): redis publishes
-//     through a fanout.RedisBroker on -redis-url (default
+//     through a redisbroker.Broker on -redis-url (default
 //     redis://127.0.0.1:6379/0), under a key prefix unique to the run and
 //     the gateway's default history size; its keys are deleted afterwards.
 //   - -hold-xmin (drain, staged): before the records are staged (and the

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/redisbroker"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
@@ -125,7 +126,7 @@ func newBroker(ctx context.Context, cfg config, kind string) (fanout.Broker, fun
 	var r [6]byte
 	_, _ = rand.Read(r[:])
 	prefix := "outboxbench:" + hex.EncodeToString(r[:]) + ":"
-	b, err := fanout.NewRedisBroker(fanout.RedisConfig{
+	b, err := redisbroker.New(redisbroker.Config{
 		URL: cfg.RedisURL, KeyPrefix: prefix,
 		HistorySize: fanout.DefaultHistorySize, // the gateway's default
 		HistoryTTL:  time.Hour,                 // as cheap as the default 24h; keys of a killed run go sooner

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/redisbroker"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/storetest"
@@ -358,7 +359,7 @@ func TestPostgresRedisBrokerOutageGate(t *testing.T) {
 	s, _ := newPGStore(t, Config{})
 	cs := newCountingStore(s)
 	srv := testenv.StartRedis(t)
-	rb, err := fanout.NewRedisBroker(fanout.RedisConfig{URL: srv.URL()})
+	rb, err := redisbroker.New(redisbroker.Config{URL: srv.URL()})
 	testenv.Must(t, err, "redis broker")
 	t.Cleanup(rb.Stop)
 	pub := newCountingBroker(rb)

@@ -11,13 +11,14 @@ import (
 	"github.com/heraldgw/herald/outboxfeed"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/redisbroker"
 	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // The in-memory and Redis brokers are Publishers as they are.
 var (
 	_ outboxfeed.Publisher = (*fanout.MemoryBroker)(nil)
-	_ outboxfeed.Publisher = (*fanout.RedisBroker)(nil)
+	_ outboxfeed.Publisher = (*redisbroker.Broker)(nil)
 	_ outboxfeed.Publisher = fanout.Broker(nil)
 )
 

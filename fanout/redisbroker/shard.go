@@ -1,4 +1,4 @@
-package fanout
+package redisbroker
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,9 +35,9 @@ type redisShard struct {
 
 // newShardLocked opens the shard for addr and starts its receive loop.
 // Caller holds b.mu.
-func (b *RedisBroker) newShardLocked(addr string) (*redisShard, error) {
+func (b *Broker) newShardLocked(addr string) (*redisShard, error) {
 	if b.runCtx == nil || b.runCtx.Err() != nil {
-		return nil, ErrStopped
+		return nil, fanout.ErrStopped
 	}
 	ctx, cancel := context.WithCancel(b.runCtx)
 	sh := &redisShard{
@@ -57,7 +58,7 @@ func (b *RedisBroker) newShardLocked(addr string) (*redisShard, error) {
 
 // newPubSub returns an idle pub/sub on sh's server: it connects on its
 // first SUBSCRIBE.
-func (b *RedisBroker) newPubSub(ctx context.Context, sh *redisShard) *redis.PubSub {
+func (b *Broker) newPubSub(ctx context.Context, sh *redisShard) *redis.PubSub {
 	if sh.client != nil {
 		return sh.client.SSubscribe(context.WithoutCancel(ctx))
 	}
@@ -66,7 +67,7 @@ func (b *RedisBroker) newPubSub(ctx context.Context, sh *redisShard) *redis.PubS
 
 // closeShardLocked ends sh's receive loop, which then closes its client.
 // Caller holds b.mu.
-func (b *RedisBroker) closeShardLocked(sh *redisShard) {
+func (b *Broker) closeShardLocked(sh *redisShard) {
 	if sh.closed {
 		return
 	}
@@ -80,7 +81,7 @@ func (b *RedisBroker) closeShardLocked(sh *redisShard) {
 
 // routeLocked subscribes topic on the shard of addr, opening it if needed.
 // Caller holds b.mu.
-func (b *RedisBroker) routeLocked(ctx context.Context, topic string, st *topicState, addr string) error {
+func (b *Broker) routeLocked(ctx context.Context, topic string, st *topicState, addr string) error {
 	sh := b.shards[addr]
 	if sh == nil {
 		var err error
@@ -102,7 +103,7 @@ func (b *RedisBroker) routeLocked(ctx context.Context, topic string, st *topicSt
 // detachLocked takes topics off sh, unsubscribing them there, and returns
 // them with no shard; a confirmed one is marked for resync. Caller holds
 // b.mu.
-func (b *RedisBroker) detachLocked(ctx context.Context, sh *redisShard, topics []string) map[string]*topicState {
+func (b *Broker) detachLocked(ctx context.Context, sh *redisShard, topics []string) map[string]*topicState {
 	out := make(map[string]*topicState, len(topics))
 	for _, t := range topics {
 		st := sh.topics[t]
@@ -125,7 +126,7 @@ func (b *RedisBroker) detachLocked(ctx context.Context, sh *redisShard, topics [
 // reroute subscribes detached topics on their owners: hint when set (a
 // MOVED reply named it), else the primary of their slot as the cluster
 // client knows it. A stale answer costs a MOVED reply and one more reroute.
-func (b *RedisBroker) reroute(ctx context.Context, from *redisShard, moved map[string]*topicState, hint string) {
+func (b *Broker) reroute(ctx context.Context, from *redisShard, moved map[string]*topicState, hint string) {
 	targets := make(map[string]string, len(moved))
 	for t := range moved {
 		addr := hint
@@ -156,7 +157,7 @@ func (b *RedisBroker) reroute(ctx context.Context, from *redisShard, moved map[s
 
 // lost handles a SUNSUBSCRIBE that Redis sent on its own: topic's slot
 // left this primary (resharding or failover).
-func (b *RedisBroker) lost(ctx context.Context, sh *redisShard, topic string) {
+func (b *Broker) lost(ctx context.Context, sh *redisShard, topic string) {
 	b.mu.Lock()
 	if sh.topics[topic] == nil || sh.pending[topic] > 0 {
 		// Ours (an Unsubscribe), or a SUBSCRIBE is on its way whose reply
@@ -172,7 +173,7 @@ func (b *RedisBroker) lost(ctx context.Context, sh *redisShard, topic string) {
 }
 
 // moveSlot handles a MOVED reply on sh: every topic of slot goes to addr.
-func (b *RedisBroker) moveSlot(ctx context.Context, sh *redisShard, slot int, addr string) {
+func (b *Broker) moveSlot(ctx context.Context, sh *redisShard, slot int, addr string) {
 	b.mu.Lock()
 	var topics []string
 	for t := range sh.topics {
@@ -193,7 +194,7 @@ func (b *RedisBroker) moveSlot(ctx context.Context, sh *redisShard, slot int, ad
 // restoreShard gives a cluster shard whose connection failed a new one and
 // routes its topics again, each to its slot's current owner (a failover
 // may have moved them).
-func (b *RedisBroker) restoreShard(ctx context.Context, sh *redisShard) {
+func (b *Broker) restoreShard(ctx context.Context, sh *redisShard) {
 	b.mu.Lock()
 	if sh.closed {
 		b.mu.Unlock()

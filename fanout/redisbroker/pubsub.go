@@ -1,10 +1,9 @@
-package fanout
+package redisbroker
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/heraldgw/herald/internal/wait"
 	"maps"
 	"net"
 	"slices"
@@ -12,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/lifecycle"
+	"github.com/heraldgw/herald/internal/wait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,16 +21,16 @@ import (
 // connections open as channels are subscribed) and hands every
 // publication of the subscribed channels to h, from one goroutine per
 // connection, until ctx ends or Stop is called. When h implements
-// PreparedHandler the envelope received from Redis is handed over as is;
-// when it implements Resyncer it hears of every reconnect.
-func (b *RedisBroker) Start(ctx context.Context, h Handler) error {
+// fanout.PreparedHandler the envelope received from Redis is handed over as is;
+// when it implements fanout.Resyncer it hears of every reconnect.
+func (b *Broker) Start(ctx context.Context, h fanout.Handler) error {
 	if h == nil {
 		return fmt.Errorf("fanout: redis broker start: handler is nil")
 	}
 	err := b.svc.Start(ctx, func(context.Context) error {
 		b.handler = h
-		b.prepared, _ = h.(PreparedHandler)
-		b.resyncer, _ = h.(Resyncer)
+		b.prepared, _ = h.(fanout.PreparedHandler)
+		b.resyncer, _ = h.(fanout.Resyncer)
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		// The shards' receive loops run under runCtx, not the service:
@@ -60,13 +61,13 @@ func (b *RedisBroker) Start(ctx context.Context, h Handler) error {
 // confirmed it, so every publication made after Subscribe returns reaches
 // the handler. While the connection is down it waits (for the reconnect)
 // until ctx ends; a failed Subscribe leaves the key unsubscribed.
-func (b *RedisBroker) Subscribe(ctx context.Context, key Key) error {
-	if err := validateKey(key); err != nil {
+func (b *Broker) Subscribe(ctx context.Context, key fanout.Key) error {
+	if err := fanout.ValidateKey(key); err != nil {
 		return fmt.Errorf("fanout: subscribe: %w", err)
 	}
 	switch started, stopped := b.svc.State(); {
 	case stopped:
-		return wrapf("subscribe", ErrStopped)
+		return wrapf("subscribe", fanout.ErrStopped)
 	case !started:
 		return wrapf("subscribe", ErrNotStarted)
 	}
@@ -100,7 +101,7 @@ func (b *RedisBroker) Subscribe(ctx context.Context, key Key) error {
 	case <-st.ready:
 		return nil
 	case <-b.done:
-		return wrapf("subscribe", ErrStopped)
+		return wrapf("subscribe", fanout.ErrStopped)
 	case <-ctx.Done():
 		b.mu.Lock()
 		if b.topics[topic] == st && !st.confirmed {
@@ -112,7 +113,7 @@ func (b *RedisBroker) Subscribe(ctx context.Context, key Key) error {
 }
 
 // Unsubscribe removes key's pub/sub channel from this node's connection.
-func (b *RedisBroker) Unsubscribe(ctx context.Context, key Key) error {
+func (b *Broker) Unsubscribe(ctx context.Context, key fanout.Key) error {
 	topic := b.topic(key)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -128,7 +129,7 @@ func (b *RedisBroker) Unsubscribe(ctx context.Context, key Key) error {
 
 // removeLocked forgets topic and unsubscribes it from its shard, closing a
 // cluster shard left with no topic. Caller holds b.mu.
-func (b *RedisBroker) removeLocked(ctx context.Context, topic string, st *topicState) error {
+func (b *Broker) removeLocked(ctx context.Context, topic string, st *topicState) error {
 	delete(b.topics, topic)
 	sh := st.shard
 	if sh == nil {
@@ -148,7 +149,7 @@ func (b *RedisBroker) removeLocked(ctx context.Context, topic string, st *topicS
 // go-redis treats a canceled context as a broken connection and would
 // reconnect (and resync) the whole connection; the write is bounded by the
 // client's write timeout instead. Caller holds b.mu.
-func (b *RedisBroker) subscribeLocked(ctx context.Context, sh *redisShard, topics ...string) error {
+func (b *Broker) subscribeLocked(ctx context.Context, sh *redisShard, topics ...string) error {
 	ctx = context.WithoutCancel(ctx)
 	if !b.cfg.Sharded {
 		return sh.ps.Subscribe(ctx, topics...)
@@ -165,7 +166,7 @@ func (b *RedisBroker) subscribeLocked(ctx context.Context, sh *redisShard, topic
 	return first
 }
 
-func (b *RedisBroker) unsubscribeLocked(ctx context.Context, sh *redisShard, topics ...string) error {
+func (b *Broker) unsubscribeLocked(ctx context.Context, sh *redisShard, topics ...string) error {
 	ctx = context.WithoutCancel(ctx)
 	if !b.cfg.Sharded {
 		return sh.ps.Unsubscribe(ctx, topics...)
@@ -194,7 +195,7 @@ func (b *RedisBroker) unsubscribeLocked(ctx context.Context, sh *redisShard, top
 // shards), can only come from such a resubscription. From that
 // confirmation on the topic is live again, so that is when its key is
 // resynced.
-func (b *RedisBroker) receiveLoop(ctx context.Context, sh *redisShard) {
+func (b *Broker) receiveLoop(ctx context.Context, sh *redisShard) {
 	defer func() {
 		if sh.client != nil {
 			_ = sh.client.Close()
@@ -284,7 +285,7 @@ func (b *RedisBroker) receiveLoop(ctx context.Context, sh *redisShard) {
 
 // replaceShard closes sh's connection and opens a new one subscribed to
 // every topic.
-func (b *RedisBroker) replaceShard(ctx context.Context, sh *redisShard) {
+func (b *Broker) replaceShard(ctx context.Context, sh *redisShard) {
 	if b.cluster != nil {
 		b.restoreShard(ctx, sh)
 		return
@@ -316,7 +317,7 @@ func (b *RedisBroker) replaceShard(ctx context.Context, sh *redisShard) {
 // stalled and replaces sh's connection. The publish runs beside the loop,
 // one at a time (a stuck connection holds it up to the client's read
 // timeout), so the check keeps its pace. Outside Cluster mode only.
-func (b *RedisBroker) heartbeatLoop(ctx context.Context, sh *redisShard) {
+func (b *Broker) heartbeatLoop(ctx context.Context, sh *redisShard) {
 	every := b.cfg.HeartbeatInterval
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -350,7 +351,7 @@ func (b *RedisBroker) heartbeatLoop(ctx context.Context, sh *redisShard) {
 }
 
 // beat records a heartbeat received on this node's subscription.
-func (b *RedisBroker) beat() {
+func (b *Broker) beat() {
 	b.lastBeat.Store(time.Now().UnixNano())
 	if b.stalled.Swap(false) {
 		b.log.Info("fanout: redis pub/sub receives heartbeats again; ready")
@@ -362,26 +363,26 @@ func (b *RedisBroker) beat() {
 // reports resync for a topic confirmed earlier with nothing outstanding (a
 // resubscription after a new connection, see receiveLoop), or moved here
 // from another shard.
-func (b *RedisBroker) confirm(sh *redisShard, topic string) (key Key, resync bool) {
+func (b *Broker) confirm(sh *redisShard, topic string) (key fanout.Key, resync bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if n := sh.pending[topic]; n > 1 {
 		sh.pending[topic] = n - 1
-		return Key{}, false
+		return fanout.Key{}, false
 	}
 	_, outstanding := sh.pending[topic]
 	delete(sh.pending, topic)
 	st := sh.topics[topic]
 	switch {
 	case st == nil:
-		return Key{}, false
+		return fanout.Key{}, false
 	case !st.confirmed:
 		st.confirmed = true
 		st.resync = false
 		close(st.ready)
-		return Key{}, false
+		return fanout.Key{}, false
 	case outstanding && !st.resync:
-		return Key{}, false
+		return fanout.Key{}, false
 	default:
 		st.resync = false
 		return st.key, true
@@ -392,32 +393,30 @@ func (b *RedisBroker) confirm(sh *redisShard, topic string) (key Key, resync boo
 // it to the handler. A message that does not decode, or whose tenant and
 // channel do not match the pub/sub channel it came on, is counted, logged
 // (rate-limited) and dropped.
-func (b *RedisBroker) dispatch(m *redis.Message) {
+func (b *Broker) dispatch(m *redis.Message) {
 	b.m.messages.Inc()
 	tenant, env, ok := strings.Cut(m.Payload, "\n")
 	if !ok {
 		b.decodeError(m.Channel, errors.New("no tenant line"))
 		return
 	}
-	raw := []byte(env)
-	pub, err := DecodeEnvelope(raw)
+	p, err := fanout.PreparedFromEnvelope(tenant, []byte(env))
 	if err != nil {
 		b.decodeError(m.Channel, err)
 		return
 	}
-	pub.Key.Tenant = tenant
-	if k, ok := b.keyOfTopic(m.Channel); !ok || k != pub.Key {
-		b.decodeError(m.Channel, fmt.Errorf("tenant %q and channel %q do not match the pub/sub channel", tenant, pub.Key.Channel))
+	if k, ok := b.keyOfTopic(m.Channel); !ok || k != p.Key() {
+		b.decodeError(m.Channel, fmt.Errorf("tenant %q and channel %q do not match the pub/sub channel", tenant, p.Key().Channel))
 		return
 	}
 	if b.prepared != nil {
-		b.prepared.HandlePrepared(&Prepared{pub: pub, json: raw})
+		b.prepared.HandlePrepared(p)
 		return
 	}
-	b.handler.HandlePublication(pub)
+	b.handler.HandlePublication(p.Publication())
 }
 
-func (b *RedisBroker) decodeError(topic string, err error) {
+func (b *Broker) decodeError(topic string, err error) {
 	b.m.decodeErrors.Inc()
 	b.logs.Warn("fanout: redis pub/sub message dropped", "topic", topic, "err", err)
 }

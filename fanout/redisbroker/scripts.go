@@ -1,4 +1,4 @@
-package fanout
+package redisbroker
 
 import "github.com/redis/go-redis/v9"
 

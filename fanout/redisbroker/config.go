@@ -1,4 +1,4 @@
-package fanout
+package redisbroker
 
 import (
 	"context"
@@ -10,22 +10,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
-// Defaults of RedisConfig, exported for docs and the CLI.
+// Defaults of Config, exported for docs and the CLI.
 const (
-	DefaultRedisKeyPrefix           = "herald:"
-	DefaultRedisClientName          = "herald"
-	DefaultRedisHealthCheckInterval = 5 * time.Second
-	DefaultRedisHeartbeatInterval   = time.Second
-	DefaultRedisWaitTimeout         = time.Second
+	DefaultKeyPrefix           = "herald:"
+	DefaultClientName          = "herald"
+	DefaultHealthCheckInterval = 5 * time.Second
+	DefaultHeartbeatInterval   = time.Second
+	DefaultWaitTimeout         = time.Second
 )
 
-// RedisConfig configures a RedisBroker. The zero value of every field but
+// Config configures a Broker. The zero value of every field but
 // URL means its documented default.
-type RedisConfig struct {
+type Config struct {
 	// URL of the Redis server: redis://[user:pass@]host:port/db,
 	// rediss://… for TLS, or unix://…; go-redis URL options such as
 	// ?dial_timeout=3s&client_name=x are accepted. The client name defaults
@@ -108,7 +109,7 @@ type RedisConfig struct {
 	// publisher was told about survives the primary's failover; when fewer
 	// acknowledged within WaitTimeout, Publish fails with
 	// ErrNotReplicated (the publication may be in the history: a retry is
-	// answered with it, see Broker.Publish). Default 0: do not wait.
+	// answered with it, see fanout.Broker.Publish). Default 0: do not wait.
 	WaitReplicas int
 
 	// WaitTimeout bounds the wait of WaitReplicas. Default 1s.
@@ -132,29 +133,29 @@ type RedisConfig struct {
 	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-func (c RedisConfig) withDefaults() RedisConfig {
+func (c Config) withDefaults() Config {
 	if c.Cluster {
 		// A cluster broadcasts unsharded pub/sub to every node: sharded is
 		// the only mode that scales with it.
 		c.Sharded = true
 	}
 	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultRedisKeyPrefix
+		c.KeyPrefix = DefaultKeyPrefix
 	}
 	if c.HistorySize == 0 {
-		c.HistorySize = DefaultHistorySize
+		c.HistorySize = fanout.DefaultHistorySize
 	}
 	if c.HistoryTTL == 0 {
-		c.HistoryTTL = DefaultHistoryTTL
+		c.HistoryTTL = fanout.DefaultHistoryTTL
 	}
 	if c.HealthCheckInterval == 0 {
-		c.HealthCheckInterval = DefaultRedisHealthCheckInterval
+		c.HealthCheckInterval = DefaultHealthCheckInterval
 	}
 	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultRedisHeartbeatInterval
+		c.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	if c.WaitTimeout == 0 {
-		c.WaitTimeout = DefaultRedisWaitTimeout
+		c.WaitTimeout = DefaultWaitTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -163,41 +164,41 @@ func (c RedisConfig) withDefaults() RedisConfig {
 }
 
 // validate checks c and returns the client for it (not connected).
-func (c RedisConfig) validate() (redis.UniversalClient, error) {
+func (c Config) validate() (redis.UniversalClient, error) {
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
-		return nil, fmt.Errorf("fanout: redis config: %w: KeyPrefix %q: must not contain '{' or '}'", ErrInvalidConfig, c.KeyPrefix)
+		return nil, fmt.Errorf("fanout: redis config: %w: KeyPrefix %q: must not contain '{' or '}'", fanout.ErrInvalidConfig, c.KeyPrefix)
 	}
 	if c.HistorySize < 1 {
-		return nil, fmt.Errorf("fanout: redis config: %w: HistorySize %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.HistorySize, DefaultHistorySize)
+		return nil, fmt.Errorf("fanout: redis config: %w: HistorySize %d: must be ≥ 1 (0 means %d)", fanout.ErrInvalidConfig, c.HistorySize, fanout.DefaultHistorySize)
 	}
 	if c.HistoryTTL < time.Millisecond {
-		return nil, fmt.Errorf("fanout: redis config: %w: HistoryTTL %s: must be ≥ 1ms (0 means %s)", ErrInvalidConfig, c.HistoryTTL, DefaultHistoryTTL)
+		return nil, fmt.Errorf("fanout: redis config: %w: HistoryTTL %s: must be ≥ 1ms (0 means %s)", fanout.ErrInvalidConfig, c.HistoryTTL, fanout.DefaultHistoryTTL)
 	}
 	if c.HealthCheckInterval < 10*time.Millisecond {
-		return nil, fmt.Errorf("fanout: redis config: %w: HealthCheckInterval %s: must be ≥ 10ms (0 means %s)", ErrInvalidConfig, c.HealthCheckInterval, DefaultRedisHealthCheckInterval)
+		return nil, fmt.Errorf("fanout: redis config: %w: HealthCheckInterval %s: must be ≥ 10ms (0 means %s)", fanout.ErrInvalidConfig, c.HealthCheckInterval, DefaultHealthCheckInterval)
 	}
 	if c.HeartbeatInterval < 10*time.Millisecond {
-		return nil, fmt.Errorf("fanout: redis config: %w: HeartbeatInterval %s: must be ≥ 10ms (0 means %s)", ErrInvalidConfig, c.HeartbeatInterval, DefaultRedisHeartbeatInterval)
+		return nil, fmt.Errorf("fanout: redis config: %w: HeartbeatInterval %s: must be ≥ 10ms (0 means %s)", fanout.ErrInvalidConfig, c.HeartbeatInterval, DefaultHeartbeatInterval)
 	}
 	if c.WaitReplicas < 0 || (c.WaitReplicas > 0 && c.Cluster) {
-		return nil, fmt.Errorf("fanout: redis config: %w: WaitReplicas %d: must be ≥ 0, and 0 with Cluster", ErrInvalidConfig, c.WaitReplicas)
+		return nil, fmt.Errorf("fanout: redis config: %w: WaitReplicas %d: must be ≥ 0, and 0 with Cluster", fanout.ErrInvalidConfig, c.WaitReplicas)
 	}
 	if c.WaitTimeout < time.Millisecond {
-		return nil, fmt.Errorf("fanout: redis config: %w: WaitTimeout %s: must be ≥ 1ms (0 means %s)", ErrInvalidConfig, c.WaitTimeout, DefaultRedisWaitTimeout)
+		return nil, fmt.Errorf("fanout: redis config: %w: WaitTimeout %s: must be ≥ 1ms (0 means %s)", fanout.ErrInvalidConfig, c.WaitTimeout, DefaultWaitTimeout)
 	}
-	return NewRedisClient(c)
+	return NewClient(c)
 }
 
-// NewRedisClient returns a go-redis client for c's URL, Cluster or
+// NewClient returns a go-redis client for c's URL, Cluster or
 // Sentinel deployment, as the broker makes it (not connected), for state
 // other parts of a node keep in the same Redis; only URL, Cluster and the
 // Sentinel fields are read. The caller closes it.
-func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
+func NewClient(c Config) (redis.UniversalClient, error) {
 	if c.SentinelMaster != "" {
 		return c.failoverClient()
 	}
 	if c.URL == "" {
-		return nil, fmt.Errorf("fanout: redis config: %w: URL is empty", ErrInvalidConfig)
+		return nil, fmt.Errorf("fanout: redis config: %w: URL is empty", fanout.ErrInvalidConfig)
 	}
 	if c.Cluster {
 		copt, err := redis.ParseClusterURL(c.URL)
@@ -205,7 +206,7 @@ func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
 			return nil, urlError(err)
 		}
 		if copt.ClientName == "" {
-			copt.ClientName = DefaultRedisClientName
+			copt.ClientName = DefaultClientName
 		}
 		if c.dialer != nil {
 			copt.Dialer = c.dialer
@@ -217,7 +218,7 @@ func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
 		return nil, urlError(err)
 	}
 	if opt.ClientName == "" {
-		opt.ClientName = DefaultRedisClientName
+		opt.ClientName = DefaultClientName
 	}
 	if c.dialer != nil {
 		opt.Dialer = c.dialer
@@ -227,16 +228,16 @@ func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
 
 // failoverClient returns go-redis's failover client for c's Sentinel
 // deployment, with the URL's settings for the primary.
-func (c RedisConfig) failoverClient() (redis.UniversalClient, error) {
+func (c Config) failoverClient() (redis.UniversalClient, error) {
 	if c.Cluster {
-		return nil, fmt.Errorf("fanout: redis config: %w: SentinelMaster and Cluster exclude each other", ErrInvalidConfig)
+		return nil, fmt.Errorf("fanout: redis config: %w: SentinelMaster and Cluster exclude each other", fanout.ErrInvalidConfig)
 	}
 	if len(c.SentinelAddrs) == 0 {
-		return nil, fmt.Errorf("fanout: redis config: %w: SentinelMaster %q needs SentinelAddrs", ErrInvalidConfig, c.SentinelMaster)
+		return nil, fmt.Errorf("fanout: redis config: %w: SentinelMaster %q needs SentinelAddrs", fanout.ErrInvalidConfig, c.SentinelMaster)
 	}
 	for _, a := range c.SentinelAddrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("fanout: redis config: %w: SentinelAddrs %q: want host:port", ErrInvalidConfig, a)
+			return nil, fmt.Errorf("fanout: redis config: %w: SentinelAddrs %q: want host:port", fanout.ErrInvalidConfig, a)
 		}
 	}
 	opt := &redis.Options{}
@@ -247,7 +248,7 @@ func (c RedisConfig) failoverClient() (redis.UniversalClient, error) {
 		}
 	}
 	if opt.ClientName == "" {
-		opt.ClientName = DefaultRedisClientName
+		opt.ClientName = DefaultClientName
 	}
 	return redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName: c.SentinelMaster, SentinelAddrs: c.SentinelAddrs, SentinelPassword: c.SentinelPassword,
@@ -269,5 +270,5 @@ func urlError(err error) error {
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return fmt.Errorf("fanout: redis config: %w: URL: %v", ErrInvalidConfig, err)
+	return fmt.Errorf("fanout: redis config: %w: URL: %v", fanout.ErrInvalidConfig, err)
 }

@@ -1,4 +1,4 @@
-package fanout
+package redisbroker
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -18,8 +20,8 @@ import (
 // in offset order, and on a gap or a resync resumes from the history
 // (queued for a resumer), as the gateway's connections do.
 type follower struct {
-	key    Key
-	broker Broker
+	key    fanout.Key
+	broker fanout.Broker
 	queue  chan<- *follower
 	seen   func(id string) // called for every publication taken
 
@@ -32,7 +34,7 @@ type follower struct {
 	progress chan struct{} // poked whenever next grows
 }
 
-func (f *follower) Deliver(p *Prepared) {
+func (f *follower) Deliver(p *fanout.Prepared) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch pos := p.Position(); {
@@ -44,13 +46,13 @@ func (f *follower) Deliver(p *Prepared) {
 	}
 }
 
-func (f *follower) Resync(Key) {
+func (f *follower) Resync(fanout.Key) {
 	f.mu.Lock()
 	f.enqueueLocked()
 	f.mu.Unlock()
 }
 
-func (f *follower) takeLocked(p Publication) {
+func (f *follower) takeLocked(p fanout.Publication) {
 	f.ids = append(f.ids, p.ID)
 	f.next++
 	f.seen(p.ID)
@@ -73,7 +75,7 @@ func (f *follower) enqueueLocked() {
 func (f *follower) resume(ctx context.Context) bool {
 	f.mu.Lock()
 	f.queued = false
-	since := Position{Offset: f.next - 1, Epoch: f.epoch}
+	since := fanout.Position{Offset: f.next - 1, Epoch: f.epoch}
 	f.mu.Unlock()
 	r, err := f.broker.Recover(ctx, f.key, since, 0)
 	if err != nil {
@@ -125,21 +127,21 @@ func TestRedisSentinelFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, prefix := testenv.Redis(t) // a prefix of the test's own
-	cfg := RedisConfig{
+	cfg := Config{
 		SentinelMaster: testenv.SentinelMaster, SentinelAddrs: s.Sentinels, KeyPrefix: prefix,
 		HeartbeatInterval: 100 * time.Millisecond,
 	}
 	const channels, perNode, records, killAfter = 10, 50, 1000, 300
-	var keys []Key
+	var keys []fanout.Key
 	for c := range channels {
-		keys = append(keys, Key{"acme", fmt.Sprintf("failover/%d", c)})
+		keys = append(keys, fanout.Key{Tenant: "acme", Channel: fmt.Sprintf("failover/%d", c)})
 	}
 	pcfg := cfg
 	pcfg.WaitReplicas, pcfg.WaitTimeout = 1, 200*time.Millisecond
 	publisher := newTestRedisBroker(t, pcfg)
-	seed := make(map[Key]Publication)
+	seed := make(map[fanout.Key]fanout.Publication)
 	for _, k := range keys {
-		seed[k] = mustPublish(t, publisher, msg(k, "seed"))
+		seed[k] = fanouttest.MustPublish(t, publisher, fanouttest.Msg(k, "seed"))
 	}
 
 	var (
@@ -182,11 +184,11 @@ func TestRedisSentinelFailover(t *testing.T) {
 		}
 	}
 
-	accepted := make(map[string]Publication)
+	accepted := make(map[string]fanout.Publication)
 	var acceptedAfterKill time.Time
 	for i := range records {
 		id := fmt.Sprintf("r%05d", i)
-		m := msg(keys[i%channels], id)
+		m := fanouttest.Msg(keys[i%channels], id)
 		for {
 			p, err := publisher.Publish(ctx, m)
 			if err == nil {
@@ -223,7 +225,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	resumers.Wait()
 
 	for _, k := range keys {
-		h := history(t, publisher, k)
+		h := fanouttest.History(t, publisher, k)
 		if h[0].Epoch != seed[k].Epoch {
 			t.Fatalf("%v: epoch %s after the failover, was %s", k, h[0].Epoch, seed[k].Epoch)
 		}
@@ -232,7 +234,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 				t.Fatalf("%v: history has %s at %v, accepted at %v", k, p.ID, p.Position, a.Position)
 			}
 		}
-		want := ids(h[1:])
+		want := fanouttest.IDs(h[1:])
 		for _, f := range followers {
 			if f.key != k {
 				continue

@@ -1,4 +1,4 @@
-package fanout
+package redisbroker
 
 import (
 	"context"
@@ -13,14 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 )
 
-func newTestRedisBroker(t *testing.T, cfg RedisConfig) *RedisBroker {
+func newTestRedisBroker(t *testing.T, cfg Config) *Broker {
 	t.Helper()
-	b, err := NewRedisBroker(cfg)
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,16 +30,16 @@ func newTestRedisBroker(t *testing.T, cfg RedisConfig) *RedisBroker {
 	return b
 }
 
-// redisNode is one gateway node: a RedisBroker started with a Hub.
+// redisNode is one gateway node: a Broker started with a fanout.Hub.
 type redisNode struct {
-	broker *RedisBroker
-	hub    *Hub
+	broker *Broker
+	hub    *fanout.Hub
 }
 
-func newRedisNode(t *testing.T, cfg RedisConfig) redisNode {
+func newRedisNode(t *testing.T, cfg Config) redisNode {
 	t.Helper()
 	b := newTestRedisBroker(t, cfg)
-	hub, err := NewHub(b, HubConfig{})
+	hub, err := fanout.NewHub(b, fanout.HubConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,36 +61,19 @@ func rawRedis(t *testing.T, url string) *redis.Client {
 	return c
 }
 
-// receive waits for n deliveries to s.
-func receive(t *testing.T, s *chanSub, n int) []*Prepared {
-	t.Helper()
-	timeout := time.NewTimer(10 * time.Second)
-	defer timeout.Stop()
-	out := make([]*Prepared, 0, n)
-	for len(out) < n {
-		select {
-		case p := <-s.ch:
-			out = append(out, p)
-		case <-timeout.C:
-			t.Fatalf("received %d of %d publications", len(out), n)
-		}
-	}
-	return out
-}
-
 func TestRedisBrokerRecover(t *testing.T) {
 	t.Parallel()
-	testRecoverCases(t, func(t *testing.T) Broker {
+	fanouttest.RunRecover(t, func(t *testing.T) fanout.Broker {
 		url, prefix := testenv.Redis(t)
-		return newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: 3})
+		return newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix, HistorySize: 3})
 	})
 }
 
 func TestRedisBrokerFence(t *testing.T) {
 	t.Parallel()
-	testFenceCases(t, func(t *testing.T, historySize int) Broker {
+	fanouttest.RunFence(t, func(t *testing.T, historySize int) fanout.Broker {
 		url, prefix := testenv.Redis(t)
-		return newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: historySize})
+		return newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix, HistorySize: historySize})
 	})
 }
 
@@ -99,18 +84,18 @@ func TestRedisFenceIsPerChannel(t *testing.T) {
 	t.Parallel()
 	url, prefix := testenv.Redis(t)
 	raw := rawRedis(t, url)
-	b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
-	a, c := Key{"acme", "a"}, Key{"acme", "c"}
-	mustPublish(t, b, fenced(a, "m1", Fence{Scope: "p1", Value: 2}))
-	mustPublish(t, b, fenced(c, "m1", Fence{Scope: "p1", Value: 1}))
-	if v := raw.HGet(testCtx(t), prefix+"{acme/a}:meta", "f:p1").Val(); v != "2" {
+	b := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	a, c := fanout.Key{Tenant: "acme", Channel: "a"}, fanout.Key{Tenant: "acme", Channel: "c"}
+	fanouttest.MustPublish(t, b, fanouttest.Fenced(a, "m1", fanout.Fence{Scope: "p1", Value: 2}))
+	fanouttest.MustPublish(t, b, fanouttest.Fenced(c, "m1", fanout.Fence{Scope: "p1", Value: 1}))
+	if v := raw.HGet(fanouttest.Context(t), prefix+"{acme/a}:meta", "f:p1").Val(); v != "2" {
 		t.Fatalf("f:p1 = %q, want 2", v)
 	}
-	if err := raw.Del(testCtx(t), prefix+"{acme/a}:stream").Err(); err != nil {
+	if err := raw.Del(fanouttest.Context(t), prefix+"{acme/a}:stream").Err(); err != nil {
 		t.Fatal(err)
 	}
-	mustBeStale(t, b, fenced(a, "m2", Fence{Scope: "p1", Value: 1}))
-	if p := mustPublish(t, b, fenced(a, "m2", Fence{Scope: "p1", Value: 2})); p.Offset != 1 {
+	fanouttest.MustBeStale(t, b, fanouttest.Fenced(a, "m2", fanout.Fence{Scope: "p1", Value: 1}))
+	if p := fanouttest.MustPublish(t, b, fanouttest.Fenced(a, "m2", fanout.Fence{Scope: "p1", Value: 2})); p.Offset != 1 {
 		t.Fatalf("publication after the stream was lost at %v, want offset 1", p.Position)
 	}
 }
@@ -121,13 +106,13 @@ func TestRedisStreamEntriesWithoutID(t *testing.T) {
 	t.Parallel()
 	url, prefix := testenv.Redis(t)
 	raw := rawRedis(t, url)
-	ctx := testCtx(t)
-	b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
-	key := Key{"acme", "legacy"}
+	ctx := fanouttest.Context(t)
+	b := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key := fanout.Key{Tenant: "acme", Channel: "legacy"}
 	stream := prefix + "{acme/legacy}:stream"
-	var old []Publication
+	var old []fanout.Publication
 	for _, id := range []string{"m1", "m10", "m2"} {
-		old = append(old, mustPublish(t, b, msg(key, id)))
+		old = append(old, fanouttest.MustPublish(t, b, fanouttest.Msg(key, id)))
 	}
 	entries, err := raw.XRange(ctx, stream, "-", "+").Result()
 	if err != nil || len(entries) != 3 || entries[0].Values["i"] != "m1" {
@@ -141,28 +126,28 @@ func TestRedisStreamEntriesWithoutID(t *testing.T) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := mustRecover(t, b, key, Position{Epoch: old[0].Epoch})
-	if !r.Recovered || !slices.Equal(ids(r.Publications), []string{"m1", "m10", "m2"}) {
+	r := fanouttest.MustRecover(t, b, key, fanout.Position{Epoch: old[0].Epoch})
+	if !r.Recovered || !slices.Equal(fanouttest.IDs(r.Publications), []string{"m1", "m10", "m2"}) {
 		t.Fatalf("recover of entries without field i: %+v", r)
 	}
 	for _, want := range old {
-		if got := mustPublish(t, b, fenced(key, want.ID, Fence{Scope: "p1", Value: 1, Takeover: true})); got.Position != want.Position {
+		if got := fanouttest.MustPublish(t, b, fanouttest.Fenced(key, want.ID, fanout.Fence{Scope: "p1", Value: 1, Takeover: true})); got.Position != want.Position {
 			t.Fatalf("takeover of legacy %s at %v, want %v", want.ID, got.Position, want.Position)
 		}
 	}
-	if p := mustPublish(t, b, fenced(key, "m", Fence{Scope: "p1", Value: 1, Takeover: true})); p.Offset != 4 {
+	if p := fanouttest.MustPublish(t, b, fanouttest.Fenced(key, "m", fanout.Fence{Scope: "p1", Value: 1, Takeover: true})); p.Offset != 4 {
 		t.Fatalf("takeover of a new id at %v, want offset 4", p.Position)
 	}
 }
 
 func TestRedisConfig(t *testing.T) {
 	t.Parallel()
-	got := RedisConfig{URL: "redis://x"}.withDefaults()
+	got := Config{URL: "redis://x"}.withDefaults()
 	if got.KeyPrefix != "herald:" || got.HistorySize != 1000 || got.HistoryTTL != 24*time.Hour ||
 		got.HealthCheckInterval != 5*time.Second || got.Sharded {
 		t.Fatalf("defaults: %+v", got)
 	}
-	for _, cfg := range []RedisConfig{
+	for _, cfg := range []Config{
 		{},
 		{URL: "http://host"},
 		{URL: "redis://localhost", KeyPrefix: "a{b}:"},
@@ -170,11 +155,11 @@ func TestRedisConfig(t *testing.T) {
 		{URL: "redis://localhost", HistoryTTL: -time.Second},
 		{URL: "redis://localhost", HealthCheckInterval: time.Millisecond},
 	} {
-		if _, err := NewRedisBroker(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("%+v: err = %v, want ErrInvalidConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, fanout.ErrInvalidConfig) {
+			t.Errorf("%+v: err = %v, want fanout.ErrInvalidConfig", cfg, err)
 		}
 	}
-	_, err := NewRedisBroker(RedisConfig{URL: "redis://user:s3cret@host:port/0"})
+	_, err := New(Config{URL: "redis://user:s3cret@host:port/0"})
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("bad URL error must not quote the password: %v", err)
 	}
@@ -184,51 +169,51 @@ func TestRedisConfig(t *testing.T) {
 // very bytes A encoded, and B can recover what A published.
 func testTwoNodes(t *testing.T, sharded bool) {
 	url, prefix := testenv.Redis(t)
-	cfg := RedisConfig{URL: url, KeyPrefix: prefix, Sharded: sharded, HealthCheckInterval: 50 * time.Millisecond}
+	cfg := Config{URL: url, KeyPrefix: prefix, Sharded: sharded, HealthCheckInterval: 50 * time.Millisecond}
 	a, b := newRedisNode(t, cfg), newRedisNode(t, cfg)
-	key := Key{"acme", "orders/1"}
-	sub := newChanSub(1000)
-	if err := b.hub.Subscribe(testCtx(t), key, sub); err != nil {
+	key := fanout.Key{Tenant: "acme", Channel: "orders/1"}
+	sub := fanouttest.NewSub(1000)
+	if err := b.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
 		t.Fatal(err)
 	}
 	const n = 100
-	sent := make([]Publication, n)
+	sent := make([]fanout.Publication, n)
 	for i := range n {
-		m := msg(key, fmt.Sprintf("m%d", i))
+		m := fanouttest.Msg(key, fmt.Sprintf("m%d", i))
 		m.Data = json.RawMessage(fmt.Sprintf(`{"n": %d, "text": "line\nbreak \u2028"}`, i))
-		sent[i] = mustPublish(t, a.broker, m)
+		sent[i] = fanouttest.MustPublish(t, a.broker, m)
 	}
-	got := receive(t, sub, n)
+	got := sub.Receive(t, n)
 	for i, p := range got {
 		if p.Position() != sent[i].Position || p.Key() != key {
 			t.Fatalf("delivery %d at %v %v, sent at %v", i, p.Key(), p.Position(), sent[i].Position)
 		}
-		if want := NewPrepared(sent[i]).JSON(); string(p.JSON()) != string(want) {
+		if want := fanout.NewPrepared(sent[i]).JSON(); string(p.JSON()) != string(want) {
 			t.Fatalf("delivery %d envelope\n got %s\nwant %s", i, p.JSON(), want)
 		}
 	}
-	r := mustRecover(t, b.broker, key, Position{0, sent[0].Epoch})
+	r := fanouttest.MustRecover(t, b.broker, key, fanout.Position{Offset: 0, Epoch: sent[0].Epoch})
 	if !r.Recovered || len(r.Publications) != n {
 		t.Fatalf("node B recover: recovered %v, %d publications", r.Recovered, len(r.Publications))
 	}
 	for i, p := range r.Publications {
 		if p.ID != sent[i].ID || p.Position != sent[i].Position || p.Key != key || !p.Time.Equal(sent[i].Time) ||
-			string(p.Data) != string(sent[i].Data) || string(NewPrepared(p).JSON()) != string(NewPrepared(sent[i]).JSON()) {
+			string(p.Data) != string(sent[i].Data) || string(fanout.NewPrepared(p).JSON()) != string(fanout.NewPrepared(sent[i]).JSON()) {
 			t.Fatalf("recovered %d: %+v, sent %+v", i, p, sent[i])
 		}
 	}
 	// After unsubscribing, B hears nothing more of the channel.
-	if err := b.hub.Unsubscribe(testCtx(t), key, sub); err != nil {
+	if err := b.hub.Unsubscribe(fanouttest.Context(t), key, sub); err != nil {
 		t.Fatal(err)
 	}
-	mustPublish(t, a.broker, msg(key, "late"))
-	marker := newChanSub(1)
-	if err := b.hub.Subscribe(testCtx(t), Key{"acme", "marker"}, marker); err != nil {
+	fanouttest.MustPublish(t, a.broker, fanouttest.Msg(key, "late"))
+	marker := fanouttest.NewSub(1)
+	if err := b.hub.Subscribe(fanouttest.Context(t), fanout.Key{Tenant: "acme", Channel: "marker"}, marker); err != nil {
 		t.Fatal(err)
 	}
-	mustPublish(t, a.broker, msg(Key{"acme", "marker"}, "marker"))
-	receive(t, marker, 1) // pub/sub is ordered: "late" would have come first
-	if len(sub.drain()) != 0 {
+	fanouttest.MustPublish(t, a.broker, fanouttest.Msg(fanout.Key{Tenant: "acme", Channel: "marker"}, "marker"))
+	marker.Receive(t, 1) // pub/sub is ordered: "late" would have come first
+	if len(sub.Drain()) != 0 {
 		t.Fatal("unsubscribed node still received publications")
 	}
 	for _, node := range []redisNode{a, b} {
@@ -251,7 +236,7 @@ func TestRedisTwoNodesSharded(t *testing.T) {
 // pubsubClientID finds the id of the pub/sub connection named name.
 func pubsubClientID(t *testing.T, c *redis.Client, name string) string {
 	t.Helper()
-	list, err := c.ClientList(testCtx(t)).Result()
+	list, err := c.ClientList(fanouttest.Context(t)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,40 +258,40 @@ func TestRedisResyncAfterClientKill(t *testing.T) {
 	t.Parallel()
 	url, prefix := testenv.Redis(t)
 	name := "herald-test-" + testenv.Suffix()
-	node := newRedisNode(t, RedisConfig{URL: url + "?client_name=" + name, KeyPrefix: prefix})
-	publisher := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
-	key := Key{"acme", "kill"}
-	sub := resyncSub{newChanSub(100)}
-	if err := node.hub.Subscribe(testCtx(t), key, sub); err != nil {
+	node := newRedisNode(t, Config{URL: url + "?client_name=" + name, KeyPrefix: prefix})
+	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key := fanout.Key{Tenant: "acme", Channel: "kill"}
+	sub := fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
+	if err := node.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
 		t.Fatal(err)
 	}
-	first := mustPublish(t, publisher, msg(key, "before"))
-	receive(t, sub.chanSub, 1)
+	first := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "before"))
+	sub.Receive(t, 1)
 
 	raw := rawRedis(t, url)
 	id := pubsubClientID(t, raw, name)
 	// Only this test's connection: other tests share the server.
-	if n, err := raw.Do(testCtx(t), "CLIENT", "KILL", "ID", id, "TYPE", "pubsub").Int(); err != nil || n != 1 {
+	if n, err := raw.Do(fanouttest.Context(t), "CLIENT", "KILL", "ID", id, "TYPE", "pubsub").Int(); err != nil || n != 1 {
 		t.Fatalf("CLIENT KILL: %d, %v", n, err)
 	}
 	select {
-	case k := <-sub.resyncs:
+	case k := <-sub.Resyncs:
 		if k != key {
 			t.Fatalf("resync for %v", k)
 		}
-	case <-testCtx(t).Done():
+	case <-fanouttest.Context(t).Done():
 		t.Fatal("no resync after the pub/sub connection was killed")
 	}
 	if v := testutil.ToFloat64(node.broker.m.reconnects); v != 1 {
 		t.Fatalf("herald_redis_pubsub_reconnects_total = %v, want 1", v)
 	}
 	// The subscription is live again, and recovery fills any gap.
-	after := mustPublish(t, publisher, msg(key, "after"))
-	if got := receive(t, sub.chanSub, 1); got[0].Position() != after.Position {
+	after := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "after"))
+	if got := sub.Receive(t, 1); got[0].Position() != after.Position {
 		t.Fatalf("after reconnect got %v, want %v", got[0].Position(), after.Position)
 	}
-	r := mustRecover(t, node.broker, key, first.Position)
-	if !r.Recovered || !equalOffsets(offsets(r.Publications), 2) {
+	r := fanouttest.MustRecover(t, node.broker, key, first.Position)
+	if !r.Recovered || !fanouttest.EqualOffsets(fanouttest.Offsets(r.Publications), 2) {
 		t.Fatalf("recover after resync: %+v", r)
 	}
 }
@@ -405,25 +390,25 @@ func TestRedisSilentConnectionReplaced(t *testing.T) {
 	}
 	proxy := newFreezingProxy(t, opt.Addr)
 	proxied := strings.Replace(url, opt.Addr, proxy.ln.Addr().String(), 1)
-	node := newRedisNode(t, RedisConfig{URL: proxied, KeyPrefix: prefix, HealthCheckInterval: 100 * time.Millisecond})
-	publisher := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
-	key := Key{"acme", "silent"}
-	sub := resyncSub{newChanSub(100)}
-	if err := node.hub.Subscribe(testCtx(t), key, sub); err != nil {
+	node := newRedisNode(t, Config{URL: proxied, KeyPrefix: prefix, HealthCheckInterval: 100 * time.Millisecond})
+	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key := fanout.Key{Tenant: "acme", Channel: "silent"}
+	sub := fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
+	if err := node.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
 		t.Fatal(err)
 	}
-	mustPublish(t, publisher, msg(key, "before"))
-	receive(t, sub.chanSub, 1)
+	fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "before"))
+	sub.Receive(t, 1)
 
 	close(proxy.frozen)
 	select {
-	case <-sub.resyncs:
-	case <-testCtx(t).Done():
+	case <-sub.Resyncs:
+	case <-fanouttest.Context(t).Done():
 		t.Fatal("silent connection was not replaced")
 	}
-	after := mustPublish(t, publisher, msg(key, "after"))
+	after := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "after"))
 	// "before" may not come again; the next delivery is the new one.
-	if got := receive(t, sub.chanSub, 1); got[0].Position() != after.Position {
+	if got := sub.Receive(t, 1); got[0].Position() != after.Position {
 		t.Fatalf("after replacement got %v, want %v", got[0].Position(), after.Position)
 	}
 }
@@ -434,55 +419,55 @@ func TestRedisEpochChangesWhenHistoryLost(t *testing.T) {
 	raw := rawRedis(t, url)
 
 	t.Run("stream deleted", func(t *testing.T) {
-		b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
-		key := Key{"acme", "lost"}
-		var last Publication
+		b := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+		key := fanout.Key{Tenant: "acme", Channel: "lost"}
+		var last fanout.Publication
 		for i := range 3 {
-			last = mustPublish(t, b, msg(key, fmt.Sprint(i)))
+			last = fanouttest.MustPublish(t, b, fanouttest.Msg(key, fmt.Sprint(i)))
 		}
-		if err := raw.Del(testCtx(t), prefix+"{acme/lost}:stream").Err(); err != nil {
+		if err := raw.Del(fanouttest.Context(t), prefix+"{acme/lost}:stream").Err(); err != nil {
 			t.Fatal(err)
 		}
-		r := mustRecover(t, b, key, Position{1, last.Epoch})
+		r := fanouttest.MustRecover(t, b, key, fanout.Position{Offset: 1, Epoch: last.Epoch})
 		if r.Recovered || r.Top.Epoch == last.Epoch || r.Top.Offset != 0 {
 			t.Fatalf("recover after the stream was lost: %+v", r)
 		}
-		p := mustPublish(t, b, msg(key, "new"))
+		p := fanouttest.MustPublish(t, b, fanouttest.Msg(key, "new"))
 		if p.Offset != 1 || p.Epoch != r.Top.Epoch {
 			t.Fatalf("publication after loss at %v, want 1 in %s", p.Position, r.Top.Epoch)
 		}
 		// The ids of the lost history went with it.
-		if p := mustPublish(t, b, msg(key, "0")); p.Offset != 2 {
+		if p := fanouttest.MustPublish(t, b, fanouttest.Msg(key, "0")); p.Offset != 2 {
 			t.Fatalf("an id of the lost history published at %v, want offset 2", p.Position)
 		}
 	})
 
 	t.Run("both keys deleted", func(t *testing.T) {
-		b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
-		key := Key{"acme", "flushed"}
-		old := mustPublish(t, b, msg(key, "1"))
-		if err := raw.Del(testCtx(t), prefix+"{acme/flushed}:stream", prefix+"{acme/flushed}:meta").Err(); err != nil {
+		b := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+		key := fanout.Key{Tenant: "acme", Channel: "flushed"}
+		old := fanouttest.MustPublish(t, b, fanouttest.Msg(key, "1"))
+		if err := raw.Del(fanouttest.Context(t), prefix+"{acme/flushed}:stream", prefix+"{acme/flushed}:meta").Err(); err != nil {
 			t.Fatal(err)
 		}
-		p := mustPublish(t, b, msg(key, "2"))
+		p := fanouttest.MustPublish(t, b, fanouttest.Msg(key, "2"))
 		if p.Offset != 1 || p.Epoch == old.Epoch {
 			t.Fatalf("publication after flush at %v (old %v)", p.Position, old.Position)
 		}
-		if r := mustRecover(t, b, key, old.Position); r.Recovered || r.Top != p.Position {
+		if r := fanouttest.MustRecover(t, b, key, old.Position); r.Recovered || r.Top != p.Position {
 			t.Fatalf("recover from the old epoch: %+v", r)
 		}
 	})
 
 	t.Run("TTL expiry", func(t *testing.T) {
-		b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistoryTTL: 150 * time.Millisecond})
-		key := Key{"acme", "ttl"}
-		old := mustPublish(t, b, msg(key, "1"))
+		b := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix, HistoryTTL: 150 * time.Millisecond})
+		key := fanout.Key{Tenant: "acme", Channel: "ttl"}
+		old := fanouttest.MustPublish(t, b, fanouttest.Msg(key, "1"))
 		for _, k := range []string{prefix + "{acme/ttl}:stream", prefix + "{acme/ttl}:meta"} {
-			if ttl := raw.PTTL(testCtx(t), k).Val(); ttl <= 0 || ttl > 150*time.Millisecond {
+			if ttl := raw.PTTL(fanouttest.Context(t), k).Val(); ttl <= 0 || ttl > 150*time.Millisecond {
 				t.Fatalf("PTTL %s = %v, want (0, 150ms]", k, ttl)
 			}
 		}
-		ctx := testCtx(t)
+		ctx := fanouttest.Context(t)
 		for raw.Exists(ctx, prefix+"{acme/ttl}:meta").Val() != 0 {
 			select {
 			case <-ctx.Done():
@@ -490,7 +475,7 @@ func TestRedisEpochChangesWhenHistoryLost(t *testing.T) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		r := mustRecover(t, b, key, old.Position)
+		r := fanouttest.MustRecover(t, b, key, old.Position)
 		if r.Recovered || r.Top.Epoch == old.Epoch {
 			t.Fatalf("recover after expiry: %+v", r)
 		}
@@ -500,12 +485,12 @@ func TestRedisEpochChangesWhenHistoryLost(t *testing.T) {
 func TestRedisHistoryTrimmedExactly(t *testing.T) {
 	t.Parallel()
 	url, prefix := testenv.Redis(t)
-	b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: 5})
-	key := Key{"acme", "trim"}
+	b := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix, HistorySize: 5})
+	key := fanout.Key{Tenant: "acme", Channel: "trim"}
 	for i := range 200 {
-		mustPublish(t, b, msg(key, fmt.Sprint(i)))
+		fanouttest.MustPublish(t, b, fanouttest.Msg(key, fmt.Sprint(i)))
 	}
-	if n := rawRedis(t, url).XLen(testCtx(t), prefix+"{acme/trim}:stream").Val(); n != 5 {
+	if n := rawRedis(t, url).XLen(fanouttest.Context(t), prefix+"{acme/trim}:stream").Val(); n != 5 {
 		t.Fatalf("XLEN = %d, want 5", n)
 	}
 }
@@ -518,18 +503,18 @@ func TestRedisPingFailsOnClosedPort(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	b := newTestRedisBroker(t, RedisConfig{URL: "redis://" + addr + "/0?dial_timeout=1s&max_retries=-1"})
-	if err := b.Ping(testCtx(t)); err == nil {
+	b := newTestRedisBroker(t, Config{URL: "redis://" + addr + "/0?dial_timeout=1s&max_retries=-1"})
+	if err := b.Ping(fanouttest.Context(t)); err == nil {
 		t.Fatal("ping of a closed port succeeded")
 	}
 	// Subscribe waits for the connection until its context ends, then
 	// leaves nothing behind.
-	if err := b.Start(context.Background(), newRecorder()); err != nil {
+	if err := b.Start(context.Background(), fanouttest.NewRecorder()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if err := b.Subscribe(ctx, Key{"acme", "x"}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := b.Subscribe(ctx, fanout.Key{Tenant: "acme", Channel: "x"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("subscribe without Redis: %v", err)
 	}
 	b.mu.Lock()
@@ -542,50 +527,50 @@ func TestRedisPingFailsOnClosedPort(t *testing.T) {
 func TestRedisLifecycle(t *testing.T) {
 	t.Parallel()
 	url, prefix := testenv.Redis(t)
-	b := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
-	key := Key{"acme", "life"}
-	if err := b.Subscribe(testCtx(t), key); !errors.Is(err, ErrNotStarted) {
+	b := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key := fanout.Key{Tenant: "acme", Channel: "life"}
+	if err := b.Subscribe(fanouttest.Context(t), key); !errors.Is(err, ErrNotStarted) {
 		t.Fatalf("subscribe before start: %v", err)
 	}
-	if p := mustPublish(t, b, msg(key, "early")); p.Offset != 1 {
+	if p := fanouttest.MustPublish(t, b, fanouttest.Msg(key, "early")); p.Offset != 1 {
 		t.Fatalf("publish before start: %v", p.Position)
 	}
-	if err := b.Ping(testCtx(t)); err != nil {
+	if err := b.Ping(fanouttest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder() // a plain Handler, not a PreparedHandler
+	rec := fanouttest.NewRecorder() // a plain fanout.Handler, not a fanout.PreparedHandler
 	if err := b.Start(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(context.Background(), newRecorder()); !errors.Is(err, ErrAlreadyStarted) {
+	if err := b.Start(context.Background(), fanouttest.NewRecorder()); !errors.Is(err, fanout.ErrAlreadyStarted) {
 		t.Fatalf("second start: %v", err)
 	}
-	if err := b.Subscribe(testCtx(t), key); err != nil {
+	if err := b.Subscribe(fanouttest.Context(t), key); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Subscribe(testCtx(t), key); err != nil { // already subscribed
+	if err := b.Subscribe(fanouttest.Context(t), key); err != nil { // already subscribed
 		t.Fatal(err)
 	}
-	live := mustPublish(t, b, msg(key, "live"))
-	got := rec.waitFor(t, "the live publication", func(p []Publication) bool { return len(p) == 1 })
+	live := fanouttest.MustPublish(t, b, fanouttest.Msg(key, "live"))
+	got := rec.WaitFor(t, "the live publication", func(p []fanout.Publication) bool { return len(p) == 1 })
 	if got[0].Key != key || got[0].Position != live.Position || got[0].ID != "live" {
 		t.Fatalf("handler got %+v, want %+v", got[0], live)
 	}
 	b.Stop()
 	b.Stop()
-	if _, err := b.Publish(testCtx(t), msg(key, "late")); !errors.Is(err, ErrStopped) {
+	if _, err := b.Publish(fanouttest.Context(t), fanouttest.Msg(key, "late")); !errors.Is(err, fanout.ErrStopped) {
 		t.Fatalf("publish after stop: %v", err)
 	}
-	if err := b.Subscribe(testCtx(t), key); !errors.Is(err, ErrStopped) {
+	if err := b.Subscribe(fanouttest.Context(t), key); !errors.Is(err, fanout.ErrStopped) {
 		t.Fatalf("subscribe after stop: %v", err)
 	}
-	if err := b.Ping(testCtx(t)); !errors.Is(err, ErrStopped) {
+	if err := b.Ping(fanouttest.Context(t)); !errors.Is(err, fanout.ErrStopped) {
 		t.Fatalf("ping after stop: %v", err)
 	}
 
-	never := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	never := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
 	never.Stop()
-	if err := never.Start(context.Background(), newRecorder()); !errors.Is(err, ErrStopped) {
+	if err := never.Start(context.Background(), fanouttest.NewRecorder()); !errors.Is(err, fanout.ErrStopped) {
 		t.Fatalf("start after stop: %v", err)
 	}
 }
@@ -595,25 +580,25 @@ func TestRedisLifecycle(t *testing.T) {
 func TestRedisDecodeErrorsCounted(t *testing.T) {
 	t.Parallel()
 	url, prefix := testenv.Redis(t)
-	node := newRedisNode(t, RedisConfig{URL: url, KeyPrefix: prefix})
-	key := Key{"acme", "noise"}
-	sub := newChanSub(10)
-	if err := node.hub.Subscribe(testCtx(t), key, sub); err != nil {
+	node := newRedisNode(t, Config{URL: url, KeyPrefix: prefix})
+	key := fanout.Key{Tenant: "acme", Channel: "noise"}
+	sub := fanouttest.NewSub(10)
+	if err := node.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
 		t.Fatal(err)
 	}
 	raw := rawRedis(t, url)
 	topic := prefix + "{acme/noise}:pub"
-	forged := "other\n" + string(NewPrepared(Publication{
-		Message:  msg(Key{"other", "noise"}, "forged"),
-		Position: Position{1, "e"},
+	forged := "other\n" + string(fanout.NewPrepared(fanout.Publication{
+		Message:  fanouttest.Msg(fanout.Key{Tenant: "other", Channel: "noise"}, "forged"),
+		Position: fanout.Position{Offset: 1, Epoch: "e"},
 	}).JSON())
 	for _, payload := range []string{"no newline", "acme\n{not json", forged} {
-		if err := raw.Publish(testCtx(t), topic, payload).Err(); err != nil {
+		if err := raw.Publish(fanouttest.Context(t), topic, payload).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	good := mustPublish(t, node.broker, msg(key, "good"))
-	if got := receive(t, sub, 1); got[0].Position() != good.Position {
+	good := fanouttest.MustPublish(t, node.broker, fanouttest.Msg(key, "good"))
+	if got := sub.Receive(t, 1); got[0].Position() != good.Position {
 		t.Fatalf("got %v, want %v", got[0].Position(), good.Position)
 	}
 	if v := testutil.ToFloat64(node.broker.m.decodeErrors); v != 3 {
@@ -654,7 +639,7 @@ func waitLog(t *testing.T, events <-chan string, part string) {
 			if strings.Contains(m, part) {
 				return
 			}
-		case <-testCtx(t).Done():
+		case <-fanouttest.Context(t).Done():
 			t.Fatalf("no log %q", part)
 		}
 	}
@@ -675,7 +660,7 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 	}
 	proxy := newFreezingProxy(t, opt.Addr)
 	proxied := strings.Replace(url, opt.Addr, proxy.ln.Addr().String(), 1)
-	var node atomic.Pointer[RedisBroker]
+	var node atomic.Pointer[Broker]
 	stalled := make(chan error, 1) // Ping and the gauge when the stall is logged
 	logs := eventLog{events: make(chan string, 16), onRecord: func(msg string) {
 		if b := node.Load(); b != nil && strings.Contains(msg, "no heartbeat") {
@@ -689,18 +674,18 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 		}
 	}}
 	const every = 100 * time.Millisecond
-	n := newRedisNode(t, RedisConfig{URL: proxied, KeyPrefix: prefix, HeartbeatInterval: every,
+	n := newRedisNode(t, Config{URL: proxied, KeyPrefix: prefix, HeartbeatInterval: every,
 		HealthCheckInterval: time.Minute, Logger: slog.New(logs)})
 	node.Store(n.broker)
-	publisher := newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
-	key := Key{"acme", "heartbeat"}
-	sub := resyncSub{newChanSub(100)}
-	if err := n.hub.Subscribe(testCtx(t), key, sub); err != nil {
+	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key := fanout.Key{Tenant: "acme", Channel: "heartbeat"}
+	sub := fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
+	if err := n.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
 		t.Fatal(err)
 	}
-	mustPublish(t, publisher, msg(key, "before"))
-	receive(t, sub.chanSub, 1)
-	if err := n.broker.Ping(testCtx(t)); err != nil {
+	fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "before"))
+	sub.Receive(t, 1)
+	if err := n.broker.Ping(fanouttest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -711,17 +696,17 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-testCtx(t).Done():
+	case <-fanouttest.Context(t).Done():
 		t.Fatal("the stalled subscription was not noticed")
 	}
 	noticed := time.Since(frozen)
 	select {
-	case <-sub.resyncs:
-	case <-testCtx(t).Done():
+	case <-sub.Resyncs:
+	case <-fanouttest.Context(t).Done():
 		t.Fatal("the channel was not resynced")
 	}
 	waitLog(t, logs.events, "heartbeats again")
-	if err := n.broker.Ping(testCtx(t)); err != nil {
+	if err := n.broker.Ping(fanouttest.Context(t)); err != nil {
 		t.Fatalf("after a heartbeat arrived: %v", err)
 	}
 	if g := testutil.ToFloat64(n.broker.m.healthy); g != 1 {
@@ -730,8 +715,8 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 	if s := testutil.ToFloat64(n.broker.m.stalls); s != 1 {
 		t.Fatalf("herald_redis_pubsub_stalls_total = %v, want 1", s)
 	}
-	after := mustPublish(t, publisher, msg(key, "after"))
-	if got := receive(t, sub.chanSub, 1); got[0].Position() != after.Position {
+	after := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "after"))
+	if got := sub.Receive(t, 1); got[0].Position() != after.Position {
 		t.Fatalf("after the replacement got %v, want %v", got[0].Position(), after.Position)
 	}
 	t.Logf("stall noticed %v after the connection froze (heartbeat every %v)", noticed.Round(time.Millisecond), every)

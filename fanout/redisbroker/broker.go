@@ -1,9 +1,8 @@
-package fanout
+package redisbroker
 
 import (
 	"context"
 	"fmt"
-	"github.com/heraldgw/herald/internal/ratelog"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -11,18 +10,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/lifecycle"
+	"github.com/heraldgw/herald/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisBroker is the broker of a multi-node deployment: every channel's
+// Broker is the broker of a multi-node deployment: every channel's
 // stream lives in Redis, and every publication reaches the nodes
 // subscribed to its channel through Redis pub/sub.
 //
 // Publish runs one Lua script that assigns the offset, appends to the
 // stream and publishes, so the history and the fan-out cannot diverge; it
-// also checks a fenced publication (see Fence) against the newest fence
+// also checks a fenced publication (see fanout.Fence) against the newest fence
 // value kept in the channel's meta hash, per scope.
 // Subscribe and Unsubscribe add and remove a node's channels on its pub/sub
 // connections: one connection to a single server (or a proxy), or with
@@ -30,9 +31,9 @@ import (
 // subscribed channel (see redisShard). When a connection is lost, or a
 // channel's slot moves to another primary, publications sent meanwhile are
 // missed by this node (not by the history): once the channel is subscribed
-// again the broker calls the handler's HandleResync (see Resyncer) for it.
-type RedisBroker struct {
-	cfg     RedisConfig
+// again the broker calls the handler's HandleResync (see fanout.Resyncer) for it.
+type Broker struct {
+	cfg     Config
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // client in Cluster mode, else nil
 	log     *slog.Logger
@@ -54,9 +55,9 @@ type RedisBroker struct {
 	topics    map[string]*topicState
 	loops     sync.WaitGroup // the shards' receive loops
 
-	handler   Handler
-	prepared  PreparedHandler // handler as PreparedHandler, or nil
-	resyncer  Resyncer        // handler as Resyncer, or nil
+	handler   fanout.Handler
+	prepared  fanout.PreparedHandler // handler as fanout.PreparedHandler, or nil
+	resyncer  fanout.Resyncer        // handler as fanout.Resyncer, or nil
 	svc       lifecycle.Service
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -66,30 +67,30 @@ type RedisBroker struct {
 
 // topicState is one subscribed pub/sub channel.
 type topicState struct {
-	key       Key
+	key       fanout.Key
 	shard     *redisShard   // the connection it is subscribed on
 	ready     chan struct{} // closed when Redis confirmed the subscription
 	confirmed bool
 	resync    bool // moved to another shard: resync once confirmed there
 }
 
-var _ Broker = (*RedisBroker)(nil)
+var _ fanout.Broker = (*Broker)(nil)
 
-// NewRedisBroker returns a broker on the Redis at cfg.URL. It does not
+// New returns a broker on the Redis at cfg.URL. It does not
 // connect: Ping does, and so do Publish, Recover and Start.
-func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
+func New(cfg Config) (*Broker, error) {
 	cfg = cfg.withDefaults()
 	client, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
-	b := &RedisBroker{
+	b := &Broker{
 		cfg:         cfg,
 		log:         cfg.Logger,
 		logs:        ratelog.New(cfg.Logger, 10*time.Second, 1),
 		pubCmd:      "PUBLISH",
 		topicPrefix: cfg.KeyPrefix + "{",
-		hbTopic:     cfg.KeyPrefix + "heartbeat:" + newEpoch(),
+		hbTopic:     cfg.KeyPrefix + "heartbeat:" + fanout.NewEpoch(),
 		done:        make(chan struct{}),
 		client:      client,
 		shards:      make(map[string]*redisShard),
@@ -112,28 +113,25 @@ func NewRedisBroker(cfg RedisConfig) (*RedisBroker, error) {
 // Publish appends msg to its channel's stream and publishes it, atomically.
 // A msg whose ID is still in the stream is answered with that publication
 // instead, appending and publishing nothing; a fenced msg may be refused
-// (ErrStaleFence) first (see Fence; here the newest fence value is kept
+// (fanout.ErrStaleFence) first (see fanout.Fence; here the newest fence value is kept
 // per channel and scope).
-func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, error) {
+func (b *Broker) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
 	if b.closed.Load() {
-		return Publication{}, wrapf("publish", ErrStopped)
+		return fanout.Publication{}, wrapf("publish", fanout.ErrStopped)
 	}
-	pub, err := newPublication(msg, time.Now())
+	pub, err := fanout.NewPublication(msg, time.Now())
 	if err != nil {
-		return Publication{}, err
+		return fanout.Publication{}, err
 	}
 	f := msg.Fence
 	takeover := "0"
 	if f.Takeover {
 		takeover = "1"
 	}
-	buf := make([]byte, 0, envelopeSizeHint(&pub))
-	buf = appendEnvelopeHead(buf, &pub)
-	head := len(buf)
-	buf = appendEnvelopeTail(buf, &pub)
+	head, tail := fanout.EnvelopeParts(&pub)
 	name := b.name(pub.Key)
 	keys := []string{name + ":meta", name + ":stream", name + ":ids"}
-	args := []any{newEpoch(), buf[:head], buf[head:], b.cfg.HistorySize, b.cfg.HistoryTTL.Milliseconds(),
+	args := []any{fanout.NewEpoch(), head, tail, b.cfg.HistorySize, b.cfg.HistoryTTL.Milliseconds(),
 		b.topic(pub.Key), pub.Key.Tenant, b.pubCmd,
 		f.Scope, strconv.FormatInt(f.Value, 10), takeover, pub.ID}
 	var res []any
@@ -143,19 +141,19 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 		res, err = publishScript.Run(ctx, b.client, keys, args...).Slice()
 	}
 	if err != nil {
-		return Publication{}, fmt.Errorf("fanout: publish %s: %w", pub.Key, err)
+		return fanout.Publication{}, fmt.Errorf("fanout: publish %s: %w", pub.Key, err)
 	}
 	if len(res) != 2 {
-		return Publication{}, fmt.Errorf("fanout: publish %s: unexpected script reply %v", pub.Key, res)
+		return fanout.Publication{}, fmt.Errorf("fanout: publish %s: unexpected script reply %v", pub.Key, res)
 	}
 	switch tag, _ := res[0].(string); tag {
 	case "stale":
-		return Publication{}, fmt.Errorf("fanout: publish %s: %w (scope %q: fence %d, newest %v)", pub.Key, ErrStaleFence, f.Scope, f.Value, res[1])
+		return fanout.Publication{}, fmt.Errorf("fanout: publish %s: %w (scope %q: fence %d, newest %v)", pub.Key, fanout.ErrStaleFence, f.Scope, f.Value, res[1])
 	case "dup":
 		env, _ := res[1].(string)
-		old, err := DecodeEnvelope([]byte(env))
+		old, err := fanout.DecodeEnvelope([]byte(env))
 		if err != nil {
-			return Publication{}, fmt.Errorf("fanout: publish %s: retained publication: %w", pub.Key, err)
+			return fanout.Publication{}, fmt.Errorf("fanout: publish %s: retained publication: %w", pub.Key, err)
 		}
 		old.Key = pub.Key
 		return old, nil
@@ -163,9 +161,9 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 	offset, ok1 := res[0].(int64)
 	epoch, ok2 := res[1].(string)
 	if !ok1 || !ok2 || offset < 1 {
-		return Publication{}, fmt.Errorf("fanout: publish %s: unexpected script reply %v", pub.Key, res)
+		return fanout.Publication{}, fmt.Errorf("fanout: publish %s: unexpected script reply %v", pub.Key, res)
 	}
-	pub.Position = Position{Offset: uint64(offset), Epoch: epoch}
+	pub.Position = fanout.Position{Offset: uint64(offset), Epoch: epoch}
 	return pub, nil
 }
 
@@ -173,7 +171,7 @@ func (b *RedisBroker) Publish(ctx context.Context, msg Message) (Publication, er
 // replicas on one connection, in one round trip (WAIT counts the replicas
 // that have this connection's writes). A script not yet loaded is loaded
 // and the pair sent again.
-func (b *RedisBroker) publishReplicated(ctx context.Context, keys []string, args []any) ([]any, error) {
+func (b *Broker) publishReplicated(ctx context.Context, keys []string, args []any) ([]any, error) {
 	for loaded := false; ; loaded = true {
 		var script *redis.Cmd
 		var wait *redis.Cmd
@@ -204,12 +202,12 @@ func (b *RedisBroker) publishReplicated(ctx context.Context, keys []string, args
 
 // Recover returns the publications of key after since, when the stream
 // still holds all of them and the epoch matches.
-func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position, limit int) (Recovery, error) {
+func (b *Broker) Recover(ctx context.Context, key fanout.Key, since fanout.Position, limit int) (fanout.Recovery, error) {
 	if b.closed.Load() {
-		return Recovery{}, wrapf("recover", ErrStopped)
+		return fanout.Recovery{}, wrapf("recover", fanout.ErrStopped)
 	}
-	if err := validateKey(key); err != nil {
-		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
+	if err := fanout.ValidateKey(key); err != nil {
+		return fanout.Recovery{}, fmt.Errorf("fanout: recover: %w", err)
 	}
 	name := b.name(key)
 	count := b.cfg.HistorySize
@@ -218,22 +216,22 @@ func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position, limi
 	}
 	res, err := recoverScript.Run(ctx, b.client,
 		[]string{name + ":meta", name + ":stream", name + ":ids"},
-		newEpoch(), b.cfg.HistoryTTL.Milliseconds(), since.Epoch,
+		fanout.NewEpoch(), b.cfg.HistoryTTL.Milliseconds(), since.Epoch,
 		strconv.FormatUint(since.Offset, 10), count,
 	).Slice()
 	if err != nil {
-		return Recovery{}, fmt.Errorf("fanout: recover %s: %w", key, err)
+		return fanout.Recovery{}, fmt.Errorf("fanout: recover %s: %w", key, err)
 	}
 	if len(res) != 3 {
-		return Recovery{}, fmt.Errorf("fanout: recover %s: unexpected script reply", key)
+		return fanout.Recovery{}, fmt.Errorf("fanout: recover %s: unexpected script reply", key)
 	}
 	epoch, ok1 := res[0].(string)
 	top, ok2 := res[1].(int64)
 	entries, ok3 := res[2].([]any)
 	if !ok1 || !ok2 || !ok3 || top < 0 {
-		return Recovery{}, fmt.Errorf("fanout: recover %s: unexpected script reply", key)
+		return fanout.Recovery{}, fmt.Errorf("fanout: recover %s: unexpected script reply", key)
 	}
-	r := Recovery{Top: Position{Offset: uint64(top), Epoch: epoch}}
+	r := fanout.Recovery{Top: fanout.Position{Offset: uint64(top), Epoch: epoch}}
 	if since.Epoch != epoch || since.Offset > r.Top.Offset {
 		return r, nil
 	}
@@ -246,11 +244,11 @@ func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position, limi
 		// first publication after since is gone.
 		return r, nil
 	}
-	pubs := make([]Publication, 0, len(entries))
+	pubs := make([]fanout.Publication, 0, len(entries))
 	for i, e := range entries {
 		p, err := decodeStreamEntry(e)
 		if err != nil {
-			return Recovery{}, fmt.Errorf("fanout: recover %s: %w", key, err)
+			return fanout.Recovery{}, fmt.Errorf("fanout: recover %s: %w", key, err)
 		}
 		if p.Offset != since.Offset+uint64(i)+1 || p.Epoch != epoch {
 			return r, nil
@@ -265,27 +263,27 @@ func (b *RedisBroker) Recover(ctx context.Context, key Key, since Position, limi
 
 // decodeStreamEntry decodes one XRANGE entry: [id, [field, value, …]],
 // from field e (other fields, such as i, are ignored).
-func decodeStreamEntry(e any) (Publication, error) {
+func decodeStreamEntry(e any) (fanout.Publication, error) {
 	pair, ok := e.([]any)
 	if !ok || len(pair) != 2 {
-		return Publication{}, fmt.Errorf("%w: stream entry is not [id, fields]", ErrInvalidEnvelope)
+		return fanout.Publication{}, fmt.Errorf("%w: stream entry is not [id, fields]", fanout.ErrInvalidEnvelope)
 	}
 	fields, ok := pair[1].([]any)
 	if !ok {
-		return Publication{}, fmt.Errorf("%w: stream entry fields", ErrInvalidEnvelope)
+		return fanout.Publication{}, fmt.Errorf("%w: stream entry fields", fanout.ErrInvalidEnvelope)
 	}
 	for i := 0; i+1 < len(fields); i += 2 {
 		if f, _ := fields[i].(string); f == "e" {
 			v, _ := fields[i+1].(string)
-			return DecodeEnvelope([]byte(v))
+			return fanout.DecodeEnvelope([]byte(v))
 		}
 	}
-	return Publication{}, fmt.Errorf("%w: stream entry has no envelope", ErrInvalidEnvelope)
+	return fanout.Publication{}, fmt.Errorf("%w: stream entry has no envelope", fanout.ErrInvalidEnvelope)
 }
 
 // Ping sends PING, and fails while the pub/sub subscription is stalled
-// (no heartbeat received, see RedisConfig.HeartbeatInterval).
-func (b *RedisBroker) Ping(ctx context.Context) error {
+// (no heartbeat received, see Config.HeartbeatInterval).
+func (b *Broker) Ping(ctx context.Context) error {
 	if b.stalled.Load() && !b.closed.Load() {
 		return fmt.Errorf("fanout: redis pub/sub: no heartbeat received for %s; resubscribing", 3*b.cfg.HeartbeatInterval)
 	}
@@ -293,9 +291,9 @@ func (b *RedisBroker) Ping(ctx context.Context) error {
 }
 
 // ping sends PING.
-func (b *RedisBroker) ping(ctx context.Context) error {
+func (b *Broker) ping(ctx context.Context) error {
 	if b.closed.Load() {
-		return wrapf("redis ping", ErrStopped)
+		return wrapf("redis ping", fanout.ErrStopped)
 	}
 	if err := b.client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("fanout: redis ping: %w", err)
@@ -305,8 +303,8 @@ func (b *RedisBroker) ping(ctx context.Context) error {
 
 // Stop closes the pub/sub connections, waits for their receive loops and
 // closes the client. Safe to call twice and before Start; every later call
-// fails with ErrStopped.
-func (b *RedisBroker) Stop() {
+// fails with fanout.ErrStopped.
+func (b *Broker) Stop() {
 	b.svc.Stop(func() {
 		close(b.done)
 		b.mu.Lock()
@@ -326,29 +324,29 @@ func (b *RedisBroker) Stop() {
 }
 
 // name is the common start of key's Redis names: prefix{tenant/channel}.
-func (b *RedisBroker) name(k Key) string {
+func (b *Broker) name(k fanout.Key) string {
 	return b.topicPrefix + k.Tenant + "/" + k.Channel + "}"
 }
 
 // topic is key's pub/sub channel name.
-func (b *RedisBroker) topic(k Key) string { return b.name(k) + ":pub" }
+func (b *Broker) topic(k fanout.Key) string { return b.name(k) + ":pub" }
 
 // keyOfTopic parses a pub/sub channel name back into its key; ok is false
 // for a name this broker did not make.
-func (b *RedisBroker) keyOfTopic(topic string) (Key, bool) {
+func (b *Broker) keyOfTopic(topic string) (fanout.Key, bool) {
 	rest, ok := strings.CutPrefix(topic, b.topicPrefix)
 	if !ok {
-		return Key{}, false
+		return fanout.Key{}, false
 	}
 	rest, ok = strings.CutSuffix(rest, "}:pub")
 	if !ok {
-		return Key{}, false
+		return fanout.Key{}, false
 	}
 	tenant, channel, ok := strings.Cut(rest, "/")
-	return Key{Tenant: tenant, Channel: channel}, ok
+	return fanout.Key{Tenant: tenant, Channel: channel}, ok
 }
 
-// redisMetrics are the RedisBroker's Prometheus metrics.
+// redisMetrics are the Broker's Prometheus metrics.
 type redisMetrics struct {
 	messages     prometheus.Counter
 	decodeErrors prometheus.Counter
@@ -364,7 +362,7 @@ const upPingTimeout = time.Second
 
 // up is the value of herald_redis_up: 1 when Redis answers a PING within
 // upPingTimeout, else 0 (also once the broker is stopped).
-func (b *RedisBroker) up() float64 {
+func (b *Broker) up() float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), upPingTimeout)
 	defer cancel()
 	if b.ping(ctx) != nil {
@@ -374,7 +372,7 @@ func (b *RedisBroker) up() float64 {
 }
 
 // healthy is the value of herald_redis_pubsub_healthy.
-func (b *RedisBroker) healthy() float64 {
+func (b *Broker) healthy() float64 {
 	if b.stalled.Load() {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package fanout
+package redisbroker
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -29,7 +31,7 @@ func startTestCluster(t *testing.T) *testCluster {
 func (c *testCluster) owner(slot int) int {
 	t := c.t
 	t.Helper()
-	shards, err := c.Node(0).ClusterShards(testCtx(t)).Result()
+	shards, err := c.Node(0).ClusterShards(fanouttest.Context(t)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +58,7 @@ func (c *testCluster) owner(slot int) int {
 func (c *testCluster) moveSlot(slot, from, to int) {
 	t := c.t
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := fanouttest.Context(t)
 	src, dst := c.Node(from), c.Node(to)
 	srcID, err := src.ClusterMyID(ctx).Result()
 	if err != nil {
@@ -93,7 +95,7 @@ func (c *testCluster) moveSlot(slot, from, to int) {
 func (c *testCluster) pubsubConns(i int, name string) int {
 	t := c.t
 	t.Helper()
-	list, err := c.Node(i).ClientList(testCtx(t)).Result()
+	list, err := c.Node(i).ClientList(fanouttest.Context(t)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +111,7 @@ func (c *testCluster) pubsubConns(i int, name string) int {
 // waitFor polls cond until it holds or the test's deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := fanouttest.Context(t)
 	for !cond() {
 		select {
 		case <-ctx.Done():
@@ -121,12 +123,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // clusterChannels returns per channel key the node owning its slot, with
 // perNode channels on each of the cluster's nodes.
-func clusterChannels(t *testing.T, c *testCluster, b *RedisBroker, perNode int) map[Key]int {
+func clusterChannels(t *testing.T, c *testCluster, b *Broker, perNode int) map[fanout.Key]int {
 	t.Helper()
-	out := make(map[Key]int)
+	out := make(map[fanout.Key]int)
 	count := make([]int, len(c.Addrs))
 	for i := 0; len(out) < perNode*len(c.Addrs); i++ {
-		k := Key{"acme", fmt.Sprintf("orders/%d", i)}
+		k := fanout.Key{Tenant: "acme", Channel: fmt.Sprintf("orders/%d", i)}
 		n := c.owner(keySlot(b.topic(k)))
 		if count[n] < perNode {
 			count[n]++
@@ -139,16 +141,16 @@ func clusterChannels(t *testing.T, c *testCluster, b *RedisBroker, perNode int) 
 func newClusterNode(t *testing.T, c *testCluster, name string) redisNode {
 	t.Helper()
 	url := "redis://" + c.Addrs[0] + "?client_name=" + name
-	return newRedisNode(t, RedisConfig{URL: url, Cluster: true, HealthCheckInterval: 200 * time.Millisecond})
+	return newRedisNode(t, Config{URL: url, Cluster: true, HealthCheckInterval: 200 * time.Millisecond})
 }
 
-func (b *RedisBroker) shardCount() int {
+func (b *Broker) shardCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.shards)
 }
 
-func (b *RedisBroker) shardOf(k Key) string {
+func (b *Broker) shardOf(k fanout.Key) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if st := b.topics[b.topic(k)]; st != nil && st.shard != nil {
@@ -159,17 +161,17 @@ func (b *RedisBroker) shardOf(k Key) string {
 
 func TestRedisClusterConfig(t *testing.T) {
 	t.Parallel()
-	if got := (RedisConfig{URL: "redis://x", Cluster: true}).withDefaults(); !got.Sharded {
+	if got := (Config{URL: "redis://x", Cluster: true}).withDefaults(); !got.Sharded {
 		t.Fatal("Cluster must imply Sharded")
 	}
-	b, err := NewRedisBroker(RedisConfig{URL: "redis://127.0.0.1:1?addr=127.0.0.1:2", Cluster: true})
+	b, err := New(Config{URL: "redis://127.0.0.1:1?addr=127.0.0.1:2", Cluster: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.Stop()
 	for _, u := range []string{"unix:///tmp/redis.sock", "redis://host:1?nosuch=1"} {
-		if _, err := NewRedisBroker(RedisConfig{URL: u, Cluster: true}); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("%s: err = %v, want ErrInvalidConfig", u, err)
+		if _, err := New(Config{URL: u, Cluster: true}); !errors.Is(err, fanout.ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want fanout.ErrInvalidConfig", u, err)
 		}
 	}
 	for k, want := range map[string]int{"123456789": 0x31C3 % 16384, "{user1000}.following": 3443, "foo{}{bar}": keySlot("foo{}{bar}")} {
@@ -184,8 +186,8 @@ func TestRedisClusterConfig(t *testing.T) {
 func TestRedisClusterFence(t *testing.T) {
 	t.Parallel()
 	c := startTestCluster(t)
-	testFenceCases(t, func(t *testing.T, historySize int) Broker {
-		return newTestRedisBroker(t, RedisConfig{
+	fanouttest.RunFence(t, func(t *testing.T, historySize int) fanout.Broker {
+		return newTestRedisBroker(t, Config{
 			URL: "redis://" + c.Addrs[0], Cluster: true, HistorySize: historySize,
 			KeyPrefix: "herald_t_" + testenv.Suffix() + ":",
 		})
@@ -197,8 +199,8 @@ func TestRedisClusterFence(t *testing.T) {
 func TestRedisClusterRecover(t *testing.T) {
 	t.Parallel()
 	c := startTestCluster(t)
-	testRecoverCases(t, func(t *testing.T) Broker {
-		return newTestRedisBroker(t, RedisConfig{
+	fanouttest.RunRecover(t, func(t *testing.T) fanout.Broker {
+		return newTestRedisBroker(t, Config{
 			URL: "redis://" + c.Addrs[0], Cluster: true, HistorySize: 3,
 			KeyPrefix: "herald_t_" + testenv.Suffix() + ":",
 		})
@@ -215,10 +217,10 @@ func TestRedisClusterTwoNodes(t *testing.T) {
 	name := "herald-test-" + testenv.Suffix()
 	a, b := newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, name)
 	channels := clusterChannels(t, c, b.broker, 2)
-	subs := make(map[Key]*chanSub)
+	subs := make(map[fanout.Key]*fanouttest.Sub)
 	for k := range channels {
-		subs[k] = newChanSub(100)
-		if err := b.hub.Subscribe(testCtx(t), k, subs[k]); err != nil {
+		subs[k] = fanouttest.NewSub(100)
+		if err := b.hub.Subscribe(fanouttest.Context(t), k, subs[k]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,11 +235,11 @@ func TestRedisClusterTwoNodes(t *testing.T) {
 	const n = 20
 	for i := range n {
 		for k := range channels {
-			mustPublish(t, a.broker, msg(k, fmt.Sprintf("m%d", i)))
+			fanouttest.MustPublish(t, a.broker, fanouttest.Msg(k, fmt.Sprintf("m%d", i)))
 		}
 	}
 	for k, s := range subs {
-		for i, p := range receive(t, s, n) {
+		for i, p := range s.Receive(t, n) {
 			if p.Key() != k || p.Position().Offset != uint64(i+1) {
 				t.Fatalf("%v delivery %d: %v at %v", k, i, p.Key(), p.Position())
 			}
@@ -246,7 +248,7 @@ func TestRedisClusterTwoNodes(t *testing.T) {
 	// Unsubscribing the last channels of one shard closes its connection.
 	for k, node := range channels {
 		if node == 0 {
-			if err := b.hub.Unsubscribe(testCtx(t), k, subs[k]); err != nil {
+			if err := b.hub.Unsubscribe(fanouttest.Context(t), k, subs[k]); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -264,16 +266,16 @@ func TestRedisClusterTwoNodes(t *testing.T) {
 
 // subscribeEach subscribes a resync-aware subscriber to each channel on
 // node b and checks that a publication from node a reaches it.
-func subscribeEach(t *testing.T, a, b redisNode, channels map[Key]int) map[Key]resyncSub {
+func subscribeEach(t *testing.T, a, b redisNode, channels map[fanout.Key]int) map[fanout.Key]fanouttest.ResyncSub {
 	t.Helper()
-	subs := make(map[Key]resyncSub, len(channels))
+	subs := make(map[fanout.Key]fanouttest.ResyncSub, len(channels))
 	for k := range channels {
-		subs[k] = resyncSub{newChanSub(100)}
-		if err := b.hub.Subscribe(testCtx(t), k, subs[k]); err != nil {
+		subs[k] = fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
+		if err := b.hub.Subscribe(fanouttest.Context(t), k, subs[k]); err != nil {
 			t.Fatal(err)
 		}
-		mustPublish(t, a.broker, msg(k, "before"))
-		receive(t, subs[k].chanSub, 1)
+		fanouttest.MustPublish(t, a.broker, fanouttest.Msg(k, "before"))
+		subs[k].Receive(t, 1)
 	}
 	return subs
 }
@@ -288,7 +290,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	a, b := newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, name)
 	channels := clusterChannels(t, c, b.broker, 1)
 	subs := subscribeEach(t, a, b, channels)
-	var moved Key
+	var moved fanout.Key
 	for k, node := range channels {
 		if node == 0 {
 			moved = k
@@ -298,11 +300,11 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	c.moveSlot(slot, 0, 1)
 
 	select {
-	case k := <-subs[moved].resyncs:
+	case k := <-subs[moved].Resyncs:
 		if k != moved {
 			t.Fatalf("resync for %v, want %v", k, moved)
 		}
-	case <-testCtx(t).Done():
+	case <-fanouttest.Context(t).Done():
 		t.Fatal("no resync after the channel's slot moved")
 	}
 	if got := b.broker.shardOf(moved); got != c.Addrs[1] {
@@ -313,14 +315,14 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 		t.Fatalf("node 1 has %d pub/sub connections of the broker, want 1", n)
 	}
 	for k := range channels {
-		p := mustPublish(t, a.broker, msg(k, "after"))
+		p := fanouttest.MustPublish(t, a.broker, fanouttest.Msg(k, "after"))
 		if p.Offset != 2 {
 			t.Fatalf("%v: offset after the move %v, want 2 (history moved with the slot)", k, p.Position)
 		}
-		if got := receive(t, subs[k].chanSub, 1); got[0].Position() != p.Position {
+		if got := subs[k].Receive(t, 1); got[0].Position() != p.Position {
 			t.Fatalf("%v: got %v, want %v", k, got[0].Position(), p.Position)
 		}
-		if k != moved && len(subs[k].resyncs) != 0 {
+		if k != moved && len(subs[k].Resyncs) != 0 {
 			t.Fatalf("%v resynced though its slot did not move", k)
 		}
 	}
@@ -338,7 +340,7 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 	a, b := newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, "herald-test-"+testenv.Suffix())
 	channels := clusterChannels(t, c, b.broker, 1)
 	subs := subscribeEach(t, a, b, channels)
-	var victim Key
+	var victim fanout.Key
 	for k, node := range channels {
 		if node == 2 {
 			victim = k
@@ -348,11 +350,11 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 	c.Start(2)
 	c.WaitOK(2)
 	select {
-	case k := <-subs[victim].resyncs:
+	case k := <-subs[victim].Resyncs:
 		if k != victim {
 			t.Fatalf("resync for %v, want %v", k, victim)
 		}
-	case <-testCtx(t).Done():
+	case <-fanouttest.Context(t).Done():
 		t.Fatal("no resync after the node restarted")
 	}
 	if v := testutil.ToFloat64(b.broker.m.reconnects); v != 1 {
@@ -362,17 +364,17 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 		// The publisher's pooled connection to the restarted node is dead:
 		// go-redis retries on a new one.
 		var (
-			p   Publication
+			p   fanout.Publication
 			err error
 		)
 		waitFor(t, "a publication to "+k.Channel, func() bool {
-			p, err = a.broker.Publish(testCtx(t), msg(k, "after"))
+			p, err = a.broker.Publish(fanouttest.Context(t), fanouttest.Msg(k, "after"))
 			return err == nil
 		})
-		if got := receive(t, subs[k].chanSub, 1); got[0].Position() != p.Position {
+		if got := subs[k].Receive(t, 1); got[0].Position() != p.Position {
 			t.Fatalf("%v: got %v, want %v", k, got[0].Position(), p.Position)
 		}
-		if k != victim && len(subs[k].resyncs) != 0 {
+		if k != victim && len(subs[k].Resyncs) != 0 {
 			t.Fatalf("%v resynced though its node did not restart", k)
 		}
 	}

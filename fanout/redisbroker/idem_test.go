@@ -1,4 +1,4 @@
-package fanout
+package redisbroker
 
 import (
 	"bytes"
@@ -9,11 +9,13 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // replyEater is a TCP proxy on loopback in front of Redis: its dial, set
-// as a RedisConfig's dialer, routes every connection to a node through a
+// as a Config's dialer, routes every connection to a node through a
 // proxy for that node, which forwards both ways as is until armed with a
 // message id. Then the first request carrying that id as an argument is
 // forwarded, Redis's reply to it is swallowed and the connection closed:
@@ -133,17 +135,17 @@ func (e *replyEater) replies(up, c net.Conn, eat *atomic.Bool) {
 	}
 }
 
-// lossyBroker is a RedisBroker whose connections go through a replyEater,
+// lossyBroker is a Broker whose connections go through a replyEater,
 // with a publish whose first reply is lost (go-redis retries it on a new
 // connection).
-func lossyBroker(t *testing.T, cfg RedisConfig) (Broker, func(*testing.T, Message) Publication) {
+func lossyBroker(t *testing.T, cfg Config) (fanout.Broker, func(*testing.T, fanout.Message) fanout.Publication) {
 	e := newReplyEater(t)
 	cfg.dialer = e.dial
 	b := newTestRedisBroker(t, cfg)
-	return b, func(t *testing.T, m Message) Publication {
+	return b, func(t *testing.T, m fanout.Message) fanout.Publication {
 		t.Helper()
 		e.arm(m.ID)
-		p := mustPublish(t, b, m)
+		p := fanouttest.MustPublish(t, b, m)
 		select {
 		case <-e.eaten:
 		default:
@@ -153,28 +155,13 @@ func lossyBroker(t *testing.T, cfg RedisConfig) (Broker, func(*testing.T, Messag
 	}
 }
 
-func TestMemoryBrokerIdempotent(t *testing.T) {
-	t.Parallel()
-	testIdempotentCases(t, func(t *testing.T, historySize int) Broker {
-		return newTestMemoryBroker(t, MemoryConfig{HistorySize: historySize})
-	}, func(t *testing.T) (Broker, func(*testing.T, Message) Publication) {
-		b := newTestMemoryBroker(t, MemoryConfig{})
-		// In process no answer is lost on its way: the caller publishes
-		// again as if the first answer never came.
-		return b, func(t *testing.T, m Message) Publication {
-			mustPublish(t, b, m)
-			return mustPublish(t, b, m)
-		}
-	})
-}
-
 func TestRedisBrokerIdempotent(t *testing.T) {
 	t.Parallel()
 	url, prefix := testenv.Redis(t)
-	testIdempotentCases(t, func(t *testing.T, historySize int) Broker {
-		return newTestRedisBroker(t, RedisConfig{URL: url, KeyPrefix: prefix, HistorySize: historySize})
-	}, func(t *testing.T) (Broker, func(*testing.T, Message) Publication) {
-		return lossyBroker(t, RedisConfig{URL: url, KeyPrefix: prefix})
+	fanouttest.RunIdempotent(t, func(t *testing.T, historySize int) fanout.Broker {
+		return newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix, HistorySize: historySize})
+	}, func(t *testing.T) (fanout.Broker, func(*testing.T, fanout.Message) fanout.Publication) {
+		return lossyBroker(t, Config{URL: url, KeyPrefix: prefix})
 	})
 }
 
@@ -184,13 +171,13 @@ func TestRedisBrokerIdempotent(t *testing.T) {
 func TestRedisClusterIdempotent(t *testing.T) {
 	t.Parallel()
 	c := startTestCluster(t)
-	cfg := func(historySize int) RedisConfig {
-		return RedisConfig{URL: "redis://" + c.Addrs[0], Cluster: true, HistorySize: historySize,
+	cfg := func(historySize int) Config {
+		return Config{URL: "redis://" + c.Addrs[0], Cluster: true, HistorySize: historySize,
 			KeyPrefix: "herald_t_" + testenv.Suffix() + ":"}
 	}
-	testIdempotentCases(t, func(t *testing.T, historySize int) Broker {
+	fanouttest.RunIdempotent(t, func(t *testing.T, historySize int) fanout.Broker {
 		return newTestRedisBroker(t, cfg(historySize))
-	}, func(t *testing.T) (Broker, func(*testing.T, Message) Publication) {
+	}, func(t *testing.T) (fanout.Broker, func(*testing.T, fanout.Message) fanout.Publication) {
 		return lossyBroker(t, cfg(0))
 	})
 }
