@@ -15,16 +15,17 @@ import (
 )
 
 // CheckFixture opens a fixture of an older Herald. The fixtures in each
-// store's testdata hold an outbox written by Herald before its
-// stores became packages of their own, with records in every state:
-// dispatched, dead-lettered, waiting for a retry (and one held behind
-// it), a range stopped part way, a claim whose holder died, and never
-// claimed. *-ids.json names them. The generator that wrote them, with the
-// code of that time, is in the commit that added them (git log --
-// '*/testdata/*-ids.json'; go test -tags fixtures -run
-// TestGenerateFixtures there). Opened by the current code and migrated
-// in place, every record not yet delivered is delivered once, in order,
-// and no other.
+// store's testdata hold an outbox written by Herald before its stores
+// became packages of their own, with records in every state: dispatched,
+// dead-lettered, waiting for a retry (and one held behind it), a range
+// stopped part way, a claim whose holder died, and never claimed
+// (PostgreSQL's fixture holds the rows, loaded into the schema the
+// migrations of that version build). *-ids.json names them. The generator
+// that wrote them, with the code of that time, is in the commit that added
+// them (git log -- '*/testdata/*-ids.json'; go test -tags fixtures -run
+// TestGenerateFixtures there). Opened by the current code and migrated in
+// place, every record not yet delivered is delivered once, in order, and
+// no other.
 func CheckFixture(t *testing.T, s outboxfeed.Store, idsFile string, makeDue func()) {
 	t.Helper()
 	ctx := context.Background()
