@@ -52,11 +52,8 @@ func runAlerts(_ context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(st.fs.Output(), "\nWrites the Prometheus alert rules of the outbox: one group per handler (realtime and each configured one) from its delivery targets, and the store's. See docs/alerts/README.md.")
 		st.fs.PrintDefaults()
 	}
-	if err := st.parse(args); err != nil {
+	if err := st.parseCommand(args); err != nil {
 		return err
-	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
 	}
 	b := alertRulesFile(handlers.entries)
 	if out == "" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -26,22 +25,12 @@ func TestTwoNodesShareRedisCluster(t *testing.T) {
 	tok := mint(t, "acme", "u1", "orders/**")
 
 	// A ticket from node A, redeemed on node B: tickets live in the cluster.
-	req, err := http.NewRequest(http.MethodPost, nodeA+"/v1/tickets", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	status, body := postTicket(t, nodeA, tok)
 	var tr struct {
 		Ticket string `json:"ticket"`
 	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &tr) != nil || tr.Ticket == "" {
-		t.Fatalf("POST /v1/tickets on node A: %d %s", resp.StatusCode, body)
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &tr) != nil || tr.Ticket == "" {
+		t.Fatalf("POST /v1/tickets on node A: %d %s", status, body)
 	}
 	onB := openSSE(t, nodeB+"/v1/sse?"+url.Values{"channel": {"orders/7"}, "ticket": {tr.Ticket}}.Encode(), "", "")
 	if onB.Status != http.StatusOK {

@@ -181,6 +181,16 @@ type storeCase struct {
 	setup func(t *testing.T) (dbURL string, st stager)
 }
 
+// migrated sets the store up and migrates it with herald migrate; db
+// names it to herald's commands.
+func (sc storeCase) migrated(t *testing.T) (dbURL string, st stager, db []string) {
+	t.Helper()
+	dbURL, st = sc.setup(t)
+	db = storeArgs(dbURL)
+	mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
+	return dbURL, st, db
+}
+
 func storeCases() []storeCase {
 	return []storeCase{
 		{"postgres", func(t *testing.T) (string, stager) {

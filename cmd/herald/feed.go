@@ -27,17 +27,10 @@ func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	worker.registerTrigger(st)
 	logs.register(st)
 	st.String(&listen, "listen", "127.0.0.1:8081", "address for /healthz, /readyz and /metrics of the Worker; empty = none")
-	if err := st.parse(args); err != nil {
-		return err
-	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
-	}
-	log, err := logs.logger(stderr)
+	log, err := st.parseLogged(args, &logs, stderr)
 	if err != nil {
 		return err
 	}
-	st.logIgnored(log)
 	if !store.isPostgres() {
 		lock, err := lockDataDir(store.DataDir)
 		if err != nil {

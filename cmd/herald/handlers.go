@@ -13,8 +13,8 @@ import (
 )
 
 // handlersCommands are the subcommands of `herald handlers`.
-func handlersCommands() []outboxCommand {
-	return []outboxCommand{
+func handlersCommands() []command {
+	return []command{
 		{"list", "list the handlers with their state, backlog, dead letters and target health", runHandlersList},
 		{"pause", "pause a handler: its records wait, none lost (--reason)", handlerStateCommand("pause", outboxfeed.HandlerPaused)},
 		{"resume", "resume a paused handler", handlerStateCommand("resume", outboxfeed.HandlerActive)},
@@ -31,25 +31,7 @@ func runHandlers(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintf(stderr, "  %-8s %s\n", c.name, c.summary)
 		}
 	}
-	if len(args) == 0 {
-		usage()
-		return fmt.Errorf("%w: want a subcommand: list, pause, resume, enable or drop", errUsage)
-	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		usage()
-		return nil
-	}
-	for _, c := range handlersCommands() {
-		if c.name == args[0] {
-			if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
-			}
-			return nil
-		}
-	}
-	usage()
-	return fmt.Errorf("%w: unknown subcommand %q: want list, pause, resume, enable or drop", errUsage, args[0])
+	return runSubcommand(ctx, args, stdout, stderr, handlersCommands(), usage, "list, pause, resume, enable or drop")
 }
 
 // withHandlerStore parses args (at most want positional arguments, the

@@ -27,17 +27,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	st.invocation(func() {
 		st.Int(&to, "to", 0, "take the outbox schema to this version (0 = the newest this release knows); below the database's version, reverse the steps since, where they can be (docs/runbooks/rollback-schema.md)")
 	})
-	if err := st.parse(args); err != nil {
-		return err
-	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
-	}
-	log, err := logs.logger(stderr)
+	log, err := st.parseLogged(args, &logs, stderr)
 	if err != nil {
 		return err
 	}
-	st.logIgnored(log)
 	if err := store.checkExisting(create, "creates it with an empty outbox"); err != nil {
 		return err
 	}

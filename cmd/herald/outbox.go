@@ -17,15 +17,9 @@ import (
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
-// outboxCommand is one subcommand of `herald outbox`.
-type outboxCommand struct {
-	name, summary string
-	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
 // outboxCommands are the subcommands of `herald outbox`.
-func outboxCommands() []outboxCommand {
-	return []outboxCommand{
+func outboxCommands() []command {
+	return []command{
 		{"stats", "count records per state and kind, dead letters per type, the oldest waiting record", runOutboxStats},
 		{"list", "list records with their state, attempt and last error", runOutboxList},
 		{"show", "show one record (--id) and its state for every handler", runOutboxShow},
@@ -37,25 +31,8 @@ func outboxCommands() []outboxCommand {
 }
 
 func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		outboxUsage(stderr)
-		return fmt.Errorf("%w: want a subcommand: stats, list, replay, purge, partitions or reset-after-restore", errUsage)
-	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		outboxUsage(stderr)
-		return nil
-	}
-	for _, c := range outboxCommands() {
-		if c.name == args[0] {
-			if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
-			}
-			return nil
-		}
-	}
-	outboxUsage(stderr)
-	return fmt.Errorf("%w: unknown subcommand %q: want stats, list, replay, purge, partitions or reset-after-restore", errUsage, args[0])
+	return runSubcommand(ctx, args, stdout, stderr, outboxCommands(), func() { outboxUsage(stderr) },
+		"stats, list, replay, purge, partitions or reset-after-restore")
 }
 
 func outboxUsage(w io.Writer) {
@@ -64,6 +41,31 @@ func outboxUsage(w io.Writer) {
 	for _, c := range outboxCommands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
+}
+
+// runSubcommand runs the subcommand of a command (outbox, handlers) that
+// args[0] names; usage prints the command's usage and want names its
+// subcommands in the errors.
+func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer, subs []command, usage func(), want string) error {
+	if len(args) == 0 {
+		usage()
+		return fmt.Errorf("%w: want a subcommand: %s", errUsage, want)
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		usage()
+		return nil
+	}
+	for _, c := range subs {
+		if c.name == args[0] {
+			if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			return nil
+		}
+	}
+	usage()
+	return fmt.Errorf("%w: unknown subcommand %q: want %s", errUsage, args[0], want)
 }
 
 // outboxCommon are the settings every outbox subcommand has.
@@ -98,11 +100,8 @@ func newOperatorSettings(cmd string, stderr io.Writer) (*settings, *outboxCommon
 // store (open), runs f with its Admin and closes the store. A usage error
 // is reported before the store is opened.
 func (c *outboxCommon) run(ctx context.Context, args []string, stderr io.Writer, check func() error, f func(outboxfeed.Admin) error) error {
-	if err := c.st.parse(args); err != nil {
+	if err := c.st.parseCommand(args); err != nil {
 		return err
-	}
-	if c.st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, c.st.fs.Arg(0))
 	}
 	if check != nil {
 		if err := check(); err != nil {
@@ -315,11 +314,8 @@ func runOutboxShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var asJSON bool
 	st.String(&id, "id", "", "the record's message id (required)")
 	st.Bool(&asJSON, "json", false, "print one JSON object per handler")
-	if err := st.parse(args); err != nil {
+	if err := st.parseCommand(args); err != nil {
 		return err
-	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
 	}
 	if id == "" {
 		return fmt.Errorf("%w: --id is required", errUsage)

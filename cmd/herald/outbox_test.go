@@ -149,9 +149,7 @@ func TestOutboxCommands(t *testing.T) {
 	for _, sc := range storeCases() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			dbURL, st := sc.setup(t)
-			db := storeArgs(dbURL)
-			mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
+			dbURL, st, db := sc.migrated(t)
 			store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
 			if err != nil {
 				t.Fatal(err)
@@ -382,9 +380,7 @@ func TestOutboxPartitionsCommand(t *testing.T) {
 	for _, sc := range storeCases() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			dbURL, _ := sc.setup(t)
-			db := storeArgs(dbURL)
-			mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
+			_, _, db := sc.migrated(t)
 			out := mustHerald(t, append([]string{"outbox", "partitions"}, db...)...)
 			want := 4
 			if sc.name != "postgres" {
@@ -423,9 +419,7 @@ func TestOutboxResetAfterRestoreCommand(t *testing.T) {
 	for _, sc := range storeCases() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			dbURL, _ := sc.setup(t)
-			db := storeArgs(dbURL)
-			mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
+			_, _, db := sc.migrated(t)
 			code, _, errOut := herald(t, append([]string{"outbox", "reset-after-restore"}, db...)...)
 			if code != 2 || !strings.Contains(errOut, "nothing to reset") {
 				t.Fatalf("reset-after-restore on a store that was not restored: exit %d, %s", code, errOut)

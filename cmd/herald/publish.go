@@ -39,11 +39,8 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		st.String(&id, "id", "", "message id (uuid); empty = generated")
 		st.String(&n.Kind, "kind", stage.KindNotification, "record kind")
 	})
-	if err := st.parse(args); err != nil {
+	if err := st.parseCommand(args); err != nil {
 		return err
-	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
 	}
 	if data == "" {
 		return fmt.Errorf("%w: --data is required (a JSON value such as '{\"status\":\"paid\"}')", errUsage)

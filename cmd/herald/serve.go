@@ -153,17 +153,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	st.fs.SetOutput(stderr)
 	var o serveOptions
 	o.register(st)
-	if err := st.parse(args); err != nil {
-		return err
-	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
-	}
-	log, err := o.log.logger(stderr)
+	log, err := st.parseLogged(args, &o.log, stderr)
 	if err != nil {
 		return err
 	}
-	st.logIgnored(log)
 	return serve(ctx, o, log, stdout)
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"testing"
@@ -14,21 +13,7 @@ import (
 func TestServeTickets(t *testing.T) {
 	t.Parallel()
 	tok := mint(t, "acme", "u1", "orders/**")
-	post := func(base string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, base+"/v1/tickets", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	post := func(base string) (int, string) { return postTicket(t, base, tok) }
 
 	if status, body := post(startServe(t)); status != http.StatusOK {
 		t.Fatalf("POST /v1/tickets by default: %d %s", status, body)

@@ -170,6 +170,33 @@ func describeCommand(args []string) *settings {
 	return captured
 }
 
+// parseCommand parses a command's args as parse does and refuses
+// positional arguments.
+func (s *settings) parseCommand(args []string) error {
+	if err := s.parse(args); err != nil {
+		return err
+	}
+	if s.fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, s.fs.Arg(0))
+	}
+	return nil
+}
+
+// parseLogged parses as parseCommand does, then returns the logger logs
+// configures (writing to stderr), having logged the settings the command
+// ignores.
+func (s *settings) parseLogged(args []string, logs *logSettings, stderr io.Writer) (*slog.Logger, error) {
+	if err := s.parseCommand(args); err != nil {
+		return nil, err
+	}
+	log, err := logs.logger(stderr)
+	if err != nil {
+		return nil, err
+	}
+	s.logIgnored(log)
+	return log, nil
+}
+
 // parse applies the config file, then the environment, then the flags,
 // then runs the checks.
 func (s *settings) parse(args []string) error {
@@ -340,7 +367,7 @@ type catalogue struct {
 func commandWords() [][]string {
 	var names [][]string
 	for _, c := range commands() {
-		var subs []outboxCommand
+		var subs []command
 		switch c.name {
 		case "outbox":
 			subs = outboxCommands()

@@ -36,17 +36,9 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		st.String(&jti, "jti", "", "token id (for revocation)")
 		st.Duration(&ttl, "ttl", time.Hour, "lifetime")
 	})
-	if err := st.parse(args); err != nil {
+	if _, err := st.parseLogged(args, &logs, stderr); err != nil {
 		return err
 	}
-	if st.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, st.fs.Arg(0))
-	}
-	log, err := logs.logger(stderr)
-	if err != nil {
-		return err
-	}
-	st.logIgnored(log)
 	if err := names.ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("%w: --tenant: %v", errUsage, err)
 	}

@@ -75,9 +75,7 @@ func TestTypesCheckGatesWriters(t *testing.T) {
 	for _, sc := range storeCases() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			dbURL, _ := sc.setup(t)
-			db := storeArgs(dbURL)
-			mustHerald(t, append([]string{"migrate", "--log-level", "warn", "--create-data-dir"}, db...)...)
+			dbURL, _, db := sc.migrated(t)
 			check := func(version string, more ...string) (int, string) {
 				t.Helper()
 				code, _, errOut := herald(t, append(append([]string{"types", "check", "--type", "order.updated", "--version", version}, db...), more...)...)
