@@ -97,13 +97,16 @@ func (c TicketConfig) validate() error {
 	return nil
 }
 
-// newTicket returns a fresh random ticket.
-func newTicket() (string, error) {
+// newTicket returns a fresh random ticket and the key it is stored under
+// (ticketKey).
+func newTicket() (ticket, key string, err error) {
 	var b [ticketBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("auth: issue ticket: %w", err)
+		return "", "", fmt.Errorf("auth: issue ticket: %w", err)
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+	ticket = base64.RawURLEncoding.EncodeToString(b[:])
+	key, err = ticketKey(ticket)
+	return ticket, key, err
 }
 
 // ticketKey checks the shape of ticket and returns the hex SHA-256 under

@@ -49,11 +49,7 @@ func (s *MemoryTickets) Issue(_ context.Context, c *Claims) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ticket, err := newTicket()
-	if err != nil {
-		return "", err
-	}
-	key, err := ticketKey(ticket)
+	ticket, key, err := newTicket()
 	if err != nil {
 		return "", err
 	}

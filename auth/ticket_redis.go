@@ -94,11 +94,7 @@ func (s *RedisTickets) Issue(ctx context.Context, c *Claims) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("auth: issue ticket: %w", err)
 	}
-	ticket, err := newTicket()
-	if err != nil {
-		return "", err
-	}
-	key, err := ticketKey(ticket)
+	ticket, key, err := newTicket()
 	if err != nil {
 		return "", err
 	}

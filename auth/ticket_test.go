@@ -87,7 +87,7 @@ func TestTicketsSingleUse(t *testing.T) {
 			if !errors.Is(err, ErrInvalidTicket) || !errors.Is(err, ErrTicketUsed) {
 				t.Fatalf("second redeem: want ErrTicketUsed, got %v", err)
 			}
-			other, _ := newTicket()
+			other, _, _ := newTicket()
 			for _, bad := range []string{other, "", "short", ticket + "x", ticket[:ticketLen-1] + "="} {
 				if _, err := redeemer.Redeem(ctx, bad); !errors.Is(err, ErrTicketUnknown) {
 					t.Fatalf("redeem %q: want ErrTicketUnknown, got %v", bad, err)

@@ -159,15 +159,7 @@ func TestVerifyRejects(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || got != nil {
-				t.Fatalf("want failure %q, got claims %+v", tc.want, got)
-			}
-			if !errors.Is(err, ErrInvalidToken) {
-				t.Errorf("error %v does not wrap ErrInvalidToken", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not name the check %q", err, tc.want)
-			}
+			mustRefuse(t, got, err, tc.want)
 			if strings.Contains(tc.want, "expired") && !errors.Is(err, ErrExpired) {
 				t.Errorf("error %v does not wrap ErrExpired", err)
 			}
@@ -308,15 +300,7 @@ func TestVerifyTimeClaimsMustBeNumbers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tok := signRawHS256(t, secret, header, payload(tc.members))
 			got, err := v.Verify(tok)
-			if err == nil || got != nil {
-				t.Fatalf("want failure %q, got claims %+v", tc.want, got)
-			}
-			if !errors.Is(err, ErrInvalidToken) {
-				t.Errorf("error %v does not wrap ErrInvalidToken", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not name the check %q", err, tc.want)
-			}
+			mustRefuse(t, got, err, tc.want)
 			assertNoEcho(t, err, tok)
 		})
 	}
@@ -359,5 +343,20 @@ func TestVerifyInvalidTenantIsABadToken(t *testing.T) {
 		if !errors.Is(err, ErrInvalidToken) || errors.Is(err, names.ErrInvalidName) || !strings.Contains(err.Error(), "herald.tenant is not a valid tenant name") {
 			t.Errorf("tenant %q: VerifySubscriptionClaims error %v, want only ErrInvalidToken naming herald.tenant", tenant, err)
 		}
+	}
+}
+
+// mustRefuse fails t unless Verify answered (got, err) with a refusal
+// that wraps ErrInvalidToken and names the check want.
+func mustRefuse(t *testing.T, got *Claims, err error, want string) {
+	t.Helper()
+	if err == nil || got != nil {
+		t.Fatalf("want failure %q, got claims %+v", want, got)
+	}
+	if !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("error %v does not wrap ErrInvalidToken", err)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name the check %q", err, want)
 	}
 }
