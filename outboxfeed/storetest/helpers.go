@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,4 +290,19 @@ func (r *Recorder) Deliver(ctx context.Context, rec *outboxfeed.Record) error {
 	_, err := r.Publish(ctx, fanout.Message{ID: rec.ID, Key: rec.Key(), Type: rec.Type, SchemaVersion: rec.SchemaVersion,
 		Time: rec.OccurredAt, Data: rec.Payload})
 	return err
+}
+
+// failingRecorder returns a Recorder whose every publish fails with err
+// while on is set; on starts set.
+func failingRecorder(err error) (rec *Recorder, on *atomic.Bool) {
+	on = new(atomic.Bool)
+	on.Store(true)
+	rec = NewRecorder()
+	rec.Before = func(context.Context, fanout.Message) error {
+		if on.Load() {
+			return err
+		}
+		return nil
+	}
+	return rec, on
 }

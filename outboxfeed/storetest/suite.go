@@ -644,15 +644,7 @@ func testRetry(t *testing.T, h *Harness) {
 }
 
 func testBrokerOutage(t *testing.T, h *Harness) {
-	var down atomic.Bool
-	down.Store(true)
-	rec := NewRecorder()
-	rec.Before = func(context.Context, fanout.Message) error {
-		if down.Load() {
-			return ErrBrokerDown
-		}
-		return nil
-	}
+	rec, down := failingRecorder(ErrBrokerDown)
 	w := StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{MaxAttempts: 1})
 	ids := h.Stage(t, true, Note("orders/1", `{"n":1}`), Note("orders/2", `{"n":2}`), Note("orders/1", `{"n":3}`))
 	rec.WaitFor(t, 5*time.Second, "several failed publishes", func() bool { return rec.CallCount() >= 6 })
