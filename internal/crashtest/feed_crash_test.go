@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldgw/herald/outboxfeed/stage"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -48,6 +46,18 @@ type feedNode struct {
 	p     *proc
 	owner string
 	ops   string
+}
+
+// crashSetup gives a feed crash test a database that herald migrate
+// migrated, a Redis key prefix of its own and a context bounded by
+// crashTestBound.
+func crashSetup(t *testing.T) (ctx context.Context, dbURL, redisURL, prefix string) {
+	dbURL = testenv.DatabaseURL(t)
+	redisURL, prefix = testenv.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), crashTestBound)
+	t.Cleanup(cancel)
+	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
+	return ctx, dbURL, redisURL, prefix
 }
 
 // feedArgs is the `herald feed` command line the feed tests share:
@@ -117,12 +127,9 @@ func (s *crashStaging) firstErr() error {
 // dispatched, none is lost or dead-lettered, duplicates repeat the same id
 // and data, and each channel's first deliveries follow its commit order.
 func TestFeedSIGKILLMidBatch(t *testing.T) {
-	dbURL := testenv.DatabaseURL(t)
-	redisURL, prefix := testenv.Redis(t)
-	ctx, cancel := context.WithTimeout(context.Background(), crashTestBound)
+	ctx, dbURL, redisURL, prefix := crashSetup(t)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
 	args := feedArgs(dbURL, redisURL, prefix)
 	var feeds []feedNode
 	for i := range crashFeeds {
@@ -353,21 +360,7 @@ func produceCrashRecords(ctx context.Context, pool *pgxpool.Pool, p int, log *st
 	for c := p; c < crashChannels; c += crashProducers {
 		mine = append(mine, crashChannel(c))
 	}
-	perChannel := crashRecords / crashChannels
-	total := perChannel * len(mine)
-	for i, size := 0, 1; i < total; size = size%4 + 1 {
-		var recs []stagedRecord
-		var ns []stage.Notification
-		for ; len(recs) < size && i < total; i++ {
-			r, n := newRecord(mine[i%len(mine)], i/len(mine))
-			recs, ns = append(recs, r), append(ns, n)
-		}
-		if err := stageTx(ctx, pool, ns); err != nil {
-			return fmt.Errorf("producer %d: %w", p, err)
-		}
-		log.committed(recs)
-	}
-	return nil
+	return stageShare(ctx, pool, p, log, mine, crashRecords/crashChannels, 0)
 }
 
 // checkReady expects 200 from the feed's /readyz.

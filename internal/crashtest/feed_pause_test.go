@@ -23,12 +23,9 @@ import (
 // completion changes nothing (counted as lease_lost), and every staged id
 // is in its channel's history exactly once, in order.
 func TestFeedSIGSTOPPastLease(t *testing.T) {
-	dbURL := testenv.DatabaseURL(t)
-	redisURL, prefix := testenv.Redis(t)
-	ctx, cancel := context.WithTimeout(context.Background(), crashTestBound)
+	ctx, dbURL, redisURL, prefix := crashSetup(t)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
 	args := feedArgs(dbURL, redisURL, prefix, "--outbox-lanes", "1")
 	victim, other := startFeed(t, "victim", args), startFeed(t, "other", args)
 

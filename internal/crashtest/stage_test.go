@@ -111,3 +111,36 @@ func countStates(ctx context.Context, pool *pgxpool.Pool) (stateCounts, error) {
 		FROM herald.outbox_records`).Scan(&c.Pending, &c.Processing, &c.Dispatched, &c.DeadLetter, &c.DispatchedNoTime)
 	return c, err
 }
+
+// stageShare stages producer p's records: perChannel records on each
+// channel of mine, the channels in turn, in transactions of one to four
+// records; with pace > 0, one record per pace.
+func stageShare(ctx context.Context, pool *pgxpool.Pool, p int, log *stagedLog, mine []string, perChannel int, pace time.Duration) error {
+	var tick <-chan time.Time
+	if pace > 0 {
+		t := time.NewTicker(pace)
+		defer t.Stop()
+		tick = t.C
+	}
+	total := perChannel * len(mine)
+	for i, size := 0, 1; i < total; size = size%4 + 1 {
+		var recs []stagedRecord
+		var ns []stage.Notification
+		for ; len(recs) < size && i < total; i++ {
+			if tick != nil {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-tick:
+				}
+			}
+			r, n := newRecord(mine[i%len(mine)], i/len(mine))
+			recs, ns = append(recs, r), append(ns, n)
+		}
+		if err := stageTx(ctx, pool, ns); err != nil {
+			return fmt.Errorf("producer %d: %w", p, err)
+		}
+		log.committed(recs)
+	}
+	return nil
+}

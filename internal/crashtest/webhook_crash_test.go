@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldgw/herald/internal/testenv"
-	"github.com/heraldgw/herald/outboxfeed/stage"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -49,15 +46,10 @@ func hookChannel(i int) string { return fmt.Sprintf("hooks/c%02d", i) }
 // every copy with the same webhook-id and body and a valid signature, and
 // the duplicates only the records the killed processes held.
 func TestFeedSIGKILLWebhook(t *testing.T) {
-	dbURL := testenv.DatabaseURL(t)
-	redisURL, prefix := testenv.Redis(t)
-	ctx, cancel := context.WithTimeout(context.Background(), crashTestBound)
-	defer cancel()
-
+	ctx, dbURL, redisURL, prefix := crashSetup(t)
 	rc := newHookReceiver(hookCrashAnswer)
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
-	runHerald(t, time.Minute, "migrate", "--database-url", dbURL)
 	// A killed process's batches wait out the handler's 20s lease: with
 	// more partitions than the default 4, the other channels keep flowing
 	// to both processes meanwhile.
@@ -266,25 +258,5 @@ func produceHookRecords(ctx context.Context, pool *pgxpool.Pool, p int, log *sta
 	for c := p; c < hookCrashChannels; c += hookCrashProducers {
 		mine = append(mine, hookChannel(c))
 	}
-	total := hookCrashRecords / hookCrashChannels * len(mine)
-	tick := time.NewTicker(hookCrashPace)
-	defer tick.Stop()
-	for i, size := 0, 1; i < total; size = size%4 + 1 {
-		var recs []stagedRecord
-		var ns []stage.Notification
-		for ; len(recs) < size && i < total; i++ {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-tick.C:
-			}
-			r, n := newRecord(mine[i%len(mine)], i/len(mine))
-			recs, ns = append(recs, r), append(ns, n)
-		}
-		if err := stageTx(ctx, pool, ns); err != nil {
-			return fmt.Errorf("producer %d: %w", p, err)
-		}
-		log.committed(recs)
-	}
-	return nil
+	return stageShare(ctx, pool, p, log, mine, hookCrashRecords/hookCrashChannels, hookCrashPace)
 }
