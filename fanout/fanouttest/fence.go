@@ -28,12 +28,7 @@ func RunFence(t *testing.T, newBroker func(t *testing.T, historySize int) fanout
 		}
 		MustPublish(t, b, Fenced(key, "m4", fanout.Fence{Scope: "p1", Value: 3}))
 		MustBeStale(t, b, Fenced(key, "m5", fanout.Fence{Scope: "p1", Value: 2}))
-		if got := IDs(History(t, b, key)); !slices.Equal(got, []string{"m1", "m3", "m4"}) {
-			t.Fatalf("history %v, want [m1 m3 m4]", got)
-		}
-		if got := DeliveredUpTo(t, b, rec, key); !slices.Equal(got, []string{"m1", "m3", "m4"}) {
-			t.Fatalf("fanned out %v, want [m1 m3 m4]", got)
-		}
+		HistoryAndFanOut(t, b, rec, key, "m1", "m3", "m4")
 	})
 
 	t.Run("fence values compare exactly", func(t *testing.T) {
@@ -85,13 +80,7 @@ func RunFence(t *testing.T, newBroker func(t *testing.T, historySize int) fanout
 		if p := MustPublish(t, b, Fenced(key, "m1", fanout.Fence{Scope: "p1", Value: 2})); p.Position != m1.Position {
 			t.Fatalf("non-takeover repeat at %v, want the retained %v", p.Position, m1.Position)
 		}
-		want := []string{"m1", "m2", "m3"}
-		if got := IDs(History(t, b, key)); !slices.Equal(got, want) {
-			t.Fatalf("history %v, want %v", got, want)
-		}
-		if got := DeliveredUpTo(t, b, rec, key); !slices.Equal(got, want) {
-			t.Fatalf("fanned out %v, want %v", got, want)
-		}
+		HistoryAndFanOut(t, b, rec, key, "m1", "m2", "m3")
 	})
 
 	t.Run("takeover of an id no longer retained appends", func(t *testing.T) {

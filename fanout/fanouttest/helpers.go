@@ -188,3 +188,15 @@ func MustBeStale(t *testing.T, b fanout.Broker, m fanout.Message) {
 		t.Fatalf("publish %s under %+v: %+v, err = %v; want fanout.ErrStaleFence", m.ID, m.Fence, p, err)
 	}
 }
+
+// HistoryAndFanOut fails t unless key's history holds the ids want, in
+// order, and rec was handed the same (see DeliveredUpTo).
+func HistoryAndFanOut(t *testing.T, b fanout.Broker, rec *Recorder, key fanout.Key, want ...string) {
+	t.Helper()
+	if got := IDs(History(t, b, key)); !slices.Equal(got, want) {
+		t.Fatalf("history %v, want %v", got, want)
+	}
+	if got := DeliveredUpTo(t, b, rec, key); !slices.Equal(got, want) {
+		t.Fatalf("fanned out %v, want %v", got, want)
+	}
+}

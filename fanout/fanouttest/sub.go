@@ -66,3 +66,16 @@ type ResyncSub struct{ *Sub }
 
 // Resync queues k on Resyncs.
 func (s ResyncSub) Resync(k fanout.Key) { s.Resyncs <- k }
+
+// WaitResync waits for a resync notice and returns its key; with none
+// within 10 seconds it fails t with the message missing.
+func (s *Sub) WaitResync(t testing.TB, missing string) fanout.Key {
+	t.Helper()
+	select {
+	case k := <-s.Resyncs:
+		return k
+	case <-Context(t).Done():
+		t.Fatal(missing)
+		return fanout.Key{}
+	}
+}

@@ -274,13 +274,8 @@ func TestRedisResyncAfterClientKill(t *testing.T) {
 	if n, err := raw.Do(fanouttest.Context(t), "CLIENT", "KILL", "ID", id, "TYPE", "pubsub").Int(); err != nil || n != 1 {
 		t.Fatalf("CLIENT KILL: %d, %v", n, err)
 	}
-	select {
-	case k := <-sub.Resyncs:
-		if k != key {
-			t.Fatalf("resync for %v", k)
-		}
-	case <-fanouttest.Context(t).Done():
-		t.Fatal("no resync after the pub/sub connection was killed")
+	if k := sub.WaitResync(t, "no resync after the pub/sub connection was killed"); k != key {
+		t.Fatalf("resync for %v", k)
 	}
 	if v := testutil.ToFloat64(node.broker.m.reconnects); v != 1 {
 		t.Fatalf("herald_redis_pubsub_reconnects_total = %v, want 1", v)
@@ -304,6 +299,18 @@ type freezingProxy struct {
 	target string
 	frozen chan struct{} // closed by freeze
 	conns  chan net.Conn
+}
+
+// proxiedRedis is the test Redis (its URL and a key prefix of the
+// test's own) and its URL through a freezingProxy.
+func proxiedRedis(t *testing.T) (url, prefix, proxied string, proxy *freezingProxy) {
+	url, prefix = testenv.Redis(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy = newFreezingProxy(t, opt.Addr)
+	return url, prefix, strings.Replace(url, opt.Addr, proxy.ln.Addr().String(), 1), proxy
 }
 
 func newFreezingProxy(t *testing.T, target string) *freezingProxy {
@@ -383,13 +390,7 @@ func pipe(dst, src net.Conn, frozen chan struct{}) {
 // resynced.
 func TestRedisSilentConnectionReplaced(t *testing.T) {
 	t.Parallel()
-	url, prefix := testenv.Redis(t)
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newFreezingProxy(t, opt.Addr)
-	proxied := strings.Replace(url, opt.Addr, proxy.ln.Addr().String(), 1)
+	url, prefix, proxied, proxy := proxiedRedis(t)
 	node := newRedisNode(t, Config{URL: proxied, KeyPrefix: prefix, HealthCheckInterval: 100 * time.Millisecond})
 	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
 	key := fanout.Key{Tenant: "acme", Channel: "silent"}
@@ -401,11 +402,7 @@ func TestRedisSilentConnectionReplaced(t *testing.T) {
 	sub.Receive(t, 1)
 
 	close(proxy.frozen)
-	select {
-	case <-sub.Resyncs:
-	case <-fanouttest.Context(t).Done():
-		t.Fatal("silent connection was not replaced")
-	}
+	sub.WaitResync(t, "silent connection was not replaced")
 	after := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "after"))
 	// "before" may not come again; the next delivery is the new one.
 	if got := sub.Receive(t, 1); got[0].Position() != after.Position {
@@ -653,13 +650,7 @@ func waitLog(t *testing.T, events <-chan string, part string) {
 // channels, and is healthy again once a heartbeat arrives.
 func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 	t.Parallel()
-	url, prefix := testenv.Redis(t)
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newFreezingProxy(t, opt.Addr)
-	proxied := strings.Replace(url, opt.Addr, proxy.ln.Addr().String(), 1)
+	url, prefix, proxied, proxy := proxiedRedis(t)
 	var node atomic.Pointer[Broker]
 	stalled := make(chan error, 1) // Ping and the gauge when the stall is logged
 	logs := eventLog{events: make(chan string, 16), onRecord: func(msg string) {
@@ -700,11 +691,7 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 		t.Fatal("the stalled subscription was not noticed")
 	}
 	noticed := time.Since(frozen)
-	select {
-	case <-sub.Resyncs:
-	case <-fanouttest.Context(t).Done():
-		t.Fatal("the channel was not resynced")
-	}
+	sub.WaitResync(t, "the channel was not resynced")
 	waitLog(t, logs.events, "heartbeats again")
 	if err := n.broker.Ping(fanouttest.Context(t)); err != nil {
 		t.Fatalf("after a heartbeat arrived: %v", err)

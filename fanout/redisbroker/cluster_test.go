@@ -299,13 +299,8 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	slot := keySlot(b.broker.topic(moved))
 	c.moveSlot(slot, 0, 1)
 
-	select {
-	case k := <-subs[moved].Resyncs:
-		if k != moved {
-			t.Fatalf("resync for %v, want %v", k, moved)
-		}
-	case <-fanouttest.Context(t).Done():
-		t.Fatal("no resync after the channel's slot moved")
+	if k := subs[moved].WaitResync(t, "no resync after the channel's slot moved"); k != moved {
+		t.Fatalf("resync for %v, want %v", k, moved)
 	}
 	if got := b.broker.shardOf(moved); got != c.Addrs[1] {
 		t.Fatalf("%v subscribed on %q, want %s", moved, got, c.Addrs[1])
@@ -349,13 +344,8 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 	c.Kill(2)
 	c.Start(2)
 	c.WaitOK(2)
-	select {
-	case k := <-subs[victim].Resyncs:
-		if k != victim {
-			t.Fatalf("resync for %v, want %v", k, victim)
-		}
-	case <-fanouttest.Context(t).Done():
-		t.Fatal("no resync after the node restarted")
+	if k := subs[victim].WaitResync(t, "no resync after the node restarted"); k != victim {
+		t.Fatalf("resync for %v, want %v", k, victim)
 	}
 	if v := testutil.ToFloat64(b.broker.m.reconnects); v != 1 {
 		t.Fatalf("herald_redis_pubsub_reconnects_total = %v, want 1", v)
