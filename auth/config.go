@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -106,31 +107,27 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// defaultOrNone reads a duration setting where 0 means def and a negative
+// value means none (0).
+func defaultOrNone(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
 func (c Config) withDefaults() Config {
-	if c.JWKSRefresh == 0 {
-		c.JWKSRefresh = DefaultJWKSRefresh
-	}
-	if c.JWKSMinRefresh == 0 {
-		c.JWKSMinRefresh = min(DefaultJWKSMinRefresh, c.JWKSRefresh)
-	}
-	if c.JWKSFetchTimeout == 0 {
-		c.JWKSFetchTimeout = DefaultJWKSFetchTimeout
-	}
+	c.JWKSRefresh = cmp.Or(c.JWKSRefresh, DefaultJWKSRefresh)
+	c.JWKSMinRefresh = cmp.Or(c.JWKSMinRefresh, min(DefaultJWKSMinRefresh, c.JWKSRefresh))
+	c.JWKSFetchTimeout = cmp.Or(c.JWKSFetchTimeout, DefaultJWKSFetchTimeout)
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: c.JWKSFetchTimeout}
 	}
-	switch {
-	case c.Leeway == 0:
-		c.Leeway = DefaultLeeway
-	case c.Leeway < 0:
-		c.Leeway = 0
-	}
-	switch {
-	case c.MaxLifetime == 0:
-		c.MaxLifetime = DefaultMaxTokenLifetime
-	case c.MaxLifetime < 0:
-		c.MaxLifetime = 0
-	}
+	c.Leeway = defaultOrNone(c.Leeway, DefaultLeeway)
+	c.MaxLifetime = defaultOrNone(c.MaxLifetime, DefaultMaxTokenLifetime)
 	if len(c.Algorithms) == 0 {
 		if len(c.HMACSecret) > 0 {
 			c.Algorithms = append(c.Algorithms, hmacAlgorithms...)

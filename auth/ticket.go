@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -66,18 +67,10 @@ type TicketConfig struct {
 }
 
 func (c TicketConfig) withDefaults() TicketConfig {
-	if c.TTL == 0 {
-		c.TTL = DefaultTicketTTL
-	}
-	if c.MaxTickets == 0 {
-		c.MaxTickets = DefaultMaxTickets
-	}
-	if c.MaxPerUser == 0 {
-		c.MaxPerUser = DefaultMaxTicketsPerUser
-	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultRedisPrefix
-	}
+	c.TTL = cmp.Or(c.TTL, DefaultTicketTTL)
+	c.MaxTickets = cmp.Or(c.MaxTickets, DefaultMaxTickets)
+	c.MaxPerUser = cmp.Or(c.MaxPerUser, DefaultMaxTicketsPerUser)
+	c.Prefix = cmp.Or(c.Prefix, DefaultRedisPrefix)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -1,6 +1,7 @@
 package subscriptions
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -81,21 +82,11 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.WebhookTimeout == 0 {
-		c.WebhookTimeout = DefaultWebhookTimeout
-	}
-	if c.WebhookDefaultTTL == 0 {
-		c.WebhookDefaultTTL = DefaultWebhookTTL
-	}
-	if c.WebhookMaxTTL == 0 {
-		c.WebhookMaxTTL = max(DefaultWebhookMaxTTL, c.WebhookDefaultTTL)
-	}
-	if c.WebhookCacheSize == 0 {
-		c.WebhookCacheSize = DefaultWebhookCacheSize
-	}
-	if c.WebhookMaxInFlight == 0 {
-		c.WebhookMaxInFlight = DefaultWebhookMaxInFlight
-	}
+	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, DefaultWebhookTimeout)
+	c.WebhookDefaultTTL = cmp.Or(c.WebhookDefaultTTL, DefaultWebhookTTL)
+	c.WebhookMaxTTL = cmp.Or(c.WebhookMaxTTL, max(DefaultWebhookMaxTTL, c.WebhookDefaultTTL))
+	c.WebhookCacheSize = cmp.Or(c.WebhookCacheSize, DefaultWebhookCacheSize)
+	c.WebhookMaxInFlight = cmp.Or(c.WebhookMaxInFlight, DefaultWebhookMaxInFlight)
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{}
 	}
