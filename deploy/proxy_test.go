@@ -483,14 +483,7 @@ func isRoot() bool { return os.Geteuid() == 0 }
 // proxy timeouts.
 func startNginx(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *proxy {
 	t.Helper()
-	raw, err := os.ReadFile(nginxConf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for attempt := 1; ; attempt++ {
-		httpPort, httpsPort := freePort(t), freePort(t)
-		s := string(raw)
+	return startOnFreePorts(t, nginxConf, func(s, dir, httpPort, httpsPort string) (*proxy, []string) {
 		s = subst(t, nginxConf, s, "server "+documentedUpstreams[0]+" ", "server "+up[0]+" ", 1)
 		s = subst(t, nginxConf, s, "server "+documentedUpstreams[1]+" ", "server "+up[1]+" ", 1)
 		s = subst(t, nginxConf, s, "    listen 80;", "    listen 127.0.0.1:"+httpPort+";", 1)
@@ -544,34 +537,20 @@ func startNginx(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *pr
 		if err := os.WriteFile(mainPath, []byte(main), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		p := &proxy{name: "nginx", base: "https://127.0.0.1:" + httpsPort, plain: "http://127.0.0.1:" + httpPort,
-			log: filepath.Join(dir, "error.log"), accessLog: filepath.Join(dir, "herald.access.log")}
+		p := &proxy{name: "nginx", log: filepath.Join(dir, "error.log"), accessLog: filepath.Join(dir, "herald.access.log")}
 		args := []string{nginxBin, "-p", dir, "-e", p.log, "-c", mainPath}
 		if out, err := exec.Command(args[0], append(args[1:], "-t")...).CombinedOutput(); err != nil {
 			t.Fatalf("nginx -t: %v\n%s", err, out)
 		}
-		err := startProxyProcess(t, p, append(args, "-g", "daemon off;"))
-		if err == nil {
-			return p
-		}
-		if attempt == 5 {
-			t.Fatalf("%s: %v, five times", p.name, err)
-		}
-	}
+		return p, append(args, "-g", "daemon off;")
+	})
 }
 
 // startHAProxy runs deploy/haproxy/herald.cfg. idle > 0 replaces the
 // client, server and tunnel timeouts.
 func startHAProxy(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *proxy {
 	t.Helper()
-	raw, err := os.ReadFile(haproxyCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for attempt := 1; ; attempt++ {
-		httpPort, httpsPort := freePort(t), freePort(t)
-		s := string(raw)
+	return startOnFreePorts(t, haproxyCfg, func(s, dir, httpPort, httpsPort string) (*proxy, []string) {
 		s = subst(t, haproxyCfg, s, "server node1 "+documentedUpstreams[0]+"\n", "server node1 "+up[0]+"\n", 1)
 		s = subst(t, haproxyCfg, s, "server node2 "+documentedUpstreams[1]+"\n", "server node2 "+up[1]+"\n", 1)
 		s = subst(t, haproxyCfg, s, "    bind :80\n", "    bind 127.0.0.1:"+httpPort+"\n", 1)
@@ -598,11 +577,30 @@ func startHAProxy(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *
 		if out, err := exec.Command(haproxyBin, "-c", "-f", cfg).CombinedOutput(); err != nil {
 			t.Fatalf("haproxy -c: %v\n%s", err, out)
 		}
-		p := &proxy{name: "haproxy", base: "https://127.0.0.1:" + httpsPort, plain: "http://127.0.0.1:" + httpPort,
-			log: filepath.Join(dir, "haproxy.log"), stats: stats}
+		p := &proxy{name: "haproxy", log: filepath.Join(dir, "haproxy.log"), stats: stats}
 		p.accessLog = p.log // `log stderr`
 		// -db: stay in the foreground, as Debian's unit does with -Ws.
-		err := startProxyProcess(t, p, []string{haproxyBin, "-db", "-f", cfg})
+		return p, []string{haproxyBin, "-db", "-f", cfg}
+	})
+}
+
+// startOnFreePorts reads the configuration file, has build write the
+// proxy's configuration from it (s) in dir for two free ports, HTTP and
+// HTTPS, and starts the proxy with the args build returns. When a port
+// was taken meanwhile (another process of the test run), it tries other
+// ports, five times at most.
+func startOnFreePorts(t *testing.T, file string, build func(s, dir, httpPort, httpsPort string) (*proxy, []string)) *proxy {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for attempt := 1; ; attempt++ {
+		httpPort, httpsPort := freePort(t), freePort(t)
+		p, args := build(string(raw), dir, httpPort, httpsPort)
+		p.base, p.plain = "https://127.0.0.1:"+httpsPort, "http://127.0.0.1:"+httpPort
+		err := startProxyProcess(t, p, args)
 		if err == nil {
 			return p
 		}
