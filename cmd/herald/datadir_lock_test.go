@@ -17,6 +17,16 @@ import (
 // it still runs.
 func startBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, *bgProc, *syncBuffer) {
 	t.Helper()
+	return spawn(t, "", bin, "herald", false, args...)
+}
+
+// spawn starts bin with args in dir ("": here) with a clean environment,
+// its stdout going to a file, as the process line names it (name and
+// args). When the test ends it is sent SIGTERM and, still running 30s
+// later, killed (an error); with clean, exiting otherwise than cleanly is
+// an error too.
+func spawn(t *testing.T, dir, bin, name string, clean bool, args ...string) (*exec.Cmd, *bgProc, *syncBuffer) {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "stdout")
 	f, err := os.Create(out)
 	if err != nil {
@@ -25,23 +35,27 @@ func startBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, *bgProc, 
 	defer f.Close()
 	var stderr syncBuffer
 	cmd := exec.Command(bin, args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = cleanEnv(), f, &stderr
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, cleanEnv(), f, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	p := &bgProc{line: name + " " + strings.Join(args, " "), out: out, pid: cmd.Process.Pid}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-exited:
+			if clean && err != nil {
+				t.Errorf("%s: %v\n%s", p.line, err, stderr.String())
+			}
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
 			<-exited
-			t.Errorf("%s did not stop within 30s of SIGTERM", strings.Join(args, " "))
+			t.Errorf("%s did not stop within 30s of SIGTERM", p.line)
 		}
 	})
-	return cmd, &bgProc{line: "herald " + strings.Join(args, " "), out: out, pid: cmd.Process.Pid}, &stderr
+	return cmd, p, &stderr
 }
 
 // runBinary runs bin with args to the end.

@@ -500,34 +500,8 @@ func (s *shell) run(t *testing.T, block string) blockResult {
 // node prints.
 func startStandIn(t *testing.T, root string, args ...string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "stdout")
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var stderr syncBuffer
-	cmd := exec.Command(filepath.Join("bin", "herald"), args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = root, cleanEnv(), f, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("bin/herald %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("bin/herald %s did not stop within 30s of SIGTERM", strings.Join(args, " "))
-		}
-	})
-	base, _ := waitListening(t, &bgProc{line: "bin/herald " + strings.Join(args, " "), out: out, pid: cmd.Process.Pid})
+	_, p, _ := spawn(t, root, filepath.Join("bin", "herald"), "bin/herald", true, args...)
+	base, _ := waitListening(t, p)
 	return base
 }
 
