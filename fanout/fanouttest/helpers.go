@@ -53,9 +53,14 @@ func MustRecover(t testing.TB, b fanout.Broker, key fanout.Key, since fanout.Pos
 
 // Offsets lists the offsets of pubs.
 func Offsets(pubs []fanout.Publication) []uint64 {
-	out := make([]uint64, len(pubs))
+	return each(pubs, func(p fanout.Publication) uint64 { return p.Offset })
+}
+
+// each lists f of every publication of pubs.
+func each[T any](pubs []fanout.Publication, f func(fanout.Publication) T) []T {
+	out := make([]T, len(pubs))
 	for i, p := range pubs {
-		out[i] = p.Offset
+		out[i] = f(p)
 	}
 	return out
 }
@@ -128,11 +133,7 @@ func Fenced(key fanout.Key, id string, f fanout.Fence) fanout.Message {
 
 // IDs lists the message ids of pubs.
 func IDs(pubs []fanout.Publication) []string {
-	out := make([]string, len(pubs))
-	for i, p := range pubs {
-		out[i] = p.ID
-	}
-	return out
+	return each(pubs, func(p fanout.Publication) string { return p.ID })
 }
 
 // History is key's whole retained history, which must hold every
