@@ -281,10 +281,7 @@ func TestRedisResyncAfterClientKill(t *testing.T) {
 		t.Fatalf("herald_redis_pubsub_reconnects_total = %v, want 1", v)
 	}
 	// The subscription is live again, and recovery fills any gap.
-	after := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "after"))
-	if got := sub.Receive(t, 1); got[0].Position() != after.Position {
-		t.Fatalf("after reconnect got %v, want %v", got[0].Position(), after.Position)
-	}
+	nextDelivered(t, publisher, sub.Sub, key, "after reconnect")
 	r := fanouttest.MustRecover(t, node.broker, key, first.Position)
 	if !r.Recovered || !fanouttest.EqualOffsets(fanouttest.Offsets(r.Publications), 2) {
 		t.Fatalf("recover after resync: %+v", r)
@@ -403,11 +400,8 @@ func TestRedisSilentConnectionReplaced(t *testing.T) {
 
 	close(proxy.frozen)
 	sub.WaitResync(t, "silent connection was not replaced")
-	after := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "after"))
 	// "before" may not come again; the next delivery is the new one.
-	if got := sub.Receive(t, 1); got[0].Position() != after.Position {
-		t.Fatalf("after replacement got %v, want %v", got[0].Position(), after.Position)
-	}
+	nextDelivered(t, publisher, sub.Sub, key, "after replacement")
 }
 
 func TestRedisEpochChangesWhenHistoryLost(t *testing.T) {
@@ -702,9 +696,16 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 	if s := testutil.ToFloat64(n.broker.m.stalls); s != 1 {
 		t.Fatalf("herald_redis_pubsub_stalls_total = %v, want 1", s)
 	}
+	nextDelivered(t, publisher, sub.Sub, key, "after the replacement")
+	t.Logf("stall noticed %v after the connection froze (heartbeat every %v)", noticed.Round(time.Millisecond), every)
+}
+
+// nextDelivered publishes "after" on key and fails t unless it is the
+// next publication sub receives; what names the moment.
+func nextDelivered(t *testing.T, publisher fanout.Broker, sub *fanouttest.Sub, key fanout.Key, what string) {
+	t.Helper()
 	after := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "after"))
 	if got := sub.Receive(t, 1); got[0].Position() != after.Position {
-		t.Fatalf("after the replacement got %v, want %v", got[0].Position(), after.Position)
+		t.Fatalf("%s got %v, want %v", what, got[0].Position(), after.Position)
 	}
-	t.Logf("stall noticed %v after the connection froze (heartbeat every %v)", noticed.Round(time.Millisecond), every)
 }

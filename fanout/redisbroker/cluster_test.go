@@ -138,6 +138,15 @@ func clusterChannels(t *testing.T, c *testCluster, b *Broker, perNode int) map[f
 	return out
 }
 
+// clusterPair starts a test cluster and two nodes on it, a and b; name
+// is b's client name.
+func clusterPair(t *testing.T) (c *testCluster, a, b redisNode, name string) {
+	t.Helper()
+	c = startTestCluster(t)
+	name = "herald-test-" + testenv.Suffix()
+	return c, newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, name), name
+}
+
 func newClusterNode(t *testing.T, c *testCluster, name string) redisNode {
 	t.Helper()
 	url := "redis://" + c.Addrs[0] + "?client_name=" + name
@@ -213,9 +222,7 @@ func TestRedisClusterRecover(t *testing.T) {
 // channel.
 func TestRedisClusterTwoNodes(t *testing.T) {
 	t.Parallel()
-	c := startTestCluster(t)
-	name := "herald-test-" + testenv.Suffix()
-	a, b := newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, name)
+	c, a, b, name := clusterPair(t)
 	channels := clusterChannels(t, c, b.broker, 2)
 	subs := make(map[fanout.Key]*fanouttest.Sub)
 	for k := range channels {
@@ -285,9 +292,7 @@ func subscribeEach(t *testing.T, a, b redisNode, channels map[fanout.Key]int) ma
 // goes on.
 func TestRedisClusterSlotMigration(t *testing.T) {
 	t.Parallel()
-	c := startTestCluster(t)
-	name := "herald-test-" + testenv.Suffix()
-	a, b := newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, name)
+	c, a, b, name := clusterPair(t)
 	channels := clusterChannels(t, c, b.broker, 1)
 	subs := subscribeEach(t, a, b, channels)
 	var moved fanout.Key
@@ -331,8 +336,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 // delivery resumes.
 func TestRedisClusterNodeRestart(t *testing.T) {
 	t.Parallel()
-	c := startTestCluster(t)
-	a, b := newClusterNode(t, c, "herald-a-"+testenv.Suffix()), newClusterNode(t, c, "herald-test-"+testenv.Suffix())
+	c, a, b, _ := clusterPair(t)
 	channels := clusterChannels(t, c, b.broker, 1)
 	subs := subscribeEach(t, a, b, channels)
 	var victim fanout.Key
