@@ -55,7 +55,7 @@ func (p *recordingPublisher) acceptTime(id string) (time.Time, bool) {
 }
 
 // pipeline is an in-process Worker publishing, through a
-// recordingPublisher, to a broker (a MemoryBroker, or a RedisBroker)
+// recordingPublisher, to a broker (a fanout.MemoryBroker, or a redisbroker.Broker)
 // wired to a Hub.
 type pipeline struct {
 	broker  fanout.Broker
