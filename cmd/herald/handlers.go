@@ -24,14 +24,8 @@ func handlersCommands() []command {
 }
 
 func runHandlers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	usage := func() {
-		fmt.Fprintln(stderr, "Usage: herald handlers <subcommand> [flags] [NAME]   (herald handlers <subcommand> -h for its flags)")
-		fmt.Fprintln(stderr, "\nSubcommands:")
-		for _, c := range handlersCommands() {
-			fmt.Fprintf(stderr, "  %-8s %s\n", c.name, c.summary)
-		}
-	}
-	return runSubcommand(ctx, args, stdout, stderr, handlersCommands(), usage, "list, pause, resume, enable or drop")
+	usage := "Usage: herald handlers <subcommand> [flags] [NAME]   (herald handlers <subcommand> -h for its flags)"
+	return runSubcommand(ctx, args, stdout, stderr, handlersCommands(), usage, 8, "list, pause, resume, enable or drop")
 }
 
 // withHandlerStore parses args (at most want positional arguments, the

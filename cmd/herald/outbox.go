@@ -31,22 +31,22 @@ func outboxCommands() []command {
 }
 
 func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runSubcommand(ctx, args, stdout, stderr, outboxCommands(), func() { outboxUsage(stderr) },
+	usage := "Usage: herald outbox <subcommand> [flags]   (herald outbox <subcommand> -h for its flags)"
+	return runSubcommand(ctx, args, stdout, stderr, outboxCommands(), usage, 10,
 		"stats, list, replay, purge, partitions or reset-after-restore")
 }
 
-func outboxUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: herald outbox <subcommand> [flags]   (herald outbox <subcommand> -h for its flags)")
-	fmt.Fprintln(w, "\nSubcommands:")
-	for _, c := range outboxCommands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
-	}
-}
-
 // runSubcommand runs the subcommand of a command (outbox, handlers) that
-// args[0] names; usage prints the command's usage and want names its
-// subcommands in the errors.
-func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer, subs []command, usage func(), want string) error {
+// args[0] names. Its usage is line, then subs with their summaries
+// (names in a column of width); want names them in the errors.
+func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer, subs []command, line string, width int, want string) error {
+	usage := func() {
+		fmt.Fprintln(stderr, line)
+		fmt.Fprintln(stderr, "\nSubcommands:")
+		for _, c := range subs {
+			fmt.Fprintf(stderr, "  %-*s %s\n", width, c.name, c.summary)
+		}
+	}
 	if len(args) == 0 {
 		usage()
 		return fmt.Errorf("%w: want a subcommand: %s", errUsage, want)
