@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/heraldgw/herald/internal/lifecycle"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldgw/herald/fanout/internal/errwrap"
+	"github.com/heraldgw/herald/internal/lifecycle"
 )
 
 // MemoryBroker is the broker of a single node: every channel's stream
@@ -75,7 +77,7 @@ func (b *MemoryBroker) Start(ctx context.Context, h Handler) error {
 	}
 	err := b.svc.Start(ctx, func(context.Context) error { b.handler.Store(&h); return nil }, runs...)
 	if err != nil {
-		return wrapf("memory broker start", err)
+		return errwrap.Wrap("memory broker start", err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/internal/errwrap"
 	"github.com/heraldgw/herald/internal/lifecycle"
 	"github.com/heraldgw/herald/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,7 +118,7 @@ func New(cfg Config) (*Broker, error) {
 // per channel and scope).
 func (b *Broker) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
 	if b.closed.Load() {
-		return fanout.Publication{}, wrapf("publish", fanout.ErrStopped)
+		return fanout.Publication{}, errwrap.Wrap("publish", fanout.ErrStopped)
 	}
 	pub, err := fanout.NewPublication(msg, time.Now())
 	if err != nil {
@@ -204,7 +205,7 @@ func (b *Broker) publishReplicated(ctx context.Context, keys []string, args []an
 // still holds all of them and the epoch matches.
 func (b *Broker) Recover(ctx context.Context, key fanout.Key, since fanout.Position, limit int) (fanout.Recovery, error) {
 	if b.closed.Load() {
-		return fanout.Recovery{}, wrapf("recover", fanout.ErrStopped)
+		return fanout.Recovery{}, errwrap.Wrap("recover", fanout.ErrStopped)
 	}
 	if err := fanout.ValidateKey(key); err != nil {
 		return fanout.Recovery{}, fmt.Errorf("fanout: recover: %w", err)
@@ -293,7 +294,7 @@ func (b *Broker) Ping(ctx context.Context) error {
 // ping sends PING.
 func (b *Broker) ping(ctx context.Context) error {
 	if b.closed.Load() {
-		return wrapf("redis ping", fanout.ErrStopped)
+		return errwrap.Wrap("redis ping", fanout.ErrStopped)
 	}
 	if err := b.client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("fanout: redis ping: %w", err)

@@ -1,9 +1,6 @@
 package redisbroker
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 var (
 	// ErrNotReplicated is wrapped by a Publish that Redis accepted but
@@ -14,8 +11,3 @@ var (
 	// ErrNotStarted is returned by Subscribe before Start.
 	ErrNotStarted = errors.New("not started")
 )
-
-// wrapf wraps err in the phrase every fanout error starts with.
-func wrapf(what string, err error) error {
-	return fmt.Errorf("fanout: %s: %w", what, err)
-}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/internal/errwrap"
 	"github.com/heraldgw/herald/internal/lifecycle"
 	"github.com/heraldgw/herald/internal/wait"
 	"github.com/redis/go-redis/v9"
@@ -51,7 +52,7 @@ func (b *Broker) Start(ctx context.Context, h fanout.Handler) error {
 		return nil
 	})
 	if errors.Is(err, lifecycle.ErrStarted) || errors.Is(err, lifecycle.ErrStopped) {
-		return wrapf("redis broker start", err)
+		return errwrap.Wrap("redis broker start", err)
 	}
 	return err
 }
@@ -67,9 +68,9 @@ func (b *Broker) Subscribe(ctx context.Context, key fanout.Key) error {
 	}
 	switch started, stopped := b.svc.State(); {
 	case stopped:
-		return wrapf("subscribe", fanout.ErrStopped)
+		return errwrap.Wrap("subscribe", fanout.ErrStopped)
 	case !started:
-		return wrapf("subscribe", ErrNotStarted)
+		return errwrap.Wrap("subscribe", ErrNotStarted)
 	}
 	topic := b.topic(key)
 	b.mu.Lock()
@@ -90,7 +91,7 @@ func (b *Broker) Subscribe(ctx context.Context, key fanout.Key) error {
 			st = &topicState{key: key, ready: make(chan struct{})}
 			if err := b.routeLocked(ctx, topic, st, addr); err != nil {
 				b.mu.Unlock()
-				return wrapf("subscribe", err)
+				return errwrap.Wrap("subscribe", err)
 			}
 			b.topics[topic] = st
 		}
@@ -101,7 +102,7 @@ func (b *Broker) Subscribe(ctx context.Context, key fanout.Key) error {
 	case <-st.ready:
 		return nil
 	case <-b.done:
-		return wrapf("subscribe", fanout.ErrStopped)
+		return errwrap.Wrap("subscribe", fanout.ErrStopped)
 	case <-ctx.Done():
 		b.mu.Lock()
 		if b.topics[topic] == st && !st.confirmed {
