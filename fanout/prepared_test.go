@@ -84,6 +84,37 @@ func TestDecodeEnvelopeRoundTrip(t *testing.T) {
 	}
 }
 
+// TestEnvelopeParts: head, the offset, the epoch and tail joined as the
+// Redis publish script joins them are the envelope NewPrepared encodes.
+func TestEnvelopeParts(t *testing.T) {
+	pub := samplePublication()
+	head, tail := EnvelopeParts(&pub)
+	joined := string(head) + "7" + `,"epoch":"a1b2c3d4e5f60718",` + string(tail)
+	if want := string(NewPrepared(pub).JSON()); joined != want {
+		t.Fatalf("joined parts\n got %s\nwant %s", joined, want)
+	}
+	if !strings.HasSuffix(string(head), `"offset":`) || !strings.HasPrefix(string(tail), `"type":`) {
+		t.Fatalf("head %s tail %s", head, tail)
+	}
+}
+
+// TestPreparedFromEnvelope keeps the envelope's bytes and adds the tenant
+// the envelope does not carry; what DecodeEnvelope refuses, it refuses.
+func TestPreparedFromEnvelope(t *testing.T) {
+	pub := samplePublication()
+	env := NewPrepared(pub).JSON()
+	p, err := PreparedFromEnvelope("acme", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &p.JSON()[0] != &env[0] || p.Key() != pub.Key || p.Position() != pub.Position || p.Publication().ID != pub.ID {
+		t.Fatalf("prepared %+v from %s", p.Publication(), env)
+	}
+	if _, err := PreparedFromEnvelope("acme", []byte(`{"id":"i"}`)); !errors.Is(err, ErrInvalidEnvelope) {
+		t.Fatalf("a broken envelope: err = %v, want ErrInvalidEnvelope", err)
+	}
+}
+
 func TestDecodeEnvelopeRejects(t *testing.T) {
 	for name, in := range map[string]string{
 		"not json":    `{"id":`,
