@@ -156,6 +156,15 @@ func (c *Conn) writeLoop() {
 func (c *Conn) pump() error {
 	var spare []*fanout.Prepared
 	wrote := false
+	if c.unsent && !c.Closed() {
+		// A direct write left bytes behind: they go first, under the
+		// write timeout (Flush, below, or a batch's write).
+		c.unsent = false
+		if err := c.Out.Arm(); err != nil {
+			return err
+		}
+		wrote = true
+	}
 	for !c.Closed() {
 		items := c.ctl.take()
 		batch := c.queue.take(spare)
@@ -282,7 +291,6 @@ func (c *Conn) writeLive(s Sink, batch []*fanout.Prepared) (int, error) {
 		if err := s.Publication(p, c.Pos); err != nil {
 			return n, err
 		}
-		c.noteWritten(p.Key().Channel, p.Position().Offset)
 		n++
 	}
 	return n, nil
@@ -397,7 +405,6 @@ func (c *Conn) WriteRecovered(s Sink, pubs []fanout.Publication) (int, error) {
 		if err := s.Publication(fanout.NewPrepared(*p), c.Pos); err != nil {
 			return n, err
 		}
-		c.noteWritten(p.Key.Channel, p.Offset)
 		n++
 	}
 	return n, nil
