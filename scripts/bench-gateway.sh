@@ -115,8 +115,8 @@ perfrow() {
 	local name=$1 total write rate
 	perf report -i "$OUT/$name.perf.data" --children --stdio --sort sym -g none \
 		>"$OUT/$name.perf.txt" 2>/dev/null || return 0
-	total=$(perf report -i "$OUT/$name.perf.data" --stdio --sort pid -g none 2>/dev/null |
-		awk '/^# Samples:/ { n = $3; if (n ~ /K$/) n = n * 1000; print n; exit }')
+	total=$(perf report -i "$OUT/$name.perf.data" --children --stdio -n --sort comm -g none 2>/dev/null |
+		awk '$1 ~ /%$/ { s += $3 } END { print s + 0 }')
 	write=$(awk '$NF == "ksys_write" { sub("%", "", $1); print $1; exit }' "$OUT/$name.perf.txt")
 	rate=$(grep -o '[0-9]* deliveries per server CPU-second' "$OUT/$name.md" | awk '{ print $1; exit }')
 	if [ ! -f "$OUT/perf.md" ]; then
