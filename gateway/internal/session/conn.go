@@ -54,6 +54,7 @@ type Conn struct {
 	Ctx       context.Context // the writer's hub and broker calls; cancelled once the connection closes
 	Cancel    context.CancelFunc
 	writing   atomic.Bool // a writer runs, the transport holds it off, or the final frames were written
+	closing   atomic.Bool // done is closed, or about to be: Closed, read beside writing
 	beatDue   atomic.Bool // a heartbeat is to be written
 	beatMu    sync.Mutex  // guards beat against finish
 	beat      *time.Timer // HeartbeatInterval, from startHeartbeat
@@ -145,7 +146,7 @@ var _ fanout.ResyncSubscriber = (*Conn)(nil)
 // history, at the pace the client reads, and rejoins the live stream
 // (lag).
 func (c *Conn) Deliver(p *fanout.Prepared) {
-	if c.queue.idle() && c.writing.CompareAndSwap(false, true) {
+	if c.writing.CompareAndSwap(false, true) {
 		c.deliverDirect(p)
 		return
 	}
@@ -240,6 +241,7 @@ func (c *Conn) Close(r Reason, delay time.Duration) {
 	c.closeOnce.Do(func() {
 		c.reason, c.delay = r, delay
 		c.queue.close()
+		c.closing.Store(true)
 		close(c.done)
 		if r.Code == ReasonSlow.Code {
 			c.env.Counters.QueueLimit.Inc()
@@ -272,14 +274,11 @@ func (c *Conn) Reason() Reason {
 	return c.reason
 }
 
-func (c *Conn) Closed() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
+// Closed reports whether the connection is closing; Reason is then
+// valid. It reads a flag beside the writer's, not the done channel,
+// which the hub's side would otherwise fetch from memory for each
+// delivery.
+func (c *Conn) Closed() bool { return c.closing.Load() }
 
 // SetAbort installs the transport's abort before the connection can be
 // closed as slow; setAbort(nil) before the transport's writer is gone waits

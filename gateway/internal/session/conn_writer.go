@@ -66,6 +66,12 @@ type Sink interface {
 //     and the final frames, when the stream is intact and the reason is
 //     worth telling, and closes the transport (finish); writing then
 //     stays set, so no writer ever starts again.
+//
+// The writer's place (writing) is also what a direct write takes: the
+// hub's side, finding no writer running and nothing pending, writes a
+// publication itself without blocking (deliverDirect) and starts the
+// writer only for what the socket did not take. Whoever holds the place
+// is the one writer.
 
 // wake makes sure a writer runs for what is pending, and once the
 // connection is closing, stops its hub and broker calls. It never blocks;

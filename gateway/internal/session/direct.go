@@ -28,10 +28,13 @@ type DirectSink interface {
 // the writer takes over, as it would have without the direct write.
 // Either way the connection's bounds and order hold: a socket that
 // cannot take the bytes leaves them to the writer, which sends them
-// under its write timeout, and what follows queues behind them.
+// under its write timeout, and what follows queues behind them; what is
+// left is never more than one publication that fits the queue's byte
+// bound (a larger one goes to the queue, which refuses it, and the
+// connection reads it from the history).
 func (c *Conn) deliverDirect(p *fanout.Prepared) {
 	d, ok := c.Out.(DirectSink)
-	if !ok || !c.directReady() || !d.Direct(p) {
+	if !ok || !c.directReady() || itemSize(p) > c.env.Bounds.QueueMaxBytes || !d.Direct(p) {
 		c.enqueue(p)
 		c.handOff()
 		return
