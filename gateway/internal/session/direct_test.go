@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -209,4 +210,34 @@ func TestConnDirectStalledHitsBound(t *testing.T) {
 	}
 	sink.unstall()
 	<-c.FinalDone
+}
+
+// TestPositionsWritten: the offset written per channel, as the hub's
+// side reads it, follows Add, the admitted publications and Remove, by
+// scanning a few channels and by index beyond viewScan.
+func TestPositionsWritten(t *testing.T) {
+	for _, n := range []int{1, viewScan, viewScan + 5} {
+		ps := NewPositions("acme", 4)
+		for i := range n {
+			ps.Add(fmt.Sprint("c", i), fanout.Position{Epoch: "e", Offset: uint64(10 * i)})
+		}
+		for i := range n {
+			key := fanout.Key{Tenant: "acme", Channel: fmt.Sprint("c", i)}
+			if a := ps.AdmitNext(key, fanout.Position{Epoch: "e", Offset: uint64(10*i + 1)}); a != AdmitWrite {
+				t.Fatalf("n %d: c%d not admitted: %v", n, i, a)
+			}
+		}
+		ps.Remove("c0")
+		if _, ok := ps.Written("c0"); ok {
+			t.Fatalf("n %d: a removed channel still has an offset", n)
+		}
+		if _, ok := ps.Written("other"); ok {
+			t.Fatalf("n %d: a channel never added has an offset", n)
+		}
+		for i := 1; i < n; i++ {
+			if off, ok := ps.Written(fmt.Sprint("c", i)); !ok || off != uint64(10*i+1) {
+				t.Fatalf("n %d: c%d written %d (%v), want %d", n, i, off, ok, 10*i+1)
+			}
+		}
+	}
 }
