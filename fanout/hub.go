@@ -18,7 +18,9 @@ import (
 // Deliver must not block: it enqueues p (without copying its bytes) into a
 // bounded queue and, when the queue is full, drops p and marks itself slow
 // so the connection is closed and the client resumes from history. Deliver
-// is called on the broker's delivery path, in offset order per channel; it
+// is called on the broker's delivery path, in offset order per channel (the
+// Deliver calls of one publication may run on several goroutines at once,
+// each for other subscribers: HubConfig.FanoutWorkers); it
 // must not call back into the Hub or the Broker synchronously (Publish from
 // inside Deliver deadlocks the in-memory broker). A subscriber may receive
 // a Deliver that was already under way when its Unsubscribe returned.
@@ -48,8 +50,10 @@ type ResyncSubscriber interface {
 // and Unsubscribe. The delivery path takes no lock and allocates nothing
 // per subscriber.
 type Hub struct {
-	broker Broker
-	log    *slog.Logger
+	broker  Broker
+	log     *slog.Logger
+	workers int // HubConfig.FanoutWorkers
+	share   int // HubConfig.FanoutShare
 
 	channels sync.Map // Key → *hubChannel
 
@@ -76,11 +80,15 @@ func NewHub(b Broker, cfg HubConfig) (*Hub, error) {
 	if b == nil {
 		return nil, fmt.Errorf("fanout: new hub: %w: broker is nil", ErrInvalidConfig)
 	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("fanout: new hub: %w", err)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Hub{broker: b, log: log}
+	h := &Hub{broker: b, log: log, workers: cfg.FanoutWorkers, share: cfg.FanoutShare}
 	h.m = newHubMetrics(h)
 	if cfg.Registerer != nil {
 		if err := h.m.register(cfg.Registerer); err != nil {
@@ -207,11 +215,31 @@ func (h *Hub) HandlePrepared(p *Prepared) {
 	h.deliver(subs, p)
 }
 
+// deliver hands p to subs: in shares of at least h.share subscribers, on
+// up to h.workers goroutines (the caller's one of them), and returns once
+// every share is done, so the next publication of the channel follows p
+// at every subscriber.
 func (h *Hub) deliver(subs []Subscriber, p *Prepared) {
+	parts := min(h.workers, len(subs)/h.share)
+	if parts <= 1 {
+		deliverAll(subs, p)
+	} else {
+		size := (len(subs) + parts - 1) / parts
+		var wg sync.WaitGroup
+		for i := size; i < len(subs); i += size {
+			share := subs[i:min(i+size, len(subs))]
+			wg.Go(func() { deliverAll(share, p) })
+		}
+		deliverAll(subs[:size], p)
+		wg.Wait()
+	}
+	h.m.deliveries.Add(float64(len(subs)))
+}
+
+func deliverAll(subs []Subscriber, p *Prepared) {
 	for _, s := range subs {
 		s.Deliver(p)
 	}
-	h.m.deliveries.Add(float64(len(subs)))
 }
 
 // HandleResync tells every local subscriber of key that implements

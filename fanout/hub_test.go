@@ -414,3 +414,89 @@ func TestHubMetricsRegistrationConflict(t *testing.T) {
 		t.Fatal("second hub on one registry: want a registration error")
 	}
 }
+
+// orderSub records the offsets it is handed and fails on overlapping
+// Deliver calls.
+type orderSub struct {
+	t       *testing.T
+	in      atomic.Bool
+	offsets []uint64
+	first   func() // called on the first Deliver, if set
+}
+
+func (s *orderSub) Deliver(p *Prepared) {
+	if !s.in.CompareAndSwap(false, true) {
+		s.t.Error("two Deliver calls on one subscriber at once")
+		return
+	}
+	defer s.in.Store(false)
+	if s.first != nil && len(s.offsets) == 0 {
+		s.first()
+	}
+	s.offsets = append(s.offsets, p.Position().Offset)
+}
+
+// TestHubSharesOnePublication: a publication with many subscribers is
+// handed to them by several goroutines at once, each subscriber gets
+// every publication in order, and the broker's delivery returns only once
+// all have it.
+func TestHubSharesOnePublication(t *testing.T) {
+	t.Parallel()
+	mb := newTestMemoryBroker(t, MemoryConfig{})
+	hub, err := NewHub(mb, HubConfig{FanoutWorkers: 4, FanoutShare: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mb.Start(testCtx(t), hub); err != nil {
+		t.Fatal(err)
+	}
+	key := Key{"acme", "room"}
+	const nsubs, npubs = 64, 20 // 4 shares of 16
+	subs := make([]*orderSub, nsubs)
+	for i := range subs {
+		subs[i] = &orderSub{t: t}
+	}
+	// The first subscriber of the caller's share waits until the first
+	// of another share was handed the first publication: the shares run
+	// at once, or this test times out.
+	reached := make(chan struct{})
+	ctx := testCtx(t)
+	subs[0].first = func() {
+		select {
+		case <-reached:
+		case <-ctx.Done():
+			t.Error("the shares of one publication ran one after another")
+		}
+	}
+	subs[nsubs/4].first = func() { close(reached) }
+	for _, s := range subs {
+		if err := hub.Subscribe(ctx, key, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range npubs {
+		mustPublish(t, mb, msg(key, fmt.Sprint(i)))
+		for j, s := range subs {
+			if s.in.Load() || len(s.offsets) != i+1 {
+				t.Fatalf("publish %d returned with subscriber %d holding %d publications", i, j, len(s.offsets))
+			}
+		}
+	}
+	for j, s := range subs {
+		for i, off := range s.offsets {
+			if off != uint64(i+1) {
+				t.Fatalf("subscriber %d: delivery %d has offset %d", j, i, off)
+			}
+		}
+	}
+}
+
+func TestHubConfigRejectsNegativeFanout(t *testing.T) {
+	t.Parallel()
+	mb := newTestMemoryBroker(t, MemoryConfig{})
+	for _, cfg := range []HubConfig{{FanoutWorkers: -1}, {FanoutShare: -1}} {
+		if _, err := NewHub(mb, cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: err = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+}

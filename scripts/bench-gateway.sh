@@ -9,9 +9,19 @@
 #   3. the same with a tenth of the subscribers stalled (they read nothing
 #      until publishing ends): the others' latency, server RSS.
 #
+# Each broadcast run is also profiled with perf (PERF=0 turns it off): once
+# publishing is under way, `perf record -e cpu-clock -g -p <server>` for
+# PERF_SECS seconds (the software clock: this machine's virtual CPUs have
+# no hardware counters). Its share of samples in the write system call
+# (ksys_write, with the loopback receive it includes) splits the run's
+# server CPU per delivery into the write and the rest; the rows land in
+# $OUT/perf.md, the profiles in $OUT/<run>.perf.txt.
+#
 #   bash scripts/bench-gateway.sh                      # about 10 minutes
 #   IDLE=5000 SUBS=2000 bash scripts/bench-gateway.sh  # a quick look
 #   PARTS="broadcast stalled" bash scripts/bench-gateway.sh
+#   PARTS=broadcast ROUNDS=3 bash scripts/bench-gateway.sh  # alternating pairs
+#   HERALD=/path/to/herald ...                 # that binary instead of a build
 #
 # Everything runs on loopback: connbench starts each server as its own
 # child process (herald serve; Centrifugo from the Go module proxy into
@@ -29,6 +39,9 @@ DURATION=${DURATION:-30s}
 HOLD=${HOLD:-20s}
 STALL=${STALL:-$((SUBS / 10))}
 PARTS=${PARTS:-idle broadcast stalled}
+PERF=${PERF:-1}
+PERF_SECS=${PERF_SECS:-12}
+ROUNDS=${ROUNDS:-1}
 OUT=${OUT:-bench-gateway-$(date -u +%Y%m%dT%H%M%SZ)}
 
 # One descriptor per connection on each side (server and generator are
@@ -47,7 +60,11 @@ if [ ! -x "$CF" ]; then
 fi
 mkdir -p "$OUT"
 go build -o "$OUT/connbench" ./loadtest/connbench
-go build -o "$OUT/herald" ./cmd/herald
+if [ -n "${HERALD:-}" ]; then
+	cp "$HERALD" "$OUT/herald" # a build of another revision, to compare
+else
+	go build -o "$OUT/herald" ./cmd/herald
+fi
 
 # A run that fails (its delivery check included) is reported and the
 # others go on; the script then exits 1.
@@ -64,6 +81,53 @@ run() { # name, connbench flags...
 herald() { run "$1" -herald-bin "$OUT/herald" "${@:2}"; }
 centrifugo() { run "$1" -server centrifugo -centrifugo-bin "$CF" "${@:2}"; }
 
+# profiled runs connbench like run, and meanwhile profiles its server
+# (connbench's child) with perf once publishing is under way.
+profiled() { # name, connbench flags...
+	local name=$1
+	if [ "$PERF" != 1 ]; then
+		run "$@"
+		return
+	fi
+	shift
+	echo "== $name: connbench $* (profiled)" >&2
+	"$OUT/connbench" "$@" >"$OUT/$name.md" 2>"$OUT/$name.log" &
+	local cb=$! srv=
+	until grep -q "connbench: publishing" "$OUT/$name.log" 2>/dev/null || ! kill -0 "$cb" 2>/dev/null; do
+		sleep 0.5
+	done
+	srv=$(pgrep -P "$cb" | head -n 1 || true)
+	if [ -n "$srv" ]; then
+		sleep 2 # past the first publications
+		perf record -q -e cpu-clock -g -p "$srv" -o "$OUT/$name.perf.data" -- sleep "$PERF_SECS" >/dev/null 2>&1 || true
+	fi
+	if ! wait "$cb"; then
+		echo "== $name FAILED: $(tail -n 3 "$OUT/$name.log" | tr '\n' ' ')" >&2
+		failed=1
+	fi
+	[ -s "$OUT/$name.perf.data" ] && perfrow "$name"
+	return 0
+}
+
+# perfrow adds name's row to perf.md: the share of its server's samples in
+# the write system call, and the run's CPU per delivery split by it.
+perfrow() {
+	local name=$1 total write rate
+	perf report -i "$OUT/$name.perf.data" --children --stdio --sort sym -g none \
+		>"$OUT/$name.perf.txt" 2>/dev/null || return 0
+	total=$(perf report -i "$OUT/$name.perf.data" --children --stdio -n --sort comm -g none 2>/dev/null |
+		awk '$1 ~ /%$/ { s += $3 } END { print s + 0 }')
+	write=$(awk '$NF == "ksys_write" { sub("%", "", $1); print $1; exit }' "$OUT/$name.perf.txt")
+	rate=$(grep -o '[0-9]* deliveries per server CPU-second' "$OUT/$name.md" | awk '{ print $1; exit }')
+	if [ ! -f "$OUT/perf.md" ]; then
+		printf '| run | deliveries per server CPU-second | perf samples | share in write | write per delivery | the rest per delivery |\n|---|---|---|---|---|---|\n' >"$OUT/perf.md"
+	fi
+	awk -v n="$name" -v r="${rate:-0}" -v s="${total:-0}" -v w="${write:-0}" 'BEGIN {
+		us = r > 0 ? 1e6 / r : 0
+		printf "| %s | %d | %s | %.1f %% | %.2f µs | %.2f µs |\n", n, r, s, w, us * w / 100, us * (1 - w / 100)
+	}' >>"$OUT/perf.md"
+}
+
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 if part idle; then
@@ -74,10 +138,16 @@ if part idle; then
 fi
 
 bcast=(-scenario broadcast -conns "$SUBS" -rate "$RATE" -duration "$DURATION" -drain 30s)
+# ROUNDS alternates the servers: Herald SSE, Centrifugo, Herald WebSocket,
+# Centrifugo, once per round.
 if part broadcast; then
-	herald herald-broadcast-sse "${bcast[@]}" -transport sse
-	herald herald-broadcast-ws "${bcast[@]}" -transport ws
-	centrifugo centrifugo-broadcast-ws "${bcast[@]}"
+	for ((i = 1; i <= ROUNDS; i++)); do
+		sfx=$([ "$ROUNDS" -gt 1 ] && echo "-$i" || true)
+		profiled "herald-broadcast-sse$sfx" -herald-bin "$OUT/herald" "${bcast[@]}" -transport sse
+		profiled "centrifugo-broadcast-ws$sfx-a" -server centrifugo -centrifugo-bin "$CF" "${bcast[@]}"
+		profiled "herald-broadcast-ws$sfx" -herald-bin "$OUT/herald" "${bcast[@]}" -transport ws
+		profiled "centrifugo-broadcast-ws$sfx-b" -server centrifugo -centrifugo-bin "$CF" "${bcast[@]}"
+	done
 fi
 if part stalled; then
 	herald herald-stalled-sse "${bcast[@]}" -stall "$STALL" -transport sse
@@ -85,5 +155,6 @@ if part stalled; then
 	centrifugo centrifugo-stalled-ws "${bcast[@]}" -stall "$STALL"
 fi
 
+[ -f "$OUT/perf.md" ] && cat "$OUT/perf.md" >&2
 echo "reports in $OUT/" >&2
 exit "$failed"

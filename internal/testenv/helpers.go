@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -39,4 +40,38 @@ func MetricValue(tb testing.TB, m prometheus.Metric) float64 {
 	}
 	tb.Fatalf("not a counter or gauge: %v", m.Desc())
 	return 0
+}
+
+// TCPPair returns both ends of a loopback TCP connection, closed when tb
+// ends, with the server's send buffer and the client's receive buffer
+// set to bufSize, so a writer that is not read from soon fills them.
+func TCPPair(tb testing.TB, bufSize int) (server, client *net.TCPConn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	cc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sc := <-accepted
+	if sc == nil {
+		tb.Fatal("accept failed")
+	}
+	server, client = sc.(*net.TCPConn), cc.(*net.TCPConn)
+	tb.Cleanup(func() { server.Close(); client.Close() })
+	if err := server.SetWriteBuffer(bufSize); err != nil {
+		tb.Fatal(err)
+	}
+	if err := client.SetReadBuffer(bufSize); err != nil {
+		tb.Fatal(err)
+	}
+	return server, client
 }

@@ -54,6 +54,7 @@ type Conn struct {
 	Ctx       context.Context // the writer's hub and broker calls; cancelled once the connection closes
 	Cancel    context.CancelFunc
 	writing   atomic.Bool // a writer runs, the transport holds it off, or the final frames were written
+	closing   atomic.Bool // done is closed, or about to be: Closed, read beside writing
 	beatDue   atomic.Bool // a heartbeat is to be written
 	beatMu    sync.Mutex  // guards beat against finish
 	beat      *time.Timer // HeartbeatInterval, from startHeartbeat
@@ -73,10 +74,12 @@ type Conn struct {
 	// lagging is set when the queue hit its bound and dropped what it
 	// held: the writer then reads every channel forward from the history.
 	lagging atomic.Bool
-	// written holds, per channel, the offset of the last publication the
-	// writer handed to the transport (*atomic.Uint64), so Deliver can tell
-	// a connection that fell behind the history (Config.HistorySize).
-	written sync.Map
+	// unsent is set (by whoever holds the writer's place) when a direct
+	// write left bytes the socket could not take: the writer sends them
+	// first, under its write timeout.
+	unsent bool
+	// one is the batch of a direct write (writer's place only).
+	one [1]*fanout.Prepared
 	// catchingUp is set (by the writer, which alone touches it) while the
 	// connection reads the history after lagging; a channel whose history
 	// no longer reaches back to its position then ends the connection as
@@ -135,22 +138,37 @@ func New(env *Env, id uint64, transport string, claims *auth.Claims, remote stri
 
 var _ fanout.ResyncSubscriber = (*Conn)(nil)
 
-// Deliver implements fanout.Subscriber: a non-blocking enqueue. A full
-// queue drops what it holds and the connection catches up: its writer
-// reads every channel forward from the history, at the pace the client
-// reads, and rejoins the live stream (lag).
+// Deliver implements fanout.Subscriber; it never blocks. When no writer
+// runs and nothing waits to be written, it takes the writer's place and
+// writes p to the socket itself, without waiting for it (deliverDirect).
+// Otherwise it enqueues p: a full queue drops what it holds and the
+// connection catches up: its writer reads every channel forward from the
+// history, at the pace the client reads, and rejoins the live stream
+// (lag).
 func (c *Conn) Deliver(p *fanout.Prepared) {
+	if c.writing.CompareAndSwap(false, true) {
+		c.deliverDirect(p)
+		return
+	}
+	if c.enqueue(p) {
+		c.wake()
+	}
+}
+
+// enqueue queues p, and reports whether a writer is to be woken for it.
+func (c *Conn) enqueue(p *fanout.Prepared) bool {
 	switch r, dropped := c.queue.push(p); r {
 	case pushFull:
 		c.env.Counters.QueueDropped.Add(float64(dropped))
 		if c.behindHistory(p) {
 			c.Close(ReasonSlow, 0)
-			return
+			return false
 		}
 		c.lag()
 	case pushed:
-		c.wake()
+		return true
 	}
+	return false
 }
 
 // behindHistory reports whether the connection is further behind on p's
@@ -160,21 +178,8 @@ func (c *Conn) behindHistory(p *fanout.Prepared) bool {
 	if n <= 0 {
 		return false
 	}
-	v, ok := c.written.Load(p.Key().Channel)
-	return ok && p.Position().Offset > v.(*atomic.Uint64).Load()+uint64(n)
-}
-
-// noteWritten records that the publication of channel at offset was handed
-// to the transport (or that the channel's subscription starts there).
-func (c *Conn) noteWritten(channel string, offset uint64) {
-	if c.env.Bounds.HistorySize <= 0 {
-		return
-	}
-	v, ok := c.written.Load(channel)
-	if !ok {
-		v, _ = c.written.LoadOrStore(channel, new(atomic.Uint64))
-	}
-	v.(*atomic.Uint64).Store(offset)
+	off, ok := c.Pos.Written(p.Key().Channel)
+	return ok && p.Position().Offset > off+uint64(n)
 }
 
 // lag makes the writer read every channel from the history, from the last
@@ -236,6 +241,7 @@ func (c *Conn) Close(r Reason, delay time.Duration) {
 	c.closeOnce.Do(func() {
 		c.reason, c.delay = r, delay
 		c.queue.close()
+		c.closing.Store(true)
 		close(c.done)
 		if r.Code == ReasonSlow.Code {
 			c.env.Counters.QueueLimit.Inc()
@@ -268,14 +274,11 @@ func (c *Conn) Reason() Reason {
 	return c.reason
 }
 
-func (c *Conn) Closed() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
+// Closed reports whether the connection is closing; Reason is then
+// valid. It reads a flag beside the writer's, not the done channel,
+// which the hub's side would otherwise fetch from memory for each
+// delivery.
+func (c *Conn) Closed() bool { return c.closing.Load() }
 
 // SetAbort installs the transport's abort before the connection can be
 // closed as slow; setAbort(nil) before the transport's writer is gone waits
@@ -325,11 +328,9 @@ func (c *Conn) Subscribe(ctx context.Context, channel string, since *fanout.Posi
 	if since != nil && rec.Recovered {
 		sub.Recovered, sub.Pubs = true, rec.Publications
 		c.Pos.Add(channel, *since)
-		c.noteWritten(channel, since.Offset)
 	} else {
 		sub.Why = notRecovered(since, rec)
 		c.Pos.Add(channel, rec.Top)
-		c.noteWritten(channel, rec.Top.Offset)
 	}
 	return sub, nil
 }
@@ -355,7 +356,6 @@ func (c *Conn) leave(channel string) bool {
 	}
 	c.keys = slices.Delete(c.keys, i, i+1)
 	c.Pos.Remove(channel)
-	c.written.Delete(channel)
 	c.untrack(channel)
 	c.leaveHub(key)
 	return true

@@ -66,6 +66,12 @@ type Sink interface {
 //     and the final frames, when the stream is intact and the reason is
 //     worth telling, and closes the transport (finish); writing then
 //     stays set, so no writer ever starts again.
+//
+// The writer's place (writing) is also what a direct write takes: the
+// hub's side, finding no writer running and nothing pending, writes a
+// publication itself without blocking (deliverDirect) and starts the
+// writer only for what the socket did not take. Whoever holds the place
+// is the one writer.
 
 // wake makes sure a writer runs for what is pending, and once the
 // connection is closing, stops its hub and broker calls. It never blocks;
@@ -156,6 +162,15 @@ func (c *Conn) writeLoop() {
 func (c *Conn) pump() error {
 	var spare []*fanout.Prepared
 	wrote := false
+	if c.unsent && !c.Closed() {
+		// A direct write left bytes behind: they go first, under the
+		// write timeout (Flush, below, or a batch's write).
+		c.unsent = false
+		if err := c.Out.Arm(); err != nil {
+			return err
+		}
+		wrote = true
+	}
 	for !c.Closed() {
 		items := c.ctl.take()
 		batch := c.queue.take(spare)
@@ -282,7 +297,6 @@ func (c *Conn) writeLive(s Sink, batch []*fanout.Prepared) (int, error) {
 		if err := s.Publication(p, c.Pos); err != nil {
 			return n, err
 		}
-		c.noteWritten(p.Key().Channel, p.Position().Offset)
 		n++
 	}
 	return n, nil
@@ -397,7 +411,6 @@ func (c *Conn) WriteRecovered(s Sink, pubs []fanout.Publication) (int, error) {
 		if err := s.Publication(fanout.NewPrepared(*p), c.Pos); err != nil {
 			return n, err
 		}
-		c.noteWritten(p.Key.Channel, p.Offset)
 		n++
 	}
 	return n, nil

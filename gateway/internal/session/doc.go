@@ -9,7 +9,10 @@
 // asked for by request and its revalidation state. One writer, started on
 // demand on a goroutine of the server's WriterPool, drains both queues
 // into the transport's Sink, the only thing the core knows of a
-// transport, and exits once nothing is left. A connection whose queue
+// transport, and exits once nothing is left. A publication that finds no
+// writer running and nothing pending is written by Deliver itself,
+// through a DirectSink and without blocking; only what the socket does
+// not take is left to the writer. A connection whose queue
 // overflows reads its channels from the history; one that falls behind
 // the history is closed as slow.
 //

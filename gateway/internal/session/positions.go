@@ -2,6 +2,8 @@ package session
 
 import (
 	"hash/fnv"
+	"slices"
+	"sync/atomic"
 
 	"github.com/heraldgw/herald/fanout"
 )
@@ -9,7 +11,8 @@ import (
 // Positions tracks, for every channel of one connection, the position of
 // the last publication written to it (or where its subscription began). It
 // filters out what the client already has, and is the content of the
-// stream's cursor. Only the connection's writer touches it.
+// stream's cursor. Only the connection's writer touches it, except
+// Written, which any goroutine may call.
 type Positions struct {
 	tenant  string
 	Entries []CursorEntry // in subscription order; the cursor's entries
@@ -22,6 +25,58 @@ type Positions struct {
 	// takes counts the writer's takes of publications from the queue
 	// (Took).
 	takes uint64
+	// offs[i] mirrors entries[i].Pos.Offset for Written; shared is the
+	// copy of names and offs that Written reads, replaced (never
+	// changed) by Add and Remove.
+	offs   []*atomic.Uint64
+	shared atomic.Pointer[writtenView]
+}
+
+// writtenView is an immutable list of the channels' written offsets.
+type writtenView struct {
+	names []string
+	offs  []*atomic.Uint64
+	index map[string]int // only above viewScan channels
+}
+
+// viewScan is the number of channels up to which Written compares names
+// instead of hashing the channel.
+const viewScan = 8
+
+// Written returns the offset of the last publication of channel written to
+// the connection (or where its subscription began), and false when the
+// channel is not tracked. Any goroutine may call it: the hub's side uses
+// it to tell a connection that fell behind the history.
+func (ps *Positions) Written(channel string) (uint64, bool) {
+	v := ps.shared.Load()
+	if v == nil {
+		return 0, false
+	}
+	if v.index != nil {
+		i, ok := v.index[channel]
+		if !ok {
+			return 0, false
+		}
+		return v.offs[i].Load(), true
+	}
+	for i, n := range v.names {
+		if n == channel {
+			return v.offs[i].Load(), true
+		}
+	}
+	return 0, false
+}
+
+// publish replaces the view Written reads.
+func (ps *Positions) publish() {
+	v := &writtenView{names: slices.Clone(ps.names), offs: slices.Clone(ps.offs)}
+	if len(v.names) > viewScan {
+		v.index = make(map[string]int, len(v.names))
+		for i, n := range v.names {
+			v.index[n] = i
+		}
+	}
+	ps.shared.Store(v)
 }
 
 func NewPositions(tenant string, capacity int) *Positions {
@@ -52,6 +107,10 @@ func (ps *Positions) Add(channel string, pos fanout.Position) bool {
 	})
 	ps.names = append(ps.names, channel)
 	ps.read = append(ps.read, ps.takes)
+	off := new(atomic.Uint64)
+	off.Store(pos.Offset)
+	ps.offs = append(ps.offs, off)
+	ps.publish()
 	return true
 }
 
@@ -65,9 +124,11 @@ func (ps *Positions) Remove(channel string) {
 	ps.Entries = append(ps.Entries[:i], ps.Entries[i+1:]...)
 	ps.names = append(ps.names[:i], ps.names[i+1:]...)
 	ps.read = append(ps.read[:i], ps.read[i+1:]...)
+	ps.offs = append(ps.offs[:i], ps.offs[i+1:]...)
 	for j := i; j < len(ps.names); j++ {
 		ps.index[ps.names[j]] = j
 	}
+	ps.publish()
 }
 
 // Of returns the position of key's channel, nil when it is not tracked.
@@ -118,6 +179,7 @@ func (ps *Positions) AdmitNext(key fanout.Key, pos fanout.Position) Admission {
 		return AdmitGap
 	}
 	*cur = pos
+	ps.offs[i].Store(pos.Offset)
 	return AdmitWrite
 }
 
@@ -140,6 +202,7 @@ func (ps *Positions) Admit(key fanout.Key, pos fanout.Position) bool {
 		return false
 	}
 	*cur = pos
+	ps.offs[i].Store(pos.Offset)
 	return true
 }
 

@@ -76,6 +76,15 @@ func (q *sendQueue) push(p *fanout.Prepared) (r pushResult, dropped int) {
 	return pushed, 0
 }
 
+// idle reports whether nothing is queued or being written, and the queue
+// is open.
+func (q *sendQueue) idle() bool {
+	q.mu.Lock()
+	idle := q.count == 0 && !q.closed
+	q.mu.Unlock()
+	return idle
+}
+
 // take moves every queued item into spare (emptied first) and returns it:
 // the writer and the queue swap buffers, so a steady stream allocates
 // nothing. The items keep counting against the bounds until release.

@@ -1,8 +1,10 @@
 package sse
 
 import (
+	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -72,8 +74,8 @@ func (o httpOut) Kill() {}
 
 // chunkOut writes the rest of an HTTP/1.1 response whose head net/http
 // wrote with Transfer-Encoding: chunked: each write is one chunk, sent at
-// once with a single write call, so there is nothing left to flush and no
-// buffer held between writes.
+// once with a single write call, so no buffer is held between writes,
+// except the end of a chunk a non-blocking write (TryWrite) left.
 type chunkOut struct {
 	conn net.Conn
 	// slack is how much earlier than asked a deadline already set may
@@ -82,13 +84,22 @@ type chunkOut struct {
 	// small batch costs).
 	slack time.Duration
 	set   atomic.Int64 // the deadline last set, Unix ns; 0: none, or aborted
+
+	// try writes without blocking (TryWrite); nil when the connection
+	// has no descriptor (TLS).
+	try *session.TryWriter
+	// rest is the end of a chunk TryWrite could not send; the next write
+	// sends it first.
+	rest []byte
 }
 
 func newChunkOut(conn net.Conn, writeTimeout time.Duration) *chunkOut {
-	return &chunkOut{conn: conn, slack: writeTimeout / 16}
+	return &chunkOut{conn: conn, slack: writeTimeout / 16, try: session.NewTryWriter(conn)}
 }
 
-func (o *chunkOut) Write(buf []byte) error {
+// frame turns buf, whose first Room bytes are free, into one chunk and
+// returns it; nil for no event.
+func frame(buf []byte) []byte {
 	n := len(buf) - Room
 	if n <= 0 {
 		return nil // an empty chunk would end the body
@@ -98,9 +109,61 @@ func (o *chunkOut) Write(buf []byte) error {
 	h = append(h, '\r', '\n')
 	start := Room - len(h)
 	copy(buf[start:], h)
-	buf = append(buf, '\r', '\n')
-	_, err := o.conn.Write(buf[start:])
+	return append(buf, '\r', '\n')[start:]
+}
+
+func (o *chunkOut) Write(buf []byte) error {
+	if err := o.sendRest(); err != nil {
+		return err
+	}
+	b := frame(buf)
+	if b == nil {
+		return nil
+	}
+	_, err := o.conn.Write(b)
 	return err
+}
+
+// sendRest sends what a TryWrite left, blocking under the deadline set.
+func (o *chunkOut) sendRest() error {
+	if o.rest == nil {
+		return nil
+	}
+	_, err := o.conn.Write(o.rest)
+	o.rest = nil
+	return err
+}
+
+// TryWrite sends buf as one chunk, as Write does, but without waiting for
+// the socket: it reports false when the socket did not take it all, and
+// keeps the rest for the next write. Without a descriptor it keeps it
+// all.
+func (o *chunkOut) TryWrite(buf []byte) (bool, error) {
+	b := frame(buf)
+	if b == nil {
+		return true, nil
+	}
+	if o.rest != nil || o.try == nil {
+		o.rest = append(o.rest, b...)
+		return false, nil
+	}
+	n, err := o.try.Write(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline of a batch long written has passed; a write that
+		// does not wait needs none, and the next batch sets its own.
+		o.set.Store(0)
+		if err = o.conn.SetWriteDeadline(time.Time{}); err == nil {
+			n, err = o.try.Write(b)
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	if n == len(b) {
+		return true, nil
+	}
+	o.rest = append([]byte(nil), b[n:]...)
+	return false, nil
 }
 
 // lastChunk is the end of a chunked body.
@@ -109,7 +172,7 @@ var lastChunk = []byte("0\r\n\r\n")
 // Finish writes the end of the body when intact, and closes the
 // connection, which ends the stream's reader.
 func (o *chunkOut) Finish(intact bool) {
-	if intact {
+	if intact && o.sendRest() == nil {
 		_, _ = o.conn.Write(lastChunk)
 	}
 	_ = o.conn.Close()
@@ -117,7 +180,8 @@ func (o *chunkOut) Finish(intact bool) {
 
 func (o *chunkOut) Kill() { _ = o.conn.Close() }
 
-func (o *chunkOut) Flush() error { return nil }
+// Flush sends what a TryWrite left; every write sends at once.
+func (o *chunkOut) Flush() error { return o.sendRest() }
 
 // SetDeadline sets the write deadline t, unless the one set already comes
 // at most slack before it: a batch then has between WriteTimeout - slack

@@ -23,11 +23,14 @@ type Sink struct {
 	enc     CursorEncoder
 	buf     []byte  // events not yet handed to out, after Room free bytes; nil after a flush
 	bufp    *[]byte // the pooled slice buf came from
+	// direct is set from Direct to TryFlush: the event is sent without
+	// blocking, however large, so it is not handed to out before.
+	direct bool
 
 	mu sync.Mutex // guards out against kill
 }
 
-var _ session.Sink = (*Sink)(nil)
+var _ session.DirectSink = (*Sink)(nil)
 
 func NewSink(out Out, timeout time.Duration) *Sink {
 	return &Sink{out: out, timeout: timeout}
@@ -42,7 +45,10 @@ func (s *Sink) setOut(out Out) {
 }
 
 // Arm sets the deadline of the batch that follows.
-func (s *Sink) Arm() error { return s.out.SetDeadline(time.Now().Add(s.timeout)) }
+func (s *Sink) Arm() error {
+	s.direct = false
+	return s.out.SetDeadline(time.Now().Add(s.timeout))
+}
 
 func (s *Sink) SetDeadline(t time.Time) error { return s.out.SetDeadline(t) }
 
@@ -59,7 +65,7 @@ func (s *Sink) open() []byte {
 // batch to the out once it is large.
 func (s *Sink) done(b []byte) error {
 	s.buf = b
-	if len(b) < Room+batchBytes {
+	if len(b) < Room+batchBytes || s.direct {
 		return nil
 	}
 	err := s.out.Write(b)
@@ -203,6 +209,31 @@ func (s *Sink) Flush() error {
 		}
 	}
 	return s.out.Flush()
+}
+
+// Direct reports whether the out can send without blocking: a stream
+// that left net/http, over a connection with a descriptor.
+func (s *Sink) Direct(*fanout.Prepared) bool {
+	o, ok := s.out.(*chunkOut)
+	s.direct = ok && o.try != nil
+	return s.direct
+}
+
+// TryFlush hands what is buffered to the out without waiting for the
+// socket (Direct); what the socket did not take stays with the out, which
+// sends it first on its next write.
+func (s *Sink) TryFlush() (bool, error) {
+	s.direct = false
+	if s.buf == nil {
+		return true, nil
+	}
+	o, ok := s.out.(*chunkOut)
+	if !ok {
+		return true, s.Flush()
+	}
+	sent, err := o.TryWrite(s.buf)
+	s.release()
+	return sent, err
 }
 
 // release returns the buffer to the pool, dropping what it holds.

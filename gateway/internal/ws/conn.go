@@ -95,6 +95,7 @@ func Accept(w http.ResponseWriter, r *http.Request, env *Env, c *session.Conn, c
 	wc.raw = hj.conn
 	wc.sink.ws = ws
 	wc.sink.raw = hj.conn
+	wc.sink.gate = hj.gate
 	c.SetAbort(wc.sink.abort)
 	c.StartWriting()
 	return wc, nil

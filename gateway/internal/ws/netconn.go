@@ -30,6 +30,7 @@ type hijacker struct {
 	http.ResponseWriter
 	maxMessage int64       // MaxMessageSize
 	conn       *frameWatch // set by Hijack
+	gate       *writeGate  // set by Hijack: the library writes through it
 }
 
 // Hijack hijacks the connection. Bytes the client sent after the upgrade
@@ -42,12 +43,14 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	under := conn
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n) // cannot fail: n bytes are buffered
 		conn = &prefixConn{Conn: conn, prefix: append([]byte(nil), b...)}
 	}
 	h.conn = &frameWatch{Conn: conn, max: h.maxMessage}
-	rw := bufio.NewReadWriter(bufio.NewReaderSize(h.conn, readBufSize), bufio.NewWriterSize(h.conn, writeBufSize))
+	h.gate = newWriteGate(h.conn, under)
+	rw := bufio.NewReadWriter(bufio.NewReaderSize(h.conn, readBufSize), bufio.NewWriterSize(h.gate, writeBufSize))
 	return h.conn, rw, nil
 }
 

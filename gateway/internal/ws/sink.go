@@ -2,6 +2,7 @@ package ws
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,9 @@ const (
 	// its own, straight from its shared bytes, instead of being copied
 	// into the batch buffer.
 	bigFrame = 16 << 10
+	// headRoom is the room a batch buffer leaves at its start for the
+	// header of the message a direct write sends (TryFlush).
+	headRoom = 10
 )
 
 // frameSink writes herald.v1 frames to a WebSocket (the writer's sink). Frames
@@ -40,8 +44,12 @@ type frameSink struct {
 	timeout     time.Duration          // WriteTimeout, per message
 	expiryGrace time.Duration          // ExpiryGrace, announced in refresh pushes
 	limit       time.Time              // when set, no write may last beyond it
-	buf         []byte                 // the batch; nil while the writer is idle
+	buf         []byte                 // headRoom free bytes, then the batch; nil while the writer is idle
 	bufp        *[]byte                // the pooled slice buf came from
+	// gate is the way out for direct writes (TryFlush); left is set when
+	// one left a rest there, which Flush sends.
+	gate *writeGate
+	left bool
 
 	// timedOut is set, before the WebSocket library drops the connection,
 	// when a write missed its deadline; the reader then knows why its read
@@ -53,7 +61,7 @@ type frameSink struct {
 	abortAt time.Time // set by abort: no write may last beyond it
 }
 
-var _ session.Sink = (*frameSink)(nil)
+var _ session.DirectSink = (*frameSink)(nil)
 
 // Arm gives each message that follows the whole per-message timeout.
 func (s *frameSink) Arm() error {
@@ -146,16 +154,16 @@ func (s *frameSink) put(head, body []byte) error {
 			return mw.Close()
 		})
 	}
-	if len(s.buf) > 0 && len(s.buf)+1+n > BatchBytes {
+	if len(s.buf) > headRoom && len(s.buf)-headRoom+1+n > BatchBytes {
 		if err := s.Flush(); err != nil {
 			return err
 		}
 	}
 	if s.buf == nil {
 		s.bufp = session.GetBatchBuf()
-		s.buf = (*s.bufp)[:0]
+		s.buf = append((*s.bufp)[:0], make([]byte, headRoom)...)
 	}
-	if len(s.buf) > 0 {
+	if len(s.buf) > headRoom {
 		s.buf = append(s.buf, '\n')
 	}
 	s.buf = append(s.buf, head...)
@@ -166,14 +174,80 @@ func (s *frameSink) put(head, body []byte) error {
 // Flush writes the batch as one message and returns its buffer to the
 // pool: an idle connection holds none.
 func (s *frameSink) Flush() error {
-	if len(s.buf) == 0 {
+	if s.left {
+		s.left = false
+		if err := s.write(func(context.Context) error { return s.gate.sendRest() }); err != nil {
+			s.release()
+			return err
+		}
+	}
+	if len(s.buf) <= headRoom {
+		s.release()
 		return nil
 	}
 	err := s.write(func(ctx context.Context) error {
-		return s.ws.Write(ctx, websocket.MessageText, s.buf)
+		return s.ws.Write(ctx, websocket.MessageText, s.buf[headRoom:])
 	})
 	s.release()
 	return err
+}
+
+// Direct reports whether p can be written without blocking: the
+// connection has a descriptor, and p's frame is not one the writer would
+// send as a message of its own (put).
+func (s *frameSink) Direct(p *fanout.Prepared) bool {
+	return s.gate != nil && s.gate.try != nil && len(pubPrefix)+p.Size() < bigFrame
+}
+
+// TryFlush sends the batch as one text message (an unmasked frame, as
+// the library frames a server's message) through the gate, without
+// waiting for the socket. When nothing went out, the batch stays for the
+// writer's Flush; when a part did, the gate keeps the rest, which Flush
+// sends first.
+func (s *frameSink) TryFlush() (bool, error) {
+	n := len(s.buf) - headRoom
+	if n <= 0 {
+		s.release()
+		return true, nil
+	}
+	start := headRoom - putHeader(s.buf[:headRoom], n)
+	sent, err := s.gate.tryWrite(s.buf[start:])
+	switch {
+	case err != nil:
+		s.release()
+		_ = s.ws.CloseNow()
+		return false, err
+	case sent == 0:
+		return false, nil // the writer sends the batch
+	case sent < len(s.buf)-start:
+		s.left = true
+		s.release()
+		return false, nil
+	}
+	s.release()
+	return true, nil
+}
+
+// putHeader writes the header of an unmasked final text frame of n
+// payload bytes at the end of room, and returns its length.
+func putHeader(room []byte, n int) int {
+	var h [headRoom]byte
+	h[0] = 0x81 // FIN, text
+	l := 2
+	switch {
+	case n < 126:
+		h[1] = byte(n)
+	case n <= 0xffff:
+		h[1] = 126
+		binary.BigEndian.PutUint16(h[2:], uint16(n))
+		l = 4
+	default:
+		h[1] = 127
+		binary.BigEndian.PutUint64(h[2:], uint64(n))
+		l = 10
+	}
+	copy(room[len(room)-l:], h[:l])
+	return l
 }
 
 // write runs one message write under the connection's write deadline:
