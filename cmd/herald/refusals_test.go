@@ -455,3 +455,14 @@ func runUntilStarted(t *testing.T, args ...string) {
 		t.Fatalf("herald %s exited %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 }
+
+// TestFanoutSettingsRefused: a negative --fanout-workers or --fanout-share
+// stops serve before it listens, naming the setting and where it came from.
+func TestFanoutSettingsRefused(t *testing.T) {
+	dir := t.TempDir()
+	wantRefused(t, 1, []string{"--fanout-workers -2: want 0 or more"},
+		"serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--fanout-workers", "-2")
+	t.Setenv("HERALD_FANOUT_SHARE", "-1")
+	wantRefused(t, 1, []string{"--fanout-share (from HERALD_FANOUT_SHARE) -1: want 0 or more"},
+		"serve", "--listen", "127.0.0.1:0", "--data-dir", dir)
+}

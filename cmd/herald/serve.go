@@ -102,6 +102,8 @@ type serveOptions struct {
 	// trustedProxies is --trusted-proxies as given; serve parses it into
 	// gw.TrustedProxies.
 	trustedProxies []string
+	// hub is --fanout-workers and --fanout-share.
+	hub fanout.HubConfig
 }
 
 func (o *serveOptions) register(st *settings) {
@@ -116,6 +118,16 @@ func (o *serveOptions) register(st *settings) {
 	st.StringList(&o.trustedProxies, "trusted-proxies", "reverse proxies (comma-separated CIDRs or IP addresses, e.g. 127.0.0.1/32,10.0.0.0/8) whose Forwarded / X-Forwarded-For headers name the client address used by --connect-attempts-per-ip and the logs; empty = trust none, the client is the TCP peer")
 	st.Bool(&o.feed, "feed", true, "also run the outbox Worker in this process (false = pure edge node)")
 	st.Bool(&o.tickets, "tickets", true, "serve POST /v1/tickets (single-use tickets for a token in a URL); false = it answers 404 tickets_disabled, and browser clients then put the token itself in the URL (access_token)")
+	st.Int(&o.hub.FanoutWorkers, "fanout-workers", 0, "goroutines at most that hand one publication to its local subscribers, each a share of them, so a channel with thousands of subscribers is not written one after another; order per subscriber is kept; 0 = GOMAXPROCS, 1 = one goroutine")
+	st.Int(&o.hub.FanoutShare, "fanout-share", fanout.DefaultFanoutShare, "fewest local subscribers a --fanout-workers goroutine is given: a publication with fewer than twice as many subscribers is handed out on one goroutine")
+	st.checks = append(st.checks, func() error {
+		for name, v := range map[string]int{"fanout-workers": o.hub.FanoutWorkers, "fanout-share": o.hub.FanoutShare} {
+			if v < 0 {
+				return fmt.Errorf("config: %s %d: want 0 or more", st.source(name).named("--"+name), v)
+			}
+		}
+		return nil
+	})
 	st.String(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token (a secret of at least 16 bytes; surrounding whitespace is trimmed) that turns on the read-only operator view at /ops/ (docs/operator.md); empty = the view is off (404)")
 }
 
@@ -244,7 +256,9 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 		return err
 	}
 	defer broker.Stop()
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{Logger: log, Registerer: reg})
+	hubCfg := o.hub
+	hubCfg.Logger, hubCfg.Registerer = log, reg
+	hub, err := fanout.NewHub(broker, hubCfg)
 	if err != nil {
 		return err
 	}
