@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -70,4 +71,59 @@ func TestAppendBodyInvalid(t *testing.T) {
 	if !errors.Is(err, ErrInvalidMessage) || string(b) != "x" {
 		t.Fatalf("AppendBody = %q, %v", b, err)
 	}
+}
+
+// For valid JSON, appendStripped makes what json.Compact makes: jsonb's
+// text, indented text, whitespace and quotes inside strings, escapes.
+func TestAppendStrippedIsCompact(t *testing.T) {
+	for _, raw := range strippedSeeds {
+		checkStripped(t, []byte(raw))
+	}
+}
+
+// DataIsJSON: the body is the same, with data stripped, not validated.
+func TestAppendBodyDataIsJSON(t *testing.T) {
+	m := testMessage("0f8fad5b-d9cb-469f-a165-70867728950e")
+	m.Data = json.RawMessage(`{"invoice": "in 42", "lines": [{"sku": "a \"b\" c", "n": 1}]}`)
+	want, err := AppendBody(nil, &m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.DataIsJSON = true
+	got, err := AppendBody([]byte("keep:"), &m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "keep:"+string(want) {
+		t.Fatalf("body\n%s\nwant\n%s", got, want)
+	}
+	if !json.Valid(got[len("keep:"):]) || !strings.HasSuffix(string(got), `"data":{"invoice":"in 42","lines":[{"sku":"a \"b\" c","n":1}]}}`) {
+		t.Fatalf("body %s", got)
+	}
+}
+
+var strippedSeeds = []string{
+	`{"invoice": "in_42", "amount": 1250, "lines": [{"sku": "plan-pro", "quantity": 1}], "paid": true, "note": null}`,
+	"{\n  \"a\" : [ 1 ,\t2 ,\r\n 3 ] ,\n  \"b\" : { }\n}",
+	`"a string with  spaces, a \" quote and a \\ backslash"`,
+	`{"k \\": " v \\\" x ", "e": "\u00e9 \n", "s": "\\"}`,
+	` 42 `, `[]`, `"\\\\"`, `{"a":"\"","b":" "}`,
+}
+
+func checkStripped(t *testing.T, raw []byte) {
+	t.Helper()
+	var want bytes.Buffer
+	if err := json.Compact(&want, raw); err != nil {
+		return // only valid JSON is stripped
+	}
+	if got := appendStripped([]byte("x"), raw); string(got) != "x"+want.String() {
+		t.Fatalf("appendStripped(%q) = %q, want %q", raw, got[1:], want.String())
+	}
+}
+
+func FuzzAppendStripped(f *testing.F) {
+	for _, s := range strippedSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkStripped)
 }

@@ -92,6 +92,7 @@ func (h *Handler) Deliver(ctx context.Context, r *outboxfeed.Record) error {
 	res := h.ep.Deliver(ctx, webhook.Message{
 		ID: r.ID, Tenant: r.TenantID, Channel: r.Channel, Kind: r.Kind, Type: r.Type,
 		SchemaVersion: r.SchemaVersion, Time: r.OccurredAt, Freshness: r.Freshness, Data: r.Payload,
+		DataIsJSON: r.PayloadIsJSON,
 	})
 	h.responses.WithLabelValues(res.Class.String(), string(res.Reason)).Inc()
 	if res.Timestamp != 0 {
