@@ -96,7 +96,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 			continue
 		}
 		if b == nil {
-			if !w.awaitGates(ctx) {
+			if !w.awaitGates(ctx) || !w.yieldTurn(ctx) {
 				continue
 			}
 			req := w.claimRequest(l, AnyPartition)
@@ -235,7 +235,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		return nil // the new holder publishes the batch again
 	}
 	var next *ClaimRequest
-	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() {
+	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() && !w.yielding() {
 		part := AnyPartition
 		if b.More || len(out) < len(b.Records) {
 			part = b.Partition
@@ -301,6 +301,7 @@ func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *Cl
 
 // claimed counts a claim that returned b (nil: nothing to dispatch).
 func (w *Worker) claimed(b *Batch) {
+	w.leadClaimed(b)
 	if b == nil {
 		w.m.claimEmpty.Inc()
 		return
