@@ -88,7 +88,7 @@ func AppendBody(dst []byte, m *Message) ([]byte, error) {
 	b = append(b, `,"schema_version":`...)
 	b = strconv.AppendInt(b, int64(m.SchemaVersion), 10)
 	b = append(b, `,"time":"`...)
-	b = m.Time.UTC().AppendFormat(b, TimeLayout)
+	b = appendTime(b, m.Time)
 	b = append(b, `","freshness":`...)
 	var err error
 	if m.Freshness == nil || string(m.Freshness) == immediateFreshness || string(m.Freshness) == jsonbImmediate {
@@ -104,6 +104,45 @@ func AppendBody(dst []byte, m *Message) ([]byte, error) {
 		return dst[:start], fmt.Errorf("%w: data is not valid JSON", ErrInvalidMessage)
 	}
 	return append(b, '}'), nil
+}
+
+// appendTime appends t as TimeLayout does, in UTC, a few times faster
+// than time.Time.AppendFormat (which interprets the layout each time).
+// Years outside 0–9999 go through AppendFormat.
+func appendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, TimeLayout)
+	}
+	hour, minute, sec := t.Clock()
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, t.Nanosecond(), 9)
+	return append(b, 'Z')
+}
+
+// appendDigits appends v (≥ 0) in n decimal digits, zero-padded.
+func appendDigits(b []byte, v, n int) []byte {
+	start := len(b)
+	for range n {
+		b = append(b, 0)
+	}
+	for i := len(b) - 1; i >= start; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return b
 }
 
 // checkMessage checks what AppendBody needs.

@@ -127,3 +127,32 @@ func FuzzAppendStripped(f *testing.F) {
 	}
 	f.Fuzz(checkStripped)
 }
+
+// appendTime writes what AppendFormat(TimeLayout) writes in UTC.
+func TestAppendTime(t *testing.T) {
+	for _, tm := range []time.Time{
+		time.Date(2025, 3, 1, 10, 15, 30, 123456000, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("X", -3600)),
+		time.Date(10000, 1, 1, 0, 0, 0, 1, time.UTC),
+		time.Date(-1, 1, 1, 0, 0, 0, 1, time.UTC),
+		time.Unix(0, 0),
+		time.Now(),
+	} {
+		checkTime(t, tm)
+	}
+}
+
+func checkTime(t *testing.T, tm time.Time) {
+	t.Helper()
+	want := tm.UTC().Format(TimeLayout)
+	if got := appendTime([]byte("x"), tm); string(got) != "x"+want {
+		t.Fatalf("appendTime(%v) = %q, want %q", tm, got[1:], want)
+	}
+}
+
+func FuzzAppendTime(f *testing.F) {
+	f.Add(int64(0), int64(0))
+	f.Add(int64(1740824130), int64(123456789))
+	f.Fuzz(func(t *testing.T, sec, nsec int64) { checkTime(t, time.Unix(sec, nsec)) })
+}
