@@ -175,7 +175,7 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 func (w *Worker) claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LeaseDuration/2)
 	defer cancel()
-	return w.store.Claim(cctx, req)
+	return w.store.Claim(cctx, w.storeRequest(req))
 }
 
 // idle waits after a claim that found nothing.
@@ -278,6 +278,10 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest, claimedAt time.Time) (held bool, nb *Batch, err error) {
 	wctx, cancel := w.settleContext(ctx, claimedAt)
 	defer cancel()
+	if next != nil {
+		n := w.storeRequest(*next)
+		next = &n
+	}
 	write := func(c context.Context) (err error) {
 		held, nb, err = w.store.Complete(c, b, out, next)
 		return err

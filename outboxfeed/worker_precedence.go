@@ -88,6 +88,20 @@ func (w *Worker) leadClaimed(b *Batch) {
 // claim (the completion then claims nothing: the lane waits, then claims).
 func (w *Worker) yielding() bool { return w.cfg.YieldsTo != nil && w.cfg.YieldsTo.Busy() }
 
+// storeRequest is req as the store gets it. A Worker that yields to
+// another leaves the store's wake-up trigger to the leading Worker's lead
+// lane: it neither arms nor disarms it (its lane keeps the bookkeeping,
+// so it waits for wake-ups, or polls, as if it had). Two Workers taking
+// turns at one switch would keep it armed much of the time while records
+// flow, and every producer's commit would then send a NOTIFY and queue
+// on PostgreSQL's notify lock.
+func (w *Worker) storeRequest(req ClaimRequest) ClaimRequest {
+	if w.cfg.YieldsTo != nil {
+		req.Arm, req.Disarm = 0, false
+	}
+	return req
+}
+
 // yieldTurn waits, before a claim, while the Worker this one yields to
 // has a backlog, at most PollInterval; it reports false when ctx ended.
 func (w *Worker) yieldTurn(ctx context.Context) bool {
