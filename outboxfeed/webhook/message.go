@@ -180,8 +180,8 @@ func appendCompact(b []byte, raw []byte) ([]byte, error) {
 
 // appendStripped appends raw, one valid JSON value, without the
 // whitespace outside its strings: what json.Compact makes of it, without
-// its validating scan (about a sixth of its cost). Runs with nothing to
-// drop are copied whole.
+// its validating scan (BenchmarkBodyParts: about an eighth of its cost).
+// Runs with nothing to drop are copied whole.
 func appendStripped(b []byte, raw []byte) []byte {
 	run := 0
 	for i := 0; i < len(raw); i++ {
