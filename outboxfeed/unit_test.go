@@ -214,3 +214,40 @@ func TestClassify(t *testing.T) {
 		t.Fatalf("Permanent hides its cause: %v", err)
 	}
 }
+
+// A Precedence holds a yielding Worker back while the leading one is
+// busy, at most the wait's bound, and not at all once it is not.
+func TestPrecedenceWait(t *testing.T) {
+	var p Precedence
+	ctx := context.Background()
+	start := time.Now()
+	if !p.wait(ctx, 30*time.Millisecond) || time.Since(start) < 30*time.Millisecond || p.Yields() != 1 {
+		t.Fatalf("before the leader's first claim: waited %v (want its 30ms bound), %d yields", time.Since(start), p.Yields())
+	}
+	p.led.Store(true)
+	start = time.Now()
+	if !p.wait(ctx, time.Hour) || time.Since(start) > time.Second || p.Yields() != 1 {
+		t.Fatalf("idle: waited %v, %d yields", time.Since(start), p.Yields())
+	}
+	p.markBusy(time.Now(), time.Hour)
+	p.markBusy(time.Now(), time.Millisecond) // an earlier end changes nothing
+	if !p.Busy() {
+		t.Fatal("not busy after markBusy for an hour")
+	}
+	start = time.Now()
+	if !p.wait(ctx, 50*time.Millisecond) || time.Since(start) < 50*time.Millisecond || p.Yields() != 2 {
+		t.Fatalf("busy: waited %v (want its 50ms bound), %d yields", time.Since(start), p.Yields())
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if p.wait(cctx, time.Hour) {
+		t.Fatal("wait went on after its context ended")
+	}
+	var q Precedence
+	q.led.Store(true)
+	q.markBusy(time.Now(), 30*time.Millisecond)
+	start = time.Now()
+	if !q.wait(ctx, time.Hour) || time.Since(start) < 20*time.Millisecond || q.Busy() {
+		t.Fatalf("short backlog: waited %v, busy %v", time.Since(start), q.Busy())
+	}
+}

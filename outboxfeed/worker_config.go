@@ -136,6 +136,16 @@ type WorkerConfig struct {
 	// ShutdownTimeout bounds the final writes on Stop (completing what was
 	// published, releasing the rest). Default: 5s.
 	ShutdownTimeout time.Duration
+	// Leads, when set, is marked busy while this Worker's claims find a
+	// backlog; the Workers that yield to it (YieldsTo) wait between
+	// batches meanwhile. The realtime handler's Worker leads. Default:
+	// nil.
+	Leads *Precedence
+	// YieldsTo, when set, makes this Worker wait before each claim while
+	// the Worker leading it has a backlog, at most PollInterval each time
+	// (docs/handlers.md, "Realtime goes first"). Webhook handlers' Workers
+	// yield to the realtime one. Default: nil, never.
+	YieldsTo *Precedence
 	// Registry lists the readable (type, schema_version) pairs. Default:
 	// nil, every type at any version ≥ 1.
 	Registry *Registry

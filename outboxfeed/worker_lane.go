@@ -96,7 +96,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 			continue
 		}
 		if b == nil {
-			if !w.awaitGates(ctx) {
+			if !w.awaitGates(ctx) || !w.yieldTurn(ctx) {
 				continue
 			}
 			req := w.claimRequest(l, AnyPartition)
@@ -175,7 +175,7 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 func (w *Worker) claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LeaseDuration/2)
 	defer cancel()
-	return w.store.Claim(cctx, req)
+	return w.store.Claim(cctx, w.storeRequest(req))
 }
 
 // idle waits after a claim that found nothing.
@@ -235,7 +235,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		return nil // the new holder publishes the batch again
 	}
 	var next *ClaimRequest
-	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() {
+	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() && !w.yielding() {
 		part := AnyPartition
 		if b.More || len(out) < len(b.Records) {
 			part = b.Partition
@@ -278,6 +278,10 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest, claimedAt time.Time) (held bool, nb *Batch, err error) {
 	wctx, cancel := w.settleContext(ctx, claimedAt)
 	defer cancel()
+	if next != nil {
+		n := w.storeRequest(*next)
+		next = &n
+	}
 	write := func(c context.Context) (err error) {
 		held, nb, err = w.store.Complete(c, b, out, next)
 		return err
@@ -301,6 +305,7 @@ func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *Cl
 
 // claimed counts a claim that returned b (nil: nothing to dispatch).
 func (w *Worker) claimed(b *Batch) {
+	w.leadClaimed(b)
 	if b == nil {
 		w.m.claimEmpty.Inc()
 		return

@@ -33,6 +33,10 @@ func startWorkers(ctx context.Context, store outboxfeed.Store, pub outboxfeed.Pu
 		}
 	}()
 	rtCfg := base
+	// The realtime Worker goes first: while it has a backlog, the webhook
+	// handlers' Workers wait between batches (docs/handlers.md).
+	prec := &outboxfeed.Precedence{}
+	rtCfg.Leads = prec
 	var hooks []handlerEntry
 	for _, e := range entries {
 		if e.Type == "realtime" {
@@ -68,6 +72,7 @@ func startWorkers(ctx context.Context, store outboxfeed.Store, pub outboxfeed.Pu
 		ws.hooks = append(ws.hooks, h)
 		cfg := h.WorkerConfig(base)
 		cfg.Routes = e.Routes
+		cfg.YieldsTo = prec
 		w, err := outboxfeed.NewDeliveryWorker(hs.ForHandler(e.Name), h, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("config: handler %s: %w", e.Name, err)

@@ -42,6 +42,10 @@ type config struct {
 	// delivering to a receiver process of its own that answers 204.
 	// Default: false.
 	Webhook bool
+	// WebhookYield makes the webhook handler's Worker yield to the
+	// realtime one while it has a backlog, as `herald feed` runs them
+	// (outboxfeed.Precedence). Default: true.
+	WebhookYield bool
 
 	// Records is how many records the drain phase stages before starting
 	// the Worker, and the staged phase's producers insert while it runs.
@@ -142,8 +146,8 @@ func defaultConfig() config {
 		Records: 200_000, Channels: 1_000, BatchSize: 1_000, Concurrency: 32, Retained: 100_000,
 		StagedProducers: 4, StagedBatch: 1_000,
 		Rate: 1_000, LatencyDuration: 20 * time.Second, LatencyProducers: 16, LatencyNotify: true,
-		PollInterval: time.Second,
-		Producers:    16, ProducerDuration: 10 * time.Second,
+		PollInterval: time.Second, WebhookYield: true,
+		Producers: 16, ProducerDuration: 10 * time.Second,
 		ProducerVariants: "worker/on,none/off,none/off,worker/on",
 	}
 }
@@ -155,6 +159,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")
 	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")
 	fs.BoolVar(&c.Webhook, "webhook", c.Webhook, "drain, latency: run each alone, beside, beside, alone; beside, a webhook handler drains the same records to a local receiver answering 204")
+	fs.BoolVar(&c.WebhookYield, "webhook-yield", c.WebhookYield, "-webhook: the webhook handler's Worker yields to the realtime one while it has a backlog, as herald feed runs them")
 	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts; staged: records inserted while it runs")
 	fs.IntVar(&c.StagedProducers, "staged-producers", c.StagedProducers, "staged: concurrent producers inserting while the Worker runs")
 	fs.IntVar(&c.StagedBatch, "staged-batch", c.StagedBatch, "staged: rows per producer transaction (COPY)")

@@ -43,6 +43,10 @@ type drainResult struct {
 	Beside      bool
 	HookDrained time.Duration
 	CPUAll      cpuSpent
+	// HookAtDrained is how many records the webhook handler had delivered
+	// when realtime was done, and HookYields how many times its lanes
+	// waited for realtime's backlog (-webhook-yield).
+	HookAtDrained, HookYields int64
 }
 
 // stageChunk is how many rows one COPY transaction of the drain phase
@@ -103,7 +107,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 	fmt.Fprintf(progress, "drain: staged %d records over %d channels in %v; starting the Worker (batch %d, %s broker)\n",
 		cfg.Records, cfg.Channels, res.Stage.Round(time.Millisecond), cfg.BatchSize, cfg.Broker)
 
-	p, err := startPipeline(ctx, store, cfg, cfg.Broker, false)
+	p, err := startPipeline(ctx, store, cfg, cfg.Broker, false, hook.precedence())
 	if err != nil {
 		return res, err
 	}
@@ -126,12 +130,18 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 			}
 			res.Drained = time.Since(start)
 			res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
+			if hook != nil {
+				res.HookAtDrained = hook.counter.Distinct()
+			}
 		}
 		done, err := hook.done(int64(cfg.Records))
 		if err != nil || !done {
 			return false, err
 		}
 		res.HookDrained = time.Since(start)
+		if p := hook.precedence(); p != nil {
+			res.HookYields = p.Yields()
+		}
 		res.CPUAll = readCPU(ctx, store.Pool()).since(cpu0)
 		return true, nil
 	})
@@ -146,8 +156,8 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 		besideText(res.Beside), cfg.Records, res.Drained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.Drained),
 		benchkit.PerRecordMicros(res.CPU.self, cfg.Records), benchkit.PerRecordMicros(res.CPU.postgres, cfg.Records))
 	if res.Beside {
-		fmt.Fprintf(progress, "drain: the webhook handler completed them in %v (%s); until both were done, CPU per record and handler: Herald %.1f µs, PostgreSQL %.1f µs\n",
-			res.HookDrained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.HookDrained),
+		fmt.Fprintf(progress, "drain: the webhook handler completed them in %v (%s), %d of them by the time realtime was done, yielding %d times; until both were done, CPU per record and handler: Herald %.1f µs, PostgreSQL %.1f µs\n",
+			res.HookDrained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.HookDrained), res.HookAtDrained, res.HookYields,
 			benchkit.PerRecordMicros(res.CPUAll.self, 2*cfg.Records), benchkit.PerRecordMicros(res.CPUAll.postgres, 2*cfg.Records))
 	}
 	return res, nil
@@ -173,7 +183,7 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 		return res, err
 	}
 	defer holder.release()
-	p, err := startPipeline(ctx, store, cfg, cfg.Broker, false)
+	p, err := startPipeline(ctx, store, cfg, cfg.Broker, false, nil)
 	if err != nil {
 		return res, err
 	}

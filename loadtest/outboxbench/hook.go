@@ -28,6 +28,7 @@ type hookSide struct {
 	worker  *outboxfeed.Worker
 	reg     *prometheus.Registry
 	counter *hookrecv.Counter
+	prec    *outboxfeed.Precedence // the realtime Worker leads it (nil: -webhook-yield=false)
 }
 
 // registerHook registers the webhook handler on store (StartNew: the
@@ -48,16 +49,28 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
 	s := &hookSide{store: store, hook: h, reg: prometheus.NewRegistry(), counter: hookrecv.NewCounter(h)}
+	if cfg.WebhookYield {
+		s.prec = &outboxfeed.Precedence{}
+	}
 	s.worker, err = outboxfeed.NewDeliveryWorker(store.ForHandler(hookName), s.counter,
 		h.WorkerConfig(outboxfeed.WorkerConfig{
 			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
-			Registerer: s.reg,
+			Registerer: s.reg, YieldsTo: s.prec,
 		}))
 	if err != nil {
 		h.Close()
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
 	return s, nil
+}
+
+// precedence is what the realtime Worker leads (nil: nothing, or no
+// handler beside it).
+func (s *hookSide) precedence() *outboxfeed.Precedence {
+	if s == nil {
+		return nil
+	}
+	return s.prec
 }
 
 // start starts the handler's Worker.

@@ -85,7 +85,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 			return res, err
 		}
 	}
-	p, err := startPipeline(ctx, store, cfg, cfg.Broker, true)
+	p, err := startPipeline(ctx, store, cfg, cfg.Broker, true, hook.precedence())
 	if err != nil {
 		return res, err
 	}

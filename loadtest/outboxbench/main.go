@@ -48,6 +48,9 @@
 //     answers 204 in a process of its own (this binary run again). The
 //     report compares the realtime drain rate, its commit → accept p99
 //     and the PostgreSQL CPU per record and handler, beside ÷ alone.
+//     The webhook handler's Worker yields to the realtime one while it
+//     has a backlog, as herald feed runs them (outboxfeed.Precedence);
+//     -webhook-yield=false runs it without.
 //   - -staged-producers (default 4), -staged-batch (default 1,000): the
 //     staged phase's producers and rows per transaction.
 //

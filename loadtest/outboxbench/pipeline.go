@@ -66,8 +66,8 @@ type pipeline struct {
 }
 
 // startPipeline starts the broker (kind "memory" or "redis"), the Hub and
-// a Worker over store.
-func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, kind string, record bool) (*pipeline, error) {
+// a Worker over store, leading leads (nil: none).
+func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, kind string, record bool, leads *outboxfeed.Precedence) (*pipeline, error) {
 	broker, cleanup, err := newBroker(ctx, cfg, kind)
 	if err != nil {
 		return nil, err
@@ -92,6 +92,7 @@ func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, kind
 	}
 	p.worker, err = outboxfeed.NewWorker(store, p.pub, outboxfeed.WorkerConfig{
 		BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval, Registerer: p.reg,
+		Leads: leads,
 	})
 	if err != nil {
 		return fail(err)

@@ -49,7 +49,7 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 	}
 	var p *pipeline
 	if v.Worker {
-		if p, err = startPipeline(ctx, store, cfg, "memory", false); err != nil {
+		if p, err = startPipeline(ctx, store, cfg, "memory", false, nil); err != nil {
 			return res, err
 		}
 		defer func() {

@@ -33,6 +33,7 @@ func RunHandlers(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"GoHandlerGetsChannelBatchesInOrder", testGoHandler},
 		{"DropKeepsOthers", testHandlerDrop},
 		{"CatalogueDeadLettersForEveryHandler", testCatalogueDeadLetters},
+		{"YieldsToRealtimeBacklogWithoutStarving", testHandlerYields},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -436,4 +437,45 @@ func testHandlerDrop(t *testing.T, h *Harness, hs outboxfeed.HandlerStore) {
 	StartWorker(t, h.Store, rt, outboxfeed.WorkerConfig{})
 	rt.WaitFor(t, 10*time.Second, "realtime unaffected", func() bool { return rt.Count() == 1 })
 	ExactlyOnce(t, rt, ids)
+}
+
+// A handler that yields to the realtime one (WorkerConfig.YieldsTo) waits
+// between batches while realtime has a backlog, yet never starves: it
+// delivers while realtime is still draining, at least a batch per lane
+// per PollInterval, and both get every record once, each channel in
+// order.
+func testHandlerYields(t *testing.T, h *Harness, hs outboxfeed.HandlerStore) {
+	hooks := register(t, hs, "hooks", outboxfeed.StartRetained)
+	ids := stageSpread(t, h, 3000, 20)
+	prec := &outboxfeed.Precedence{}
+	rt := NewRecorder()
+	// A slow target keeps realtime's backlog for a few seconds: every
+	// claim of 20 finds a full batch.
+	rt.Before = func(context.Context, fanout.Message) error {
+		time.Sleep(time.Millisecond)
+		return nil
+	}
+	hooksRec := NewRecorder()
+	var rtWhenHooksFirst atomic.Int64
+	rtWhenHooksFirst.Store(-1)
+	hooksRec.Before = func(context.Context, fanout.Message) error {
+		rtWhenHooksFirst.CompareAndSwap(-1, int64(rt.Count()))
+		return nil
+	}
+	StartWorker(t, h.Store, rt, outboxfeed.WorkerConfig{BatchSize: 20, Concurrency: 1, Leads: prec})
+	Eventually(t, 30*time.Second, "realtime has a backlog", prec.Busy)
+	StartDeliveryWorker(t, hooks, hooksRec, outboxfeed.WorkerConfig{Handler: "hooks", BatchSize: 20, PollInterval: 100 * time.Millisecond, YieldsTo: prec})
+	hooksRec.WaitFor(t, 60*time.Second, "hooks delivers while realtime drains", func() bool { return hooksRec.Count() > 0 })
+	if n := rtWhenHooksFirst.Load(); n >= int64(len(ids)) {
+		t.Fatalf("hooks delivered its first record only once realtime had all %d: it starved", n)
+	}
+	rt.WaitFor(t, 120*time.Second, "realtime drains", func() bool { return rt.Count() >= len(ids) })
+	hooksRec.WaitFor(t, 120*time.Second, "hooks drains", func() bool { return hooksRec.Count() >= len(ids) })
+	if prec.Yields() == 0 {
+		t.Fatal("hooks never yielded to realtime's backlog")
+	}
+	ExactlyOnce(t, rt, ids)
+	ExactlyOnce(t, hooksRec, ids)
+	inChannelOrder(t, rt, ids, 20)
+	inChannelOrder(t, hooksRec, ids, 20)
 }

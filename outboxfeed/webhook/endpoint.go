@@ -195,17 +195,23 @@ func (e *Endpoint) Deliver(ctx context.Context, m Message) Result {
 	return r
 }
 
+// The header values every request has.
+var (
+	jsonContentType = []string{"application/json"}
+	userAgent       = []string{UserAgent}
+)
+
 // newRequest builds the POST from the Endpoint's template (its url is
 // parsed once).
 func (e *Endpoint) newRequest(ctx context.Context, body []byte, id string, ts int64, sig string) *http.Request {
-	vals := make([]string, 5) // one allocation for every header value
-	vals[0], vals[1], vals[2], vals[3], vals[4] = "application/json", UserAgent, id, strconv.FormatInt(ts, 10), sig
+	vals := make([]string, 3) // one allocation for the values of this request
+	vals[0], vals[1], vals[2] = id, strconv.FormatInt(ts, 10), sig
 	h := make(http.Header, 6)
-	h["Content-Type"] = vals[0:1:1]
-	h["User-Agent"] = vals[1:2:2]
-	h["Webhook-Id"] = vals[2:3:3]
-	h["Webhook-Timestamp"] = vals[3:4:4]
-	h["Webhook-Signature"] = vals[4:5:5]
+	h["Content-Type"] = jsonContentType // the same for every request: the Transport only reads them
+	h["User-Agent"] = userAgent
+	h["Webhook-Id"] = vals[0:1:1]
+	h["Webhook-Timestamp"] = vals[1:2:2]
+	h["Webhook-Signature"] = vals[2:3:3]
 	// A nil Idempotency-Key is sent as nothing but lets the Transport send
 	// the request again on a fresh connection when a kept-alive one turned
 	// out to be closed: a webhook is idempotent by its webhook-id.

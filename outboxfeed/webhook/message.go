@@ -36,6 +36,12 @@ type Message struct {
 	Freshness json.RawMessage
 	// Data is the payload, any JSON value; required.
 	Data json.RawMessage
+	// DataIsJSON says Data is known to be one valid JSON value (an outbox
+	// record's payload the store keeps as jsonb, or one the Worker
+	// checked): AppendBody then only drops the whitespace outside its
+	// strings instead of validating it again. Data that is not valid JSON
+	// would be sent as it is, so set it only when that is guaranteed.
+	DataIsJSON bool
 }
 
 // MaxIDLen bounds Message.ID.
@@ -48,12 +54,17 @@ const TimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
 // immediateFreshness is the freshness of a Message without one.
 const immediateFreshness = `{"mode":"immediate"}`
 
+// jsonbImmediate is immediateFreshness as PostgreSQL prints a jsonb value,
+// what most records carry: copied, not compacted.
+const jsonbImmediate = `{"mode": "immediate"}`
+
 // AppendBody appends m's webhook body to dst: one compact JSON object, its
 // fields in this order: id, tenant, channel, kind, type, schema_version,
 // time, freshness, data. It is the publication envelope of
 // docs/protocol.md without offset and epoch (positions in a channel's
 // realtime history, which a webhook is not part of) and with the record's
-// tenant and kind. Data and Freshness are compacted. Errors wrap
+// tenant and kind. Data and Freshness are compacted (Data without being
+// validated again when DataIsJSON). Errors wrap
 // ErrInvalidMessage; dst is then returned unchanged.
 func AppendBody(dst []byte, m *Message) ([]byte, error) {
 	if err := checkMessage(m); err != nil {
@@ -77,19 +88,61 @@ func AppendBody(dst []byte, m *Message) ([]byte, error) {
 	b = append(b, `,"schema_version":`...)
 	b = strconv.AppendInt(b, int64(m.SchemaVersion), 10)
 	b = append(b, `,"time":"`...)
-	b = m.Time.UTC().AppendFormat(b, TimeLayout)
+	b = appendTime(b, m.Time)
 	b = append(b, `","freshness":`...)
 	var err error
-	if m.Freshness == nil {
+	if m.Freshness == nil || string(m.Freshness) == immediateFreshness || string(m.Freshness) == jsonbImmediate {
 		b = append(b, immediateFreshness...)
 	} else if b, err = appendCompact(b, m.Freshness); err != nil {
 		return dst[:start], fmt.Errorf("%w: freshness is not valid JSON", ErrInvalidMessage)
 	}
 	b = append(b, `,"data":`...)
+	if m.DataIsJSON {
+		return append(appendStripped(b, m.Data), '}'), nil
+	}
 	if b, err = appendCompact(b, m.Data); err != nil {
 		return dst[:start], fmt.Errorf("%w: data is not valid JSON", ErrInvalidMessage)
 	}
 	return append(b, '}'), nil
+}
+
+// appendTime appends t as TimeLayout does, in UTC, a few times faster
+// than time.Time.AppendFormat (which interprets the layout each time).
+// Years outside 0–9999 go through AppendFormat.
+func appendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, TimeLayout)
+	}
+	hour, minute, sec := t.Clock()
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, t.Nanosecond(), 9)
+	return append(b, 'Z')
+}
+
+// appendDigits appends v (≥ 0) in n decimal digits, zero-padded.
+func appendDigits(b []byte, v, n int) []byte {
+	start := len(b)
+	for range n {
+		b = append(b, 0)
+	}
+	for i := len(b) - 1; i >= start; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return b
 }
 
 // checkMessage checks what AppendBody needs.
@@ -123,6 +176,29 @@ func appendCompact(b []byte, raw []byte) ([]byte, error) {
 		return b, err
 	}
 	return buf.Bytes(), nil
+}
+
+// appendStripped appends raw, one valid JSON value, without the
+// whitespace outside its strings: what json.Compact makes of it, without
+// its validating scan (BenchmarkBodyParts: about an eighth of its cost).
+// Runs with nothing to drop are copied whole.
+func appendStripped(b []byte, raw []byte) []byte {
+	run := 0
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			// Skip the string: to the first quote not escaped.
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+		case ' ', '\t', '\n', '\r':
+			b = append(b, raw[run:i]...)
+			run = i + 1
+		}
+	}
+	return append(b, raw[run:]...)
 }
 
 const hexDigits = "0123456789abcdef"

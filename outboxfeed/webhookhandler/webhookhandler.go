@@ -22,6 +22,7 @@ type Handler struct {
 	ep        *webhook.Endpoint
 	sched     webhook.Schedule
 	responses *prometheus.CounterVec
+	accepted  prometheus.Counter // responses{class="delivered",reason="accepted"}, looked up once
 	duration  prometheus.Observer
 }
 
@@ -43,6 +44,7 @@ func New(cfg webhook.Config, reg prometheus.Registerer) (*Handler, error) {
 			Help: "Webhook deliveries by outcome class (delivered, retryable, permanent, outage, gone, canceled) and reason.",
 		}, []string{"class", "reason"}),
 	}
+	h.accepted = h.responses.WithLabelValues(webhook.ClassDelivered.String(), string(webhook.ReasonAccepted))
 	hist := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "herald_webhook_request_duration_seconds",
 		Help:    "Time from sending a webhook request to the end of reading its answer.",
@@ -92,8 +94,13 @@ func (h *Handler) Deliver(ctx context.Context, r *outboxfeed.Record) error {
 	res := h.ep.Deliver(ctx, webhook.Message{
 		ID: r.ID, Tenant: r.TenantID, Channel: r.Channel, Kind: r.Kind, Type: r.Type,
 		SchemaVersion: r.SchemaVersion, Time: r.OccurredAt, Freshness: r.Freshness, Data: r.Payload,
+		DataIsJSON: r.PayloadIsJSON,
 	})
-	h.responses.WithLabelValues(res.Class.String(), string(res.Reason)).Inc()
+	if res.Class == webhook.ClassDelivered && res.Reason == webhook.ReasonAccepted {
+		h.accepted.Inc()
+	} else {
+		h.responses.WithLabelValues(res.Class.String(), string(res.Reason)).Inc()
+	}
 	if res.Timestamp != 0 {
 		h.duration.Observe(res.Duration.Seconds())
 	}

@@ -1,0 +1,112 @@
+package outboxfeed
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Precedence gives one Worker of a process precedence over others that
+// consume the same outbox (docs/handlers.md, "Realtime goes first"): the
+// Worker that leads it (WorkerConfig.Leads, the realtime handler's) marks
+// it busy while its claims find a backlog; the Workers that yield to it
+// (WorkerConfig.YieldsTo, the webhook handlers') wait before each claim
+// while it is busy, each wait at most their PollInterval, so they still
+// claim a batch per lane at least once every PollInterval and never
+// starve. Until the leading Worker's first claim returns, it counts as
+// busy: Workers started together (after a restart, with a backlog for
+// each) leave the first reads of the backlog to it. Batches already
+// claimed are delivered at full speed. The zero value is ready to use;
+// it is safe for concurrent use.
+type Precedence struct {
+	busyUntil atomic.Int64 // UnixNano until which the leading Worker counts as busy
+	led       atomic.Bool  // the leading Worker's first claim returned
+	yields    atomic.Int64 // waits that found it busy, for tests
+}
+
+// markBusy says the leading Worker found a backlog now: it counts as busy
+// for hold (its IdleAfter) unless it finds one again.
+func (p *Precedence) markBusy(now time.Time, hold time.Duration) {
+	until := now.Add(hold).UnixNano()
+	for {
+		old := p.busyUntil.Load()
+		if old >= until || p.busyUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// Busy reports whether the leading Worker has a backlog, or has not yet
+// claimed.
+func (p *Precedence) Busy() bool { return !p.led.Load() || time.Now().UnixNano() < p.busyUntil.Load() }
+
+// Yields is how many times a yielding Worker waited for the leading one.
+func (p *Precedence) Yields() int64 { return p.yields.Load() }
+
+// wait waits while the leading Worker is busy, at most max; it reports
+// false when ctx ended.
+func (p *Precedence) wait(ctx context.Context, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	counted := false
+	for {
+		now := time.Now()
+		until := time.Unix(0, p.busyUntil.Load())
+		if !p.led.Load() {
+			until = now.Add(time.Millisecond) // look again soon
+		}
+		if !now.Before(until) || !now.Before(deadline) {
+			return true
+		}
+		if !counted {
+			p.yields.Add(1)
+			counted = true
+		}
+		t := time.NewTimer(min(until.Sub(now), deadline.Sub(now)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// leadClaimed marks the Precedence the Worker leads busy for IdleAfter
+// when b shows a backlog: a full batch, or more records behind it.
+func (w *Worker) leadClaimed(b *Batch) {
+	p := w.cfg.Leads
+	if p == nil {
+		return
+	}
+	if b != nil && (b.More || len(b.Records) >= w.cfg.BatchSize) {
+		p.markBusy(time.Now(), w.cfg.IdleAfter)
+	}
+	p.led.Store(true)
+}
+
+// yielding reports whether the Worker should give way before its next
+// claim (the completion then claims nothing: the lane waits, then claims).
+func (w *Worker) yielding() bool { return w.cfg.YieldsTo != nil && w.cfg.YieldsTo.Busy() }
+
+// storeRequest is req as the store gets it. A Worker that yields to
+// another leaves the store's wake-up trigger to the leading Worker's lead
+// lane: it neither arms nor disarms it (its lane keeps the bookkeeping,
+// so it waits for wake-ups, or polls, as if it had). Two Workers taking
+// turns at one switch would keep it armed much of the time while records
+// flow, and every producer's commit would then send a NOTIFY and queue
+// on PostgreSQL's notify lock.
+func (w *Worker) storeRequest(req ClaimRequest) ClaimRequest {
+	if w.cfg.YieldsTo != nil {
+		req.Arm, req.Disarm = 0, false
+	}
+	return req
+}
+
+// yieldTurn waits, before a claim, while the Worker this one yields to
+// has a backlog, at most PollInterval; it reports false when ctx ended.
+func (w *Worker) yieldTurn(ctx context.Context) bool {
+	if w.cfg.YieldsTo == nil {
+		return true
+	}
+	return w.cfg.YieldsTo.wait(ctx, w.cfg.PollInterval)
+}
