@@ -48,6 +48,18 @@ done
 run herald-drain-redis "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS" -broker redis
 run herald-drain-xmin "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS" -hold-xmin
 
+# The drain end to end, as a user sees it: 50,000 records committed at once
+# in 4 transactions over 2,000 channels, one subscriber on each (SSE for
+# Herald through herald serve, WebSocket for Centrifugo through its outbox
+# consumer at its best configuration); first COMMIT → last delivery.
+# Alternating, BURST_ROUNDS pairs.
+CONNBENCH_BURST=(-publish-via outbox -database-url "$DB" -scenario fanout
+	-conns 2000 -channels 2000 -burst "${BURST:-50000}" -producers 4 -drain 60s)
+for r in $(seq "${BURST_ROUNDS:-3}"); do
+	run "herald-burst-$r" "$OUT/connbench" -server herald -herald-bin "$OUT/herald" -transport sse "${CONNBENCH_BURST[@]}"
+	run "centrifugo-burst-$r" "$OUT/connbench" -server centrifugo -centrifugo-bin "$CF" "${CONNBENCH_BURST[@]}"
+done
+
 # A steady 1,000 records/s from 16 producers, one record per transaction.
 # Commit → client in one harness and one shape for both servers
 # (connbench: 5,000 subscribers, each on its own channel, records
