@@ -106,8 +106,8 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		rep.Latency = &r
 	}
 	if cfg.phase("producers") {
-		for _, trigger := range cfg.producerVariants() {
-			r, err := e.runProducers(ctx, trigger)
+		for _, v := range cfg.producerVariants() {
+			r, err := e.runProducers(ctx, v)
 			if err != nil {
 				return err
 			}
@@ -178,8 +178,12 @@ func (r *report) print(w io.Writer) {
 			benchkit.MS(l.FromInsert.P50), benchkit.MS(l.FromInsert.P99), benchkit.MS(l.Commit.P50), benchkit.MS(l.Commit.P99))
 	}
 	for _, p := range r.Producers {
-		fmt.Fprintf(w, "| %d single-row producers, no consumer, pg_notify trigger %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s/s**, %s / %s, %s / %s | — |\n",
-			r.ProdConns, benchkit.OnOff(p.Trigger), thousands(p.PerS),
+		what := "single-row producers"
+		if p.Business {
+			what = "producers of a business transaction (a business row and the outbox row)"
+		}
+		fmt.Fprintf(w, "| %d %s, %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s/s**, %s / %s, %s / %s | — |\n",
+			r.ProdConns, what, p.variant(), thousands(p.PerS),
 			benchkit.MS(p.Commit.P50), benchkit.MS(p.Commit.P99), benchkit.MS(p.Tx.P50), benchkit.MS(p.Tx.P99))
 	}
 	fmt.Fprintln(w)

@@ -162,8 +162,12 @@ func (r *report) print(w io.Writer) {
 		} else {
 			without = append(without, p.rate())
 		}
-		fmt.Fprintf(w, "| %d single-row producers, %s, NOTIFY trigger %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s**, %s / %s, %s / %s | measure Centrifugo with `go run ./loadtest/cfbench -phases producers` in the same run |\n",
-			r.cfg.Producers, consumer, benchkit.OnOff(p.Variant.Trigger), perSecond(int64(p.Commits), p.Elapsed),
+		what := "single-row producers"
+		if r.cfg.Business {
+			what = "producers of a business transaction (a business row and the staged record)"
+		}
+		fmt.Fprintf(w, "| %d %s, %s, NOTIFY trigger %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s**, %s / %s, %s / %s | measure Centrifugo with `go run ./loadtest/cfbench -phases producers` in the same run |\n",
+			r.cfg.Producers, what, consumer, benchkit.OnOff(p.Variant.Trigger), perSecond(int64(p.Commits), p.Elapsed),
 			benchkit.MS(p.Commit.P50), benchkit.MS(p.Commit.P99), benchkit.MS(p.Tx.P50), benchkit.MS(p.Tx.P99))
 	}
 	if len(withWorker) > 0 && len(without) > 0 {
