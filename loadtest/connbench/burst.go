@@ -51,6 +51,9 @@ func (p *outboxPublisher) runBurst(ctx context.Context, n int, wait time.Duratio
 		})
 	}
 	staged.Wait()
+	if p.beforeCommit != nil {
+		p.beforeCommit()
+	}
 	close(commit)
 	done.Wait()
 	p.burst = burstInfo{txs: p.workers, firstCommit: time.Unix(0, first.Load()), lastCommit: time.Unix(0, last.Load())}

@@ -287,7 +287,10 @@ func TestBurstViaOutbox(t *testing.T) {
 	}
 	var out bytes.Buffer
 	res.print(&out)
-	for _, label := range []string{"5000 publications over 50 channels in 4 transactions", "drain, first COMMIT → last delivery"} {
+	if cpu, ok := cpuDelta(res.burstStart, res.after); !ok || cpu < 0 || res.burstStart.at.After(b.firstCommit) {
+		t.Errorf("server CPU over the drain %v (measured %v), snapshot at %v: want ≥ 0, taken before the first COMMIT %v", cpu, ok, res.burstStart.at, b.firstCommit)
+	}
+	for _, label := range []string{"5000 publications over 50 channels in 4 transactions", "drain, first COMMIT → last delivery", "server CPU from just before the commits to every delivery"} {
 		if !strings.Contains(out.String(), label) {
 			t.Errorf("report lacks %q", label)
 		}

@@ -38,6 +38,9 @@ type outboxPublisher struct {
 	info     outboxInfo
 	burstN   int       // > 0: run commits this many publications at once (runBurst)
 	burst    burstInfo // what runBurst measured
+	// beforeCommit runs in runBurst once everything is staged, just
+	// before the commits (the drain's starting snapshot).
+	beforeCommit func()
 
 	tx histogram // BEGIN → COMMIT returned
 

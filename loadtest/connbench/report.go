@@ -53,6 +53,7 @@ type result struct {
 	beforeCommit int64     // deliveries read before their COMMIT returned (in commitLat as 0)
 	txLat        quantiles // BEGIN → COMMIT returned
 	burst        burstInfo // with -burst
+	burstStart   snapshot  // with -burst: everything staged, just before the commits
 	lastDelivery time.Time // with the outbox: the latest delivery read
 }
 
@@ -223,6 +224,12 @@ func (r *result) printBurst(row func(k, format string, a ...any)) {
 	d := r.lastDelivery.Sub(b.firstCommit)
 	row("**drain, first COMMIT → last delivery**", "**%.3f s: %s** (deliveries %d; from the last COMMIT returned: %.3f s)",
 		d.Seconds(), rate(int64(r.published()), d), r.delivered, r.lastDelivery.Sub(b.lastCommit).Seconds())
+	n := float64(r.published())
+	if cpu, ok := cpuDelta(r.burstStart, r.after); ok {
+		row("server CPU from just before the commits to every delivery", "%.2f s (%.1f µs per record)", cpu.Seconds(), 1e6*cpu.Seconds()/n)
+	}
+	gen := r.after.gen - r.burstStart.gen
+	row("generator CPU over the same window (the subscribers' reading)", "%.2f s (%.1f µs per record)", gen.Seconds(), 1e6*gen.Seconds()/n)
 }
 
 // path names the publish path the latency figures measure.

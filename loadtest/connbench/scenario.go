@@ -102,6 +102,7 @@ func (r *runner) publish(ctx context.Context, res *result, progress io.Writer) e
 	if op, ok := pub.(*outboxPublisher); ok && r.cfg.Burst > 0 {
 		res.outbox = op.info
 		wait = time.Minute // staging the burst is not timed
+		op.beforeCommit = func() { res.burstStart = r.snapshot(ctx) }
 		fmt.Fprintf(progress, "connbench: staging %d publications in %d transactions, then committing them at once\n", r.cfg.Burst, r.cfg.Producers)
 	} else if ok {
 		res.outbox = op.info
