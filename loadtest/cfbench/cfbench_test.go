@@ -150,3 +150,17 @@ func TestDefaultsValidate(t *testing.T) {
 		t.Fatal("no error")
 	}
 }
+
+// The producers' ratio compares the runs with Centrifugo consuming with
+// those with no consumer and no trigger, leaving out the trigger-only ones.
+func TestProducerRatio(t *testing.T) {
+	r := &report{Producers: []producerResult{
+		{PerS: 4000}, {Trigger: true, Consumer: true, PerS: 800}, {Trigger: true, PerS: 1500},
+		{Trigger: true, Consumer: true, PerS: 1000}, {PerS: 5000},
+	}}
+	var b strings.Builder
+	r.printProducerRatio(&b)
+	if want := "(2 and 2 runs) | **0.200** (900/s / 4,500/s)"; !strings.Contains(b.String(), want) {
+		t.Errorf("ratio row %q, want it to contain %q", b.String(), want)
+	}
+}

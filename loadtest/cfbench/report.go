@@ -186,6 +186,7 @@ func (r *report) print(w io.Writer) {
 			r.ProdConns, what, p.variant(), thousands(p.PerS),
 			benchkit.MS(p.Commit.P50), benchkit.MS(p.Commit.P99), benchkit.MS(p.Tx.P50), benchkit.MS(p.Tx.P99))
 	}
+	r.printProducerRatio(w)
 	fmt.Fprintln(w)
 }
 
@@ -204,4 +205,25 @@ func centrifugoVersion(ctx context.Context, bin string) (string, error) {
 		v = bi.Main.Path + "@" + bi.Main.Version + ", " + bi.GoVersion
 	}
 	return fmt.Sprintf("%s (%s)", v, bin), nil
+}
+
+// printProducerRatio writes the producers' mean commit rate with
+// Centrifugo consuming over that with no consumer and no trigger, when the
+// run had both.
+func (r *report) printProducerRatio(w io.Writer) {
+	var with, without []float64
+	for _, p := range r.Producers {
+		switch v := p.variant(); {
+		case v.Consumer:
+			with = append(with, p.PerS)
+		case !v.Trigger:
+			without = append(without, p.PerS)
+		}
+	}
+	if len(with) == 0 || len(without) == 0 {
+		return
+	}
+	a, b := benchkit.Mean(with), benchkit.Mean(without)
+	fmt.Fprintf(w, "| producers: mean commit rate with Centrifugo consuming / with no consumer and no trigger (%d and %d runs) | **%.3f** (%s/s / %s/s) | — |\n",
+		len(with), len(without), a/b, thousands(a), thousands(b))
 }
