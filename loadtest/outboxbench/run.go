@@ -192,4 +192,3 @@ func holdText(hold bool) string {
 	}
 	return ""
 }
-
