@@ -48,6 +48,18 @@ done
 run herald-drain-redis "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS" -broker redis
 run herald-drain-xmin "$OUT/outboxbench" -database-url "$DB" -phases drain,staged -records "$RECORDS" -hold-xmin
 
+# The drain end to end, as a user sees it: 50,000 records committed at once
+# in 4 transactions over 2,000 channels, one subscriber on each (SSE for
+# Herald through herald serve, WebSocket for Centrifugo through its outbox
+# consumer at its best configuration); first COMMIT → last delivery.
+# Alternating, BURST_ROUNDS pairs.
+CONNBENCH_BURST=(-publish-via outbox -database-url "$DB" -scenario fanout
+	-conns 2000 -channels 2000 -burst "${BURST:-50000}" -producers 4 -drain 60s)
+for r in $(seq "${BURST_ROUNDS:-3}"); do
+	run "herald-burst-$r" "$OUT/connbench" -server herald -herald-bin "$OUT/herald" -transport sse "${CONNBENCH_BURST[@]}"
+	run "centrifugo-burst-$r" "$OUT/connbench" -server centrifugo -centrifugo-bin "$CF" "${CONNBENCH_BURST[@]}"
+done
+
 # A steady 1,000 records/s from 16 producers, one record per transaction.
 # Commit → client in one harness and one shape for both servers
 # (connbench: 5,000 subscribers, each on its own channel, records
@@ -64,9 +76,21 @@ run centrifugo-latency-client "$OUT/connbench" -server centrifugo -centrifugo-bi
 run herald-latency "$OUT/outboxbench" -database-url "$DB" -phases latency -latency-duration 10s
 run centrifugo-latency-1client "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases latency
 
-# Producers' commit rate while Herald drains against no consumer at all.
+# Producers' commit rate with a consumer running ÷ with none (ABBA):
+# Herald's Worker (NOTIFY trigger on) against no consumer and no trigger;
+# Centrifugo's consumer in its low-latency shape (per-row pg_notify trigger,
+# LISTEN, batch 1,000, 4 partitions) against no consumer and no trigger.
 run herald-producers "$OUT/outboxbench" -database-url "$DB" -phases producers -producer-duration 5s
-run centrifugo-producers "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases producers
+run centrifugo-producers "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases producers -producer-variants off,consumer,consumer,off
+
+# A business transaction (one business row, one outbox record, one
+# commit), 16 producers, no consumer: Herald's staging (its NOTIFY trigger
+# installed) against Centrifugo's outbox insert without its trigger (the
+# table its best drain configuration polls), alternating.
+for r in 1 2; do
+	run "herald-business-$r" "$OUT/outboxbench" -database-url "$DB" -phases producers -business -producer-variants none/on -producer-duration 5s
+	run "centrifugo-business-$r" "$OUT/cfbench" -database-url "$DB" -centrifugo "$CF" -phases producers -business -producer-variants off
+done
 
 # An idle Worker and one at 10 records/s: what PostgreSQL spends.
 run herald-idle "$OUT/outboxbench" -database-url "$DB" -phases latency -rate 10 -latency-duration 10s

@@ -130,11 +130,37 @@ func TestDefaultsValidate(t *testing.T) {
 	if len(cfg.consumers) != 3 || cfg.consumers[2] != (consumerConfig{1000, 4}) {
 		t.Fatalf("consumers %v", cfg.consumers)
 	}
-	if v := cfg.producerVariants(); len(v) != 4 || v[0] || !v[1] {
+	if v := cfg.producerVariants(); len(v) != 4 || v[0].Trigger || !v[1].Trigger || v[1].Consumer {
 		t.Fatalf("variants %v", v)
 	}
+	cfg.ProducerVariants = "off, consumer"
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if v := cfg.producerVariants(); len(v) != 2 || v[0] != (producerVariant{}) || v[1] != (producerVariant{Trigger: true, Consumer: true}) {
+		t.Fatalf("variants %v", v)
+	}
+	cfg.ProducerVariants = "off,sometimes"
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), `"sometimes": want on, off or consumer`) {
+		t.Fatalf("validate with an unknown variant: %v", err)
+	}
+	cfg.ProducerVariants = "off,on"
 	cfg.Phases, cfg.Records = "drain,bogus", 0
 	if err := cfg.validate(); err == nil {
 		t.Fatal("no error")
+	}
+}
+
+// The producers' ratio compares the runs with Centrifugo consuming with
+// those with no consumer and no trigger, leaving out the trigger-only ones.
+func TestProducerRatio(t *testing.T) {
+	r := &report{Producers: []producerResult{
+		{PerS: 4000}, {Trigger: true, Consumer: true, PerS: 800}, {Trigger: true, PerS: 1500},
+		{Trigger: true, Consumer: true, PerS: 1000}, {PerS: 5000},
+	}}
+	var b strings.Builder
+	r.printProducerRatio(&b)
+	if want := "(2 and 2 runs) | **0.200** (900/s / 4,500/s)"; !strings.Contains(b.String(), want) {
+		t.Errorf("ratio row %q, want it to contain %q", b.String(), want)
 	}
 }

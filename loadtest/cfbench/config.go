@@ -80,6 +80,7 @@ type config struct {
 	Producers        int
 	ProducerDuration time.Duration
 	ProducerVariants string
+	Business         bool
 
 	StartupTimeout time.Duration
 	DrainTimeout   time.Duration
@@ -124,7 +125,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.LatencyNotify, "latency-notify", c.LatencyNotify, "latency: install the documented per-row pg_notify trigger and set partition_notification_channel")
 	fs.IntVar(&c.Producers, "producers", c.Producers, "producers: concurrent single-row producers (no consumer running)")
 	fs.DurationVar(&c.ProducerDuration, "producer-duration", c.ProducerDuration, "producers: how long each variant runs")
-	fs.StringVar(&c.ProducerVariants, "producer-variants", c.ProducerVariants, "producers: pg_notify trigger off/on per variant, comma-separated, in run order")
+	fs.StringVar(&c.ProducerVariants, "producer-variants", c.ProducerVariants, "producers: per variant, comma-separated, in run order: off or on (no consumer, pg_notify trigger off or on), or consumer (the trigger on and Centrifugo consuming in the latency phase's shape)")
+	fs.BoolVar(&c.Business, "business", c.Business, "producers: each transaction first inserts a business row (bench_orders), then the outbox record")
 	fs.DurationVar(&c.StartupTimeout, "startup-timeout", c.StartupTimeout, "how long Centrifugo may take to serve /health and consume a warm-up row")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "drain, staged: bound on one measurement")
 	fs.DurationVar(&c.DeliverTimeout, "deliver-timeout", c.DeliverTimeout, "latency: how long after staging ends every record may take to arrive")
@@ -134,11 +136,32 @@ func (c *config) register(fs *flag.FlagSet) {
 // phase reports whether name is among the phases to run.
 func (c *config) phase(name string) bool { return benchkit.HasPhase(c.Phases, name) }
 
-// producerVariants is -producer-variants as trigger on/off values.
-func (c *config) producerVariants() []bool {
-	var out []bool
+// producerVariant is one run of the producers phase: the pg_notify
+// trigger installed or not, and Centrifugo consuming or no consumer.
+type producerVariant struct {
+	Trigger  bool
+	Consumer bool
+}
+
+func (v producerVariant) String() string {
+	if v.Consumer {
+		return "Centrifugo consuming, pg_notify trigger on"
+	}
+	return "no consumer, pg_notify trigger " + benchkit.OnOff(v.Trigger)
+}
+
+// producerVariants is -producer-variants parsed.
+func (c *config) producerVariants() []producerVariant {
+	var out []producerVariant
 	for v := range strings.SplitSeq(c.ProducerVariants, ",") {
-		out = append(out, strings.TrimSpace(v) == "on")
+		switch strings.TrimSpace(v) {
+		case "on":
+			out = append(out, producerVariant{Trigger: true})
+		case "consumer":
+			out = append(out, producerVariant{Trigger: true, Consumer: true})
+		default:
+			out = append(out, producerVariant{})
+		}
 	}
 	return out
 }
@@ -152,12 +175,12 @@ func (c *config) validate() error {
 	}
 	c.consumers = cs
 	for v := range strings.SplitSeq(c.ProducerVariants, ",") {
-		if v = strings.TrimSpace(v); v != "on" && v != "off" {
-			bad("-producer-variants: %q: want on or off", v)
+		if v = strings.TrimSpace(v); v != "on" && v != "off" && v != "consumer" {
+			bad("-producer-variants: %q: want on, off or consumer", v)
 		}
 	}
-	if c.Centrifugo == "" && (c.phase("drain") || c.phase("staged") || c.phase("latency")) {
-		bad("-centrifugo: a binary is needed for the drain, staged and latency phases")
+	if c.Centrifugo == "" && (c.phase("drain") || c.phase("staged") || c.phase("latency") || (c.phase("producers") && strings.Contains(c.ProducerVariants, "consumer"))) {
+		bad("-centrifugo: a binary is needed for the drain, staged and latency phases and the producers' consumer variant")
 	}
 	if c.Records < 1 {
 		bad("-records %d: must be ≥ 1", c.Records)

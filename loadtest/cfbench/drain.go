@@ -234,17 +234,22 @@ func (e *env) warmUp(ctx context.Context, cf *centrifugo, partitions int) error 
 			return err
 		}
 	}
-	err := pollUntil(ctx, e.cfg.StartupTimeout, 10*time.Millisecond, func() (bool, error) {
+	if err := e.waitConsumed(ctx, cf, e.cfg.StartupTimeout); err != nil {
+		return fmt.Errorf("cfbench: consumer did not take the warm-up rows: %w; log:\n%s", err, cf.logTail())
+	}
+	return nil
+}
+
+// waitConsumed waits up to timeout for cf to have consumed every row of
+// the table (polled every 10 ms).
+func (e *env) waitConsumed(ctx context.Context, cf *centrifugo, timeout time.Duration) error {
+	return pollUntil(ctx, timeout, 10*time.Millisecond, func() (bool, error) {
 		if err := cf.alive(); err != nil {
 			return false, err
 		}
 		n, err := countRows(ctx, e.pool)
 		return n == 0, err
 	})
-	if err != nil {
-		return fmt.Errorf("cfbench: consumer did not take the warm-up rows: %w; log:\n%s", err, cf.logTail())
-	}
-	return nil
 }
 
 // verifyPublished checks that Centrifugo published (not just deleted)

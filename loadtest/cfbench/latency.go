@@ -189,7 +189,7 @@ func mono() int64 { return int64(time.Since(clockBase)) }
 // and collects their commits. It returns the largest lag of the schedule.
 func pacedStage(ctx context.Context, pool *pgxpool.Pool, cfg config, total int) ([]commitMark, time.Duration, error) {
 	marks, lag, err := benchkit.Paced(ctx, cfg.Rate, cfg.LatencyProducers, total, func(k int) (commitMark, error) {
-		return produceOne(ctx, pool, k, cfg.Channels, cfg.LatencyPartitions)
+		return produceOne(ctx, pool, k, cfg.Channels, cfg.LatencyPartitions, false)
 	})
 	if err == nil && len(marks) == 0 {
 		return nil, lag, errors.New("cfbench: latency: nothing committed")
@@ -198,14 +198,20 @@ func pacedStage(ctx context.Context, pool *pgxpool.Pool, cfg config, total int) 
 }
 
 // produceOne inserts record k in its own transaction (BEGIN, INSERT,
-// COMMIT, as Herald's producers do), with the time just before the
+// COMMIT, as Herald's producers do; with business, a business row
+// before the INSERT), with the time just before the
 // INSERT embedded in its data, and times the COMMIT.
-func produceOne(ctx context.Context, pool *pgxpool.Pool, k, channels, partitions int) (commitMark, error) {
+func produceOne(ctx context.Context, pool *pgxpool.Pool, k, channels, partitions int, business bool) (commitMark, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return commitMark{}, fmt.Errorf("cfbench: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	if business {
+		if err := benchkit.InsertBusiness(ctx, tx, k); err != nil {
+			return commitMark{}, fmt.Errorf("cfbench: %w", err)
+		}
+	}
 	insertAt, ts := mono(), time.Now().UnixNano()
 	body := cfoutbox.AppendPublish(nil, "bench:ch-"+strconv.Itoa(k%channels), []byte(`{"n":`+strconv.Itoa(k)+
 		`,"ts":`+strconv.FormatInt(ts, 10)+`,"note":"outbox benchmark record"}`))

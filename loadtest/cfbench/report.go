@@ -106,8 +106,8 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		rep.Latency = &r
 	}
 	if cfg.phase("producers") {
-		for _, trigger := range cfg.producerVariants() {
-			r, err := e.runProducers(ctx, trigger)
+		for _, v := range cfg.producerVariants() {
+			r, err := e.runProducers(ctx, v)
 			if err != nil {
 				return err
 			}
@@ -178,10 +178,15 @@ func (r *report) print(w io.Writer) {
 			benchkit.MS(l.FromInsert.P50), benchkit.MS(l.FromInsert.P99), benchkit.MS(l.Commit.P50), benchkit.MS(l.Commit.P99))
 	}
 	for _, p := range r.Producers {
-		fmt.Fprintf(w, "| %d single-row producers, no consumer, pg_notify trigger %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s/s**, %s / %s, %s / %s | — |\n",
-			r.ProdConns, benchkit.OnOff(p.Trigger), thousands(p.PerS),
+		what := "single-row producers"
+		if p.Business {
+			what = "producers of a business transaction (a business row and the outbox row)"
+		}
+		fmt.Fprintf(w, "| %d %s, %s: commits/s, COMMIT p50 / p99, transaction p50 / p99 | **%s/s**, %s / %s, %s / %s | — |\n",
+			r.ProdConns, what, p.variant(), thousands(p.PerS),
 			benchkit.MS(p.Commit.P50), benchkit.MS(p.Commit.P99), benchkit.MS(p.Tx.P50), benchkit.MS(p.Tx.P99))
 	}
+	r.printProducerRatio(w)
 	fmt.Fprintln(w)
 }
 
@@ -200,4 +205,25 @@ func centrifugoVersion(ctx context.Context, bin string) (string, error) {
 		v = bi.Main.Path + "@" + bi.Main.Version + ", " + bi.GoVersion
 	}
 	return fmt.Sprintf("%s (%s)", v, bin), nil
+}
+
+// printProducerRatio writes the producers' mean commit rate with
+// Centrifugo consuming over that with no consumer and no trigger, when the
+// run had both.
+func (r *report) printProducerRatio(w io.Writer) {
+	var with, without []float64
+	for _, p := range r.Producers {
+		switch v := p.variant(); {
+		case v.Consumer:
+			with = append(with, p.PerS)
+		case !v.Trigger:
+			without = append(without, p.PerS)
+		}
+	}
+	if len(with) == 0 || len(without) == 0 {
+		return
+	}
+	a, b := benchkit.Mean(with), benchkit.Mean(without)
+	fmt.Fprintf(w, "| producers: mean commit rate with Centrifugo consuming / with no consumer and no trigger (%d and %d runs) | **%.3f** (%s/s / %s/s) | — |\n",
+		len(with), len(without), a/b, thousands(a), thousands(b))
 }

@@ -20,6 +20,7 @@ type commitLog struct {
 
 	lat    histogram    // COMMIT returned → subscriber read the publication
 	before atomic.Int64 // deliveries read before their COMMIT returned (recorded as 0)
+	last   atomic.Int64 // Unix ns of the latest delivery observed
 }
 
 func newCommitLog(publications int) *commitLog {
@@ -60,6 +61,7 @@ func (l *commitLog) at(seq uint64) int64 {
 // ends (settle): the delivery may have overtaken the producer's COMMIT
 // reply.
 func (l *commitLog) observe(s *subscriber, seq uint64, recv time.Time) {
+	storeMax(&l.last, recv.UnixNano())
 	if c := l.at(seq); c != 0 {
 		l.record(recv.UnixNano() - c)
 		return
@@ -88,4 +90,14 @@ func (l *commitLog) record(ns int64) {
 		ns = 0
 	}
 	l.lat.record(time.Duration(ns))
+}
+
+// storeMax raises a to v if v is greater.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		prev := a.Load()
+		if v <= prev || a.CompareAndSwap(prev, v) {
+			return
+		}
+	}
 }

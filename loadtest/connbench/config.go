@@ -57,6 +57,12 @@ type config struct {
 	// Producers is the outbox publisher's PostgreSQL connections, each
 	// running one transaction at a time. Default: 8.
 	Producers int
+	// Burst, with PublishVia outbox, replaces the paced publisher: this
+	// many publications, round-robin over the channels, staged in one
+	// transaction per producer and committed all at once; the report
+	// gives the drain from the first COMMIT to the last delivery. Rate
+	// and Duration are then unused. Default: 0 (paced).
+	Burst int
 	// Conns is how many subscriber connections to open. Default: 1,000.
 	Conns int
 	// Channels is how many channels the subscribers spread over
@@ -141,6 +147,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.CFNotify, "centrifugo-notify", c.CFNotify, "with -server centrifugo -publish-via outbox: install its documented per-row pg_notify trigger and LISTEN (partition_notification_channel)")
 	fs.StringVar(&c.Transport, "transport", c.Transport, "subscriber transport: ws or sse")
 	fs.StringVar(&c.PublishVia, "publish-via", c.PublishVia, "ws: the WebSocket publish op (Centrifugo: its server API); outbox: stage each publication in its own transaction (needs -database-url) in herald.outbox (Centrifugo: a fresh table its PostgreSQL consumer drains) and report commit → client latency")
+	fs.IntVar(&c.Burst, "burst", c.Burst, "with -publish-via outbox: instead of pacing, stage this many publications in one transaction per producer, commit them all at once and report the drain from the first COMMIT to the last delivery")
 	fs.IntVar(&c.Producers, "producers", c.Producers, fmt.Sprintf("with -publish-via outbox: producer connections (1–%d)", maxProducers))
 	fs.IntVar(&c.Conns, "conns", c.Conns, fmt.Sprintf("subscriber connections (1–%d)", maxConns))
 	fs.IntVar(&c.Channels, "channels", c.Channels, "channels the subscribers spread over (broadcast: always 1)")
@@ -177,7 +184,12 @@ func (c *config) centrifugo() bool { return c.Server == "centrifugo" }
 func (c *config) publishes() bool { return c.Scenario != "idle" }
 
 // publications is how many publications a publishing run makes.
-func (c *config) publications() int { return int(float64(c.Rate) * c.Duration.Seconds()) }
+func (c *config) publications() int {
+	if c.Burst > 0 {
+		return c.Burst
+	}
+	return int(float64(c.Rate) * c.Duration.Seconds())
+}
 
 func (c *config) validate() error {
 	var errs []error
@@ -292,6 +304,9 @@ func (c *config) validatePublishVia(bad func(format string, args ...any)) {
 	}
 	switch c.PublishVia {
 	case "ws":
+		if c.Burst != 0 {
+			bad("-burst: only with -publish-via outbox")
+		}
 		return
 	case "outbox":
 	default:
@@ -305,6 +320,9 @@ func (c *config) validatePublishVia(bad func(format string, args ...any)) {
 	}
 	if !c.publishes() {
 		bad("-publish-via outbox: -scenario idle publishes nothing")
+	}
+	if c.Burst < 0 {
+		bad("-burst %d: must be ≥ 0", c.Burst)
 	}
 	if c.ServeOnly {
 		bad("-publish-via outbox: -serve-only publishes nothing")

@@ -265,6 +265,38 @@ func TestBroadcastViaOutbox(t *testing.T) {
 	}
 }
 
+// TestBurstViaOutbox commits 5,000 publications over 50 SSE subscribers'
+// channels in 4 transactions at once; the child's Worker must deliver every
+// one once and in order, and the report gives the drain from the first
+// COMMIT to the last delivery, which cannot precede the last COMMIT.
+func TestBurstViaOutbox(t *testing.T) {
+	cfg := tiny("fanout", "sse")
+	cfg.Channels = cfg.Conns
+	cfg.PublishVia, cfg.DatabaseURL, cfg.Producers, cfg.Burst = "outbox", outboxDB(t).URL, 4, 5000
+	res := runTiny(t, cfg, startServer(t, cfg))
+	checkDelivery(t, res, 5000, 100)
+	b := res.burst
+	if b.txs != 4 || b.firstCommit.IsZero() || b.lastCommit.Before(b.firstCommit) {
+		t.Errorf("burst %+v: want 4 transactions, first COMMIT ≤ last", b)
+	}
+	if res.lastDelivery.Before(b.lastCommit) {
+		t.Errorf("last delivery %v before the last COMMIT returned %v", res.lastDelivery, b.lastCommit)
+	}
+	if c := res.commitLat; c.N != 5000 || c.Max > res.lastDelivery.Sub(b.firstCommit) {
+		t.Errorf("commit → client %+v: want 5,000 samples, none above the drain %v", c, res.lastDelivery.Sub(b.firstCommit))
+	}
+	var out bytes.Buffer
+	res.print(&out)
+	if cpu, ok := cpuDelta(res.burstStart, res.after); !ok || cpu < 0 || res.burstStart.at.After(b.firstCommit) {
+		t.Errorf("server CPU over the drain %v (measured %v), snapshot at %v: want ≥ 0, taken before the first COMMIT %v", cpu, ok, res.burstStart.at, b.firstCommit)
+	}
+	for _, label := range []string{"5000 publications over 50 channels in 4 transactions", "drain, first COMMIT → last delivery", "server CPU from just before the commits to every delivery"} {
+		if !strings.Contains(out.String(), label) {
+			t.Errorf("report lacks %q", label)
+		}
+	}
+}
+
 // TestOutboxNeedsTheServersDatabase: a database the server never migrated
 // (with -url, not the one the server uses) is refused before the run.
 func TestOutboxNeedsTheServersDatabase(t *testing.T) {

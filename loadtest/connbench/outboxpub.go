@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgw/herald/outboxfeed/stage"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
@@ -35,6 +36,11 @@ type outboxPublisher struct {
 	workers  int
 	commits  *commitLog
 	info     outboxInfo
+	burstN   int       // > 0: run commits this many publications at once (runBurst)
+	burst    burstInfo // what runBurst measured
+	// beforeCommit runs in runBurst once everything is staged, just
+	// before the commits (the drain's starting snapshot).
+	beforeCommit func()
 
 	tx histogram // BEGIN → COMMIT returned
 
@@ -68,7 +74,7 @@ func (r *runner) openOutboxPublisher(ctx context.Context) (*outboxPublisher, err
 	}
 	p := &outboxPublisher{
 		pool: pool, cf: cf, runID: r.runID, tenant: r.cfg.Tenant,
-		pad: strings.Repeat("x", r.cfg.PayloadBytes), workers: r.cfg.Producers, commits: r.commits,
+		pad: strings.Repeat("x", r.cfg.PayloadBytes), workers: r.cfg.Producers, commits: r.commits, burstN: r.cfg.Burst,
 		info: outboxInfo{database: dbName(r.cfg.DatabaseURL), table: table, postgres: postgresInfo(ctx, pool), producers: r.cfg.Producers},
 		seqs: make([][]uint64, r.cfg.channels()), errs: make(map[string]int),
 	}
@@ -89,6 +95,9 @@ func (p *outboxPublisher) messageID(k int) string {
 // (waiting, and counting the lag, when all are busy), then waits up to
 // wait for the transactions still open.
 func (p *outboxPublisher) run(ctx context.Context, rate int, d, wait time.Duration) error {
+	if p.burstN > 0 {
+		return p.runBurst(ctx, p.burstN, wait)
+	}
 	total := int(float64(rate) * d.Seconds())
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -151,15 +160,36 @@ type stageBufs struct {
 // (Centrifugo), COMMIT. The payload's t is the time just before BEGIN; the
 // COMMIT time is taken as soon as Commit returns.
 func (p *outboxPublisher) stage(ctx context.Context, k int, b *stageBufs) {
-	c := k % len(p.channels)
 	begin := time.Now()
-	b.data = appendData(b.data[:0], begin, int64(k), p.pad)
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
 		p.fail("begin", err)
 		return
 	}
+	if err := p.stageOne(ctx, tx, k, begin, b); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return
+	}
+	if err := tx.Commit(ctx); err != nil {
+		p.fail("commit", err)
+		return
+	}
+	committed := time.Now()
+	p.commits.set(uint64(k), committed)
+	p.tx.record(committed.Sub(begin))
+	p.mu.Lock()
+	p.seqs[k%len(p.channels)] = append(p.seqs[k%len(p.channels)], uint64(k))
+	p.mu.Unlock()
+}
+
+// stageOne stages publication k in tx, its payload's t at t:
+// outboxfeed.Stage (Herald) or one INSERT of a publish command
+// (Centrifugo). A failure is counted (fail) and returned.
+func (p *outboxPublisher) stageOne(ctx context.Context, tx pgx.Tx, k int, t time.Time, b *stageBufs) error {
+	c := k % len(p.channels)
+	b.data = appendData(b.data[:0], t, int64(k), p.pad)
 	step := "stage"
+	var err error
 	if p.cf != nil {
 		step = "insert"
 		b.record = cfoutbox.AppendPublish(b.record[:0], p.channels[c], b.data)
@@ -176,20 +206,9 @@ func (p *outboxPublisher) stage(ctx context.Context, k int, b *stageBufs) {
 		}
 	}
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
 		p.fail(step, err)
-		return
 	}
-	if err := tx.Commit(ctx); err != nil {
-		p.fail("commit", err)
-		return
-	}
-	committed := time.Now()
-	p.commits.set(uint64(k), committed)
-	p.tx.record(committed.Sub(begin))
-	p.mu.Lock()
-	p.seqs[c] = append(p.seqs[c], uint64(k))
-	p.mu.Unlock()
+	return err
 }
 
 // cfPartition is the Centrifugo outbox partition of channel index c: by

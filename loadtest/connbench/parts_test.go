@@ -309,6 +309,16 @@ func TestConfigServer(t *testing.T) {
 			c.Server, c.URL, c.Secret = "centrifugo", "http://127.0.0.1:8000", "s"
 		}, "starts its own child"},
 		{"centrifugo without a binary", func(c *config) { c.Server, c.CentrifugoBin = "centrifugo", "" }, "needs -centrifugo-bin"},
+		{"burst via the outbox", func(c *config) {
+			c.PublishVia, c.DatabaseURL, c.Burst = "outbox", "postgres://127.0.0.1/test", 50_000
+		}, ""},
+		{"burst over the WebSocket publish op", func(c *config) { c.Burst = 10 }, "-burst: only with -publish-via outbox"},
+		{"negative burst", func(c *config) {
+			c.PublishVia, c.DatabaseURL, c.Burst = "outbox", "postgres://127.0.0.1/test", -1
+		}, "-burst -1: must be ≥ 0"},
+		{"burst beyond what a subscriber tracks", func(c *config) {
+			c.PublishVia, c.DatabaseURL, c.Burst = "outbox", "postgres://127.0.0.1/test", maxTracked+1
+		}, "at most"},
 	})
 }
 

@@ -52,6 +52,9 @@ type result struct {
 	commitLat    quantiles // COMMIT returned → subscriber read it
 	beforeCommit int64     // deliveries read before their COMMIT returned (in commitLat as 0)
 	txLat        quantiles // BEGIN → COMMIT returned
+	burst        burstInfo // with -burst
+	burstStart   snapshot  // with -burst: everything staged, just before the commits
+	lastDelivery time.Time // with the outbox: the latest delivery read
 }
 
 // viaOutbox reports whether the run staged its publications in the outbox.
@@ -156,9 +159,13 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 	case c.centrifugo():
 		pubRow = "publications sent / accepted (server API publish, up to 16 requests in flight)"
 	}
-	row(pubRow, "%d / %d over %.2f s (%s, target %d/s); pacer fell behind by up to %s",
-		r.sent, r.published(), pubWindow.Seconds(), rate(int64(r.published()), pubWindow), c.Rate, ms(r.maxLag))
-	if r.viaOutbox() {
+	if c.Burst > 0 {
+		r.printBurst(row)
+	} else {
+		row(pubRow, "%d / %d over %.2f s (%s, target %d/s); pacer fell behind by up to %s",
+			r.sent, r.published(), pubWindow.Seconds(), rate(int64(r.published()), pubWindow), c.Rate, ms(r.maxLag))
+	}
+	if r.viaOutbox() && c.Burst == 0 {
 		row("staging transaction BEGIN → COMMIT returned: p50 / p99 / max", "%s / %s / %s (%d transactions)",
 			ms(r.txLat.P50), ms(r.txLat.P99), ms(r.txLat.Max), r.txLat.N)
 	}
@@ -202,6 +209,27 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 		del0, _ := r.before.m.value("herald_deliveries_total", match)
 		row("server-counted deliveries (herald_deliveries_total) / queue drops (herald_queue_dropped_total)", "%.0f / %.0f", del-del0, dropped-dropped0)
 	}
+}
+
+// printBurst writes a -burst run's drain: from the first COMMIT sent to
+// the last delivery read, over every publication of the burst.
+func (r *result) printBurst(row func(k, format string, a ...any)) {
+	b := r.burst
+	row("burst committed", "%d publications over %d channels in %d transactions, committed at once (the last COMMIT returned %s after the first was sent)",
+		r.published(), r.channels, b.txs, ms(b.lastCommit.Sub(b.firstCommit)))
+	if r.lastDelivery.IsZero() || b.firstCommit.IsZero() {
+		row("**drain, first COMMIT → last delivery**", "n/a (nothing delivered)")
+		return
+	}
+	d := r.lastDelivery.Sub(b.firstCommit)
+	row("**drain, first COMMIT → last delivery**", "**%.3f s: %s** (deliveries %d; from the last COMMIT returned: %.3f s)",
+		d.Seconds(), rate(int64(r.published()), d), r.delivered, r.lastDelivery.Sub(b.lastCommit).Seconds())
+	n := float64(r.published())
+	if cpu, ok := cpuDelta(r.burstStart, r.after); ok {
+		row("server CPU from just before the commits to every delivery", "%.2f s (%.1f µs per record)", cpu.Seconds(), 1e6*cpu.Seconds()/n)
+	}
+	gen := r.after.gen - r.burstStart.gen
+	row("generator CPU over the same window (the subscribers' reading)", "%.2f s (%.1f µs per record)", gen.Seconds(), 1e6*gen.Seconds()/n)
 }
 
 // path names the publish path the latency figures measure.

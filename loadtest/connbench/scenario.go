@@ -98,14 +98,20 @@ func (r *runner) publish(ctx context.Context, res *result, progress io.Writer) e
 		return err
 	}
 	defer pub.close()
-	if op, ok := pub.(*outboxPublisher); ok {
+	wait := 10 * time.Second
+	if op, ok := pub.(*outboxPublisher); ok && r.cfg.Burst > 0 {
+		res.outbox = op.info
+		wait = time.Minute // staging the burst is not timed
+		op.beforeCommit = func() { res.burstStart = r.snapshot(ctx) }
+		fmt.Fprintf(progress, "connbench: staging %d publications in %d transactions, then committing them at once\n", r.cfg.Burst, r.cfg.Producers)
+	} else if ok {
 		res.outbox = op.info
 		fmt.Fprintf(progress, "connbench: staging %d/s in the outbox (%d producer connections) for %v\n", r.cfg.Rate, r.cfg.Producers, r.cfg.Duration)
 	} else {
 		fmt.Fprintf(progress, "connbench: publishing %d/s for %v\n", r.cfg.Rate, r.cfg.Duration)
 	}
 	res.pubStart = r.snapshot(ctx)
-	if err := pub.run(ctx, r.cfg.Rate, r.cfg.Duration, 10*time.Second); err != nil {
+	if err := pub.run(ctx, r.cfg.Rate, r.cfg.Duration, wait); err != nil {
 		return err
 	}
 	res.pubEnd = time.Now()
@@ -143,6 +149,7 @@ func (r *runner) publish(ctx context.Context, res *result, progress io.Writer) e
 	res.sent, res.pubErrs, res.maxLag = pub.stats()
 	if op, ok := pub.(*outboxPublisher); ok {
 		res.txLat = op.tx.summary()
+		res.burst = op.burst
 	}
 	res.accepted = make([][]uint64, len(expected))
 	for c := range expected {
@@ -191,6 +198,9 @@ func (r *runner) account(res *result) {
 	}
 	res.lat = r.lat.summary()
 	if r.commits != nil {
+		if ns := r.commits.last.Load(); ns != 0 {
+			res.lastDelivery = time.Unix(0, ns)
+		}
 		res.commitLat = r.commits.lat.summary()
 		res.beforeCommit = r.commits.before.Load()
 	}

@@ -46,15 +46,15 @@ func (r *report) printBeside(w io.Writer) {
 	fmt.Fprintln(w, "|---|---|---|")
 	if len(drainRate[0]) > 0 && len(drainRate[1]) > 0 {
 		fmt.Fprintf(w, "| realtime drain rate | **%.2f×** (%.0f/s ÷ %.0f/s) | ≥ 1/1.2 = 0.83× |\n",
-			mean(drainRate[1])/mean(drainRate[0]), mean(drainRate[1]), mean(drainRate[0]))
+			benchkit.Mean(drainRate[1])/benchkit.Mean(drainRate[0]), benchkit.Mean(drainRate[1]), benchkit.Mean(drainRate[0]))
 		fmt.Fprintf(w, "| drain: PostgreSQL CPU per record and handler | **%.2f×** (%.1f ÷ %.1f µs) | ≤ 1.2× |\n",
-			mean(drainPG[1])/mean(drainPG[0]), mean(drainPG[1]), mean(drainPG[0]))
+			benchkit.Mean(drainPG[1])/benchkit.Mean(drainPG[0]), benchkit.Mean(drainPG[1]), benchkit.Mean(drainPG[0]))
 	}
 	if len(latP99[0]) > 0 && len(latP99[1]) > 0 {
 		fmt.Fprintf(w, "| realtime commit → broker accept p99 | **%.2f×** (%s ÷ %s ms) | ≤ 1.2× |\n",
-			mean(latP99[1])/mean(latP99[0]), floats(latP99[1]), floats(latP99[0]))
+			benchkit.Mean(latP99[1])/benchkit.Mean(latP99[0]), floats(latP99[1]), floats(latP99[0]))
 		fmt.Fprintf(w, "| steady rate: PostgreSQL CPU per record and handler | **%.2f×** (%.1f ÷ %.1f µs) | ≤ 1.2× |\n",
-			mean(latPG[1])/mean(latPG[0]), mean(latPG[1]), mean(latPG[0]))
+			benchkit.Mean(latPG[1])/benchkit.Mean(latPG[0]), benchkit.Mean(latPG[1]), benchkit.Mean(latPG[0]))
 	}
 	fmt.Fprintln(w)
 }

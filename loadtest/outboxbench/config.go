@@ -107,6 +107,10 @@ type config struct {
 	// against the no-consumer baseline, ABBA. The trigger's own cost:
 	// worker/on,worker/off,worker/off,worker/on.
 	ProducerVariants string
+	// Business makes each producer transaction of the producer phase a
+	// business transaction: one business row (bench_orders), then the
+	// staged record. Default: false.
+	Business bool
 
 	variants []producerVariant // parsed ProducerVariants
 }
@@ -177,6 +181,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Producers, "producers", c.Producers, "producers: concurrent single-row producers")
 	fs.DurationVar(&c.ProducerDuration, "producer-duration", c.ProducerDuration, "producers: how long each variant runs")
 	fs.StringVar(&c.ProducerVariants, "producer-variants", c.ProducerVariants, "producers: variants in run order, comma-separated <worker|none>/<on|off> (a Worker draining or no consumer / NOTIFY trigger)")
+	fs.BoolVar(&c.Business, "business", c.Business, "producers: each transaction first inserts a business row (bench_orders), then stages the record")
 }
 
 // allPhases are the phases, in the order they run.

@@ -55,3 +55,27 @@ func TestWebhookSmoke(t *testing.T) {
 		t.Errorf("report has a missing number:\n%s", report)
 	}
 }
+
+// A tiny -business producers run: each transaction inserts a business row
+// and stages a record, with a Worker draining and with no consumer; run
+// checks every commit left its business row, and the report names the
+// business transaction.
+func TestBusinessProducersSmoke(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.DatabaseURL, cfg.Phases, cfg.Business = testenv.BaseDatabaseURL(), "producers", true
+	cfg.Producers, cfg.ProducerDuration, cfg.ProducerVariants, cfg.Channels = 2, time.Second, "worker/on,none/on", 10
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	var out, progress bytes.Buffer
+	if err := run(context.Background(), cfg, &out, &progress); err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	report := out.String()
+	if n := strings.Count(report, "producers of a business transaction (a business row and the staged record)"); n != 2 {
+		t.Errorf("report names the business transaction in %d rows, want 2:\n%s", n, report)
+	}
+	if !strings.Contains(report, "mean commit rate with a Worker draining / with no consumer") {
+		t.Errorf("report lacks the ratio:\n%s", report)
+	}
+}

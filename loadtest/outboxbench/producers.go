@@ -47,6 +47,11 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
 		return res, err
 	}
+	if cfg.Business {
+		if err := benchkit.CreateBusinessTable(ctx, store.Pool()); err != nil {
+			return res, fmt.Errorf("outboxbench: %w", err)
+		}
+	}
 	var p *pipeline
 	if v.Worker {
 		if p, err = startPipeline(ctx, store, cfg, "memory", false, nil); err != nil {
@@ -68,7 +73,7 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 	defer pool.Close()
 
 	allTx, allCommit, elapsed, err := benchkit.Unpaced(ctx, cfg.Producers, cfg.ProducerDuration, func(w, k int) (time.Duration, time.Duration, error) {
-		return produceOne(ctx, pool, w, k, cfg.Channels)
+		return produceOne(ctx, pool, w, k, cfg.Channels, cfg.Business)
 	})
 	res.Elapsed = elapsed
 	if p != nil {
@@ -80,6 +85,16 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 		return res, err
 	}
 	res.Commits = len(allTx)
+	if cfg.Business {
+		// Every business row committed with its record, none without.
+		n, err := benchkit.CountBusiness(ctx, store.Pool())
+		if err != nil {
+			return res, fmt.Errorf("outboxbench: %w", err)
+		}
+		if n != int64(res.Commits) {
+			return res, fmt.Errorf("outboxbench: producers: %d business rows after %d commits", n, res.Commits)
+		}
+	}
 	res.Tx, res.Commit = benchkit.Summarize(allTx), benchkit.Summarize(allCommit)
 	fmt.Fprintf(progress, "producers (%s): %d commits in %v (%s), commit p50 %s p99 %s\n",
 		v, res.Commits, res.Elapsed.Round(time.Millisecond), perSecond(int64(res.Commits), res.Elapsed),
@@ -87,9 +102,10 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 	return res, nil
 }
 
-// produceOne stages one record in its own transaction (not bound to the
-// run's deadline, so the last transaction completes) and times it.
-func produceOne(ctx context.Context, pool *pgxpool.Pool, w, k, channels int) (txTook, commitTook time.Duration, err error) {
+// produceOne stages one record in its own transaction (with business, a
+// business row first; not bound to the run's deadline, so the last
+// transaction completes) and times it.
+func produceOne(ctx context.Context, pool *pgxpool.Pool, w, k, channels int, business bool) (txTook, commitTook time.Duration, err error) {
 	n := stage.Notification{
 		ID: uuid.NewString(), TenantID: benchTenant, Channel: channelName((w*7919 + k) % channels),
 		Type: "bench.record", SchemaVersion: 1,
@@ -101,6 +117,11 @@ func produceOne(ctx context.Context, pool *pgxpool.Pool, w, k, channels int) (tx
 		return 0, 0, fmt.Errorf("outboxbench: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	if business {
+		if err := benchkit.InsertBusiness(ctx, tx, k); err != nil {
+			return 0, 0, fmt.Errorf("outboxbench: %w", err)
+		}
+	}
 	if _, err := stage.Stage(ctx, tx, n); err != nil {
 		return 0, 0, err
 	}

@@ -36,6 +36,8 @@ func pgHarness(t *testing.T) *storetest.Harness {
 	return &storetest.Harness{
 		Store: s,
 		Table: "herald.outbox",
+		// Schema 9 leaves them to the Worker.
+		WorkerChecksTypeAndFreshness: true,
 		Stage: func(t *testing.T, commit bool, ns ...stage.Notification) []string {
 			t.Helper()
 			ctx := context.Background()

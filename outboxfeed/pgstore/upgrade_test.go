@@ -2,11 +2,15 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldgw/herald/outboxfeed/storetest"
 
@@ -229,4 +233,84 @@ func TestPostgresUpgradeMidRange(t *testing.T) {
 			t.Fatalf("record %s, delivered before the upgrade, was delivered again", id)
 		}
 	}
+}
+
+// TestPostgresUpgradeTypeAndFreshnessChecks takes a database of migration
+// 8, whose CHECK constraints refuse a record with an invalid type or
+// freshness, to migration 9, which leaves both to the Worker: such a
+// record staged by plain SQL commits and is dead-lettered at once with the
+// reason, beside a valid one delivered as before. Going back to 8 is
+// refused, naming the record, until it is deleted; then the constraints
+// refuse it again.
+func TestPostgresUpgradeTypeAndFreshnessChecks(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.migrateTo(ctx, 8), "migrate to 8")
+
+	insert := func(typ, freshness string) (string, error) {
+		var id string
+		err := s.Pool().QueryRow(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload, freshness)
+			VALUES ('acme', 'a', $1, 1, '{"n":1}', $2::jsonb) RETURNING id::text`, typ, freshness).Scan(&id)
+		return id, err
+	}
+	const badType, badFreshness, immediate = "Order Updated", `{"mode":"advisory"}`, `{"mode":"immediate"}`
+	refused := func(version int) {
+		t.Helper()
+		for _, c := range [][2]string{{badType, immediate}, {"order.updated", badFreshness}} {
+			var pe *pgconn.PgError
+			if _, err := insert(c[0], c[1]); !errors.As(err, &pe) || pe.Code != "23514" {
+				t.Fatalf("version %d: insert of type %q, freshness %s = %v, want a check violation (23514)", version, c[0], c[1], err)
+			}
+		}
+	}
+	refused(8)
+	before, err := insert("order.updated", immediate)
+	testenv.Must(t, err, "stage at 8")
+
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest")
+	typeID, err := insert(badType, immediate)
+	testenv.Must(t, err, "stage an invalid type at 9")
+	freshID, err := insert("order.updated", badFreshness)
+	testenv.Must(t, err, "stage an invalid freshness at 9")
+	after, err := insert("order.updated", immediate)
+	testenv.Must(t, err, "stage at 9")
+	// The SQL producers' function still refuses both, as Stage does.
+	for _, c := range [][2]string{{badType, immediate}, {"order.updated", badFreshness}} {
+		var pe *pgconn.PgError
+		err := s.Pool().QueryRow(ctx, `SELECT herald.stage_notification('acme', 'a', $1, 1, '{}', freshness => $2::jsonb)`, c[0], c[1]).Scan(new(string))
+		if !errors.As(err, &pe) || pe.Code != "23514" {
+			t.Fatalf("stage_notification of type %q, freshness %s at 9 = %v, want a check violation (23514)", c[0], c[1], err)
+		}
+	}
+
+	rec := storetest.NewRecorder()
+	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
+	storetest.Eventually(t, 10*time.Second, "the invalid records dead-lettered", func() bool {
+		_, ok1 := storetest.StateOf(t, s, typeID).(outboxfeed.DeadLetter)
+		_, ok2 := storetest.StateOf(t, s, freshID).(outboxfeed.DeadLetter)
+		return ok1 && ok2
+	})
+	rec.WaitFor(t, 10*time.Second, "the valid records", func() bool { return rec.Count() >= 2 })
+	w.Stop()
+	for id, want := range map[string]string{typeID: "type", freshID: "freshness"} {
+		d := storetest.StateOf(t, s, id).(outboxfeed.DeadLetter)
+		if d.Attempts != 1 || !strings.Contains(d.Reason, want) {
+			t.Errorf("record with an invalid %s: %+v, want dead-lettered at once naming the %s", want, d, want)
+		}
+	}
+	if got := rec.Channel(fanout.Key{Tenant: "acme", Channel: "a"}); fmt.Sprint(got) != fmt.Sprint([]string{before, after}) {
+		t.Errorf("channel a got %v, want %v", got, []string{before, after})
+	}
+
+	err = s.MigrateTo(ctx, 8)
+	if !errors.Is(err, outboxfeed.ErrRollbackRefused) || !strings.Contains(err.Error(), typeID) || !strings.Contains(err.Error(), freshID) {
+		t.Fatalf("going back to 8 with the invalid records = %v, want refused naming %s and %s", err, typeID, freshID)
+	}
+	_, err = s.Pool().Exec(ctx, `DELETE FROM herald.outbox WHERE id = ANY($1::uuid[])`, []string{typeID, freshID})
+	testenv.Must(t, err, "delete the invalid records")
+	testenv.Must(t, s.MigrateTo(ctx, 8), "go back to 8")
+	refused(8)
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
 }

@@ -33,8 +33,9 @@ type Notification struct {
 	Kind          string          // empty = "notification"
 }
 
-// Validate checks what the database also checks, so a producer gets a clear
-// error before its transaction fails. Every error wraps
+// Validate checks what the database or the Worker would refuse, so a
+// producer gets a clear error before its transaction commits a record
+// that would fail or be dead-lettered. Every error wraps
 // ErrInvalidNotification.
 func (n *Notification) Validate() error {
 	if err := names.ValidateTenant(n.TenantID); err != nil {

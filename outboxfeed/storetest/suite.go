@@ -41,6 +41,11 @@ type Harness struct {
 	// connection and wakes this process's Workers (the store's Notify),
 	// returning the id or the error.
 	StageOne func(ctx context.Context, n stage.Notification) (string, error)
+	// WorkerChecksTypeAndFreshness: the table accepts any type and
+	// freshness, and the Worker dead-letters a record whose type or
+	// freshness is invalid (PostgreSQL since schema 9); otherwise the
+	// table refuses it.
+	WorkerChecksTypeAndFreshness bool
 }
 
 // Run is the store conformance suite: what every outbox store must do,
@@ -724,8 +729,9 @@ func testStopCompletesPublished(t *testing.T, h *Harness) {
 	idle.Stop()
 }
 
-// The outbox table refuses records producers could not stage; plain SQL
-// producers get the column defaults.
+// The outbox table refuses records producers could not stage (or, where
+// the Worker checks the type and freshness, the Worker dead-letters them at
+// once); plain SQL producers get the column defaults.
 func testCheckConstraints(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	id, err := h.StageOne(ctx, Note("orders/1", `{}`))
@@ -733,14 +739,17 @@ func testCheckConstraints(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	where := fmt.Sprintf(" WHERE id = '%s'", id)
-	for _, set := range []string{
-		"schema_version = 0",
+	refused := []string{"schema_version = 0", "kind = 'email'"}
+	workerChecked := []string{
 		"type = 'Order Updated'",
 		"type = ''",
-		"kind = 'email'",
 		`freshness = '{"mode":"advisory"}'`,
 		`freshness = '{"mode":"eventually"}'`,
-	} {
+	}
+	if !h.WorkerChecksTypeAndFreshness {
+		refused = append(refused, workerChecked...)
+	}
+	for _, set := range refused {
 		if err := h.Exec(ctx, "UPDATE "+h.Table+" SET "+set+where); err == nil {
 			t.Errorf("UPDATE SET %s was accepted", set)
 		}
@@ -766,10 +775,37 @@ func testCheckConstraints(t *testing.T, h *Harness) {
 	if err := h.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (tenant_id, channel, type, schema_version, payload) VALUES ('acme', 'orders/9', 'order.updated', 1, '{}')`, h.Table)); err != nil {
 		t.Fatalf("insert without id: %v", err)
 	}
-	// Both are delivered.
+	// A record the table accepts but the Worker cannot deliver: one per
+	// invalid type or freshness, each dead-lettered at once.
+	var bad []string
+	if h.WorkerChecksTypeAndFreshness {
+		for i, set := range workerChecked {
+			badID := fmt.Sprintf("0190f0c4-0000-4000-8000-0000000001%02d", i)
+			if err := h.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, tenant_id, channel, type, schema_version, payload) VALUES ('%s', 'acme', 'orders/bad%d', 'order.updated', 1, '{}')`, h.Table, badID, i)); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Exec(ctx, "UPDATE "+h.Table+" SET "+set+fmt.Sprintf(" WHERE id = '%s'", badID)); err != nil {
+				t.Fatalf("UPDATE SET %s: %v", set, err)
+			}
+			bad = append(bad, badID)
+		}
+	}
+	// The valid ones are delivered, the others dead-lettered.
 	rec := NewRecorder()
 	StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{})
 	rec.WaitFor(t, 5*time.Second, "the three records", func() bool { return rec.Count() == 3 })
+	for i, badID := range bad {
+		Eventually(t, 5*time.Second, "a record with "+workerChecked[i]+" dead-lettered", func() bool {
+			_, ok := StateOf(t, h.Store, badID).(outboxfeed.DeadLetter)
+			return ok
+		})
+		if d := StateOf(t, h.Store, badID).(outboxfeed.DeadLetter); d.Attempts != 1 || d.Reason == "" {
+			t.Errorf("record with %s: %+v, want dead-lettered at its first attempt with a reason", workerChecked[i], d)
+		}
+		if _, ok := rec.ByID(badID); ok {
+			t.Errorf("record with %s was published", workerChecked[i])
+		}
+	}
 }
 
 func testWakeup(t *testing.T, h *Harness) {

@@ -220,3 +220,9 @@ func TestCheckFlags(t *testing.T) {
 		t.Errorf("CheckUnpaced = %v, want %s", err, want)
 	}
 }
+
+func TestMean(t *testing.T) {
+	if got := Mean([]float64{1, 2, 6}); got != 3 {
+		t.Errorf("Mean(1, 2, 6) = %v, want 3", got)
+	}
+}

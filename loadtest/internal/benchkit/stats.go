@@ -60,3 +60,12 @@ func OnOff(b bool) string {
 	}
 	return "off"
 }
+
+// Mean is the arithmetic mean of v (NaN when v is empty).
+func Mean(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}

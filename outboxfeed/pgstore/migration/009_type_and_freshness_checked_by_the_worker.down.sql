@@ -1,0 +1,25 @@
+-- migration 9 reversed: the type and freshness CHECK constraints come back
+-- on the outbox and its archive (every row is checked; the down check has
+-- named any that would fail), and herald.stage_notification is
+-- migration 4's again.
+
+ALTER TABLE herald.outbox
+	ADD CONSTRAINT outbox_type_format CHECK (length(type) BETWEEN 1 AND 128
+		AND ltrim(type, 'abcdefghijklmnopqrstuvwxyz0123456789_.-') = ''),
+	ADD CONSTRAINT outbox_freshness_mode CHECK (freshness->>'mode' = 'immediate'
+		OR (freshness->>'mode' = 'advisory' AND coalesce(freshness->>'authority', '') <> ''));
+ALTER TABLE herald.outbox_archive
+	ADD CONSTRAINT outbox_type_format CHECK (length(type) BETWEEN 1 AND 128
+		AND ltrim(type, 'abcdefghijklmnopqrstuvwxyz0123456789_.-') = ''),
+	ADD CONSTRAINT outbox_freshness_mode CHECK (freshness->>'mode' = 'immediate'
+		OR (freshness->>'mode' = 'advisory' AND coalesce(freshness->>'authority', '') <> ''));
+
+CREATE OR REPLACE FUNCTION herald.stage_notification(
+	tenant_id text, channel text, type text, schema_version int, payload jsonb,
+	id uuid DEFAULT NULL, freshness jsonb DEFAULT NULL
+) RETURNS uuid LANGUAGE sql AS $fn$
+	INSERT INTO herald.outbox (id, tenant_id, channel, type, schema_version, payload, freshness)
+	VALUES (coalesce($6, herald.outbox_new_id()), $1, $2, $3, $4, $5,
+	        coalesce($7, '{"mode":"immediate"}'::jsonb))
+	RETURNING id
+$fn$;
