@@ -33,6 +33,25 @@ type lane struct {
 	// brokerFails counts this lane's batches in a row that met a broker
 	// outage (for the backoff).
 	brokerFails int
+	// kept counts the batches in a row this lane went on with in one
+	// partition after its range was done (goesOn).
+	kept int
+}
+
+// maxKept bounds how many batches in a row a lane goes on with in one busy
+// partition before its completion claims whichever partition waited
+// longest, so that one partition's steady flow cannot hold a lane from the
+// others.
+const maxKept = 16
+
+// goesOn reports whether the completion of b, whose range is done, claims
+// b's partition again rather than the one that waited longest: the
+// partition is still receiving records (the batch found more than one, so
+// they came faster than the lane's cycle) and the lane has not gone on
+// with it maxKept times in a row. The store then keeps the lease and
+// advances the position in the statement that completes b.
+func goesOn(l *lane, b *Batch) bool {
+	return len(b.Records) > 1 && l.kept < maxKept
 }
 
 // laneOwner is the lease owner of lane i (from 0).
@@ -237,8 +256,15 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	var next *ClaimRequest
 	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() {
 		part := AnyPartition
-		if b.More || len(out) < len(b.Records) {
+		switch {
+		case b.More || len(out) < len(b.Records):
 			part = b.Partition
+		case goesOn(l, b):
+			part = b.Partition
+			l.kept++
+		}
+		if part == AnyPartition {
+			l.kept = 0
 		}
 		req := w.claimRequest(l, part)
 		next = &req
@@ -251,9 +277,15 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	if next != nil {
 		w.claimed(nb)
 		w.armed(l, *next)
-		l.looked = nb == nil
+		// A partition gone on with that turned out quiet (its lease went
+		// back): the others may have records, so the lane claims again at
+		// once instead of waiting.
+		l.looked = nb == nil && (l.kept == 0 || !held)
 		if nb != nil {
 			l.found++
+		}
+		if nb == nil {
+			l.kept = 0
 		}
 	}
 	failure := res.brokerErr
