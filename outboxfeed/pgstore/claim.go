@@ -31,10 +31,14 @@ const (
 	// Worker freeze (SIGSTOP, a VM pause) in the middle of sending it: the
 	// server ends the session after this long idle in the transaction, so
 	// the partition's row is free for a takeover once the lease expires.
-	// Bitmap scans are off too: a range is read in index order (the claim
-	// functions set it themselves; pgAdvanceSQL is a plain statement).
+	// Sequential and bitmap scans are off too: a range is read through
+	// the index, in its order (the claim functions set both themselves;
+	// pgAdvanceSQL is a plain statement, whose generic plan would
+	// otherwise read the whole table for a range bound it cannot
+	// estimate).
 	pgCycleSettings = `SELECT set_config('synchronous_commit', $1, true),
-	set_config('idle_in_transaction_session_timeout', '5s', true), set_config('enable_bitmapscan', 'off', true)`
+	set_config('idle_in_transaction_session_timeout', '5s', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 	// The wake-up switch is a hint: a Worker never waits for another
 	// one's lock on it (one frozen mid-transaction would stall them all).
 	pgArm = `UPDATE herald.outbox_wakeup SET armed_until = statement_timestamp() + $1::bigint * interval '1 microsecond'
@@ -796,14 +800,19 @@ func wakeups(req *outboxfeed.ClaimRequest) int {
 // (retiring after a change of the partition count) or a handler that is
 // not active takes the general path (herald.outbox_complete, then
 // herald.outbox_claim): the statement changes nothing and returns one row
-// of kind 'g'. The statement's own snapshot bounds the range; the lease checked in the
+// of kind 'g'.
+//
+// The statement's own snapshot bounds the range; the lease checked in the
 // update (owner and fence) means nobody else moved the position since the
-// holder's previous transaction, which that snapshot therefore covers.
+// holder's previous transaction, which that snapshot therefore covers. The
+// update finds the row cur read by its tuple id: while a transaction
+// holds the xmin horizon back, the lease row's versions pile up, and each
+// lookup through the index walks them all.
 //
 // $1 handler, $2 partition, $3 owner, $4 fence, $5 lease, $6 the batch's
 // last seq, $7 its records, $8 the range limit.
 const pgAdvanceSQL = `WITH cur AS MATERIALIZED (
-	SELECT p.lo, p.hi, p.pos_seq, pg_current_snapshot() AS snap, ARRAY(SELECT pg_snapshot_xip(p.hi)) AS xip,
+	SELECT p.ctid, p.lo, p.hi, p.pos_seq, pg_current_snapshot() AS snap, ARRAY(SELECT pg_snapshot_xip(p.hi)) AS xip,
 		p.state = 'active' AND p.hi IS NOT NULL
 		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.handler = $1 AND r.part = $2 AND r.state = 'pending')
 		AND EXISTS (SELECT 1 FROM herald.outbox_handler h WHERE h.name = $1 AND h.state = 'active') AS fast
@@ -811,10 +820,10 @@ const pgAdvanceSQL = `WITH cur AS MATERIALIZED (
 	WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open),
 recs AS MATERIALIZED (
 	SELECT o.* FROM (
-		(SELECT o.* FROM cur JOIN herald.outbox o ON o.part = $2 AND o.xid = ANY (cur.xip) WHERE cur.fast)
+		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid = ANY ((SELECT c.xip FROM cur c WHERE c.fast)::xid8[]))
 		UNION ALL
-		(SELECT o.* FROM cur JOIN herald.outbox o ON o.part = $2 AND o.xid >= pg_snapshot_xmax(cur.hi) WHERE cur.fast
-			ORDER BY o.xid, o.seq)) o
+		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid >= (SELECT pg_snapshot_xmax(c.hi) FROM cur c WHERE c.fast)
+			ORDER BY o.xid, o.seq LIMIT $8 + 1)) o
 	LIMIT $8 + 1),
 k AS (SELECT EXISTS (SELECT 1 FROM recs) AS go),
 upd AS (
@@ -828,7 +837,8 @@ upd AS (
 		pos_xid = '0', pos_seq = 0, takeovers = 0, tk_range = false, claim_qto = 0,
 		done_at = now(), batches = p.batches + 1
 	FROM cur, k
-	WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open AND p.state = 'active' AND cur.fast
+	WHERE p.ctid = (SELECT c.ctid FROM cur c) AND p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open
+		AND p.state = 'active' AND cur.fast
 	RETURNING p.fence, p.open, cur.lo, cur.hi, cur.pos_seq),
 log AS (
 	INSERT INTO herald.outbox_batch (handler, part, fence, lo, hi, from_xid, from_seq, to_xid, to_seq, records, by_seq)
