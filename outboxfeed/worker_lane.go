@@ -21,18 +21,48 @@ type lane struct {
 	armed    bool      // this lane armed the wake-up trigger
 	followUp bool      // just armed: look again a few times, backing off (idle)
 	armedAt  time.Time // when this lane last armed the trigger
+	renewed  time.Time // when a claim of this lane last armed or renewed it
 	looks    int       // looks since then (they back off, whatever is found)
 	empties  int       // claims in a row that found nothing (the active poll backs off)
 	// looked says the completion's claim just found nothing: the lane
 	// waits before it claims again.
 	looked bool
-	// found counts the claims that found records since the lane last armed
-	// the wake-up trigger: records are flowing once two did (flowing).
-	found  int
+	// streak counts this lane's claims in a row that found records: once
+	// busyStreak did, records come faster than the lane claims (polls).
+	streak int
 	kicked chan struct{} // signalled when there may be work for this lane
 	// brokerFails counts this lane's batches in a row that met a broker
 	// outage (for the backoff).
 	brokerFails int
+	// kept counts the batches in a row this lane went on with in one
+	// partition after its range was done (goesOn).
+	kept int
+}
+
+// unkick takes back a kick (a wake-up, or another lane's) that came before
+// a claim this lane is about to send: the claim sees every record committed
+// before it, so a kick that came earlier would only cost an empty claim.
+func (l *lane) unkick() {
+	select {
+	case <-l.kicked:
+	default:
+	}
+}
+
+// maxKept bounds how many batches in a row a lane goes on with in one busy
+// partition before its completion claims whichever partition waited
+// longest, so that one partition's steady flow cannot hold a lane from the
+// others.
+const maxKept = 16
+
+// goesOn reports whether the completion of b, whose range is done, claims
+// b's partition again rather than the one that waited longest: the
+// partition is still receiving records (the batch found more than one, so
+// they came faster than the lane's cycle) and the lane has not gone on
+// with it maxKept times in a row. The store then keeps the lease and
+// advances the position in the statement that completes b.
+func goesOn(l *lane, b *Batch) bool {
+	return len(b.Records) > 1 && l.kept < maxKept
 }
 
 // laneOwner is the lease owner of lane i (from 0).
@@ -84,9 +114,9 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 }
 
 // runLane is one lane's loop. A lane that found records claims again at
-// once; one that found none polls every ActivePollInterval while records
-// came less than IdleAfter ago, then (lead lane) arms the wake-up trigger
-// and waits for a wake-up or PollInterval.
+// once; one that found none waits for a wake-up (the lead lane keeps the
+// trigger armed) or PollInterval, or, while records come faster than it
+// claims (polls), claims again after ActivePollInterval.
 func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 	var b *Batch
 	for ctx.Err() == nil {
@@ -100,6 +130,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 				continue
 			}
 			req := w.claimRequest(l, AnyPartition)
+			l.unkick()
 			var err error
 			b, err = w.claim(ctx, req)
 			if err != nil {
@@ -114,7 +145,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 				continue
 			}
 			l.empties = 0
-			l.found++
+			l.streak++
 			if b.More || len(b.Records) >= max(1, w.cfg.BatchSize/16) {
 				// A backlog builds: the other lanes take the other
 				// partitions. Below it one lane keeps up, and fewer claims
@@ -122,7 +153,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 				kickAll()
 			}
 		}
-		l.lastWork = time.Now() // so the next claim disarms the trigger
+		l.lastWork = time.Now()
 		b = w.work(ctx, l, b)
 	}
 }
@@ -132,29 +163,37 @@ func (w *Worker) claimRequest(l *lane, part int) ClaimRequest {
 	req := ClaimRequest{Owner: l.owner, Partition: part, Limit: w.cfg.BatchSize, Lease: w.cfg.LeaseDuration,
 		Durable: w.cfg.DurableClaims, RangeLimit: w.cfg.RangeRecords}
 	if l.lead {
-		switch flowing := w.flowing(l); {
-		case l.armed && flowing:
+		switch polls := w.polls(l); {
+		case l.armed && polls:
 			req.Disarm = true
-		case !l.armed && !flowing:
+		case !l.armed && !polls:
 			req.Arm = 3 * w.cfg.PollInterval
-		case l.armed:
-			req.Arm = 3 * w.cfg.PollInterval // the idle poll re-arms, so it stays armed
+		case l.armed && time.Since(l.renewed) >= w.cfg.PollInterval:
+			// Renewed well before it lapses (three poll intervals), not by
+			// every claim: each renewal is a write.
+			req.Arm = 3 * w.cfg.PollInterval
 		}
 	}
 	return req
 }
 
-// flowing reports whether records keep coming to lane l: a claim found
-// some less than IdleAfter ago and, where there is a wake-up trigger to
-// arm, more than one claim found some since the lane armed it. Only then
-// does it disarm the trigger and poll every ActivePollInterval. A lone
-// record woke the lane and went out; the lane goes straight back to
-// waiting for the trigger, instead of polling for IdleAfter.
-func (w *Worker) flowing(l *lane) bool {
+// busyStreak is how many claims in a row must find records before the
+// lead lane takes records to come faster than it claims (polls).
+const busyStreak = 8
+
+// polls reports whether lane l stands in for wake-ups by claiming again
+// every ActivePollInterval after a claim that found nothing: a claim found
+// records less than IdleAfter ago, and either there is no wake-up trigger
+// to arm, or the last busyStreak claims in a row all found some. In that
+// case the lane hardly ever waits, and the lead lane disarms the trigger
+// so that producers do not pay for a NOTIFY nobody waits on. Otherwise
+// records that keep coming one or a few at a time wake the lane with the
+// commit that stages them, instead of a poll.
+func (w *Worker) polls(l *lane) bool {
 	if time.Since(l.lastWork) >= w.cfg.IdleAfter {
 		return false
 	}
-	return !w.armable || l.found >= 2
+	return !w.armable || l.streak >= busyStreak
 }
 
 // armed records what the claim did to the wake-up trigger.
@@ -164,9 +203,9 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 		l.armed, l.followUp = false, false
 	case req.Arm > 0:
 		if !l.armed {
-			l.followUp, l.armedAt, l.looks, l.found = true, time.Now(), 0, 0
+			l.followUp, l.armedAt, l.looks = true, time.Now(), 0
 		}
-		l.armed = true
+		l.armed, l.renewed = true, time.Now()
 	}
 }
 
@@ -181,15 +220,13 @@ func (w *Worker) claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
 // idle waits after a claim that found nothing.
 func (w *Worker) idle(ctx context.Context, l *lane) {
 	wait := w.cfg.PollInterval
-	flowing := w.flowing(l)
-	if !flowing {
-		l.found = 0 // the next wake-up starts afresh
-	}
+	polls := w.polls(l)
+	l.streak = 0
 	switch {
 	case !l.lead:
 		// Only the lead lane polls; the others wait for the wake-ups and
 		// the kicks of a lane that found records.
-	case flowing:
+	case polls:
 		wait = activePoll(w.cfg.ActivePollInterval, w.cfg.IdleAfter, l.empties)
 		l.empties++
 	case !l.armed:
@@ -237,11 +274,19 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	var next *ClaimRequest
 	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() && !w.yielding() {
 		part := AnyPartition
-		if b.More || len(out) < len(b.Records) {
+		switch {
+		case b.More || len(out) < len(b.Records):
 			part = b.Partition
+		case goesOn(l, b):
+			part = b.Partition
+			l.kept++
+		}
+		if part == AnyPartition {
+			l.kept = 0
 		}
 		req := w.claimRequest(l, part)
 		next = &req
+		l.unkick()
 	}
 	held, nb, err := w.complete(ctx, b, out, next, claimedAt)
 	if err != nil {
@@ -251,9 +296,14 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	if next != nil {
 		w.claimed(nb)
 		w.armed(l, *next)
-		l.looked = nb == nil
+		// A partition gone on with that turned out quiet (its lease went
+		// back): the others may have records, so the lane claims again at
+		// once instead of waiting.
+		l.looked = nb == nil && (l.kept == 0 || !held)
 		if nb != nil {
-			l.found++
+			l.streak++
+		} else {
+			l.kept = 0
 		}
 	}
 	failure := res.brokerErr

@@ -31,8 +31,14 @@ const (
 	// Worker freeze (SIGSTOP, a VM pause) in the middle of sending it: the
 	// server ends the session after this long idle in the transaction, so
 	// the partition's row is free for a takeover once the lease expires.
+	// Sequential and bitmap scans are off too: a range is read through
+	// the index, in its order (the claim functions set both themselves;
+	// pgAdvanceSQL is a plain statement, whose generic plan would
+	// otherwise read the whole table for a range bound it cannot
+	// estimate).
 	pgCycleSettings = `SELECT set_config('synchronous_commit', $1, true),
-	set_config('idle_in_transaction_session_timeout', '5s', true)`
+	set_config('idle_in_transaction_session_timeout', '5s', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 	// The wake-up switch is a hint: a Worker never waits for another
 	// one's lock on it (one frozen mid-transaction would stall them all).
 	pgArm = `UPDATE herald.outbox_wakeup SET armed_until = statement_timestamp() + $1::bigint * interval '1 microsecond'
@@ -81,17 +87,23 @@ func state(b *outboxfeed.Batch) *pgBatch {
 // queueClaim adds req's statements (wake-up switch, claim) to b; the
 // claim's result is the last of them.
 func queueClaim(b *pgx.Batch, handler string, req *outboxfeed.ClaimRequest) {
+	queueWakeup(b, req)
+	part := req.Partition
+	if part < 0 {
+		part = -1
+	}
+	b.Queue(pgClaimSQL, handler, part, req.Owner, req.Lease, req.Limit, pgClaimTries, rangeLimit(req))
+}
+
+// queueWakeup adds req's statement on the wake-up switch to b, if any
+// (wakeups counts it).
+func queueWakeup(b *pgx.Batch, req *outboxfeed.ClaimRequest) {
 	switch {
 	case req.Disarm:
 		b.Queue(pgDisarm)
 	case req.Arm > 0:
 		b.Queue(pgArm, req.Arm.Microseconds())
 	}
-	part := req.Partition
-	if part < 0 {
-		part = -1
-	}
-	b.Queue(pgClaimSQL, handler, part, req.Owner, req.Lease, req.Limit, pgClaimTries, rangeLimit(req))
 }
 
 // Claim leases a partition and reads its next batch, in one round trip (a
@@ -101,7 +113,7 @@ func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outbox
 	b.Queue(pgCycleSettings, commitMode(req.Durable))
 	queueClaim(&b, s.handler, &req)
 	res := s.pool.SendBatch(ctx, &b)
-	nb, err := readClaim(res, b.Len(), &req)
+	nb, err := readClaim(res, b.Len(), &req, nil)
 	if cerr := res.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -115,8 +127,9 @@ func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outbox
 }
 
 // readClaim reads the results of a batch whose last of n statements is a
-// claim.
-func readClaim(res pgx.BatchResults, n int, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
+// claim (herald.outbox_claim, or pgAdvanceSQL: the kind of its lease row
+// goes to *lease).
+func readClaim(res pgx.BatchResults, n int, req *outboxfeed.ClaimRequest, lease *byte) (*outboxfeed.Batch, error) {
 	for range n - 1 {
 		if _, err := res.Exec(); err != nil {
 			return nil, err
@@ -127,7 +140,7 @@ func readClaim(res pgx.BatchResults, n int, req *outboxfeed.ClaimRequest) (*outb
 		return nil, err
 	}
 	defer rows.Close()
-	return scanClaim(rows, req)
+	return scanClaim(rows, req, lease)
 }
 
 // pgClaimRowTargets are the scan targets of one claim row, reused across
@@ -315,8 +328,9 @@ func (g *gather) inSeqOrder() [][]outboxfeed.Record {
 }
 
 // scanClaim builds the batch from herald.outbox_claim's rows (none: nothing
-// was claimed).
-func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
+// was claimed), or pgAdvanceSQL's: the kind of their lease row ('l' or
+// 'g') goes to *lease.
+func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest, lease *byte) (*outboxfeed.Batch, error) {
 	var b *outboxfeed.Batch
 	t := newPGClaimRowTargets()
 	type head struct {
@@ -329,6 +343,10 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest) (*outboxfeed.Batch, 
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
 			return nil, err
+		}
+		if t.kind == 'l' || t.kind == 'g' {
+			*lease = t.kind
+			continue
 		}
 		if b == nil {
 			b = &outboxfeed.Batch{Partition: int(t.part), Owner: req.Owner, Fence: t.fence, Takeovers: int(t.takeovers),
@@ -647,6 +665,16 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 	if len(out) > len(b.Records) {
 		return false, nil, fmt.Errorf("%w: %d outcomes for %d records", outboxfeed.ErrInvalidConfig, len(out), len(b.Records))
 	}
+	if advances(b, out, next) {
+		lease, nb, err := s.advance(ctx, b, next)
+		if err != nil {
+			return false, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+		}
+		if lease != 'g' {
+			return lease == 'l', nb, nil
+		}
+		// Held, but the partition needs the general path; nothing changed.
+	}
 	keep := keeps(b, out, next)
 	var pb pgx.Batch
 	pb.Queue(pgCycleSettings, commitMode(state(b).durable))
@@ -671,11 +699,7 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 			nb, err := readKeep(res, b, out, next)
 			return held, nb, err
 		case next != nil:
-			n := 1
-			if next.Disarm || next.Arm > 0 {
-				n = 2
-			}
-			nb, err := readClaim(res, n, next)
+			nb, err := readClaim(res, 1+wakeups(next), next, nil)
 			return held, nb, err
 		}
 		return held, nil, nil
@@ -751,4 +775,126 @@ func commitMode(durable bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// wakeups is how many statements queueWakeup adds for req.
+func wakeups(req *outboxfeed.ClaimRequest) int {
+	if req.Disarm || req.Arm > 0 {
+		return 1
+	}
+	return 0
+}
+
+// pgAdvanceSQL completes a batch that finished its partition's range with
+// every record done and, in the same statement, keeps the lease (a new
+// fence, the expiry renewed) and reads the partition's next range: the
+// records committed since the range's end (hi) as this statement sees
+// them, its snapshot the new hi. When there are none it gives the lease
+// back instead, its position at that snapshot. It costs one statement
+// where the completion and a claim of the partition take two plpgsql
+// functions of several statements each. Its result is a lease row (kind
+// 'l'; none when the lease was lost, and then nothing changed) and the
+// range's records, in the columns of herald.outbox_claim.
+//
+// A partition with records in its retry queue, one that is not active
+// (retiring after a change of the partition count) or a handler that is
+// not active takes the general path (herald.outbox_complete, then
+// herald.outbox_claim): the statement changes nothing and returns one row
+// of kind 'g'.
+//
+// The statement's own snapshot bounds the range; the lease checked in the
+// update (owner and fence) means nobody else moved the position since the
+// holder's previous transaction, which that snapshot therefore covers. The
+// update finds the row cur read by its tuple id: while a transaction
+// holds the xmin horizon back, the lease row's versions pile up, and each
+// lookup through the index walks them all.
+//
+// $1 handler, $2 partition, $3 owner, $4 fence, $5 lease, $6 the batch's
+// last seq, $7 its records, $8 the range limit.
+const pgAdvanceSQL = `WITH cur AS MATERIALIZED (
+	SELECT p.ctid, p.lo, p.hi, p.pos_seq, pg_current_snapshot() AS snap, ARRAY(SELECT pg_snapshot_xip(p.hi)) AS xip,
+		p.state = 'active' AND p.hi IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.handler = $1 AND r.part = $2 AND r.state = 'pending')
+		AND EXISTS (SELECT 1 FROM herald.outbox_handler h WHERE h.name = $1 AND h.state = 'active') AS fast
+	FROM herald.outbox_partition p
+	WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open),
+recs AS MATERIALIZED (
+	SELECT o.* FROM (
+		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid = ANY ((SELECT c.xip FROM cur c WHERE c.fast)::xid8[]))
+		UNION ALL
+		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid >= (SELECT pg_snapshot_xmax(c.hi) FROM cur c WHERE c.fast)
+			ORDER BY o.xid, o.seq LIMIT $8 + 1)) o
+	LIMIT $8 + 1),
+k AS (SELECT EXISTS (SELECT 1 FROM recs) AS go),
+upd AS (
+	UPDATE herald.outbox_partition p SET
+		lo = CASE WHEN k.go THEN cur.hi ELSE cur.snap END,
+		hi = CASE WHEN k.go THEN cur.snap END,
+		owner = CASE WHEN k.go THEN p.owner END,
+		expires_at = CASE WHEN k.go THEN clock_timestamp() + $5 END,
+		fence = p.fence + k.go::int, open = k.go,
+		claimed_at = CASE WHEN k.go THEN clock_timestamp() ELSE p.claimed_at END,
+		pos_xid = '0', pos_seq = 0, takeovers = 0, tk_range = false, claim_qto = 0,
+		done_at = now(), batches = p.batches + 1
+	FROM cur, k
+	WHERE p.ctid = (SELECT c.ctid FROM cur c) AND p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open
+		AND p.state = 'active' AND cur.fast
+	RETURNING p.fence, p.open, cur.lo, cur.hi, cur.pos_seq),
+log AS (
+	INSERT INTO herald.outbox_batch (handler, part, fence, lo, hi, from_xid, from_seq, to_xid, to_seq, records, by_seq)
+	SELECT $1, $2, $4, upd.lo, upd.hi, '0', upd.pos_seq, '0', coalesce($6, upd.pos_seq), $7, true FROM upd WHERE $7 > 0)
+SELECT 'l'::"char", $2, upd.fence, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
+	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint FROM upd
+UNION ALL
+SELECT 'g'::"char", $2, $4, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
+	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint
+FROM cur WHERE NOT cur.fast
+UNION ALL
+SELECT 'r'::"char", $2, upd.fence, 0, NULL::bigint, 0, true, o.id::text, o.seq, o.xid::text,
+	o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind, false, 0::bigint
+FROM upd, recs o WHERE upd.open`
+
+// advances reports whether completing b with next goes on in b's
+// partition with its next range (pgAdvanceSQL): next names b's partition,
+// the batch ended the range it read, and every record of it, none from the
+// retry queue, was done.
+func advances(b *outboxfeed.Batch, out []outboxfeed.Outcome, next *outboxfeed.ClaimRequest) bool {
+	if next == nil || next.Partition != b.Partition || next.Owner != b.Owner || b.More ||
+		len(out) != len(b.Records) || len(b.Blocked) > 0 || len(state(b).rest) > 0 || state(b).runs.left() {
+		return false
+	}
+	for i := range out {
+		if out[i].Kind != outboxfeed.OutcomeDone || b.Records[i].Queued != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// advance completes b (advances) and reads its partition's next range
+// under the same lease, in one statement. It returns the kind of the
+// statement's lease row: 'l' held, 'g' held but nothing done (the general
+// path is needed), 0 lost.
+func (s *Store) advance(ctx context.Context, b *outboxfeed.Batch, next *outboxfeed.ClaimRequest) (byte, *outboxfeed.Batch, error) {
+	var lastSeq *int64
+	if n := len(b.Records); n > 0 {
+		lastSeq = &b.Records[n-1].Seq
+	}
+	var pb pgx.Batch
+	pb.Queue(pgCycleSettings, commitMode(state(b).durable))
+	queueWakeup(&pb, next)
+	pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, next.Lease, lastSeq, len(b.Records), rangeLimit(next))
+	res := s.pool.SendBatch(ctx, &pb)
+	var lease byte
+	nb, err := readClaim(res, pb.Len(), next, &lease)
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err == nil && nb != nil && state(nb).runs.pending {
+		err = s.readRuns(ctx, nb, next)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return lease, nb, nil
 }
