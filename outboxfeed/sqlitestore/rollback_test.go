@@ -147,3 +147,9 @@ type before5 struct{ *Store }
 func (s before5) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
 	return s.get(ctx, id, `SELECT `+sqliteRecordColumns+` FROM outbox_record WHERE id = ?1`)
 }
+
+// Migration 5 goes back only once realtime is the sole handler.
+func TestSQLiteHandlersRollback(t *testing.T) {
+	t.Parallel()
+	storetest.HandlersRollback(t, newSQLiteStore(t), 4)
+}

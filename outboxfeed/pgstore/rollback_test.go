@@ -312,3 +312,10 @@ func (s before8) Get(ctx context.Context, id string) (outboxfeed.Record, error) 
 	return s.get(ctx, id, `SELECT `+pgRecordColumns+` FROM herald.outbox_records WHERE id = $1::uuid
 	ORDER BY qseq DESC NULLS LAST LIMIT 1`)
 }
+
+// Migration 8 goes back only once realtime is the sole handler.
+func TestPostgresHandlersRollback(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	storetest.HandlersRollback(t, s, 7)
+}
