@@ -106,3 +106,25 @@ func TruncateError(s string) string {
 	}
 	return s[:cut] + "…"
 }
+
+// Rows is what OneRecord reads of a driver's query result.
+type Rows interface {
+	Next() bool
+	Err() error
+}
+
+// OneRecord is the record of a get by id: the first of rows, read with
+// scan, or outboxfeed.ErrNotFound naming id when there is none.
+func OneRecord[R Rows](id string, rows R, scan func(R) (outboxfeed.Record, error)) (outboxfeed.Record, error) {
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
+		}
+		return outboxfeed.Record{}, fmt.Errorf("%w: %s", outboxfeed.ErrNotFound, id)
+	}
+	r, err := scan(rows)
+	if err != nil {
+		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
+	}
+	return r, nil
+}
