@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,24 +24,6 @@ import (
 
 const testSecret = "e2e-secret-0123456789abcdef-0123456789"
 
-// syncBuffer is an io.Writer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listenRE = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startServe runs `herald serve` in-process and returns its base URL. The
@@ -51,7 +31,7 @@ var listenRE = regexp.MustCompile(`listening on (http://\S+)`)
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.SyncBuffer
 	full := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret,
 		"--data-dir", t.TempDir(), "--outbox-poll-interval", "50ms", "--log-level", "warn"}, args...)
 	done := make(chan int, 1)

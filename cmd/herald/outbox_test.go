@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
@@ -46,7 +47,7 @@ func runFeedUntil(t *testing.T, dbURL, types string, what string, done func() bo
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	var out, errOut testenv.SyncBuffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- run(ctx, append([]string{"feed", "--listen", "", "--types", path,

@@ -433,7 +433,7 @@ func TestSharedConfigFile(t *testing.T) {
 func runUntilStarted(t *testing.T, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	var out, errOut testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, args, &out, &errOut) }()
 	deadline := time.Now().Add(time.Minute) // a failure bound, not a budget
