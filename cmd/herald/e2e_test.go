@@ -30,36 +30,18 @@ var listenRE = regexp.MustCompile(`listening on (http://\S+)`)
 // server stops when the test ends.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr testenv.SyncBuffer
-	full := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret,
-		"--data-dir", t.TempDir(), "--outbox-poll-interval", "50ms", "--log-level", "warn"}, args...)
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, full, &stdout, &stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exited %d: %s", code, stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("serve did not stop within 30s")
+	p := startInProcess(append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret,
+		"--data-dir", t.TempDir(), "--outbox-poll-interval", "50ms", "--log-level", "warn"}, args...))
+	t.Cleanup(func() { p.stop(t, 30*time.Second) })
+	var base string
+	p.waitUntil(t, 30*time.Second, "its address", func() bool {
+		m := listenRE.FindStringSubmatch(p.out.String())
+		if m != nil {
+			base = m[1]
 		}
+		return m != nil
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := listenRE.FindStringSubmatch(stdout.String()); m != nil {
-			return m[1]
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited %d before listening: %s", code, stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("serve did not print its address: %s", stderr.String())
-	return ""
+	return base
 }
 
 func mint(t *testing.T, tenant, sub string, grants ...string) string {
