@@ -84,10 +84,7 @@ func TestPostgresBatchSmoke(t *testing.T) {
 	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: 8})
 	rec.WaitFor(t, 10*time.Second, "all records", func() bool { return rec.Count() >= 50 })
 	for _, id := range ids {
-		storetest.Eventually(t, 5*time.Second, "dispatched", func() bool {
-			_, ok := storetest.StateOf(t, s, id).(outboxfeed.Dispatched)
-			return ok
-		})
+		storetest.EventuallyIn[outboxfeed.Dispatched](t, 5*time.Second, "dispatched", s, id)
 	}
 	for i := range 7 {
 		got := rec.Channel(fanout.Key{Tenant: "acme", Channel: fmt.Sprintf("c/%d", i)})
@@ -136,10 +133,7 @@ func TestWorkerPublishesToMemoryBroker(t *testing.T) {
 		ids = append(ids, id)
 	}
 	for _, id := range ids {
-		storetest.Eventually(t, 5*time.Second, "dispatched", func() bool {
-			_, ok := storetest.StateOf(t, s, id).(outboxfeed.Dispatched)
-			return ok
-		})
+		storetest.EventuallyIn[outboxfeed.Dispatched](t, 5*time.Second, "dispatched", s, id)
 	}
 	r, err := b.Recover(ctx, fanout.Key{Tenant: "acme", Channel: "orders/1"}, fanout.Position{}, 0)
 	testenv.Must(t, err, "recover")

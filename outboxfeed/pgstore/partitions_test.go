@@ -201,10 +201,7 @@ func TestPostgresReplayAfterRepartition(t *testing.T) {
 	}
 	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
 	id := pgStage(t, s, storetest.Note("c/dl", `{}`))[0]
-	storetest.Eventually(t, 10*time.Second, "the record dead-lettered", func() bool {
-		_, ok := storetest.StateOf(t, s, id).(outboxfeed.DeadLetter)
-		return ok
-	})
+	storetest.EventuallyIn[outboxfeed.DeadLetter](t, 10*time.Second, "the record dead-lettered", s, id)
 	testenv.Must(t, a.SetPartitions(ctx, 8), "set partitions")
 	storetest.Eventually(t, time.Minute, "the change finished", func() bool { return oldPartitionsRetired(t, a, 8) })
 	broken.Store(false)
@@ -214,10 +211,7 @@ func TestPostgresReplayAfterRepartition(t *testing.T) {
 		t.Fatalf("replayed %v, skipped %v", res.Replayed, res.Skipped)
 	}
 	rec.WaitFor(t, 30*time.Second, "the replayed record", func() bool { _, ok := rec.ByID(id); return ok })
-	storetest.Eventually(t, 10*time.Second, "the replayed record dispatched", func() bool {
-		_, ok := storetest.StateOf(t, s, id).(outboxfeed.Dispatched)
-		return ok
-	})
+	storetest.EventuallyIn[outboxfeed.Dispatched](t, 10*time.Second, "the replayed record dispatched", s, id)
 }
 
 // A partition whose channel holds more than a batch in its retry queue

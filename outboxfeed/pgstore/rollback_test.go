@@ -127,10 +127,7 @@ func testPostgresSchemaRollback(t *testing.T, older bool) {
 	rec := storetest.NewRecorder()
 	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
 	rec.WaitFor(t, time.Minute, "the record staged after the upgrade", func() bool { _, ok := rec.ByID(next[0]); return ok })
-	storetest.Eventually(t, time.Minute, "it is dispatched", func() bool {
-		_, ok := storetest.StateOf(t, s, next[0]).(outboxfeed.Dispatched)
-		return ok
-	})
+	storetest.EventuallyIn[outboxfeed.Dispatched](t, time.Minute, "it is dispatched", s, next[0])
 	if c := rec.Count(); c != 1 {
 		t.Fatalf("after the upgrade %d deliveries, want only %s (the older release delivered %d)", c, next[0], n)
 	}
