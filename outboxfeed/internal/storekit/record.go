@@ -3,6 +3,7 @@ package storekit
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -127,4 +128,35 @@ func OneRecord[R Rows](id string, rows R, scan func(R) (outboxfeed.Record, error
 		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
 	}
 	return r, nil
+}
+
+// ReadsJSON is a reader's reads as the reader table keeps them: a JSON
+// array, [] for none.
+func ReadsJSON(reads []outboxfeed.TypeVersion) (string, error) {
+	if reads == nil {
+		reads = []outboxfeed.TypeVersion{}
+	}
+	b, err := json.Marshal(reads)
+	if err != nil {
+		return "", fmt.Errorf("outboxfeed: reader heartbeat: %w", err)
+	}
+	return string(b), nil
+}
+
+// RegisterHandler is a store's RegisterHandler: spec normalized, then
+// insert makes the handler's rows in one transaction and reports whether
+// it created them (false: the handler was known), which is logged.
+func RegisterHandler(spec outboxfeed.HandlerSpec, log *slog.Logger, insert func(outboxfeed.HandlerSpec) (bool, error)) (bool, error) {
+	spec, err := spec.Normalized()
+	if err != nil {
+		return false, err
+	}
+	created, err := insert(spec)
+	if err != nil {
+		return false, fmt.Errorf("outboxfeed: register handler %s: %w", spec.Name, err)
+	}
+	if created {
+		log.Info("outbox handler registered", "handler", spec.Name, "type", spec.Type, "start", spec.Start)
+	}
+	return created, nil
 }
