@@ -14,10 +14,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 func writeRaw(t testing.TB, doc string) string {
@@ -352,24 +353,6 @@ func TestJWKSStaleReloadDoesNotStallOthers(t *testing.T) {
 	}
 }
 
-// syncLog is a goroutine-safe log sink.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestJWKSRefusesSymmetricKeys: a key set that publishes a shared secret
 // (kty "oct") does not let its readers mint tokens: an HS256 token signed
 // with that secret is refused, with or without its kid, even when HS256
@@ -383,7 +366,7 @@ func TestJWKSRefusesSymmetricKeys(t *testing.T) {
 	srv := newJWKSServer(t, oct, ed)
 	for name, loc := range map[string]string{"url": srv.URL + "/jwks.json", "file": writeJWKS(t, "", oct, ed)} {
 		t.Run(name, func(t *testing.T) {
-			var logs syncLog
+			var logs testenv.SyncBuffer
 			v, err := NewVerifier(Config{
 				JWKS: loc, Algorithms: SupportedAlgorithms(),
 				Logger: slog.New(slog.NewTextHandler(&logs, nil)),

@@ -148,6 +148,20 @@ func claimIDs(c *Claims) (sid, jti string) {
 	return c.SessionID, c.TokenID
 }
 
+// lookUpRevoked is IsRevoked of a database store: query reports whether
+// sid or jti is revoked now; claims with neither are not looked up.
+func lookUpRevoked(c *Claims, query func(sid, jti string) (bool, error)) (bool, error) {
+	sid, jti := claimIDs(c)
+	if sid == "" && jti == "" {
+		return false, nil
+	}
+	revoked, err := query(sid, jti)
+	if err != nil {
+		return false, fmt.Errorf("auth: is revoked: %w", err)
+	}
+	return revoked, nil
+}
+
 // The stores implement RevocationStore; the ticket stores TicketIssuer.
 var (
 	_ RevocationStore = (*MemoryRevocations)(nil)

@@ -74,18 +74,12 @@ func (s *PostgresRevocations) Revoke(ctx context.Context, r Revocation) error {
 
 // IsRevoked reports whether c's sid or jti is revoked now.
 func (s *PostgresRevocations) IsRevoked(ctx context.Context, c *Claims) (bool, error) {
-	sid, jti := claimIDs(c)
-	if sid == "" && jti == "" {
-		return false, nil
-	}
-	var revoked bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM herald.revocation
+	return lookUpRevoked(c, func(sid, jti string) (revoked bool, err error) {
+		err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM herald.revocation
 		WHERE expires_at > now() AND ((kind = 'sid' AND id = $1) OR (kind = 'jti' AND id = $2)))`,
-		sid, jti).Scan(&revoked)
-	if err != nil {
-		return false, fmt.Errorf("auth: is revoked: %w", err)
-	}
-	return revoked, nil
+			sid, jti).Scan(&revoked)
+		return revoked, err
+	})
 }
 
 // List returns the live revocations by created_at then id.

@@ -108,18 +108,12 @@ func (s *SQLiteRevocations) Revoke(ctx context.Context, r Revocation) error {
 
 // IsRevoked reports whether c's sid or jti is revoked now.
 func (s *SQLiteRevocations) IsRevoked(ctx context.Context, c *Claims) (bool, error) {
-	sid, jti := claimIDs(c)
-	if sid == "" && jti == "" {
-		return false, nil
-	}
-	var revoked bool
-	err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM revocation
+	return lookUpRevoked(c, func(sid, jti string) (revoked bool, err error) {
+		err = s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM revocation
 		WHERE expires_at > ? AND ((kind = 'sid' AND id = ?) OR (kind = 'jti' AND id = ?)))`,
-		s.now().UnixMilli(), sid, jti).Scan(&revoked)
-	if err != nil {
-		return false, fmt.Errorf("auth: is revoked: %w", err)
-	}
-	return revoked, nil
+			s.now().UnixMilli(), sid, jti).Scan(&revoked)
+		return revoked, err
+	})
 }
 
 // List returns the live revocations by created_at then id.

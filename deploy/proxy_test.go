@@ -324,6 +324,18 @@ func (c *cluster) publish(t *testing.T, channel string, n int) string {
 	return strings.TrimSpace(string(out))
 }
 
+// publishWhileAway publishes records 2 to 4 of channel, the first
+// having reached a client that is now gone, and waits until they are
+// dispatched; it returns their ids.
+func (c *cluster) publishWhileAway(t *testing.T, channel string) []string {
+	var ids []string
+	for i := 2; i <= 4; i++ {
+		ids = append(ids, c.publish(t, channel, i))
+	}
+	c.waitDispatched(t, channel, 4)
+	return ids
+}
+
 // waitDispatched waits until n records of channel are dispatched, that is
 // in the channel's history in Redis (`herald outbox list`).
 func (c *cluster) waitDispatched(t *testing.T, channel string, n int) {
@@ -1339,12 +1351,8 @@ func checkRestartSSE(t *testing.T, c *cluster, p *proxy, cl clients) {
 			t.Fatalf("after the node died: %+v", ev)
 		}
 	}
-	var want []string
-	for i := 2; i <= 4; i++ {
-		want = append(want, c.publish(t, ch, i))
-	}
 	// In the history before the client comes back: the resume replays them.
-	c.waitDispatched(t, ch, 4)
+	want := c.publishWhileAway(t, ch)
 	var s2 *sseStream
 	retry(t, "SSE reconnect through "+p.name, func() error {
 		var status int
@@ -1396,11 +1404,7 @@ func checkRestartWebSocket(t *testing.T, c *cluster, p *proxy, cl clients) {
 			t.Fatal("the WebSocket stayed open after its node died")
 		}
 	}
-	var want []string
-	for i := 2; i <= 4; i++ {
-		want = append(want, c.publish(t, ch, i))
-	}
-	c.waitDispatched(t, ch, 4)
+	want := c.publishWhileAway(t, ch)
 	var w2 *wsClient
 	retry(t, "WebSocket reconnect through "+p.name, func() error {
 		var err error

@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/heraldgw/herald/fanout/internal/history"
 )
 
 // Defaults shared by MemoryConfig and redisbroker.Config, exported for docs and
 // the CLI.
 const (
-	DefaultHistorySize = 1000
-	DefaultHistoryTTL  = 24 * time.Hour
+	DefaultHistorySize = history.DefaultSize
+	DefaultHistoryTTL  = history.DefaultTTL
 	DefaultMaxChannels = 100000
 )
 
@@ -62,12 +64,7 @@ type MemoryConfig struct {
 }
 
 func (c MemoryConfig) withDefaults() MemoryConfig {
-	if c.HistorySize == 0 {
-		c.HistorySize = DefaultHistorySize
-	}
-	if c.HistoryTTL == 0 {
-		c.HistoryTTL = DefaultHistoryTTL
-	}
+	history.Defaults(&c.HistorySize, &c.HistoryTTL)
 	if c.MaxChannels == 0 {
 		c.MaxChannels = DefaultMaxChannels
 	}
@@ -78,11 +75,8 @@ func (c MemoryConfig) withDefaults() MemoryConfig {
 }
 
 func (c MemoryConfig) validate() error {
-	if c.HistorySize < 1 {
-		return fmt.Errorf("fanout: memory config: %w: HistorySize %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.HistorySize, DefaultHistorySize)
-	}
-	if c.HistoryTTL < time.Millisecond {
-		return fmt.Errorf("fanout: memory config: %w: HistoryTTL %s: must be ≥ 1ms (0 means %s)", ErrInvalidConfig, c.HistoryTTL, DefaultHistoryTTL)
+	if err := history.Check("memory config", c.HistorySize, c.HistoryTTL, ErrInvalidConfig); err != nil {
+		return err
 	}
 	if c.MaxChannels < 1 {
 		return fmt.Errorf("fanout: memory config: %w: MaxChannels %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.MaxChannels, DefaultMaxChannels)

@@ -150,18 +150,14 @@ type recordReader struct {
 	bad bool
 }
 
-func (r *recordReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.bad, r.b = true, nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *recordReader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
 
-func (r *recordReader) varint() int64 {
-	v, n := binary.Varint(r.b)
+func (r *recordReader) varint() int64 { return readVarint(r, binary.Varint) }
+
+// readVarint takes one number off r with decode (binary.Uvarint or
+// binary.Varint).
+func readVarint[T int64 | uint64](r *recordReader, decode func([]byte) (T, int)) T {
+	v, n := decode(r.b)
 	if n <= 0 {
 		r.bad, r.b = true, nil
 		return 0

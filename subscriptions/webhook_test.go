@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -248,8 +250,8 @@ func TestWebhookFailsClosed(t *testing.T) {
 		},
 	}
 	run := func(t *testing.T, url string, h *hook) {
-		var logs strings.Builder
-		a := newWebhookAuthorizer(t, Config{WebhookURL: url, Logger: newTestLogger(&logs)})
+		var logs testenv.SyncBuffer
+		a := newWebhookAuthorizer(t, Config{WebhookURL: url, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		ctx := context.Background()
 		for range 2 {
 			d, err := a.Authorize(ctx, Request{Claims: conn("alice", "acme"), Channel: "x/1"})

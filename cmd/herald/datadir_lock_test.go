@@ -10,12 +10,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // startBinary starts bin with args (a clean environment) and returns the
 // process and the file its stdout goes to; the test kills it at the end if
 // it still runs.
-func startBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, *bgProc, *syncBuffer) {
+func startBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, *bgProc, *testenv.SyncBuffer) {
 	t.Helper()
 	return spawn(t, "", bin, "herald", false, args...)
 }
@@ -25,7 +27,7 @@ func startBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, *bgProc, 
 // args). When the test ends it is sent SIGTERM and, still running 30s
 // later, killed (an error); with clean, exiting otherwise than cleanly is
 // an error too.
-func spawn(t *testing.T, dir, bin, name string, clean bool, args ...string) (*exec.Cmd, *bgProc, *syncBuffer) {
+func spawn(t *testing.T, dir, bin, name string, clean bool, args ...string) (*exec.Cmd, *bgProc, *testenv.SyncBuffer) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "stdout")
 	f, err := os.Create(out)
@@ -33,7 +35,7 @@ func spawn(t *testing.T, dir, bin, name string, clean bool, args ...string) (*ex
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd := exec.Command(bin, args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, cleanEnv(), f, &stderr
 	if err := cmd.Start(); err != nil {

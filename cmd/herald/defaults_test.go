@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // buildHerald compiles the binary the way `make run` does.
@@ -53,7 +55,7 @@ func TestServeWithDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

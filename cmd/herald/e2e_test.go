@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,60 +24,24 @@ import (
 
 const testSecret = "e2e-secret-0123456789abcdef-0123456789"
 
-// syncBuffer is an io.Writer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listenRE = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startServe runs `herald serve` in-process and returns its base URL. The
 // server stops when the test ends.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
-	full := append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret,
-		"--data-dir", t.TempDir(), "--outbox-poll-interval", "50ms", "--log-level", "warn"}, args...)
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, full, &stdout, &stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exited %d: %s", code, stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("serve did not stop within 30s")
+	p := startInProcess(append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret,
+		"--data-dir", t.TempDir(), "--outbox-poll-interval", "50ms", "--log-level", "warn"}, args...))
+	t.Cleanup(func() { p.stop(t, 30*time.Second) })
+	var base string
+	p.waitUntil(t, 30*time.Second, "its address", func() bool {
+		m := listenRE.FindStringSubmatch(p.out.String())
+		if m != nil {
+			base = m[1]
 		}
+		return m != nil
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := listenRE.FindStringSubmatch(stdout.String()); m != nil {
-			return m[1]
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited %d before listening: %s", code, stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("serve did not print its address: %s", stderr.String())
-	return ""
+	return base
 }
 
 func mint(t *testing.T, tenant, sub string, grants ...string) string {

@@ -393,7 +393,7 @@ func testRestartResumes(t *testing.T, bin, dbURL string, sig syscall.Signal) {
 	if pg {
 		args = append(args, "--database-url", dbURL)
 	}
-	start := func() (pid int, base string, stderr *syncBuffer) {
+	start := func() (pid int, base string, stderr *testenv.SyncBuffer) {
 		_, proc, stderr := startBinary(t, bin, args...)
 		t.Cleanup(func() {
 			if t.Failed() {

@@ -45,35 +45,10 @@ func runFeedUntil(t *testing.T, dbURL, types string, what string, done func() bo
 	if err := os.WriteFile(path, []byte(types), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
-	exited := make(chan int, 1)
-	go func() {
-		exited <- run(ctx, append([]string{"feed", "--listen", "", "--types", path,
-			"--outbox-poll-interval", "20ms", "--log-level", "error"}, storeArgs(dbURL)...), &out, &errOut)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case code := <-exited:
-			if code != 0 {
-				t.Errorf("feed exited %d: %s", code, errOut.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("feed did not stop")
-		}
-	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for !done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("feed: timed out waiting for %s; stderr: %s", what, errOut.String())
-		}
-		select {
-		case code := <-exited:
-			t.Fatalf("feed exited %d early: %s", code, errOut.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	p := startInProcess(append([]string{"feed", "--listen", "", "--types", path,
+		"--outbox-poll-interval", "20ms", "--log-level", "error"}, storeArgs(dbURL)...))
+	defer p.stop(t, 20*time.Second)
+	p.waitUntil(t, 15*time.Second, what, done)
 }
 
 // replayRow is one herald.outbox_replay / outbox_replay row.

@@ -432,28 +432,9 @@ func TestSharedConfigFile(t *testing.T) {
 // until it prints its first line, then stops it.
 func runUntilStarted(t *testing.T, args ...string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, &out, &errOut) }()
-	deadline := time.Now().Add(time.Minute) // a failure bound, not a budget
-	for !strings.Contains(out.String(), "\n") {
-		select {
-		case code := <-done:
-			cancel()
-			t.Fatalf("herald %s exited %d before starting: %s", strings.Join(args, " "), code, errOut.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("herald %s printed nothing within 1m: %s", strings.Join(args, " "), errOut.String())
-		}
-	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("herald %s exited %d: %s", strings.Join(args, " "), code, errOut.String())
-	}
+	p := startInProcess(args)
+	defer p.stop(t, time.Minute)
+	p.waitUntil(t, time.Minute, "its first line", func() bool { return strings.Contains(p.out.String(), "\n") })
 }
 
 // TestFanoutSettingsRefused: a negative --fanout-workers or --fanout-share

@@ -30,6 +30,21 @@ func newTestRedisBroker(t *testing.T, cfg Config) *Broker {
 	return b
 }
 
+// subscribedBefore subscribes a resync-aware subscriber on node to
+// channel acme/ch and waits until it has received "before", published by
+// publisher.
+func subscribedBefore(t *testing.T, node redisNode, publisher *Broker, ch string) (fanout.Key, fanouttest.ResyncSub, fanout.Publication) {
+	t.Helper()
+	key := fanout.Key{Tenant: "acme", Channel: ch}
+	sub := fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
+	if err := node.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
+		t.Fatal(err)
+	}
+	first := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "before"))
+	sub.Receive(t, 1)
+	return key, sub, first
+}
+
 // redisNode is one gateway node: a Broker started with a fanout.Hub.
 type redisNode struct {
 	broker *Broker
@@ -264,13 +279,7 @@ func TestRedisResyncAfterClientKill(t *testing.T) {
 	name := "herald-test-" + testenv.Suffix()
 	node := newRedisNode(t, Config{URL: url + "?client_name=" + name, KeyPrefix: prefix})
 	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
-	key := fanout.Key{Tenant: "acme", Channel: "kill"}
-	sub := fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
-	if err := node.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
-		t.Fatal(err)
-	}
-	first := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "before"))
-	sub.Receive(t, 1)
+	key, sub, first := subscribedBefore(t, node, publisher, "kill")
 
 	raw := rawRedis(t, url)
 	id := pubsubClientID(t, raw, name)
@@ -394,13 +403,7 @@ func TestRedisSilentConnectionReplaced(t *testing.T) {
 	url, prefix, proxied, proxy := proxiedRedis(t)
 	node := newRedisNode(t, Config{URL: proxied, KeyPrefix: prefix, HealthCheckInterval: 100 * time.Millisecond})
 	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
-	key := fanout.Key{Tenant: "acme", Channel: "silent"}
-	sub := fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
-	if err := node.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
-		t.Fatal(err)
-	}
-	fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "before"))
-	sub.Receive(t, 1)
+	key, sub, _ := subscribedBefore(t, node, publisher, "silent")
 
 	close(proxy.frozen)
 	sub.WaitResync(t, "silent connection was not replaced")
@@ -667,13 +670,7 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 		HealthCheckInterval: time.Minute, Logger: slog.New(logs)})
 	node.Store(n.broker)
 	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
-	key := fanout.Key{Tenant: "acme", Channel: "heartbeat"}
-	sub := fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
-	if err := n.hub.Subscribe(fanouttest.Context(t), key, sub); err != nil {
-		t.Fatal(err)
-	}
-	fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "before"))
-	sub.Receive(t, 1)
+	key, sub, _ := subscribedBefore(t, n, publisher, "heartbeat")
 	if err := n.broker.Ping(fanouttest.Context(t)); err != nil {
 		t.Fatal(err)
 	}

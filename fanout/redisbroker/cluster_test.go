@@ -121,6 +121,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// channelOn is a channel of channels (as clusterChannels returns them)
+// whose slot node owns.
+func channelOn(channels map[fanout.Key]int, node int) fanout.Key {
+	for k, n := range channels {
+		if n == node {
+			return k
+		}
+	}
+	return fanout.Key{}
+}
+
 // clusterChannels returns per channel key the node owning its slot, with
 // perNode channels on each of the cluster's nodes.
 func clusterChannels(t *testing.T, c *testCluster, b *Broker, perNode int) map[fanout.Key]int {
@@ -295,12 +306,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	c, a, b, name := clusterPair(t)
 	channels := clusterChannels(t, c, b.broker, 1)
 	subs := subscribeEach(t, a, b, channels)
-	var moved fanout.Key
-	for k, node := range channels {
-		if node == 0 {
-			moved = k
-		}
-	}
+	moved := channelOn(channels, 0)
 	slot := keySlot(b.broker.topic(moved))
 	c.moveSlot(slot, 0, 1)
 
@@ -339,12 +345,7 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 	c, a, b, _ := clusterPair(t)
 	channels := clusterChannels(t, c, b.broker, 1)
 	subs := subscribeEach(t, a, b, channels)
-	var victim fanout.Key
-	for k, node := range channels {
-		if node == 2 {
-			victim = k
-		}
-	}
+	victim := channelOn(channels, 2)
 	c.Kill(2)
 	c.Start(2)
 	c.WaitOK(2)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/internal/history"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -142,12 +143,7 @@ func (c Config) withDefaults() Config {
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = DefaultKeyPrefix
 	}
-	if c.HistorySize == 0 {
-		c.HistorySize = fanout.DefaultHistorySize
-	}
-	if c.HistoryTTL == 0 {
-		c.HistoryTTL = fanout.DefaultHistoryTTL
-	}
+	history.Defaults(&c.HistorySize, &c.HistoryTTL)
 	if c.HealthCheckInterval == 0 {
 		c.HealthCheckInterval = DefaultHealthCheckInterval
 	}
@@ -168,11 +164,8 @@ func (c Config) validate() (redis.UniversalClient, error) {
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("fanout: redis config: %w: KeyPrefix %q: must not contain '{' or '}'", fanout.ErrInvalidConfig, c.KeyPrefix)
 	}
-	if c.HistorySize < 1 {
-		return nil, fmt.Errorf("fanout: redis config: %w: HistorySize %d: must be ≥ 1 (0 means %d)", fanout.ErrInvalidConfig, c.HistorySize, fanout.DefaultHistorySize)
-	}
-	if c.HistoryTTL < time.Millisecond {
-		return nil, fmt.Errorf("fanout: redis config: %w: HistoryTTL %s: must be ≥ 1ms (0 means %s)", fanout.ErrInvalidConfig, c.HistoryTTL, fanout.DefaultHistoryTTL)
+	if err := history.Check("redis config", c.HistorySize, c.HistoryTTL, fanout.ErrInvalidConfig); err != nil {
+		return nil, err
 	}
 	if c.HealthCheckInterval < 10*time.Millisecond {
 		return nil, fmt.Errorf("fanout: redis config: %w: HealthCheckInterval %s: must be ≥ 10ms (0 means %s)", fanout.ErrInvalidConfig, c.HealthCheckInterval, DefaultHealthCheckInterval)

@@ -284,6 +284,20 @@ func (b *Broker) receiveLoop(ctx context.Context, sh *redisShard) {
 	}
 }
 
+// renewLocked gives sh, unless it is closed, a new connection with no
+// subscription awaiting confirmation, and returns the old one for the
+// caller to close once b.mu is released (nil when sh is closed). Caller
+// holds b.mu.
+func (b *Broker) renewLocked(ctx context.Context, sh *redisShard) *redis.PubSub {
+	if sh.closed {
+		return nil
+	}
+	old := sh.ps
+	sh.ps = b.newPubSub(ctx, sh)
+	clear(sh.pending)
+	return old
+}
+
 // replaceShard closes sh's connection and opens a new one subscribed to
 // every topic.
 func (b *Broker) replaceShard(ctx context.Context, sh *redisShard) {
@@ -292,13 +306,11 @@ func (b *Broker) replaceShard(ctx context.Context, sh *redisShard) {
 		return
 	}
 	b.mu.Lock()
-	if sh.closed {
+	old := b.renewLocked(ctx, sh)
+	if old == nil {
 		b.mu.Unlock()
 		return
 	}
-	old := sh.ps
-	sh.ps = b.newPubSub(ctx, sh)
-	clear(sh.pending)
 	if topics := append(slices.Collect(maps.Keys(sh.topics)), b.hbTopic); len(topics) > 0 {
 		if err := b.subscribeLocked(ctx, sh, topics...); err != nil {
 			b.logs.Warn("fanout: redis resubscribe not sent; waiting for the connection", "err", err)

@@ -196,13 +196,11 @@ func (b *Broker) moveSlot(ctx context.Context, sh *redisShard, slot int, addr st
 // may have moved them).
 func (b *Broker) restoreShard(ctx context.Context, sh *redisShard) {
 	b.mu.Lock()
-	if sh.closed {
+	old := b.renewLocked(ctx, sh)
+	if old == nil {
 		b.mu.Unlock()
 		return
 	}
-	old := sh.ps
-	sh.ps = b.newPubSub(ctx, sh)
-	clear(sh.pending)
 	topics := make([]string, 0, len(sh.topics))
 	for t := range sh.topics {
 		topics = append(topics, t)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -34,45 +35,36 @@ func (s *Store) ForHandler(name string) outboxfeed.Store {
 //     still hold records), and the active ones wait behind them, so each
 //     channel keeps its order across the change.
 func (s *Store) RegisterHandler(ctx context.Context, spec outboxfeed.HandlerSpec) (bool, error) {
-	spec, err := spec.Normalized()
-	if err != nil {
-		return false, err
-	}
-	var created bool
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Claims and changes of the partition count wait for this.
-		if _, err := tx.Exec(ctx, `LOCK TABLE herald.outbox_partition IN EXCLUSIVE MODE`); err != nil {
+	return storekit.RegisterHandler(spec, s.log, func(spec outboxfeed.HandlerSpec) (created bool, err error) {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			// Claims and changes of the partition count wait for this.
+			if _, err := tx.Exec(ctx, `LOCK TABLE herald.outbox_partition IN EXCLUSIVE MODE`); err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `INSERT INTO herald.outbox_handler (name, type, start_from) VALUES ($1, $2, $3)
+				ON CONFLICT (name) DO NOTHING`, spec.Name, spec.Type, string(spec.Start))
+			if err != nil {
+				return err
+			}
+			if created = tag.RowsAffected() == 1; !created {
+				return nil
+			}
+			q := `INSERT INTO herald.outbox_partition (handler, part, lo, state)
+				SELECT $1, p.part, pg_current_snapshot(), p.state FROM herald.outbox_partition p WHERE p.handler = 'realtime'`
+			if spec.Start == outboxfeed.StartRetained {
+				q = `INSERT INTO herald.outbox_partition (handler, part, lo, state)
+				SELECT $1, p.part, '1:1:'::pg_snapshot, CASE
+					WHEN p.state IN ('retired', 'retiring') THEN 'retiring'
+					WHEN p.state = 'active' AND EXISTS (SELECT 1 FROM herald.outbox_partition o
+						WHERE o.handler = 'realtime' AND o.state IN ('retired', 'retiring')) THEN 'waiting'
+					ELSE p.state END
+				FROM herald.outbox_partition p WHERE p.handler = 'realtime'`
+			}
+			_, err = tx.Exec(ctx, q, spec.Name)
 			return err
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO herald.outbox_handler (name, type, start_from) VALUES ($1, $2, $3)
-			ON CONFLICT (name) DO NOTHING`, spec.Name, spec.Type, string(spec.Start))
-		if err != nil {
-			return err
-		}
-		if created = tag.RowsAffected() == 1; !created {
-			return nil
-		}
-		q := `INSERT INTO herald.outbox_partition (handler, part, lo, state)
-			SELECT $1, p.part, pg_current_snapshot(), p.state FROM herald.outbox_partition p WHERE p.handler = 'realtime'`
-		if spec.Start == outboxfeed.StartRetained {
-			q = `INSERT INTO herald.outbox_partition (handler, part, lo, state)
-			SELECT $1, p.part, '1:1:'::pg_snapshot, CASE
-				WHEN p.state IN ('retired', 'retiring') THEN 'retiring'
-				WHEN p.state = 'active' AND EXISTS (SELECT 1 FROM herald.outbox_partition o
-					WHERE o.handler = 'realtime' AND o.state IN ('retired', 'retiring')) THEN 'waiting'
-				ELSE p.state END
-			FROM herald.outbox_partition p WHERE p.handler = 'realtime'`
-		}
-		_, err = tx.Exec(ctx, q, spec.Name)
-		return err
+		})
+		return created, err
 	})
-	if err != nil {
-		return false, fmt.Errorf("outboxfeed: register handler %s: %w", spec.Name, err)
-	}
-	if created {
-		s.log.Info("outbox handler registered", "handler", spec.Name, "type", spec.Type, "start", spec.Start)
-	}
-	return created, nil
 }
 
 // SetHandlerState implements outboxfeed.HandlerStore; it wakes every

@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldgw/herald/outboxfeed/storetest"
-
-	"github.com/heraldgw/herald/outboxfeed"
-	"github.com/heraldgw/herald/outboxfeed/stage"
-
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/stage"
+	"github.com/heraldgw/herald/outboxfeed/storetest"
 )
 
 // TestPostgresSetPartitionsKeepsOrder changes the partition count from 4
@@ -119,4 +117,145 @@ func TestPostgresSetPartitionsKeepsOrder(t *testing.T) {
 		t.Fatalf("a record staged after the change is in partition %d, want one of 4..11", part)
 	}
 	rec.WaitFor(t, 10*time.Second, "a record staged after the change", func() bool { _, ok := rec.ByID(id); return ok })
+}
+
+// oldPartitionsRetired reports whether a change of the partition count
+// from 4 has finished: the 4 old partitions retired, the new ones active.
+func oldPartitionsRetired(t *testing.T, a outboxfeed.Admin, n int) bool {
+	t.Helper()
+	ps, err := a.Partitions(context.Background())
+	if err != nil {
+		return false
+	}
+	states := map[string]int{}
+	for _, p := range ps {
+		states[p.State]++
+	}
+	return states["retired"] == 4 && states["active"] == n
+}
+
+// A producer that stages under the old mapping while the change of the
+// partition count commits, and commits after it, must still be
+// delivered: its partition cannot retire before it ends. The interleaving
+// is made exact on a PostgreSQL of the test's own (xids are the cluster's):
+// the change takes its xid and waits on a row lock; the producer stages
+// (old mapping, the next xid) and stays open; the change commits.
+func TestPostgresRepartitionWaitsForOpenProducers(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPrivatePG(t)
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URL: pg.URL()})
+	testenv.Must(t, err, "open store")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.Migrate(ctx), "migrate")
+	a, _ := outboxfeed.AdminOf(s)
+
+	// Hold the repartition row, so the change blocks after its first write.
+	x, err := s.Pool().Begin(ctx)
+	testenv.Must(t, err, "begin X")
+	defer func() { _ = x.Rollback(ctx) }()
+	_, err = x.Exec(ctx, `SELECT * FROM herald.outbox_repartition FOR UPDATE`)
+	testenv.Must(t, err, "lock the repartition row")
+	changed := make(chan error, 1)
+	go func() { changed <- a.SetPartitions(ctx, 8) }()
+	storetest.Eventually(t, 30*time.Second, "the change waiting on the row lock", func() bool {
+		var n int
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%outbox_repartition%'`).Scan(&n), "activity")
+		return n == 1
+	})
+	p, pIDs := openStage(t, s, storetest.Note("c/open", `{"producer":"P"}`))
+	testenv.Must(t, x.Commit(ctx), "release the change")
+	testenv.Must(t, <-changed, "set partitions")
+
+	rec := storetest.NewRecorder()
+	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{Lanes: 1, PollInterval: 10 * time.Millisecond})
+	qID, err := stageOne(ctx, s, storetest.Note("c/after", `{"staged":"after the change"}`))
+	testenv.Must(t, err, "stage after the change")
+	// Give the Worker many claims while P is open: none may retire the
+	// partition P staged into.
+	storetest.Eventually(t, time.Minute, "claims while the producer is open", func() bool {
+		return w.Claims(outboxfeed.ClaimEmpty)+w.Claims(outboxfeed.ClaimBatch) >= 50
+	})
+	testenv.Must(t, p.Commit(ctx), "commit P")
+	rec.WaitFor(t, time.Minute, "the record P staged under the old mapping", func() bool { _, ok := rec.ByID(pIDs[0]); return ok })
+	rec.WaitFor(t, time.Minute, "the record staged after the change", func() bool { _, ok := rec.ByID(qID); return ok })
+	storetest.Eventually(t, time.Minute, "the change finished", func() bool { return oldPartitionsRetired(t, a, 8) })
+}
+
+// A dead letter of a partition that a change of the partition count
+// retired is delivered when it is replayed.
+func TestPostgresReplayAfterRepartition(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	a, _ := outboxfeed.AdminOf(s)
+	var broken atomic.Bool
+	broken.Store(true)
+	rec := storetest.NewRecorder()
+	rec.Before = func(_ context.Context, msg fanout.Message) error {
+		if broken.Load() && msg.Key.Channel == "c/dl" {
+			return outboxfeed.Permanent(errors.New("the target refused it"))
+		}
+		return nil
+	}
+	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
+	id := pgStage(t, s, storetest.Note("c/dl", `{}`))[0]
+	storetest.EventuallyIn[outboxfeed.DeadLetter](t, 10*time.Second, "the record dead-lettered", s, id)
+	testenv.Must(t, a.SetPartitions(ctx, 8), "set partitions")
+	storetest.Eventually(t, time.Minute, "the change finished", func() bool { return oldPartitionsRetired(t, a, 8) })
+	broken.Store(false)
+	res, err := a.Replay(ctx, outboxfeed.ReplayRequest{IDs: []string{id}, Actor: "test", Reason: "the target is fixed"})
+	testenv.Must(t, err, "replay")
+	if len(res.Replayed) != 1 {
+		t.Fatalf("replayed %v, skipped %v", res.Replayed, res.Skipped)
+	}
+	rec.WaitFor(t, 30*time.Second, "the replayed record", func() bool { _, ok := rec.ByID(id); return ok })
+	storetest.EventuallyIn[outboxfeed.Dispatched](t, 10*time.Second, "the replayed record dispatched", s, id)
+}
+
+// A partition whose channel holds more than a batch in its retry queue
+// (a broker outage) is being retired by a change of the partition count:
+// once the broker is back the channel goes out in order, the partition
+// retires and the new ones take over.
+func TestPostgresRetiringPartitionWithAHeldChannel(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	a, _ := outboxfeed.AdminOf(s)
+	var down atomic.Bool
+	down.Store(true)
+	rec := storetest.NewRecorder()
+	rec.Before = func(context.Context, fanout.Message) error {
+		if down.Load() {
+			return storetest.ErrBrokerDown
+		}
+		return nil
+	}
+	const batch = 5
+	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: batch})
+	var held []string
+	for range 4 {
+		var ns []stage.Notification
+		for i := range batch {
+			ns = append(ns, storetest.Note("c/held", fmt.Sprintf(`{"i":%d}`, i)))
+		}
+		held = append(held, pgStage(t, s, ns...)...)
+	}
+	k := fanout.Key{Tenant: "acme", Channel: "c/held"}
+	storetest.Eventually(t, 30*time.Second, "the channel held past a batch", func() bool {
+		var n int
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_retry WHERE channel = $1 AND state = 'pending'`,
+			k.Channel).Scan(&n), "count held")
+		return n == len(held)
+	})
+	testenv.Must(t, a.SetPartitions(ctx, 8), "set partitions")
+	after := pgStage(t, s, storetest.Note("c/held", `{"after":"the change"}`))
+	down.Store(false)
+	want := append(held, after...)
+	rec.WaitFor(t, time.Minute, "the held channel", func() bool { return len(rec.Channel(k)) >= len(want) })
+	if got := rec.Channel(k); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("c/held published %v, want %v", got, want)
+	}
+	storetest.Eventually(t, time.Minute, "the change finished", func() bool { return oldPartitionsRetired(t, a, 8) })
 }

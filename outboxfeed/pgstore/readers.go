@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,16 +25,13 @@ const readerForgetAfter = "1 day"
 // and deletes rows unseen for a day. ErrNoHandler if the store does not
 // know handler.
 func (s *Store) Heartbeat(ctx context.Context, handler, owner string, reads []outboxfeed.TypeVersion) error {
-	if reads == nil {
-		reads = []outboxfeed.TypeVersion{}
-	}
-	b, err := json.Marshal(reads)
+	readsJSON, err := storekit.ReadsJSON(reads)
 	if err != nil {
-		return fmt.Errorf("outboxfeed: reader heartbeat: %w", err)
+		return err
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(`INSERT INTO herald.outbox_reader (handler, owner, reads) VALUES ($1, $2, $3)
-		ON CONFLICT (handler, owner) DO UPDATE SET reads = excluded.reads, seen_at = now()`, handler, owner, string(b))
+		ON CONFLICT (handler, owner) DO UPDATE SET reads = excluded.reads, seen_at = now()`, handler, owner, readsJSON)
 	batch.Queue(`DELETE FROM herald.outbox_reader WHERE seen_at < now() - interval '` + readerForgetAfter + `'`)
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
 		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23503" {

@@ -30,10 +30,7 @@ func TestPostgresRestoreIntoAnotherCluster(t *testing.T) {
 	w := storetest.StartWorker(t, src, rec, outboxfeed.WorkerConfig{})
 	done := pgStage(t, src, storetest.Note("orders/1", `{"n":1}`), storetest.Note("orders/2", `{"n":2}`), storetest.Note("orders/1", `{"n":3}`))
 	for _, id := range done {
-		storetest.Eventually(t, 10*time.Second, "delivered before the dump", func() bool {
-			_, ok := storetest.StateOf(t, src, id).(outboxfeed.Dispatched)
-			return ok
-		})
+		storetest.EventuallyIn[outboxfeed.Dispatched](t, 10*time.Second, "delivered before the dump", src, id)
 	}
 	w.Stop()
 	waiting := pgStage(t, src, storetest.Note("orders/1", `{"n":4}`), storetest.Note("orders/3", `{"n":5}`))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/heraldgw/herald/internal/wait"
 )
 
 // countingPublisher accepts everything and counts it.
@@ -247,7 +248,7 @@ func TestPostgresArchivingUnderOverlappingProducers(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 3 {
 			wg.Go(func() {
-				if !sleepCtx(pctx, time.Duration(i)*50*time.Millisecond) {
+				if !wait.Sleep(pctx, time.Duration(i)*50*time.Millisecond) {
 					return
 				}
 				for pctx.Err() == nil {
@@ -277,18 +278,5 @@ func TestPostgresArchivingUnderOverlappingProducers(t *testing.T) {
 		if run == 10 {
 			t.Fatalf("no done segment moved to the archive in %d runs while producers' transactions overlap", run)
 		}
-	}
-}
-
-// sleepCtx sleeps d, or less if ctx ends first; it reports whether it slept
-// the whole time.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

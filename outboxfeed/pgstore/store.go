@@ -221,17 +221,7 @@ func (s *Store) get(ctx context.Context, id, q string, args ...any) (outboxfeed.
 		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
 	}
 	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
-		}
-		return outboxfeed.Record{}, fmt.Errorf("%w: %s", outboxfeed.ErrNotFound, id)
-	}
-	r, err := scanPGRecord(rows)
-	if err != nil {
-		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
-	}
-	return r, nil
+	return storekit.OneRecord(id, rows, scanPGRecord)
 }
 
 // Stats counts the backlog: the records each partition's position does

@@ -440,10 +440,7 @@ func TestPostgresOutOfOrderCommits(t *testing.T) {
 	}
 	testenv.Must(t, t1.Commit(ctx), "commit T1")
 	rec.WaitFor(t, 5*time.Second, "T1's record", func() bool { _, ok := rec.ByID(t1IDs[0]); return ok })
-	storetest.Eventually(t, 5*time.Second, "T1's record dispatched", func() bool {
-		_, ok := storetest.StateOf(t, s, t1IDs[0]).(outboxfeed.Dispatched)
-		return ok
-	})
+	storetest.EventuallyIn[outboxfeed.Dispatched](t, 5*time.Second, "T1's record dispatched", s, t1IDs[0])
 	// A later record of the same channel still comes after it.
 	t3 := pgStage(t, s, storetest.Note("A", `{"tx":3}`))
 	rec.WaitFor(t, 5*time.Second, "T3's record", func() bool { _, ok := rec.ByID(t3[0]); return ok })
@@ -516,10 +513,7 @@ func TestPostgresLongTransactionDoesNotStall(t *testing.T) {
 	}
 	testenv.Must(t, long.Commit(ctx), "commit the long transaction")
 	rec.WaitFor(t, 5*time.Second, "the long transaction's record", func() bool { _, ok := rec.ByID(longIDs[0]); return ok })
-	storetest.Eventually(t, 5*time.Second, "its completion", func() bool {
-		_, ok := storetest.StateOf(t, s, longIDs[0]).(outboxfeed.Dispatched)
-		return ok
-	})
+	storetest.EventuallyIn[outboxfeed.Dispatched](t, 5*time.Second, "its completion", s, longIDs[0])
 	storetest.ExactlyOnce(t, rec, append(ids, longIDs[0]))
 	st, err := s.Stats(ctx)
 	testenv.Must(t, err, "stats")

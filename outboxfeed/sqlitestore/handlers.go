@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
 )
 
 var _ outboxfeed.HandlerStore = (*Store)(nil)
@@ -35,34 +36,25 @@ SELECT ?1, 0, CASE ?2 WHEN 'new' THEN coalesce((SELECT seq FROM sqlite_sequence 
 // record still in the outbox is its) or at the last seq allocated
 // (StartNew: only records committed after are its).
 func (s *Store) RegisterHandler(ctx context.Context, spec outboxfeed.HandlerSpec) (bool, error) {
-	spec, err := spec.Normalized()
-	if err != nil {
-		return false, err
-	}
-	var created bool
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO outbox_handler (name, type, start_from, created_at) VALUES (?1, ?2, ?3, ?4)
-ON CONFLICT (name) DO NOTHING`, spec.Name, spec.Type, string(spec.Start), time.Now().UnixMicro())
-		if err != nil {
+	return storekit.RegisterHandler(spec, s.log, func(spec outboxfeed.HandlerSpec) (created bool, err error) {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `INSERT INTO outbox_handler (name, type, start_from, created_at) VALUES (?1, ?2, ?3, ?4)
+	ON CONFLICT (name) DO NOTHING`, spec.Name, spec.Type, string(spec.Start), time.Now().UnixMicro())
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if created = n == 1; !created {
+				return nil
+			}
+			_, err = tx.ExecContext(ctx, sqliteRegisterPartition, spec.Name, string(spec.Start))
 			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if created = n == 1; !created {
-			return nil
-		}
-		_, err = tx.ExecContext(ctx, sqliteRegisterPartition, spec.Name, string(spec.Start))
-		return err
+		})
+		return created, err
 	})
-	if err != nil {
-		return false, fmt.Errorf("outboxfeed: register handler %s: %w", spec.Name, err)
-	}
-	if created {
-		s.log.Info("outbox handler registered", "handler", spec.Name, "type", spec.Type, "start", spec.Start)
-	}
-	return created, nil
 }
 
 // SetHandlerState implements outboxfeed.HandlerStore; it wakes this

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
 )
 
 var _ outboxfeed.ReaderRegistry = (*Store)(nil)
@@ -20,12 +21,9 @@ const readerForgetAfter = 24 * time.Hour
 // Heartbeat implements outboxfeed.ReaderRegistry: an upsert that keeps the
 // row's started_at; ErrNoHandler for a handler the store does not know.
 func (s *Store) Heartbeat(ctx context.Context, handler, owner string, reads []outboxfeed.TypeVersion) error {
-	if reads == nil {
-		reads = []outboxfeed.TypeVersion{}
-	}
-	b, err := json.Marshal(reads)
+	readsJSON, err := storekit.ReadsJSON(reads)
 	if err != nil {
-		return fmt.Errorf("outboxfeed: reader heartbeat: %w", err)
+		return err
 	}
 	now := time.Now()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -42,7 +40,7 @@ func (s *Store) Heartbeat(ctx context.Context, handler, owner string, reads []ou
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_reader (handler, owner, reads, started_at, seen_at) VALUES (?1, ?2, ?3, ?4, ?4)
 		ON CONFLICT (handler, owner) DO UPDATE SET reads = excluded.reads, seen_at = excluded.seen_at`,
-		handler, owner, string(b), now.UnixMicro()); err != nil {
+		handler, owner, readsJSON, now.UnixMicro()); err != nil {
 		return fmt.Errorf("outboxfeed: reader heartbeat of %s/%s: %w", handler, owner, err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM outbox_reader WHERE seen_at < ?1`, now.Add(-readerForgetAfter).UnixMicro()); err != nil {

@@ -15,19 +15,13 @@ import (
 // SchemaVersion is the version of the schema in the file: the number of
 // migrations applied (0 before the first).
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	var v int
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		applied, err := sqliteApplied(ctx, tx)
-		if err != nil {
+	return storekit.SchemaVersion(ctx, func(ctx context.Context) (applied []int, err error) {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			applied, err = sqliteApplied(ctx, tx)
 			return err
-		}
-		v, err = storekit.Current(applied)
-		return err
+		})
+		return applied, err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("outboxfeed: schema version: %w", err)
-	}
-	return v, nil
 }
 
 // MigrateTo takes the schema to version: up as Migrate does when the file
@@ -39,48 +33,18 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 // (NNN_name.downcheck.sql) names a reason not to now. Stop every Worker
 // of this release first.
 func (s *Store) MigrateTo(ctx context.Context, version int) error {
-	if version < 0 || version > len(sqliteMigrations) {
-		return fmt.Errorf("%w: schema version %d: this release knows 1 to %d", outboxfeed.ErrInvalidConfig, version, len(sqliteMigrations))
-	}
-	cur, err := s.SchemaVersion(ctx)
-	if err != nil {
-		return err
-	}
-	if version >= cur {
-		return s.migrate(ctx, version)
-	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	return storekit.MigrateTo(ctx, version, len(sqliteMigrations), s.SchemaVersion, s.migrate, s.migrateBack)
+}
+
+// migrateBack takes the schema back to version, below the current one.
+func (s *Store) migrateBack(ctx context.Context, version int) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		applied, err := sqliteApplied(ctx, tx)
 		if err != nil {
 			return err
 		}
-		steps, err := storekit.DownSteps(sqliteMigrations, applied, version)
-		if errors.Is(err, storekit.ErrIrreversible) {
-			return fmt.Errorf("%w: %v.\n%s", outboxfeed.ErrRollbackRefused, err, s.irreversibleAdvice(version, len(applied)))
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", outboxfeed.ErrRollbackRefused, err)
-		}
-		for _, m := range steps {
-			if m.DownCheck != "" {
-				reasons, err := sqliteDownReasons(ctx, tx, m.DownCheck)
-				if err != nil {
-					return fmt.Errorf("migration %d (%s): down check: %w", m.Version, m.Name, err)
-				}
-				if len(reasons) > 0 {
-					return fmt.Errorf("%w: migration %d (%s) cannot be reversed now:\n  %s", outboxfeed.ErrRollbackRefused,
-						m.Version, m.Name, strings.Join(reasons, "\n  "))
-				}
-			}
-			if _, err := tx.ExecContext(ctx, m.Down); err != nil {
-				return fmt.Errorf("migration %d (%s): down: %w", m.Version, m.Name, err)
-			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = ?`, m.Version); err != nil {
-				return err
-			}
-			s.log.Info("outbox migration reversed", "version", m.Version, "name", m.Name)
-		}
-		return nil
+		return storekit.Down(ctx, sqliteDownTx{tx}, sqliteMigrations, applied, version,
+			`DELETE FROM schema_migrations WHERE version = ?`, s.irreversibleAdvice, s.log)
 	})
 	if err != nil {
 		if errors.Is(err, outboxfeed.ErrRollbackRefused) {
@@ -101,9 +65,16 @@ func sqliteApplied(ctx context.Context, tx *sql.Tx) ([]int, error) {
 	return sqliteColumn[int](ctx, tx, `SELECT version FROM schema_migrations`)
 }
 
-// sqliteDownReasons runs a down check: each row it returns is a reason.
-func sqliteDownReasons(ctx context.Context, tx *sql.Tx, check string) ([]string, error) {
-	return sqliteColumn[string](ctx, tx, check)
+// sqliteDownTx is a migration transaction as storekit.Down uses it.
+type sqliteDownTx struct{ tx *sql.Tx }
+
+func (t sqliteDownTx) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := t.tx.ExecContext(ctx, query, args...)
+	return err
+}
+
+func (t sqliteDownTx) Strings(ctx context.Context, query string) ([]string, error) {
+	return sqliteColumn[string](ctx, t.tx, query)
 }
 
 // sqliteColumn reads the one column of query's rows.
@@ -133,12 +104,6 @@ const sqliteTables = "DROP VIEW outbox_record; DROP TABLE outbox; DROP TABLE out
 // to version to from cur (docs/runbooks/rollback-schema.md says the same).
 func (s *Store) irreversibleAdvice(to, cur int) string {
 	backup := strings.TrimSuffix(s.path, ".db") + "-v" + fmt.Sprint(cur) + "-" + time.Now().UTC().Format("20060102") + ".db"
-	return fmt.Sprintf(`To run a release whose schema is version %d, drain the outbox and let that release create its schema anew (docs/runbooks/rollback-schema.md):
-  1. stop the producers' staging, keep the Workers of this release running, and wait until
-     herald outbox stats says "oldest waiting record: none";
-  2. stop every Worker (herald feed, and herald serve without --feed=false);
-  3. sqlite3 %s ".backup %s"
-     sqlite3 %s "%s"
-  4. with the older release: herald migrate, then start its Workers, then the producers.
-Dead letters and dispatched records stay in %s; delete it once nobody needs them.`, to, s.path, backup, s.path, sqliteTables, backup)
+	return storekit.Advice(to, fmt.Sprintf(`sqlite3 %s ".backup %s"
+     sqlite3 %s "%s"`, s.path, backup, s.path, sqliteTables), backup+"; delete it once nobody needs them")
 }

@@ -107,10 +107,7 @@ func TestSQLiteSchemaRollbackRefused(t *testing.T) {
 		t.Fatalf("the advice drops %v; Herald's schema has %v", drops, objs)
 	}
 	storetest.StartWorker(t, s, storetest.NewRecorder(), outboxfeed.WorkerConfig{LeaseDuration: time.Second})
-	storetest.Eventually(t, time.Minute, "the claimed records delivered", func() bool {
-		_, ok := storetest.StateOf(t, s, ids[1]).(outboxfeed.Dispatched)
-		return ok
-	})
+	storetest.EventuallyIn[outboxfeed.Dispatched](t, time.Minute, "the claimed records delivered", s, ids[1])
 }
 
 // sqliteSchemaShape describes the file's schema: every table's and view's
@@ -146,4 +143,10 @@ type before5 struct{ *Store }
 
 func (s before5) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
 	return s.get(ctx, id, `SELECT `+sqliteRecordColumns+` FROM outbox_record WHERE id = ?1`)
+}
+
+// Migration 5 goes back only once realtime is the sole handler.
+func TestSQLiteHandlersRollback(t *testing.T) {
+	t.Parallel()
+	storetest.HandlersRollback(t, newSQLiteStore(t), 4)
 }

@@ -226,17 +226,7 @@ func (s *Store) get(ctx context.Context, id, q string, args ...any) (outboxfeed.
 		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
 	}
 	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
-		}
-		return outboxfeed.Record{}, fmt.Errorf("%w: %s", outboxfeed.ErrNotFound, id)
-	}
-	r, err := scanSQLiteRecord(rows)
-	if err != nil {
-		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
-	}
-	return r, nil
+	return storekit.OneRecord(id, rows, scanSQLiteRecord)
 }
 
 // sqliteUnqueued is the condition "record o has no row in the retry

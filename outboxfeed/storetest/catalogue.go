@@ -71,10 +71,7 @@ func testCatalogueDeadLetters(t *testing.T, h *Harness, hs outboxfeed.HandlerSto
 			2: "payload fails the schema of invoice.paid v1: ",
 			3: "kind notification does not match the catalogue's integration_event for invoice.paid v1",
 		} {
-			Eventually(t, 10*time.Second, "dead letter", func() bool {
-				_, ok := StateOf(t, s, ids[i]).(outboxfeed.DeadLetter)
-				return ok
-			})
+			EventuallyIn[outboxfeed.DeadLetter](t, 10*time.Second, "dead letter", s, ids[i])
 			dl := StateOf(t, s, ids[i]).(outboxfeed.DeadLetter)
 			if !strings.HasPrefix(dl.Reason, reason) {
 				t.Fatalf("record %d: reason %q, want it to start with %q", i, dl.Reason, reason)

@@ -165,6 +165,16 @@ func StateOf(t testing.TB, s outboxfeed.Store, id string) outboxfeed.State {
 	return MustGet(t, s, id).State
 }
 
+// EventuallyIn waits until record id of s is in state S (Dispatched,
+// DeadLetter, …), failing t after timeout with what.
+func EventuallyIn[S outboxfeed.State](t testing.TB, timeout time.Duration, what string, s outboxfeed.Store, id string) {
+	t.Helper()
+	Eventually(t, timeout, what, func() bool {
+		_, ok := StateOf(t, s, id).(S)
+		return ok
+	})
+}
+
 // Worker is a Worker started by StartWorker, with its metrics.
 type Worker struct {
 	*outboxfeed.Worker

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,38 @@ func (e EveryState) CheckDeliveredOnce(t *testing.T, s outboxfeed.Store, makeDue
 	}
 	if _, ok := StateOf(t, s, e.Dead[0]).(outboxfeed.DeadLetter); !ok {
 		t.Fatalf("the dead letter: %#v", StateOf(t, s, e.Dead[0]))
+	}
+}
+
+// Migrator is a store whose schema goes up and back (both stores' Store).
+type Migrator interface {
+	outboxfeed.HandlerStore
+	Migrate(ctx context.Context) error
+	MigrateTo(ctx context.Context, version int) error
+	SchemaVersion(ctx context.Context) (int, error)
+}
+
+// HandlersRollback checks that the migration bringing handlers goes back
+// (to before, the version preceding it) only once realtime is the sole
+// handler: refused naming herald handlers drop while a second handler
+// exists, done once it is dropped, and upgraded again to realtime alone.
+func HandlersRollback(t *testing.T, s Migrator, before int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := s.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: "billing", Type: "webhook"})
+	testenv.Must(t, err, "register")
+	err = s.MigrateTo(ctx, before)
+	if !errors.Is(err, outboxfeed.ErrRollbackRefused) || !strings.Contains(err.Error(), "herald handlers drop --yes billing") {
+		t.Fatalf("rollback with a second handler = %v, want refused naming herald handlers drop", err)
+	}
+	testenv.Must(t, s.DropHandler(ctx, "billing"), "drop")
+	testenv.Must(t, s.MigrateTo(ctx, before), fmt.Sprintf("roll back to %d", before))
+	if v, err := s.SchemaVersion(ctx); err != nil || v != before {
+		t.Fatalf("version %d, %v; want %d", v, err, before)
+	}
+	testenv.Must(t, s.Migrate(ctx), "upgrade again")
+	list, err := s.Handlers(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != outboxfeed.RealtimeHandler {
+		t.Fatalf("handlers after the round trip = %+v, %v", list, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/stage"
 )
@@ -128,6 +129,28 @@ type modelBackend struct {
 	raced func(ctx context.Context, ids []string) (string, error)
 	// diagnose says, per id, where the store keeps the record.
 	diagnose func(ctx context.Context, ids []string) (map[string]modelDiag, error)
+}
+
+// migratingStore is a store the model runs on.
+type migratingStore interface {
+	outboxfeed.Store
+	Migrate(ctx context.Context) error
+}
+
+// newModelBackend is where every store's backend starts: open gives each
+// Worker its store; the admin store is one more, migrated, with the
+// producers' business table that createTable makes. The caller sets
+// openConn, raced and diagnose.
+func newModelBackend[S migratingStore](t *testing.T, open func(t *testing.T) S, createTable func(S) error) (*modelBackend, S) {
+	admin := open(t)
+	testenv.Must(t, admin.Migrate(context.Background()), "migrate")
+	testenv.Must(t, createTable(admin), "create the business table")
+	a, err := outboxfeed.AdminOf(admin)
+	testenv.Must(t, err, "admin")
+	return &modelBackend{
+		admin: a, adminStore: admin,
+		openStore: func(t *testing.T) outboxfeed.Store { return open(t) },
+	}, admin
 }
 
 // modelDiag is where the store keeps a record the model misses.

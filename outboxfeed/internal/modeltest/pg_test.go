@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/heraldgw/herald/internal/testenv"
-	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/pgstore"
 	"github.com/heraldgw/herald/outboxfeed/stage"
 	"github.com/jackc/pgx/v5"
@@ -37,50 +36,45 @@ func newModelPGBackend(t *testing.T, url string, plan *modelPlan) *modelBackend 
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}
-	admin := open(t)
-	testenv.Must(t, admin.Migrate(ctx), "migrate")
-	_, err := admin.Pool().Exec(ctx, `CREATE TABLE model_business (id bigserial PRIMARY KEY, producer int NOT NULL,
+	b, admin := newModelBackend(t, open, func(admin *pgstore.Store) error {
+		_, err := admin.Pool().Exec(ctx, `CREATE TABLE model_business (id bigserial PRIMARY KEY, producer int NOT NULL,
 		at timestamptz NOT NULL DEFAULT clock_timestamp())`)
-	testenv.Must(t, err, "create the business table")
-	a, err := outboxfeed.AdminOf(admin)
-	testenv.Must(t, err, "admin")
-	return &modelBackend{
-		admin: a, adminStore: admin,
-		openStore: func(t *testing.T) outboxfeed.Store { return open(t) },
-		openConn: func(t *testing.T) modelConn {
-			c, err := pgx.Connect(ctx, url)
-			testenv.Must(t, err, "producer connection")
-			return &modelPGConn{c: c}
-		},
-		raced: func(ctx context.Context, ids []string) (string, error) {
-			var staged, old, risk int
-			var barrier string
-			err := admin.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE p.state IN ('retiring', 'retired')),
+		return err
+	})
+	b.openConn = func(t *testing.T) modelConn {
+		c, err := pgx.Connect(ctx, url)
+		testenv.Must(t, err, "producer connection")
+		return &modelPGConn{c: c}
+	}
+	b.raced = func(ctx context.Context, ids []string) (string, error) {
+		var staged, old, risk int
+		var barrier string
+		err := admin.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE p.state IN ('retiring', 'retired')),
 				count(*) FILTER (WHERE p.state IN ('retiring', 'retired') AND o.xid >= r.retire_xmax), coalesce(min(r.retire_xmax::text), '')
 			FROM herald.outbox o JOIN herald.outbox_partition p ON p.part = o.part CROSS JOIN herald.outbox_repartition r
 			WHERE o.id = ANY($1::uuid[])`, ids).Scan(&staged, &old, &risk, &barrier)
-			return fmt.Sprintf("%d staged, %d under the old mapping, %d of them at or above the barrier %s", staged, old, risk, barrier), err
-		},
-		diagnose: func(ctx context.Context, ids []string) (map[string]modelDiag, error) {
-			rows, err := admin.Pool().Query(ctx, `SELECT r.id::text, r.state, r.part, coalesce(p.state, '?'), r.qseq IS NOT NULL,
+		return fmt.Sprintf("%d staged, %d under the old mapping, %d of them at or above the barrier %s", staged, old, risk, barrier), err
+	}
+	b.diagnose = func(ctx context.Context, ids []string) (map[string]modelDiag, error) {
+		rows, err := admin.Pool().Query(ctx, `SELECT r.id::text, r.state, r.part, coalesce(p.state, '?'), r.qseq IS NOT NULL,
 				(SELECT count(*) FROM herald.outbox_retry q WHERE q.part = r.part AND q.tenant_id = r.tenant_id
 					AND q.channel = r.channel AND q.state = 'pending'),
 				r.attempt, coalesce(r.last_error, '')
 			FROM herald.outbox_records r LEFT JOIN herald.outbox_partition p ON p.part = r.part
 			WHERE r.id = ANY($1::uuid[])`, ids)
-			if err != nil {
-				return nil, err
-			}
-			out := map[string]modelDiag{}
-			var id string
-			var d modelDiag
-			_, err = pgx.ForEachRow(rows, []any{&id, &d.state, &d.part, &d.partState, &d.queued, &d.chQueued, &d.attempt, &d.lastErr}, func() error {
-				out[id] = d
-				return nil
-			})
-			return out, err
-		},
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]modelDiag{}
+		var id string
+		var d modelDiag
+		_, err = pgx.ForEachRow(rows, []any{&id, &d.state, &d.part, &d.partState, &d.queued, &d.chQueued, &d.attempt, &d.lastErr}, func() error {
+			out[id] = d
+			return nil
+		})
+		return out, err
 	}
+	return b
 }
 
 // modelPGConn is a PostgreSQL producer's connection.

@@ -36,50 +36,45 @@ func newModelSQLiteBackend(t *testing.T) *modelBackend {
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}
-	admin := open(t)
-	testenv.Must(t, admin.Migrate(ctx), "migrate")
-	_, err := admin.DB().ExecContext(ctx, `CREATE TABLE model_business (id INTEGER PRIMARY KEY AUTOINCREMENT, producer INTEGER NOT NULL)`)
-	testenv.Must(t, err, "create the business table")
-	a, err := outboxfeed.AdminOf(admin)
-	testenv.Must(t, err, "admin")
-	return &modelBackend{
-		admin: a, adminStore: admin,
-		openStore: func(t *testing.T) outboxfeed.Store { return open(t) },
-		openConn: func(t *testing.T) modelConn {
-			db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_txlock=immediate")
-			testenv.Must(t, err, "producer connection")
-			db.SetMaxOpenConns(1)
-			return &modelSQLiteConn{db: db}
-		},
-		raced: func(context.Context, []string) (string, error) { return "", nil },
-		diagnose: func(ctx context.Context, ids []string) (map[string]modelDiag, error) {
-			out := map[string]modelDiag{}
-			for _, id := range ids {
-				r, err := admin.Get(ctx, id)
-				if errors.Is(err, outboxfeed.ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					return out, err
-				}
-				d := modelDiag{state: r.State.Name(), partState: "active", attempt: r.Attempt}
-				switch st := r.State.(type) {
-				case outboxfeed.Pending:
-					d.lastErr = st.LastError
-				case outboxfeed.DeadLetter:
-					d.lastErr = st.Reason
-				}
-				err = admin.DB().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM outbox_retry WHERE id = ?),
-					(SELECT count(*) FROM outbox_retry WHERE tenant_id = ? AND channel = ? AND state = 'pending')`,
-					id, r.TenantID, r.Channel).Scan(&d.queued, &d.chQueued)
-				if err != nil {
-					return out, err
-				}
-				out[id] = d
-			}
-			return out, nil
-		},
+	b, admin := newModelBackend(t, open, func(admin *sqlitestore.Store) error {
+		_, err := admin.DB().ExecContext(ctx, `CREATE TABLE model_business (id INTEGER PRIMARY KEY AUTOINCREMENT, producer INTEGER NOT NULL)`)
+		return err
+	})
+	b.openConn = func(t *testing.T) modelConn {
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_txlock=immediate")
+		testenv.Must(t, err, "producer connection")
+		db.SetMaxOpenConns(1)
+		return &modelSQLiteConn{db: db}
 	}
+	b.raced = func(context.Context, []string) (string, error) { return "", nil }
+	b.diagnose = func(ctx context.Context, ids []string) (map[string]modelDiag, error) {
+		out := map[string]modelDiag{}
+		for _, id := range ids {
+			r, err := admin.Get(ctx, id)
+			if errors.Is(err, outboxfeed.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return out, err
+			}
+			d := modelDiag{state: r.State.Name(), partState: "active", attempt: r.Attempt}
+			switch st := r.State.(type) {
+			case outboxfeed.Pending:
+				d.lastErr = st.LastError
+			case outboxfeed.DeadLetter:
+				d.lastErr = st.Reason
+			}
+			err = admin.DB().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM outbox_retry WHERE id = ?),
+					(SELECT count(*) FROM outbox_retry WHERE tenant_id = ? AND channel = ? AND state = 'pending')`,
+				id, r.TenantID, r.Channel).Scan(&d.queued, &d.chQueued)
+			if err != nil {
+				return out, err
+			}
+			out[id] = d
+		}
+		return out, nil
+	}
+	return b
 }
 
 // modelSQLiteConn is a SQLite producer's connection (BEGIN IMMEDIATE).

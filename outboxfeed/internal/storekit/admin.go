@@ -1,6 +1,8 @@
 // Package storekit is what the outbox stores (pgstore, sqlitestore)
 // share and nothing else needs: the SQL of the admin selections, the
-// replay loop, the decoding of lifecycle columns, in-process wake-ups.
+// replay loop, the decoding of lifecycle columns and the get of one
+// record, the migration files with the schema version and the way up or
+// back, handler registration, in-process wake-ups.
 package storekit
 
 import (

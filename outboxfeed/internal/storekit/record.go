@@ -3,6 +3,7 @@ package storekit
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -105,4 +106,57 @@ func TruncateError(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// Rows is what OneRecord reads of a driver's query result.
+type Rows interface {
+	Next() bool
+	Err() error
+}
+
+// OneRecord is the record of a get by id: the first of rows, read with
+// scan, or outboxfeed.ErrNotFound naming id when there is none.
+func OneRecord[R Rows](id string, rows R, scan func(R) (outboxfeed.Record, error)) (outboxfeed.Record, error) {
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
+		}
+		return outboxfeed.Record{}, fmt.Errorf("%w: %s", outboxfeed.ErrNotFound, id)
+	}
+	r, err := scan(rows)
+	if err != nil {
+		return outboxfeed.Record{}, fmt.Errorf("outboxfeed: get: %w", err)
+	}
+	return r, nil
+}
+
+// ReadsJSON is a reader's reads as the reader table keeps them: a JSON
+// array, [] for none.
+func ReadsJSON(reads []outboxfeed.TypeVersion) (string, error) {
+	if reads == nil {
+		reads = []outboxfeed.TypeVersion{}
+	}
+	b, err := json.Marshal(reads)
+	if err != nil {
+		return "", fmt.Errorf("outboxfeed: reader heartbeat: %w", err)
+	}
+	return string(b), nil
+}
+
+// RegisterHandler is a store's RegisterHandler: spec normalized, then
+// insert makes the handler's rows in one transaction and reports whether
+// it created them (false: the handler was known), which is logged.
+func RegisterHandler(spec outboxfeed.HandlerSpec, log *slog.Logger, insert func(outboxfeed.HandlerSpec) (bool, error)) (bool, error) {
+	spec, err := spec.Normalized()
+	if err != nil {
+		return false, err
+	}
+	created, err := insert(spec)
+	if err != nil {
+		return false, fmt.Errorf("outboxfeed: register handler %s: %w", spec.Name, err)
+	}
+	if created {
+		log.Info("outbox handler registered", "handler", spec.Name, "type", spec.Type, "start", spec.Start)
+	}
+	return created, nil
 }

@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldgw/herald/outboxfeed/storetest"
-
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/redisbroker"
+	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/stage"
-
-	"github.com/heraldgw/herald/fanout"
-	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/heraldgw/herald/outboxfeed/storetest"
 )
 
 // A business transaction takes its xid at its first write, often long
@@ -69,5 +68,76 @@ func TestPostgresRangeInStagingOrder(t *testing.T) {
 				t.Fatalf("%d publications, want %d", n, 2*pairs)
 			}
 		})
+	}
+}
+
+func TestPostgresBatchSmoke(t *testing.T) {
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	var ids []string
+	for i := range 50 {
+		id, err := stageOne(ctx, s, storetest.Note(fmt.Sprintf("c/%d", i%7), `{"n":1}`))
+		testenv.Must(t, err, "stage")
+		ids = append(ids, id)
+	}
+	rec := storetest.NewRecorder()
+	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: 8})
+	rec.WaitFor(t, 10*time.Second, "all records", func() bool { return rec.Count() >= 50 })
+	for _, id := range ids {
+		storetest.EventuallyIn[outboxfeed.Dispatched](t, 5*time.Second, "dispatched", s, id)
+	}
+	for i := range 7 {
+		got := rec.Channel(fanout.Key{Tenant: "acme", Channel: fmt.Sprintf("c/%d", i)})
+		if len(got) != len(dedupe(got)) {
+			t.Fatalf("channel %d has duplicates: %v", i, got)
+		}
+	}
+	st, err := s.Stats(ctx)
+	testenv.Must(t, err, "stats")
+	if st.Pending != 0 {
+		t.Fatalf("pending = %d", st.Pending)
+	}
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// The in-memory and Redis brokers are Publishers as they are.
+var (
+	_ outboxfeed.Publisher = (*fanout.MemoryBroker)(nil)
+	_ outboxfeed.Publisher = (*redisbroker.Broker)(nil)
+	_ outboxfeed.Publisher = fanout.Broker(nil)
+)
+
+func TestWorkerPublishesToMemoryBroker(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	b, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
+	testenv.Must(t, err, "memory broker")
+	defer b.Stop()
+	storetest.StartWorker(t, s, b, outboxfeed.WorkerConfig{})
+	ctx := context.Background()
+	var ids []string
+	for i := range 2 {
+		id, err := stageOne(ctx, s, storetest.Note("orders/1", fmt.Sprintf(`{"i":%d}`, i)))
+		testenv.Must(t, err, "stage")
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		storetest.EventuallyIn[outboxfeed.Dispatched](t, 5*time.Second, "dispatched", s, id)
+	}
+	r, err := b.Recover(ctx, fanout.Key{Tenant: "acme", Channel: "orders/1"}, fanout.Position{}, 0)
+	testenv.Must(t, err, "recover")
+	if r.Top.Offset != 2 {
+		t.Fatalf("broker top offset = %d, want 2", r.Top.Offset)
 	}
 }

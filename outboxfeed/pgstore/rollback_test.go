@@ -127,10 +127,7 @@ func testPostgresSchemaRollback(t *testing.T, older bool) {
 	rec := storetest.NewRecorder()
 	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
 	rec.WaitFor(t, time.Minute, "the record staged after the upgrade", func() bool { _, ok := rec.ByID(next[0]); return ok })
-	storetest.Eventually(t, time.Minute, "it is dispatched", func() bool {
-		_, ok := storetest.StateOf(t, s, next[0]).(outboxfeed.Dispatched)
-		return ok
-	})
+	storetest.EventuallyIn[outboxfeed.Dispatched](t, time.Minute, "it is dispatched", s, next[0])
 	if c := rec.Count(); c != 1 {
 		t.Fatalf("after the upgrade %d deliveries, want only %s (the older release delivered %d)", c, next[0], n)
 	}
@@ -311,4 +308,11 @@ type before8 struct{ *Store }
 func (s before8) Get(ctx context.Context, id string) (outboxfeed.Record, error) {
 	return s.get(ctx, id, `SELECT `+pgRecordColumns+` FROM herald.outbox_records WHERE id = $1::uuid
 	ORDER BY qseq DESC NULLS LAST LIMIT 1`)
+}
+
+// Migration 8 goes back only once realtime is the sole handler.
+func TestPostgresHandlersRollback(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	storetest.HandlersRollback(t, s, 7)
 }
