@@ -312,7 +312,7 @@ func (c *Conn) resync(s Sink) error {
 	}
 	page := c.catchUpPage()
 	for _, key := range keys {
-		i, ok := c.Pos.index[key.Channel]
+		i, ok := c.Pos.find(key.Channel)
 		if !ok {
 			continue
 		}

@@ -40,13 +40,12 @@ type Conn struct {
 	ids      []uint64 // the ids of the requests in flight
 	reqs     sync.WaitGroup
 
-	started int64       // unix nanoseconds: when Run started, for ConnectTimeout
-	timer   *time.Timer // the connect and client timeouts (timeoutsDue)
-
-	// The token expiry timer, from connect.
-	expMu      sync.Mutex
-	expTimer   *time.Timer
-	expStopped bool
+	// One timer for the connection's deadlines (timersDue): the connect
+	// and client timeouts, and the token's expiry.
+	timerMu sync.Mutex
+	timer   *time.Timer
+	stopped bool  // the connection ended: the timer is not armed again
+	started int64 // unix nanoseconds: when Run started, for ConnectTimeout
 
 	sink frameSink
 }
@@ -130,20 +129,49 @@ func (w *Conn) panicked(p any) session.Reason {
 	return session.ReasonServerError
 }
 
-// startTimers starts the connect and client timeouts, which share a
-// timer.
+// startTimers starts the connection's timer, for the connect and client
+// timeouts.
 func (w *Conn) startTimers() {
 	w.started = time.Now().UnixNano()
-	w.timer = stoppedTimer(w.timeoutsDue)
+	w.timer = stoppedTimer(w.timersDue)
 	w.timer.Reset(min(w.c.Bounds().ConnectTimeout, w.c.Bounds().ClientTimeout))
+}
+
+// stopTimers stops the timer for good (the connection ended).
+func (w *Conn) stopTimers() {
+	w.timerMu.Lock()
+	defer w.timerMu.Unlock()
+	w.stopped = true
+	w.timer.Stop()
+}
+
+// timersDue acts on the connection's deadlines and re-arms the timer for
+// the first of them to come (timeoutsDue, expiryDue). It runs on the
+// timer, and after connect and refresh.
+func (w *Conn) timersDue() {
+	w.timerMu.Lock()
+	defer w.timerMu.Unlock()
+	if w.stopped || w.c.Closed() {
+		return
+	}
+	b, now := w.c.Bounds(), time.Now()
+	next, open := w.timeoutsDue(b, now)
+	if !open {
+		return
+	}
+	if exp, open := w.expiryDue(b, now); !open {
+		return
+	} else if exp > 0 {
+		next = min(next, exp)
+	}
+	w.timer.Reset(next)
 }
 
 // end waits for the writer's final frames and for every request, and
 // releases the subscriptions.
 func (w *Conn) end() {
 	<-w.c.FinalDone
-	w.timer.Stop()
-	w.stopExpiry()
+	w.stopTimers()
 	w.c.Cancel()
 	w.reqs.Wait()
 	w.c.SetAbort(nil)
@@ -313,12 +341,9 @@ func (w *Conn) Touch() { w.lastRecv.Store(time.Now().UnixNano()) }
 
 // timeoutsDue closes a connection that sent no connect frame within
 // ConnectTimeout of its start, or nothing for ClientTimeout; otherwise it
-// looks again when either could first happen.
-func (w *Conn) timeoutsDue() {
-	if w.c.Closed() {
-		return
-	}
-	b, now := w.c.Bounds(), time.Now()
+// returns when either could first happen. False: it closed the
+// connection.
+func (w *Conn) timeoutsDue(b *session.Bounds, now time.Time) (time.Duration, bool) {
 	idle := now.Sub(time.Unix(0, w.lastRecv.Load()))
 	if idle >= b.ClientTimeout {
 		w.limit(session.LimitClientTimeout)
@@ -329,18 +354,18 @@ func (w *Conn) timeoutsDue() {
 		// that still reads gets its push and close code), then the
 		// connection is dropped.
 		w.sink.abort()
-		return
+		return 0, false
 	}
 	next := b.ClientTimeout - idle
 	if !w.connected.Load() {
 		left := b.ConnectTimeout - now.Sub(time.Unix(0, w.started))
 		if left <= 0 {
 			w.connectTimedOut()
-			return
+			return 0, false
 		}
 		next = min(next, left)
 	}
-	w.timer.Reset(next)
+	return next, true
 }
 
 // connectTimedOut closes a connection that sent no connect frame in time.

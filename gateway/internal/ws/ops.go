@@ -38,7 +38,7 @@ func (w *Conn) connectOp(f *ClientFrame) {
 	w.connected.Store(true)
 	w.c.StartHeartbeat()
 	w.reply(f.ID, OpConnect, w.connectResult(claims, time.Now()))
-	w.armExpiry()
+	w.timersDue() // the token's expiry, after the connect reply
 }
 
 // connectContext is the context of the connection's admission: it ends
@@ -280,7 +280,7 @@ func (w *Conn) refresh(f *ClientFrame) {
 	}
 	w.adopt(claims)
 	w.reply(f.ID, OpRefresh, RefreshResult{ExpiresAt: unixOrZero(claims.ExpiresAt)})
-	w.expiryDue()
+	w.timersDue() // the new token's expiry
 	w.recheck(claims)
 }
 
