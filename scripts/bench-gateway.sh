@@ -7,11 +7,17 @@
 #   2. broadcast to SUBS subscribers of one channel at RATE publications/s:
 #      deliveries per server CPU-second and latency;
 #   3. the same with a tenth of the subscribers stalled (they read nothing
-#      until publishing ends): the others' latency, server RSS.
+#      until publishing ends): the others' latency, server RSS;
+#   4. optional (PARTS=poll): polling against push, Herald alone: the same
+#      update stream (POLL_RATE updates/s over 100 channels for DURATION)
+#      to POLL_CLIENTS clients, by polling a PostgreSQL-backed endpoint
+#      every interval of POLL_INTERVALS and by SSE through the outbox:
+#      staleness, server and database CPU, bytes (needs DATABASE_URL).
 #
 #   bash scripts/bench-gateway.sh                      # about 10 minutes
 #   IDLE=5000 SUBS=2000 bash scripts/bench-gateway.sh  # a quick look
 #   PARTS="broadcast stalled" bash scripts/bench-gateway.sh
+#   PARTS=poll bash scripts/bench-gateway.sh           # polling against push
 #
 # Everything runs on loopback: connbench starts each server as its own
 # child process (herald serve; Centrifugo from the Go module proxy into
@@ -29,6 +35,10 @@ DURATION=${DURATION:-30s}
 HOLD=${HOLD:-20s}
 STALL=${STALL:-$((SUBS / 10))}
 PARTS=${PARTS:-idle broadcast stalled}
+POLL_CLIENTS=${POLL_CLIENTS:-2000}
+POLL_RATE=${POLL_RATE:-20}
+POLL_INTERVALS=${POLL_INTERVALS:-1s 5s}
+DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
 OUT=${OUT:-bench-gateway-$(date -u +%Y%m%dT%H%M%SZ)}
 
 # One descriptor per connection on each side (server and generator are
@@ -83,6 +93,12 @@ if part stalled; then
 	herald herald-stalled-sse "${bcast[@]}" -stall "$STALL" -transport sse
 	herald herald-stalled-ws "${bcast[@]}" -stall "$STALL" -transport ws
 	centrifugo centrifugo-stalled-ws "${bcast[@]}" -stall "$STALL"
+fi
+if part poll; then
+	for every in $POLL_INTERVALS; do
+		herald "herald-poll-$every" -scenario poll -database-url "$DATABASE_URL" -conns "$POLL_CLIENTS" \
+			-channels 100 -rate "$POLL_RATE" -duration "$DURATION" -poll-interval "$every"
+	done
 fi
 
 echo "reports in $OUT/" >&2

@@ -46,6 +46,9 @@ import (
 )
 
 func main() {
+	if spec := os.Getenv(pollServerEnv); spec != "" {
+		os.Exit(servePoll(spec)) // the poll scenario's server (pollserver.go)
+	}
 	cfg := defaultConfig()
 	cfg.register(flag.CommandLine)
 	flag.Usage = func() {
@@ -80,6 +83,9 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int
 	if need := uint64(cfg.Conns) + 256; need > limit {
 		fmt.Fprintf(progress, "connbench: -conns %d needs %d open files per process; the limit is %d\n", cfg.Conns, need, limit)
 		return 1
+	}
+	if cfg.Scenario == "poll" {
+		return runPoll(ctx, cfg, out, progress)
 	}
 	var consumer *cfoutbox.Consumer
 	switch {
