@@ -10,7 +10,11 @@
 //     -duration, report deliveries/s, server CPU per delivery, delivery
 //     latency quantiles and any publication missing, repeated or out of
 //     order at any subscriber;
-//   - fanout: as broadcast, over -channels channels, published round-robin.
+//   - fanout: as broadcast, over -channels channels, published round-robin;
+//   - poll: one update stream to -conns clients by polling a
+//     PostgreSQL-backed endpoint every -poll-interval, then by SSE through
+//     Herald's outbox, side by side: staleness, server and database CPU,
+//     bytes (poll.go).
 //
 // By default it builds ./cmd/herald and starts `herald serve` as a child
 // on a loopback port (embedded SQLite, in-memory broker, a random HS256

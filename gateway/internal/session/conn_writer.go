@@ -109,13 +109,22 @@ func (c *Conn) heartbeatDue() {
 	if c.Closed() {
 		return
 	}
-	c.beatDue.Store(true)
-	c.wake()
+	c.Beat()
 	c.beatMu.Lock()
 	if !c.Closed() {
 		c.beat.Reset(c.env.Bounds.HeartbeatInterval)
 	}
 	c.beatMu.Unlock()
+}
+
+// Beat has the writer send a keep-alive frame now: for a transport that
+// times its heartbeats on a timer of its own (a WebSocket's one timer)
+// rather than StartHeartbeat's.
+func (c *Conn) Beat() {
+	if !c.Closed() {
+		c.beatDue.Store(true)
+		c.wake()
+	}
 }
 
 // stopHeartbeat stops the timer for good (the connection is closing).

@@ -41,11 +41,14 @@ type Conn struct {
 	reqs     sync.WaitGroup
 
 	// One timer for the connection's deadlines (timersDue): the connect
-	// and client timeouts, and the token's expiry.
+	// and client timeouts, the server's pings and the token's expiry.
 	timerMu sync.Mutex
 	timer   *time.Timer
-	stopped bool  // the connection ended: the timer is not armed again
-	started int64 // unix nanoseconds: when Run started, for ConnectTimeout
+	stopped bool // the connection ended: the timer is not armed again
+	// mark is, in unix nanoseconds, when Run started (for
+	// ConnectTimeout) until the connection is connected, then when its
+	// next ping is due.
+	mark int64
 
 	sink frameSink
 }
@@ -129,10 +132,10 @@ func (w *Conn) panicked(p any) session.Reason {
 	return session.ReasonServerError
 }
 
-// startTimers starts the connection's timer, for the connect and client
-// timeouts.
+// startTimers starts the connection's one timer, for the connect and
+// client timeouts until connect.
 func (w *Conn) startTimers() {
-	w.started = time.Now().UnixNano()
+	w.mark = time.Now().UnixNano()
 	w.timer = stoppedTimer(w.timersDue)
 	w.timer.Reset(min(w.c.Bounds().ConnectTimeout, w.c.Bounds().ClientTimeout))
 }
@@ -146,8 +149,8 @@ func (w *Conn) stopTimers() {
 }
 
 // timersDue acts on the connection's deadlines and re-arms the timer for
-// the first of them to come (timeoutsDue, expiryDue). It runs on the
-// timer, and after connect and refresh.
+// the first of them to come (timeoutsDue, expiryDue, beatDue). It runs on
+// the timer, and after connect and refresh.
 func (w *Conn) timersDue() {
 	w.timerMu.Lock()
 	defer w.timerMu.Unlock()
@@ -164,7 +167,29 @@ func (w *Conn) timersDue() {
 	} else if exp > 0 {
 		next = min(next, exp)
 	}
+	if w.connected.Load() {
+		next = min(next, w.beatDue(b, now))
+	}
 	w.timer.Reset(next)
+}
+
+// startBeats has the server's pings (the core's heartbeat) start, one
+// HeartbeatInterval from now (connect).
+func (w *Conn) startBeats() {
+	w.timerMu.Lock()
+	w.mark = time.Now().Add(w.c.Bounds().HeartbeatInterval).UnixNano()
+	w.timerMu.Unlock()
+}
+
+// beatDue has the writer send a ping when one is due and returns when the
+// next is. It runs under timerMu, once connected.
+func (w *Conn) beatDue(b *session.Bounds, now time.Time) time.Duration {
+	if at := time.Unix(0, w.mark); now.Before(at) {
+		return at.Sub(now)
+	}
+	w.c.Beat()
+	w.mark = now.Add(b.HeartbeatInterval).UnixNano()
+	return b.HeartbeatInterval
 }
 
 // end waits for the writer's final frames and for every request, and
@@ -358,7 +383,7 @@ func (w *Conn) timeoutsDue(b *session.Bounds, now time.Time) (time.Duration, boo
 	}
 	next := b.ClientTimeout - idle
 	if !w.connected.Load() {
-		left := b.ConnectTimeout - now.Sub(time.Unix(0, w.started))
+		left := b.ConnectTimeout - now.Sub(time.Unix(0, w.mark))
 		if left <= 0 {
 			w.connectTimedOut()
 			return 0, false

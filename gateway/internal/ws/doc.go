@@ -30,9 +30,9 @@
 //   - a write buffer of 16 bytes: the connection under the library
 //     holds a frame's first bytes until its rest comes and writes both
 //     in one system call (frameWatch.Write), so no buffer is kept;
-//   - timers instead of goroutines for the connect timeout, the client
-//     timeout, the server's pings (the core's heartbeat) and the token's
-//     expiry; revocation and re-authorization are the server-wide
+//   - one timer, not a goroutine, for the connect timeout, the client
+//     timeout, the server's pings (the core's heartbeat, session.Beat)
+//     and the token's expiry (Conn.timersDue); revocation and re-authorization are the server-wide
 //     revalidation timer's, which ends a subscription or the connection
 //     through the core.
 //

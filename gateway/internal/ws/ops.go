@@ -35,8 +35,8 @@ func (w *Conn) connectOp(f *ClientFrame) {
 	// a connection holds it holds for its lifetime.
 	w.c.Pos = session.NewPositions(claims.Tenant, 1)
 	w.adopt(claims)
+	w.startBeats()
 	w.connected.Store(true)
-	w.c.StartHeartbeat()
 	w.reply(f.ID, OpConnect, w.connectResult(claims, time.Now()))
 	w.timersDue() // the token's expiry, after the connect reply
 }
