@@ -51,7 +51,7 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		b, _ := brw.Reader.Peek(n) // cannot fail: n bytes are buffered
 		fw.hold(append([]byte(nil), b...))
 	}
-	if sc, ok := conn.(syscall.Conn); ok {
+	if sc, ok := conn.(syscall.Conn); ok && canWait {
 		fw.sc, _ = sc.SyscallConn() // nil on error: the reader then waits inside the library
 	}
 	h.conn = fw
@@ -171,14 +171,6 @@ func (c *frameWatch) wait() {
 		return
 	}
 	_ = c.sc.Read(peekable)
-}
-
-// peekable reports whether the socket fd has a byte to read, an end or an
-// error: anything but "nothing yet", for which RawConn.Read waits.
-func peekable(fd uintptr) bool {
-	var b [1]byte
-	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK)
-	return !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EINTR)
 }
 
 // Write implements net.Conn for the library's write buffer, which passes
