@@ -65,8 +65,9 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	adm := &wsAdmission{s: s, cred: s.upgradeCredentials(r, query)}
-	if adm.cred.claims != nil && s.users.full(userKey(adm.cred.claims)) {
+	cred := s.upgradeCredentials(r, query)
+	adm := &wsAdmission{s: s, cred: &cred}
+	if cred.claims != nil && s.users.full(userKey(cred.claims)) {
 		s.metrics.limit(limitUserConns)
 		w.Header().Set("Retry-After", "1")
 		s.refuseConn(w, r, transportWS, s.userLimitReason(), "")
@@ -150,9 +151,11 @@ func (s *Server) upgradeCredentials(r *http.Request, query url.Values) upgradeCr
 // the connection at its connect request (ws.Connect) and releases what
 // the connection held once it ended.
 type wsAdmission struct {
-	s    *Server
-	c    *session.Conn
-	cred upgradeCredential
+	s *Server
+	c *session.Conn
+	// cred is what the upgrade request carried, until connect takes it:
+	// an idle connection keeps none of it.
+	cred *upgradeCredential
 	// opened: the connect succeeded and the connection was counted open.
 	// Set on the goroutine the connection's reader waits for, read after
 	// the reader is done.
@@ -166,6 +169,10 @@ type wsAdmission struct {
 // connection is counted open.
 func (a *wsAdmission) connect(ctx context.Context, token string) (*auth.Claims, session.Reason, string) {
 	s, cred := a.s, a.cred
+	if cred == nil { // connect comes once (ws.Conn refuses a second one)
+		cred = &upgradeCredential{}
+	}
+	a.cred = nil
 	var claims *auth.Claims
 	var reason session.Reason
 	var msg string

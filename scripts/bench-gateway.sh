@@ -7,7 +7,12 @@
 #   2. broadcast to SUBS subscribers of one channel at RATE publications/s:
 #      deliveries per server CPU-second and latency;
 #   3. the same with a tenth of the subscribers stalled (they read nothing
-#      until publishing ends): the others' latency, server RSS.
+#      until publishing ends): the others' latency, server RSS;
+#   4. optional (PARTS=poll): polling against push, Herald alone: the same
+#      update stream (POLL_RATE updates/s over 100 channels for DURATION)
+#      to POLL_CLIENTS clients, by polling a PostgreSQL-backed endpoint
+#      every interval of POLL_INTERVALS and by SSE through the outbox:
+#      staleness, server and database CPU, bytes (needs DATABASE_URL).
 #
 # Each broadcast run is also profiled with perf (PERF=0 turns it off): once
 # publishing is under way, `perf record -e cpu-clock -g -p <server>` for
@@ -22,6 +27,7 @@
 #   PARTS="broadcast stalled" bash scripts/bench-gateway.sh
 #   PARTS=broadcast ROUNDS=3 bash scripts/bench-gateway.sh  # alternating pairs
 #   HERALD=/path/to/herald ...                 # that binary instead of a build
+#   PARTS=poll bash scripts/bench-gateway.sh           # polling against push
 #
 # Everything runs on loopback: connbench starts each server as its own
 # child process (herald serve; Centrifugo from the Go module proxy into
@@ -42,6 +48,10 @@ PARTS=${PARTS:-idle broadcast stalled}
 PERF=${PERF:-1}
 PERF_SECS=${PERF_SECS:-12}
 ROUNDS=${ROUNDS:-1}
+POLL_CLIENTS=${POLL_CLIENTS:-2000}
+POLL_RATE=${POLL_RATE:-20}
+POLL_INTERVALS=${POLL_INTERVALS:-1s 5s}
+DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
 OUT=${OUT:-bench-gateway-$(date -u +%Y%m%dT%H%M%SZ)}
 
 # One descriptor per connection on each side (server and generator are
@@ -153,6 +163,12 @@ if part stalled; then
 	herald herald-stalled-sse "${bcast[@]}" -stall "$STALL" -transport sse
 	herald herald-stalled-ws "${bcast[@]}" -stall "$STALL" -transport ws
 	centrifugo centrifugo-stalled-ws "${bcast[@]}" -stall "$STALL"
+fi
+if part poll; then
+	for every in $POLL_INTERVALS; do
+		herald "herald-poll-$every" -scenario poll -database-url "$DATABASE_URL" -conns "$POLL_CLIENTS" \
+			-channels 100 -rate "$POLL_RATE" -duration "$DURATION" -poll-interval "$every"
+	done
 fi
 
 [ -f "$OUT/perf.md" ] && cat "$OUT/perf.md" >&2

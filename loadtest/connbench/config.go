@@ -119,6 +119,10 @@ type config struct {
 	ServeOnly bool
 	// ServeFor bounds ServeOnly. Default: 10m.
 	ServeFor time.Duration
+
+	// PollInterval is how often each client of the poll scenario asks
+	// for updates. Default: 1s.
+	PollInterval time.Duration
 }
 
 func defaultConfig() config {
@@ -127,7 +131,7 @@ func defaultConfig() config {
 		CFBatch: cfoutbox.BestBatch, CFPartitions: cfoutbox.BestPartitions, CFPollInterval: cfoutbox.DefaultPoll, CFNotify: true,
 		Transport: "ws", PublishVia: "ws", Producers: 8, Conns: 1_000, Channels: 100, Rate: 100,
 		Duration: 10 * time.Second, Drain: 5 * time.Second, ConnectTimeout: 2 * time.Minute,
-		DialConcurrency: 64, Tenant: "bench", ServeFor: 10 * time.Minute,
+		DialConcurrency: 64, Tenant: "bench", ServeFor: 10 * time.Minute, PollInterval: time.Second,
 	}
 }
 
@@ -138,7 +142,8 @@ func (s *stringList) String() string     { return strings.Join(*s, " ") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "idle, broadcast or fanout")
+	fs.StringVar(&c.Scenario, "scenario", c.Scenario, "idle, broadcast, fanout, or poll (the same update stream by polling and by SSE push, side by side; needs -database-url)")
+	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "with -scenario poll: how often each polling client asks for updates")
 	fs.StringVar(&c.Server, "server", c.Server, "server under load: herald, or centrifugo (a child Centrifugo from -centrifugo-bin; WebSocket subscribers, publications through its server API)")
 	fs.StringVar(&c.CentrifugoBin, "centrifugo-bin", c.CentrifugoBin, "with -server centrifugo: its binary (go install github.com/centrifugal/centrifugo/v6@v6.9.1)")
 	fs.IntVar(&c.CFBatch, "centrifugo-batch", c.CFBatch, "with -server centrifugo -publish-via outbox: its consumer's partition_select_limit")
@@ -196,8 +201,10 @@ func (c *config) validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch c.Scenario {
 	case "idle", "broadcast", "fanout":
+	case "poll":
+		c.validatePoll(bad)
 	default:
-		bad("-scenario %q: want idle, broadcast or fanout", c.Scenario)
+		bad("-scenario %q: want idle, broadcast, fanout or poll", c.Scenario)
 	}
 	switch c.Transport {
 	case "ws", "sse":
@@ -260,6 +267,18 @@ func (c *config) validate() error {
 		bad("-serve-for %v: must be > 0 and ≤ %v", c.ServeFor, maxServeFor)
 	}
 	return errors.Join(errs...)
+}
+
+// validatePoll checks the poll scenario's flags. Its push side is always
+// SSE through Herald's outbox, from one producer (poll.go).
+func (c *config) validatePoll(bad func(format string, args ...any)) {
+	c.Transport, c.PublishVia, c.Producers = "sse", "outbox", 1
+	if c.PollInterval < 10*time.Millisecond || c.PollInterval > time.Minute {
+		bad("-poll-interval %v: must be 10ms–1m", c.PollInterval)
+	}
+	if c.Server != "herald" || c.URL != "" || c.ServeOnly || c.Stall > 0 {
+		bad("-scenario poll starts its own children: no -server centrifugo, -url, -serve-only or -stall")
+	}
 }
 
 // validateServer checks -server and what Centrifugo supports here.

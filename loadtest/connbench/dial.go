@@ -34,7 +34,7 @@ func newHTTPClient(rcvbuf int) (*http.Client, *http.Transport) {
 		}
 	}
 	tr := &http.Transport{
-		DialContext:           d.DialContext,
+		DialContext:           countedDial(d.DialContext),
 		DisableCompression:    true,
 		MaxIdleConnsPerHost:   8,
 		IdleConnTimeout:       5 * time.Second,

@@ -10,7 +10,11 @@
 //     -duration, report deliveries/s, server CPU per delivery, delivery
 //     latency quantiles and any publication missing, repeated or out of
 //     order at any subscriber;
-//   - fanout: as broadcast, over -channels channels, published round-robin.
+//   - fanout: as broadcast, over -channels channels, published round-robin;
+//   - poll: one update stream to -conns clients by polling a
+//     PostgreSQL-backed endpoint every -poll-interval, then by SSE through
+//     Herald's outbox, side by side: staleness, server and database CPU,
+//     bytes (poll.go).
 //
 // By default it builds ./cmd/herald and starts `herald serve` as a child
 // on a loopback port (embedded SQLite, in-memory broker, a random HS256
@@ -46,6 +50,9 @@ import (
 )
 
 func main() {
+	if spec := os.Getenv(pollServerEnv); spec != "" {
+		os.Exit(servePoll(spec)) // the poll scenario's server (pollserver.go)
+	}
 	cfg := defaultConfig()
 	cfg.register(flag.CommandLine)
 	flag.Usage = func() {
@@ -80,6 +87,9 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int
 	if need := uint64(cfg.Conns) + 256; need > limit {
 		fmt.Fprintf(progress, "connbench: -conns %d needs %d open files per process; the limit is %d\n", cfg.Conns, need, limit)
 		return 1
+	}
+	if cfg.Scenario == "poll" {
+		return runPoll(ctx, cfg, out, progress)
 	}
 	var consumer *cfoutbox.Consumer
 	switch {

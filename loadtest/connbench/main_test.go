@@ -14,6 +14,9 @@ import (
 var heraldBin string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(pollServerEnv); spec != "" {
+		os.Exit(servePoll(spec)) // the poll scenario's server, this binary as its child
+	}
 	dir, err := os.MkdirTemp("", "connbench-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

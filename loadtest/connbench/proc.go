@@ -83,3 +83,15 @@ func raiseNoFile() (uint64, error) {
 	}
 	return lim.Cur, nil
 }
+
+// terminate sends p SIGTERM and waits until exited is closed, killing it
+// after grace.
+func terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
+	}
+}

@@ -250,13 +250,7 @@ func (t *target) stop() error {
 		return nil
 	}
 	if t.alive() {
-		_ = t.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-t.exited:
-		case <-time.After(20 * time.Second):
-			_ = t.cmd.Process.Kill()
-			<-t.exited
-		}
+		terminate(t.cmd.Process, t.exited, 20*time.Second)
 	}
 	var err error
 	if t.waitErr != nil {

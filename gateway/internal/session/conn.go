@@ -89,7 +89,7 @@ type Conn struct {
 	// subsMu guards subs: the subscriptions a client asked for by request;
 	// nil for a stream subscribed when it opened.
 	subsMu sync.Mutex
-	subs   map[string]*clientSub
+	subs   subSet
 
 	// revalMu guards the revalidation state below.
 	revalMu      sync.Mutex
@@ -112,7 +112,7 @@ type Conn struct {
 // authenticated with claims, from the client address remote. Its writer
 // is held off until the transport calls StartWriting.
 func New(env *Env, id uint64, transport string, claims *auth.Claims, remote string) *Conn {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := newConnCtx()
 	b := &env.Bounds
 	c := &Conn{
 		env:       env,
@@ -124,7 +124,7 @@ func New(env *Env, id uint64, transport string, claims *auth.Claims, remote stri
 		Opened:    time.Now(),
 		Remote:    remote,
 		Ctx:       ctx,
-		Cancel:    cancel,
+		Cancel:    ctx.cancel,
 		FinalDone: make(chan struct{}),
 		ctl:       ctlQueue{maxBytes: b.QueueMaxBytes, maxMsgs: b.QueueMaxMessages},
 		done:      make(chan struct{}),

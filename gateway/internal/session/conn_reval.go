@@ -173,7 +173,7 @@ func (c *Conn) credentialEnded(channel string, rc *Recheck, r Reason) {
 	c.revalMu.Unlock()
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()
-	delete(c.subs, channel)
+	c.subs.del(channel)
 	c.PushCtl(CtlItem{Kind: CtlEnd, Channel: channel, Reason: &r})
 }
 

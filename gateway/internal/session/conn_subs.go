@@ -13,8 +13,39 @@ import (
 
 // clientSub is one subscription a client asked for.
 type clientSub struct {
+	channel  string
 	pending  bool   // the subscribe request is under way
 	subToken string // the subscription token it was allowed with, for rechecks
+}
+
+// subSet holds a connection's client subscriptions: a slice scanned by
+// channel, not a map, as most connections hold a few for their lifetime
+// (a map would cost each a few hundred bytes).
+type subSet []clientSub
+
+// get returns channel's subscription, nil when there is none; valid until
+// the set changes.
+func (ss subSet) get(channel string) *clientSub {
+	for i := range ss {
+		if ss[i].channel == channel {
+			return &ss[i]
+		}
+	}
+	return nil
+}
+
+// del drops channel's subscription, if any.
+func (ss *subSet) del(channel string) {
+	s := *ss
+	for i := range s {
+		if s[i].channel == channel {
+			last := len(s) - 1
+			s[i] = s[last]
+			s[last] = clientSub{}
+			*ss = s[:last]
+			return
+		}
+	}
 }
 
 // Reservation says what became of a reserve.
@@ -30,23 +61,20 @@ const (
 func (c *Conn) Reserve(channel, subToken string) Reservation {
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()
-	if _, ok := c.subs[channel]; ok {
+	if c.subs.get(channel) != nil {
 		return ReserveTaken
 	}
 	if len(c.subs) >= c.env.Bounds.MaxSubscriptions {
 		return ReserveFull
 	}
-	if c.subs == nil {
-		c.subs = make(map[string]*clientSub)
-	}
-	c.subs[channel] = &clientSub{pending: true, subToken: subToken}
+	c.subs = append(c.subs, clientSub{channel: channel, pending: true, subToken: subToken})
 	return Reserved
 }
 
 // Forget drops a subscription that did not come about.
 func (c *Conn) Forget(channel string) {
 	c.subsMu.Lock()
-	delete(c.subs, channel)
+	c.subs.del(channel)
 	c.subsMu.Unlock()
 }
 
@@ -62,7 +90,7 @@ func (c *Conn) made(channel string, claims *auth.Claims) bool {
 	if c.Cur.Load() != claims {
 		return false
 	}
-	if s, ok := c.subs[channel]; ok {
+	if s := c.subs.get(channel); s != nil {
 		s.pending = false
 	}
 	return true
@@ -82,16 +110,16 @@ const (
 // the channel follows.
 func (c *Conn) Unsubscribe(id uint64, channel string) UnsubscribeState {
 	c.subsMu.Lock()
-	s, ok := c.subs[channel]
+	s := c.subs.get(channel)
 	switch {
-	case !ok:
+	case s == nil:
 		c.subsMu.Unlock()
 		return NotSubscribed
 	case s.pending:
 		c.subsMu.Unlock()
 		return StillPending
 	}
-	delete(c.subs, channel)
+	c.subs.del(channel)
 	c.subsMu.Unlock()
 	c.untrack(channel)
 	c.PushCtl(CtlItem{Kind: CtlUnsubscribe, ID: id, Channel: channel})
@@ -106,11 +134,11 @@ func (c *Conn) Unsubscribe(id uint64, channel string) UnsubscribeState {
 // call it; it never blocks.
 func (c *Conn) endSubscription(channel string, r Reason) {
 	c.subsMu.Lock()
-	if s, ok := c.subs[channel]; ok && s.pending {
+	if s := c.subs.get(channel); s != nil && s.pending {
 		c.subsMu.Unlock()
 		return
 	}
-	delete(c.subs, channel)
+	c.subs.del(channel)
 	c.subsMu.Unlock()
 	c.untrack(channel)
 	c.PushCtl(CtlItem{Kind: CtlEnd, Channel: channel, Reason: &r})
@@ -126,9 +154,9 @@ func (c *Conn) HeldSubs() []HeldSub {
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()
 	list := make([]HeldSub, 0, len(c.subs))
-	for ch, s := range c.subs {
+	for _, s := range c.subs {
 		if !s.pending {
-			list = append(list, HeldSub{ch, s.subToken})
+			list = append(list, HeldSub{s.channel, s.subToken})
 		}
 	}
 	return list

@@ -115,13 +115,22 @@ func (c *Conn) heartbeatDue() {
 	if c.Closed() {
 		return
 	}
-	c.beatDue.Store(true)
-	c.wake()
+	c.Beat()
 	c.beatMu.Lock()
 	if !c.Closed() {
 		c.beat.Reset(c.env.Bounds.HeartbeatInterval)
 	}
 	c.beatMu.Unlock()
+}
+
+// Beat has the writer send a keep-alive frame now: for a transport that
+// times its heartbeats on a timer of its own (a WebSocket's one timer)
+// rather than StartHeartbeat's.
+func (c *Conn) Beat() {
+	if !c.Closed() {
+		c.beatDue.Store(true)
+		c.wake()
+	}
 }
 
 // stopHeartbeat stops the timer for good (the connection is closing).
@@ -326,7 +335,7 @@ func (c *Conn) resync(s Sink) error {
 	}
 	page := c.catchUpPage()
 	for _, key := range keys {
-		i, ok := c.Pos.index[key.Channel]
+		i, ok := c.Pos.find(key.Channel)
 		if !ok {
 			continue
 		}

@@ -214,9 +214,9 @@ func TestConnDirectStalledHitsBound(t *testing.T) {
 
 // TestPositionsWritten: the offset written per channel, as the hub's
 // side reads it, follows Add, the admitted publications and Remove, by
-// scanning a few channels and by index beyond viewScan.
+// scanning a few channels and by index beyond indexFrom.
 func TestPositionsWritten(t *testing.T) {
-	for _, n := range []int{1, viewScan, viewScan + 5} {
+	for _, n := range []int{1, indexFrom, indexFrom + 5} {
 		ps := NewPositions("acme", 4)
 		for i := range n {
 			ps.Add(fmt.Sprint("c", i), fanout.Position{Epoch: "e", Offset: uint64(10 * i)})

@@ -16,8 +16,10 @@ import (
 type Positions struct {
 	tenant  string
 	Entries []CursorEntry // in subscription order; the cursor's entries
-	index   map[string]int
-	names   []string // channel of entries[i]
+	// index finds a channel's entry once there are more than indexFrom;
+	// nil while there are fewer, which find looks up in names.
+	index map[string]int
+	names []string // channel of entries[i]
 	// read[i] is the take (below) during which entries[i]'s epoch was
 	// read from the history: when its subscription began, or when
 	// catching up found the channel's epoch changed.
@@ -36,12 +38,8 @@ type Positions struct {
 type writtenView struct {
 	names []string
 	offs  []*atomic.Uint64
-	index map[string]int // only above viewScan channels
+	index map[string]int // only above indexFrom channels
 }
-
-// viewScan is the number of channels up to which Written compares names
-// instead of hashing the channel.
-const viewScan = 8
 
 // Written returns the offset of the last publication of channel written to
 // the connection (or where its subscription began), and false when the
@@ -70,7 +68,7 @@ func (ps *Positions) Written(channel string) (uint64, bool) {
 // publish replaces the view Written reads.
 func (ps *Positions) publish() {
 	v := &writtenView{names: slices.Clone(ps.names), offs: slices.Clone(ps.offs)}
-	if len(v.names) > viewScan {
+	if len(v.names) > indexFrom {
 		v.index = make(map[string]int, len(v.names))
 		for i, n := range v.names {
 			v.index[n] = i
@@ -79,14 +77,37 @@ func (ps *Positions) publish() {
 	ps.shared.Store(v)
 }
 
+// indexFrom is the number of channels above which Positions keeps an
+// index by name: most connections hold a few channels, which a scan finds
+// as fast, and a map would cost each of them a few hundred bytes for its
+// lifetime.
+const indexFrom = 8
+
 func NewPositions(tenant string, capacity int) *Positions {
-	return &Positions{
+	ps := &Positions{
 		tenant:  tenant,
 		Entries: make([]CursorEntry, 0, capacity),
-		index:   make(map[string]int, capacity),
 		names:   make([]string, 0, capacity),
 		read:    make([]uint64, 0, capacity),
 	}
+	if capacity > indexFrom {
+		ps.index = make(map[string]int, capacity)
+	}
+	return ps
+}
+
+// find returns the index of channel's entry.
+func (ps *Positions) find(channel string) (int, bool) {
+	if ps.index != nil {
+		i, ok := ps.index[channel]
+		return i, ok
+	}
+	for i, name := range ps.names {
+		if name == channel {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // Took counts one take of publications from the queue by the writer
@@ -97,10 +118,19 @@ func (ps *Positions) Took() { ps.takes++ }
 // Add starts tracking channel at pos. It reports false if the channel is
 // already tracked.
 func (ps *Positions) Add(channel string, pos fanout.Position) bool {
-	if _, ok := ps.index[channel]; ok {
+	if _, ok := ps.find(channel); ok {
 		return false
 	}
-	ps.index[channel] = len(ps.Entries)
+	switch {
+	case ps.index != nil:
+		ps.index[channel] = len(ps.Entries)
+	case len(ps.names) == indexFrom:
+		ps.index = make(map[string]int, 2*indexFrom)
+		for i, name := range ps.names {
+			ps.index[name] = i
+		}
+		ps.index[channel] = len(ps.Entries)
+	}
 	ps.Entries = append(ps.Entries, CursorEntry{
 		Hash: ChannelHash(fanout.Key{Tenant: ps.tenant, Channel: channel}),
 		Pos:  pos,
@@ -116,16 +146,18 @@ func (ps *Positions) Add(channel string, pos fanout.Position) bool {
 
 // Remove stops tracking channel.
 func (ps *Positions) Remove(channel string) {
-	i, ok := ps.index[channel]
+	i, ok := ps.find(channel)
 	if !ok {
 		return
 	}
-	delete(ps.index, channel)
+	if ps.index != nil {
+		delete(ps.index, channel)
+	}
 	ps.Entries = append(ps.Entries[:i], ps.Entries[i+1:]...)
 	ps.names = append(ps.names[:i], ps.names[i+1:]...)
 	ps.read = append(ps.read[:i], ps.read[i+1:]...)
 	ps.offs = append(ps.offs[:i], ps.offs[i+1:]...)
-	for j := i; j < len(ps.names); j++ {
+	for j := i; ps.index != nil && j < len(ps.names); j++ {
 		ps.index[ps.names[j]] = j
 	}
 	ps.publish()
@@ -211,8 +243,7 @@ func (ps *Positions) lookup(key fanout.Key) (int, bool) {
 	if key.Tenant != ps.tenant {
 		return 0, false
 	}
-	i, ok := ps.index[key.Channel]
-	return i, ok
+	return ps.find(key.Channel)
 }
 
 // CursorEntry is one channel's position in a cursor.

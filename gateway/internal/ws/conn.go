@@ -15,7 +15,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
-	"github.com/google/uuid"
 
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/subscriptions"
@@ -32,7 +31,6 @@ type Conn struct {
 
 	connect Connect // admits the connection at its connect request
 
-	clientID  string
 	connected atomic.Bool
 	pubGrants atomic.Pointer[publishGrants]
 
@@ -42,13 +40,15 @@ type Conn struct {
 	ids      []uint64 // the ids of the requests in flight
 	reqs     sync.WaitGroup
 
-	connectTimer *time.Timer
-	idleTimer    *time.Timer
-
-	// The token expiry timer, from connect.
-	expMu      sync.Mutex
-	expTimer   *time.Timer
-	expStopped bool
+	// One timer for the connection's deadlines (timersDue): the connect
+	// and client timeouts, the server's pings and the token's expiry.
+	timerMu sync.Mutex
+	timer   *time.Timer
+	stopped bool // the connection ended: the timer is not armed again
+	// mark is, in unix nanoseconds, when Run started (for
+	// ConnectTimeout) until the connection is connected, then when its
+	// next ping is due.
+	mark int64
 
 	sink frameSink
 }
@@ -66,7 +66,7 @@ type publishGrants struct {
 // On error Accept has answered the request (a broken handshake: 4xx).
 // From then on r.Context() must not be used: the connection is hijacked.
 func Accept(w http.ResponseWriter, r *http.Request, env *Env, c *session.Conn, connect Connect) (*Conn, error) {
-	wc := &Conn{env: env, c: c, connect: connect, clientID: uuid.NewString()}
+	wc := &Conn{env: env, c: c, connect: connect}
 	b := c.Bounds()
 	wc.sink.timeout = b.WriteTimeout
 	wc.sink.expiryGrace = b.ExpiryGrace
@@ -107,7 +107,7 @@ func Accept(w http.ResponseWriter, r *http.Request, env *Env, c *session.Conn, c
 // release (the user's and the server's slots, the registration) is the
 // server's. What comes before and after reading lives in functions of
 // their own, so the frames an idle reader keeps on its stack are few (see
-// handleApart).
+// apart).
 func (w *Conn) Run() {
 	w.startTimers()
 	w.readGuarded()
@@ -133,21 +133,71 @@ func (w *Conn) panicked(p any) session.Reason {
 	return session.ReasonServerError
 }
 
-// startTimers starts the connect and client timeouts.
+// startTimers starts the connection's one timer, for the connect and
+// client timeouts until connect.
 func (w *Conn) startTimers() {
-	w.connectTimer = stoppedTimer(w.connectTimedOut)
-	w.connectTimer.Reset(w.c.Bounds().ConnectTimeout)
-	w.idleTimer = stoppedTimer(w.checkIdle)
-	w.idleTimer.Reset(w.c.Bounds().ClientTimeout)
+	w.mark = time.Now().UnixNano()
+	w.timer = stoppedTimer(w.timersDue)
+	w.timer.Reset(min(w.c.Bounds().ConnectTimeout, w.c.Bounds().ClientTimeout))
+}
+
+// stopTimers stops the timer for good (the connection ended).
+func (w *Conn) stopTimers() {
+	w.timerMu.Lock()
+	defer w.timerMu.Unlock()
+	w.stopped = true
+	w.timer.Stop()
+}
+
+// timersDue acts on the connection's deadlines and re-arms the timer for
+// the first of them to come (timeoutsDue, expiryDue, beatDue). It runs on
+// the timer, and after connect and refresh.
+func (w *Conn) timersDue() {
+	w.timerMu.Lock()
+	defer w.timerMu.Unlock()
+	if w.stopped || w.c.Closed() {
+		return
+	}
+	b, now := w.c.Bounds(), time.Now()
+	next, open := w.timeoutsDue(b, now)
+	if !open {
+		return
+	}
+	if exp, open := w.expiryDue(b, now); !open {
+		return
+	} else if exp > 0 {
+		next = min(next, exp)
+	}
+	if w.connected.Load() {
+		next = min(next, w.beatDue(b, now))
+	}
+	w.timer.Reset(next)
+}
+
+// startBeats has the server's pings (the core's heartbeat) start, one
+// HeartbeatInterval from now (connect).
+func (w *Conn) startBeats() {
+	w.timerMu.Lock()
+	w.mark = time.Now().Add(w.c.Bounds().HeartbeatInterval).UnixNano()
+	w.timerMu.Unlock()
+}
+
+// beatDue has the writer send a ping when one is due and returns when the
+// next is. It runs under timerMu, once connected.
+func (w *Conn) beatDue(b *session.Bounds, now time.Time) time.Duration {
+	if at := time.Unix(0, w.mark); now.Before(at) {
+		return at.Sub(now)
+	}
+	w.c.Beat()
+	w.mark = now.Add(b.HeartbeatInterval).UnixNano()
+	return b.HeartbeatInterval
 }
 
 // end waits for the writer's final frames and for every request, and
 // releases the subscriptions.
 func (w *Conn) end() {
 	<-w.c.FinalDone
-	w.connectTimer.Stop()
-	w.idleTimer.Stop()
-	w.stopExpiry()
+	w.stopTimers()
 	w.c.Cancel()
 	w.reqs.Wait()
 	w.c.SetAbort(nil)
@@ -165,21 +215,15 @@ func stoppedTimer(f func()) *time.Timer {
 // readBufs recycles the buffers client messages are read into.
 var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// readLoop reads and handles frames until the connection must close, and
-// closes it for that reason.
+// readLoop reads and handles messages until the connection must close,
+// and closes it for that reason. The reader waits for the client's next
+// bytes outside the library (frameWatch.wait) and reads and handles each
+// message on a goroutine of its own (apart), so its own stack stays at
+// the minimum, 2 KiB, for the connection's lifetime.
 func (w *Conn) readLoop() {
 	for {
-		typ, rd, err := w.ws.Reader(context.Background())
-		if err != nil {
-			w.c.Close(w.readErrorReason(), 0)
-			return
-		}
-		buf := readBufs.Get().(*bytes.Buffer)
-		r := w.readMessage(typ, rd, buf)
-		if buf.Cap() <= 2*DefaultMaxMessageSize {
-			readBufs.Put(buf)
-		}
-		if r.Code != "" {
+		w.raw.wait()
+		if r := w.apart(w.next); r.Code != "" {
 			w.c.Close(r, 0)
 			return
 		}
@@ -187,6 +231,21 @@ func (w *Conn) readLoop() {
 			return // the reason is set already
 		}
 	}
+}
+
+// next reads the next message and handles it. A non-empty Reason closes
+// the connection.
+func (w *Conn) next() session.Reason {
+	typ, rd, err := w.ws.Reader(context.Background())
+	if err != nil {
+		return w.readErrorReason()
+	}
+	buf := readBufs.Get().(*bytes.Buffer)
+	r := w.readMessage(typ, rd, buf)
+	if buf.Cap() <= 2*DefaultMaxMessageSize {
+		readBufs.Put(buf)
+	}
+	return r
 }
 
 // readMessage reads one message into buf and handles it. A non-empty
@@ -208,16 +267,20 @@ func (w *Conn) readMessage(typ websocket.MessageType, rd io.Reader, buf *bytes.B
 	if !utf8.Valid(buf.Bytes()) {
 		return session.WithMessage(session.ReasonProtocolError, "a text message was not valid UTF-8")
 	}
-	return w.handleApart(buf.Bytes())
+	return w.handle(buf.Bytes())
 }
 
-// handleApart handles msg on a goroutine of its own and waits for it.
-// Decoding a frame and the work of a request (verifying a token, ...)
-// need a deep stack, which the reader, idle most of a connection's life,
-// would keep: the garbage collector halves a stack only while less than a
-// quarter of it is in use, and a reader waiting inside coder/websocket
-// uses about 2 KiB, so an 8 KiB stack stays. Reading alone fits in 4 KiB.
-func (w *Conn) handleApart(msg []byte) session.Reason {
+// apart runs f on a goroutine of its own and waits for it. Reading a
+// message inside the library, decoding it and the work of a request
+// (verifying a token, ...) need a deep stack, which the reader, idle most
+// of a connection's life, would keep: a stack grows by doubling, and the
+// garbage collector halves it only while less than a quarter of it (the
+// guard space for nosplit functions included) is in use, which a waiting
+// reader never is once its stack grew. The goroutine that read a message
+// ends with it instead. A client that sends WebSocket control frames
+// (ping, pong) and no message between them keeps that goroutine waiting
+// inside the library until its next message, as browsers never do.
+func (w *Conn) apart(f func() session.Reason) session.Reason {
 	done := make(chan session.Reason, 1)
 	go func() {
 		defer func() {
@@ -225,7 +288,7 @@ func (w *Conn) handleApart(msg []byte) session.Reason {
 				done <- w.panicked(p)
 			}
 		}()
-		done <- w.handle(msg)
+		done <- f()
 	}()
 	return <-done
 }
@@ -302,25 +365,33 @@ func (w *Conn) limit(limit string) { w.env.Limits.WithLabelValues(limit).Inc() }
 // Touch records that the client sent something (a ping or a pong too).
 func (w *Conn) Touch() { w.lastRecv.Store(time.Now().UnixNano()) }
 
-// checkIdle closes a connection silent for ClientTimeout; otherwise it
-// looks again when that could first happen.
-func (w *Conn) checkIdle() {
-	if w.c.Closed() {
-		return
-	}
-	idle := time.Since(time.Unix(0, w.lastRecv.Load()))
-	if idle >= w.c.Bounds().ClientTimeout {
+// timeoutsDue closes a connection that sent no connect frame within
+// ConnectTimeout of its start, or nothing for ClientTimeout; otherwise it
+// returns when either could first happen. False: it closed the
+// connection.
+func (w *Conn) timeoutsDue(b *session.Bounds, now time.Time) (time.Duration, bool) {
+	idle := now.Sub(time.Unix(0, w.lastRecv.Load()))
+	if idle >= b.ClientTimeout {
 		w.limit(session.LimitClientTimeout)
 		w.c.Close(session.WithMessage(session.ReasonTimeout, fmt.Sprintf(
-			"nothing received for %s (answer every ping with a pong)", w.c.Bounds().ClientTimeout)), 0)
+			"nothing received for %s (answer every ping with a pong)", b.ClientTimeout)), 0)
 		// A writer blocked on the silent peer would hold the connection
 		// until WriteTimeout: it gets finalWriteTimeout to finish (a peer
 		// that still reads gets its push and close code), then the
 		// connection is dropped.
 		w.sink.abort()
-		return
+		return 0, false
 	}
-	w.idleTimer.Reset(w.c.Bounds().ClientTimeout - idle)
+	next := b.ClientTimeout - idle
+	if !w.connected.Load() {
+		left := b.ConnectTimeout - now.Sub(time.Unix(0, w.mark))
+		if left <= 0 {
+			w.connectTimedOut()
+			return 0, false
+		}
+		next = min(next, left)
+	}
+	return next, true
 }
 
 // connectTimedOut closes a connection that sent no connect frame in time.

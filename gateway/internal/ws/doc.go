@@ -9,12 +9,14 @@
 //   - a reader, which owns the connection: a goroutine of its own
 //     (Conn.Run), started by the handler, which then returns, so
 //     net/http's request and buffers are not kept for the connection's
-//     lifetime. It reads every frame (never under a deadline context,
-//     which would close the connection) with a small read buffer and
-//     handles each on a short-lived goroutine it waits for
-//     (Conn.handleApart), so its own stack stays small: connect, ping
-//     and unsubscribe are answered there, and subscribe, publish and
-//     refresh start a goroutine each, at most MaxInflight at once; the op
+//     lifetime. Between messages it waits for the client's next bytes
+//     without reading them (frameWatch.wait); then it reads the message
+//     (never under a deadline context, which would close the connection)
+//     with a small read buffer and handles it on a short-lived goroutine
+//     it waits for (Conn.apart), so its own stack stays at the minimum:
+//     connect, ping and unsubscribe are answered there, and subscribe,
+//     publish and refresh start a goroutine each, at most MaxInflight at
+//     once; the op
 //     table (OpTable) gives per op its decoding, validation, sync or
 //     async and handler;
 //   - the connection core's writer, started on demand whenever something
@@ -25,9 +27,12 @@
 //     written under its own deadline, and it performs the subscriptions'
 //     hub and history work, so a subscription's reply, its recovered
 //     publications and its live ones leave in order;
-//   - timers instead of goroutines for the connect timeout, the client
-//     timeout, the server's pings (the core's heartbeat) and the token's
-//     expiry; revocation and re-authorization are the server-wide
+//   - a write buffer of 16 bytes: the connection under the library
+//     holds a frame's first bytes until its rest comes and writes both
+//     in one system call (frameWatch.Write), so no buffer is kept;
+//   - one timer, not a goroutine, for the connect timeout, the client
+//     timeout, the server's pings (the core's heartbeat, session.Beat)
+//     and the token's expiry (Conn.timersDue); revocation and re-authorization are the server-wide
 //     revalidation timer's, which ends a subscription or the connection
 //     through the core.
 //

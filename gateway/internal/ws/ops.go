@@ -16,14 +16,14 @@ import (
 )
 
 // connectOp has the connection admitted (on the goroutine the reader
-// waits for, see handleApart). A refusal is answered with an error reply,
+// waits for, see apart). A refusal is answered with an error reply,
 // then the connection closes.
 func (w *Conn) connectOp(f *ClientFrame) {
 	if w.connected.Load() {
 		w.replyError(f.ID, OpConnect, CodeBadRequest, "already connected: send connect once per connection")
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.c.Ctx, w.c.Bounds().ConnectTimeout)
+	ctx, cancel := w.connectContext()
 	claims, reason, msg := w.connect(ctx, f.Token)
 	cancel()
 	if reason.Code != "" {
@@ -31,20 +31,38 @@ func (w *Conn) connectOp(f *ClientFrame) {
 		return
 	}
 
-	w.c.Pos = session.NewPositions(claims.Tenant, 4)
+	// Room for one channel: most connections subscribe to few, and what
+	// a connection holds it holds for its lifetime.
+	w.c.Pos = session.NewPositions(claims.Tenant, 1)
 	w.adopt(claims)
+	w.startBeats()
 	w.connected.Store(true)
-	w.connectTimer.Stop()
-	w.c.StartHeartbeat()
 	w.reply(f.ID, OpConnect, w.connectResult(claims, time.Now()))
-	w.armExpiry()
+	w.timersDue() // the token's expiry, after the connect reply
+}
+
+// connectContext is the context of the connection's admission: it ends
+// at ConnectTimeout or when the connection closes. It is not derived
+// from the connection's context (session.Conn.Ctx), which would keep a
+// child map and a done channel for the connection's lifetime: a goroutine
+// that lives as long as the admission ties the two.
+func (w *Conn) connectContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.c.Bounds().ConnectTimeout)
+	go func() {
+		select {
+		case <-w.c.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // connectResult is the reply to a successful connect at now.
 func (w *Conn) connectResult(claims *auth.Claims, now time.Time) ConnectResult {
 	b := w.c.Bounds()
 	res := ConnectResult{
-		Client:         w.clientID,
+		Client:         uuid.NewString(),
 		Protocol:       Protocol,
 		Version:        w.env.Version,
 		PingIntervalMS: b.HeartbeatInterval.Milliseconds(),
@@ -85,10 +103,17 @@ func errorCode(r session.Reason) string {
 	return CodeServerError
 }
 
+// noPublishGrants are those of every token without publish grants.
+var noPublishGrants = &publishGrants{}
+
 // adopt makes claims the connection's current token.
 func (w *Conn) adopt(claims *auth.Claims) {
-	g, err := subscriptions.CompileGrants(claims.Publish, claims.Subject)
-	w.pubGrants.Store(&publishGrants{grants: g, err: err})
+	if len(claims.Publish) == 0 {
+		w.pubGrants.Store(noPublishGrants)
+	} else {
+		g, err := subscriptions.CompileGrants(claims.Publish, claims.Subject)
+		w.pubGrants.Store(&publishGrants{grants: g, err: err})
+	}
 	w.c.Cur.Store(claims)
 }
 
@@ -255,7 +280,7 @@ func (w *Conn) refresh(f *ClientFrame) {
 	}
 	w.adopt(claims)
 	w.reply(f.ID, OpRefresh, RefreshResult{ExpiresAt: unixOrZero(claims.ExpiresAt)})
-	w.expiryDue()
+	w.timersDue() // the new token's expiry
 	w.recheck(claims)
 }
 
