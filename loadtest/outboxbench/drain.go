@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -204,36 +202,16 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 	fmt.Fprintf(progress, "staged: Worker running (batch %d, %s broker); %d producers insert %d records, %d per transaction\n",
 		cfg.BatchSize, cfg.Broker, cfg.StagedProducers, cfg.Records, cfg.StagedBatch)
 
-	chunks := (cfg.Records + cfg.StagedBatch - 1) / cfg.StagedBatch
-	var next atomic.Int64
-	var staged atomic.Bool
-	var wg sync.WaitGroup
-	errs := make([]error, cfg.StagedProducers)
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
 	cpu0 := readCPU(ctx, store.Pool())
 	start := time.Now()
-	for w := range cfg.StagedProducers {
-		wg.Go(func() {
-			for k := int(next.Add(1) - 1); k < chunks && pctx.Err() == nil; k = int(next.Add(1) - 1) {
-				from := k * cfg.StagedBatch
-				if err := copyRange(pctx, producers, from, min(from+cfg.StagedBatch, cfg.Records), cfg.Channels); err != nil {
-					errs[w] = fmt.Errorf("outboxbench: staged insert: %w", err)
-					return
-				}
-			}
-		})
-	}
-	stagedCh := make(chan struct{})
-	go func() {
-		wg.Wait()
-		res.Stage = time.Since(start)
-		staged.Store(true)
-		close(stagedCh)
-	}()
+	staging := benchkit.StartStaging(ctx, cfg.StagedProducers, cfg.Records, cfg.StagedBatch, func(ctx context.Context, from, to int) error {
+		if err := copyRange(ctx, producers, from, to, cfg.Channels); err != nil {
+			return fmt.Errorf("outboxbench: staged insert: %w", err)
+		}
+		return nil
+	})
 	err = benchkit.PollUntil(ctx, drainTimeout, 2*time.Millisecond, nil, func() (bool, error) {
-		done := staged.Load() // before the count: a full count then covers every commit
+		done := staging.Done() // before the count: a full count then covers every commit
 		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
 			res.Published = time.Since(start)
 		}
@@ -241,10 +219,8 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 		if err != nil {
 			return false, err
 		}
-		if done {
-			if err := errors.Join(errs...); err != nil {
-				return false, err
-			}
+		if err := staging.Err(); err != nil {
+			return false, err
 		}
 		if done && n >= int64(cfg.Records) {
 			res.Drained = time.Since(start)
@@ -253,8 +229,7 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 		return false, nil
 	})
 	res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
-	cancel()
-	<-stagedCh
+	res.Stage = staging.Stop()
 	p.stop()
 	stopped = true
 	if err != nil {
