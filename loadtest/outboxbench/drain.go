@@ -68,14 +68,11 @@ const benchTenant = "bench"
 // phase ends when both are done.
 func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res drainResult, err error) {
 	res = drainResult{Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize, Beside: recv != nil}
-	store, err := db.openStore(ctx, true)
+	store, err := db.openReset(ctx, true, 0, cfg.Channels)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	if err := reset(ctx, store.Pool(), 0, cfg.Channels); err != nil {
-		return res, err
-	}
 	var hook *hookSide
 	if recv != nil {
 		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
@@ -168,14 +165,11 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 // the last commit — as cfbench's staged phase does for Centrifugo.
 func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (res drainResult, err error) {
 	res = drainResult{Staged: true, Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize}
-	store, err := db.openStore(ctx, true)
+	store, err := db.openReset(ctx, true, 0, cfg.Channels)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	if err := reset(ctx, store.Pool(), 0, cfg.Channels); err != nil {
-		return res, err
-	}
 	holder, err := maybeHoldXmin(ctx, db, cfg, "staged", progress)
 	if err != nil {
 		return res, err
