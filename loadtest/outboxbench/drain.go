@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 

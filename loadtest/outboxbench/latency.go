@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 )
 
 // latencyResult is the outcome of the latency phase.

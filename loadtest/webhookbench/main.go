@@ -33,8 +33,8 @@ import (
 	"flag"
 	"os"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 )
 
 var command = benchkit.Command{

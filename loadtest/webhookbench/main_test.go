@@ -8,9 +8,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/loadtest/internal/benchtest"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 )
 
 func TestMain(m *testing.M) {
