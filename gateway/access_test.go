@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/sse"
@@ -195,13 +194,7 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 func revocationBackends() map[string]func(t *testing.T) auth.RevocationStore {
 	return map[string]func(t *testing.T) auth.RevocationStore{
 		"redis": func(t *testing.T) auth.RevocationStore {
-			u, prefix := testenv.Redis(t)
-			opt, err := redis.ParseURL(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rdb := redis.NewClient(opt)
-			t.Cleanup(func() { _ = rdb.Close() })
+			rdb, prefix := testenv.RedisClient(t)
 			return auth.NewRedisRevocations(rdb, prefix)
 		},
 		"postgres": func(t *testing.T) auth.RevocationStore {

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +33,7 @@ type testEnv struct {
 	hub    *fanout.Hub
 	reg    *prometheus.Registry
 	client *http.Client
-	logs   *syncBuffer
+	logs   *testenv.SyncBuffer
 }
 
 type envOptions struct {
@@ -49,24 +47,6 @@ type envOptions struct {
 	broker      string
 	readyChecks []ReadyCheck
 	deps        func(*Deps)
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newTestBroker makes the broker o names.
@@ -105,7 +85,7 @@ func startTestServer(tb testing.TB, o envOptions) *testEnv {
 	}
 	hub := sessiontest.StartHub(tb, broker)
 
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	reg := prometheus.NewRegistry()
 	cfg := o.cfg
 	if cfg.Listen == "" {

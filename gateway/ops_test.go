@@ -54,31 +54,9 @@ func openSQLiteOutbox(t *testing.T) *sqlitestore.Store {
 	return s
 }
 
-// opsAnswer is the body of /ops/status as a client reads it.
-type opsAnswer struct {
-	Time      time.Time `json:"time"`
-	Readiness struct {
-		Status string            `json:"status"`
-		Checks map[string]string `json:"checks"`
-	} `json:"readiness"`
-	Connections struct {
-		SSE   int `json:"sse"`
-		WS    int `json:"ws"`
-		Total int `json:"total"`
-		Max   int `json:"max"`
-	} `json:"connections"`
-	Outbox struct {
-		Status        string     `json:"status"`
-		Pending       *int64     `json:"pending"`
-		DeadLetters   *int64     `json:"dead_letters"`
-		OldestPending *time.Time `json:"oldest_pending"`
-		OldestAge     *float64   `json:"oldest_pending_age_seconds"`
-	} `json:"outbox"`
-}
-
 // opsStatusOK fetches /ops/status with the admin token; it must answer 200
 // with no-store.
-func (e *testEnv) opsStatusOK() opsAnswer {
+func (e *testEnv) opsStatusOK() testenv.OpsStatus {
 	e.t.Helper()
 	resp, cancel := e.do(request{path: "/ops/status", bearer: testAdminToken})
 	defer cancel()
@@ -93,7 +71,7 @@ func (e *testEnv) opsStatusOK() opsAnswer {
 	if cc, ct := resp.Header.Get("Cache-Control"), resp.Header.Get("Content-Type"); cc != "no-store" || ct != "application/json" {
 		e.t.Fatalf("/ops/status: Cache-Control %q, Content-Type %q", cc, ct)
 	}
-	var a opsAnswer
+	var a testenv.OpsStatus
 	if err := json.Unmarshal(b, &a); err != nil {
 		e.t.Fatalf("/ops/status body %s: %v", b, err)
 	}

@@ -84,17 +84,26 @@ func hookEnvTimeout(t *testing.T, hookURL string, timeout time.Duration, deps fu
 	}})
 }
 
+// hookedWS starts a hookEnv on a test webhook of its own and connects a
+// WebSocket client subscribed to orders/1, which its token grants
+// (orders/*), and docs/1, which only the webhook allows.
+func hookedWS(t *testing.T) (*testHook, *testEnv, *wstest.Client) {
+	t.Helper()
+	hook := newTestHook(t)
+	e := hookEnv(t, hook.srv.URL, nil)
+	c := e.connected("orders/*")
+	c.Subscribe("orders/1", nil)
+	c.Subscribe("docs/1", nil)
+	return hook, e, c
+}
+
 // TestReauthorizeWebhookWS: a webhook-allowed subscription is re-checked
 // when the answer's TTL lapses; once the webhook denies, that subscription
 // ends with an unsubscribed push while the grant-based one keeps
 // delivering.
 func TestReauthorizeWebhookWS(t *testing.T) {
 	t.Parallel()
-	hook := newTestHook(t)
-	e := hookEnv(t, hook.srv.URL, nil)
-	c := e.connected("orders/*")
-	c.Subscribe("orders/1", nil)
-	c.Subscribe("docs/1", nil)
+	hook, e, c := hookedWS(t)
 	pub := e.publish("acme", "docs/1", `1`)
 	if p := c.Pub(); p.Channel != "docs/1" || p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
@@ -169,11 +178,7 @@ func TestReauthorizeWebhookSSE(t *testing.T) {
 // ends alone, resubscribe true.
 func TestWebhookDown(t *testing.T) {
 	t.Parallel()
-	hook := newTestHook(t)
-	e := hookEnv(t, hook.srv.URL, nil)
-	c := e.connected("orders/*")
-	c.Subscribe("orders/1", nil)
-	c.Subscribe("docs/1", nil)
+	hook, e, c := hookedWS(t)
 
 	hook.fail.Store(true)
 	f := c.NextFrame(5 * time.Second)

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
@@ -240,13 +238,7 @@ func TestTicketsBoundPerUser(t *testing.T) {
 			return s
 		},
 		"redis": func(t *testing.T) auth.TicketIssuer {
-			u, prefix := testenv.Redis(t)
-			opt, err := redis.ParseURL(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rdb := redis.NewClient(opt)
-			t.Cleanup(func() { _ = rdb.Close() })
+			rdb, prefix := testenv.RedisClient(t)
 			s, err := auth.NewRedisTickets(rdb, auth.TicketConfig{MaxPerUser: perUser, Prefix: prefix})
 			if err != nil {
 				t.Fatal(err)

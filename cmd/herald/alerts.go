@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/heraldgw/herald/internal/durations"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
@@ -216,5 +217,5 @@ func promDuration(d time.Duration) string {
 	if d == 0 {
 		return "0m"
 	}
-	return shortDuration(d)
+	return durations.Short(d)
 }

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/heraldgw/herald/internal/durations"
 )
 
 // runGenconfig writes a config file holding every setting of one command
@@ -200,24 +202,11 @@ func jsonValue(v flag.Value) any {
 	case *listValue:
 		return append([]string{}, *x...)
 	case *durationValue:
-		return shortDuration(time.Duration(*x))
+		return durations.Short(time.Duration(*x))
 	case *handlersValue:
 		return x.jsonValue()
 	}
 	return v.String()
-}
-
-// shortDuration is d as time.ParseDuration reads it, without the zero
-// units time.Duration.String keeps: "24h", not "24h0m0s".
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // marshal is json.Marshal without HTML escaping: usage texts hold < and >.

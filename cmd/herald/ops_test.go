@@ -32,31 +32,6 @@ func writeTokenFile(t *testing.T, content string) string {
 	return p
 }
 
-// opsStatus is /ops/status as the page reads it.
-type opsStatus struct {
-	Time      time.Time `json:"time"`
-	Readiness struct {
-		Status string            `json:"status"`
-		Checks map[string]string `json:"checks"`
-	} `json:"readiness"`
-	Connections struct {
-		SSE, WS, Total, Max int
-	} `json:"connections"`
-	Outbox struct {
-		Status        string     `json:"status"`
-		Pending       *int64     `json:"pending"`
-		DeadLetters   *int64     `json:"dead_letters"`
-		OldestPending *time.Time `json:"oldest_pending"`
-		OldestAge     *float64   `json:"oldest_pending_age_seconds"`
-		Handlers      []struct {
-			Name, Type, State string
-			Pending           int64
-			DeadLetters       int64 `json:"dead_letters"`
-			TargetUp          bool  `json:"target_up"`
-		} `json:"handlers"`
-	} `json:"outbox"`
-}
-
 // getOps GETs base+path with Authorization (none when empty) and returns
 // the status and body.
 func getOps(t *testing.T, base, path, authorization string) (int, http.Header, []byte) {
@@ -80,13 +55,13 @@ func getOps(t *testing.T, base, path, authorization string) (int, http.Header, [
 	return resp.StatusCode, resp.Header, b
 }
 
-func opsStatusOf(t *testing.T, base string) opsStatus {
+func opsStatusOf(t *testing.T, base string) testenv.OpsStatus {
 	t.Helper()
 	code, h, b := getOps(t, base, "/ops/status", "Bearer "+testAdminToken)
 	if code != http.StatusOK || h.Get("Cache-Control") != "no-store" {
 		t.Fatalf("/ops/status: %d (Cache-Control %q) %s", code, h.Get("Cache-Control"), b)
 	}
-	var st opsStatus
+	var st testenv.OpsStatus
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("/ops/status %s: %v", b, err)
 	}

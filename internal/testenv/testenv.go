@@ -110,6 +110,21 @@ func Redis(t testing.TB) (url string, prefix string) {
 	return u, prefix
 }
 
+// RedisClient is a client of the test Redis and the key prefix of the
+// test's own, as Redis gives them; the client is closed when the test
+// ends.
+func RedisClient(t testing.TB) (rdb *redis.Client, prefix string) {
+	t.Helper()
+	u, prefix := Redis(t)
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatalf("testenv: parse redis URL: %v", err)
+	}
+	rdb = redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, prefix
+}
+
 func redact(u string) string {
 	p, err := url.Parse(u)
 	if err != nil {

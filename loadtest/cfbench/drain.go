@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -157,47 +154,25 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 	fmt.Fprintf(e.progress, "staged %s: Centrifugo consuming; %d producers insert %d records, %d per transaction\n",
 		cc, cfg.StagedProducers, cfg.Records, cfg.StagedBatch)
 
-	chunks := (cfg.Records + cfg.StagedBatch - 1) / cfg.StagedBatch
-	var next atomic.Int64
-	var staged atomic.Bool
-	var wg sync.WaitGroup
-	errs := make([]error, cfg.StagedProducers)
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
 	cf0, pg0 := cf.cpu(), benchkit.ReadBackends(ctx, e.pool)
 	start := time.Now()
-	for w := range cfg.StagedProducers {
-		wg.Go(func() {
-			for k := int(next.Add(1) - 1); k < chunks && pctx.Err() == nil; k = int(next.Add(1) - 1) {
-				from := k * cfg.StagedBatch
-				if err := copyRows(pctx, producers, from, min(from+cfg.StagedBatch, cfg.Records), cfg.Channels, cc.Partitions); err != nil {
-					errs[w] = fmt.Errorf("cfbench: staged insert: %w", err)
-					return
-				}
-			}
-		})
-	}
-	stagedCh := make(chan struct{})
-	go func() {
-		wg.Wait()
-		res.Stage = time.Since(start)
-		staged.Store(true)
-		close(stagedCh)
-	}()
+	staging := benchkit.StartStaging(ctx, cfg.StagedProducers, cfg.Records, cfg.StagedBatch, func(ctx context.Context, from, to int) error {
+		if err := copyRows(ctx, producers, from, to, cfg.Channels, cc.Partitions); err != nil {
+			return fmt.Errorf("cfbench: staged insert: %w", err)
+		}
+		return nil
+	})
 	err = pollUntil(ctx, cfg.DrainTimeout, 50*time.Millisecond, func() (bool, error) {
 		if err := cf.alive(); err != nil {
 			return false, err
 		}
-		done := staged.Load() // before the count: a zero count then covers every row
+		done := staging.Done() // before the count: a zero count then covers every row
 		n, err := countRows(ctx, e.pool)
 		if err != nil {
 			return false, err
 		}
-		if done {
-			if err := errors.Join(errs...); err != nil {
-				return false, err
-			}
+		if err := staging.Err(); err != nil {
+			return false, err
 		}
 		if done && n == 0 {
 			res.Drained = time.Since(start)
@@ -206,8 +181,7 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 		return false, nil
 	})
 	res.CentrifugoCPU, res.PostgresCPU = cf.cpu()-cf0, benchkit.ReadBackends(ctx, e.pool).Since(pg0)
-	cancel()
-	<-stagedCh
+	res.Stage = staging.Stop()
 	if err != nil {
 		return res, fmt.Errorf("cfbench: staged %s: %w", cc, err)
 	}

@@ -62,43 +62,23 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
+
+var command = benchkit.Command{
+	Name:    "cfbench",
+	Summary: "Measures Centrifugo's PostgreSQL outbox consumer and prints a markdown report.",
+}
 
 func main() {
 	cfg := defaultConfig()
 	cfg.register(flag.CommandLine)
-	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "Usage: cfbench [flags]\n\nMeasures Centrifugo's PostgreSQL outbox consumer and prints a markdown report.\n\nFlags:")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "cfbench: unexpected argument %q\n", flag.Arg(0))
-		os.Exit(2)
-	}
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "cfbench: %v\n", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "cfbench: ") {
-			msg = "cfbench: " + msg
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		stop()
-		os.Exit(1)
-	}
+	command.Main(cfg.validate, func(ctx context.Context) error {
+		return run(ctx, cfg, os.Stdout, os.Stderr)
+	})
 }
 
 // commandLine is how the program was invoked, for the report.
-func commandLine() string {
-	return "go run ./loadtest/cfbench " + strings.Join(os.Args[1:], " ")
-}
+func commandLine() string { return command.CommandLine() }

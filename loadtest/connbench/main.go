@@ -45,6 +45,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 )
@@ -55,19 +56,10 @@ func main() {
 	}
 	cfg := defaultConfig()
 	cfg.register(flag.CommandLine)
-	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "Usage: connbench [flags]\n\nLoads a Herald server with many connections and prints a markdown report.\n\nFlags:")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "connbench: unexpected argument %q\n", flag.Arg(0))
-		os.Exit(2)
-	}
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "connbench: %v\n", err)
-		os.Exit(2)
-	}
+	benchkit.Command{
+		Name:    "connbench",
+		Summary: "Loads a Herald server with many connections and prints a markdown report.",
+	}.Parse(cfg.validate)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := mainErr(ctx, cfg, os.Stdout, os.Stderr)
 	stop()

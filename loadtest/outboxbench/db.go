@@ -38,6 +38,20 @@ func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*pgstore.
 	return s, nil
 }
 
+// openReset opens the store as openStore does and resets its outbox with
+// retained rows over channels (see reset): where each phase starts.
+func (db *benchDB) openReset(ctx context.Context, notifyTrigger bool, retained, channels int) (*pgstore.Store, error) {
+	s, err := db.openStore(ctx, notifyTrigger)
+	if err != nil {
+		return nil, err
+	}
+	if err := reset(ctx, s.Pool(), retained, channels); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
 // openPool opens a pool of up to n connections for producers.
 func (db *benchDB) openPool(ctx context.Context, n int) (*pgxpool.Pool, error) {
 	pool, err := benchkit.OpenPool(ctx, db.URL, n, "outboxbench-producer")

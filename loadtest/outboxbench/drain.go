@@ -7,15 +7,13 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 	"github.com/heraldgw/herald/outboxfeed"
 )
 
@@ -70,14 +68,11 @@ const benchTenant = "bench"
 // phase ends when both are done.
 func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res drainResult, err error) {
 	res = drainResult{Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize, Beside: recv != nil}
-	store, err := db.openStore(ctx, true)
+	store, err := db.openReset(ctx, true, 0, cfg.Channels)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	if err := reset(ctx, store.Pool(), 0, cfg.Channels); err != nil {
-		return res, err
-	}
 	var hook *hookSide
 	if recv != nil {
 		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
@@ -170,14 +165,11 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 // the last commit — as cfbench's staged phase does for Centrifugo.
 func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer) (res drainResult, err error) {
 	res = drainResult{Staged: true, Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize}
-	store, err := db.openStore(ctx, true)
+	store, err := db.openReset(ctx, true, 0, cfg.Channels)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	if err := reset(ctx, store.Pool(), 0, cfg.Channels); err != nil {
-		return res, err
-	}
 	holder, err := maybeHoldXmin(ctx, db, cfg, "staged", progress)
 	if err != nil {
 		return res, err
@@ -204,36 +196,16 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 	fmt.Fprintf(progress, "staged: Worker running (batch %d, %s broker); %d producers insert %d records, %d per transaction\n",
 		cfg.BatchSize, cfg.Broker, cfg.StagedProducers, cfg.Records, cfg.StagedBatch)
 
-	chunks := (cfg.Records + cfg.StagedBatch - 1) / cfg.StagedBatch
-	var next atomic.Int64
-	var staged atomic.Bool
-	var wg sync.WaitGroup
-	errs := make([]error, cfg.StagedProducers)
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
 	cpu0 := readCPU(ctx, store.Pool())
 	start := time.Now()
-	for w := range cfg.StagedProducers {
-		wg.Go(func() {
-			for k := int(next.Add(1) - 1); k < chunks && pctx.Err() == nil; k = int(next.Add(1) - 1) {
-				from := k * cfg.StagedBatch
-				if err := copyRange(pctx, producers, from, min(from+cfg.StagedBatch, cfg.Records), cfg.Channels); err != nil {
-					errs[w] = fmt.Errorf("outboxbench: staged insert: %w", err)
-					return
-				}
-			}
-		})
-	}
-	stagedCh := make(chan struct{})
-	go func() {
-		wg.Wait()
-		res.Stage = time.Since(start)
-		staged.Store(true)
-		close(stagedCh)
-	}()
+	staging := benchkit.StartStaging(ctx, cfg.StagedProducers, cfg.Records, cfg.StagedBatch, func(ctx context.Context, from, to int) error {
+		if err := copyRange(ctx, producers, from, to, cfg.Channels); err != nil {
+			return fmt.Errorf("outboxbench: staged insert: %w", err)
+		}
+		return nil
+	})
 	err = benchkit.PollUntil(ctx, drainTimeout, 2*time.Millisecond, nil, func() (bool, error) {
-		done := staged.Load() // before the count: a full count then covers every commit
+		done := staging.Done() // before the count: a full count then covers every commit
 		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
 			res.Published = time.Since(start)
 		}
@@ -241,10 +213,8 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 		if err != nil {
 			return false, err
 		}
-		if done {
-			if err := errors.Join(errs...); err != nil {
-				return false, err
-			}
+		if err := staging.Err(); err != nil {
+			return false, err
 		}
 		if done && n >= int64(cfg.Records) {
 			res.Drained = time.Since(start)
@@ -253,8 +223,7 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 		return false, nil
 	})
 	res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
-	cancel()
-	<-stagedCh
+	res.Stage = staging.Stop()
 	p.stop()
 	stopped = true
 	if err != nil {

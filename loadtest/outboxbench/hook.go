@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/pgstore"
 	"github.com/heraldgw/herald/outboxfeed/webhook"

@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 )
 
 // latencyResult is the outcome of the latency phase.
@@ -59,14 +59,11 @@ type commitMark struct {
 // beside the realtime Worker.
 func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res latencyResult, err error) {
 	res = latencyResult{Rate: cfg.Rate, Broker: cfg.Broker, Notify: cfg.LatencyNotify, Beside: recv != nil}
-	store, err := db.openStore(ctx, cfg.LatencyNotify)
+	store, err := db.openReset(ctx, cfg.LatencyNotify, cfg.Retained, cfg.Channels)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
-		return res, err
-	}
 	var hook *hookSide
 	if recv != nil {
 		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {

@@ -65,56 +65,26 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"runtime/pprof"
-	"strings"
-	"syscall"
 
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
+	"github.com/heraldgw/herald/internal/hookrecv"
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
+
+var command = benchkit.Command{
+	Name:       "outboxbench",
+	Summary:    "Measures the Herald outbox on PostgreSQL and prints a markdown report.",
+	CPUProfile: "write this process's CPU profile to this file",
+}
 
 func main() {
 	hookrecv.MaybeServe()
 	cfg := defaultConfig()
 	cfg.register(flag.CommandLine)
-	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to this file")
-	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "Usage: outboxbench [flags]\n\nMeasures the Herald outbox on PostgreSQL and prints a markdown report.\n\nFlags:")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "outboxbench: unexpected argument %q\n", flag.Arg(0))
-		os.Exit(2)
-	}
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "outboxbench: %v\n", err)
-		os.Exit(2)
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "outboxbench: %v\n", err)
-			os.Exit(2)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "outboxbench: cpu profile: %v\n", err)
-			os.Exit(2)
-		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "outboxbench: %v\n", err)
-		stop()
-		os.Exit(1)
-	}
+	command.Main(cfg.validate, func(ctx context.Context) error {
+		return run(ctx, cfg, os.Stdout, os.Stderr)
+	})
 }
 
 // commandLine is how the program was invoked, for the report.
-func commandLine() string {
-	return "go run ./loadtest/outboxbench " + strings.Join(os.Args[1:], " ")
-}
+func commandLine() string { return command.CommandLine() }

@@ -1,29 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"os"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/internal/testenv"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
+	"github.com/heraldgw/herald/loadtest/internal/benchtest"
 )
 
 func TestMain(m *testing.M) {
 	hookrecv.MaybeServe() // -webhook's receiver process is this test binary
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m)
 }
 
 // A tiny -webhook run: drain and latency run alone and beside a webhook
@@ -34,23 +27,14 @@ func TestWebhookSmoke(t *testing.T) {
 	cfg.DatabaseURL, cfg.Phases, cfg.Webhook = testenv.BaseDatabaseURL(), "drain,latency", true
 	cfg.Records, cfg.Channels, cfg.Retained = 300, 10, 100
 	cfg.Rate, cfg.LatencyDuration, cfg.LatencyProducers = 100, time.Second, 2
-	if err := cfg.validate(); err != nil {
-		t.Fatal(err)
-	}
-	var out, progress bytes.Buffer
-	if err := run(context.Background(), cfg, &out, &progress); err != nil {
-		t.Fatalf("run: %v\n%s", err, progress.String())
-	}
-	report := out.String()
-	for _, want := range []string{
+	report, _ := benchtest.Smoke(t, cfg.validate, func(ctx context.Context, out, progress io.Writer) error {
+		return run(ctx, cfg, out, progress)
+	})
+	benchtest.ReportHas(t, report,
 		"| drain alone, 300 records | ", "| drain with a webhook handler beside, 300 records | ",
 		"| realtime drain rate | **", "| drain: PostgreSQL CPU per record and handler | **",
 		"| realtime commit → broker accept p99 | **", "| steady rate: PostgreSQL CPU per record and handler | **",
-	} {
-		if !strings.Contains(report, want) {
-			t.Errorf("report lacks %q:\n%s", want, report)
-		}
-	}
+	)
 	if strings.Contains(report, "NaN") {
 		t.Errorf("report has a missing number:\n%s", report)
 	}
@@ -64,14 +48,9 @@ func TestBusinessProducersSmoke(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.DatabaseURL, cfg.Phases, cfg.Business = testenv.BaseDatabaseURL(), "producers", true
 	cfg.Producers, cfg.ProducerDuration, cfg.ProducerVariants, cfg.Channels = 2, time.Second, "worker/on,none/on", 10
-	if err := cfg.validate(); err != nil {
-		t.Fatal(err)
-	}
-	var out, progress bytes.Buffer
-	if err := run(context.Background(), cfg, &out, &progress); err != nil {
-		t.Fatalf("run: %v\n%s", err, progress.String())
-	}
-	report := out.String()
+	report, _ := benchtest.Smoke(t, cfg.validate, func(ctx context.Context, out, progress io.Writer) error {
+		return run(ctx, cfg, out, progress)
+	})
 	if n := strings.Count(report, "producers of a business transaction (a business row and the staged record)"); n != 2 {
 		t.Errorf("report names the business transaction in %d rows, want 2:\n%s", n, report)
 	}

@@ -39,14 +39,11 @@ func (r producerResult) rate() float64 {
 // either a Worker dispatching (memory broker) or no consumer at all.
 func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVariant, progress io.Writer) (producerResult, error) {
 	res := producerResult{Variant: v}
-	store, err := db.openStore(ctx, v.Trigger)
+	store, err := db.openReset(ctx, v.Trigger, cfg.Retained, cfg.Channels)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	if err := reset(ctx, store.Pool(), cfg.Retained, cfg.Channels); err != nil {
-		return res, err
-	}
 	if cfg.Business {
 		if err := benchkit.CreateBusinessTable(ctx, store.Pool()); err != nil {
 			return res, fmt.Errorf("outboxbench: %w", err)

@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/hostinfo"
 )
 

@@ -20,8 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/loadtest/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/hostinfo"
 	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 	"github.com/heraldgw/herald/outboxfeed"

@@ -39,20 +39,7 @@ func pgHarness(t *testing.T) *storetest.Harness {
 		// Schema 9 leaves them to the Worker.
 		WorkerChecksTypeAndFreshness: true,
 		Stage: func(t *testing.T, commit bool, ns ...stage.Notification) []string {
-			t.Helper()
-			ctx := context.Background()
-			tx, err := s.Pool().Begin(ctx)
-			testenv.Must(t, err, "begin")
-			defer func() { _ = tx.Rollback(ctx) }()
-			ids := make([]string, len(ns))
-			for i, n := range ns {
-				ids[i], err = stage.Stage(ctx, tx, n)
-				testenv.Must(t, err, "stage")
-			}
-			if commit {
-				testenv.Must(t, tx.Commit(ctx), "commit")
-			}
-			return ids
+			return storetest.StagePgx(t, s.Pool(), commit, ns...)
 		},
 		Exec: func(ctx context.Context, sql string) error {
 			_, err := s.Pool().Exec(ctx, sql)

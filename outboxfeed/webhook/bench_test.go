@@ -1,73 +1,32 @@
 package webhook
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/hookrecv"
 )
 
-// benchReceiverEnv makes the test binary a receiver (see TestMain).
-const benchReceiverEnv = "HERALD_WEBHOOK_BENCH_RECEIVER"
-
-// runBenchReceiver serves on loopback: every request's body is read and
-// answered 204. It prints its address and serves until its stdin closes.
-func runBenchReceiver() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	fmt.Printf("listening %s\n", ln.Addr())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	_ = srv.Close()
-	return 0
-}
-
-// startBenchReceiver runs the receiver in a child process, so the
-// benchmark's CPU time (getrusage of this process) is the sender's alone.
+// startBenchReceiver runs the receiver in a child process (see TestMain),
+// so the benchmark's CPU time (getrusage of this process) is the
+// sender's alone.
 func startBenchReceiver(b *testing.B) string {
 	b.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), benchReceiverEnv+"=1")
-	stdin, err := cmd.StdinPipe()
+	rc, err := hookrecv.Start()
 	if err != nil {
 		b.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		b.Fatalf("receiver: %v", err)
-	}
-	return "http://" + strings.TrimSpace(strings.TrimPrefix(line, "listening ")) + "/hooks/herald"
+	b.Cleanup(func() { _, _ = rc.Stop() })
+	return rc.URL
 }
 
 // benchMessages are distinct records of a realistic size (a ~170-byte

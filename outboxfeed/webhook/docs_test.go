@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/durations"
 )
 
 // docsPath is the receivers' contract.
@@ -136,18 +138,6 @@ func TestDocsResponseTable(t *testing.T) {
 	}
 }
 
-// shortDuration prints 24h0m0s as 24h and 5m0s as 5m, as the docs do.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
-
 func TestDocsScheduleTables(t *testing.T) {
 	doc := readDocs(t)
 	s := Config{}.Schedule()
@@ -155,7 +145,7 @@ func TestDocsScheduleTables(t *testing.T) {
 	for n := 1; n < s.MaxAttempts; n++ {
 		c := s.RetryCeiling(n)
 		sum += c
-		row := fmt.Sprintf("| %d | %s | %s |", n, shortDuration(c), shortDuration(sum))
+		row := fmt.Sprintf("| %d | %s | %s |", n, durations.Short(c), durations.Short(sum))
 		if !tableRow(doc, row) {
 			t.Errorf("docs/handlers.md lacks the retry row %q", row)
 		}
@@ -166,11 +156,11 @@ func TestDocsScheduleTables(t *testing.T) {
 		if f == 10 {
 			n = "10 and more"
 		}
-		lo := shortDuration(c / 2)
+		lo := durations.Short(c / 2)
 		if c/2 < time.Second {
 			lo = fmt.Sprintf("%gs", (c / 2).Seconds())
 		}
-		row := fmt.Sprintf("| %s | %s and %s |", n, lo, shortDuration(c))
+		row := fmt.Sprintf("| %s | %s and %s |", n, lo, durations.Short(c))
 		if !tableRow(doc, row) {
 			t.Errorf("docs/handlers.md lacks the outage row %q", row)
 		}
@@ -193,7 +183,7 @@ func TestDocsSettings(t *testing.T) {
 		var want string
 		switch v := def.Field(i).Interface().(type) {
 		case time.Duration:
-			want = "`" + shortDuration(v) + "`"
+			want = "`" + durations.Short(v) + "`"
 		case int:
 			want = "`" + strconv.Itoa(v) + "`"
 		case bool:

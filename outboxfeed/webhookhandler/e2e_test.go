@@ -86,21 +86,6 @@ func openStore(t *testing.T) *pgstore.Store {
 	return s
 }
 
-func stageAll(t *testing.T, s *pgstore.Store, ns ...stage.Notification) []string {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := s.Pool().Begin(ctx)
-	testenv.Must(t, err, "begin")
-	defer func() { _ = tx.Rollback(ctx) }()
-	ids := make([]string, len(ns))
-	for i, n := range ns {
-		ids[i], err = stage.Stage(ctx, tx, n)
-		testenv.Must(t, err, "stage")
-	}
-	testenv.Must(t, tx.Commit(ctx), "commit")
-	return ids
-}
-
 func note(channel, typ string) stage.Notification {
 	return stage.Notification{TenantID: "acme", Channel: channel, Type: typ, SchemaVersion: 1, Payload: json.RawMessage(`{"a":1}`)}
 }
@@ -145,7 +130,7 @@ func TestWebhookOutcomes(t *testing.T) {
 	defer srv.Close()
 	defer close(rc.quit)
 	w, hs, _ := startHandler(t, s, hookConfig("hooks", srv.URL))
-	ids := stageAll(t, s, note("c/ok", "all.good"), note("c/bad", "bad.request"), note("c/flaky", "flaky.server"),
+	ids := storetest.StagePgx(t, s.Pool(), true, note("c/ok", "all.good"), note("c/bad", "bad.request"), note("c/flaky", "flaky.server"),
 		note("c/throttled", "throttled"), note("c/slow", "slow.answer"), note("c/flaky", "all.good"))
 	for i, want := range []struct {
 		state   string
@@ -199,7 +184,7 @@ func TestWebhookGoneDisables(t *testing.T) {
 	}))
 	defer srv.Close()
 	_, hs, _ := startHandler(t, s, hookConfig("hooks", srv.URL))
-	ids := stageAll(t, s, note("c/1", "a.b"), note("c/1", "a.c"))
+	ids := storetest.StagePgx(t, s.Pool(), true, note("c/1", "a.b"), note("c/1", "a.c"))
 	testenv.Eventually(t, 10*time.Second, "disabled", func() bool {
 		list, err := s.Handlers(context.Background())
 		return err == nil && len(list) == 2 && list[0].Name == "hooks" && list[0].State == outboxfeed.HandlerDisabled
@@ -233,7 +218,7 @@ func TestWebhookConnectionRefused(t *testing.T) {
 	addr := l.Addr().String()
 	testenv.Must(t, l.Close(), "close") // nothing listens there now
 	w, hs, _ := startHandler(t, s, hookConfig("hooks", "http://"+addr+"/hook"))
-	ids := stageAll(t, s, note("c/1", "a.b"))
+	ids := storetest.StagePgx(t, s.Pool(), true, note("c/1", "a.b"))
 	testenv.Eventually(t, 10*time.Second, "target down", func() bool {
 		return w.Metric("herald_outbox_target_up") == 0 &&
 			w.Metric("herald_webhook_responses_total", "class", "outage", "reason", "connection_refused") >= 2

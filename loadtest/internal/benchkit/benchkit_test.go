@@ -226,3 +226,50 @@ func TestMean(t *testing.T) {
 		t.Errorf("Mean(1, 2, 6) = %v, want 3", got)
 	}
 }
+
+func TestStaging(t *testing.T) {
+	// Every row once, in chunks no larger than the batch.
+	var rows [1003]atomic.Int32
+	s := StartStaging(context.Background(), 4, len(rows), 10, func(ctx context.Context, from, to int) error {
+		if to-from > 10 || to <= from {
+			return errors.New("bad chunk")
+		}
+		for k := from; k < to; k++ {
+			rows[k].Add(1)
+		}
+		return nil
+	})
+	<-s.done
+	if !s.Done() || s.Err() != nil {
+		t.Fatalf("Done %v, Err %v", s.Done(), s.Err())
+	}
+	s.Stop()
+	for k := range rows {
+		if n := rows[k].Load(); n != 1 {
+			t.Fatalf("row %d inserted %d times", k, n)
+		}
+	}
+
+	// A producer's error is Err once all have returned.
+	boom := errors.New("boom")
+	s = StartStaging(context.Background(), 2, 10, 1, func(ctx context.Context, from, to int) error {
+		if from == 5 {
+			return boom
+		}
+		return nil
+	})
+	<-s.done
+	if !errors.Is(s.Err(), boom) {
+		t.Fatalf("Err %v; want boom", s.Err())
+	}
+	s.Stop()
+
+	// Stop ends producers that would run on.
+	s = StartStaging(context.Background(), 2, 1_000_000_000, 1, func(ctx context.Context, from, to int) error {
+		return nil
+	})
+	s.Stop()
+	if !s.Done() || s.Err() != nil {
+		t.Fatalf("after Stop: Done %v, Err %v", s.Done(), s.Err())
+	}
+}

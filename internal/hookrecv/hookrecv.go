@@ -1,7 +1,7 @@
-// Package hookrecv is the webhook receiver of the load tests: a process
-// of its own (the benchmark's binary run again) that reads every request's
-// body and answers 204, so that its CPU time is not counted as the
-// sender's.
+// Package hookrecv is the webhook receiver of the load tests and of
+// outboxfeed/webhook's benchmarks: a process of its own (the benchmark's
+// binary run again) that reads every request's body and answers 204, so
+// that its CPU time is not counted as the sender's.
 package hookrecv
 
 import (
