@@ -272,7 +272,11 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		return nil // the new holder publishes the batch again
 	}
 	var next *ClaimRequest
-	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() && !w.yielding() {
+	// No claim rides on the completion while a gate is shut: a lane then
+	// waits at the gates before it claims again (a connection that
+	// survived an outage the store's pings meet would otherwise keep
+	// claiming through completions).
+	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() && !w.gates.store.shut.Load() && !w.yielding() {
 		part := AnyPartition
 		switch {
 		case b.More || len(out) < len(b.Records):
