@@ -322,7 +322,8 @@ func TestPostgresUpgradeTypeAndFreshnessChecks(t *testing.T) {
 // in progress, under the second, to migration 10 (and back, and forth
 // again): herald.outbox_partition_of answers as before for thousands of
 // random channel names, and every record staged before is delivered
-// exactly once, in order per channel, with those staged after.
+// exactly once, in order per channel, with those staged after; a dropped
+// handler's batches are deleted without the foreign key.
 func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
@@ -438,5 +439,28 @@ func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
 	same("partitions after the change completed", second)
 	if l := language(); l != "plpgsql" {
 		t.Fatalf("herald.outbox_partition_of after the change is in %s, want plpgsql", l)
+	}
+
+	// The batch log has no foreign key to the handlers any more; a
+	// dropped handler's batches still go with it.
+	created, err := s.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: "gone-soon", Type: "webhook", Start: outboxfeed.StartRetained})
+	if err != nil || !created {
+		t.Fatalf("register gone-soon: created %v, %v", created, err)
+	}
+	gone := storetest.NewRecorder()
+	gw := storetest.StartDeliveryWorker(t, s.ForHandler("gone-soon"), gone, outboxfeed.WorkerConfig{Handler: "gone-soon", BatchSize: 5})
+	gone.WaitFor(t, 30*time.Second, "gone-soon's records", func() bool { return gone.Count() >= total })
+	gw.Stop()
+	batches := func() int {
+		var n int
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_batch WHERE handler = 'gone-soon'`).Scan(&n), "count batches")
+		return n
+	}
+	if n := batches(); n == 0 {
+		t.Fatal("gone-soon logged no batch")
+	}
+	testenv.Must(t, s.DropHandler(ctx, "gone-soon"), "drop gone-soon")
+	if n := batches(); n != 0 {
+		t.Fatalf("%d batches of the dropped handler gone-soon left", n)
 	}
 }

@@ -17,3 +17,10 @@ BEGIN
 		CASE base WHEN 0 THEN '' ELSE base || ' + ' END, n);
 END
 $mig$;
+
+-- The batch log's handler references herald.outbox_handler again (the
+-- trigger kept it so: every batch's handler exists).
+DROP TRIGGER outbox_handler_gone ON herald.outbox_handler;
+DROP FUNCTION herald.outbox_handler_gone();
+ALTER TABLE herald.outbox_batch ADD CONSTRAINT outbox_batch_handler_fkey
+	FOREIGN KEY (handler) REFERENCES herald.outbox_handler (name) ON DELETE CASCADE;

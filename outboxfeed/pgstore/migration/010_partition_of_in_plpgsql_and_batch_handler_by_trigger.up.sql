@@ -35,3 +35,26 @@ BEGIN
 	END IF;
 END
 $mig$;
+
+-- The batch log's handler loses its foreign key: checking it took a FOR
+-- KEY SHARE lock on the handler's row for every batch a Worker logged
+-- (about a fifth of the statement that completes a batch and claims the
+-- next range). What it guaranteed stays:
+--   - no batch names a handler that does not exist: both statements that
+--     log a batch (herald.outbox_complete, and the Worker's advance) do
+--     so only while they hold the lock on the handler's partition row,
+--     which still references the handler (ON DELETE CASCADE);
+--   - a handler's batches go with it: the trigger below deletes them,
+--     after the cascade has deleted (and so waited for the Workers
+--     holding) its partition rows; triggers fire in name order and the
+--     cascade's are named RI_ConstraintTrigger_….
+ALTER TABLE herald.outbox_batch DROP CONSTRAINT outbox_batch_handler_fkey;
+
+CREATE FUNCTION herald.outbox_handler_gone() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+	DELETE FROM herald.outbox_batch b WHERE b.handler = OLD.name;
+	RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER outbox_handler_gone AFTER DELETE ON herald.outbox_handler
+	FOR EACH ROW EXECUTE FUNCTION herald.outbox_handler_gone();
