@@ -7,9 +7,10 @@
 -- compiled expression for the session. The mapping does not change: the
 -- partition base and count are read from the current function (migration
 -- 3 or SetPartitions wrote them, as SQL or, from a newer binary, as
--- PL/pgSQL), and the new function is checked against
--- the old one on 4,096 channel names before the migration commits. A
--- partition count change in progress is unaffected.
+-- PL/pgSQL), and the new function is checked against the old one on
+-- 4,096 channel names before the migration commits. A partition count
+-- change in progress is unaffected. The batch log's foreign key to the
+-- handlers gives way to a trigger (below).
 
 DO $mig$
 DECLARE
