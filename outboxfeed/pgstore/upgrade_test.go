@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldgw/herald/outboxfeed/storetest"
@@ -313,4 +315,152 @@ func TestPostgresUpgradeTypeAndFreshnessChecks(t *testing.T) {
 	testenv.Must(t, s.MigrateTo(ctx, 8), "go back to 8")
 	refused(8)
 	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
+}
+
+// TestPostgresUpgradePartitionOfInPLpgSQL takes a database at migration 9,
+// with records staged under the first mapping and, a partition count change
+// in progress, under the second, to migration 10 (and back, and forth
+// again): herald.outbox_partition_of answers as before for thousands of
+// random channel names, and every record staged before is delivered
+// exactly once, in order per channel, with those staged after; a dropped
+// handler's batches are deleted without the foreign key.
+func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
+	testenv.Must(t, err, "open")
+	t.Cleanup(func() { _ = s.Close() })
+	testenv.Must(t, s.migrateTo(ctx, 9), "migrate to 9")
+	a, _ := outboxfeed.AdminOf(s)
+
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
+	randomName := func() string {
+		const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/_-.:éß漢字🙂 "
+		r := []rune(alphabet)
+		b := make([]rune, 1+rnd.IntN(40))
+		for i := range b {
+			b[i] = r[rnd.IntN(len(r))]
+		}
+		return string(b)
+	}
+	tenants, channels := make([]string, 3000), make([]string, 3000)
+	for i := range tenants {
+		tenants[i], channels[i] = randomName(), randomName()
+	}
+	partitions := func(what string) []int {
+		t.Helper()
+		rows, err := s.Pool().Query(ctx, `SELECT herald.outbox_partition_of(u.t, u.c)
+			FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(t, c, i) ORDER BY u.i`, tenants, channels)
+		testenv.Must(t, err, what)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		testenv.Must(t, err, what)
+		return got
+	}
+	language := func() string {
+		var l string
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+			WHERE p.oid = 'herald.outbox_partition_of(text, text)'::regprocedure`).Scan(&l), "language")
+		return l
+	}
+	same := func(what string, want []int) {
+		t.Helper()
+		if got := partitions(what); !slices.Equal(got, want) {
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%s: (%q, %q) maps to partition %d, was %d", what, tenants[i], channels[i], got[i], want[i])
+				}
+			}
+		}
+	}
+
+	staged := map[fanout.Key][]string{}
+	stageSome := func(round int) {
+		t.Helper()
+		for c := range 12 {
+			k := fanout.Key{Tenant: "acme", Channel: fmt.Sprintf("c/%d", c)}
+			id, err := stageOne(ctx, s, storetest.Note(k.Channel, fmt.Sprintf(`{"round":%d}`, round)))
+			testenv.Must(t, err, "stage")
+			staged[k] = append(staged[k], id)
+		}
+	}
+	// The first mapping (4 partitions from 0), then a change to 6 in
+	// progress (no Worker runs): records of both mappings wait.
+	first := partitions("partitions at 9")
+	stageSome(0)
+	testenv.Must(t, a.SetPartitions(ctx, 6), "set partitions")
+	second := partitions("partitions at 9 after the change")
+	if slices.Equal(first, second) {
+		t.Fatal("the change of the partition count changed no channel's partition")
+	}
+	stageSome(1)
+
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest")
+	if l := language(); l != "plpgsql" {
+		t.Fatalf("herald.outbox_partition_of at 10 is in %s, want plpgsql", l)
+	}
+	same("partitions at 10", second)
+	stageSome(2)
+	testenv.Must(t, s.MigrateTo(ctx, 9), "go back to 9")
+	if l := language(); l != "sql" {
+		t.Fatalf("herald.outbox_partition_of back at 9 is in %s, want sql", l)
+	}
+	same("partitions back at 9", second)
+	stageSome(3)
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
+	same("partitions at 10 again", second)
+
+	rec := storetest.NewRecorder()
+	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: 5})
+	total := 0
+	for _, ids := range staged {
+		total += len(ids)
+	}
+	rec.WaitFor(t, 30*time.Second, "every staged record", func() bool { return rec.Count() >= total })
+	// The change completes and the function stays PL/pgSQL with the
+	// second mapping.
+	storetest.Eventually(t, 30*time.Second, "the change of the partition count completed", func() bool {
+		var changing bool
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT bool_or(state IN ('retiring', 'waiting')) FROM herald.outbox_partition`).Scan(&changing), "partition states")
+		return !changing
+	})
+	stageSome(4)
+	total += 12
+	rec.WaitFor(t, 30*time.Second, "the records staged after the change", func() bool { return rec.Count() >= total })
+	w.Stop()
+	if rec.Count() != total {
+		t.Errorf("%d publishes, want %d (each record once)", rec.Count(), total)
+	}
+	for k, want := range staged {
+		if got := rec.Channel(k); !slices.Equal(got, want) {
+			t.Errorf("channel %s got %v, want %v", k.Channel, got, want)
+		}
+	}
+	same("partitions after the change completed", second)
+	if l := language(); l != "plpgsql" {
+		t.Fatalf("herald.outbox_partition_of after the change is in %s, want plpgsql", l)
+	}
+
+	// The batch log has no foreign key to the handlers any more; a
+	// dropped handler's batches still go with it.
+	created, err := s.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: "gone-soon", Type: "webhook", Start: outboxfeed.StartRetained})
+	if err != nil || !created {
+		t.Fatalf("register gone-soon: created %v, %v", created, err)
+	}
+	gone := storetest.NewRecorder()
+	gw := storetest.StartDeliveryWorker(t, s.ForHandler("gone-soon"), gone, outboxfeed.WorkerConfig{Handler: "gone-soon", BatchSize: 5})
+	gone.WaitFor(t, 30*time.Second, "gone-soon's records", func() bool { return gone.Count() >= total })
+	gw.Stop()
+	batches := func() int {
+		var n int
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_batch WHERE handler = 'gone-soon'`).Scan(&n), "count batches")
+		return n
+	}
+	if n := batches(); n == 0 {
+		t.Fatal("gone-soon logged no batch")
+	}
+	testenv.Must(t, s.DropHandler(ctx, "gone-soon"), "drop gone-soon")
+	if n := batches(); n != 0 {
+		t.Fatalf("%d batches of the dropped handler gone-soon left", n)
+	}
 }
