@@ -197,6 +197,12 @@ type Config struct {
 	// streams are instead ended 500ms before exp, by a timer of the
 	// stream's own. Default 5s.
 	ExpiryGrace time.Duration
+
+	// queuedOnly sends every publication through the connection's queue
+	// and writer, never from the hub's side: a test's way to make
+	// connections fall behind a tiny queue, which a socket that takes
+	// every direct write would otherwise never let happen.
+	queuedOnly bool
 }
 
 // Defaults of Config, exported for docs and the CLI.
@@ -291,6 +297,7 @@ func (c Config) bounds() session.Bounds {
 		ClientTimeout:     c.ClientTimeout,
 		RefreshAhead:      c.RefreshAhead,
 		ExpiryGrace:       c.ExpiryGrace,
+		QueuedOnly:        c.queuedOnly,
 	}
 }
 

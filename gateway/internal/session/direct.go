@@ -34,7 +34,7 @@ type DirectSink interface {
 // connection reads it from the history).
 func (c *Conn) deliverDirect(p *fanout.Prepared) {
 	d, ok := c.Out.(DirectSink)
-	if !ok || !c.directReady() || itemSize(p) > c.env.Bounds.QueueMaxBytes || !d.Direct(p) {
+	if !ok || c.env.Bounds.QueuedOnly || !c.directReady() || itemSize(p) > c.env.Bounds.QueueMaxBytes || !d.Direct(p) {
 		c.enqueue(p)
 		c.handOff()
 		return

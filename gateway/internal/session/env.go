@@ -41,6 +41,7 @@ type Bounds struct {
 	ClientTimeout     time.Duration // how long a WebSocket client may stay silent
 	RefreshAhead      time.Duration // how long before its token's exp a connection is asked for a fresh one
 	ExpiryGrace       time.Duration // how long past its token's exp a WebSocket waits for a refresh
+	QueuedOnly        bool          // never write a publication from the hub's side (tests: queues that fill)
 }
 
 // The bounds a connection is refused something or closed at
