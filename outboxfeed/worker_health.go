@@ -33,7 +33,7 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, cla
 		return
 	}
 	if failure != nil && classify(failure) == failureGone {
-		w.disable(ctx, fmt.Sprintf("the target is gone: %v", failure))
+		w.disable(ctx, claimedAt, fmt.Sprintf("the target is gone: %v", failure))
 		return
 	}
 	h := &w.health
@@ -63,16 +63,26 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, cla
 			w.log.Warn("handler target failing", "since", since, "err", failure)
 		}
 		if w.cfg.DisableAfter > 0 && !since.IsZero() && time.Since(since) >= w.cfg.DisableAfter {
-			w.disable(ctx, fmt.Sprintf("failing continuously since %s: %v", since.UTC().Format(time.RFC3339), failure))
+			w.disable(ctx, claimedAt, fmt.Sprintf("failing continuously since %s: %v", since.UTC().Format(time.RFC3339), failure))
 		}
 	case succeeded:
 		h.last = claimedAt
 	}
 }
 
-// disable disables the Worker's handler: its records wait until an
-// operator enables it (herald handlers enable).
-func (w *Worker) disable(ctx context.Context, reason string) {
+// disable disables the Worker's handler, on the failure of a batch
+// claimed at claimedAt: its records wait until an operator enables it
+// (herald handlers enable). A handler whose state changed after the batch
+// was claimed (an operator enabled it while the request that failed was
+// under way) is left as it is: that failure is older than the decision.
+func (w *Worker) disable(ctx context.Context, claimedAt time.Time, reason string) {
+	if hs, err := w.hs.Handlers(ctx); err == nil {
+		for _, h := range hs {
+			if h.Name == w.cfg.Handler && h.StateAt.After(claimedAt) {
+				return
+			}
+		}
+	}
 	if err := w.hs.SetHandlerState(ctx, w.cfg.Handler, HandlerDisabled, reason); err != nil {
 		w.log.Warn("could not disable the handler", "err", err)
 		return
