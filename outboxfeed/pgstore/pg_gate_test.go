@@ -384,8 +384,11 @@ func TestPostgresRedisBrokerOutageGate(t *testing.T) {
 	for pub.pings.Load() < pingsFrom+5 {
 		waitSignal(t, pub.pingFailed, 10*time.Second, "the next failed broker ping")
 	}
-	if during := cs.calls().minus(from); during.claims != 0 || during.completes != 0 {
-		t.Errorf("the worker worked while Redis was down: %d claims, %d completes (want 0)", during.claims, during.completes)
+	// The batch that met the outage (held's) may write its held outcomes
+	// after the first failed ping, on a busy machine: that one completion,
+	// and nothing claimed.
+	if during := cs.calls().minus(from); during.claims != 0 || during.completes > 1 {
+		t.Errorf("the worker worked while Redis was down: %d claims, %d completes (want 0, and at most the one batch that met the outage)", during.claims, during.completes)
 	}
 
 	pub.markUp()
