@@ -104,6 +104,8 @@ func TestConfigValidation(t *testing.T) {
 		"active poll": {WorkerConfig{ActivePollInterval: -time.Millisecond}, "ActivePollInterval"},
 		"idle after":  {WorkerConfig{IdleAfter: -time.Millisecond}, "IdleAfter"},
 		"huge batch":  {WorkerConfig{BatchSize: maxBatchSize + 1}, "BatchSize 10001"},
+		"claim delay": {WorkerConfig{ClaimDelay: -time.Millisecond}, "ClaimDelay -1ms"},
+		"long delay":  {WorkerConfig{LeaseDuration: time.Second, PublishTimeout: 100 * time.Millisecond, ClaimDelay: 250 * time.Millisecond}, "quarter of LeaseDuration"},
 	} {
 		err := c.cfg.withDefaults().validate()
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {

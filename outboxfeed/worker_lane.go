@@ -271,6 +271,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		w.leaseLost("publish", len(b.Records))
 		return nil // the new holder publishes the batch again
 	}
+	w.lingerAfter(ctx, b, claimedAt)
 	var next *ClaimRequest
 	// No claim rides on the completion while a gate is shut: a lane then
 	// waits at the gates before it claims again (a connection that
@@ -323,6 +324,26 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		w.brokerUp(l)
 	}
 	return nb
+}
+
+// lingerAfter waits, after b was dispatched, until ClaimDelay after its
+// claim when b found less than a full batch and nothing behind it (or
+// until ctx ends): the completion's claim then takes the records
+// committed meanwhile together.
+func (w *Worker) lingerAfter(ctx context.Context, b *Batch, claimedAt time.Time) {
+	if w.cfg.ClaimDelay <= 0 || b.More || len(b.Records) >= w.cfg.BatchSize {
+		return
+	}
+	d := time.Until(claimedAt.Add(w.cfg.ClaimDelay))
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // complete writes b's outcomes (and claims next), retrying store errors

@@ -39,6 +39,7 @@ type handlerJSON struct {
 	SecretFile          string             `json:"secret_file"`
 	Timeout             string             `json:"timeout"`
 	MaxInFlight         int                `json:"max_in_flight"`
+	ClaimDelay          string             `json:"claim_delay"`
 	MaxAttempts         int                `json:"max_attempts"`
 	MaxAge              string             `json:"max_age"`
 	RetryBaseDelay      string             `json:"retry_base_delay"`
@@ -55,7 +56,7 @@ type handlerJSON struct {
 }
 
 // webhookOnlyKeys are the keys a realtime entry may not have.
-var webhookOnlyKeys = []string{"url", "secret", "secrets", "secret_file", "timeout", "max_in_flight", "max_attempts", "max_age",
+var webhookOnlyKeys = []string{"url", "secret", "secrets", "secret_file", "timeout", "max_in_flight", "claim_delay", "max_attempts", "max_age",
 	"retry_base_delay", "retry_max_delay", "outage_base_delay", "outage_max_delay", "retry_after_max", "disable_after",
 	"allow_private_network", "ca_file", "start"}
 
@@ -207,7 +208,7 @@ func parseHandler(raw json.RawMessage) (handlerEntry, error) {
 		dst *time.Duration
 	}{
 		{"target_p99", j.TargetP99, &e.TargetP99}, {"max_backlog_age", j.MaxBacklogAge, &e.MaxBacklogAge},
-		{"timeout", j.Timeout, &e.Webhook.Timeout}, {"max_age", j.MaxAge, &e.Webhook.MaxAge},
+		{"timeout", j.Timeout, &e.Webhook.Timeout}, {"claim_delay", j.ClaimDelay, &e.Webhook.ClaimDelay}, {"max_age", j.MaxAge, &e.Webhook.MaxAge},
 		{"retry_base_delay", j.RetryBaseDelay, &e.Webhook.RetryBaseDelay}, {"retry_max_delay", j.RetryMaxDelay, &e.Webhook.RetryMaxDelay},
 		{"outage_base_delay", j.OutageBaseDelay, &e.Webhook.OutageBaseDelay}, {"outage_max_delay", j.OutageMaxDelay, &e.Webhook.OutageMaxDelay},
 		{"retry_after_max", j.RetryAfterMax, &e.Webhook.RetryAfterMax}, {"disable_after", j.DisableAfter, &e.Webhook.DisableAfter},

@@ -34,6 +34,8 @@ func TestHandlersConfigRefused(t *testing.T) {
 		{`[{` + good + `},{` + good + `}]`, "handlers[1] (billing): name: a second handler of that name"},
 		{`[{` + good + `,"routes":[{"type":"invoice.**.x"}]}]`, "handlers[0] (billing): routes[0]: type"},
 		{`[{` + good + `,"timeout":"soon"}]`, `handlers[0] (billing): timeout: "soon" is not a duration`},
+		{`[{` + good + `,"claim_delay":"2s"}]`, "handlers[0] (billing): webhook: invalid config: handler \"billing\": claim_delay 2s: must be between 1ms and 1s"},
+		{`[{"name":"realtime","type":"realtime","claim_delay":"5ms"}]`, "claim_delay: not a setting of the realtime handler"},
 		{`[{"name":"realtime","type":"realtime","url":"https://x.example"}]`, "url: not a setting of the realtime handler"},
 		{`[{"name":"billing","type":"webhook","secret":"` + testWebhookSecret + `"}]`, "handlers[0] (billing): url: missing"},
 		{`[{"name":"billing","type":"webhook","url":"ftp://billing.example/h","secret":"` + testWebhookSecret + `"}]`, "billing"},

@@ -34,6 +34,7 @@ func RunHandlers(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"DropKeepsOthers", testHandlerDrop},
 		{"CatalogueDeadLettersForEveryHandler", testCatalogueDeadLetters},
 		{"YieldsToRealtimeBacklogWithoutStarving", testHandlerYields},
+		{"ClaimDelayClaimsWhatCameMeanwhileTogether", testHandlerClaimDelay},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

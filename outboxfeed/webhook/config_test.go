@@ -13,12 +13,12 @@ import (
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.WithDefaults()
 	want := Config{
-		Timeout: 15 * time.Second, MaxInFlight: 16, MaxAttempts: 10, MaxAge: 72 * time.Hour,
+		Timeout: 15 * time.Second, MaxInFlight: 16, ClaimDelay: 20 * time.Millisecond, MaxAttempts: 10, MaxAge: 72 * time.Hour,
 		RetryBaseDelay: 10 * time.Second, RetryMaxDelay: 24 * time.Hour,
 		OutageBaseDelay: time.Second, OutageMaxDelay: 5 * time.Minute,
 		RetryAfterMax: time.Hour, DisableAfter: 120 * time.Hour,
 	}
-	if c.Timeout != want.Timeout || c.MaxInFlight != want.MaxInFlight || c.MaxAttempts != want.MaxAttempts ||
+	if c.Timeout != want.Timeout || c.MaxInFlight != want.MaxInFlight || c.ClaimDelay != want.ClaimDelay || c.MaxAttempts != want.MaxAttempts ||
 		c.MaxAge != want.MaxAge || c.RetryBaseDelay != want.RetryBaseDelay || c.RetryMaxDelay != want.RetryMaxDelay ||
 		c.OutageBaseDelay != want.OutageBaseDelay || c.OutageMaxDelay != want.OutageMaxDelay ||
 		c.RetryAfterMax != want.RetryAfterMax || c.DisableAfter != want.DisableAfter || c.AllowPrivateNetwork {
@@ -84,6 +84,8 @@ func TestConfigErrors(t *testing.T) {
 		{"timeout negative", ok(Config{Timeout: -time.Second}), "timeout -1s"},
 		{"max_in_flight", ok(Config{MaxInFlight: -1}), "max_in_flight -1: must be between 1 and 1024"},
 		{"max_in_flight high", ok(Config{MaxInFlight: 5000}), "max_in_flight 5000"},
+		{"claim_delay low", ok(Config{ClaimDelay: time.Microsecond}), "claim_delay 1µs: must be between 1ms and 1s"},
+		{"claim_delay high", ok(Config{ClaimDelay: 2 * time.Second}), "claim_delay 2s"},
 		{"max_attempts", ok(Config{MaxAttempts: 101}), "max_attempts 101: must be between 1 and 100"},
 		{"max_age", ok(Config{MaxAge: 100 * 24 * time.Hour}), "max_age 2400h0m0s"},
 		{"retry delays", ok(Config{RetryBaseDelay: time.Hour, RetryMaxDelay: time.Minute}), "retry_base_delay 1h0m0s, retry_max_delay 1m0s"},

@@ -71,7 +71,7 @@ func (h *Handler) Close() { h.ep.Close() }
 func (h *Handler) String() string { return h.ep.String() }
 
 // WorkerConfig returns base set up for this handler: its name, its
-// in-flight bound as the Worker's concurrency, its retry schedule and
+// in-flight bound as the Worker's concurrency, its claim delay, its retry schedule and
 // disabling horizon, and publish and lease timeouts that leave every
 // request its whole timeout.
 func (h *Handler) WorkerConfig(base outboxfeed.WorkerConfig) outboxfeed.WorkerConfig {
@@ -82,6 +82,7 @@ func (h *Handler) WorkerConfig(base outboxfeed.WorkerConfig) outboxfeed.WorkerCo
 	base.MaxAge = cfg.MaxAge
 	base.Schedule = schedule{h.sched}
 	base.DisableAfter = cfg.DisableAfter
+	base.ClaimDelay = cfg.ClaimDelay
 	// A call gets between half and all of PublishTimeout, and a waiting
 	// for one of the MaxInFlight slots comes on top of the request.
 	base.PublishTimeout = 4*cfg.Timeout + time.Second
