@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -111,21 +110,6 @@ func newEndpoint(t *testing.T, cfg Config) *Endpoint {
 	}
 	t.Cleanup(e.Close)
 	return e
-}
-
-var testTime = time.Date(2025, 3, 1, 10, 15, 30, 123456000, time.UTC)
-
-func testMessage(id string) Message {
-	return Message{
-		ID:            id,
-		Tenant:        "acme",
-		Channel:       "billing/invoices",
-		Kind:          "integration_event",
-		Type:          "invoice.paid",
-		SchemaVersion: 2,
-		Time:          testTime,
-		Data:          json.RawMessage(`{"invoice":"in_42","amount":1250}`),
-	}
 }
 
 func deliver(t *testing.T, e *Endpoint, m Message) Result {
