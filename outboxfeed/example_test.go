@@ -28,23 +28,33 @@ func (p printer) Publish(ctx context.Context, msg fanout.Message) (fanout.Public
 	return fanout.Publication{Message: msg}, nil
 }
 
-// A Worker over an embedded store, with a publisher of the program's own:
-// a record staged in a producer's transaction reaches it once committed.
-func ExampleWorker() {
-	ctx := context.Background()
+// openStore opens an embedded store (one SQLite file) in a new temporary
+// directory and creates its schema, as `herald migrate` does; closeStore
+// closes the store and removes the directory.
+func openStore(ctx context.Context) (store *sqlitestore.Store, closeStore func()) {
 	dir, err := os.MkdirTemp("", "herald-example")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(dir, "herald.db")})
+	store, err = sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(dir, "herald.db")})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer store.Close()
 	if err := store.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
+	return store, func() {
+		store.Close()
+		os.RemoveAll(dir)
+	}
+}
+
+// A Worker over an embedded store, with a publisher of the program's own:
+// a record staged in a producer's transaction reaches it once committed.
+func ExampleWorker() {
+	ctx := context.Background()
+	store, closeStore := openStore(ctx)
+	defer closeStore()
 
 	p := printer{done: make(chan struct{})}
 	w, err := outboxfeed.NewWorker(store, p, outboxfeed.WorkerConfig{PollInterval: 10 * time.Millisecond})
@@ -81,19 +91,8 @@ func ExampleWorker() {
 // guarantee) changes the journey once.
 func ExampleHandler_journeyStep() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "herald-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	store, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(dir, "herald.db")})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
+	store, closeStore := openStore(ctx)
+	defer closeStore()
 	db := store.DB() // the application's own tables live beside the outbox
 	for _, q := range []string{
 		`CREATE TABLE journey (id TEXT PRIMARY KEY, step INTEGER NOT NULL)`,

@@ -56,26 +56,11 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 		Help: "Claims the Worker made, by result: batch (a partition leased with records to dispatch) or empty (nothing to dispatch).",
 	}, []string{"result"})
 	m := &metrics{
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "herald_outbox_pending",
-			Help: "Outbox records not yet dispatched (state pending or processing).",
-		}),
-		deadLetter: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "herald_outbox_dead_letter",
-			Help: "Outbox records in dead_letter.",
-		}),
-		oldestAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "herald_outbox_oldest_pending_age_seconds",
-			Help: "Age (now − occurred_at) of the oldest record not yet dispatched; 0 when none.",
-		}),
-		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "herald_outbox_store_up",
-			Help: "1 while the outbox store answers the Worker, 0 during an outage.",
-		}),
-		brokerUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "herald_outbox_broker_up",
-			Help: "0 from a publish that met a broker outage until the broker answers again (a ping, or an accepted publish), else 1.",
-		}),
+		pending:    gauge("herald_outbox_pending", "Outbox records not yet dispatched (state pending or processing)."),
+		deadLetter: gauge("herald_outbox_dead_letter", "Outbox records in dead_letter."),
+		oldestAge:  gauge("herald_outbox_oldest_pending_age_seconds", "Age (now − occurred_at) of the oldest record not yet dispatched; 0 when none."),
+		storeUp:    gauge("herald_outbox_store_up", "1 while the outbox store answers the Worker, 0 during an outage."),
+		brokerUp:   gauge("herald_outbox_broker_up", "0 from a publish that met a broker outage until the broker answers again (a ping, or an accepted publish), else 1."),
 		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "herald_outbox_attempts",
 			Help:    "Delivery attempts a record needed, observed at completion (1 = first try).",
@@ -92,26 +77,11 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 		leaseLost:    outcomes.WithLabelValues(OutcomeLeaseLost),
 		claimBatch:   claims.WithLabelValues(ClaimBatch),
 		claimEmpty:   claims.WithLabelValues(ClaimEmpty),
-		passed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "herald_outbox_passed_total",
-			Help: "Outbox records the handler's routes passed over (not delivered to it, nothing written).",
-		}),
-		unrouted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "herald_outbox_unrouted_total",
-			Help: "Outbox records routed to no handler at all (counted by the realtime handler's Worker).",
-		}),
-		targetUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "herald_outbox_target_up",
-			Help: "1 while the handler's target (broker, webhook endpoint, Go handler) accepts deliveries, 0 while it fails continuously.",
-		}),
-		disabled: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "herald_outbox_handler_disabled",
-			Help: "1 while the handler is disabled (its target answered 410 Gone or failed past disable_after); its records wait until an operator enables it.",
-		}),
-		successRatio: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "herald_outbox_success_ratio",
-			Help: "Share of the handler's completed delivery attempts that succeeded over the last stats interval (1 when there were none).",
-		}),
+		passed:       counter("herald_outbox_passed_total", "Outbox records the handler's routes passed over (not delivered to it, nothing written)."),
+		unrouted:     counter("herald_outbox_unrouted_total", "Outbox records routed to no handler at all (counted by the realtime handler's Worker)."),
+		targetUp:     gauge("herald_outbox_target_up", "1 while the handler's target (broker, webhook endpoint, Go handler) accepts deliveries, 0 while it fails continuously."),
+		disabled:     gauge("herald_outbox_handler_disabled", "1 while the handler is disabled (its target answered 410 Gone or failed past disable_after); its records wait until an operator enables it."),
+		successRatio: gauge("herald_outbox_success_ratio", "Share of the handler's completed delivery attempts that succeeded over the last stats interval (1 when there were none)."),
 	}
 	m.brokerUp.Set(1)
 	if reg == nil {
@@ -126,4 +96,13 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 		return nil, fmt.Errorf("outboxfeed: register metrics: %w", err)
 	}
 	return m, nil
+}
+
+// gauge and counter make an unlabelled metric of the Worker's.
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 }

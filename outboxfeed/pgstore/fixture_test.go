@@ -36,11 +36,7 @@ func TestPostgresFixtureUpgradesInPlace(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	url := testenv.DatabaseURL(t)
-	s, err := Open(ctx, Config{URL: url})
-	testenv.Must(t, err, "open")
-	t.Cleanup(func() { _ = s.Close() })
-	testenv.Must(t, s.migrateTo(ctx, 6), "build schema version 6")
+	s, url := newPGStoreAt(t, 6)
 	if out, err := exec.CommandContext(ctx, testenv.PGTool(t, "psql"), "-q", "-v", "ON_ERROR_STOP=1",
 		"-f", "testdata/pg-v6-data.sql", url).CombinedOutput(); err != nil {
 		t.Fatalf("load the fixture: %v\n%s", err, out)

@@ -190,15 +190,7 @@ func TestPostgresReplayAfterRepartition(t *testing.T) {
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
 	a, _ := outboxfeed.AdminOf(s)
-	var broken atomic.Bool
-	broken.Store(true)
-	rec := storetest.NewRecorder()
-	rec.Before = func(_ context.Context, msg fanout.Message) error {
-		if broken.Load() && msg.Key.Channel == "c/dl" {
-			return outboxfeed.Permanent(errors.New("the target refused it"))
-		}
-		return nil
-	}
+	rec, broken := storetest.FailingRecorder(outboxfeed.Permanent(errors.New("the target refused it")))
 	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
 	id := pgStage(t, s, storetest.Note("c/dl", `{}`))[0]
 	storetest.EventuallyIn[outboxfeed.DeadLetter](t, 10*time.Second, "the record dead-lettered", s, id)
@@ -223,15 +215,7 @@ func TestPostgresRetiringPartitionWithAHeldChannel(t *testing.T) {
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
 	a, _ := outboxfeed.AdminOf(s)
-	var down atomic.Bool
-	down.Store(true)
-	rec := storetest.NewRecorder()
-	rec.Before = func(context.Context, fanout.Message) error {
-		if down.Load() {
-			return storetest.ErrBrokerDown
-		}
-		return nil
-	}
+	rec, down := storetest.FailingRecorder(storetest.ErrBrokerDown)
 	const batch = 5
 	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: batch})
 	var held []string

@@ -9,6 +9,8 @@ import (
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/storetest"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ageReaderRow makes a reader row look last seen age ago.
@@ -35,15 +37,10 @@ func TestPostgresReaderRowsForgotten(t *testing.T) {
 	_, err := s.Pool().Exec(ctx, `UPDATE herald.outbox_reader SET seen_at = now() - interval '25 hours' WHERE owner = 'killed'`)
 	testenv.Must(t, err, "age the row")
 	testenv.Must(t, s.Heartbeat(ctx, outboxfeed.RealtimeHandler, "alive", []outboxfeed.TypeVersion{{Type: "a", Version: 1}}), "heartbeat")
-	var owners []string
 	rows, err := s.Pool().Query(ctx, `SELECT owner FROM herald.outbox_reader ORDER BY owner`)
 	testenv.Must(t, err, "list rows")
-	for rows.Next() {
-		var o string
-		testenv.Must(t, rows.Scan(&o), "scan")
-		owners = append(owners, o)
-	}
-	testenv.Must(t, rows.Err(), "rows")
+	owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	testenv.Must(t, err, "rows")
 	if len(owners) != 1 || owners[0] != "alive" {
 		t.Fatalf("rows %v, want [alive]", owners)
 	}

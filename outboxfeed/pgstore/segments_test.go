@@ -16,6 +16,8 @@ import (
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/internal/wait"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // countingPublisher accepts everything and counts it.
@@ -47,6 +49,29 @@ func attachedSegments(t *testing.T, s *Store) (attached, archived int) {
 	return attached, archived
 }
 
+// prunedOnce is a Pruner of cfg that has run once (making the first
+// segments).
+func prunedOnce(t *testing.T, s *Store, cfg outboxfeed.PrunerConfig) *outboxfeed.Pruner {
+	t.Helper()
+	p, err := outboxfeed.NewPruner(s, cfg)
+	testenv.Must(t, err, "pruner")
+	_, err = p.Prune(context.Background())
+	testenv.Must(t, err, "first prune")
+	return p
+}
+
+// stageSeries stages n records with payload over the channels c/0 … c/6
+// in one statement and returns their ids.
+func stageSeries(t *testing.T, s *Store, n int, payload string) []string {
+	t.Helper()
+	rows, err := s.Pool().Query(context.Background(), `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
+		SELECT 'acme', 'c/' || (g % 7), 'order.updated', 1, $2 FROM generate_series(1, $1) g RETURNING id::text`, n, payload)
+	testenv.Must(t, err, "stage")
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	testenv.Must(t, err, "stage rows")
+	return ids
+}
+
 // TestPostgresDoneSegmentsLeaveTheClaims: full segments whose records are
 // all done move out of herald.outbox (which every claim reads) into the
 // archive at once, whatever the retention; a segment with a record not
@@ -56,25 +81,14 @@ func TestPostgresDoneSegmentsLeaveTheClaims(t *testing.T) {
 	const size, segments = 1000, 5
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
-	keep, err := outboxfeed.NewPruner(s, outboxfeed.PrunerConfig{SegmentRecords: size, Retention: time.Hour})
-	testenv.Must(t, err, "pruner")
-	_, err = keep.Prune(ctx)
-	testenv.Must(t, err, "first prune")
+	keep := prunedOnce(t, s, outboxfeed.PrunerConfig{SegmentRecords: size, Retention: time.Hour})
 
 	// Segments fill while no Worker runs (the first segmentMargin records
 	// go to the default partition): none is done, none archived.
 	var ids []string
 	for range segments + segmentMargin/size {
-		rows, err := s.Pool().Query(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
-			SELECT 'acme', 'c/' || (g % 7), 'order.updated', 1, '{"n":1}' FROM generate_series(1, $1) g RETURNING id::text`, size)
-		testenv.Must(t, err, "stage")
-		for rows.Next() {
-			var id string
-			testenv.Must(t, rows.Scan(&id), "scan id")
-			ids = append(ids, id)
-		}
-		testenv.Must(t, rows.Err(), "stage rows")
-		_, err = keep.Prune(ctx)
+		ids = append(ids, stageSeries(t, s, size, `{"n":1}`)...)
+		_, err := keep.Prune(ctx)
 		testenv.Must(t, err, "prune while staging")
 	}
 	attached, archived := attachedSegments(t, s)
@@ -96,7 +110,7 @@ func TestPostgresDoneSegmentsLeaveTheClaims(t *testing.T) {
 		return err == nil && st.Pending == 0
 	})
 	w.Stop()
-	_, err = keep.Prune(ctx)
+	_, err := keep.Prune(ctx)
 	testenv.Must(t, err, "prune after the drain")
 	attached, archived = attachedSegments(t, s)
 	t.Logf("after the drain: %d partitions attached, %d archived", attached, archived)
@@ -142,10 +156,7 @@ func TestPostgresRetentionDropsSegments(t *testing.T) {
 	const records, txs = 1_000_000, 20
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
-	p, err := outboxfeed.NewPruner(s, outboxfeed.PrunerConfig{SegmentRecords: records / txs, Retention: time.Nanosecond})
-	testenv.Must(t, err, "pruner")
-	_, err = p.Prune(ctx)
-	testenv.Must(t, err, "first prune")
+	p := prunedOnce(t, s, outboxfeed.PrunerConfig{SegmentRecords: records / txs, Retention: time.Nanosecond})
 	before := outboxSize(t, s)
 
 	pub := &countingPublisher{}
@@ -166,7 +177,7 @@ func TestPostgresRetentionDropsSegments(t *testing.T) {
 	if n := pub.n.Load(); n != records {
 		t.Fatalf("published %d records, want %d", n, records)
 	}
-	_, err = p.Prune(ctx)
+	_, err := p.Prune(ctx)
 	testenv.Must(t, err, "prune after the drain")
 	after := outboxSize(t, s)
 	t.Logf("herald.outbox with indexes: %d bytes before, %d after draining and expiring %d records", before, after, records)
@@ -214,22 +225,11 @@ func TestPostgresArchivingUnderOverlappingProducers(t *testing.T) {
 	const size = 100
 	s, _ := newPGStore(t, Config{})
 	ctx := context.Background()
-	p, err := outboxfeed.NewPruner(s, outboxfeed.PrunerConfig{SegmentRecords: size, Retention: time.Hour})
-	testenv.Must(t, err, "pruner")
-	_, err = p.Prune(ctx)
-	testenv.Must(t, err, "first prune")
+	p := prunedOnce(t, s, outboxfeed.PrunerConfig{SegmentRecords: size, Retention: time.Hour})
 	var ids []string
 	for range 3 {
-		rows, err := s.Pool().Query(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload)
-			SELECT 'acme', 'c/' || (g % 7), 'order.updated', 1, '{}' FROM generate_series(1, $1) g RETURNING id::text`, size+segmentMargin/3)
-		testenv.Must(t, err, "stage")
-		for rows.Next() {
-			var id string
-			testenv.Must(t, rows.Scan(&id), "scan")
-			ids = append(ids, id)
-		}
-		testenv.Must(t, rows.Err(), "stage rows")
-		_, err = p.Prune(ctx)
+		ids = append(ids, stageSeries(t, s, size+segmentMargin/3, `{}`)...)
+		_, err := p.Prune(ctx)
 		testenv.Must(t, err, "prune while staging")
 	}
 	pub := &countingPublisher{}

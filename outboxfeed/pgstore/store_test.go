@@ -22,12 +22,28 @@ import (
 // newPGStore opens and migrates a store on a fresh database.
 func newPGStore(t *testing.T, cfg Config) (*Store, string) {
 	t.Helper()
+	s, url := openPGStore(t, cfg)
+	testenv.Must(t, s.Migrate(context.Background()), "migrate")
+	return s, url
+}
+
+// newPGStoreAt opens a store on a fresh database and builds the schema of
+// the first version migrations (an older release's, for upgrade tests).
+func newPGStoreAt(t *testing.T, version int) (*Store, string) {
+	t.Helper()
+	s, url := openPGStore(t, Config{})
+	testenv.Must(t, s.migrateTo(context.Background(), version), fmt.Sprintf("migrate to version %d", version))
+	return s, url
+}
+
+// openPGStore opens a store of cfg on a fresh database, with no schema.
+func openPGStore(t *testing.T, cfg Config) (*Store, string) {
+	t.Helper()
 	url := testenv.DatabaseURL(t)
 	cfg.URL = url
 	s, err := Open(context.Background(), cfg)
 	testenv.Must(t, err, "open postgres store")
 	t.Cleanup(func() { _ = s.Close() })
-	testenv.Must(t, s.Migrate(context.Background()), "migrate")
 	return s, url
 }
 

@@ -30,11 +30,7 @@ import (
 // its retry keeps its attempts and holds back its channel.
 func TestPostgresUpgradeFromPerRecordSchema(t *testing.T) {
 	ctx := context.Background()
-	url := testenv.DatabaseURL(t)
-	s, err := Open(ctx, Config{URL: url})
-	testenv.Must(t, err, "open")
-	t.Cleanup(func() { _ = s.Close() })
-	testenv.Must(t, s.migrateTo(ctx, 2), "migrate to the per-record schema")
+	s, _ := newPGStoreAt(t, 2) // the per-record schema
 
 	ins := func(channel, state string, attempt int, extra string) string {
 		t.Helper()
@@ -148,10 +144,7 @@ func TestPostgresUpgradeFromPerRecordSchema(t *testing.T) {
 // delivered before is delivered again.
 func TestPostgresUpgradeMidRange(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
-	testenv.Must(t, err, "open")
-	t.Cleanup(func() { _ = s.Close() })
-	testenv.Must(t, s.migrateTo(ctx, 5), "migrate to 5")
+	s, _ := newPGStoreAt(t, 5)
 	pa, pb := partitionOf(t, s, "acme", "a"), partitionOf(t, s, "acme", "e")
 	if pa == pb {
 		t.Fatalf("channels a and e share partition %d; the test wants two", pa)
@@ -246,10 +239,7 @@ func TestPostgresUpgradeMidRange(t *testing.T) {
 // refuse it again.
 func TestPostgresUpgradeTypeAndFreshnessChecks(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
-	testenv.Must(t, err, "open")
-	t.Cleanup(func() { _ = s.Close() })
-	testenv.Must(t, s.migrateTo(ctx, 8), "migrate to 8")
+	s, _ := newPGStoreAt(t, 8)
 
 	insert := func(typ, freshness string) (string, error) {
 		var id string
@@ -326,10 +316,7 @@ func TestPostgresUpgradeTypeAndFreshnessChecks(t *testing.T) {
 // handler's batches are deleted without the foreign key.
 func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: testenv.DatabaseURL(t)})
-	testenv.Must(t, err, "open")
-	t.Cleanup(func() { _ = s.Close() })
-	testenv.Must(t, s.migrateTo(ctx, 9), "migrate to 9")
+	s, _ := newPGStoreAt(t, 9)
 	a, _ := outboxfeed.AdminOf(s)
 
 	seed := time.Now().UnixNano()

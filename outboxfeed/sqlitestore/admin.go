@@ -20,8 +20,7 @@ type sqliteAdmin struct{ s *Store }
 
 func sqliteTime(t time.Time) any { return t.UnixMicro() }
 
-// jsonStrings encodes ids for json_each.
-
+// jsonInts encodes seqs for json_each.
 func jsonInts(v []int64) string {
 	b, _ := json.Marshal(v) // a []int64 always encodes
 	return string(b)

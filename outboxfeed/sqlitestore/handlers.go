@@ -103,25 +103,19 @@ func (s *Store) Handlers(ctx context.Context) ([]outboxfeed.HandlerInfo, error) 
 	h.state_at, h.failing_since, coalesce(h.last_error, ''),
 	(SELECT count(*) FROM outbox_reader r WHERE r.handler = h.name AND r.seen_at > ?1)
 FROM outbox_handler h ORDER BY h.name`, time.Now().Add(-time.Minute).UnixMicro())
-	if err != nil {
-		return nil, fmt.Errorf("outboxfeed: handlers: %w", err)
-	}
-	defer rows.Close()
-	var out []outboxfeed.HandlerInfo
-	for rows.Next() {
-		var h outboxfeed.HandlerInfo
+	out, err := collectRows(rows, err, func(rows *sql.Rows, h *outboxfeed.HandlerInfo) error {
 		var state, start string
 		var created int64
 		var stateAt, failing sql.NullInt64
 		if err := rows.Scan(&h.Name, &h.Type, &state, &start, &created, &h.StateReason, &stateAt, &failing,
 			&h.LastError, &h.Readers); err != nil {
-			return nil, fmt.Errorf("outboxfeed: handlers: %w", err)
+			return err
 		}
 		h.State, h.Start = outboxfeed.HandlerState(state), outboxfeed.StartFrom(start)
 		h.CreatedAt, h.StateAt, h.FailingSince = micros(created), microsOrZero(stateAt), microsOrZero(failing)
-		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("outboxfeed: handlers: %w", err)
 	}
 	return out, nil

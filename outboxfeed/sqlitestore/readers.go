@@ -65,25 +65,19 @@ func (s *Store) ForgetReader(ctx context.Context, handler, owner string) error {
 func (s *Store) Readers(ctx context.Context) ([]outboxfeed.ReaderInfo, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT handler, owner, reads, started_at, seen_at FROM outbox_reader
 		WHERE seen_at > ?1 ORDER BY handler, owner`, time.Now().Add(-outboxfeed.ReaderLiveWithin).UnixMicro())
-	if err != nil {
-		return nil, fmt.Errorf("outboxfeed: readers: %w", err)
-	}
-	defer rows.Close()
-	var out []outboxfeed.ReaderInfo
-	for rows.Next() {
-		var r outboxfeed.ReaderInfo
+	out, err := collectRows(rows, err, func(rows *sql.Rows, r *outboxfeed.ReaderInfo) error {
 		var reads string
 		var started, seen int64
 		if err := rows.Scan(&r.Handler, &r.Owner, &reads, &started, &seen); err != nil {
-			return nil, fmt.Errorf("outboxfeed: readers: %w", err)
+			return err
 		}
 		if err := json.Unmarshal([]byte(reads), &r.Reads); err != nil {
-			return nil, fmt.Errorf("outboxfeed: readers: reads of %s/%s: %w", r.Handler, r.Owner, err)
+			return fmt.Errorf("reads of %s/%s: %w", r.Handler, r.Owner, err)
 		}
 		r.StartedAt, r.SeenAt = time.UnixMicro(started).UTC(), time.UnixMicro(seen).UTC()
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("outboxfeed: readers: %w", err)
 	}
 	return out, nil

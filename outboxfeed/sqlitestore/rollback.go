@@ -80,6 +80,12 @@ func (t sqliteDownTx) Strings(ctx context.Context, query string) ([]string, erro
 // sqliteColumn reads the one column of query's rows.
 func sqliteColumn[T any](ctx context.Context, tx *sql.Tx, query string) ([]T, error) {
 	rows, err := tx.QueryContext(ctx, query)
+	return collectRows(rows, err, func(rows *sql.Rows, v *T) error { return rows.Scan(v) })
+}
+
+// collectRows reads each of rows into a T with scan and closes rows; err
+// is the query's, returned as is.
+func collectRows[T any](rows *sql.Rows, err error, scan func(rows *sql.Rows, v *T) error) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +93,7 @@ func sqliteColumn[T any](ctx context.Context, tx *sql.Tx, query string) ([]T, er
 	var out []T
 	for rows.Next() {
 		var v T
-		if err := rows.Scan(&v); err != nil {
+		if err := scan(rows, &v); err != nil {
 			return nil, err
 		}
 		out = append(out, v)

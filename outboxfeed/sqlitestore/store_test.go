@@ -130,17 +130,12 @@ func TestSQLitePath(t *testing.T) {
 
 // stageOne stages n in a transaction of its own on the store's connection
 // and wakes this process's Workers.
-func stageOne(ctx context.Context, s *Store, n stage.Notification) (string, error) {
-	tx, err := s.DB().BeginTx(ctx, nil)
+func stageOne(ctx context.Context, s *Store, n stage.Notification) (id string, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		id, err = stage.StageSQL(ctx, tx, stage.SQLite, n)
+		return err
+	})
 	if err != nil {
-		return "", err
-	}
-	id, err := stage.StageSQL(ctx, tx, stage.SQLite, n)
-	if err != nil {
-		_ = tx.Rollback()
-		return "", err
-	}
-	if err := tx.Commit(); err != nil {
 		return "", err
 	}
 	s.Notify()

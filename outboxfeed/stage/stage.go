@@ -30,15 +30,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 // and returns the message id. It never opens a connection of its own: the
 // record commits or rolls back with the caller's business change.
 func Stage(ctx context.Context, tx pgx.Tx, n Notification) (string, error) {
-	args, err := pgArgs(n)
-	if err != nil {
-		return "", err
-	}
-	var id string
-	if err := tx.QueryRow(ctx, pgInsert, args...).Scan(&id); err != nil {
-		return "", fmt.Errorf("stage: insert: %w", err)
-	}
-	return id, nil
+	return stagePostgres(n, func(args ...any) row { return tx.QueryRow(ctx, pgInsert, args...) })
 }
 
 // StageSQL inserts n inside the caller's database/sql transaction, in the
@@ -50,19 +42,28 @@ func Stage(ctx context.Context, tx pgx.Tx, n Notification) (string, error) {
 func StageSQL(ctx context.Context, tx *sql.Tx, d Dialect, n Notification) (string, error) {
 	switch d {
 	case Postgres:
-		args, err := pgArgs(n)
-		if err != nil {
-			return "", err
-		}
-		var id string
-		if err := tx.QueryRowContext(ctx, pgInsert, args...).Scan(&id); err != nil {
-			return "", fmt.Errorf("stage: insert: %w", err)
-		}
-		return id, nil
+		return stagePostgres(n, func(args ...any) row { return tx.QueryRowContext(ctx, pgInsert, args...) })
 	case SQLite:
 		return stageSQLite(ctx, tx, n)
 	}
 	return "", fmt.Errorf("stage: %w: %v: pass stage.Postgres or stage.SQLite (DetectDialect reads it from the *sql.DB)", ErrUnknownDialect, d)
+}
+
+// row is the one row of a query: a pgx.Row or an *sql.Row.
+type row interface{ Scan(dest ...any) error }
+
+// stagePostgres inserts n with insert, which runs pgInsert with args in
+// the caller's transaction, and returns the id it returned.
+func stagePostgres(n Notification, insert func(args ...any) row) (string, error) {
+	args, err := pgArgs(n)
+	if err != nil {
+		return "", err
+	}
+	var id string
+	if err := insert(args...).Scan(&id); err != nil {
+		return "", fmt.Errorf("stage: insert: %w", err)
+	}
+	return id, nil
 }
 
 // pgArgs validates n and returns the arguments of pgInsert: the id (n's or

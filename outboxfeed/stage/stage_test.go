@@ -382,12 +382,7 @@ func TestDialect(t *testing.T) {
 	}
 
 	// The zero Dialect is refused before any SQL: StageSQL never guesses.
-	ldb, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "x.db"))
-	testenv.Must(t, err, "open sqlite")
-	defer ldb.Close()
-	tx, err := ldb.Begin()
-	testenv.Must(t, err, "begin")
-	defer func() { _ = tx.Rollback() }()
+	tx := sqlTx(t, "sqlite", filepath.Join(t.TempDir(), "x.db"))
 	if _, err := stage.StageSQL(context.Background(), tx, 0, valid()); !errors.Is(err, stage.ErrUnknownDialect) {
 		t.Fatalf("StageSQL with the zero Dialect: %v, want ErrUnknownDialect", err)
 	}
@@ -420,24 +415,25 @@ func TestStageWithoutSchema(t *testing.T) {
 		_, err = stage.Stage(ctx, tx, valid())
 		check(t, "Stage", err, `relation "herald.outbox" does not exist`)
 
-		db, err := sql.Open("pgx", url)
-		testenv.Must(t, err, "open")
-		defer db.Close()
-		stx, err := db.BeginTx(ctx, nil)
-		testenv.Must(t, err, "begin")
-		defer func() { _ = stx.Rollback() }()
-		_, err = stage.StageSQL(ctx, stx, stage.Postgres, valid())
+		_, err = stage.StageSQL(ctx, sqlTx(t, "pgx", url), stage.Postgres, valid())
 		check(t, "StageSQL", err, `relation "herald.outbox" does not exist`)
 	})
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
-		db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "empty.db"))
-		testenv.Must(t, err, "open")
-		defer db.Close()
-		tx, err := db.BeginTx(ctx, nil)
-		testenv.Must(t, err, "begin")
-		defer func() { _ = tx.Rollback() }()
-		_, err = stage.StageSQL(ctx, tx, stage.SQLite, valid())
+		_, err := stage.StageSQL(ctx, sqlTx(t, "sqlite", filepath.Join(t.TempDir(), "empty.db")), stage.SQLite, valid())
 		check(t, "StageSQL", err, "no such table: outbox")
 	})
+}
+
+// sqlTx begins a transaction on a new database/sql pool of driver on
+// dsn; the test's end rolls it back and closes the pool.
+func sqlTx(t *testing.T, driver, dsn string) *sql.Tx {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	testenv.Must(t, err, "open "+driver)
+	t.Cleanup(func() { _ = db.Close() })
+	tx, err := db.Begin()
+	testenv.Must(t, err, "begin")
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
 }

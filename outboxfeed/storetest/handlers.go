@@ -112,7 +112,7 @@ func handlerInfo(t *testing.T, hs outboxfeed.HandlerStore, name string) outboxfe
 // record, each channel in order, with no attempt burnt.
 func testHandlerFailingOtherDrains(t *testing.T, h *Harness, hs outboxfeed.HandlerStore) {
 	hooks := register(t, hs, "hooks", outboxfeed.StartRetained)
-	hooksRec, down := failingRecorder(ErrBrokerDown)
+	hooksRec, down := FailingRecorder(ErrBrokerDown)
 	rt := NewRecorder()
 	StartWorker(t, h.Store, rt, outboxfeed.WorkerConfig{})
 	hw := StartDeliveryWorker(t, hooks, hooksRec, outboxfeed.WorkerConfig{Handler: "hooks", MaxAttempts: 1})
@@ -316,7 +316,7 @@ func testHandlerStartPoints(t *testing.T, h *Harness, hs outboxfeed.HandlerStore
 // wait, none lost, until it is enabled.
 func testHandlerGone(t *testing.T, h *Harness, hs outboxfeed.HandlerStore) {
 	hooks := register(t, hs, "hooks", outboxfeed.StartRetained)
-	rec, gone := failingRecorder(outboxfeed.Gone(errors.New("410 Gone")))
+	rec, gone := FailingRecorder(outboxfeed.Gone(errors.New("410 Gone")))
 	// One lane: the handler is disabled before it claims again, so no
 	// delivery is under way once it is.
 	w := StartDeliveryWorker(t, hooks, rec, outboxfeed.WorkerConfig{Handler: "hooks", Lanes: 1})

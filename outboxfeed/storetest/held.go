@@ -82,7 +82,7 @@ func testHeldPastABatchOutage(t *testing.T, h *Harness) {
 	for _, size := range heldBatchSizes {
 		t.Run(fmt.Sprintf("batch%d", size), func(t *testing.T) {
 			a := fmt.Sprintf("orders/held%d", size)
-			rec, down := failingRecorder(ErrBrokerDown)
+			rec, down := FailingRecorder(ErrBrokerDown)
 			StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{BatchSize: size})
 			n := 3*size + 2
 			held, want := stageHeld(t, h, a, n)

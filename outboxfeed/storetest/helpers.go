@@ -302,9 +302,9 @@ func (r *Recorder) Deliver(ctx context.Context, rec *outboxfeed.Record) error {
 	return err
 }
 
-// failingRecorder returns a Recorder whose every publish fails with err
+// FailingRecorder returns a Recorder whose every publish fails with err
 // while on is set; on starts set.
-func failingRecorder(err error) (rec *Recorder, on *atomic.Bool) {
+func FailingRecorder(err error) (rec *Recorder, on *atomic.Bool) {
 	on = new(atomic.Bool)
 	on.Store(true)
 	rec = NewRecorder()

@@ -649,7 +649,7 @@ func testRetry(t *testing.T, h *Harness) {
 }
 
 func testBrokerOutage(t *testing.T, h *Harness) {
-	rec, down := failingRecorder(ErrBrokerDown)
+	rec, down := FailingRecorder(ErrBrokerDown)
 	w := StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{MaxAttempts: 1})
 	ids := h.Stage(t, true, Note("orders/1", `{"n":1}`), Note("orders/2", `{"n":2}`), Note("orders/1", `{"n":3}`))
 	rec.WaitFor(t, 5*time.Second, "several failed publishes", func() bool { return rec.CallCount() >= 6 })

@@ -206,40 +206,32 @@ func TestDocsSSRFTable(t *testing.T) {
 	}
 }
 
-// The Node.js receiver of the docs accepts Herald's requests during a
-// rotation (it knows only the new secret) and refuses a wrong secret and a
-// stale timestamp.
-func TestDocsNodeReceiver(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found in PATH (%v): the Node.js snippet of docs/handlers.md cannot be checked. Install Node.js 18 or later (`apt-get install nodejs`)", err)
+// The Node.js and the Python receivers of the docs accept Herald's
+// requests during a rotation (they know only the new secret) and refuse a
+// wrong secret and a stale timestamp.
+func TestDocsSnippetReceivers(t *testing.T) {
+	for _, tc := range []struct {
+		lang, name, interpreter, install, file, blocks string
+	}{
+		{"js", "Node.js", "node", "Install Node.js 18 or later (`apt-get install nodejs`)", "receiver.js", "verifyWebhook, the receiver"},
+		{"python", "Python", "python3", "Install Python 3.9 or later (`apt-get install python3`)", "receiver.py", "verify_webhook, the receiver"},
+	} {
+		t.Run(tc.lang, func(t *testing.T) {
+			interpreter, err := exec.LookPath(tc.interpreter)
+			if err != nil {
+				t.Fatalf("%s not found in PATH (%v): the %s snippet of docs/handlers.md cannot be checked. %s", tc.interpreter, err, tc.name, tc.install)
+			}
+			code := codeBlocks(readDocs(t), tc.lang)
+			if len(code) != 2 {
+				t.Fatalf("docs/handlers.md has %d %s blocks; want 2 (%s)", len(code), tc.lang, tc.blocks)
+			}
+			file := filepath.Join(t.TempDir(), tc.file)
+			if err := os.WriteFile(file, []byte(code[0]+"\n"+code[1]), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			checkSnippetReceiver(t, exec.Command(interpreter, file))
+		})
 	}
-	js := codeBlocks(readDocs(t), "js")
-	if len(js) != 2 {
-		t.Fatalf("docs/handlers.md has %d js blocks; want 2 (verifyWebhook, the receiver)", len(js))
-	}
-	file := filepath.Join(t.TempDir(), "receiver.js")
-	if err := os.WriteFile(file, []byte(js[0]+"\n"+js[1]), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	checkSnippetReceiver(t, exec.Command(node, file))
-}
-
-// The same for the Python receiver.
-func TestDocsPythonReceiver(t *testing.T) {
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 not found in PATH (%v): the Python snippet of docs/handlers.md cannot be checked. Install Python 3.9 or later (`apt-get install python3`)", err)
-	}
-	py := codeBlocks(readDocs(t), "python")
-	if len(py) != 2 {
-		t.Fatalf("docs/handlers.md has %d python blocks; want 2 (verify_webhook, the receiver)", len(py))
-	}
-	file := filepath.Join(t.TempDir(), "receiver.py")
-	if err := os.WriteFile(file, []byte(py[0]+"\n"+py[1]), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	checkSnippetReceiver(t, exec.Command(python, file))
 }
 
 // checkSnippetReceiver runs a receiver that prints "listening on PORT"

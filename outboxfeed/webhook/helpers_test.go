@@ -2,24 +2,14 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-)
-
-// Fixed test secrets: 32 random bytes each. Their base64 parts are
-// distinctive, so a test can look for them in any output.
-const (
-	testSecretA Secret = "whsec_Nm8b7X2m0qkq3v9sQ8pZkR4y1WcT6hJd5LaE2uFgYiM="
-	testSecretB Secret = "whsec_q2Hn4cX8bV1zR7tY0uKm3sLp9wDf6gJe5aNi8oQhTkU="
-	testSecretC Secret = "whsec_Zx5Cv8Bn2Mq4Wl7Ek1Rt9Yu3Io6Pa0Sd5Fg8Hj2Kl4E="
 )
 
 // received is one request a receiver got.
@@ -44,32 +34,37 @@ type receiver struct {
 
 func newReceiver(t *testing.T, handle func(w http.ResponseWriter, r *http.Request)) *receiver {
 	t.Helper()
-	rc := &receiver{handle: handle, arrived: make(chan struct{}, 10000)}
-	rc.Server = httptest.NewUnstartedServer(http.HandlerFunc(rc.serve))
-	rc.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			rc.conns.Add(1)
-		}
-	}
-	rc.Start()
-	t.Cleanup(rc.Close)
-	return rc
+	return startReceiver(t, handle, false)
 }
 
 // newTLSReceiver is newReceiver over TLS with HTTP/2 offered.
 func newTLSReceiver(t *testing.T, handle func(w http.ResponseWriter, r *http.Request)) *receiver {
 	t.Helper()
+	return startReceiver(t, handle, true)
+}
+
+func startReceiver(t *testing.T, handle func(w http.ResponseWriter, r *http.Request), tls bool) *receiver {
+	t.Helper()
 	rc := &receiver{handle: handle, arrived: make(chan struct{}, 10000)}
 	rc.Server = httptest.NewUnstartedServer(http.HandlerFunc(rc.serve))
-	rc.EnableHTTP2 = true
-	rc.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			rc.conns.Add(1)
-		}
+	countConns(rc.Server, &rc.conns)
+	if tls {
+		rc.EnableHTTP2 = true
+		rc.StartTLS()
+	} else {
+		rc.Start()
 	}
-	rc.StartTLS()
 	t.Cleanup(rc.Close)
 	return rc
+}
+
+// countConns makes srv count in n each connection it accepts.
+func countConns(srv *httptest.Server, n *atomic.Int64) {
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			n.Add(1)
+		}
+	}
 }
 
 // bodyKey carries the request body the receiver read to its handler.
@@ -117,21 +112,6 @@ func newEndpoint(t *testing.T, cfg Config) *Endpoint {
 	return e
 }
 
-var testTime = time.Date(2025, 3, 1, 10, 15, 30, 123456000, time.UTC)
-
-func testMessage(id string) Message {
-	return Message{
-		ID:            id,
-		Tenant:        "acme",
-		Channel:       "billing/invoices",
-		Kind:          "integration_event",
-		Type:          "invoice.paid",
-		SchemaVersion: 2,
-		Time:          testTime,
-		Data:          json.RawMessage(`{"invoice":"in_42","amount":1250}`),
-	}
-}
-
 func deliver(t *testing.T, e *Endpoint, m Message) Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -161,26 +141,4 @@ func freePort(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
-}
-
-// secretParts are the base64 parts of the test secrets, for leak checks.
-func secretParts() []string {
-	var out []string
-	for _, s := range []Secret{testSecretA, testSecretB, testSecretC} {
-		out = append(out, strings.TrimPrefix(string(s), SecretPrefix))
-	}
-	return out
-}
-
-// noSecret fails the test if out holds any test secret or a long piece of
-// one.
-func noSecret(t *testing.T, what, out string) {
-	t.Helper()
-	for _, p := range secretParts() {
-		for i := 0; i+12 <= len(p); i += 4 {
-			if j := strings.Index(out, p[i:i+12]); j >= 0 {
-				t.Fatalf("%s holds a piece of a secret: …%q…", what, out[max(0, j-200):min(len(out), j+100)])
-			}
-		}
-	}
 }

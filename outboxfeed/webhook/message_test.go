@@ -9,6 +9,22 @@ import (
 	"time"
 )
 
+// testTime and testMessage are the message the tests deliver.
+var testTime = time.Date(2025, 3, 1, 10, 15, 30, 123456000, time.UTC)
+
+func testMessage(id string) Message {
+	return Message{
+		ID:            id,
+		Tenant:        "acme",
+		Channel:       "billing/invoices",
+		Kind:          "integration_event",
+		Type:          "invoice.paid",
+		SchemaVersion: 2,
+		Time:          testTime,
+		Data:          json.RawMessage(`{"invoice":"in_42","amount":1250}`),
+	}
+}
+
 func TestAppendBody(t *testing.T) {
 	m := testMessage("0f8fad5b-d9cb-469f-a165-70867728950e")
 	m.Data = json.RawMessage(`{"invoice": "in_42", "amount": 1250}`) // as PostgreSQL prints jsonb

@@ -13,6 +13,14 @@ import (
 	"testing"
 )
 
+// Fixed test secrets: 32 random bytes each. Their base64 parts are
+// distinctive, so a test can look for them in any output.
+const (
+	testSecretA Secret = "whsec_Nm8b7X2m0qkq3v9sQ8pZkR4y1WcT6hJd5LaE2uFgYiM="
+	testSecretB Secret = "whsec_q2Hn4cX8bV1zR7tY0uKm3sLp9wDf6gJe5aNi8oQhTkU="
+	testSecretC Secret = "whsec_Zx5Cv8Bn2Mq4Wl7Ek1Rt9Yu3Io6Pa0Sd5Fg8Hj2Kl4E="
+)
+
 func TestParseSecret(t *testing.T) {
 	key, err := ParseSecret(testSecretA)
 	if err != nil || len(key) != 32 {
@@ -149,4 +157,26 @@ func FuzzSecretFile(f *testing.F) {
 			t.Fatalf("NewSigner: %v", err)
 		}
 	})
+}
+
+// secretParts are the base64 parts of the test secrets, for leak checks.
+func secretParts() []string {
+	var out []string
+	for _, s := range []Secret{testSecretA, testSecretB, testSecretC} {
+		out = append(out, strings.TrimPrefix(string(s), SecretPrefix))
+	}
+	return out
+}
+
+// noSecret fails the test if out holds any test secret or a long piece of
+// one.
+func noSecret(t *testing.T, what, out string) {
+	t.Helper()
+	for _, p := range secretParts() {
+		for i := 0; i+12 <= len(p); i += 4 {
+			if j := strings.Index(out, p[i:i+12]); j >= 0 {
+				t.Fatalf("%s holds a piece of a secret: …%q…", what, out[max(0, j-200):min(len(out), j+100)])
+			}
+		}
+	}
 }

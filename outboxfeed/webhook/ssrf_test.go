@@ -78,11 +78,7 @@ func newV6Receiver(t *testing.T) *v6Receiver {
 	rc.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
 	rc.Listener.Close()
 	rc.Listener = ln
-	rc.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			rc.conns.Add(1)
-		}
-	}
+	countConns(rc.Server, &rc.conns)
 	rc.Start()
 	t.Cleanup(rc.Close)
 	return rc
