@@ -2,13 +2,14 @@ package fanout
 
 import (
 	"strconv"
-	"time"
+
+	"github.com/heraldgw/herald/internal/timefmt"
 )
 
 // EnvelopeTimeLayout is the envelope's time: RFC 3339 in UTC with exactly
 // nine fractional digits, so every "time" has the same length and sorts
 // as text (time.RFC3339Nano would drop trailing zeros).
-const EnvelopeTimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+const EnvelopeTimeLayout = timefmt.Layout
 
 // Prepared is a publication together with its publication envelope (docs/protocol.md), encoded
 // once and shared read-only by every subscriber it is delivered to.
@@ -86,7 +87,7 @@ func appendEnvelopeTail(b []byte, p *Publication) []byte {
 	b = append(b, `,"schema_version":`...)
 	b = strconv.AppendInt(b, int64(p.SchemaVersion), 10)
 	b = append(b, `,"time":"`...)
-	b = appendEnvelopeTime(b, p.Time)
+	b = timefmt.Append(b, p.Time)
 	b = append(b, `","freshness":`...)
 	if p.Freshness == nil {
 		b = append(b, ImmediateFreshness...)
@@ -119,47 +120,4 @@ func appendCompactOrNull(b []byte, raw []byte) []byte {
 		return out
 	}
 	return append(b, "null"...)
-}
-
-// appendEnvelopeTime appends t as EnvelopeTimeLayout does
-// (2006-01-02T15:04:05.000000000Z), digit by digit: every publication's
-// envelope carries one, and the layout's interpretation by AppendFormat
-// cost a third of the envelope's encoding. A year outside 0–9999 goes
-// through AppendFormat.
-func appendEnvelopeTime(b []byte, t time.Time) []byte {
-	t = t.UTC()
-	year, month, day := t.Date()
-	if year < 0 || year > 9999 {
-		return t.AppendFormat(b, EnvelopeTimeLayout)
-	}
-	hour, minute, sec := t.Clock()
-	ns := t.Nanosecond()
-	b = appendDigits(b, year, 4)
-	b = append(b, '-')
-	b = appendDigits(b, int(month), 2)
-	b = append(b, '-')
-	b = appendDigits(b, day, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, hour, 2)
-	b = append(b, ':')
-	b = appendDigits(b, minute, 2)
-	b = append(b, ':')
-	b = appendDigits(b, sec, 2)
-	b = append(b, '.')
-	b = appendDigits(b, ns, 9)
-	return append(b, 'Z')
-}
-
-// appendDigits appends v (≥ 0, below 10^width) in exactly width decimal
-// digits.
-func appendDigits(b []byte, v, width int) []byte {
-	n := len(b)
-	for range width {
-		b = append(b, 0)
-	}
-	for i := len(b) - 1; i >= n; i-- {
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return b
 }
