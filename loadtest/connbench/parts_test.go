@@ -470,6 +470,15 @@ func TestStageDecomposition(t *testing.T) {
 		t.Errorf("tail %d publications, largest stages %v; want 2, worker in both", rep.tailN, rep.tailWorst)
 	}
 
+	// Publish ran for 0.1 ms from c+worker: for the 199 publications
+	// read, of which 7 and 8 ran at once with 56 and 57.
+	if want := 197 * time.Millisecond / 10; rep.busy != want {
+		t.Errorf("busy %v, want %v", rep.busy, want)
+	}
+	if _, busy := busyUnion([]stageSpan{{in: 10, out: 20}, {in: 15, out: 30}, {in: 12, out: 14}, {in: 40, out: 41}}); busy != 21 {
+		t.Errorf("union of overlapping intervals %d ns, want 21", busy)
+	}
+
 	// The file the diagnostic build writes reads back as the map.
 	path := filepath.Join(t.TempDir(), "trace")
 	var b []byte

@@ -46,6 +46,10 @@ type stageReport struct {
 	tailWorker, tailBroker, tailCl []int  // their stages, sorted
 	tailWorst                      [3]int // how many had each stage as their largest
 	firstIn                        int64  // the earliest hand-over to the broker (Unix ns)
+	lastOut                        int64  // the latest return from Publish (Unix ns)
+	// busy is how long at least one Publish was under way between firstIn
+	// and lastOut: the rest of that time the Worker published nothing.
+	busy time.Duration
 }
 
 // readStageTrace reads the diagnostic build's file: sequence number, Unix
@@ -91,6 +95,7 @@ func decompose(trace map[uint64][2]int64, commits *commitLog, recv *timeLog, n i
 	if rep.n == 0 {
 		return rep
 	}
+	rep.lastOut, rep.busy = busyUnion(spans)
 	nn := func(v int64) int { return int(max(v, 0)) }
 	for _, s := range spans {
 		if s.in < s.commit {
@@ -117,6 +122,28 @@ func decompose(trace map[uint64][2]int64, commits *commitLog, recv *timeLog, n i
 		slices.Sort(v)
 	}
 	return rep
+}
+
+// busyUnion returns the latest end of the spans' Publish intervals
+// [in, out] and the length of their union.
+func busyUnion(spans []stageSpan) (lastOut int64, busy time.Duration) {
+	iv := make([][2]int64, len(spans))
+	for i, s := range spans {
+		iv[i] = [2]int64{s.in, max(s.out, s.in)}
+	}
+	slices.SortFunc(iv, func(a, b [2]int64) int { return int(a[0] - b[0]) })
+	var end int64
+	for _, v := range iv {
+		switch {
+		case v[0] > end:
+			busy += time.Duration(v[1] - v[0])
+			end = v[1]
+		case v[1] > end:
+			busy += time.Duration(v[1] - end)
+			end = v[1]
+		}
+	}
+	return end, busy
 }
 
 // sortedQuantile is the nearest-rank quantile p of sorted v.
@@ -156,6 +183,10 @@ func (rep *stageReport) print(row func(k, format string, a ...any), firstCommit 
 		rep.tailWorst[0], rep.tailWorst[1], rep.tailWorst[2])
 	if !firstCommit.IsZero() && rep.firstIn != 0 {
 		row("stages: first COMMIT sent → first record handed to the broker", "%s", ms(time.Unix(0, rep.firstIn).Sub(firstCommit)))
+	}
+	if span := time.Duration(rep.lastOut - rep.firstIn); span > 0 && !firstCommit.IsZero() {
+		row("stages: first hand-over → last Publish returned; of it, some Publish under way (the rest: the Worker published nothing)",
+			"%s; %s (%.0f %%)", ms(span), ms(rep.busy), 100*rep.busy.Seconds()/span.Seconds())
 	}
 }
 
