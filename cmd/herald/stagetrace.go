@@ -49,19 +49,49 @@ type stagePub struct{ next outboxfeed.Publisher }
 func (p stagePub) Publish(ctx context.Context, msg fanout.Message) (fanout.Publication, error) {
 	in := time.Now().UnixNano()
 	pub, err := p.next.Publish(ctx, msg)
-	out := time.Now().UnixNano()
-	id := msg.ID
-	if err != nil || len(id) < 12 {
-		return pub, err
+	if err == nil {
+		recordStage(msg.ID, in, time.Now().UnixNano())
 	}
-	seq, perr := strconv.ParseInt(id[len(id)-12:], 16, 64)
-	if perr != nil {
-		return pub, err
+	return pub, err
+}
+
+// PublishRun times a run (fanout.RunPublisher) as one hand-over: every
+// record of it in and out together. A broker without runs gets each
+// record's Publish.
+func (p stagePub) PublishRun(ctx context.Context, msgs []fanout.Message, out []fanout.Publication) (int, error) {
+	rp, ok := p.next.(fanout.RunPublisher)
+	if !ok {
+		for i := range msgs {
+			pub, err := p.Publish(ctx, msgs[i])
+			if err != nil {
+				return i, err
+			}
+			out[i] = pub
+		}
+		return len(msgs), nil
+	}
+	in := time.Now().UnixNano()
+	n, err := rp.PublishRun(ctx, msgs, out)
+	done := time.Now().UnixNano()
+	for i := range n {
+		recordStage(msgs[i].ID, in, done)
+	}
+	return n, err
+}
+
+// recordStage keeps the times of the record whose message id ends in
+// connbench's sequence number.
+func recordStage(id string, in, out int64) {
+	if len(id) < 12 {
+		return
+	}
+	seq, err := strconv.ParseInt(id[len(id)-12:], 16, 64)
+	if err != nil {
+		return
 	}
 	if i := stageTrace.n.Add(1) - 1; i < stageTraceCap {
 		stageTrace.entries[i] = stageEntry{seq, in, out}
 	}
-	return pub, err
 }
 
 // stagePublisher times pub's publications when CONNBENCH_STAGE_TRACE is set.
