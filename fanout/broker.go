@@ -64,6 +64,31 @@ type PreparedHandler interface {
 	HandlePrepared(p *Prepared)
 }
 
+// RunPublisher is implemented by a Broker that can publish a run of one
+// channel's messages at once (MemoryBroker): each as Publish would, in
+// order, with the run handed to the node's handler together (RunHandler),
+// so that a subscriber that takes runs (RunSubscriber) writes them to its
+// client in one write rather than one write each. A publisher with
+// several messages of one channel ready (the outbox Worker's batch) may
+// use it in place of calling Publish for each.
+type RunPublisher interface {
+	// PublishRun publishes msgs, which must all have the same Key, in
+	// order, writing each one's publication to out[i] (len(out) ≥
+	// len(msgs)); a message whose ID is still in the channel's history is
+	// answered with the publication already there, as by Publish. It stops
+	// at the first message that fails and returns how many came before it
+	// and its error: none after it is published. A message of another
+	// channel than msgs[0] fails with ErrInvalidMessage.
+	PublishRun(ctx context.Context, msgs []Message, out []Publication) (int, error)
+}
+
+// RunHandler is implemented by a Handler that can take a run of one
+// channel's publications at once, in offset order (the Hub does). It must
+// not block.
+type RunHandler interface {
+	HandlePublications(ps []Publication)
+}
+
 // Resyncer is implemented by a Handler that wants to know when the broker
 // may have lost publications of a channel in transit to this node: after
 // redisbroker.Broker's pub/sub connection was lost and re-established, it calls

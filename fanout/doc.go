@@ -6,6 +6,10 @@
 // Publishing is idempotent by message id while the id is in that history.
 // The Hub hands each publication, encoded once, to the local subscribers of
 // its channel with a non-blocking enqueue; it never waits on a client.
+// A publisher with several messages of one channel ready may publish them
+// as a run (RunPublisher, which MemoryBroker implements): the Hub hands
+// the run to each subscriber at once, so a connection writes it in one
+// write.
 //
 // MemoryBroker serves a single node; with MemoryConfig.HistoryDir its
 // history outlives the process in a memory-mapped log. The Redis broker,

@@ -31,6 +31,15 @@ type Subscriber interface {
 	Deliver(p *Prepared)
 }
 
+// RunSubscriber is a Subscriber that takes a run of one channel's
+// publications at once, in offset order (RunHandler), under Deliver's
+// contract; a Subscriber that is not one gets the run's publications one
+// Deliver at a time.
+type RunSubscriber interface {
+	Subscriber
+	DeliverRun(run []*Prepared)
+}
+
 // ResyncSubscriber is a Subscriber that wants to know when publications of
 // a channel may have been lost on their way to this node (see Resyncer).
 // Resync is called on the broker's goroutine and must not block; the
@@ -73,6 +82,7 @@ var (
 	_ Handler         = (*Hub)(nil)
 	_ PreparedHandler = (*Hub)(nil)
 	_ Resyncer        = (*Hub)(nil)
+	_ RunHandler      = (*Hub)(nil)
 )
 
 // NewHub returns a Hub over b. Wire it with b.Start(ctx, hub).
@@ -215,31 +225,76 @@ func (h *Hub) HandlePrepared(p *Prepared) {
 	h.deliver(subs, p)
 }
 
-// deliver hands p to subs: in shares of at least h.share subscribers, on
-// up to h.workers goroutines (the caller's one of them), and returns once
-// every share is done, so the next publication of the channel follows p
-// at every subscriber.
-func (h *Hub) deliver(subs []Subscriber, p *Prepared) {
-	parts := min(h.workers, len(subs)/h.share)
-	if parts <= 1 {
-		deliverAll(subs, p)
-	} else {
-		size := (len(subs) + parts - 1) / parts
-		var wg sync.WaitGroup
-		for i := size; i < len(subs); i += size {
-			share := subs[i:min(i+size, len(subs))]
-			wg.Go(func() { deliverAll(share, p) })
-		}
-		deliverAll(subs[:size], p)
-		wg.Wait()
+// HandlePublications encodes each publication of a run of one channel's
+// once and hands the run to every local subscriber of the channel: at
+// once to a RunSubscriber. It implements RunHandler.
+func (h *Hub) HandlePublications(ps []Publication) {
+	h.m.publications.Add(float64(len(ps)))
+	if len(ps) == 0 {
+		return
 	}
+	subs := h.subscribers(ps[0].Key)
+	if len(subs) == 0 {
+		return
+	}
+	r := &run{ps: make([]*Prepared, len(ps))}
+	for i := range ps {
+		r.ps[i] = NewPrepared(ps[i])
+	}
+	h.fan(subs, r)
+	h.m.deliveries.Add(float64(len(subs) * len(ps)))
+}
+
+// deliver hands p to subs (fan).
+func (h *Hub) deliver(subs []Subscriber, p *Prepared) {
+	h.fan(subs, one{p})
 	h.m.deliveries.Add(float64(len(subs)))
 }
 
-func deliverAll(subs []Subscriber, p *Prepared) {
+// delivery is what fan hands to each subscriber: one publication, or a
+// run of one channel's.
+type delivery interface{ to(subs []Subscriber) }
+
+type one struct{ p *Prepared } // a pointer's size: no allocation as a delivery
+
+func (d one) to(subs []Subscriber) {
 	for _, s := range subs {
-		s.Deliver(p)
+		s.Deliver(d.p)
 	}
+}
+
+type run struct{ ps []*Prepared }
+
+func (d *run) to(subs []Subscriber) {
+	for _, s := range subs {
+		if rs, ok := s.(RunSubscriber); ok {
+			rs.DeliverRun(d.ps)
+			continue
+		}
+		for _, p := range d.ps {
+			s.Deliver(p)
+		}
+	}
+}
+
+// fan hands d to subs: in shares of at least h.share subscribers, on up
+// to h.workers goroutines (the caller's one of them), and returns once
+// every share is done, so the channel's next publication follows d at
+// every subscriber.
+func (h *Hub) fan(subs []Subscriber, d delivery) {
+	parts := min(h.workers, len(subs)/h.share)
+	if parts <= 1 {
+		d.to(subs)
+		return
+	}
+	size := (len(subs) + parts - 1) / parts
+	var wg sync.WaitGroup
+	for i := size; i < len(subs); i += size {
+		share := subs[i:min(i+size, len(subs))]
+		wg.Go(func() { d.to(share) })
+	}
+	d.to(subs[:size])
+	wg.Wait()
 }
 
 // HandleResync tells every local subscriber of key that implements

@@ -500,3 +500,93 @@ func TestHubConfigRejectsNegativeFanout(t *testing.T) {
 		}
 	}
 }
+
+// runSub is a chanSub that also takes runs (RunSubscriber), counting them.
+type runSub struct {
+	*chanSub
+	runs atomic.Int64
+}
+
+func (s *runSub) DeliverRun(run []*Prepared) {
+	s.runs.Add(1)
+	for _, p := range run {
+		s.Deliver(p)
+	}
+}
+
+// TestPublishRun: a run of one channel's messages is published as
+// Publish would each, in order (a repeated id answered with the
+// publication already there, not handed out again), and handed to the
+// hub once: a RunSubscriber takes it in one call, another subscriber one
+// Deliver at a time. The run stops at the first message that fails (of
+// another channel, or a stale fence), publishing none after it.
+func TestPublishRun(t *testing.T) {
+	f := newHubFixture(t)
+	b := f.broker.MemoryBroker
+	key := Key{Tenant: "acme", Channel: "orders"}
+	rs, plain := &runSub{chanSub: newChanSub(64)}, newChanSub(64)
+	f.subscribe(t, key, rs)
+	f.subscribe(t, key, plain)
+	mustPublish(t, b, msg(key, "a1"))
+	rs.drain()
+	plain.drain()
+
+	out := make([]Publication, 3)
+	n, err := b.PublishRun(testCtx(t), []Message{msg(key, "a2"), msg(key, "a1"), msg(key, "a3")}, out)
+	if err != nil || n != 3 {
+		t.Fatalf("run: %d, %v", n, err)
+	}
+	if got := offsets(out); fmt.Sprint(got) != "[2 1 3]" {
+		t.Fatalf("run's offsets %v, want [2 1 3] (a1 already published)", got)
+	}
+	for name, s := range map[string]*chanSub{"run subscriber": rs.chanSub, "plain subscriber": plain} {
+		var got []uint64
+		for _, p := range s.drain() {
+			got = append(got, p.Position().Offset)
+		}
+		if fmt.Sprint(got) != "[2 3]" {
+			t.Errorf("%s got offsets %v, want [2 3]", name, got)
+		}
+	}
+	if rs.runs.Load() != 1 {
+		t.Fatalf("%d runs delivered, want 1", rs.runs.Load())
+	}
+
+	other := Key{Tenant: "acme", Channel: "other"}
+	n, err = b.PublishRun(testCtx(t), []Message{msg(key, "a4"), msg(other, "b1"), msg(key, "a5")}, make([]Publication, 3))
+	if n != 1 || !errors.Is(err, ErrInvalidMessage) {
+		t.Fatalf("run with another channel's message: %d, %v; want 1, ErrInvalidMessage", n, err)
+	}
+	fenced := func(id string, v int64) Message {
+		m := msg(key, id)
+		m.Fence = Fence{Scope: "p1", Value: v}
+		return m
+	}
+	mustPublish(t, b, fenced("a5", 5))
+	n, err = b.PublishRun(testCtx(t), []Message{fenced("a6", 4), fenced("a7", 6)}, make([]Publication, 2))
+	if n != 0 || !errors.Is(err, ErrStaleFence) {
+		t.Fatalf("run under a stale fence: %d, %v; want 0, ErrStaleFence", n, err)
+	}
+	if got := offsets(mustRecover(t, b, key, Position{Epoch: out[0].Epoch}).Publications); fmt.Sprint(got) != "[1 2 3 4 5]" {
+		t.Fatalf("history %v, want [1 2 3 4 5]", got)
+	}
+
+	// A handler that does not take runs gets each publication.
+	b2 := newTestMemoryBroker(t, MemoryConfig{})
+	var got []uint64
+	if err := b2.Start(testCtx(t), handlerFunc(func(p Publication) { got = append(got, p.Offset) })); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b2.PublishRun(testCtx(t), []Message{msg(key, "x1"), msg(key, "x2")}, make([]Publication, 2)); n != 2 || err != nil {
+		t.Fatalf("run: %d, %v", n, err)
+	}
+	if fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("handler got %v, want [1 2]", got)
+	}
+}
+
+// handlerFunc is a Handler that is neither a PreparedHandler nor a
+// RunHandler.
+type handlerFunc func(p Publication)
+
+func (f handlerFunc) HandlePublication(p Publication) { f(p) }

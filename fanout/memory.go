@@ -41,7 +41,10 @@ type MemoryBroker struct {
 	svc     lifecycle.Service
 }
 
-var _ Broker = (*MemoryBroker)(nil)
+var (
+	_ Broker       = (*MemoryBroker)(nil)
+	_ RunPublisher = (*MemoryBroker)(nil)
+)
 
 // NewMemoryBroker returns a broker for one node. With HistoryDir it first
 // loads the history kept there; Stop then closes the log.
@@ -108,36 +111,134 @@ func (b *MemoryBroker) Publish(ctx context.Context, msg Message) (Publication, e
 	if err != nil {
 		return Publication{}, err
 	}
-	fence := msg.Fence
-	nowNs, ttl := now.UnixNano(), int64(b.cfg.HistoryTTL)
+	nowNs := now.UnixNano()
+	s := b.lockStream(pub.Key, nowNs)
+	defer s.mu.Unlock()
+	if err := b.raiseFence(msg.Fence); err != nil {
+		return Publication{}, err
+	}
+	if old, ok := b.appendLocked(s, &pub, nowNs); !ok {
+		return old, nil
+	}
+	if h := b.handler.Load(); h != nil {
+		(*h).HandlePublication(pub)
+	}
+	return pub, nil
+}
+
+// appendLocked gives pub the next offset of s and appends it to the
+// history (and its log), and reports true; a pub whose ID s still holds
+// is answered with the publication already there, and false. Caller
+// holds s.mu.
+func (b *MemoryBroker) appendLocked(s *memStream, pub *Publication, nowNs int64) (Publication, bool) {
+	if old, ok := s.find(pub.ID); ok {
+		return old, false
+	}
+	s.top++
+	s.lastActive.Store(nowNs)
+	pub.Position = Position{Offset: s.top, Epoch: s.epoch}
+	s.append(*pub, b.cfg.HistorySize)
+	if b.hlog != nil {
+		b.hlog.appendPub(pub, nowNs)
+	}
+	return Publication{}, true
+}
+
+// lockStream returns key's stream locked (its mu), started over first
+// when it was idle past HistoryTTL.
+func (b *MemoryBroker) lockStream(key Key, nowNs int64) *memStream {
 	for {
-		s := b.stream(pub.Key, nowNs)
+		s := b.stream(key, nowNs)
 		s.mu.Lock()
 		if s.evicted {
 			s.mu.Unlock()
 			continue
 		}
-		b.expireIfIdle(pub.Key, s, nowNs, ttl)
-		if err := b.raiseFence(fence); err != nil {
-			s.mu.Unlock()
-			return Publication{}, err
+		b.expireIfIdle(key, s, nowNs, int64(b.cfg.HistoryTTL))
+		return s
+	}
+}
+
+// PublishRun publishes a run of one channel's messages (RunPublisher):
+// under the channel's lock once, each as Publish would, and the new
+// publications are handed to the handler together at the end, still
+// under the lock, so per channel the delivery order stays the offset
+// order.
+func (b *MemoryBroker) PublishRun(ctx context.Context, msgs []Message, out []Publication) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("fanout: publish: %w", err)
+	}
+	now := b.now()
+	key := msgs[0].Key
+	// Checked and encoded before the lock, as Publish does; a message that
+	// fails ends the run there.
+	pubs := make([]Publication, 0, len(msgs))
+	var runErr error
+	for i := range msgs {
+		if msgs[i].Key != key {
+			runErr = fmt.Errorf("fanout: publish: %w: a run is of one channel: %s after %s", ErrInvalidMessage, msgs[i].Key, key)
+			break
 		}
-		if old, ok := s.find(pub.ID); ok {
-			s.mu.Unlock()
-			return old, nil
+		pub, err := NewPublication(msgs[i], now)
+		if err != nil {
+			runErr = err
+			break
 		}
-		s.top++
-		s.lastActive.Store(nowNs)
-		pub.Position = Position{Offset: s.top, Epoch: s.epoch}
-		s.append(pub, b.cfg.HistorySize)
-		if b.hlog != nil {
-			b.hlog.appendPub(&pub, nowNs)
+		pubs = append(pubs, pub)
+	}
+	if len(pubs) == 0 {
+		return 0, runErr
+	}
+	nowNs := now.UnixNano()
+	s := b.lockStream(key, nowNs)
+	n, fresh, err := b.appendRun(s, msgs, pubs, out, nowNs)
+	if len(fresh) > 0 {
+		b.handOut(fresh)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return n, err
+	}
+	return n, runErr
+}
+
+// appendRun appends pubs (of msgs, in order) to s as Publish does each,
+// and returns how many it took before one failed (a stale fence) and the
+// new ones, which are to be handed out. Caller holds s.mu.
+func (b *MemoryBroker) appendRun(s *memStream, msgs []Message, pubs []Publication, out []Publication, nowNs int64) (int, []Publication, error) {
+	fresh := pubs[:0] // overwrites pubs from the front: entry i is read before it
+	for i := range pubs {
+		if err := b.raiseFence(msgs[i].Fence); err != nil {
+			return i, fresh, err
 		}
-		if h := b.handler.Load(); h != nil {
-			(*h).HandlePublication(pub)
+		pub := pubs[i]
+		if old, ok := b.appendLocked(s, &pub, nowNs); !ok {
+			out[i] = old
+			continue
 		}
-		s.mu.Unlock()
-		return pub, nil
+		out[i] = pub
+		fresh = append(fresh, pub)
+	}
+	return len(pubs), fresh, nil
+}
+
+// handOut hands a run of new publications to the handler (when started):
+// together to a RunHandler, else one by one. Caller holds the channel's
+// memStream mu.
+func (b *MemoryBroker) handOut(fresh []Publication) {
+	h := b.handler.Load()
+	if h == nil {
+		return
+	}
+	if rh, ok := (*h).(RunHandler); ok {
+		rh.HandlePublications(fresh)
+		return
+	}
+	for _, p := range fresh {
+		(*h).HandlePublication(p)
 	}
 }
 
@@ -168,19 +269,10 @@ func (b *MemoryBroker) Recover(ctx context.Context, key Key, since Position, lim
 	if err := ValidateKey(key); err != nil {
 		return Recovery{}, fmt.Errorf("fanout: recover: %w", err)
 	}
-	nowNs := b.now().UnixNano()
-	for {
-		s := b.stream(key, nowNs)
-		s.mu.Lock()
-		if s.evicted {
-			s.mu.Unlock()
-			continue
-		}
-		b.expireIfIdle(key, s, nowNs, int64(b.cfg.HistoryTTL))
-		r := s.recover(since, limit)
-		s.mu.Unlock()
-		return r, nil
-	}
+	s := b.lockStream(key, b.now().UnixNano())
+	r := s.recover(since, limit)
+	s.mu.Unlock()
+	return r, nil
 }
 
 // Subscribe is a no-op: on one node every publication reaches the handler.

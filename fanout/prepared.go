@@ -2,12 +2,14 @@ package fanout
 
 import (
 	"strconv"
+
+	"github.com/heraldgw/herald/internal/timefmt"
 )
 
 // EnvelopeTimeLayout is the envelope's time: RFC 3339 in UTC with exactly
 // nine fractional digits, so every "time" has the same length and sorts
 // as text (time.RFC3339Nano would drop trailing zeros).
-const EnvelopeTimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+const EnvelopeTimeLayout = timefmt.Layout
 
 // Prepared is a publication together with its publication envelope (docs/protocol.md), encoded
 // once and shared read-only by every subscriber it is delivered to.
@@ -85,7 +87,7 @@ func appendEnvelopeTail(b []byte, p *Publication) []byte {
 	b = append(b, `,"schema_version":`...)
 	b = strconv.AppendInt(b, int64(p.SchemaVersion), 10)
 	b = append(b, `,"time":"`...)
-	b = p.Time.UTC().AppendFormat(b, EnvelopeTimeLayout)
+	b = timefmt.Append(b, p.Time)
 	b = append(b, `","freshness":`...)
 	if p.Freshness == nil {
 		b = append(b, ImmediateFreshness...)

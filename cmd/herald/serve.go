@@ -256,6 +256,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 		return err
 	}
 	defer broker.Stop()
+	defer writeStageTrace() // a diagnostic build's timings, once the Workers stopped
 	hubCfg := o.hub
 	hubCfg.Logger, hubCfg.Registerer = log, reg
 	hub, err := fanout.NewHub(broker, hubCfg)
@@ -272,7 +273,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, stdout io.Writ
 		if err != nil {
 			return err
 		}
-		ws, err := startWorkers(ctx, store, broker, wcfg, o.worker.Handlers.entries, log, reg)
+		ws, err := startWorkers(ctx, store, stagePublisher(broker), wcfg, o.worker.Handlers.entries, log, reg)
 		if err != nil {
 			return err
 		}

@@ -10,25 +10,19 @@ const commitPageSize = 1 << 14
 
 type commitPage [commitPageSize]atomic.Int64
 
-// commitLog is the outbox publisher's record of when each publication's
-// COMMIT returned, by sequence number, and the commit → client latency the
-// subscribers measure against it. Pages are allocated as the run reaches
-// them, so a long run's log costs 8 bytes per publication made, not per
-// publication planned.
-type commitLog struct {
+// timeLog is a Unix ns time per sequence number. Pages are allocated as
+// the run reaches them, so a long run's log costs 8 bytes per publication
+// made, not per publication planned.
+type timeLog struct {
 	pages []atomic.Pointer[commitPage]
-
-	lat    histogram    // COMMIT returned → subscriber read the publication
-	before atomic.Int64 // deliveries read before their COMMIT returned (recorded as 0)
-	last   atomic.Int64 // Unix ns of the latest delivery observed
 }
 
-func newCommitLog(publications int) *commitLog {
-	return &commitLog{pages: make([]atomic.Pointer[commitPage], (publications+commitPageSize-1)/commitPageSize)}
+func newTimeLog(publications int) timeLog {
+	return timeLog{pages: make([]atomic.Pointer[commitPage], (publications+commitPageSize-1)/commitPageSize)}
 }
 
-// set records that seq's COMMIT returned at t.
-func (l *commitLog) set(seq uint64, t time.Time) {
+// setNs records ns under seq; a seq beyond the run is ignored.
+func (l *timeLog) setNs(seq uint64, ns int64) {
 	i := seq / commitPageSize
 	if i >= uint64(len(l.pages)) {
 		return
@@ -40,11 +34,11 @@ func (l *commitLog) set(seq uint64, t time.Time) {
 			pg = l.pages[i].Load()
 		}
 	}
-	pg[seq%commitPageSize].Store(t.UnixNano())
+	pg[seq%commitPageSize].Store(ns)
 }
 
-// at is when seq's COMMIT returned, in Unix ns; 0 = not (yet) recorded.
-func (l *commitLog) at(seq uint64) int64 {
+// at is the time recorded under seq, in Unix ns; 0 = none (yet).
+func (l *timeLog) at(seq uint64) int64 {
 	i := seq / commitPageSize
 	if i >= uint64(len(l.pages)) {
 		return 0
@@ -55,6 +49,24 @@ func (l *commitLog) at(seq uint64) int64 {
 	}
 	return pg[seq%commitPageSize].Load()
 }
+
+// commitLog is the outbox publisher's record of when each publication's
+// COMMIT returned, by sequence number (a timeLog), and the commit → client
+// latency the subscribers measure against it.
+type commitLog struct {
+	timeLog
+
+	lat    histogram    // COMMIT returned → subscriber read the publication
+	before atomic.Int64 // deliveries read before their COMMIT returned (recorded as 0)
+	last   atomic.Int64 // Unix ns of the latest delivery observed
+}
+
+func newCommitLog(publications int) *commitLog {
+	return &commitLog{timeLog: newTimeLog(publications)}
+}
+
+// set records that seq's COMMIT returned at t.
+func (l *commitLog) set(seq uint64, t time.Time) { l.setNs(seq, t.UnixNano()) }
 
 // observe records the commit → client latency of publication seq, read by
 // s at recv. A COMMIT not yet recorded is looked at again once the run

@@ -113,6 +113,11 @@ type config struct {
 	DatabaseURL string
 	// ServeArgs are extra flags for the child's `herald serve`.
 	ServeArgs []string
+	// Stages, with a child herald and PublishVia outbox, splits commit →
+	// client into the Worker's, the broker's and the client's stages
+	// (stages.go); the child is built with -tags heraldstages, or
+	// HeraldBin must be. Default: off.
+	Stages bool
 
 	// ServeOnly starts the child, prints its URL, secret and a token, and
 	// waits (for SIGINT, or ServeFor).
@@ -169,6 +174,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tenant, "tenant", c.Tenant, "tenant of every token")
 	fs.StringVar(&c.HeraldBin, "herald-bin", c.HeraldBin, "prebuilt herald binary for the child (empty: go build ./cmd/herald)")
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "start the child with --database-url (PostgreSQL outbox store) instead of embedded SQLite; with -publish-via outbox: required (a child gets a fresh database on that server; a -url server must use this one)")
+	fs.BoolVar(&c.Stages, "stages", c.Stages, "with a child herald and -publish-via outbox: split COMMIT → client into the Worker's, the broker's and the client's stages (builds the child with -tags heraldstages; a -herald-bin must be built so)")
 	fs.Var((*stringList)(&c.ServeArgs), "serve-arg", "extra flag for the child herald serve, e.g. -serve-arg=--queue-max-messages=64 (repeatable)")
 	fs.BoolVar(&c.ServeOnly, "serve-only", c.ServeOnly, "start the child, print its URL, secret and a token, and wait (for k6)")
 	fs.DurationVar(&c.ServeFor, "serve-for", c.ServeFor, "with -serve-only: stop the child after this long")
@@ -212,6 +218,9 @@ func (c *config) validate() error {
 		bad("-transport %q: want ws or sse", c.Transport)
 	}
 	c.validatePublishVia(bad)
+	if c.Stages && (c.centrifugo() || c.URL != "" || c.PublishVia != "outbox") {
+		bad("-stages: only with a child herald (no -server centrifugo, no -url) and -publish-via outbox")
+	}
 	c.validateServer(bad)
 	if c.Conns < 1 || c.Conns > maxConns {
 		bad("-conns %d: must be 1–%d", c.Conns, maxConns)

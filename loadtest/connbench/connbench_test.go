@@ -297,6 +297,56 @@ func TestBurstViaOutbox(t *testing.T) {
 	}
 }
 
+// TestStagesViaOutbox runs a diagnostic child (-tags heraldstages): every
+// publication's commit → client is split into the Worker's, the broker's
+// and the client's stages, which add up to it.
+func TestStagesViaOutbox(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := buildHerald(ctx, t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tiny("fanout", "ws")
+	cfg.PublishVia, cfg.DatabaseURL, cfg.Producers, cfg.Stages = "outbox", outboxDB(t).URL, 4, true
+	cfg.HeraldBin = bin
+	tgt, err := startChild(ctx, cfg, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tgt.stop() })
+	res := runTiny(t, cfg, tgt)
+	checkDelivery(t, res, 50, 10)
+	if err := addStages(res, tgt); err != nil {
+		t.Fatal(err)
+	}
+	st := res.stages
+	// Each of the 50 publications went to the 10 subscribers of its
+	// channel; the last read is kept.
+	if st.n != 50 || st.tailN < 1 {
+		t.Fatalf("stages of %d publications, tail %d: want 50, ≥ 1", st.n, st.tailN)
+	}
+	if len(st.worker) != 50 || len(st.broker) != 50 || len(st.client) != 50 || len(st.total) != 50 {
+		t.Fatalf("stage samples %d/%d/%d/%d, want 50 each", len(st.worker), len(st.broker), len(st.client), len(st.total))
+	}
+	// Per publication the stages add up to the whole (a negative one
+	// counts as 0, which only makes them add up to more), so the slowest
+	// whole is at most the slowest stages together.
+	if top, sum := sortedQuantile(st.total, 1), sortedQuantile(st.worker, 1)+sortedQuantile(st.broker, 1)+sortedQuantile(st.client, 1); top > sum {
+		t.Errorf("slowest commit → read %d ns above its stages' maxima together %d ns", top, sum)
+	}
+	if sortedQuantile(st.total, 1) > 10*int(time.Second) {
+		t.Errorf("commit → read max %v", time.Duration(sortedQuantile(st.total, 1)))
+	}
+	var out bytes.Buffer
+	res.print(&out)
+	for _, label := range []string{"COMMIT returned → Worker hands to broker", "broker Publish", "tail: the publications at or above the p99"} {
+		if !strings.Contains(out.String(), label) {
+			t.Errorf("report lacks %q", label)
+		}
+	}
+}
+
 // TestOutboxNeedsTheServersDatabase: a database the server never migrated
 // (with -url, not the one the server uses) is refused before the run.
 func TestOutboxNeedsTheServersDatabase(t *testing.T) {

@@ -143,6 +143,9 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int
 		}
 	} else {
 		res, err := run(ctx, cfg, tgt, progress)
+		if err == nil && cfg.Stages {
+			err = addStages(res, tgt)
+		}
 		switch {
 		case err != nil:
 			fmt.Fprintln(progress, err)

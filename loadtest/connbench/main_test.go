@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	heraldBin, err = buildHerald(ctx, dir)
+	heraldBin, err = buildHerald(ctx, dir, false)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

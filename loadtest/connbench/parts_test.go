@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -424,5 +427,71 @@ func TestCentrifugoOutboxRecord(t *testing.T) {
 			t.Fatalf("channel %d in partitions %d and %d", c, q, p)
 		}
 		seen[c] = p
+	}
+}
+
+// TestStageDecomposition joins a stage trace with COMMIT and receive
+// times: each stage is measured per publication, and the tail names the
+// stage that made it slow.
+func TestStageDecomposition(t *testing.T) {
+	const n = 200
+	commits := newCommitLog(n)
+	recv := newTimeLog(n)
+	trace := make(map[uint64][2]int64)
+	base := int64(1_000_000_000_000)
+	ms := int64(time.Millisecond)
+	for k := range uint64(n) {
+		c := base + int64(k)*ms
+		worker, broker, client := ms, ms/10, ms/2
+		if k == 7 || k == 8 { // the two slowest: the Worker's fault
+			worker = 50 * ms
+		}
+		if k == 9 { // the client's
+			client = 30 * ms
+		}
+		commits.set(k, time.Unix(0, c))
+		trace[k] = [2]int64{c + worker, c + worker + broker}
+		if k != 5 { // never read: left out
+			recv.setNs(k, c+worker+broker+client)
+		}
+	}
+	rep := decompose(trace, commits, &recv, n)
+	if rep.n != n-1 {
+		t.Fatalf("%d publications joined, want %d", rep.n, n-1)
+	}
+	if got := sortedQuantile(rep.worker, 0.5); got != int(ms) {
+		t.Errorf("worker p50 %d, want %d", got, ms)
+	}
+	if got := sortedQuantile(rep.total, 1); got != int(50*ms+ms/10+ms/2) {
+		t.Errorf("total max %d", got)
+	}
+	// p99 of 199 is the 198th value: the tail holds the two slowest.
+	if rep.tailN != 2 || rep.tailWorst != [3]int{2, 0, 0} {
+		t.Errorf("tail %d publications, largest stages %v; want 2, worker in both", rep.tailN, rep.tailWorst)
+	}
+
+	// Publish ran for 0.1 ms from c+worker: for the 199 publications
+	// read, of which 7 and 8 ran at once with 56 and 57.
+	if want := 197 * time.Millisecond / 10; rep.busy != want {
+		t.Errorf("busy %v, want %v", rep.busy, want)
+	}
+	if _, busy := busyUnion([]stageSpan{{in: 10, out: 20}, {in: 15, out: 30}, {in: 12, out: 14}, {in: 40, out: 41}}); busy != 21 {
+		t.Errorf("union of overlapping intervals %d ns, want 21", busy)
+	}
+
+	// The file the diagnostic build writes reads back as the map.
+	path := filepath.Join(t.TempDir(), "trace")
+	var b []byte
+	for _, e := range [][3]int64{{3, 10, 20}, {4, 30, 40}} {
+		for _, v := range e {
+			b = binary.LittleEndian.AppendUint64(b, uint64(v))
+		}
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readStageTrace(path)
+	if err != nil || len(got) != 2 || got[3] != [2]int64{10, 20} || got[4] != [2]int64{30, 40} {
+		t.Errorf("readStageTrace = %v, %v", got, err)
 	}
 }

@@ -55,6 +55,9 @@ type result struct {
 	burst        burstInfo // with -burst
 	burstStart   snapshot  // with -burst: everything staged, just before the commits
 	lastDelivery time.Time // with the outbox: the latest delivery read
+	commitLog    *commitLog
+	recvLog      *timeLog     // with -stages
+	stages       *stageReport // with -stages, once the child stopped
 }
 
 // viaOutbox reports whether the run staged its publications in the outbox.
@@ -185,6 +188,9 @@ func (r *result) printDelivery(row func(k, format string, a ...any)) {
 	if r.viaOutbox() {
 		row("**latency outbox COMMIT returned → subscriber receive**: p50 / p90 / p99 / p99.9 / max", "**%s / %s / %s / %s / %s** (min %s, %d samples; %d read before their COMMIT returned, counted as 0)",
 			ms(r.commitLat.P50), ms(r.commitLat.P90), ms(r.commitLat.P99), ms(r.commitLat.P999), ms(r.commitLat.Max), ms(r.commitLat.Min), r.commitLat.N, r.beforeCommit)
+	}
+	if r.stages != nil {
+		r.stages.print(row, r.burst.firstCommit)
 	}
 	latRow := "latency publisher send → subscriber receive: p50 / p99 / p99.9 / max"
 	if r.viaOutbox() {

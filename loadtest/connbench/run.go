@@ -25,6 +25,9 @@ type runner struct {
 	// commits is the outbox publisher's COMMIT times and the commit →
 	// client latency; nil with the WebSocket publish op.
 	commits *commitLog
+	// recv is when each publication was read, by sequence number; only
+	// with -stages.
+	recv *timeLog
 
 	// streamCtx is the context of every SSE request; stop cancels it.
 	streamCtx  context.Context
@@ -54,6 +57,10 @@ func newRunner(cfg config, tgt *target) *runner {
 	var bySeq uint64
 	if cfg.PublishVia == "outbox" {
 		r.commits = newCommitLog(cfg.publications())
+		if cfg.Stages {
+			recv := newTimeLog(cfg.publications())
+			r.recv = &recv
+		}
 		bySeq = uint64(cfg.channels())
 	}
 	for i := range cfg.Conns {
@@ -70,6 +77,9 @@ func newRunner(cfg config, tgt *target) *runner {
 func (r *runner) received(s *subscriber, p pubInfo, recv time.Time) {
 	if s.deliver(p, recv, r.lat) && r.commits != nil && !s.stalled {
 		r.commits.observe(s, p.seq, recv)
+		if r.recv != nil {
+			r.recv.setNs(p.seq, recv.UnixNano())
+		}
 	}
 }
 

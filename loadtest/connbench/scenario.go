@@ -202,6 +202,7 @@ func (r *runner) account(res *result) {
 			res.lastDelivery = time.Unix(0, ns)
 		}
 		res.commitLat = r.commits.lat.summary()
+		res.commitLog, res.recvLog = r.commits, r.recv
 		res.beforeCommit = r.commits.before.Load()
 	}
 }

@@ -38,8 +38,11 @@ type target struct {
 	cmd     *exec.Cmd
 	dir     string // the child's temporary directory (data dir, log)
 	logPath string
-	exited  chan struct{}
-	waitErr error
+	// stagePath is where a -stages child writes its timings (outside dir,
+	// which stop removes); "" without -stages.
+	stagePath string
+	exited    chan struct{}
+	waitErr   error
 }
 
 // remoteTarget is a running server named by -url.
@@ -74,7 +77,7 @@ func startChild(ctx context.Context, cfg config, progress io.Writer) (_ *target,
 	bin := cfg.HeraldBin
 	if bin == "" {
 		fmt.Fprintln(progress, "connbench: building ./cmd/herald")
-		if bin, err = buildHerald(ctx, dir); err != nil {
+		if bin, err = buildHerald(ctx, dir, cfg.Stages); err != nil {
 			return nil, err
 		}
 	}
@@ -106,6 +109,15 @@ func startChild(ctx context.Context, cfg config, progress io.Writer) (_ *target,
 	defer logFile.Close() // the child holds its own descriptor
 	cmd := exec.Command(bin, args...)
 	cmd.Dir, cmd.Env, cmd.Stderr = dir, childEnv(), logFile
+	if cfg.Stages {
+		f, err := os.CreateTemp("", "connbench-stages-")
+		if err != nil {
+			return nil, fmt.Errorf("connbench: -stages: %w", err)
+		}
+		f.Close()
+		t.stagePath = f.Name()
+		cmd.Env = append(cmd.Env, stageTraceEnv+"="+t.stagePath)
+	}
 	// The child dies with us even if we are killed before stop() runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
@@ -168,14 +180,19 @@ func childEnv() []string {
 }
 
 // buildHerald builds ./cmd/herald of the module this program belongs to
-// into dir.
-func buildHerald(ctx context.Context, dir string) (string, error) {
+// into dir; with stages, the diagnostic build that times publications
+// (-tags heraldstages).
+func buildHerald(ctx context.Context, dir string, stages bool) (string, error) {
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "herald")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/herald")
+	args := []string{"build", "-o", bin}
+	if stages {
+		args = append(args, "-tags", "heraldstages")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/herald")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("connbench: go build ./cmd/herald: %w\n%s", err, out)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/heraldgw/herald/internal/timefmt"
 )
 
 // Message is one outbox record as a webhook delivers it.
@@ -49,7 +51,7 @@ const MaxIDLen = 128
 
 // TimeLayout is the body's "time": RFC 3339 in UTC with exactly nine
 // fractional digits, as the publication envelope has it.
-const TimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+const TimeLayout = timefmt.Layout
 
 // immediateFreshness is the freshness of a Message without one.
 const immediateFreshness = `{"mode":"immediate"}`
@@ -88,7 +90,7 @@ func AppendBody(dst []byte, m *Message) ([]byte, error) {
 	b = append(b, `,"schema_version":`...)
 	b = strconv.AppendInt(b, int64(m.SchemaVersion), 10)
 	b = append(b, `,"time":"`...)
-	b = appendTime(b, m.Time)
+	b = timefmt.Append(b, m.Time)
 	b = append(b, `","freshness":`...)
 	var err error
 	if m.Freshness == nil || string(m.Freshness) == immediateFreshness || string(m.Freshness) == jsonbImmediate {
@@ -104,45 +106,6 @@ func AppendBody(dst []byte, m *Message) ([]byte, error) {
 		return dst[:start], fmt.Errorf("%w: data is not valid JSON", ErrInvalidMessage)
 	}
 	return append(b, '}'), nil
-}
-
-// appendTime appends t as TimeLayout does, in UTC, a few times faster
-// than time.Time.AppendFormat (which interprets the layout each time).
-// Years outside 0–9999 go through AppendFormat.
-func appendTime(b []byte, t time.Time) []byte {
-	t = t.UTC()
-	year, month, day := t.Date()
-	if year < 0 || year > 9999 {
-		return t.AppendFormat(b, TimeLayout)
-	}
-	hour, minute, sec := t.Clock()
-	b = appendDigits(b, year, 4)
-	b = append(b, '-')
-	b = appendDigits(b, int(month), 2)
-	b = append(b, '-')
-	b = appendDigits(b, day, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, hour, 2)
-	b = append(b, ':')
-	b = appendDigits(b, minute, 2)
-	b = append(b, ':')
-	b = appendDigits(b, sec, 2)
-	b = append(b, '.')
-	b = appendDigits(b, t.Nanosecond(), 9)
-	return append(b, 'Z')
-}
-
-// appendDigits appends v (≥ 0) in n decimal digits, zero-padded.
-func appendDigits(b []byte, v, n int) []byte {
-	start := len(b)
-	for range n {
-		b = append(b, 0)
-	}
-	for i := len(b) - 1; i >= start; i-- {
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return b
 }
 
 // checkMessage checks what AppendBody needs.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/timefmt"
 )
 
 // testTime and testMessage are the message the tests deliver.
@@ -144,7 +146,8 @@ func FuzzAppendStripped(f *testing.F) {
 	f.Fuzz(checkStripped)
 }
 
-// appendTime writes what AppendFormat(TimeLayout) writes in UTC.
+// The body's time (timefmt.Append) is what AppendFormat(TimeLayout)
+// writes in UTC.
 func TestAppendTime(t *testing.T) {
 	for _, tm := range []time.Time{
 		time.Date(2025, 3, 1, 10, 15, 30, 123456000, time.UTC),
@@ -162,8 +165,8 @@ func TestAppendTime(t *testing.T) {
 func checkTime(t *testing.T, tm time.Time) {
 	t.Helper()
 	want := tm.UTC().Format(TimeLayout)
-	if got := appendTime([]byte("x"), tm); string(got) != "x"+want {
-		t.Fatalf("appendTime(%v) = %q, want %q", tm, got[1:], want)
+	if got := timefmt.Append([]byte("x"), tm); string(got) != "x"+want {
+		t.Fatalf("timefmt.Append(%v) = %q, want %q", tm, got[1:], want)
 	}
 }
 
@@ -191,7 +194,7 @@ func BenchmarkBodyParts(b *testing.B) {
 	})
 	b.Run("time", func(b *testing.B) {
 		for b.Loop() {
-			buf = appendTime(buf[:0], tm)
+			buf = timefmt.Append(buf[:0], tm)
 		}
 	})
 	b.Run("time-format", func(b *testing.B) {

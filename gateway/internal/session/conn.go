@@ -155,6 +155,32 @@ func (c *Conn) Deliver(p *fanout.Prepared) {
 	}
 }
 
+var _ fanout.RunSubscriber = (*Conn)(nil)
+
+// DeliverRun implements fanout.RunSubscriber: a run of one channel's
+// publications, in offset order, as Deliver would take them one after
+// the other, except that a direct write sends the whole run in one write
+// (deliverDirectRun) and a writer is woken once for it.
+func (c *Conn) DeliverRun(run []*fanout.Prepared) {
+	if len(run) == 1 {
+		c.Deliver(run[0])
+		return
+	}
+	if c.writing.CompareAndSwap(false, true) {
+		c.deliverDirectRun(run)
+		return
+	}
+	wake := false
+	for _, p := range run {
+		if c.enqueue(p) {
+			wake = true
+		}
+	}
+	if wake {
+		c.wake()
+	}
+}
+
 // enqueue queues p, and reports whether a writer is to be woken for it.
 func (c *Conn) enqueue(p *fanout.Prepared) bool {
 	switch r, dropped := c.queue.push(p); r {

@@ -40,8 +40,15 @@ func (c *Conn) deliverDirect(p *fanout.Prepared) {
 		return
 	}
 	c.one[0] = p
-	_, err := c.writeLive(d, c.one[:])
+	c.writeDirect(d, c.one[:])
 	c.one[0] = nil
+}
+
+// writeDirect frames batch (writeLive) and sends it in one non-blocking
+// write, leaving what the socket did not take to the writer (unsent),
+// then gives up the writer's place (handOff). The caller holds the place.
+func (c *Conn) writeDirect(d DirectSink, batch []*fanout.Prepared) {
+	_, err := c.writeLive(d, batch)
 	if err == nil {
 		var sent bool
 		sent, err = d.TryFlush()
@@ -51,6 +58,39 @@ func (c *Conn) deliverDirect(p *fanout.Prepared) {
 		c.fail(err)
 	}
 	c.handOff()
+}
+
+// directRunBytes bounds the run a direct write sends at once, counted as
+// the queue counts it (itemSize): well inside one batch of either
+// transport (64 KiB), so framing the run never makes the sink write on
+// its own, which could block.
+const directRunBytes = 16 << 10
+
+// deliverDirectRun writes a run of one channel's publications from the
+// hub's side as deliverDirect writes one: only when the connection could
+// take each of them directly, and the run fits directRunBytes and the
+// queue's bounds; then all of them are framed and leave in one
+// non-blocking write, and the writer takes over what the socket did not
+// take. Otherwise they are queued, in order, as Deliver queues them.
+func (c *Conn) deliverDirectRun(run []*fanout.Prepared) {
+	d, ok := c.Out.(DirectSink)
+	ok = ok && !c.env.Bounds.QueuedOnly && len(run) <= c.env.Bounds.QueueMaxMessages && c.directReady()
+	size := 0
+	for _, p := range run {
+		size += itemSize(p)
+	}
+	ok = ok && size <= min(directRunBytes, c.env.Bounds.QueueMaxBytes)
+	for i := 0; ok && i < len(run); i++ {
+		ok = d.Direct(run[i])
+	}
+	if !ok {
+		for _, p := range run {
+			c.enqueue(p)
+		}
+		c.handOff()
+		return
+	}
+	c.writeDirect(d, run)
 }
 
 // directReady reports whether a publication may be written from the

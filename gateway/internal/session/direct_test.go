@@ -212,6 +212,53 @@ func TestConnDirectStalledHitsBound(t *testing.T) {
 	<-c.FinalDone
 }
 
+// TestConnDirectRun: a run of one channel's publications that finds no
+// writer running leaves in one direct write; one beyond the run's bound,
+// or one that finds the writer running, is queued and written in order by
+// the writer; and a run that meets a full socket leaves the rest to the
+// writer, with what follows queued behind it.
+func TestConnDirectRun(t *testing.T) {
+	e := newCoreEnv(t, 1000, Bounds{HeartbeatInterval: time.Hour})
+	c, sink := newDirectConn(t, e, "orders/1")
+	c.StartWriting()
+	e.publishRun("acme", "orders/1", 5)
+	if got := sink.direct.Load(); got != 1 {
+		t.Fatalf("%d direct writes for a run of 5, want 1", got)
+	}
+	checkInOrder(t, sink.memSink, "orders/1", 5)
+	if off, ok := c.Pos.Written("orders/1"); !ok || off != 5 {
+		t.Fatalf("written offset %d (%v), want 5", off, ok)
+	}
+
+	// More than directRunBytes: queued, and the writer writes it.
+	big := directRunBytes/(itemSize(fanout.NewPrepared(e.publish("acme", "other", `1`)))) + 1
+	e.publishRun("acme", "orders/1", big)
+	eventually(t, time.Minute, "the writer to write the long run", func() bool { return sink.last("orders/1") == uint64(5+big) })
+	if sink.direct.Load() != 1 || sink.flushes.Load() == 0 {
+		t.Fatalf("direct writes %d, writer flushes %d: want 1, ≥ 1", sink.direct.Load(), sink.flushes.Load())
+	}
+	eventually(t, time.Minute, "the writer to finish", func() bool { return !c.writing.Load() })
+
+	// A full socket: the rest goes to the writer, the next run queues
+	// behind it.
+	sink.full.Store(true)
+	sink.stall()
+	e.publishRun("acme", "orders/1", 3)
+	if sink.refused.Load() != 1 {
+		t.Fatalf("%d refused direct writes, want 1", sink.refused.Load())
+	}
+	eventually(t, time.Minute, "the writer to send the rest", sink.blocked)
+	e.publishRun("acme", "orders/1", 3)
+	sink.full.Store(false)
+	sink.unstall()
+	total := uint64(5 + big + 6)
+	eventually(t, time.Minute, "every publication", func() bool { return sink.last("orders/1") == total })
+	checkInOrder(t, sink.memSink, "orders/1", total)
+	if c.Closed() {
+		t.Fatalf("closed as %s", c.Reason().Code)
+	}
+}
+
 // TestPositionsWritten: the offset written per channel, as the hub's
 // side reads it, follows Add, the admitted publications and Remove, by
 // scanning a few channels and by index beyond indexFrom.

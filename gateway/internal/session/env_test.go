@@ -107,5 +107,19 @@ func (e *coreEnv) publish(tenant, channel, data string) fanout.Publication {
 	return p
 }
 
+// publishRun publishes n messages of one channel as one run
+// (fanout.RunPublisher).
+func (e *coreEnv) publishRun(tenant, channel string, n int) {
+	e.t.Helper()
+	key := fanout.Key{Tenant: tenant, Channel: channel}
+	msgs := make([]fanout.Message, n)
+	for i := range msgs {
+		msgs[i] = fanout.Message{ID: fmt.Sprint("m", e.seq.Add(1)), Key: key, Type: "t", Data: json.RawMessage(`1`)}
+	}
+	if k, err := e.broker.PublishRun(context.Background(), msgs, make([]fanout.Publication, n)); err != nil || k != n {
+		e.t.Fatalf("run of %d: %d published, %v", n, k, err)
+	}
+}
+
 // counter reads the value of one counter series.
 func (e *coreEnv) counter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
