@@ -160,6 +160,10 @@ func (w *Worker) publishChannel(ctx context.Context, recs []Record, group []int,
 		w.handleChannel(ctx, recs, group, out, st, dl)
 		return
 	}
+	if rp, ok := w.pub.(fanout.RunPublisher); ok && w.deliver == nil && len(group) > 1 {
+		w.publishRun(ctx, rp, recs, group, out, fence, st, stopAt, dl)
+		return
+	}
 	for gi, i := range group {
 		r := &recs[i]
 		now := time.Now()
@@ -189,6 +193,51 @@ func (w *Worker) publishChannel(ctx context.Context, recs []Record, group []int,
 			return
 		}
 	}
+}
+
+// publishRun publishes one channel's records as one run (the broker is a
+// fanout.RunPublisher), so that each subscriber gets them in one write:
+// each record as publishChannel would publish it, a record that cannot be
+// read dead-lettered and left out of the run. The broker stops the run at
+// the first record that fails; that record's failure is handled as
+// publishChannel handles it, which holds back or goes on with the rest.
+func (w *Worker) publishRun(ctx context.Context, rp fanout.RunPublisher, recs []Record, group []int, out []Outcome, fence fanout.Fence,
+	st *dispatchState, stopAt time.Time, dl *sharedDeadline) {
+	if ctx.Err() != nil || st.down.Load() || st.fenced.Load() {
+		hold(out, group)
+		return
+	}
+	msgs := make([]fanout.Message, 0, len(group))
+	valid := make([]int, 0, len(group))
+	for _, i := range group {
+		msg, err := toMessage(&recs[i], w.cfg.Registry)
+		if err != nil {
+			out[i] = Outcome{Kind: OutcomeDeadLettered, Err: err.Error()}
+			continue
+		}
+		msg.Fence = fence
+		msgs = append(msgs, msg)
+		valid = append(valid, i)
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	pubs := make([]fanout.Publication, len(msgs))
+	n, err := rp.PublishRun(dl.get(ctx, time.Now(), w.cfg.PublishTimeout), msgs, pubs)
+	for _, i := range valid[:n] {
+		out[i] = Outcome{Kind: OutcomeDone}
+		st.published.Store(true)
+	}
+	if err == nil || n >= len(valid) {
+		return
+	}
+	dl.stop()
+	if !w.failed(ctx, &recs[valid[n]], err, out, valid, n, st) || n+1 == len(valid) {
+		return
+	}
+	// A permanent failure dead-lettered that record: the rest of the run
+	// was not tried, and goes on as publishChannel would go on.
+	w.publishChannel(ctx, recs, valid[n+1:], out, fence, st, stopAt, dl)
 }
 
 // handleChannel hands one channel's records to the Go handler at once
