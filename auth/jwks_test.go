@@ -55,6 +55,14 @@ func newJWKSServer(t *testing.T, keys ...testKey) *jwksServer {
 	return s
 }
 
+// fetched fails t unless s was fetched want times (for why).
+func (s *jwksServer) fetched(t *testing.T, want int64, why string) {
+	t.Helper()
+	if n := s.fetches.Load(); n != want {
+		t.Fatalf("%d fetches, want %d: %s", n, want, why)
+	}
+}
+
 func (s *jwksServer) set(t *testing.T, keys ...testKey) {
 	b := jwksJSON(t, keys...)
 	s.doc.Store(&b)
@@ -108,9 +116,7 @@ func TestJWKSRotationFromURLWithoutRestart(t *testing.T) {
 	if _, err := v.Verify(tokA); err == nil || !strings.Contains(err.Error(), "unknown kid") {
 		t.Fatalf("withdrawn key a: %v, want unknown kid", err)
 	}
-	if n := srv.fetches.Load(); n != 2 {
-		t.Fatalf("%d fetches, want 2: Start's and the one reload", n)
-	}
+	srv.fetched(t, 2, "Start's and the one reload")
 }
 
 func TestJWKSServiceLoopReloads(t *testing.T) {
@@ -140,9 +146,7 @@ func TestJWKSServiceLoopReloads(t *testing.T) {
 			t.Fatalf("reload on interval %d: %v", i+1, err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 4 {
-		t.Fatalf("%d fetches, want 4: Start's and one an interval", n)
-	}
+	srv.fetched(t, 4, "Start's and one an interval")
 	v.Stop()
 	v.Stop()
 	select {
@@ -170,9 +174,7 @@ func TestJWKSUnknownKidIsRateLimited(t *testing.T) {
 			t.Fatalf("want unknown kid, got %v", err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 1 {
-		t.Fatalf("50 unknown kids caused %d fetches, want 1 (the first load)", n)
-	}
+	srv.fetched(t, 1, "the first load, and none for 50 unknown kids")
 }
 
 func TestJWKSLazyLoadAndOutage(t *testing.T) {
@@ -197,16 +199,11 @@ func TestJWKSLazyLoadAndOutage(t *testing.T) {
 	verifies(t, v, tok, "lazy load without Start once the JWKS answers")
 	srv.fail.Store(true)
 	clock.Advance(39 * time.Millisecond)
-	before := srv.fetches.Load()
 	verifies(t, v, tok, "a set younger than JWKSRefresh")
-	if n := srv.fetches.Load(); n != before {
-		t.Fatalf("%d reload attempts for a set younger than JWKSRefresh", n-before)
-	}
+	srv.fetched(t, 2, "the failed first load, the lazy load, no reload of a set younger than JWKSRefresh")
 	clock.Advance(time.Millisecond)
 	verifies(t, v, tok, "a failed reload of a stale set keeps its keys")
-	if n := srv.fetches.Load(); n != before+1 {
-		t.Fatalf("%d reload attempts for a stale set, want 1", n-before)
-	}
+	srv.fetched(t, 3, "one reload attempt for the stale set")
 }
 
 func TestJWKSStartReportsFirstLoadFailure(t *testing.T) {
