@@ -50,11 +50,7 @@ func testLaggardCatchUp(t *testing.T, broker, transport string) {
 		c := openStalledAt(t, addr, e.token("acme", "u1", "orders/*"), testRecvBuffer)
 		next = func() uint64 { return c.publicationOffset(t) }
 	case transportWS:
-		c, _, err := wstest.Dial(t, "ws://"+addr, wstest.DialOpts{Client: smallRecvClient(t)}, e.client)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Connect(e.wsToken("u1", []string{"orders/*"}, nil))
+		c := dialSlow(t, e, ts, wstest.DialOpts{}, "orders/*")
 		c.Subscribe("orders/1", nil)
 		c.Stall()
 		defer c.Resume()

@@ -53,6 +53,19 @@ func (l sendBufferListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
+// dialSlow opens /v1/ws on ts, a smallBufferServer, through a
+// smallRecvClient and connects with a token granting subscribe.
+func dialSlow(t *testing.T, e *testEnv, ts *httptest.Server, o wstest.DialOpts, subscribe ...string) *wstest.Client {
+	t.Helper()
+	o.Client = smallRecvClient(t)
+	c, _, err := wstest.Dial(t, "ws://"+ts.Listener.Addr().String(), o, e.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Connect(e.wsToken("u1", subscribe, nil))
+	return c
+}
+
 // smallRecvClient is an HTTP client whose connections have a small
 // receive buffer.
 func smallRecvClient(t *testing.T) *http.Client {
@@ -250,12 +263,7 @@ func TestWSLaggardBeyondHistory(t *testing.T) {
 		QueueMaxBytes: 16 << 10, QueueMaxMessages: 8, WriteTimeout: time.Hour,
 		HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
 	}})
-	ts := smallBufferServer(t, e)
-	c, _, err := wstest.Dial(t, "ws://"+ts.Listener.Addr().String(), wstest.DialOpts{Client: smallRecvClient(t), Buffer: 4096}, e.client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Connect(e.wsToken("u1", []string{"orders/*"}, nil))
+	c := dialSlow(t, e, smallBufferServer(t, e), wstest.DialOpts{Buffer: 4096}, "orders/*")
 	sub := c.Subscribe("orders/1", nil)
 	c.Stall()
 	data := `"` + strings.Repeat("x", 1<<10) + `"`
@@ -304,12 +312,7 @@ func TestWSWriteTimeout(t *testing.T) {
 	e := newEnv(t, envOptions{history: 10, cfg: Config{
 		WriteTimeout: 200 * time.Millisecond, QueueMaxBytes: 64 << 20, QueueMaxMessages: 100000,
 	}})
-	ts := smallBufferServer(t, e)
-	c, _, err := wstest.Dial(t, "ws://"+ts.Listener.Addr().String(), wstest.DialOpts{Client: smallRecvClient(t)}, e.client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Connect(e.wsToken("u1", []string{"orders/*"}, nil))
+	c := dialSlow(t, e, smallBufferServer(t, e), wstest.DialOpts{}, "orders/*")
 	c.Subscribe("orders/1", nil)
 	c.Stall()
 	data := `"` + strings.Repeat("x", 4<<10) + `"`
