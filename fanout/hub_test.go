@@ -61,13 +61,7 @@ func newHubFixture(t *testing.T) hubFixture {
 	mb := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
 	cb := &countingBroker{MemoryBroker: mb, subscribed: make(map[fanout.Key]bool)}
 	reg := prometheus.NewRegistry()
-	hub, err := fanout.NewHub(cb, fanout.HubConfig{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mb.Start(fanouttest.Context(t), hub); err != nil {
-		t.Fatal(err)
-	}
+	hub := fanouttest.StartHub(t, cb, fanout.HubConfig{Registerer: reg})
 	return hubFixture{broker: cb, hub: hub, reg: reg}
 }
 
@@ -409,13 +403,7 @@ func (s *orderSub) Deliver(p *fanout.Prepared) {
 func TestHubSharesOnePublication(t *testing.T) {
 	t.Parallel()
 	mb := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
-	hub, err := fanout.NewHub(mb, fanout.HubConfig{FanoutWorkers: 4, FanoutShare: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mb.Start(fanouttest.Context(t), hub); err != nil {
-		t.Fatal(err)
-	}
+	hub := fanouttest.StartHub(t, mb, fanout.HubConfig{FanoutWorkers: 4, FanoutShare: 8})
 	key := acme("room")
 	const nsubs, npubs = 64, 20 // 4 shares of 16
 	subs := make([]*orderSub, nsubs)

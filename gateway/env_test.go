@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/fanout/redisbroker"
 	"github.com/heraldgw/herald/gateway/internal/sessiontest"
 	"github.com/heraldgw/herald/gateway/internal/sse"
@@ -84,7 +85,7 @@ func startTestServer(tb testing.TB, o envOptions) *testEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hub := sessiontest.StartHub(tb, broker)
+	hub := fanouttest.StartHub(tb, broker, fanout.HubConfig{})
 
 	logs := &testenv.SyncBuffer{}
 	reg := prometheus.NewRegistry()

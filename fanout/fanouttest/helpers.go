@@ -20,6 +20,21 @@ func Context(t testing.TB) context.Context {
 	return ctx
 }
 
+// StartHub starts b with a Hub of cfg, which it returns; b stops when tb
+// ends.
+func StartHub(tb testing.TB, b fanout.Broker, cfg fanout.HubConfig) *fanout.Hub {
+	tb.Helper()
+	hub, err := fanout.NewHub(b, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := b.Start(context.Background(), hub); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(b.Stop)
+	return hub
+}
+
 // Msg is a valid message id on key, whose data names the id.
 func Msg(key fanout.Key, id string) fanout.Message {
 	return fanout.Message{

@@ -54,14 +54,7 @@ type redisNode struct {
 func newRedisNode(t *testing.T, cfg Config) redisNode {
 	t.Helper()
 	b := newTestRedisBroker(t, cfg)
-	hub, err := fanout.NewHub(b, fanout.HubConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background(), hub); err != nil {
-		t.Fatal(err)
-	}
-	return redisNode{broker: b, hub: hub}
+	return redisNode{broker: b, hub: fanouttest.StartHub(t, b, fanout.HubConfig{})}
 }
 
 // rawRedis is a plain client for poking at the broker's keys.
