@@ -55,10 +55,7 @@ func TestTicketsSingleUse(t *testing.T) {
 			c := baseClaims("alice", "acme")
 			c.ExpiresAt = time.Now().Add(time.Hour).Truncate(time.Millisecond)
 			c.IssuedAt = time.Now().Truncate(time.Millisecond)
-			ticket, err := issuer.Issue(ctx, &c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ticket := mustIssue(t, issuer, &c)
 			if len(ticket) != ticketLen {
 				t.Fatalf("ticket %q: want %d characters", ticket, ticketLen)
 			}
@@ -92,10 +89,7 @@ func TestTicketsConcurrentRedeemOnce(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			issuer, redeemer := open(t, TicketConfig{})
 			c := baseClaims("alice", "acme")
-			ticket, err := issuer.Issue(ctx, &c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ticket := mustIssue(t, issuer, &c)
 			var wins atomic.Int32
 			var wg sync.WaitGroup
 			for range 8 {
@@ -148,10 +142,7 @@ func TestMemoryTicketsExpiryAndBound(t *testing.T) {
 	c.ExpiresAt = clock.Now().Add(time.Hour)
 	var tickets []string
 	for range 3 {
-		tk, err := s.Issue(ctx, &c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tk := mustIssue(t, s, &c)
 		tickets = append(tickets, tk)
 	}
 	if _, err := s.Issue(ctx, &c); !errors.Is(err, ErrTicketsFull) {
@@ -175,10 +166,7 @@ func TestMemoryTicketsExpiryAndBound(t *testing.T) {
 	// A ticket never outlives the token behind it.
 	short := baseClaims("alice", "acme")
 	short.ExpiresAt = clock.Now().Add(2 * time.Second)
-	tk, err := s.Issue(ctx, &short)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := mustIssue(t, s, &short)
 	clock.Advance(2 * time.Second)
 	if _, err := s.Redeem(ctx, tk); !errors.Is(err, ErrTicketUnknown) {
 		t.Fatalf("ticket past its token's exp: want ErrTicketUnknown, got %v", err)
@@ -199,10 +187,7 @@ func TestRedisTicketsExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := baseClaims("alice", "acme")
-	tk, err := s.Issue(ctx, &c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := mustIssue(t, s, &c)
 	key, _ := ticketKey(tk)
 	if ttl := rdb.PTTL(ctx, prefix+"ticket:"+key).Val(); ttl <= 0 || ttl > 100*time.Millisecond {
 		t.Fatalf("ticket key TTL %s, want (0, 100ms]", ttl)
@@ -305,10 +290,7 @@ func TestRedisTicketsAreSmall(t *testing.T) {
 	c.Publish = []string{"rooms/lobby"}
 	var tickets []string
 	for range 20 {
-		tk, err := s.Issue(ctx, &c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tk := mustIssue(t, s, &c)
 		tickets = append(tickets, tk)
 	}
 	key, _ := ticketKey(tickets[0])
@@ -330,12 +312,19 @@ func TestRedisTicketsAreSmall(t *testing.T) {
 	}
 	// A ticket whose grant lists are gone (Redis lost them) is refused,
 	// never honoured without its grants.
-	tk, err := s.Issue(ctx, &c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := mustIssue(t, s, &c)
 	rdb.Del(ctx, grants[0])
 	if _, err := other.Redeem(ctx, tk); !errors.Is(err, ErrTicketUnknown) {
 		t.Fatalf("ticket without its grants: want ErrTicketUnknown, got %v", err)
 	}
+}
+
+// mustIssue issues a ticket for c on s, failing t on an error.
+func mustIssue(t *testing.T, s TicketIssuer, c *Claims) string {
+	t.Helper()
+	tk, err := s.Issue(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
 }
