@@ -235,14 +235,16 @@ func testTwoNodes(t *testing.T, sharded bool) {
 	}
 }
 
+// TestRedisTwoNodes runs testTwoNodes over one pub/sub connection and
+// over sharded pub/sub.
 func TestRedisTwoNodes(t *testing.T) {
 	t.Parallel()
-	testTwoNodes(t, false)
-}
-
-func TestRedisTwoNodesSharded(t *testing.T) {
-	t.Parallel()
-	testTwoNodes(t, true)
+	for name, sharded := range map[string]bool{"plain": false, "sharded": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testTwoNodes(t, sharded)
+		})
+	}
 }
 
 // pubsubClientID finds the id of the pub/sub connection named name.
