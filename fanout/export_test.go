@@ -2,7 +2,6 @@ package fanout
 
 import (
 	"path/filepath"
-	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,17 +9,6 @@ import (
 
 // What follows opens unexported parts of the package to its tests in
 // package fanout_test, which use fanouttest (it imports fanout).
-
-// NewTestMemoryBroker returns a MemoryBroker that t's cleanup stops.
-func NewTestMemoryBroker(t *testing.T, cfg MemoryConfig) *MemoryBroker {
-	t.Helper()
-	b, err := NewMemoryBroker(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
-	return b
-}
 
 // NewMemoryBrokerClock is NewMemoryBroker reading the time from now.
 var NewMemoryBrokerClock = newMemoryBroker

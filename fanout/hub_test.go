@@ -58,7 +58,7 @@ type hubFixture struct {
 
 func newHubFixture(t *testing.T) hubFixture {
 	t.Helper()
-	mb := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+	mb := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	cb := &countingBroker{MemoryBroker: mb, subscribed: make(map[fanout.Key]bool)}
 	reg := prometheus.NewRegistry()
 	hub := fanouttest.StartHub(t, cb, fanout.HubConfig{Registerer: reg})
@@ -366,7 +366,7 @@ func TestHubResync(t *testing.T) {
 func TestHubMetricsRegistrationConflict(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	mb := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+	mb := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	if _, err := fanout.NewHub(mb, fanout.HubConfig{Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func (s *orderSub) Deliver(p *fanout.Prepared) {
 // all have it.
 func TestHubSharesOnePublication(t *testing.T) {
 	t.Parallel()
-	mb := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+	mb := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	hub := fanouttest.StartHub(t, mb, fanout.HubConfig{FanoutWorkers: 4, FanoutShare: 8})
 	key := acme("room")
 	const nsubs, npubs = 64, 20 // 4 shares of 16
@@ -447,7 +447,7 @@ func TestHubSharesOnePublication(t *testing.T) {
 
 func TestHubConfigRejectsNegativeFanout(t *testing.T) {
 	t.Parallel()
-	mb := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+	mb := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	for _, cfg := range []fanout.HubConfig{{FanoutWorkers: -1}, {FanoutShare: -1}} {
 		if _, err := fanout.NewHub(mb, cfg); !errors.Is(err, fanout.ErrInvalidConfig) {
 			t.Errorf("%+v: err = %v, want ErrInvalidConfig", cfg, err)

@@ -34,7 +34,7 @@ func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func TestMemoryBrokerHistoryTTL(t *testing.T) {
 	t.Parallel()
-	b := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{HistoryTTL: time.Hour})
+	b := fanouttest.MemoryBroker(t, fanout.MemoryConfig{HistoryTTL: time.Hour})
 	clock := &fakeClock{}
 	clock.ns.Store(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	b.SetClock(clock.now)
@@ -62,7 +62,7 @@ func TestMemoryBrokerHistoryTTL(t *testing.T) {
 
 func TestMemoryBrokerMaxChannelsEvictsIdlest(t *testing.T) {
 	t.Parallel()
-	b := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{MaxChannels: 3})
+	b := fanouttest.MemoryBroker(t, fanout.MemoryConfig{MaxChannels: 3})
 	clock := &fakeClock{}
 	b.SetClock(clock.now)
 	first := make(map[string]fanout.Position)

@@ -23,11 +23,7 @@ import (
 func newTestRedisBroker(t *testing.T, cfg Config) *Broker {
 	t.Helper()
 	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
-	return b
+	return fanouttest.Stopped(t, b, err)
 }
 
 // subscribedBefore subscribes a resync-aware subscriber on node to
