@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,3 +207,14 @@ func signWith(t testing.TB, k testKey, c Claims) string {
 	t.Helper()
 	return sign(t, k.alg, k.priv, k.kid, c, tokenOpts{})
 }
+
+// fakeClock is a clock the test moves, starting at the time it was made.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }

@@ -102,11 +102,7 @@ func (j *jwk) toKey() (verifyKey, error) {
 		// tokens: refused, whatever the set's source.
 		return verifyKey{}, fmt.Errorf("symmetric (oct) keys are not accepted from a key set: anyone who can read the set could mint tokens; give an HMAC secret with --jwt-hmac-secret instead")
 	case "RSA":
-		n, err := b64(j.N, "n")
-		if err != nil {
-			return verifyKey{}, err
-		}
-		e, err := b64(j.E, "e")
+		n, e, err := b64Pair(j.N, "n", j.E, "e")
 		if err != nil {
 			return verifyKey{}, err
 		}
@@ -134,11 +130,7 @@ func (j *jwk) toKey() (verifyKey, error) {
 		default:
 			return verifyKey{}, fmt.Errorf("EC curve %q is not supported", trunc(j.Crv))
 		}
-		x, err := b64(j.X, "x")
-		if err != nil {
-			return verifyKey{}, err
-		}
-		y, err := b64(j.Y, "y")
+		x, y, err := b64Pair(j.X, "x", j.Y, "y")
 		if err != nil {
 			return verifyKey{}, err
 		}
@@ -182,6 +174,16 @@ func b64(s, member string) ([]byte, error) {
 		return nil, fmt.Errorf("member %q is not unpadded base64url", member)
 	}
 	return b, nil
+}
+
+// b64Pair decodes two members with b64.
+func b64Pair(a, memberA, b, memberB string) ([]byte, []byte, error) {
+	da, err := b64(a, memberA)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := b64(b, memberB)
+	return da, db, err
 }
 
 // fits reports whether the key may verify a token signed with alg. This is

@@ -24,6 +24,9 @@ type jwksSource struct {
 	now        func() time.Time
 	onResult   func(ok bool, keys int, err error)
 	log        *slog.Logger
+	// ticks, when set (tests), drives the reload loop instead of a ticker
+	// of refresh.
+	ticks <-chan time.Time
 
 	keys atomic.Pointer[loadedKeys]
 
@@ -179,13 +182,17 @@ func (s *jwksSource) fetch(ctx context.Context) ([]byte, error) {
 
 // loop reloads every refresh interval until ctx ends.
 func (s *jwksSource) loop(ctx context.Context) {
-	t := time.NewTicker(s.refresh)
-	defer t.Stop()
+	ticks := s.ticks
+	if ticks == nil {
+		t := time.NewTicker(s.refresh)
+		defer t.Stop()
+		ticks = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 			_ = s.reload(ctx, true, false)
 		}
 	}

@@ -55,26 +55,36 @@ func newJWKSServer(t *testing.T, keys ...testKey) *jwksServer {
 	return s
 }
 
+// fetched fails t unless s was fetched want times (for why).
+func (s *jwksServer) fetched(t *testing.T, want int64, why string) {
+	t.Helper()
+	if n := s.fetches.Load(); n != want {
+		t.Fatalf("%d fetches, want %d: %s", n, want, why)
+	}
+}
+
 func (s *jwksServer) set(t *testing.T, keys ...testKey) {
 	b := jwksJSON(t, keys...)
 	s.doc.Store(&b)
 }
 
-// eventually retries f until it returns nil or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, f func() error) {
+// watchReloads reports every load attempt of v's key set that ends from
+// now on, with its error; call it before v runs its loop.
+func watchReloads(v *Verifier) <-chan error {
+	ch := make(chan error, 16)
+	report := v.jwks.onResult
+	v.jwks.onResult = func(ok bool, n int, err error) {
+		report(ok, n, err)
+		ch <- err
+	}
+	return ch
+}
+
+// verifies fails t unless v accepts tok.
+func verifies(t *testing.T, v *Verifier, tok, what string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		<-tick.C
+	if _, err := v.Verify(tok); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 
@@ -82,7 +92,8 @@ func TestJWKSRotationFromURLWithoutRestart(t *testing.T) {
 	a := newTestKey(t, "RS256", "key-a", 0)
 	b := newTestKey(t, "ES256", "key-b", 0)
 	srv := newJWKSServer(t, a)
-	v, err := NewVerifier(Config{JWKS: srv.URL + "/jwks.json", JWKSRefresh: time.Hour, JWKSMinRefresh: 20 * time.Millisecond})
+	clock := newFakeClock()
+	v, err := NewVerifier(Config{JWKS: srv.URL + "/jwks.json", JWKSRefresh: time.Hour, JWKSMinRefresh: 20 * time.Millisecond, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,57 +103,56 @@ func TestJWKSRotationFromURLWithoutRestart(t *testing.T) {
 	}
 	c := baseClaims("alice", "acme")
 	tokA, tokB := signWith(t, a, c), signWith(t, b, c)
-	if _, err := v.Verify(tokA); err != nil {
-		t.Fatalf("key a before rotation: %v", err)
-	}
+	verifies(t, v, tokA, "key a before rotation")
 	if _, err := v.Verify(tokB); err == nil {
 		t.Fatal("key b verified before it was published")
 	}
 	srv.set(t, b) // rotate: a withdrawn, b published
-	eventually(t, 5*time.Second, "unknown kid reloads the set", func() error {
-		_, err := v.Verify(tokB)
-		return err
-	})
-	eventually(t, 5*time.Second, "withdrawn key stops verifying", func() error {
-		if _, err := v.Verify(tokA); err == nil {
-			return fmt.Errorf("key a still verifies")
-		} else if !strings.Contains(err.Error(), "unknown kid") {
-			return err
-		}
-		return nil
-	})
+	if _, err := v.Verify(tokB); err == nil {
+		t.Fatal("key b verified by a reload within JWKSMinRefresh of the last")
+	}
+	clock.Advance(20 * time.Millisecond)
+	verifies(t, v, tokB, "unknown kid once JWKSMinRefresh passed")
+	if _, err := v.Verify(tokA); err == nil || !strings.Contains(err.Error(), "unknown kid") {
+		t.Fatalf("withdrawn key a: %v, want unknown kid", err)
+	}
+	srv.fetched(t, 2, "Start's and the one reload")
 }
 
 func TestJWKSServiceLoopReloads(t *testing.T) {
 	a := newTestKey(t, "EdDSA", "key-a", 0)
 	srv := newJWKSServer(t, a)
-	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: 30 * time.Millisecond, JWKSMinRefresh: 10 * time.Millisecond})
+	clock := newFakeClock()
+	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: time.Hour, JWKSMinRefresh: time.Hour, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ticks := make(chan time.Time)
+	v.jwks.ticks = ticks
+	reloads := watchReloads(v)
 	if err := v.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.Start(context.Background()); !errors.Is(err, ErrStarted) {
 		t.Fatalf("second Start = %v, want ErrStarted", err)
 	}
-	eventually(t, 5*time.Second, "the loop fetches on its interval", func() error {
-		if n := srv.fetches.Load(); n < 3 {
-			return fmt.Errorf("%d fetches", n)
+	if err := <-reloads; err != nil {
+		t.Fatalf("Start's load: %v", err)
+	}
+	// The loop reloads on every interval, JWKSMinRefresh or not.
+	for i := range 3 {
+		ticks <- clock.Now()
+		if err := <-reloads; err != nil {
+			t.Fatalf("reload on interval %d: %v", i+1, err)
 		}
-		return nil
-	})
+	}
+	srv.fetched(t, 4, "Start's and one an interval")
 	v.Stop()
 	v.Stop()
-	// A fetch the loop sent just before Stop may reach the server after
-	// Stop returned (the request was on the wire when it was cancelled):
-	// count from a moment later. A loop still running would fetch every
-	// 30ms, so three intervals with no fetch show it stopped.
-	time.Sleep(100 * time.Millisecond)
-	n := srv.fetches.Load()
-	time.Sleep(100 * time.Millisecond)
-	if got := srv.fetches.Load(); got != n {
-		t.Fatalf("fetched %d times after Stop", got-n)
+	select {
+	case ticks <- clock.Now():
+		t.Fatal("the loop still takes its intervals after Stop")
+	default:
 	}
 }
 
@@ -164,16 +174,15 @@ func TestJWKSUnknownKidIsRateLimited(t *testing.T) {
 			t.Fatalf("want unknown kid, got %v", err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 1 {
-		t.Fatalf("50 unknown kids caused %d fetches, want 1 (the first load)", n)
-	}
+	srv.fetched(t, 1, "the first load, and none for 50 unknown kids")
 }
 
 func TestJWKSLazyLoadAndOutage(t *testing.T) {
 	a := newTestKey(t, "PS256", "key-a", 1)
 	srv := newJWKSServer(t, a)
 	srv.fail.Store(true)
-	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: 40 * time.Millisecond, JWKSMinRefresh: 10 * time.Millisecond})
+	clock := newFakeClock()
+	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: 40 * time.Millisecond, JWKSMinRefresh: 10 * time.Millisecond, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,21 +192,18 @@ func TestJWKSLazyLoadAndOutage(t *testing.T) {
 		t.Fatalf("JWKS down and never loaded: want key set unavailable, got %v", err)
 	}
 	srv.fail.Store(false)
-	eventually(t, 5*time.Second, "lazy load without Start once the JWKS answers", func() error {
-		_, err := v.Verify(tok)
-		return err
-	})
+	if _, err := v.Verify(tok); err == nil || !strings.Contains(err.Error(), "key set unavailable") {
+		t.Fatalf("JWKS back within JWKSMinRefresh of the failed load: want key set unavailable, got %v", err)
+	}
+	clock.Advance(10 * time.Millisecond)
+	verifies(t, v, tok, "lazy load without Start once the JWKS answers")
 	srv.fail.Store(true)
-	before := srv.fetches.Load()
-	eventually(t, 5*time.Second, "stale set triggers a reload attempt", func() error {
-		if _, err := v.Verify(tok); err != nil {
-			return fmt.Errorf("a failed reload dropped the keys: %w", err)
-		}
-		if srv.fetches.Load() == before {
-			return fmt.Errorf("no reload attempt yet")
-		}
-		return nil
-	})
+	clock.Advance(39 * time.Millisecond)
+	verifies(t, v, tok, "a set younger than JWKSRefresh")
+	srv.fetched(t, 2, "the failed first load, the lazy load, no reload of a set younger than JWKSRefresh")
+	clock.Advance(time.Millisecond)
+	verifies(t, v, tok, "a failed reload of a stale set keeps its keys")
+	srv.fetched(t, 3, "one reload attempt for the stale set")
 }
 
 func TestJWKSStartReportsFirstLoadFailure(t *testing.T) {
@@ -228,13 +234,10 @@ func TestJWKSFetchTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Stop()
-	start := time.Now()
-	err = v.Start(context.Background())
-	if err == nil {
-		t.Fatal("a hanging JWKS must fail the first load")
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("fetch took %s, want about the 100ms timeout", d)
+	// Nothing but the fetch timeout ends the fetch: Start's context does
+	// not, and the server answers only after the test.
+	if err := v.Start(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a hanging JWKS: first load %v, want the fetch timeout", err)
 	}
 }
 
@@ -242,20 +245,17 @@ func TestJWKSFileRotation(t *testing.T) {
 	a := newTestKey(t, "ES256", "file-a", 0)
 	b := newTestKey(t, "RS384", "file-b", 1)
 	path := writeJWKS(t, "", a)
-	v, err := NewVerifier(Config{JWKS: "file://" + path, JWKSRefresh: time.Hour, JWKSMinRefresh: 10 * time.Millisecond})
+	clock := newFakeClock()
+	v, err := NewVerifier(Config{JWKS: "file://" + path, JWKSRefresh: time.Hour, JWKSMinRefresh: 10 * time.Millisecond, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer v.Stop()
 	c := baseClaims("alice", "acme")
-	if _, err := v.Verify(signWith(t, a, c)); err != nil {
-		t.Fatalf("file key: %v", err)
-	}
+	verifies(t, v, signWith(t, a, c), "file key")
 	writeJWKS(t, path, a, b)
-	eventually(t, 5*time.Second, "file reload on unknown kid", func() error {
-		_, err := v.Verify(signWith(t, b, c))
-		return err
-	})
+	clock.Advance(10 * time.Millisecond)
+	verifies(t, v, signWith(t, b, c), "file reload on unknown kid")
 }
 
 func TestParseJWKSSkipsUnusableKeys(t *testing.T) {
@@ -317,35 +317,37 @@ func TestJWKSStaleReloadDoesNotStallOthers(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: 20 * time.Millisecond, JWKSMinRefresh: time.Millisecond, JWKSFetchTimeout: 5 * time.Second})
+	clock := newFakeClock()
+	// Only the test's release ends the hanging reload, or the fetch
+	// timeout if a caller waits for it.
+	v, err := NewVerifier(Config{JWKS: srv.URL, JWKSRefresh: 20 * time.Millisecond, JWKSMinRefresh: time.Millisecond, JWKSFetchTimeout: time.Minute, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer v.Stop()
 	tok := signWith(t, a, baseClaims("alice", "acme"))
-	if _, err := v.Verify(tok); err != nil {
-		t.Fatal(err)
-	}
+	verifies(t, v, tok, "first load")
 	hang.Store(true)
-	eventually(t, 5*time.Second, "the set goes stale", func() error {
-		if !v.jwks.stale() {
-			return errors.New("fresh")
-		}
-		return nil
-	})
+	clock.Advance(20 * time.Millisecond)
+	if !v.jwks.stale() {
+		t.Fatal("the set is not stale after JWKSRefresh")
+	}
 	first := make(chan error, 1)
 	go func() { _, err := v.Verify(tok); first <- err }()
 	select {
 	case <-hanging:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no reload attempt")
+	case err := <-first:
+		t.Fatalf("verify of a stale set made no reload attempt: %v", err)
 	}
-	t0 := time.Now()
-	if _, err := v.Verify(tok); err != nil {
-		t.Fatalf("verify with stale keys during a reload: %v", err)
-	}
-	if d := time.Since(t0); d > 200*time.Millisecond {
-		t.Fatalf("verify waited %s for another caller's reload", d)
+	second := make(chan error, 1)
+	go func() { _, err := v.Verify(tok); second <- err }()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("verify with stale keys during a reload: %v", err)
+		}
+	case err := <-first:
+		t.Fatalf("verify waited for another caller's reload, which ended first (%v)", err)
 	}
 	release <- struct{}{}
 	if err := <-first; err != nil {

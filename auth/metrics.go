@@ -2,7 +2,6 @@ package auth
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,14 +33,9 @@ func newAuthMetrics(reg prometheus.Registerer) (*authMetrics, error) {
 		Name: "herald_auth_jwks_keys",
 		Help: "Usable keys in the last JWKS loaded.",
 	})
-	var err error
-	if verify, err = register(reg, verify); err != nil {
-		return nil, err
-	}
-	if reloads, err = register(reg, reloads); err != nil {
-		return nil, err
-	}
-	if keys, err = register(reg, keys); err != nil {
+	r := promreg.NewRegistrar(reg, "auth")
+	verify, reloads, keys = promreg.Add(r, verify), promreg.Add(r, reloads), promreg.Add(r, keys)
+	if err := r.Err(); err != nil {
 		return nil, err
 	}
 	return &authMetrics{
@@ -52,16 +46,6 @@ func newAuthMetrics(reg prometheus.Registerer) (*authMetrics, error) {
 		jwksError:     reloads.WithLabelValues("error"),
 		jwksKeys:      keys,
 	}, nil
-}
-
-// register registers c, or returns the collector already registered
-// under the same description.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	c, err := promreg.Register(reg, c)
-	if err != nil {
-		return c, fmt.Errorf("auth: register metrics: %w", err)
-	}
-	return c, nil
 }
 
 func (m *authMetrics) verifyResult(err error) {

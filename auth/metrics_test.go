@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/heraldgw/herald/internal/promreg"
 )
 
 func TestVerifierMetrics(t *testing.T) {
@@ -68,7 +70,7 @@ func mustCounter(t *testing.T, reg *prometheus.Registry) prometheus.Counter {
 		Name: "herald_auth_jwks_reloads_total",
 		Help: "JWKS loads by result (ok, error).",
 	}, []string{"result"})
-	got, err := register(reg, vec)
+	got, err := promreg.Register(reg, vec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,17 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fakeClock is a settable clock for MemoryTickets.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(time.Now().UnixNano())
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 func newTestRedis(t *testing.T) (redis.UniversalClient, string) {
 	t.Helper()
 	url, prefix := testenv.Redis(t)
@@ -58,94 +47,92 @@ func ticketIssuers() map[string]func(t *testing.T, cfg TicketConfig) (TicketIssu
 	}
 }
 
-func TestTicketsSingleUse(t *testing.T) {
-	ctx := context.Background()
+// eachTicketStore runs test as a subtest of t on each ticket store of
+// ticketIssuers, which open opens with a config.
+func eachTicketStore(t *testing.T, test func(t *testing.T, open func(TicketConfig) (TicketIssuer, TicketIssuer))) {
 	for name, open := range ticketIssuers() {
 		t.Run(name, func(t *testing.T) {
-			issuer, redeemer := open(t, TicketConfig{})
-			c := baseClaims("alice", "acme")
-			c.ExpiresAt = time.Now().Add(time.Hour).Truncate(time.Millisecond)
-			c.IssuedAt = time.Now().Truncate(time.Millisecond)
-			ticket, err := issuer.Issue(ctx, &c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(ticket) != ticketLen {
-				t.Fatalf("ticket %q: want %d characters", ticket, ticketLen)
-			}
-			c.Subscribe[0] = "changed-after-issue"
-			got, err := redeemer.Redeem(ctx, ticket)
-			if err != nil {
-				t.Fatalf("redeem: %v", err)
-			}
-			if got.Subject != "alice" || got.Tenant != "acme" || got.SessionID != "sess-1" || got.TokenID != "tok-1" ||
-				!slices.Equal(got.Subscribe, []string{"orders/*", "users/{sub}/**"}) ||
-				!got.ExpiresAt.Equal(c.ExpiresAt) || !got.IssuedAt.Equal(c.IssuedAt) {
-				t.Fatalf("redeemed claims differ: %+v", got)
-			}
-			_, err = redeemer.Redeem(ctx, ticket)
-			if !errors.Is(err, ErrInvalidTicket) || !errors.Is(err, ErrTicketUsed) {
-				t.Fatalf("second redeem: want ErrTicketUsed, got %v", err)
-			}
-			other, _, _ := newTicket()
-			for _, bad := range []string{other, "", "short", ticket + "x", ticket[:ticketLen-1] + "="} {
-				if _, err := redeemer.Redeem(ctx, bad); !errors.Is(err, ErrTicketUnknown) {
-					t.Fatalf("redeem %q: want ErrTicketUnknown, got %v", bad, err)
-				}
-			}
+			test(t, func(cfg TicketConfig) (TicketIssuer, TicketIssuer) { return open(t, cfg) })
 		})
 	}
+}
+
+func TestTicketsSingleUse(t *testing.T) {
+	ctx := context.Background()
+	eachTicketStore(t, func(t *testing.T, open func(TicketConfig) (TicketIssuer, TicketIssuer)) {
+		issuer, redeemer := open(TicketConfig{})
+		c := baseClaims("alice", "acme")
+		c.ExpiresAt = time.Now().Add(time.Hour).Truncate(time.Millisecond)
+		c.IssuedAt = time.Now().Truncate(time.Millisecond)
+		ticket := mustIssue(t, issuer, &c)
+		if len(ticket) != ticketLen {
+			t.Fatalf("ticket %q: want %d characters", ticket, ticketLen)
+		}
+		c.Subscribe[0] = "changed-after-issue"
+		got, err := redeemer.Redeem(ctx, ticket)
+		if err != nil {
+			t.Fatalf("redeem: %v", err)
+		}
+		if got.Subject != "alice" || got.Tenant != "acme" || got.SessionID != "sess-1" || got.TokenID != "tok-1" ||
+			!slices.Equal(got.Subscribe, []string{"orders/*", "users/{sub}/**"}) ||
+			!got.ExpiresAt.Equal(c.ExpiresAt) || !got.IssuedAt.Equal(c.IssuedAt) {
+			t.Fatalf("redeemed claims differ: %+v", got)
+		}
+		_, err = redeemer.Redeem(ctx, ticket)
+		if !errors.Is(err, ErrInvalidTicket) || !errors.Is(err, ErrTicketUsed) {
+			t.Fatalf("second redeem: want ErrTicketUsed, got %v", err)
+		}
+		other, _, _ := newTicket()
+		for _, bad := range []string{other, "", "short", ticket + "x", ticket[:ticketLen-1] + "="} {
+			if _, err := redeemer.Redeem(ctx, bad); !errors.Is(err, ErrTicketUnknown) {
+				t.Fatalf("redeem %q: want ErrTicketUnknown, got %v", bad, err)
+			}
+		}
+	})
 }
 
 func TestTicketsConcurrentRedeemOnce(t *testing.T) {
 	ctx := context.Background()
-	for name, open := range ticketIssuers() {
-		t.Run(name, func(t *testing.T) {
-			issuer, redeemer := open(t, TicketConfig{})
-			c := baseClaims("alice", "acme")
-			ticket, err := issuer.Issue(ctx, &c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var wins atomic.Int32
-			var wg sync.WaitGroup
-			for range 8 {
-				wg.Go(func() {
-					if _, err := redeemer.Redeem(ctx, ticket); err == nil {
-						wins.Add(1)
-					} else if !errors.Is(err, ErrTicketUsed) {
-						t.Errorf("loser: want ErrTicketUsed, got %v", err)
-					}
-				})
-			}
-			wg.Wait()
-			if wins.Load() != 1 {
-				t.Fatalf("%d redemptions succeeded, want exactly 1", wins.Load())
-			}
-		})
-	}
+	eachTicketStore(t, func(t *testing.T, open func(TicketConfig) (TicketIssuer, TicketIssuer)) {
+		issuer, redeemer := open(TicketConfig{})
+		c := baseClaims("alice", "acme")
+		ticket := mustIssue(t, issuer, &c)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				if _, err := redeemer.Redeem(ctx, ticket); err == nil {
+					wins.Add(1)
+				} else if !errors.Is(err, ErrTicketUsed) {
+					t.Errorf("loser: want ErrTicketUsed, got %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d redemptions succeeded, want exactly 1", wins.Load())
+		}
+	})
 }
 
 func TestTicketsRefuseBadClaims(t *testing.T) {
 	ctx := context.Background()
-	for name, open := range ticketIssuers() {
-		t.Run(name, func(t *testing.T) {
-			issuer, _ := open(t, TicketConfig{})
-			expired := baseClaims("alice", "acme")
-			expired.ExpiresAt = time.Now().Add(-time.Second)
-			if _, err := issuer.Issue(ctx, &expired); !errors.Is(err, ErrExpired) {
-				t.Fatalf("expired claims: want ErrExpired, got %v", err)
-			}
-			sub := baseClaims("alice", "acme")
-			sub.Channel = "orders/1"
-			if _, err := issuer.Issue(ctx, &sub); err == nil {
-				t.Fatal("subscription-token claims must not buy a ticket")
-			}
-			if _, err := issuer.Issue(ctx, nil); err == nil {
-				t.Fatal("nil claims must be refused")
-			}
-		})
-	}
+	eachTicketStore(t, func(t *testing.T, open func(TicketConfig) (TicketIssuer, TicketIssuer)) {
+		issuer, _ := open(TicketConfig{})
+		expired := baseClaims("alice", "acme")
+		expired.ExpiresAt = time.Now().Add(-time.Second)
+		if _, err := issuer.Issue(ctx, &expired); !errors.Is(err, ErrExpired) {
+			t.Fatalf("expired claims: want ErrExpired, got %v", err)
+		}
+		sub := baseClaims("alice", "acme")
+		sub.Channel = "orders/1"
+		if _, err := issuer.Issue(ctx, &sub); err == nil {
+			t.Fatal("subscription-token claims must not buy a ticket")
+		}
+		if _, err := issuer.Issue(ctx, nil); err == nil {
+			t.Fatal("nil claims must be refused")
+		}
+	})
 }
 
 func TestMemoryTicketsExpiryAndBound(t *testing.T) {
@@ -159,10 +146,7 @@ func TestMemoryTicketsExpiryAndBound(t *testing.T) {
 	c.ExpiresAt = clock.Now().Add(time.Hour)
 	var tickets []string
 	for range 3 {
-		tk, err := s.Issue(ctx, &c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tk := mustIssue(t, s, &c)
 		tickets = append(tickets, tk)
 	}
 	if _, err := s.Issue(ctx, &c); !errors.Is(err, ErrTicketsFull) {
@@ -186,10 +170,7 @@ func TestMemoryTicketsExpiryAndBound(t *testing.T) {
 	// A ticket never outlives the token behind it.
 	short := baseClaims("alice", "acme")
 	short.ExpiresAt = clock.Now().Add(2 * time.Second)
-	tk, err := s.Issue(ctx, &short)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := mustIssue(t, s, &short)
 	clock.Advance(2 * time.Second)
 	if _, err := s.Redeem(ctx, tk); !errors.Is(err, ErrTicketUnknown) {
 		t.Fatalf("ticket past its token's exp: want ErrTicketUnknown, got %v", err)
@@ -210,19 +191,13 @@ func TestRedisTicketsExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := baseClaims("alice", "acme")
-	tk, err := s.Issue(ctx, &c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := mustIssue(t, s, &c)
 	key, _ := ticketKey(tk)
 	if ttl := rdb.PTTL(ctx, prefix+"ticket:"+key).Val(); ttl <= 0 || ttl > 100*time.Millisecond {
 		t.Fatalf("ticket key TTL %s, want (0, 100ms]", ttl)
 	}
-	eventually(t, 5*time.Second, "ticket key expires in Redis", func() error {
-		if rdb.Exists(ctx, prefix+"ticket:"+key).Val() != 0 {
-			return errors.New("still there")
-		}
-		return nil
+	testenv.Eventually(t, 5*time.Second, "ticket key expires in Redis", func() bool {
+		return rdb.Exists(ctx, prefix+"ticket:"+key).Val() == 0
 	})
 	if _, err := s.Redeem(ctx, tk); !errors.Is(err, ErrTicketUnknown) {
 		t.Fatalf("expired ticket: want ErrTicketUnknown, got %v", err)
@@ -245,51 +220,49 @@ func TestRedisTicketsExpire(t *testing.T) {
 func TestTicketsBoundPerUser(t *testing.T) {
 	ctx := context.Background()
 	const limit = 5
-	for name, open := range ticketIssuers() {
-		t.Run(name, func(t *testing.T) {
-			clock := newFakeClock()
-			a, b := open(t, TicketConfig{MaxPerUser: limit, Now: clock.Now})
-			alice := baseClaims("alice", "acme")
-			var tickets []string
-			for i := range limit {
-				node := a
-				if i%2 == 1 {
-					node = b
-				}
-				tk, err := node.Issue(ctx, &alice)
-				if err != nil {
-					t.Fatalf("ticket %d: %v", i+1, err)
-				}
-				tickets = append(tickets, tk)
+	eachTicketStore(t, func(t *testing.T, open func(TicketConfig) (TicketIssuer, TicketIssuer)) {
+		clock := newFakeClock()
+		a, b := open(TicketConfig{MaxPerUser: limit, Now: clock.Now})
+		alice := baseClaims("alice", "acme")
+		var tickets []string
+		for i := range limit {
+			node := a
+			if i%2 == 1 {
+				node = b
 			}
-			for _, node := range []TicketIssuer{a, b} {
-				_, err := node.Issue(ctx, &alice)
-				if !errors.Is(err, ErrTooManyTickets) || !strings.Contains(err.Error(), "MaxPerUser") {
-					t.Fatalf("ticket %d: want ErrTooManyTickets naming MaxPerUser, got %v", limit+1, err)
-				}
+			tk, err := node.Issue(ctx, &alice)
+			if err != nil {
+				t.Fatalf("ticket %d: %v", i+1, err)
 			}
-			for _, other := range []Claims{baseClaims("bob", "acme"), baseClaims("alice", "globex")} {
-				if _, err := a.Issue(ctx, &other); err != nil {
-					t.Fatalf("%s@%s refused while alice@acme is at her bound: %v", other.Subject, other.Tenant, err)
-				}
+			tickets = append(tickets, tk)
+		}
+		for _, node := range []TicketIssuer{a, b} {
+			_, err := node.Issue(ctx, &alice)
+			if !errors.Is(err, ErrTooManyTickets) || !strings.Contains(err.Error(), "MaxPerUser") {
+				t.Fatalf("ticket %d: want ErrTooManyTickets naming MaxPerUser, got %v", limit+1, err)
 			}
-			if _, err := b.Redeem(ctx, tickets[0]); err != nil {
-				t.Fatal(err)
+		}
+		for _, other := range []Claims{baseClaims("bob", "acme"), baseClaims("alice", "globex")} {
+			if _, err := a.Issue(ctx, &other); err != nil {
+				t.Fatalf("%s@%s refused while alice@acme is at her bound: %v", other.Subject, other.Tenant, err)
 			}
-			if _, err := a.Issue(ctx, &alice); err != nil {
-				t.Fatalf("after a redemption: %v", err)
+		}
+		if _, err := b.Redeem(ctx, tickets[0]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Issue(ctx, &alice); err != nil {
+			t.Fatalf("after a redemption: %v", err)
+		}
+		if _, err := a.Issue(ctx, &alice); !errors.Is(err, ErrTooManyTickets) {
+			t.Fatalf("at the bound again: %v", err)
+		}
+		clock.Advance(DefaultTicketTTL)
+		for i := range limit {
+			if _, err := b.Issue(ctx, &alice); err != nil {
+				t.Fatalf("ticket %d after the others expired: %v", i+1, err)
 			}
-			if _, err := a.Issue(ctx, &alice); !errors.Is(err, ErrTooManyTickets) {
-				t.Fatalf("at the bound again: %v", err)
-			}
-			clock.Advance(DefaultTicketTTL)
-			for i := range limit {
-				if _, err := b.Issue(ctx, &alice); err != nil {
-					t.Fatalf("ticket %d after the others expired: %v", i+1, err)
-				}
-			}
-		})
-	}
+		}
+	})
 	if _, err := NewMemoryTickets(TicketConfig{MaxPerUser: -1}); err == nil {
 		t.Fatal("MaxPerUser -1 must be refused")
 	}
@@ -319,10 +292,7 @@ func TestRedisTicketsAreSmall(t *testing.T) {
 	c.Publish = []string{"rooms/lobby"}
 	var tickets []string
 	for range 20 {
-		tk, err := s.Issue(ctx, &c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tk := mustIssue(t, s, &c)
 		tickets = append(tickets, tk)
 	}
 	key, _ := ticketKey(tickets[0])
@@ -344,12 +314,19 @@ func TestRedisTicketsAreSmall(t *testing.T) {
 	}
 	// A ticket whose grant lists are gone (Redis lost them) is refused,
 	// never honoured without its grants.
-	tk, err := s.Issue(ctx, &c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := mustIssue(t, s, &c)
 	rdb.Del(ctx, grants[0])
 	if _, err := other.Redeem(ctx, tk); !errors.Is(err, ErrTicketUnknown) {
 		t.Fatalf("ticket without its grants: want ErrTicketUnknown, got %v", err)
 	}
+}
+
+// mustIssue issues a ticket for c on s, failing t on an error.
+func mustIssue(t *testing.T, s TicketIssuer, c *Claims) string {
+	t.Helper()
+	tk, err := s.Issue(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
 }

@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -14,22 +15,28 @@ type counterSub struct{ n atomic.Int64 }
 
 func (s *counterSub) Deliver(*Prepared) { s.n.Add(1) }
 
+// queueSub queues deliveries, dropping them when full.
+type queueSub chan *Prepared
+
+func (s queueSub) Deliver(p *Prepared) {
+	select {
+	case s <- p:
+	default:
+	}
+}
+
 // benchPublication is a typical notification: a uuid, a nested channel and
 // a ~250-byte payload.
 func benchPublication() Publication {
-	return Publication{
-		Message: Message{
-			ID:            "0190a0b1-7c2d-7e3f-8a4b-5c6d7e8f9a0b",
-			Key:           Key{Tenant: "acme", Channel: "users/u-1234/orders"},
-			Type:          "order.updated",
-			SchemaVersion: 3,
-			Time:          time.Date(2025, 3, 4, 5, 6, 7, 891234567, time.UTC),
-			Data: json.RawMessage(`{"order_id":"ord_8f2c1a","status":"shipped","carrier":"ups",` +
-				`"tracking":"1Z999AA10123456784","items":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}],` +
-				`"total":{"amount":"129.90","currency":"EUR"},"note":"Leave at the door \"please\""}`),
-		},
-		Position: Position{Offset: 123456, Epoch: "a1b2c3d4e5f60718"},
-	}
+	p := samplePublication()
+	p.Key.Channel = "users/u-1234/orders"
+	p.SchemaVersion = 3
+	p.Time = time.Date(2025, 3, 4, 5, 6, 7, 891234567, time.UTC)
+	p.Data = json.RawMessage(`{"order_id":"ord_8f2c1a","status":"shipped","carrier":"ups",` +
+		`"tracking":"1Z999AA10123456784","items":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}],` +
+		`"total":{"amount":"129.90","currency":"EUR"},"note":"Leave at the door \"please\""}`)
+	p.Offset = 123456
+	return p
 }
 
 // BenchmarkHubBroadcast delivers one channel's publications to 10,000
@@ -57,7 +64,7 @@ func BenchmarkHubBroadcast(b *testing.B) {
 		return mb, hub
 	}
 	counter := func(int) Subscriber { return &counterSub{} }
-	channel := func(int) Subscriber { return newChanSub(256) } // full after 256: drops, as a slow client
+	channel := func(int) Subscriber { return make(queueSub, 256) } // full after 256: drops, as a slow client
 
 	run := func(b *testing.B, publish func(i int)) {
 		b.ReportAllocs()
@@ -119,4 +126,41 @@ func BenchmarkPrepared(b *testing.B) {
 		}
 		b.SetBytes(int64(size))
 	})
+}
+
+// BenchmarkMemoryPublish measures publications with and without the
+// history log, over 1,000 channels, from many goroutines.
+func BenchmarkMemoryPublish(b *testing.B) {
+	for _, logged := range []bool{false, true} {
+		b.Run(fmt.Sprintf("log=%v", logged), func(b *testing.B) {
+			cfg := MemoryConfig{}
+			if logged {
+				cfg.HistoryDir = b.TempDir()
+			}
+			br, err := NewMemoryBroker(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer br.Stop()
+			msgs := make([]Message, 1000)
+			for i := range msgs {
+				msgs[i] = benchPublication().Message
+				msgs[i].Key.Channel = fmt.Sprintf("orders/%d", i)
+				msgs[i].ID = fmt.Sprintf("m%d", i)
+			}
+			ctx := context.Background()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(16) // as the Worker publishes many channels at once
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := br.Publish(ctx, msgs[next.Add(1)%int64(len(msgs))]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }

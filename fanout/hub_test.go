@@ -1,4 +1,4 @@
-package fanout
+package fanout_test
 
 import (
 	"context"
@@ -8,58 +8,23 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// chanSub is a subscriber with a bounded queue: Deliver never blocks and
-// drops (counting) when the queue is full, as a connection would.
-type chanSub struct {
-	ch      chan *Prepared
-	dropped atomic.Int64
-	resyncs chan Key
-}
-
-func newChanSub(size int) *chanSub {
-	return &chanSub{ch: make(chan *Prepared, size), resyncs: make(chan Key, 16)}
-}
-
-func (s *chanSub) Deliver(p *Prepared) {
-	select {
-	case s.ch <- p:
-	default:
-		s.dropped.Add(1)
-	}
-}
-
-func (s *chanSub) drain() []*Prepared {
-	var out []*Prepared
-	for {
-		select {
-		case p := <-s.ch:
-			out = append(out, p)
-		default:
-			return out
-		}
-	}
-}
-
-// resyncSub is a chanSub that also wants resync notices.
-type resyncSub struct{ *chanSub }
-
-func (s resyncSub) Resync(k Key) { s.resyncs <- k }
-
-// countingBroker wraps a MemoryBroker and records Subscribe/Unsubscribe.
+// countingBroker wraps a fanout.MemoryBroker and records Subscribe/Unsubscribe.
 type countingBroker struct {
-	*MemoryBroker
+	*fanout.MemoryBroker
 	mu         sync.Mutex
-	subscribed map[Key]bool
+	subscribed map[fanout.Key]bool
 	subs       int
 	unsubs     int
 	failNext   error
 }
 
-func (c *countingBroker) Subscribe(ctx context.Context, key Key) error {
+func (c *countingBroker) Subscribe(ctx context.Context, key fanout.Key) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.failNext; err != nil {
@@ -74,7 +39,7 @@ func (c *countingBroker) Subscribe(ctx context.Context, key Key) error {
 	return nil
 }
 
-func (c *countingBroker) Unsubscribe(ctx context.Context, key Key) error {
+func (c *countingBroker) Unsubscribe(ctx context.Context, key fanout.Key) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.subscribed[key] {
@@ -87,28 +52,22 @@ func (c *countingBroker) Unsubscribe(ctx context.Context, key Key) error {
 
 type hubFixture struct {
 	broker *countingBroker
-	hub    *Hub
+	hub    *fanout.Hub
 	reg    *prometheus.Registry
 }
 
 func newHubFixture(t *testing.T) hubFixture {
 	t.Helper()
-	mb := newTestMemoryBroker(t, MemoryConfig{})
-	cb := &countingBroker{MemoryBroker: mb, subscribed: make(map[Key]bool)}
+	mb := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
+	cb := &countingBroker{MemoryBroker: mb, subscribed: make(map[fanout.Key]bool)}
 	reg := prometheus.NewRegistry()
-	hub, err := NewHub(cb, HubConfig{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mb.Start(testCtx(t), hub); err != nil {
-		t.Fatal(err)
-	}
+	hub := fanouttest.StartHub(t, cb, fanout.HubConfig{Registerer: reg})
 	return hubFixture{broker: cb, hub: hub, reg: reg}
 }
 
-func (f hubFixture) subscribe(t testing.TB, key Key, s Subscriber) {
+func (f hubFixture) subscribe(t testing.TB, key fanout.Key, s fanout.Subscriber) {
 	t.Helper()
-	if err := f.hub.Subscribe(testCtx(t), key, s); err != nil {
+	if err := f.hub.Subscribe(fanouttest.Context(t), key, s); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -116,29 +75,29 @@ func (f hubFixture) subscribe(t testing.TB, key Key, s Subscriber) {
 func TestHubFanOutEncodesOnce(t *testing.T) {
 	t.Parallel()
 	f := newHubFixture(t)
-	key := Key{"acme", "room"}
-	subs := make([]*chanSub, 1000)
+	key := acme("room")
+	subs := make([]*fanouttest.Sub, 1000)
 	for i := range subs {
-		subs[i] = newChanSub(16)
+		subs[i] = fanouttest.NewSub(16)
 		f.subscribe(t, key, subs[i])
 	}
-	other := newChanSub(16)
-	f.subscribe(t, Key{"other", "room"}, other)
+	other := fanouttest.NewSub(16)
+	f.subscribe(t, fanout.Key{Tenant: "other", Channel: "room"}, other)
 	for i := range 10 {
-		mustPublish(t, f.broker, msg(key, fmt.Sprintf("m%d", i)))
+		fanouttest.MustPublish(t, f.broker, fanouttest.Msg(key, fmt.Sprintf("m%d", i)))
 	}
-	first := subs[0].drain()
+	first := subs[0].Drain()
 	if len(first) != 10 {
 		t.Fatalf("subscriber got %d publications, want 10", len(first))
 	}
 	for _, s := range subs[1:] {
-		got := s.drain()
+		got := s.Drain()
 		if len(got) != 10 {
 			t.Fatalf("subscriber got %d publications, want 10", len(got))
 		}
 		for i := range got {
 			if got[i] != first[i] {
-				t.Fatal("subscribers got different *Prepared for one publication: encoded more than once")
+				t.Fatal("subscribers got different *fanout.Prepared for one publication: encoded more than once")
 			}
 		}
 	}
@@ -146,21 +105,22 @@ func TestHubFanOutEncodesOnce(t *testing.T) {
 		if p.Position().Offset != uint64(i+1) {
 			t.Fatalf("delivery %d has offset %d", i, p.Position().Offset)
 		}
-		d, err := DecodeEnvelope(p.JSON())
+		d, err := fanout.DecodeEnvelope(p.JSON())
 		if err != nil || d.ID != fmt.Sprintf("m%d", i) {
 			t.Fatalf("envelope %d: %v %+v", i, err, d)
 		}
 	}
-	if n := len(other.drain()); n != 0 {
+	if n := len(other.Drain()); n != 0 {
 		t.Fatalf("another tenant's subscriber got %d publications", n)
 	}
 	if f.hub.Channels() != 2 || f.hub.Subscriptions() != 1001 {
 		t.Fatalf("counts: channels %d subscriptions %d", f.hub.Channels(), f.hub.Subscriptions())
 	}
-	if v := testutil.ToFloat64(f.hub.m.deliveries); v != 10000 {
+	publications, deliveries, _ := f.hub.Counters()
+	if v := testutil.ToFloat64(deliveries); v != 10000 {
 		t.Fatalf("herald_hub_deliveries_total = %v, want 10000", v)
 	}
-	if v := testutil.ToFloat64(f.hub.m.publications); v != 10 {
+	if v := testutil.ToFloat64(publications); v != 10 {
 		t.Fatalf("herald_hub_publications_total = %v, want 10", v)
 	}
 	if n, err := testutil.GatherAndCount(f.reg, "herald_hub_channels", "herald_hub_subscriptions",
@@ -174,12 +134,12 @@ func TestHubFanOutEncodesOnce(t *testing.T) {
 func TestHubSlowSubscriberDoesNotHoldOthers(t *testing.T) {
 	t.Parallel()
 	f := newHubFixture(t)
-	key := Key{"acme", "feed"}
-	slow := newChanSub(1) // never drained
+	key := acme("feed")
+	slow := fanouttest.NewSub(1) // never drained
 	f.subscribe(t, key, slow)
-	fast := make([]*chanSub, 50)
+	fast := make([]*fanouttest.Sub, 50)
 	for i := range fast {
-		fast[i] = newChanSub(500)
+		fast[i] = fanouttest.NewSub(500)
 		f.subscribe(t, key, fast[i])
 	}
 	const n = 500
@@ -187,21 +147,21 @@ func TestHubSlowSubscriberDoesNotHoldOthers(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range n {
-			mustPublish(t, f.broker, msg(key, fmt.Sprintf("m%d", i)))
+			fanouttest.MustPublish(t, f.broker, fanouttest.Msg(key, fmt.Sprintf("m%d", i)))
 		}
 	}()
 	select {
 	case <-done:
-	case <-testCtx(t).Done():
+	case <-fanouttest.Context(t).Done():
 		t.Fatal("publishing blocked behind a slow subscriber")
 	}
 	for _, s := range fast {
-		if got := len(s.drain()); got != n || s.dropped.Load() != 0 {
-			t.Fatalf("fast subscriber got %d (dropped %d), want %d", got, s.dropped.Load(), n)
+		if got := len(s.Drain()); got != n || s.Dropped.Load() != 0 {
+			t.Fatalf("fast subscriber got %d (dropped %d), want %d", got, s.Dropped.Load(), n)
 		}
 	}
-	if got := len(slow.drain()); got != 1 || slow.dropped.Load() != n-1 {
-		t.Fatalf("slow subscriber kept %d and dropped %d", got, slow.dropped.Load())
+	if got := len(slow.Drain()); got != 1 || slow.Dropped.Load() != n-1 {
+		t.Fatalf("slow subscriber kept %d and dropped %d", got, slow.Dropped.Load())
 	}
 }
 
@@ -211,32 +171,32 @@ func TestHubSlowSubscriberDoesNotHoldOthers(t *testing.T) {
 func TestHubUnsubscribeDuringPublish(t *testing.T) {
 	t.Parallel()
 	f := newHubFixture(t)
-	key := Key{"acme", "churn"}
-	steady := newChanSub(4000)
+	key := acme("churn")
+	steady := fanouttest.NewSub(4000)
 	f.subscribe(t, key, steady)
 
 	const n = 2000
-	ctx := testCtx(t)
+	ctx := fanouttest.Context(t)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for w := range 4 {
 		wg.Go(func() {
 			// Each churner also cycles a key of its own through first/last.
-			own := Key{"acme", fmt.Sprintf("own-%d", w)}
+			own := acme(fmt.Sprintf("own-%d", w))
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				s := newChanSub(8)
-				for _, k := range []Key{key, own} {
+				s := fanouttest.NewSub(8)
+				for _, k := range []fanout.Key{key, own} {
 					if err := f.hub.Subscribe(ctx, k, s); err != nil {
 						t.Error(err)
 						return
 					}
 				}
-				for _, k := range []Key{key, own} {
+				for _, k := range []fanout.Key{key, own} {
 					if err := f.hub.Unsubscribe(ctx, k, s); err != nil {
 						t.Error(err)
 						return
@@ -246,12 +206,12 @@ func TestHubUnsubscribeDuringPublish(t *testing.T) {
 		})
 	}
 	for i := range n {
-		mustPublish(t, f.broker, msg(key, fmt.Sprintf("m%d", i)))
+		fanouttest.MustPublish(t, f.broker, fanouttest.Msg(key, fmt.Sprintf("m%d", i)))
 	}
 	close(stop)
 	wg.Wait()
 
-	got := steady.drain()
+	got := steady.Drain()
 	if len(got) != n {
 		t.Fatalf("steady subscriber got %d, want %d", len(got), n)
 	}
@@ -276,24 +236,24 @@ func TestHubPerChannelOrder(t *testing.T) {
 	t.Parallel()
 	f := newHubFixture(t)
 	const channels, n = 4, 300
-	subs := make([]*chanSub, channels)
+	subs := make([]*fanouttest.Sub, channels)
 	for c := range channels {
-		subs[c] = newChanSub(n)
-		f.subscribe(t, Key{"acme", fmt.Sprintf("c%d", c)}, subs[c])
+		subs[c] = fanouttest.NewSub(n)
+		f.subscribe(t, acme(fmt.Sprintf("c%d", c)), subs[c])
 	}
 	var wg sync.WaitGroup
 	for c := range channels {
 		for w := range 2 {
 			wg.Go(func() {
 				for i := range n / 2 {
-					mustPublish(t, f.broker, msg(Key{"acme", fmt.Sprintf("c%d", c)}, fmt.Sprint(w, "-", i)))
+					fanouttest.MustPublish(t, f.broker, fanouttest.Msg(acme(fmt.Sprintf("c%d", c)), fmt.Sprint(w, "-", i)))
 				}
 			})
 		}
 	}
 	wg.Wait()
 	for c, s := range subs {
-		got := s.drain()
+		got := s.Drain()
 		if len(got) != n {
 			t.Fatalf("channel %d: got %d", c, len(got))
 		}
@@ -308,15 +268,15 @@ func TestHubPerChannelOrder(t *testing.T) {
 func TestHubBrokerSubscriptionFollowsFirstAndLast(t *testing.T) {
 	t.Parallel()
 	f := newHubFixture(t)
-	key := Key{"acme", "x"}
-	a, b := newChanSub(1), newChanSub(1)
+	key := acme("x")
+	a, b := fanouttest.NewSub(1), fanouttest.NewSub(1)
 	f.subscribe(t, key, a)
 	f.subscribe(t, key, a) // no-op
 	f.subscribe(t, key, b)
 	if f.broker.subs != 1 || f.hub.Subscriptions() != 2 {
 		t.Fatalf("after two subscribers: broker subs %d, hub subscriptions %d", f.broker.subs, f.hub.Subscriptions())
 	}
-	ctx := testCtx(t)
+	ctx := fanouttest.Context(t)
 	if err := f.hub.Unsubscribe(ctx, key, a); err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +292,7 @@ func TestHubBrokerSubscriptionFollowsFirstAndLast(t *testing.T) {
 	if f.broker.unsubs != 1 || f.hub.Channels() != 0 || f.hub.Subscriptions() != 0 {
 		t.Fatalf("after last: broker unsubs %d, channels %d, subscriptions %d", f.broker.unsubs, f.hub.Channels(), f.hub.Subscriptions())
 	}
-	if err := f.hub.Unsubscribe(ctx, Key{"acme", "never"}, a); err != nil {
+	if err := f.hub.Unsubscribe(ctx, acme("never"), a); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -340,18 +300,18 @@ func TestHubBrokerSubscriptionFollowsFirstAndLast(t *testing.T) {
 func TestHubBrokerSubscribeFailure(t *testing.T) {
 	t.Parallel()
 	f := newHubFixture(t)
-	key := Key{"acme", "x"}
+	key := acme("x")
 	boom := errors.New("boom")
 	f.broker.failNext = boom
-	s := newChanSub(4)
-	if err := f.hub.Subscribe(testCtx(t), key, s); !errors.Is(err, boom) {
+	s := fanouttest.NewSub(4)
+	if err := f.hub.Subscribe(fanouttest.Context(t), key, s); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want boom", err)
 	}
 	if f.hub.Channels() != 0 || f.hub.Subscriptions() != 0 {
 		t.Fatal("failed subscription was counted")
 	}
-	mustPublish(t, f.broker, msg(key, "m1"))
-	if len(s.drain()) != 0 {
+	fanouttest.MustPublish(t, f.broker, fanouttest.Msg(key, "m1"))
+	if len(s.Drain()) != 0 {
 		t.Fatal("failed subscriber received a publication")
 	}
 	f.subscribe(t, key, s)
@@ -360,19 +320,19 @@ func TestHubBrokerSubscribeFailure(t *testing.T) {
 	}
 }
 
-type funcSub func(*Prepared)
+type funcSub func(*fanout.Prepared)
 
-func (f funcSub) Deliver(p *Prepared) { f(p) }
+func (f funcSub) Deliver(p *fanout.Prepared) { f(p) }
 
 func TestHubRejectsBadSubscribers(t *testing.T) {
 	t.Parallel()
 	f := newHubFixture(t)
-	for _, s := range []Subscriber{nil, funcSub(func(*Prepared) {})} {
-		if err := f.hub.Subscribe(testCtx(t), Key{"acme", "x"}, s); !errors.Is(err, ErrInvalidSubscriber) {
+	for _, s := range []fanout.Subscriber{nil, funcSub(func(*fanout.Prepared) {})} {
+		if err := f.hub.Subscribe(fanouttest.Context(t), acme("x"), s); !errors.Is(err, fanout.ErrInvalidSubscriber) {
 			t.Errorf("%T: err = %v, want ErrInvalidSubscriber", s, err)
 		}
 	}
-	if _, err := NewHub(nil, HubConfig{}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := fanout.NewHub(nil, fanout.HubConfig{}); !errors.Is(err, fanout.ErrInvalidConfig) {
 		t.Errorf("nil broker: %v", err)
 	}
 }
@@ -380,37 +340,37 @@ func TestHubRejectsBadSubscribers(t *testing.T) {
 func TestHubResync(t *testing.T) {
 	t.Parallel()
 	f := newHubFixture(t)
-	key := Key{"acme", "x"}
-	wants := resyncSub{newChanSub(1)}
-	plain := newChanSub(1)
+	key := acme("x")
+	wants := fanouttest.ResyncSub{Sub: fanouttest.NewSub(1)}
+	plain := fanouttest.NewSub(1)
 	f.subscribe(t, key, wants)
 	f.subscribe(t, key, plain)
 	f.hub.HandleResync(key)
-	f.hub.HandleResync(Key{"acme", "nobody"})
+	f.hub.HandleResync(acme("nobody"))
 	select {
-	case k := <-wants.resyncs:
+	case k := <-wants.Resyncs:
 		if k != key {
 			t.Fatalf("resync for %v", k)
 		}
 	default:
 		t.Fatal("ResyncSubscriber not told")
 	}
-	if len(plain.resyncs) != 0 || len(wants.resyncs) != 0 {
+	if len(plain.Resyncs) != 0 || len(wants.Resyncs) != 0 {
 		t.Fatal("unexpected resync notices")
 	}
-	if v := testutil.ToFloat64(f.hub.m.resyncs); v != 1 {
-		t.Fatalf("herald_hub_resyncs_total = %v", v)
+	if _, _, resyncs := f.hub.Counters(); testutil.ToFloat64(resyncs) != 1 {
+		t.Fatalf("herald_hub_resyncs_total = %v", testutil.ToFloat64(resyncs))
 	}
 }
 
 func TestHubMetricsRegistrationConflict(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	mb := newTestMemoryBroker(t, MemoryConfig{})
-	if _, err := NewHub(mb, HubConfig{Registerer: reg}); err != nil {
+	mb := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
+	if _, err := fanout.NewHub(mb, fanout.HubConfig{Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewHub(mb, HubConfig{Registerer: reg}); err == nil {
+	if _, err := fanout.NewHub(mb, fanout.HubConfig{Registerer: reg}); err == nil {
 		t.Fatal("second hub on one registry: want a registration error")
 	}
 }
@@ -424,7 +384,7 @@ type orderSub struct {
 	first   func() // called on the first Deliver, if set
 }
 
-func (s *orderSub) Deliver(p *Prepared) {
+func (s *orderSub) Deliver(p *fanout.Prepared) {
 	if !s.in.CompareAndSwap(false, true) {
 		s.t.Error("two Deliver calls on one subscriber at once")
 		return
@@ -442,15 +402,9 @@ func (s *orderSub) Deliver(p *Prepared) {
 // all have it.
 func TestHubSharesOnePublication(t *testing.T) {
 	t.Parallel()
-	mb := newTestMemoryBroker(t, MemoryConfig{})
-	hub, err := NewHub(mb, HubConfig{FanoutWorkers: 4, FanoutShare: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mb.Start(testCtx(t), hub); err != nil {
-		t.Fatal(err)
-	}
-	key := Key{"acme", "room"}
+	mb := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
+	hub := fanouttest.StartHub(t, mb, fanout.HubConfig{FanoutWorkers: 4, FanoutShare: 8})
+	key := acme("room")
 	const nsubs, npubs = 64, 20 // 4 shares of 16
 	subs := make([]*orderSub, nsubs)
 	for i := range subs {
@@ -460,7 +414,7 @@ func TestHubSharesOnePublication(t *testing.T) {
 	// of another share was handed the first publication: the shares run
 	// at once, or this test times out.
 	reached := make(chan struct{})
-	ctx := testCtx(t)
+	ctx := fanouttest.Context(t)
 	subs[0].first = func() {
 		select {
 		case <-reached:
@@ -475,7 +429,7 @@ func TestHubSharesOnePublication(t *testing.T) {
 		}
 	}
 	for i := range npubs {
-		mustPublish(t, mb, msg(key, fmt.Sprint(i)))
+		fanouttest.MustPublish(t, mb, fanouttest.Msg(key, fmt.Sprint(i)))
 		for j, s := range subs {
 			if s.in.Load() || len(s.offsets) != i+1 {
 				t.Fatalf("publish %d returned with subscriber %d holding %d publications", i, j, len(s.offsets))
@@ -493,9 +447,9 @@ func TestHubSharesOnePublication(t *testing.T) {
 
 func TestHubConfigRejectsNegativeFanout(t *testing.T) {
 	t.Parallel()
-	mb := newTestMemoryBroker(t, MemoryConfig{})
-	for _, cfg := range []HubConfig{{FanoutWorkers: -1}, {FanoutShare: -1}} {
-		if _, err := NewHub(mb, cfg); !errors.Is(err, ErrInvalidConfig) {
+	mb := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
+	for _, cfg := range []fanout.HubConfig{{FanoutWorkers: -1}, {FanoutShare: -1}} {
+		if _, err := fanout.NewHub(mb, cfg); !errors.Is(err, fanout.ErrInvalidConfig) {
 			t.Errorf("%+v: err = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}

@@ -13,14 +13,14 @@ import (
 func TestMemoryBrokerRecover(t *testing.T) {
 	t.Parallel()
 	fanouttest.RunRecover(t, func(t *testing.T) fanout.Broker {
-		return fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{HistorySize: 3})
+		return fanouttest.MemoryBroker(t, fanout.MemoryConfig{HistorySize: 3})
 	})
 }
 
 func TestMemoryBrokerFence(t *testing.T) {
 	t.Parallel()
 	fanouttest.RunFence(t, func(t *testing.T, historySize int) fanout.Broker {
-		return fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{HistorySize: historySize})
+		return fanouttest.MemoryBroker(t, fanout.MemoryConfig{HistorySize: historySize})
 	})
 }
 
@@ -28,7 +28,7 @@ func TestMemoryBrokerFence(t *testing.T) {
 // scope across channels, and across a channel's expiry and eviction.
 func TestMemoryBrokerFenceIsPerScope(t *testing.T) {
 	t.Parallel()
-	b := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{MaxChannels: 1})
+	b := fanouttest.MemoryBroker(t, fanout.MemoryConfig{MaxChannels: 1})
 	fanouttest.MustPublish(t, b, fanouttest.Fenced(fanout.Key{Tenant: "acme", Channel: "a"}, "m1", fanout.Fence{Scope: "p1", Value: 2}))
 	fanouttest.MustPublish(t, b, fanouttest.Msg(fanout.Key{Tenant: "acme", Channel: "b"}, "evicts a"))
 	for _, k := range []fanout.Key{{"acme", "a"}, {"acme", "b"}, {"other", "c"}} {
@@ -41,7 +41,7 @@ func TestMemoryBrokerFenceIsPerScope(t *testing.T) {
 
 func TestMemoryBrokerLifecycle(t *testing.T) {
 	t.Parallel()
-	b := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+	b := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	key := fanout.Key{Tenant: "acme", Channel: "life"}
 	before := fanouttest.MustPublish(t, b, fanouttest.Msg(key, "before-start"))
 	if before.Offset != 1 {
@@ -78,7 +78,7 @@ func TestMemoryBrokerLifecycle(t *testing.T) {
 
 func TestMemoryBrokerStopBeforeStart(t *testing.T) {
 	t.Parallel()
-	b := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+	b := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	b.Stop()
 	b.Stop()
 }
@@ -87,7 +87,7 @@ func TestMemoryBrokerStopBeforeStart(t *testing.T) {
 // goroutines: the handler must see offsets 1..n in order.
 func TestMemoryBrokerConcurrentPublishOrder(t *testing.T) {
 	t.Parallel()
-	b := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+	b := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	rec := fanouttest.NewRecorder()
 	if err := b.Start(fanouttest.Context(t), rec); err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestMemoryBrokerConcurrentPublishOrder(t *testing.T) {
 
 func TestMemoryBrokerCopiesMessageBytes(t *testing.T) {
 	t.Parallel()
-	b := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+	b := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	key := fanout.Key{Tenant: "acme", Channel: "copy"}
 	m := fanouttest.Msg(key, "m1")
 	p := fanouttest.MustPublish(t, b, m)
@@ -135,9 +135,9 @@ func TestMemoryBrokerCopiesMessageBytes(t *testing.T) {
 func TestMemoryBrokerIdempotent(t *testing.T) {
 	t.Parallel()
 	fanouttest.RunIdempotent(t, func(t *testing.T, historySize int) fanout.Broker {
-		return fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{HistorySize: historySize})
+		return fanouttest.MemoryBroker(t, fanout.MemoryConfig{HistorySize: historySize})
 	}, func(t *testing.T) (fanout.Broker, func(*testing.T, fanout.Message) fanout.Publication) {
-		b := fanout.NewTestMemoryBroker(t, fanout.MemoryConfig{})
+		b := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 		// In process no answer is lost on its way: the caller publishes
 		// again as if the first answer never came.
 		return b, func(t *testing.T, m fanout.Message) fanout.Publication {

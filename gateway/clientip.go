@@ -314,43 +314,34 @@ func parseNode(s string) (a netip.Addr, remote string, ok bool) {
 // obfuscated reports whether s is the rest of an obfuscated identifier
 // (RFC 7239 §6.3: ALPHA, DIGIT, ".", "_", "-"), at least one byte long.
 func obfuscated(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
+	return allBytes(s, func(b byte) bool { return alnum(b) || b == '.' || b == '_' || b == '-' })
 }
 
 func digits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return allBytes(s, func(b byte) bool { return b >= '0' && b <= '9' })
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110 §5.6.2).
 func isToken(s string) bool {
+	return allBytes(s, func(b byte) bool { return alnum(b) || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0 })
+}
+
+// allBytes reports whether s is at least one byte long and ok holds for
+// every byte of it.
+func allBytes(s string, ok func(b byte) bool) bool {
 	if s == "" {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
+		if !ok(s[i]) {
 			return false
 		}
 	}
 	return true
 }
+
+// alnum reports whether b is an ASCII letter or digit.
+func alnum(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' }
 
 // trimOWS trims HTTP optional whitespace (spaces and tabs).
 func trimOWS(s string) string { return strings.Trim(s, " \t") }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/subscriptions"
 )
 
@@ -75,14 +76,11 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNewRejectsMissingDeps(t *testing.T) {
-	broker, err := fanout.NewMemoryBroker(fanout.MemoryConfig{})
+	broker, err := newTestBroker(t, envOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub := fanouttest.StartHub(t, broker, fanout.HubConfig{})
 	full := Deps{Verifier: auth.NewHMACVerifier(testSecret, 0), Authorizer: &subscriptions.Authorizer{}, Broker: broker, Hub: hub}
 	cases := map[string]func(*Deps){
 		"Verifier":    func(d *Deps) { d.Verifier = nil },

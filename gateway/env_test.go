@@ -16,8 +16,10 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/fanout/redisbroker"
 	"github.com/heraldgw/herald/gateway/internal/sessiontest"
+	"github.com/heraldgw/herald/gateway/internal/sse"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/subscriptions"
 )
@@ -83,7 +85,7 @@ func startTestServer(tb testing.TB, o envOptions) *testEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hub := sessiontest.StartHub(tb, broker)
+	hub := fanouttest.StartHub(tb, broker, fanout.HubConfig{})
 
 	logs := &testenv.SyncBuffer{}
 	reg := prometheus.NewRegistry()
@@ -208,14 +210,23 @@ func (e *testEnv) open(r request) *sseStream {
 // the subscribed events.
 func (e *testEnv) stream(token string, channels ...string) *sseStream {
 	e.t.Helper()
-	s := e.open(request{bearer: token, query: url.Values{"channel": channels}})
+	s, _ := e.resume(token, "", channels...)
+	return s
+}
+
+// resume opens /v1/sse for channels with a bearer token and lastID as
+// Last-Event-ID ("": none), and returns it with its subscribed events.
+func (e *testEnv) resume(token, lastID string, channels ...string) (*sseStream, []sse.SubscribedEvent) {
+	e.t.Helper()
+	s := e.open(request{bearer: token, query: url.Values{"channel": channels}, lastID: lastID})
 	if ev := s.next(e.t, 5*time.Second); ev.Retry == "" {
 		e.t.Fatalf("first block is not the retry field: %+v", ev)
 	}
-	for range channels {
-		s.subscribed(e.t)
+	subs := make([]sse.SubscribedEvent, len(channels))
+	for i := range subs {
+		_, subs[i] = s.subscribed(e.t)
 	}
-	return s
+	return s, subs
 }
 
 // refused does a request that must be refused with status and code.

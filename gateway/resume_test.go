@@ -74,9 +74,8 @@ func TestSSEResumeFromSubscribedIDWithoutPublications(t *testing.T) {
 	e.publish("acme", "orders/1", `1`)
 	e.publish("acme", "orders/1", `2`)
 
-	r := e.open(request{bearer: tok, query: q("channel", "orders/1"), lastID: sev.ID})
-	r.next(t, 5*time.Second)
-	if _, sub := r.subscribed(t); !sub.Recovered || sub.Offset != 2 {
+	r, subs := e.resume(tok, sev.ID, "orders/1")
+	if sub := subs[0]; !sub.Recovered || sub.Offset != 2 {
 		t.Fatalf("subscribed = %+v", sub)
 	}
 	for i := 1; i <= 2; i++ {
@@ -96,10 +95,8 @@ func TestSSEResumeBeyondHistoryIsNotPartial(t *testing.T) {
 	for i := 2; i <= 6; i++ { // 2..6: five missed, history keeps 4..6
 		e.publish("acme", "orders/1", fmt.Sprint(i))
 	}
-	r := e.open(request{bearer: tok, query: q("channel", "orders/1"), lastID: ev.ID})
-	r.next(t, 5*time.Second)
-	_, sub := r.subscribed(t)
-	if sub.Recovered || sub.Offset != 6 {
+	r, subs := e.resume(tok, ev.ID, "orders/1")
+	if sub := subs[0]; sub.Recovered || sub.Offset != 6 {
 		t.Fatalf("subscribed = %+v, want recovered:false at the top (6)", sub)
 	}
 	// Nothing of the history follows: the next publication is live.
@@ -120,11 +117,8 @@ func TestSSEResumeMapsOnlyTheCursorsChannels(t *testing.T) {
 	e.publish("acme", "orders/2", `1`)
 
 	// orders/2 is not in the cursor: it starts live; orders/1 recovers.
-	r := e.open(request{bearer: tok, query: q("channel", "orders/1", "channel", "orders/2"), lastID: ev.ID})
-	r.next(t, 5*time.Second)
-	_, s1 := r.subscribed(t)
-	_, s2 := r.subscribed(t)
-	if !s1.Recovered || s1.Offset != 2 || s2.Recovered || s2.Offset != 1 {
+	r, subs := e.resume(tok, ev.ID, "orders/1", "orders/2")
+	if s1, s2 := subs[0], subs[1]; !s1.Recovered || s1.Offset != 2 || s2.Recovered || s2.Offset != 1 {
 		t.Fatalf("subscribed = %+v, %+v", s1, s2)
 	}
 	ev2, p := r.publication(t)
@@ -136,11 +130,8 @@ func TestSSEResumeMapsOnlyTheCursorsChannels(t *testing.T) {
 	// The new cursor covers both channels.
 	e.publish("acme", "orders/1", `3`)
 	e.publish("acme", "orders/2", `2`)
-	r2 := e.open(request{bearer: tok, query: q("channel", "orders/2", "channel", "orders/1"), lastID: ev2.ID})
-	r2.next(t, 5*time.Second)
-	_, a := r2.subscribed(t)
-	_, b := r2.subscribed(t)
-	if !a.Recovered || !b.Recovered {
+	r2, subs := e.resume(tok, ev2.ID, "orders/2", "orders/1")
+	if a, b := subs[0], subs[1]; !a.Recovered || !b.Recovered {
 		t.Fatalf("subscribed = %+v, %+v", a, b)
 	}
 	got := map[string]uint64{}
@@ -153,10 +144,8 @@ func TestSSEResumeMapsOnlyTheCursorsChannels(t *testing.T) {
 	}
 
 	// Another tenant presenting this cursor maps nothing.
-	o := e.open(request{bearer: e.token("globex", "u1", "orders/*"), query: q("channel", "orders/1"), lastID: ev2.ID})
-	o.next(t, 5*time.Second)
-	if _, sub := o.subscribed(t); sub.Recovered {
-		t.Fatalf("a cursor of another tenant recovered %+v", sub)
+	if _, subs := e.resume(e.token("globex", "u1", "orders/*"), ev2.ID, "orders/1"); subs[0].Recovered {
+		t.Fatalf("a cursor of another tenant recovered %+v", subs[0])
 	}
 }
 
@@ -226,13 +215,9 @@ func TestSSEResumeCollidingChannels(t *testing.T) {
 	}
 	e := newEnv(t, envOptions{})
 	tok := e.token("acme", "u1", "rooms/*")
-	channels := q("channel", a, "channel", lobby, "channel", b)
-	s := e.open(request{bearer: tok, query: channels})
-	s.next(t, 5*time.Second)
-	for range 3 {
-		s.subscribed(t)
-	}
-	for _, ch := range []string{a, lobby, b} {
+	channels := []string{a, lobby, b}
+	s := e.stream(tok, channels...)
+	for _, ch := range channels {
 		e.publish("acme", ch, `1`)
 	}
 	var last sseEvent
@@ -240,14 +225,13 @@ func TestSSEResumeCollidingChannels(t *testing.T) {
 		last, _ = s.publication(t)
 	}
 	s.close()
-	for _, ch := range []string{a, lobby, b} {
+	for _, ch := range channels {
 		e.publish("acme", ch, `2`)
 	}
 
-	r := e.open(request{bearer: tok, query: channels, lastID: last.ID})
-	r.next(t, 5*time.Second)
-	for _, ch := range []string{a, lobby, b} {
-		_, sub := r.subscribed(t)
+	r, subs := e.resume(tok, last.ID, channels...)
+	for i, ch := range channels {
+		sub := subs[i]
 		want := sse.SubscribedEvent{Channel: ch, Recovered: false, Reason: session.RecoveryNoPosition.Code, Offset: 2}
 		if ch == lobby {
 			want.Recovered, want.Reason = true, ""
@@ -268,9 +252,5 @@ func TestSSEResumeCollidingChannels(t *testing.T) {
 		t.Fatalf("live %s@%d, want %s@3", p.Key.Channel, p.Offset, a)
 	}
 	r.close()
-	again := e.open(request{bearer: tok, query: channels, lastID: ev.ID})
-	again.next(t, 5*time.Second)
-	for range 3 {
-		again.subscribed(t)
-	}
+	e.resume(tok, ev.ID, channels...)
 }

@@ -220,45 +220,35 @@ func replayTranscript(t *testing.T, js *jsonSchema, path string) {
 }
 
 func (r *replay) config(cfg *Config, o *envOptions, k, v string) {
-	dur := func() time.Duration {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			r.fatalf("%s=%s: %v", k, v, err)
-		}
-		return d
+	durations := map[string]*time.Duration{
+		"history_ttl":    &cfg.HistoryTTL,
+		"revalidate":     &cfg.RevalidateInterval,
+		"refresh_ahead":  &cfg.RefreshAhead,
+		"grace":          &cfg.ExpiryGrace,
+		"shutdown_delay": &cfg.ShutdownReconnectDelay,
 	}
-	num := func() int {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			r.fatalf("%s=%s: %v", k, v, err)
-		}
-		return n
+	counts := map[string]*int{
+		"history":        &o.history,
+		"queue_messages": &cfg.QueueMaxMessages,
+		"queue_bytes":    &cfg.QueueMaxBytes,
 	}
-	switch k {
-	case "history":
-		o.history = num()
-	case "history_ttl":
-		cfg.HistoryTTL = dur()
-	case "revalidate":
-		cfg.RevalidateInterval = dur()
-	case "refresh_ahead":
-		cfg.RefreshAhead = dur()
-	case "grace":
-		cfg.ExpiryGrace = dur()
-	case "queue_messages":
-		cfg.QueueMaxMessages = num()
-	case "queue_bytes":
-		cfg.QueueMaxBytes = num()
-	case "shutdown_delay":
-		cfg.ShutdownReconnectDelay = dur()
-	case "small_buffers":
-	case "hook":
+	var err error
+	switch {
+	case durations[k] != nil:
+		*durations[k], err = time.ParseDuration(v)
+	case counts[k] != nil:
+		*counts[k], err = strconv.Atoi(v)
+	case k == "small_buffers":
+	case k == "hook":
 		if v != "hold" {
 			r.fatalf("hook=%s: only hold is known", v)
 		}
 		r.hook = newHeldHook(r.t)
 	default:
 		r.fatalf("unknown setting %q", k)
+	}
+	if err != nil {
+		r.fatalf("%s=%s: %v", k, v, err)
 	}
 }
 

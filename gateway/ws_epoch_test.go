@@ -32,12 +32,7 @@ func TestWSEpochChangeWhileCatchingUp(t *testing.T) {
 		QueueMaxBytes: maxBytes, QueueMaxMessages: maxMsgs, ConnectAttemptsPerIP: -1,
 		HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour, WriteTimeout: time.Hour,
 	}})
-	ts := smallBufferServer(t, e)
-	c, _, err := wstest.Dial(t, "ws://"+ts.Listener.Addr().String(), wstest.DialOpts{Client: smallRecvClient(t)}, e.client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Connect(e.wsToken("u1", []string{"rooms/*"}, nil))
+	c := dialSlow(t, e, smallBufferServer(t, e), wstest.DialOpts{}, "rooms/*")
 	c.Subscribe("rooms/a", nil)
 	c.Subscribe("rooms/b", nil)
 	a := fanout.Key{Tenant: "acme", Channel: "rooms/a"}

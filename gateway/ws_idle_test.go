@@ -22,7 +22,7 @@ import (
 
 	"github.com/heraldgw/herald/auth"
 	"github.com/heraldgw/herald/fanout"
-	"github.com/heraldgw/herald/gateway/internal/sessiontest"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/subscriptions"
 )
@@ -144,7 +144,7 @@ func measureIdle(tb testing.TB, transport string, n int) idleMeasure {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hub := sessiontest.StartHub(tb, broker)
+	hub := fanouttest.StartHub(tb, broker, fanout.HubConfig{})
 	srv, err := New(Config{
 		Listen: "127.0.0.1:0", ConnectAttemptsPerIP: -1, HeartbeatInterval: time.Hour, ClientTimeout: 2 * time.Hour,
 		MaxConnectionsPerUser: -1,

@@ -1,7 +1,6 @@
 package subscriptions
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,17 +38,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help:    "Duration of authorization webhook calls.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
 	})
-	var err error
-	if decisions, err = register(reg, decisions); err != nil {
-		return nil, err
-	}
-	if calls, err = register(reg, calls); err != nil {
-		return nil, err
-	}
-	if hits, err = register(reg, hits); err != nil {
-		return nil, err
-	}
-	if seconds, err = register(reg, seconds); err != nil {
+	r := promreg.NewRegistrar(reg, "subscriptions")
+	decisions, calls = promreg.Add(r, decisions), promreg.Add(r, calls)
+	hits, seconds = promreg.Add(r, hits), promreg.Add(r, seconds)
+	if err := r.Err(); err != nil {
 		return nil, err
 	}
 	return &metrics{
@@ -65,16 +57,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		webhookCacheHits: hits,
 		webhookSeconds:   seconds,
 	}, nil
-}
-
-// register registers c, or returns the collector already registered
-// under the same description.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	c, err := promreg.Register(reg, c)
-	if err != nil {
-		return c, fmt.Errorf("subscriptions: register metrics: %w", err)
-	}
-	return c, nil
 }
 
 func (m *metrics) decision(d Decision) {

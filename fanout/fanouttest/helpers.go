@@ -20,6 +20,39 @@ func Context(t testing.TB) context.Context {
 	return ctx
 }
 
+// Stopped fails tb on err and otherwise stops b when tb ends: for what a
+// broker's constructor returns.
+func Stopped[B interface{ Stop() }](tb testing.TB, b B, err error) B {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(b.Stop)
+	return b
+}
+
+// MemoryBroker is a fanout.MemoryBroker of cfg, stopped when tb ends.
+func MemoryBroker(tb testing.TB, cfg fanout.MemoryConfig) *fanout.MemoryBroker {
+	tb.Helper()
+	b, err := fanout.NewMemoryBroker(cfg)
+	return Stopped(tb, b, err)
+}
+
+// StartHub starts b with a Hub of cfg, which it returns; b stops when tb
+// ends.
+func StartHub(tb testing.TB, b fanout.Broker, cfg fanout.HubConfig) *fanout.Hub {
+	tb.Helper()
+	hub, err := fanout.NewHub(b, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := b.Start(context.Background(), hub); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(b.Stop)
+	return hub
+}
+
 // Msg is a valid message id on key, whose data names the id.
 func Msg(key fanout.Key, id string) fanout.Message {
 	return fanout.Message{

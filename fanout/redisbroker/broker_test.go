@@ -23,11 +23,7 @@ import (
 func newTestRedisBroker(t *testing.T, cfg Config) *Broker {
 	t.Helper()
 	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
-	return b
+	return fanouttest.Stopped(t, b, err)
 }
 
 // subscribedBefore subscribes a resync-aware subscriber on node to
@@ -54,14 +50,7 @@ type redisNode struct {
 func newRedisNode(t *testing.T, cfg Config) redisNode {
 	t.Helper()
 	b := newTestRedisBroker(t, cfg)
-	hub, err := fanout.NewHub(b, fanout.HubConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background(), hub); err != nil {
-		t.Fatal(err)
-	}
-	return redisNode{broker: b, hub: hub}
+	return redisNode{broker: b, hub: fanouttest.StartHub(t, b, fanout.HubConfig{})}
 }
 
 // rawRedis is a plain client for poking at the broker's keys.
@@ -242,14 +231,16 @@ func testTwoNodes(t *testing.T, sharded bool) {
 	}
 }
 
+// TestRedisTwoNodes runs testTwoNodes over one pub/sub connection and
+// over sharded pub/sub.
 func TestRedisTwoNodes(t *testing.T) {
 	t.Parallel()
-	testTwoNodes(t, false)
-}
-
-func TestRedisTwoNodesSharded(t *testing.T) {
-	t.Parallel()
-	testTwoNodes(t, true)
+	for name, sharded := range map[string]bool{"plain": false, "sharded": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testTwoNodes(t, sharded)
+		})
+	}
 }
 
 // pubsubClientID finds the id of the pub/sub connection named name.

@@ -282,10 +282,12 @@ func TestRedisClusterTwoNodes(t *testing.T) {
 	}
 }
 
-// subscribeEach subscribes a resync-aware subscriber to each channel on
-// node b and checks that a publication from node a reaches it.
-func subscribeEach(t *testing.T, a, b redisNode, channels map[fanout.Key]int) map[fanout.Key]fanouttest.ResyncSub {
+// subscribeEach picks perNode channels on each of c's nodes (see
+// clusterChannels), subscribes a resync-aware subscriber to each on node
+// b and checks that a publication from node a reaches it.
+func subscribeEach(t *testing.T, c *testCluster, a, b redisNode, perNode int) (map[fanout.Key]int, map[fanout.Key]fanouttest.ResyncSub) {
 	t.Helper()
+	channels := clusterChannels(t, c, b.broker, perNode)
 	subs := make(map[fanout.Key]fanouttest.ResyncSub, len(channels))
 	for k := range channels {
 		subs[k] = fanouttest.ResyncSub{Sub: fanouttest.NewSub(100)}
@@ -295,7 +297,7 @@ func subscribeEach(t *testing.T, a, b redisNode, channels map[fanout.Key]int) ma
 		fanouttest.MustPublish(t, a.broker, fanouttest.Msg(k, "before"))
 		subs[k].Receive(t, 1)
 	}
-	return subs
+	return channels, subs
 }
 
 // TestRedisClusterSlotMigration: a subscribed channel's slot moves to
@@ -304,8 +306,7 @@ func subscribeEach(t *testing.T, a, b redisNode, channels map[fanout.Key]int) ma
 func TestRedisClusterSlotMigration(t *testing.T) {
 	t.Parallel()
 	c, a, b, name := clusterPair(t)
-	channels := clusterChannels(t, c, b.broker, 1)
-	subs := subscribeEach(t, a, b, channels)
+	channels, subs := subscribeEach(t, c, a, b, 1)
 	moved := channelOn(channels, 0)
 	slot := keySlot(b.broker.topic(moved))
 	c.moveSlot(slot, 0, 1)
@@ -343,8 +344,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 func TestRedisClusterNodeRestart(t *testing.T) {
 	t.Parallel()
 	c, a, b, _ := clusterPair(t)
-	channels := clusterChannels(t, c, b.broker, 1)
-	subs := subscribeEach(t, a, b, channels)
+	channels, subs := subscribeEach(t, c, a, b, 1)
 	victim := channelOn(channels, 2)
 	c.Kill(2)
 	c.Start(2)

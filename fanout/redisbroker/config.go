@@ -198,25 +198,26 @@ func NewClient(c Config) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, urlError(err)
 		}
-		if copt.ClientName == "" {
-			copt.ClientName = DefaultClientName
-		}
-		if c.dialer != nil {
-			copt.Dialer = c.dialer
-		}
+		c.connOptions(&copt.ClientName, &copt.Dialer)
 		return redis.NewClusterClient(copt), nil
 	}
 	opt, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, urlError(err)
 	}
-	if opt.ClientName == "" {
-		opt.ClientName = DefaultClientName
+	c.connOptions(&opt.ClientName, &opt.Dialer)
+	return redis.NewClient(opt), nil
+}
+
+// connOptions sets a client's name, when the URL gave none, and its
+// dialer, when c has one.
+func (c Config) connOptions(name *string, dialer *func(ctx context.Context, network, addr string) (net.Conn, error)) {
+	if *name == "" {
+		*name = DefaultClientName
 	}
 	if c.dialer != nil {
-		opt.Dialer = c.dialer
+		*dialer = c.dialer
 	}
-	return redis.NewClient(opt), nil
 }
 
 // failoverClient returns go-redis's failover client for c's Sentinel

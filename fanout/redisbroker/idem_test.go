@@ -99,37 +99,37 @@ func (e *replyEater) proxy(addr string) (net.Listener, error) {
 
 // requests forwards c's requests to up, noting the armed one.
 func (e *replyEater) requests(c, up net.Conn, eat *atomic.Bool) {
-	defer up.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := c.Read(buf)
-		if err != nil {
-			return
-		}
-		if m := e.marker.Load(); m != nil && bytes.Contains(buf[:n], *m) && e.marker.CompareAndSwap(m, nil) {
+	forward(up, c, func(b []byte) bool {
+		if m := e.marker.Load(); m != nil && bytes.Contains(b, *m) && e.marker.CompareAndSwap(m, nil) {
 			eat.Store(true)
 		}
-		if _, err := up.Write(buf[:n]); err != nil {
-			return
-		}
-	}
+		return true
+	})
 }
 
 // replies forwards up's replies to c, until one answers the armed request.
 func (e *replyEater) replies(up, c net.Conn, eat *atomic.Bool) {
-	defer c.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := up.Read(buf)
-		if err != nil {
-			return
-		}
+	forward(c, up, func([]byte) bool {
 		if eat.Load() {
 			_ = up.Close()
 			e.eaten <- struct{}{}
+			return false
+		}
+		return true
+	})
+}
+
+// forward copies what src reads to dst while pass, handed each read,
+// lets it through; then, or once either side fails, it closes dst.
+func forward(dst, src net.Conn, pass func(b []byte) bool) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil || !pass(buf[:n]) {
 			return
 		}
-		if _, err := c.Write(buf[:n]); err != nil {
+		if _, err := dst.Write(buf[:n]); err != nil {
 			return
 		}
 	}

@@ -151,33 +151,27 @@ func (b *Broker) removeLocked(ctx context.Context, topic string, st *topicState)
 // reconnect (and resync) the whole connection; the write is bounded by the
 // client's write timeout instead. Caller holds b.mu.
 func (b *Broker) subscribeLocked(ctx context.Context, sh *redisShard, topics ...string) error {
-	ctx = context.WithoutCancel(ctx)
-	if !b.cfg.Sharded {
-		return sh.ps.Subscribe(ctx, topics...)
-	}
-	if b.cluster == nil {
-		return sh.ps.SSubscribe(ctx, topics...)
-	}
-	var first error
-	for _, group := range bySlot(topics) {
-		if err := sh.ps.SSubscribe(ctx, group...); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return b.sendLocked(ctx, topics, sh.ps.Subscribe, sh.ps.SSubscribe)
 }
 
 func (b *Broker) unsubscribeLocked(ctx context.Context, sh *redisShard, topics ...string) error {
+	return b.sendLocked(ctx, topics, sh.ps.Unsubscribe, sh.ps.SUnsubscribe)
+}
+
+// sendLocked sends a (un)subscription of topics: plain, or sharded with
+// Sharded, one command a slot in a cluster (the first error is returned,
+// the other slots' commands are sent all the same). Caller holds b.mu.
+func (b *Broker) sendLocked(ctx context.Context, topics []string, plain, sharded func(context.Context, ...string) error) error {
 	ctx = context.WithoutCancel(ctx)
 	if !b.cfg.Sharded {
-		return sh.ps.Unsubscribe(ctx, topics...)
+		return plain(ctx, topics...)
 	}
 	if b.cluster == nil {
-		return sh.ps.SUnsubscribe(ctx, topics...)
+		return sharded(ctx, topics...)
 	}
 	var first error
 	for _, group := range bySlot(topics) {
-		if err := sh.ps.SUnsubscribe(ctx, group...); err != nil && first == nil {
+		if err := sharded(ctx, group...); err != nil && first == nil {
 			first = err
 		}
 	}

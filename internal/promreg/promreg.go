@@ -4,6 +4,7 @@ package promreg
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -22,3 +23,33 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	}
 	return c, nil
 }
+
+// Registrar registers one component's collectors on a registry (see
+// Register). After the first failure it registers nothing more; Err
+// returns that failure, naming the component.
+type Registrar struct {
+	reg       prometheus.Registerer
+	component string
+	err       error
+}
+
+// NewRegistrar returns a Registrar of component's collectors on reg.
+func NewRegistrar(reg prometheus.Registerer, component string) *Registrar {
+	return &Registrar{reg: reg, component: component}
+}
+
+// Add registers c with r and returns the collector to use: c, or the one
+// already registered under its description.
+func Add[C prometheus.Collector](r *Registrar, c C) C {
+	if r.err != nil {
+		return c
+	}
+	c, err := Register(r.reg, c)
+	if err != nil {
+		r.err = fmt.Errorf("%s: register metrics: %w", r.component, err)
+	}
+	return c
+}
+
+// Err is the first registration failure, or nil.
+func (r *Registrar) Err() error { return r.err }

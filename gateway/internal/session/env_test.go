@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -42,14 +43,7 @@ func newCoreEnvWith(t *testing.T, mc fanout.MemoryConfig, b Bounds) *coreEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := broker.Start(context.Background(), hub); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Stop)
+	hub := fanouttest.StartHub(t, broker, fanout.HubConfig{})
 	if b.QueueMaxBytes == 0 {
 		b.QueueMaxBytes = 1 << 20
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heraldgw/herald/fanout"
+	"github.com/heraldgw/herald/fanout/fanouttest"
 	"github.com/heraldgw/herald/gateway/internal/session"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/ratelog"
@@ -50,7 +51,7 @@ func New(tb testing.TB, o Options) *Core {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hub := StartHub(tb, broker)
+	hub := fanouttest.StartHub(tb, broker, fanout.HubConfig{})
 	b := Defaults(o.Bounds)
 	if b.HistorySize == 0 {
 		b.HistorySize = o.History
@@ -89,21 +90,6 @@ func counters(queueLimit prometheus.Counter) session.Counters {
 		SubsEnded:      prometheus.NewCounterVec(opts("herald_subscriptions_ended_total"), []string{"transport", "reason"}),
 		ReauthFailures: prometheus.NewCounter(opts("herald_reauth_failures_total")),
 	}
-}
-
-// StartHub starts broker with a hub of its own, which it returns; the
-// broker stops when tb ends.
-func StartHub(tb testing.TB, broker fanout.Broker) *fanout.Hub {
-	tb.Helper()
-	hub, err := fanout.NewHub(broker, fanout.HubConfig{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := broker.Start(context.Background(), hub); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(broker.Stop)
-	return hub
 }
 
 // Defaults fills the zero fields of b with the server's defaults.
