@@ -455,13 +455,13 @@ func TestHubConfigRejectsNegativeFanout(t *testing.T) {
 	}
 }
 
-// runSub is a chanSub that also takes runs (RunSubscriber), counting them.
+// runSub is a fanouttest.Sub that also takes runs (RunSubscriber), counting them.
 type runSub struct {
-	*chanSub
+	*fanouttest.Sub
 	runs atomic.Int64
 }
 
-func (s *runSub) DeliverRun(run []*Prepared) {
+func (s *runSub) DeliverRun(run []*fanout.Prepared) {
 	s.runs.Add(1)
 	for _, p := range run {
 		s.Deliver(p)
@@ -477,25 +477,25 @@ func (s *runSub) DeliverRun(run []*Prepared) {
 func TestPublishRun(t *testing.T) {
 	f := newHubFixture(t)
 	b := f.broker.MemoryBroker
-	key := Key{Tenant: "acme", Channel: "orders"}
-	rs, plain := &runSub{chanSub: newChanSub(64)}, newChanSub(64)
+	key := fanout.Key{Tenant: "acme", Channel: "orders"}
+	rs, plain := &runSub{Sub: fanouttest.NewSub(64)}, fanouttest.NewSub(64)
 	f.subscribe(t, key, rs)
 	f.subscribe(t, key, plain)
-	mustPublish(t, b, msg(key, "a1"))
-	rs.drain()
-	plain.drain()
+	fanouttest.MustPublish(t, b, fanouttest.Msg(key, "a1"))
+	rs.Drain()
+	plain.Drain()
 
-	out := make([]Publication, 3)
-	n, err := b.PublishRun(testCtx(t), []Message{msg(key, "a2"), msg(key, "a1"), msg(key, "a3")}, out)
+	out := make([]fanout.Publication, 3)
+	n, err := b.PublishRun(fanouttest.Context(t), []fanout.Message{fanouttest.Msg(key, "a2"), fanouttest.Msg(key, "a1"), fanouttest.Msg(key, "a3")}, out)
 	if err != nil || n != 3 {
 		t.Fatalf("run: %d, %v", n, err)
 	}
-	if got := offsets(out); fmt.Sprint(got) != "[2 1 3]" {
+	if got := fanouttest.Offsets(out); fmt.Sprint(got) != "[2 1 3]" {
 		t.Fatalf("run's offsets %v, want [2 1 3] (a1 already published)", got)
 	}
-	for name, s := range map[string]*chanSub{"run subscriber": rs.chanSub, "plain subscriber": plain} {
+	for name, s := range map[string]*fanouttest.Sub{"run subscriber": rs.Sub, "plain subscriber": plain} {
 		var got []uint64
-		for _, p := range s.drain() {
+		for _, p := range s.Drain() {
 			got = append(got, p.Position().Offset)
 		}
 		if fmt.Sprint(got) != "[2 3]" {
@@ -506,32 +506,32 @@ func TestPublishRun(t *testing.T) {
 		t.Fatalf("%d runs delivered, want 1", rs.runs.Load())
 	}
 
-	other := Key{Tenant: "acme", Channel: "other"}
-	n, err = b.PublishRun(testCtx(t), []Message{msg(key, "a4"), msg(other, "b1"), msg(key, "a5")}, make([]Publication, 3))
-	if n != 1 || !errors.Is(err, ErrInvalidMessage) {
-		t.Fatalf("run with another channel's message: %d, %v; want 1, ErrInvalidMessage", n, err)
+	other := fanout.Key{Tenant: "acme", Channel: "other"}
+	n, err = b.PublishRun(fanouttest.Context(t), []fanout.Message{fanouttest.Msg(key, "a4"), fanouttest.Msg(other, "b1"), fanouttest.Msg(key, "a5")}, make([]fanout.Publication, 3))
+	if n != 1 || !errors.Is(err, fanout.ErrInvalidMessage) {
+		t.Fatalf("run with another channel's message: %d, %v; want 1, fanout.ErrInvalidMessage", n, err)
 	}
-	fenced := func(id string, v int64) Message {
-		m := msg(key, id)
-		m.Fence = Fence{Scope: "p1", Value: v}
+	fenced := func(id string, v int64) fanout.Message {
+		m := fanouttest.Msg(key, id)
+		m.Fence = fanout.Fence{Scope: "p1", Value: v}
 		return m
 	}
-	mustPublish(t, b, fenced("a5", 5))
-	n, err = b.PublishRun(testCtx(t), []Message{fenced("a6", 4), fenced("a7", 6)}, make([]Publication, 2))
-	if n != 0 || !errors.Is(err, ErrStaleFence) {
-		t.Fatalf("run under a stale fence: %d, %v; want 0, ErrStaleFence", n, err)
+	fanouttest.MustPublish(t, b, fenced("a5", 5))
+	n, err = b.PublishRun(fanouttest.Context(t), []fanout.Message{fenced("a6", 4), fenced("a7", 6)}, make([]fanout.Publication, 2))
+	if n != 0 || !errors.Is(err, fanout.ErrStaleFence) {
+		t.Fatalf("run under a stale fence: %d, %v; want 0, fanout.ErrStaleFence", n, err)
 	}
-	if got := offsets(mustRecover(t, b, key, Position{Epoch: out[0].Epoch}).Publications); fmt.Sprint(got) != "[1 2 3 4 5]" {
+	if got := fanouttest.Offsets(fanouttest.MustRecover(t, b, key, fanout.Position{Epoch: out[0].Epoch}).Publications); fmt.Sprint(got) != "[1 2 3 4 5]" {
 		t.Fatalf("history %v, want [1 2 3 4 5]", got)
 	}
 
 	// A handler that does not take runs gets each publication.
-	b2 := newTestMemoryBroker(t, MemoryConfig{})
+	b2 := fanouttest.MemoryBroker(t, fanout.MemoryConfig{})
 	var got []uint64
-	if err := b2.Start(testCtx(t), handlerFunc(func(p Publication) { got = append(got, p.Offset) })); err != nil {
+	if err := b2.Start(fanouttest.Context(t), handlerFunc(func(p fanout.Publication) { got = append(got, p.Offset) })); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b2.PublishRun(testCtx(t), []Message{msg(key, "x1"), msg(key, "x2")}, make([]Publication, 2)); n != 2 || err != nil {
+	if n, err := b2.PublishRun(fanouttest.Context(t), []fanout.Message{fanouttest.Msg(key, "x1"), fanouttest.Msg(key, "x2")}, make([]fanout.Publication, 2)); n != 2 || err != nil {
 		t.Fatalf("run: %d, %v", n, err)
 	}
 	if fmt.Sprint(got) != "[1 2]" {
@@ -541,6 +541,6 @@ func TestPublishRun(t *testing.T) {
 
 // handlerFunc is a Handler that is neither a PreparedHandler nor a
 // RunHandler.
-type handlerFunc func(p Publication)
+type handlerFunc func(p fanout.Publication)
 
-func (f handlerFunc) HandlePublication(p Publication) { f(p) }
+func (f handlerFunc) HandlePublication(p fanout.Publication) { f(p) }
