@@ -12,8 +12,11 @@ import (
 //go:embed migration/*.sql
 var migrationFiles embed.FS
 
-// pgMigrations are the schema's migrations, in version order.
-var pgMigrations = storekit.Migrations(migrationFiles, "migration")
+// pgMigrations are the schema's migrations, in version order, and
+// pgMigrationsErr why they could not be read (a file misnamed, or a
+// directive that names no definition: a build mistake, which
+// TestPostgresMigrationFiles reports); every migration returns it.
+var pgMigrations, pgMigrationsErr = storekit.ReadMigrations(migrationFiles, "migration")
 
 // Advisory-lock keys (per database): one serializes migrations (and
 // segment creation), one lets Pruners take turns removing segments. (Key

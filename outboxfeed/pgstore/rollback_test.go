@@ -316,3 +316,8 @@ func TestPostgresHandlersRollback(t *testing.T) {
 	s, _ := newPGStore(t, Config{})
 	storetest.HandlersRollback(t, s, 7)
 }
+
+// The migration files read, with every directive expanded.
+func TestPostgresMigrationFiles(t *testing.T) {
+	storetest.CheckMigrationFiles(t, migrationFiles, "migration", pgMigrations, pgMigrationsErr)
+}

@@ -93,6 +93,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // migrateTo applies the first n migrations (tests build older schemas
 // with it).
 func (s *Store) migrateTo(ctx context.Context, n int) error {
+	if pgMigrationsErr != nil {
+		return fmt.Errorf("outboxfeed: migrate postgres: %w", pgMigrationsErr)
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgMigrateLockKey); err != nil {
 			return err

@@ -34,5 +34,8 @@ import (
 //go:embed migration/*.sql
 var migrationFiles embed.FS
 
-// sqliteMigrations are the schema's migrations, in version order.
-var sqliteMigrations = storekit.Migrations(migrationFiles, "migration")
+// sqliteMigrations are the schema's migrations, in version order, and
+// sqliteMigrationsErr why they could not be read (a file misnamed, or a
+// directive that names no definition: a build mistake, which
+// TestSQLiteMigrationFiles reports); every migration returns it.
+var sqliteMigrations, sqliteMigrationsErr = storekit.ReadMigrations(migrationFiles, "migration")

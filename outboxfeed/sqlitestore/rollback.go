@@ -33,6 +33,9 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 // (NNN_name.downcheck.sql) names a reason not to now. Stop every Worker
 // of this release first.
 func (s *Store) MigrateTo(ctx context.Context, version int) error {
+	if sqliteMigrationsErr != nil {
+		return fmt.Errorf("outboxfeed: migrate sqlite: %w", sqliteMigrationsErr)
+	}
 	return storekit.MigrateTo(ctx, version, len(sqliteMigrations), s.SchemaVersion, s.migrate, s.migrateBack)
 }
 

@@ -150,3 +150,8 @@ func TestSQLiteHandlersRollback(t *testing.T) {
 	t.Parallel()
 	storetest.HandlersRollback(t, newSQLiteStore(t), 4)
 }
+
+// The migration files read, with every directive expanded.
+func TestSQLiteMigrationFiles(t *testing.T) {
+	storetest.CheckMigrationFiles(t, migrationFiles, "migration", sqliteMigrations, sqliteMigrationsErr)
+}

@@ -134,6 +134,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // migrate applies the pending migrations up to version upTo (tests build
 // databases of earlier versions with it).
 func (s *shared) migrate(ctx context.Context, upTo int) error {
+	if sqliteMigrationsErr != nil {
+		return fmt.Errorf("outboxfeed: migrate sqlite: %w", sqliteMigrationsErr)
+	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version    INTEGER PRIMARY KEY,

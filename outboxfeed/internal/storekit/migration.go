@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -24,6 +23,12 @@ import (
 // about it (a Worker of this release still holds a lease, say); the step
 // is reversed only when it returns none. A step without a down file
 // cannot be reversed (see ErrIrreversible).
+//
+// A file may bring back a definition another file wrote without writing
+// it again (see restFromPrefix): SQL, Down and DownCheck are the texts the
+// store executes, with those directives expanded. A file another names
+// is part of what that step executes, so it never changes once released
+// either.
 type Migration struct {
 	Version   int
 	Name      string
@@ -39,42 +44,60 @@ const (
 	downCheckSuffix = ".downcheck.sql"
 )
 
-// Migrations reads the migrations of dir in fsys, in version order. It
-// panics on a file whose name does not follow the pattern, a gap, a
-// repeated version, or a down or check file without its up file: the
-// files are embedded, so that is a build mistake.
-func Migrations(fsys fs.FS, dir string) []Migration {
+// ReadMigrations reads the migrations of dir in fsys, in version order,
+// with their rest-from directives expanded (see restFromPrefix). It
+// refuses a file whose name does not follow the pattern, a gap, a
+// repeated version, a down or check file without its up file, and a
+// directive it cannot expand, naming the file: the files are embedded,
+// so that is a build mistake, which each store's tests report.
+func ReadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
-		panic(fmt.Sprintf("storekit: migrations: %v", err))
+		return nil, fmt.Errorf("storekit: migrations: %w", err)
+	}
+	e := &expander{fsys: fsys, dir: dir, done: map[string]string{}}
+	read := func(name string) (string, error) {
+		s, err := e.file(name)
+		if err != nil {
+			return "", fmt.Errorf("storekit: %w", err)
+		}
+		return s, nil
 	}
 	byBase := map[string]*Migration{}
 	var out []*Migration
-	extra := map[string]string{} // the down and check files, by name
-	for _, e := range entries {
-		name := e.Name()
+	var extra []string // the down and check files
+	for _, ent := range entries {
+		name := ent.Name()
 		if strings.HasSuffix(name, downSuffix) || strings.HasSuffix(name, downCheckSuffix) {
-			extra[name] = readMigrationFile(fsys, dir, name)
+			extra = append(extra, name)
 			continue
 		}
 		base, ok := strings.CutSuffix(name, upSuffix)
 		num, words, ok2 := strings.Cut(base, "_")
 		v, err := strconv.Atoi(num)
 		if !ok || !ok2 || err != nil || len(num) != 3 {
-			panic(fmt.Sprintf("storekit: migration file %q: want NNN_name.up.sql", name))
+			return nil, fmt.Errorf("storekit: migration file %q: want NNN_name.up.sql", name)
 		}
-		m := &Migration{Version: v, Name: strings.ReplaceAll(words, "_", " "), SQL: readMigrationFile(fsys, dir, name)}
+		sql, err := read(name)
+		if err != nil {
+			return nil, err
+		}
+		m := &Migration{Version: v, Name: strings.ReplaceAll(words, "_", " "), SQL: sql}
 		byBase[base] = m
 		out = append(out, m)
 	}
-	for name, sql := range extra {
+	for _, name := range extra {
 		base, isCheck := strings.CutSuffix(name, downCheckSuffix)
 		if !isCheck {
 			base = strings.TrimSuffix(name, downSuffix)
 		}
 		m, ok := byBase[base]
 		if !ok {
-			panic(fmt.Sprintf("storekit: migration file %q has no %s%s", name, base, upSuffix))
+			return nil, fmt.Errorf("storekit: migration file %q has no %s%s", name, base, upSuffix)
+		}
+		sql, err := read(name)
+		if err != nil {
+			return nil, err
 		}
 		if isCheck {
 			m.DownCheck = sql
@@ -86,22 +109,14 @@ func Migrations(fsys fs.FS, dir string) []Migration {
 	res := make([]Migration, len(out))
 	for i, m := range out {
 		if m.Version != i+1 {
-			panic(fmt.Sprintf("storekit: migration %d (%s) where %d was expected", m.Version, m.Name, i+1))
+			return nil, fmt.Errorf("storekit: migration %d (%s) where %d was expected", m.Version, m.Name, i+1)
 		}
 		if m.DownCheck != "" && m.Down == "" {
-			panic(fmt.Sprintf("storekit: migration %d (%s) has a down check but no down step", m.Version, m.Name))
+			return nil, fmt.Errorf("storekit: migration %d (%s) has a down check but no down step", m.Version, m.Name)
 		}
 		res[i] = *m
 	}
-	return res
-}
-
-func readMigrationFile(fsys fs.FS, dir, name string) string {
-	b, err := fs.ReadFile(fsys, path.Join(dir, name))
-	if err != nil {
-		panic(fmt.Sprintf("storekit: migration %s: %v", name, err))
-	}
-	return string(b)
+	return res, nil
 }
 
 // ErrIrreversible is wrapped by DownSteps when a step on the way has no

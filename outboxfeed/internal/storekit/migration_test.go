@@ -12,23 +12,23 @@ func TestMigrationsReadInVersionOrder(t *testing.T) {
 		"m/002_second_step.up.sql": {Data: []byte("SELECT 2;")},
 		"m/001_outbox.up.sql":      {Data: []byte("SELECT 1;")},
 	}
-	got := Migrations(fsys, "m")
-	if len(got) != 2 || got[0].Version != 1 || got[0].Name != "outbox" || got[1].Name != "second step" || got[1].SQL != "SELECT 2;" {
-		t.Fatalf("migrations = %+v", got)
+	got, err := ReadMigrations(fsys, "m")
+	if err != nil || len(got) != 2 || got[0].Version != 1 || got[0].Name != "outbox" || got[1].Name != "second step" || got[1].SQL != "SELECT 2;" {
+		t.Fatalf("migrations = %+v, %v", got, err)
 	}
-	for name, files := range map[string]fstest.MapFS{
-		"gap":     {"m/001_a.up.sql": {}, "m/003_c.up.sql": {}},
-		"pattern": {"m/1_a.up.sql": {}},
-		"suffix":  {"m/001_a.sql": {}},
+	for name, c := range map[string]struct {
+		files fstest.MapFS
+		want  string
+	}{
+		"gap":      {fstest.MapFS{"m/001_a.up.sql": {}, "m/003_c.up.sql": {}}, "migration 3 (c) where 2 was expected"},
+		"repeated": {fstest.MapFS{"m/001_a.up.sql": {}, "m/001_b.up.sql": {}}, "where 2 was expected"},
+		"pattern":  {fstest.MapFS{"m/1_a.up.sql": {}}, `"1_a.up.sql": want NNN_name.up.sql`},
+		"suffix":   {fstest.MapFS{"m/001_a.sql": {}}, `"001_a.sql": want NNN_name.up.sql`},
+		"no dir":   {fstest.MapFS{"n/001_a.up.sql": {}}, "storekit: migrations: "},
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: no panic", name)
-				}
-			}()
-			Migrations(files, "m")
-		}()
+		if migs, err := ReadMigrations(c.files, "m"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: ReadMigrations = %+v, %v; want an error saying %q", name, migs, err, c.want)
+		}
 	}
 }
 
@@ -41,7 +41,10 @@ func TestMigrationsDownSteps(t *testing.T) {
 		"m/003_third.down.sql":      {Data: []byte("SELECT -3;")},
 		"m/003_third.downcheck.sql": {Data: []byte("SELECT 'no';")},
 	}
-	migs := Migrations(fsys, "m")
+	migs, err := ReadMigrations(fsys, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if migs[0].Down != "" || migs[1].Down != "SELECT -2;" || migs[1].DownCheck != "" || migs[2].Down != "SELECT -3;" || migs[2].DownCheck != "SELECT 'no';" {
 		t.Fatalf("migrations = %+v", migs)
 	}
@@ -65,17 +68,15 @@ func TestMigrationsDownSteps(t *testing.T) {
 			t.Errorf("%s: DownSteps = %v, want a refusal", name, err)
 		}
 	}
-	for name, files := range map[string]fstest.MapFS{
-		"down without up":    {"m/001_a.up.sql": {}, "m/002_b.down.sql": {}},
-		"check without down": {"m/001_a.up.sql": {}, "m/001_a.downcheck.sql": {Data: []byte("SELECT 1;")}},
+	for name, c := range map[string]struct {
+		files fstest.MapFS
+		want  string
+	}{
+		"down without up":    {fstest.MapFS{"m/001_a.up.sql": {}, "m/002_b.down.sql": {}}, `"002_b.down.sql" has no 002_b.up.sql`},
+		"check without down": {fstest.MapFS{"m/001_a.up.sql": {}, "m/001_a.downcheck.sql": {Data: []byte("SELECT 1;")}}, "migration 1 (a) has a down check but no down step"},
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: no panic", name)
-				}
-			}()
-			Migrations(files, "m")
-		}()
+		if migs, err := ReadMigrations(c.files, "m"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: ReadMigrations = %+v, %v; want an error saying %q", name, migs, err, c.want)
+		}
 	}
 }

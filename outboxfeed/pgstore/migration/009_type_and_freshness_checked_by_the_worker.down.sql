@@ -15,11 +15,4 @@ ALTER TABLE herald.outbox_archive
 		OR (freshness->>'mode' = 'advisory' AND coalesce(freshness->>'authority', '') <> ''));
 
 CREATE OR REPLACE FUNCTION herald.stage_notification(
-	tenant_id text, channel text, type text, schema_version int, payload jsonb,
-	id uuid DEFAULT NULL, freshness jsonb DEFAULT NULL
-) RETURNS uuid LANGUAGE sql AS $fn$
-	INSERT INTO herald.outbox (id, tenant_id, channel, type, schema_version, payload, freshness)
-	VALUES (coalesce($6, herald.outbox_new_id()), $1, $2, $3, $4, $5,
-	        coalesce($7, '{"mode":"immediate"}'::jsonb))
-	RETURNING id
-$fn$;
+-- herald:rest-from 004_time_ordered_ids.up.sql

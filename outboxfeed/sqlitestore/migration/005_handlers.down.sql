@@ -60,31 +60,4 @@ DROP TABLE outbox_reader;
 DROP TABLE outbox_handler;
 
 CREATE VIEW outbox_record AS
-SELECT id, seq, tenant_id, channel, type, schema_version, payload, freshness, occurred_at, kind, state,
-	attempt, next_attempt_at,
-	CASE state WHEN 'processing' THEN owner END AS lease_owner,
-	CASE state WHEN 'processing' THEN expires_at END AS lease_expires_at,
-	CASE state WHEN 'processing' THEN part_fence WHEN 'dispatched' THEN coalesce(batch_fence, 0) ELSE 0 END AS fence,
-	last_error, dispatched_at, dead_lettered_at
-FROM (
-	SELECT o.id, o.seq, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness,
-		o.occurred_at, o.kind,
-		CASE
-			WHEN q.qseq IS NOT NULL THEN q.state
-			WHEN o.seq <= p.pos THEN 'dispatched'
-			WHEN o.seq <= p.claim_to AND p.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 'processing'
-			ELSE 'pending'
-		END AS state,
-		coalesce(q.attempt, 0) AS attempt,
-		coalesce(q.next_attempt_at, o.occurred_at) AS next_attempt_at,
-		p.owner, p.expires_at, p.fence AS part_fence, b.fence AS batch_fence,
-		q.last_error,
-		CASE WHEN q.qseq IS NOT NULL THEN q.dispatched_at
-		     WHEN o.seq <= p.pos THEN coalesce(b.done_at, p.done_at, o.occurred_at) END AS dispatched_at,
-		q.dead_lettered_at
-	FROM outbox o
-	JOIN outbox_partition p ON p.part = 0
-	LEFT JOIN outbox_retry q ON q.rec_seq = o.seq
-	LEFT JOIN outbox_batch b ON q.qseq IS NULL AND o.seq <= p.pos AND b.part = 0
-		AND b.to_seq = (SELECT min(c.to_seq) FROM outbox_batch c WHERE c.part = 0 AND c.to_seq >= o.seq)
-);
+-- herald:rest-from 003_outbox_partition_batches.up.sql
