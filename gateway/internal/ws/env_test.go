@@ -139,14 +139,13 @@ func (e *testEnv) serve(w http.ResponseWriter, r *http.Request) {
 	e.conns[c] = struct{}{}
 	e.mu.Unlock()
 	e.runs.Add(1)
-	go func() {
+	wc.Start(func() {
 		defer e.runs.Done()
-		wc.Run()
 		e.mu.Lock()
 		delete(e.conns, c)
 		e.closed[c.Reason().Code]++
 		e.mu.Unlock()
-	}()
+	})
 }
 
 // verify admits a connect or refresh token: it verifies, and has not

@@ -91,6 +91,7 @@ var errMessageTooBig = errors.New("gateway: a frame header announced a message o
 type frameWatch struct {
 	net.Conn
 	sc syscall.RawConn // of Conn, to wait for bytes without reading them; nil: not waited for
+	pk parkState       // the poller's, where an idle connection parks (park)
 
 	// held were read from the connection but not yet by the library: the
 	// bytes sent with the upgrade request, read first; after a refused
