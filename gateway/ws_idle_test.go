@@ -288,14 +288,13 @@ func gaugeValue(g prometheus.Gauge) float64 {
 }
 
 // TestWSIdleConnectionCost: an idle connected and subscribed WebSocket
-// costs the server one goroutine (no writer while idle) and at most
-// 10 KiB: the reader is a goroutine of its own, not net/http's (whose
-// request and buffers are gone with it), its stack stays at 2 KiB (it
-// waits for bytes outside the WebSocket library and reads each message on
-// a goroutine of its own, internal/ws Conn.apart) and it keeps no read or
-// write buffer beyond 16 bytes each (internal/ws). Under the race detector
-// frames are larger and the reader's stack is larger, hence a larger
-// bound there.
+// costs the server no goroutine on Linux (the reader parks it with the
+// shared epoll instance, internal/ws frameWatch.park; elsewhere its reader
+// waits, on a 2 KiB stack, internal/ws Conn.apart), no writer while idle,
+// and at most 10 KiB: net/http's request and buffers are gone after the
+// upgrade, and it keeps no read or write buffer beyond 16 bytes each
+// (internal/ws). Under the race detector frames are larger, hence a
+// larger bound there.
 func TestWSIdleConnectionCost(t *testing.T) {
 	checkIdleCost(t, transportWS, 10<<10)
 }
