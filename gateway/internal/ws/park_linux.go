@@ -112,7 +112,7 @@ func (c *frameWatch) park(resume func()) bool {
 // unpark takes the connection out of the poller for good (Close); a parked
 // connection has its reader started.
 func (c *frameWatch) unpark() {
-	if c.sc == nil || thePoller == nil {
+	if !c.parks() {
 		return
 	}
 	c.pk.mu.Lock()
