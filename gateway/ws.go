@@ -28,7 +28,7 @@ import (
 // herald.v1, Origin, query string) and the connection bounds before
 // upgrading, then runs the connection until it ends. Every refusal before
 // the upgrade is counted in herald_connect_refusals_total, and so is a
-// connection closed before its connect succeeded (ws.Conn.Run).
+// connection closed before its connect succeeded (ws.Conn.Start).
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !offersToken(r.Header, "Upgrade", "websocket") {
 		s.metrics.refused(transportWS, session.ReasonBadRequest)
@@ -90,10 +90,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		conn.Close(session.ReasonShutdown, s.reconnectJitter())
 	}
 	handedOff = true
-	go func() {
-		wc.Run()
-		adm.end()
-	}()
+	wc.Start(adm.end)
 }
 
 // refuseSubprotocol answers a handshake that offers none of the
@@ -208,7 +205,7 @@ func (a *wsAdmission) connect(ctx context.Context, token string) (*auth.Claims, 
 	return claims, session.Reason{}, ""
 }
 
-// end releases what the connection held once ws.Conn.Run returned: the
+// end releases what the connection held once its ws.Conn ended: the
 // user's slot, the registration and the server's slot, and counts it
 // closed, or refused when it closed before its connect succeeded.
 func (a *wsAdmission) end() {

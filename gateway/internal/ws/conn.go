@@ -45,12 +45,15 @@ type Conn struct {
 	timerMu sync.Mutex
 	timer   *time.Timer
 	stopped bool // the connection ended: the timer is not armed again
-	// mark is, in unix nanoseconds, when Run started (for
+	// mark is, in unix nanoseconds, when Start started (for
 	// ConnectTimeout) until the connection is connected, then when its
 	// next ping is due.
 	mark int64
 
 	sink frameSink
+
+	done   func() // Start's
+	resume func() // turn, which the poller starts when a parked connection's bytes come
 }
 
 // publishGrants are the compiled publish grants of the current token.
@@ -62,7 +65,7 @@ type publishGrants struct {
 // Accept completes the WebSocket handshake of r, whose Upgrade,
 // subprotocol and Origin the handler has checked, for the connection c,
 // which connect admits once its connect frame comes. It returns the
-// connection ready to Run, before it is shared with the server or a hub.
+// connection ready to Start, before it is shared with the server or a hub.
 // On error Accept has answered the request (a broken handshake: 4xx).
 // From then on r.Context() must not be used: the connection is hijacked.
 func Accept(w http.ResponseWriter, r *http.Request, env *Env, c *session.Conn, connect Connect) (*Conn, error) {
@@ -101,29 +104,49 @@ func Accept(w http.ResponseWriter, r *http.Request, env *Env, c *session.Conn, c
 	return wc, nil
 }
 
-// Run is the connection's goroutine: it reads frames until the connection
-// ends, then ends it; it returns once the final frames are written, every
-// request is over and the subscriptions are released. What is left to
-// release (the user's and the server's slots, the registration) is the
-// server's. What comes before and after reading lives in functions of
-// their own, so the frames an idle reader keeps on its stack are few (see
-// apart).
-func (w *Conn) Run() {
+// Start runs the connection until it ends, then ends it and calls done,
+// once the final frames are written, every request is over and the
+// subscriptions are released; what is left to release (the user's and the
+// server's slots, the registration) is the server's. Start returns at
+// once: the connection's reader runs on goroutines of its own (turn).
+func (w *Conn) Start(done func()) {
+	w.done = done
+	w.resume = w.turn
 	w.startTimers()
-	w.readGuarded()
+	go w.run(true)
+}
+
+// turn is the reader resumed by the poller: the client's bytes came.
+func (w *Conn) turn() { w.run(false) }
+
+// run is the reader: it reads and handles the client's messages (after
+// waiting for the first when wait is set), then either parks the
+// connection until the client's next bytes come (where it can,
+// frameWatch.park: the poller then starts turn, on a new goroutine, and
+// this one ends, so an idle connection holds no goroutine) or ends the
+// connection. What comes before and after reading lives in functions of
+// its own, so the frames a reader that waits keeps on its stack are few
+// (see apart).
+func (w *Conn) run(wait bool) {
+	if w.readGuarded(wait) {
+		return
+	}
 	w.end()
+	w.done()
 }
 
 // readGuarded runs readLoop; should handling a frame panic (a bug), only
 // this connection ends, as server_error, with the stack logged — as
-// net/http did while the reader was its handler.
-func (w *Conn) readGuarded() {
+// net/http did while the reader was its handler. True: the connection
+// was parked.
+func (w *Conn) readGuarded(wait bool) (parked bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.c.Close(w.panicked(p), 0)
+			parked = false
 		}
 	}()
-	w.readLoop()
+	return w.readLoop(wait)
 }
 
 // panicked logs a recovered panic of this connection's reader and returns
@@ -215,20 +238,34 @@ func stoppedTimer(f func()) *time.Timer {
 // readBufs recycles the buffers client messages are read into.
 var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// readLoop reads and handles messages until the connection must close,
-// and closes it for that reason. The reader waits for the client's next
-// bytes outside the library (frameWatch.wait) and reads and handles each
-// message on a goroutine of its own (apart), so its own stack stays at
-// the minimum, 2 KiB, for the connection's lifetime.
-func (w *Conn) readLoop() {
+// readLoop reads and handles messages until the connection is parked
+// (true: the poller resumes it) or must close, and closes it for that
+// reason; unless wait is set, the client's bytes are there to read. Where the connection parks, the goroutine that read a message
+// ends once the client has nothing more to read; elsewhere the reader
+// waits for the client's next bytes outside the library
+// (frameWatch.wait) and reads and handles each message on a goroutine of
+// its own (apart), so its own stack stays at the minimum, 2 KiB, for the
+// connection's lifetime.
+func (w *Conn) readLoop(wait bool) bool {
+	parks := w.raw.parks()
 	for {
-		w.raw.wait()
-		if r := w.apart(w.next); r.Code != "" {
+		var r session.Reason
+		if wait && w.raw.park(w.resume) {
+			return true
+		}
+		wait = true
+		if parks {
+			r = w.next()
+		} else {
+			w.raw.wait()
+			r = w.apart(w.next)
+		}
+		if r.Code != "" {
 			w.c.Close(r, 0)
-			return
+			return false
 		}
 		if w.c.Closed() {
-			return // the reason is set already
+			return false // the reason is set already
 		}
 	}
 }

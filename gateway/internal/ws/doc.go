@@ -6,14 +6,18 @@
 // frame headers, and returns a Conn, the WebSocket side of one
 // session.Conn, which has:
 //
-//   - a reader, which owns the connection: a goroutine of its own
-//     (Conn.Run), started by the handler, which then returns, so
-//     net/http's request and buffers are not kept for the connection's
-//     lifetime. Between messages it waits for the client's next bytes
-//     without reading them (frameWatch.wait); then it reads the message
-//     (never under a deadline context, which would close the connection)
-//     with a small read buffer and handles it on a short-lived goroutine
-//     it waits for (Conn.apart), so its own stack stays at the minimum:
+//   - a reader, which owns the connection: started by the handler
+//     (Conn.Start), which then returns, so net/http's request and buffers
+//     are not kept for the connection's lifetime. On Linux, between
+//     messages, it parks the connection with the epoll instance the
+//     process's connections share (frameWatch.park) and its goroutine
+//     ends: the poller's one goroutine starts a reader again once the
+//     client's next bytes come, so an idle connection holds no goroutine.
+//     Elsewhere it waits for the client's next bytes without reading them
+//     (frameWatch.wait) and reads each message on a short-lived goroutine
+//     it waits for (Conn.apart), so its own stack stays at the minimum.
+//     A message is read (never under a deadline context, which would
+//     close the connection) with a small read buffer and handled:
 //     connect, ping and unsubscribe are answered there, and subscribe,
 //     publish and refresh start a goroutine each, at most MaxInflight at
 //     once; the op
@@ -21,7 +25,7 @@
 //     async and handler;
 //   - the connection core's writer, started on demand whenever something
 //     is queued and gone again once the queues are empty, so an idle
-//     connection holds one goroutine. The writer is the only one to write
+//     connection holds no writer. The writer is the only one to write
 //     data frames: through the connection's sink it batches everything
 //     queued into messages of newline-separated frames, each message
 //     written under its own deadline, and it performs the subscriptions'
@@ -42,6 +46,6 @@
 // broker's publish, the authorizer, the admission of a refresh token, the
 // metrics) and, per connection, its admission at connect (Connect), which
 // the server decides: it verifies the credential, takes the user's slot
-// and counts the connection open. Once Run returns, the server releases
-// what the connection held.
+// and counts the connection open. Once the connection ended (Start's
+// done), the server releases what the connection held.
 package ws

@@ -35,7 +35,7 @@ type authorizer interface {
 // a connection core of its own (an in-memory broker and hub). It admits a
 // connect frame's HS256 token as the server does (verified, then not
 // expired more than ExpiryGrace ago) and releases a connection once
-// ws.Conn.Run returns; the upgrade request's credentials, the connection
+// it ended (ws.Conn.Start's done); the upgrade request's credentials, the connection
 // slots and revocation are the server's and have no part here.
 type testEnv struct {
 	t        *testing.T
@@ -50,11 +50,11 @@ type testEnv struct {
 	wsEnv    *ws.Env
 	verifier *auth.HMACVerifier
 	ids      atomic.Uint64
-	runs     sync.WaitGroup // the connections' Run
+	runs     sync.WaitGroup // the connections, until they end
 
 	mu     sync.Mutex
-	conns  map[*session.Conn]struct{} // accepted, Run not returned
-	closed map[string]int             // connections whose Run returned, by reason
+	conns  map[*session.Conn]struct{} // accepted, not ended
+	closed map[string]int             // connections that ended, by reason
 }
 
 type envOptions struct {
@@ -139,14 +139,13 @@ func (e *testEnv) serve(w http.ResponseWriter, r *http.Request) {
 	e.conns[c] = struct{}{}
 	e.mu.Unlock()
 	e.runs.Add(1)
-	go func() {
+	wc.Start(func() {
 		defer e.runs.Done()
-		wc.Run()
 		e.mu.Lock()
 		delete(e.conns, c)
 		e.closed[c.Reason().Code]++
 		e.mu.Unlock()
-	}()
+	})
 }
 
 // verify admits a connect or refresh token: it verifies, and has not
@@ -168,7 +167,7 @@ func (e *testEnv) verify(token string) (*auth.Claims, session.Reason, string) {
 	return claims, session.Reason{}, ""
 }
 
-// closedFor counts the connections that ended (Run returned) for reason.
+// closedFor counts the connections that ended for reason.
 func (e *testEnv) closedFor(reason string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()

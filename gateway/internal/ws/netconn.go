@@ -75,8 +75,9 @@ var errMessageTooBig = errors.New("gateway: a frame header announced a message o
 //   - Reading, it hands the library at most the rest of the header or
 //     payload being read, never bytes of a later frame, so once a message
 //     was read to its end the library holds nothing unread and the reader
-//     can wait for the client's next bytes outside the library, on a
-//     small stack (wait). It also refuses a message whose frame headers
+//     can park the connection (park: no goroutine waits) or wait for the
+//     client's next bytes outside the library, on a small stack (wait).
+//     It also refuses a message whose frame headers
 //     announce more than MaxMessageSize on sight: the library checks its
 //     read limit only as payload arrives, so the reader would wait for
 //     that payload, until the client timeout. The watch hands the
@@ -91,6 +92,7 @@ var errMessageTooBig = errors.New("gateway: a frame header announced a message o
 type frameWatch struct {
 	net.Conn
 	sc syscall.RawConn // of Conn, to wait for bytes without reading them; nil: not waited for
+	pk parkState       // the poller's, where an idle connection parks (park)
 
 	// held were read from the connection but not yet by the library: the
 	// bytes sent with the upgrade request, read first; after a refused

@@ -15,8 +15,8 @@ import (
 	"github.com/heraldgw/herald/subscriptions"
 )
 
-// connectOp has the connection admitted (on the goroutine the reader
-// waits for, see apart). A refusal is answered with an error reply,
+// connectOp has the connection admitted (on a goroutine that ends once
+// the client has nothing more to read, see readLoop). A refusal is answered with an error reply,
 // then the connection closes.
 func (w *Conn) connectOp(f *ClientFrame) {
 	if w.connected.Load() {
