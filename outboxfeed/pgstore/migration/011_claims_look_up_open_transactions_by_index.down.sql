@@ -1,8 +1,21 @@
 -- migration 11 reversed: the claim functions join the open transactions'
 -- xids laterally again, as migration 8 wrote them.
 
-CREATE OR REPLACE FUNCTION herald.outbox_claim(p_handler text, p_part int, p_owner text, p_lease interval, p_limit int, p_tries int, p_range_limit int)
--- herald:rest-from 008_handlers.up.sql
-
-CREATE OR REPLACE FUNCTION herald.outbox_range_runs(p_handler text, p_part int, p_max int)
--- herald:rest-from 008_handlers.up.sql
+DO $mig$
+DECLARE
+	fn regprocedure;
+	was text := $was$	SELECT * FROM herald.outbox o WHERE o.part = l.part AND o.xid = ANY (ARRAY(SELECT pg_snapshot_xip(l.lo)))
+		AND o.seq > l.pos_seq AND pg_visible_in_snapshot(o.xid, l.hi)$was$;
+	becomes text := $now$	SELECT o.* FROM pg_snapshot_xip(l.lo) AS x(xid)
+		CROSS JOIN LATERAL (SELECT * FROM herald.outbox o WHERE o.part = l.part AND o.xid = x.xid
+			AND o.seq > l.pos_seq AND pg_visible_in_snapshot(o.xid, l.hi)) o$now$;
+BEGIN
+	FOREACH fn IN ARRAY ARRAY['herald.outbox_claim(text, int, text, interval, int, int, int)',
+		'herald.outbox_range_runs(text, int, int)']::regprocedure[] LOOP
+		IF position(was IN (SELECT prosrc FROM pg_proc WHERE oid = fn)) = 0 THEN
+			RAISE EXCEPTION 'migration 11 reversed: % is not the one migration 11 wrote', fn;
+		END IF;
+		EXECUTE replace(pg_get_functiondef(fn), was, becomes);
+	END LOOP;
+END
+$mig$;
