@@ -74,6 +74,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"BurstHoldsBackOnlyItsPartition", testBurstFairness},
 		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
 		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},
+		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
 		{"CheckConstraintsRejectInvalidRecords", testCheckConstraints},
 		{"WakeupDeliversWithoutPolling", testWakeup},
