@@ -42,9 +42,6 @@ type leaseKeeper struct {
 	running sync.WaitGroup
 }
 
-// errSkipRenewal: no delivery under way needs the lease renewed.
-var errSkipRenewal = errors.New("no renewal needed")
-
 // keepLease starts renewing b's lease, which began at claimedAt, and
 // returns the context the batch's deliveries run under; stop ends the
 // renewals.
@@ -53,7 +50,9 @@ func (w *Worker) keepLease(ctx context.Context, b *Batch, claimedAt time.Time) (
 	k := &leaseKeeper{w: w, b: b, cancel: cancel, every: max(w.cfg.LeaseDuration/3, time.Microsecond)}
 	k.from.Store(claimedAt.UnixNano())
 	k.busyUntil.Store(claimedAt.Add(w.cfg.PublishTimeout).UnixNano())
+	k.mu.Lock() // renew sets the timer again under mu
 	k.timer = time.AfterFunc(k.every, k.renew)
+	k.mu.Unlock()
 	return dctx, k
 }
 
@@ -86,24 +85,32 @@ func (k *leaseKeeper) renew() {
 	defer k.running.Done()
 
 	sent := time.Now()
-	var err error
-	if sent.UnixNano() <= k.busyUntil.Load() {
-		rctx, cancel := context.WithTimeout(k.rctx, k.w.cfg.LeaseDuration)
-		err = k.w.store.Renew(rctx, k.b, k.w.cfg.LeaseDuration)
-		cancel()
-	} else {
-		// Every delivery under way is past its deadline: none of them
-		// renews the lease, which runs out unless one starts again.
-		err = errSkipRenewal
+	// Only while a delivery under way is within its deadline: one that
+	// overran it renews nothing, and the lease runs out unless another
+	// delivery starts.
+	if sent.UnixNano() <= k.busyUntil.Load() && !k.renewOnce(sent) {
+		return // lost: no more renewals
 	}
+	k.mu.Lock()
+	if !k.stopped {
+		k.timer.Reset(max(0, k.every-time.Since(sent))) // every third of a lease, however long the call took
+	}
+	k.mu.Unlock()
+}
+
+// renewOnce renews the lease, sent at sent; it reports false when the
+// lease was lost (the batch's deliveries are then cancelled).
+func (k *leaseKeeper) renewOnce(sent time.Time) bool {
+	rctx, cancel := context.WithTimeout(k.rctx, k.w.cfg.LeaseDuration)
+	err := k.w.store.Renew(rctx, k.b, k.w.cfg.LeaseDuration)
+	cancel()
 	switch {
 	case err == nil:
 		k.from.Store(sent.UnixNano())
-	case err == errSkipRenewal:
 	case errors.Is(err, ErrLeaseLost):
 		k.lost.Store(true)
 		k.cancel()
-		return
+		return false
 	case k.rctx.Err() == nil:
 		// The store did not answer: try again at the next tick; the
 		// completion settles the batch whatever happens meanwhile.
@@ -111,11 +118,7 @@ func (k *leaseKeeper) renew() {
 			k.w.log.Warn("outbox lease renewal failed; retrying", "partition", k.b.Partition, "err", err, "suppressed", suppressed)
 		}
 	}
-	k.mu.Lock()
-	if !k.stopped {
-		k.timer.Reset(max(0, k.every-time.Since(sent))) // every third of a lease, however long the call took
-	}
-	k.mu.Unlock()
+	return true
 }
 
 // stop ends the renewals (a renewal under way is cancelled and waited
