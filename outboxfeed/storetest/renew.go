@@ -24,6 +24,7 @@ func testLeaseRenewal(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"RenewAfterTakeoverIsLost", testRenewAfterTakeover},
 		{"LongDeliveriesKeepTheLease", testLongDeliveriesKeepLease},
 		{"CrashedWorkerTakenOverWithinOneLease", testCrashedWorkerTakenOver},
+		{"LostRenewalCancelsDeliveries", testLostRenewalCancels},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -172,6 +173,9 @@ func testRenewAfterTakeover(t *testing.T, h *Harness) {
 // errKilled is what a killed Worker's store calls return.
 var errKilled = errors.New("storetest: the Worker's process was killed")
 
+// errCut is what a renewal returns while the test cuts them off.
+var errCut = errors.New("storetest: renewals cut off")
+
 // leaseStore is a Worker's store that counts the renewals that succeeded
 // and, once killed, answers nothing more, like the store of a process
 // that died.
@@ -179,6 +183,7 @@ type leaseStore struct {
 	outboxfeed.Store
 	renewals atomic.Int64
 	renewed  chan struct{}
+	cut      atomic.Bool  // renewals fail (the store does not answer them)
 	mu       sync.RWMutex // held for reading by every call, for writing by kill
 	dead     bool
 }
@@ -207,6 +212,9 @@ func (s *leaseStore) kill() {
 
 func (s *leaseStore) Renew(ctx context.Context, b *outboxfeed.Batch, lease time.Duration) error {
 	return s.call(func() error {
+		if s.cut.Load() {
+			return errCut
+		}
 		err := s.Store.Renew(ctx, b, lease)
 		if err == nil {
 			s.renewals.Add(1)
@@ -256,7 +264,8 @@ type blocker struct {
 	ignoreCtx bool
 	entered   chan struct{}
 	gate      chan struct{}
-	once      sync.Once // releases the gate
+	cancelled chan struct{} // closed when the blocked delivery's context ended
+	once      sync.Once     // releases the gate
 	calls     atomic.Int32
 
 	mu     sync.Mutex
@@ -265,7 +274,7 @@ type blocker struct {
 }
 
 func newBlocker(ignoreCtx bool) *blocker {
-	return &blocker{ignoreCtx: ignoreCtx, entered: make(chan struct{}), gate: make(chan struct{})}
+	return &blocker{ignoreCtx: ignoreCtx, entered: make(chan struct{}), gate: make(chan struct{}), cancelled: make(chan struct{})}
 }
 
 func (d *blocker) release() { d.once.Do(func() { close(d.gate) }) }
@@ -279,6 +288,7 @@ func (d *blocker) Deliver(ctx context.Context, r *outboxfeed.Record) error {
 			select {
 			case <-d.gate:
 			case <-ctx.Done():
+				close(d.cancelled)
 				return ctx.Err()
 			}
 		}
@@ -409,4 +419,48 @@ func testCrashedWorkerTakenOver(t *testing.T, h *Harness) {
 		t.Fatalf("the other Worker delivered %v at fences %v, want %v once at a fence above the killed one's %d", got, fences, ids, claim.Fence)
 	}
 	Eventually(t, time.Minute, "the other Worker's success outcome", func() bool { return w2.Outcomes(outboxfeed.OutcomeSuccess) == 1 })
+}
+
+// A Worker whose renewals could not reach the store for a whole lease
+// finds, at its next renewal, that another owner took the batch over: the
+// delivery under way is cancelled, the batch's records are counted
+// lease_lost, and the Worker writes nothing — the new holder's claim is
+// untouched and completes.
+func testLostRenewalCancels(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	ids := h.Stage(t, true, Note("orders/lost", `{"n":1}`), Note("orders/lost", `{"n":2}`))
+	slow := newBlocker(false)
+	ls := newLeaseStore(h.Store)
+	w := StartDeliveryWorker(t, ls, slow, quietWorker(outboxfeed.WorkerConfig{LeaseDuration: renewalLease, PublishTimeout: time.Minute}))
+	t.Cleanup(slow.release)
+	slow.waitEntered(t)
+	claim := processing(t, h.Store, ids[0], "while the delivery runs")
+	ls.waitRenewals(t, 1)
+	ls.cut.Store(true)
+	EventuallyIn[outboxfeed.Pending](t, time.Minute, "the lease to run out while renewals fail", h.Store, ids[0])
+	taken := ClaimAny(t, h.Store, "new", 10, time.Hour)
+	if taken == nil || fmt.Sprint(BatchIDs(taken)) != fmt.Sprint(ids) || !taken.Takeover || taken.Fence <= claim.Fence {
+		t.Fatalf("the takeover claimed %+v, want %v above fence %d", taken, ids, claim.Fence)
+	}
+	ls.cut.Store(false)
+	select {
+	case <-slow.cancelled:
+	case <-time.After(time.Minute):
+		t.Fatal("the delivery under way was not cancelled once a renewal found the lease lost")
+	}
+	Eventually(t, time.Minute, "two lease_lost outcomes", func() bool { return w.Outcomes(outboxfeed.OutcomeLeaseLost) == 2 })
+	if s, r := w.Outcomes(outboxfeed.OutcomeSuccess), w.Outcomes(outboxfeed.OutcomeRetry); s != 0 || r != 0 {
+		t.Fatalf("success %v retry %v, want 0: a Worker that lost its lease completes nothing", s, r)
+	}
+	if got, _ := slow.delivered(); len(got) != 0 {
+		t.Fatalf("the Worker that lost its lease delivered %v", got)
+	}
+	for _, id := range ids {
+		if p := processing(t, h.Store, id, "after the lost renewal"); p.LeaseOwner != "new" || p.Fence != taken.Fence || p.Attempt != 0 {
+			t.Fatalf("%s = %+v, want the new holder's untouched claim at fence %d", id, p, taken.Fence)
+		}
+	}
+	if held, _, err := h.Store.Complete(ctx, taken, []outboxfeed.Outcome{{Kind: outboxfeed.OutcomeDone}, {Kind: outboxfeed.OutcomeDone}}, nil); !held || err != nil {
+		t.Fatalf("the new holder's completion = %v, %v", held, err)
+	}
 }
