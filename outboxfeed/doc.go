@@ -11,10 +11,11 @@
 // the one a URL names, and outboxfeed/storetest is the conformance suite
 // every store passes. A Worker (NewWorker) claims a store's records under
 // a partition lease with a fencing value, publishes them to a broker
-// outside any transaction, and completes them only while it still owns
-// the lease, moving each through Pending → Processing → Dispatched, back
-// to Pending for a retry or a released lease, or to DeadLetter for a
-// permanent failure or an exhausted retry budget.
+// outside any transaction, renewing the lease while they are under way,
+// and completes them only while it still owns the lease, moving each
+// through Pending → Processing → Dispatched, back to Pending for a retry
+// or a released lease, or to DeadLetter for a permanent failure or an
+// exhausted retry budget.
 //
 // A record staged after another record's transaction committed is
 // published after it on its channel, whatever the number of Workers;

@@ -26,6 +26,11 @@ var (
 	// cannot be reversed, or not now (a Worker still holds a lease, say).
 	// The message says what to do instead.
 	ErrRollbackRefused = errors.New("outboxfeed: schema rollback refused")
+	// ErrLeaseLost is wrapped by Store.Renew when the batch's lease is
+	// no longer its owner's (another owner claimed the partition, or the
+	// batch was completed): the lease is not extended, and the batch's
+	// completion would be refused too.
+	ErrLeaseLost = errors.New("outboxfeed: lease lost")
 	// ErrStopped is wrapped by Worker.Start and Pruner.Start after Stop.
 	ErrStopped = lifecycle.ErrStopped
 	// ErrStarted is wrapped by a second Worker.Start or Pruner.Start.

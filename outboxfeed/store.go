@@ -33,6 +33,13 @@ type Store interface {
 	// keeping the lease when next names b's partition and giving it back
 	// otherwise.
 	Complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest) (held bool, nb *Batch, err error)
+	// Renew extends the lease of b's partition, under b's owner and
+	// fence, to lease from now (never shortening it), while b's records
+	// are being delivered. It returns an error wrapping ErrLeaseLost,
+	// changing nothing, when the lease is lost: another owner claimed the
+	// partition, or b was completed. A lease that expired but that nobody
+	// took over is still b's (as for Complete), and is renewed.
+	Renew(ctx context.Context, b *Batch, lease time.Duration) error
 	// Get loads one record by id (ErrNotFound if none).
 	Get(ctx context.Context, id string) (Record, error)
 	// Stats counts the backlog, cheaply (partial indexes).

@@ -98,7 +98,7 @@ func TestConfigValidation(t *testing.T) {
 		"batch":       {WorkerConfig{BatchSize: -1}, "BatchSize -1"},
 		"concurrency": {WorkerConfig{Concurrency: -2}, "Concurrency -2"},
 		"attempts":    {WorkerConfig{MaxAttempts: -1}, "MaxAttempts"},
-		"publish":     {WorkerConfig{LeaseDuration: time.Second, PublishTimeout: 2 * time.Second}, "shorter than LeaseDuration"},
+		"publish":     {WorkerConfig{PublishTimeout: -time.Second}, "PublishTimeout -1s: must be positive"},
 		"retry":       {WorkerConfig{RetryBaseDelay: time.Minute, RetryMaxDelay: time.Second}, "RetryBaseDelay"},
 		"poll":        {WorkerConfig{PollInterval: -time.Second}, "PollInterval"},
 		"active poll": {WorkerConfig{ActivePollInterval: -time.Millisecond}, "ActivePollInterval"},
@@ -123,6 +123,18 @@ func TestConfigValidation(t *testing.T) {
 	short := WorkerConfig{LeaseDuration: 4 * time.Second}.withDefaults()
 	if short.PublishTimeout != 2*time.Second || short.validate() != nil {
 		t.Fatalf("a short lease gets PublishTimeout %v", short.PublishTimeout)
+	}
+	if w := short.startWindow(); w != 2*time.Second {
+		t.Fatalf("a batch under a 4s lease starts records for %v, want half the lease", w)
+	}
+	// A call may outlast the lease, which is renewed while it runs (a
+	// webhook's request): a batch then starts records for one call's time.
+	long := WorkerConfig{LeaseDuration: time.Second, PublishTimeout: time.Minute}.withDefaults()
+	if err := long.validate(); err != nil {
+		t.Fatalf("a PublishTimeout longer than the lease: %v", err)
+	}
+	if w := long.startWindow(); w != time.Minute {
+		t.Fatalf("a batch whose calls may take a minute starts records for %v, want a minute", w)
 	}
 	if _, err := NewWorker(nil, nil, WorkerConfig{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("NewWorker(nil, nil) = %v", err)

@@ -86,13 +86,20 @@ type WorkerConfig struct {
 	// Default: 0, at once (the realtime handler).
 	ClaimDelay time.Duration
 	// LeaseDuration is how long a claimed batch stays with this Worker
-	// before another may take its partition over. Default: 30s.
+	// before another may take its partition over. While the batch's
+	// deliveries run the Worker renews it every LeaseDuration/3
+	// (Store.Renew), so a batch may take longer than its lease, and a
+	// Worker that dies loses its partitions within one LeaseDuration.
+	// Default: 30s.
 	LeaseDuration time.Duration
-	// PublishTimeout bounds one Publish call; it must be shorter than
-	// LeaseDuration. Successive publishes share a deadline renewed when
-	// less than half of it is left, so a call is given between half of
-	// PublishTimeout and all of it. Default: 10s, or half
-	// of LeaseDuration if that is shorter.
+	// PublishTimeout bounds one Publish (or Deliver, or Handle) call.
+	// Successive publishes share a deadline renewed when less than half
+	// of it is left, so a call is given between half of PublishTimeout
+	// and all of it. A batch starts no record but each channel's first
+	// after half of LeaseDuration, or after PublishTimeout if that is
+	// longer, and its lease is renewed only while a call is within its
+	// PublishTimeout: a call that overruns it lets the lease run out.
+	// Default: 10s, or half of LeaseDuration if that is shorter.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many failed attempts a record gets before it is
 	// dead-lettered. Default: 10.
@@ -242,8 +249,8 @@ func (c WorkerConfig) validate() error {
 		return bad("MaxAttempts %d: must be ≥ 1", c.MaxAttempts)
 	case c.LeaseDuration < time.Millisecond:
 		return bad("LeaseDuration %v: must be ≥ 1ms", c.LeaseDuration)
-	case c.PublishTimeout <= 0 || c.PublishTimeout >= c.LeaseDuration:
-		return bad("PublishTimeout %v: must be positive and shorter than LeaseDuration %v", c.PublishTimeout, c.LeaseDuration)
+	case c.PublishTimeout <= 0:
+		return bad("PublishTimeout %v: must be positive", c.PublishTimeout)
 	case c.ClaimDelay < 0 || c.ClaimDelay >= c.LeaseDuration/4:
 		return bad("ClaimDelay %v: must be between 0 and a quarter of LeaseDuration %v", c.ClaimDelay, c.LeaseDuration)
 	case c.RetryBaseDelay < 0 || c.RetryMaxDelay < c.RetryBaseDelay:
@@ -265,6 +272,12 @@ func (c WorkerConfig) validate() error {
 	}
 	return nil
 }
+
+// startWindow is how long after its claim a batch starts deliveries (but
+// each channel's first): half the lease, or PublishTimeout if that is
+// longer — one call may then outlast the lease, which is renewed while it
+// runs.
+func (c WorkerConfig) startWindow() time.Duration { return max(c.LeaseDuration/2, c.PublishTimeout) }
 
 // maxBatchSize bounds BatchSize.
 const maxBatchSize = 10000

@@ -19,7 +19,11 @@ type dispatchResult struct {
 	brokerErr error // the broker was unavailable: unpublished records are held
 	failure   error // a record failed and will be retried
 	leaseLost bool  // the broker fenced this lease off: another Worker holds it
+	renewLost bool  // a renewal found the lease lost: another Worker holds it
 	published bool  // at least one publish succeeded
+	// leaseFrom is when the lease held last began: the claim, or the last
+	// renewal (leaseKeeper).
+	leaseFrom time.Time
 }
 
 // dispatch publishes b's records, channels in parallel (bounded by
@@ -27,9 +31,10 @@ type dispatchResult struct {
 // outcome of each record of a prefix of b.Records (all of them, unless
 // the batch was taken over before: then only the first Limit>>Takeovers,
 // so that a record that kills its Worker is found and, after MaxAttempts
-// takeovers, dead-lettered). Publishing starts no record after half the
-// lease has passed since claimedAt: the rest is held (no attempt burnt),
-// so a slow broker cannot make the batch outlive its lease.
+// takeovers, dead-lettered). Publishing starts no record but a channel's
+// first after startWindow has passed since claimedAt: the rest is held (no
+// attempt burnt), so a slow broker cannot hold the batch's records for
+// long. Meanwhile the lease is renewed (leaseKeeper).
 func (w *Worker) dispatch(ctx context.Context, b *Batch, claimedAt time.Time) ([]Outcome, dispatchResult) {
 	recs := b.Records
 	if b.Takeovers > 0 && len(recs) > 0 {
@@ -37,20 +42,24 @@ func (w *Worker) dispatch(ctx context.Context, b *Batch, claimedAt time.Time) ([
 			// Every takeover was an attempt of this record: the store
 			// writes Attempt+1.
 			recs[0].Attempt = max(recs[0].Attempt, b.Takeovers-1)
-			return []Outcome{{Kind: OutcomeDeadLettered, Err: poisonReason(b.Takeovers)}}, dispatchResult{}
+			return []Outcome{{Kind: OutcomeDeadLettered, Err: poisonReason(b.Takeovers)}}, dispatchResult{leaseFrom: claimedAt}
 		}
 		recs = recs[:max(1, len(recs)>>b.Takeovers)]
 	}
 	out := make([]Outcome, len(recs))
 	scope := partitionScope(b.Partition)
 	fence := fanout.Fence{Scope: scope, Value: b.Fence, Takeover: b.Takeover}
-	stopAt := claimedAt.Add(w.cfg.LeaseDuration / 2)
+	stopAt := claimedAt.Add(w.cfg.startWindow())
 	w.route(recs, out)
 	groups := groupByChannel(recs, b.Blocked, out)
+	if len(groups) == 0 {
+		return out, dispatchResult{leaseFrom: claimedAt}
+	}
+	ctx, keeper := w.keepLease(ctx, b, claimedAt)
 	var st dispatchState
 	workers := min(w.cfg.Concurrency, len(groups))
 	run := func() {
-		var dl sharedDeadline
+		dl := sharedDeadline{keeper: keeper}
 		defer dl.stop()
 		for {
 			i := int(st.next.Add(1)) - 1
@@ -69,7 +78,9 @@ func (w *Worker) dispatch(ctx context.Context, b *Batch, claimedAt time.Time) ([
 		}
 		wg.Wait()
 	}
-	return out, st.result()
+	res := st.result()
+	res.leaseFrom, res.renewLost = keeper.stop()
+	return out, res
 }
 
 // route passes over the records the Worker's handler is not routed: they
@@ -351,6 +362,7 @@ type sharedDeadline struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	renewAt time.Time
+	keeper  *leaseKeeper // told of each deadline (nil: none)
 }
 
 // get returns the context for a publish starting now.
@@ -359,6 +371,7 @@ func (d *sharedDeadline) get(parent context.Context, now time.Time, timeout time
 		d.stop()
 		d.ctx, d.cancel = context.WithTimeout(parent, timeout)
 		d.renewAt = now.Add(timeout / 2)
+		d.keeper.busy(now.Add(timeout))
 	}
 	return d.ctx
 }

@@ -267,9 +267,13 @@ func (w *Worker) waitKick(ctx context.Context, l *lane, d time.Duration) bool {
 func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	claimedAt := time.Now()
 	out, res := w.dispatch(ctx, b, claimedAt)
-	if res.leaseLost {
-		w.leaseLost("publish", len(b.Records))
+	switch {
+	case res.renewLost:
+		w.leaseLost("renew", len(b.Records))
 		return nil // the new holder publishes the batch again
+	case res.leaseLost:
+		w.leaseLost("publish", len(b.Records))
+		return nil
 	}
 	w.lingerAfter(ctx, b, claimedAt)
 	var next *ClaimRequest
@@ -293,7 +297,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		next = &req
 		l.unkick()
 	}
-	held, nb, err := w.complete(ctx, b, out, next, claimedAt)
+	held, nb, err := w.complete(ctx, b, out, next, res.leaseFrom)
 	if err != nil {
 		return nil // left to expire: published again (once) by the next holder
 	}
@@ -347,11 +351,12 @@ func (w *Worker) lingerAfter(ctx context.Context, b *Batch, claimedAt time.Time)
 }
 
 // complete writes b's outcomes (and claims next), retrying store errors
-// with backoff until the lease would have run out, or for at most
+// with backoff until the lease, which last began at leaseFrom (the claim
+// or its last renewal), would have run out, or for at most
 // ShutdownTimeout once the Worker is stopping. An outage shorter than the
 // lease thus loses nothing and publishes nothing twice.
-func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest, claimedAt time.Time) (held bool, nb *Batch, err error) {
-	wctx, cancel := w.settleContext(ctx, claimedAt)
+func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest, leaseFrom time.Time) (held bool, nb *Batch, err error) {
+	wctx, cancel := w.settleContext(ctx, leaseFrom)
 	defer cancel()
 	if next != nil {
 		n := w.storeRequest(*next)
@@ -361,7 +366,7 @@ func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *Cl
 		held, nb, err = w.store.Complete(c, b, out, next)
 		return err
 	}
-	err = w.persist(wctx, claimedAt, write)
+	err = w.persist(wctx, leaseFrom, write)
 	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 		// The lease ran out while the completion was in flight or before it
 		// was tried: a process paused past its lease (SIGSTOP, a VM frozen, a
@@ -422,7 +427,8 @@ func (w *Worker) completed(b *Batch, out []Outcome, held bool, claimedAt time.Ti
 }
 
 // leaseLost counts records whose outcome the store refused (or the broker
-// fenced off) because another Worker took the partition over.
+// fenced off, or a renewal of their lease found it lost: op says which)
+// because another Worker took the partition over.
 func (w *Worker) leaseLost(op string, n int) {
 	if n <= 0 {
 		return
@@ -437,8 +443,8 @@ func (w *Worker) leaseLost(op string, n int) {
 // ends; it marks the store unready while failing, and retries at once when
 // the store's prober finds it back. The backoff never
 // sleeps past the middle of what is left of the lease that began at
-// claimedAt, so a short outage does not outlast the lease.
-func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(context.Context) error) error {
+// leaseFrom, so a short outage does not outlast the lease.
+func (w *Worker) persist(ctx context.Context, leaseFrom time.Time, write func(context.Context) error) error {
 	for failures := 1; ; failures++ {
 		err := write(ctx)
 		if err == nil {
@@ -449,7 +455,7 @@ func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(co
 			return err
 		}
 		d := backoff.Outage(failures, w.cfg.OutageBaseDelay, w.cfg.OutageMaxDelay)
-		if left := time.Until(claimedAt.Add(w.cfg.LeaseDuration)); d > left/4 {
+		if left := time.Until(leaseFrom.Add(w.cfg.LeaseDuration)); d > left/4 {
 			d = max(left/4, w.cfg.OutageBaseDelay)
 		}
 		if !w.sleepStoreDown(ctx, d) {
@@ -461,8 +467,8 @@ func (w *Worker) persist(ctx context.Context, claimedAt time.Time, write func(co
 // settleContext outlives ctx (outcomes are written even while stopping) but
 // ends at the lease deadline (at least ShutdownTimeout from now) or
 // ShutdownTimeout after ctx ends, whichever comes first.
-func (w *Worker) settleContext(ctx context.Context, claimedAt time.Time) (context.Context, context.CancelFunc) {
-	deadline := claimedAt.Add(w.cfg.LeaseDuration)
+func (w *Worker) settleContext(ctx context.Context, leaseFrom time.Time) (context.Context, context.CancelFunc) {
+	deadline := leaseFrom.Add(w.cfg.LeaseDuration)
 	if floor := time.Now().Add(w.cfg.ShutdownTimeout); deadline.Before(floor) {
 		deadline = floor
 	}

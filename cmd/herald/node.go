@@ -181,7 +181,7 @@ func (w *workerSettings) register(st *settings) {
 	st.Int(&w.RangeRecords, "outbox-range-records", outboxfeed.DefaultRangeRecords, "PostgreSQL: records of one range a lane reads and holds in memory to publish it in staging order; a larger range is read in runs")
 	st.Int(&w.Concurrency, "outbox-concurrency", 32, "channels published in parallel within a batch")
 	st.Duration(&w.PollInterval, "outbox-poll-interval", 500*time.Millisecond, "how often the Worker polls when no wake-up arrives")
-	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed partition's batch; once it expires, another Worker takes the batch over")
+	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed partition's batch, renewed every third of it while the batch's deliveries run; once it expires (its Worker died or stalled), another Worker takes the batch over")
 	st.Int(&w.MaxAttempts, "outbox-max-attempts", 10, "failed attempts before a record is dead-lettered")
 	st.Duration(&w.MaxAge, "outbox-max-age", 24*time.Hour, "age after which a failing record is dead-lettered")
 	st.Int(&w.Lanes, "outbox-lanes", 4, "partitions a Worker holds at once, each claimed, published and completed by its own loop")

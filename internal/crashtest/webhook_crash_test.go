@@ -50,7 +50,7 @@ func TestFeedSIGKILLWebhook(t *testing.T) {
 	rc := newHookReceiver(hookCrashAnswer)
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
-	// A killed process's batches wait out the handler's 20s lease: with
+	// A killed process's batches wait out the 2s lease (crashLease): with
 	// more partitions than the default 4, the other channels keep flowing
 	// to both processes meanwhile.
 	runHerald(t, time.Minute, "outbox", "partitions", "--database-url", dbURL, "--set", strconv.Itoa(hookCrashPartitions))

@@ -75,6 +75,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
 		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},
 		{"ChannelRunsToABrokerThatTakesThem", testChannelRuns},
+		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
 		{"CheckConstraintsRejectInvalidRecords", testCheckConstraints},
 		{"WakeupDeliversWithoutPolling", testWakeup},

@@ -71,9 +71,11 @@ func (h *Handler) Close() { h.ep.Close() }
 func (h *Handler) String() string { return h.ep.String() }
 
 // WorkerConfig returns base set up for this handler: its name, its
-// in-flight bound as the Worker's concurrency, its claim delay, its retry schedule and
-// disabling horizon, and publish and lease timeouts that leave every
-// request its whole timeout.
+// in-flight bound as the Worker's concurrency, its claim delay, its retry
+// schedule and disabling horizon, and a publish timeout that leaves every
+// request its whole timeout. The lease stays base's: the Worker renews it
+// while requests are under way, so a request may outlast it, and the
+// batches of a process that died are taken over within one lease.
 func (h *Handler) WorkerConfig(base outboxfeed.WorkerConfig) outboxfeed.WorkerConfig {
 	cfg := h.ep.Config().WithDefaults()
 	base.Handler = cfg.Name
@@ -86,7 +88,6 @@ func (h *Handler) WorkerConfig(base outboxfeed.WorkerConfig) outboxfeed.WorkerCo
 	// A call gets between half and all of PublishTimeout, and a waiting
 	// for one of the MaxInFlight slots comes on top of the request.
 	base.PublishTimeout = 4*cfg.Timeout + time.Second
-	base.LeaseDuration = max(base.LeaseDuration, 4*base.PublishTimeout)
 	return base
 }
 

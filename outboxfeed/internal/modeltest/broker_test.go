@@ -250,6 +250,13 @@ func (s *modelStore) Complete(ctx context.Context, b *outboxfeed.Batch, out []ou
 	return s.Store.Complete(ctx, b, out, next)
 }
 
+func (s *modelStore) Renew(ctx context.Context, b *outboxfeed.Batch, lease time.Duration) error {
+	if s.dead.Load() {
+		return errModelDead
+	}
+	return s.Store.Renew(ctx, b, lease)
+}
+
 func (s *modelStore) Stats(ctx context.Context) (outboxfeed.Stats, error) {
 	if s.dead.Load() {
 		return outboxfeed.Stats{}, errModelDead
