@@ -3,6 +3,7 @@ package fanout
 import (
 	"strconv"
 
+	"github.com/heraldgw/herald/internal/jsonstr"
 	"github.com/heraldgw/herald/internal/timefmt"
 )
 
@@ -64,7 +65,7 @@ func appendEnvelope(b []byte, p *Publication) []byte {
 	b = appendEnvelopeHead(b, p)
 	b = strconv.AppendUint(b, p.Offset, 10)
 	b = append(b, `,"epoch":`...)
-	b = appendJSONString(b, p.Epoch)
+	b = jsonstr.Append(b, p.Epoch)
 	b = append(b, ',')
 	return appendEnvelopeTail(b, p)
 }
@@ -73,9 +74,9 @@ func appendEnvelope(b []byte, p *Publication) []byte {
 // {"id":…,"channel":…,"offset":
 func appendEnvelopeHead(b []byte, p *Publication) []byte {
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, p.ID)
+	b = jsonstr.Append(b, p.ID)
 	b = append(b, `,"channel":`...)
-	b = appendJSONString(b, p.Key.Channel)
+	b = jsonstr.Append(b, p.Key.Channel)
 	return append(b, `,"offset":`...)
 }
 
@@ -83,7 +84,7 @@ func appendEnvelopeHead(b []byte, p *Publication) []byte {
 // "type":…,"schema_version":…,"time":…,"freshness":…,"data":…}
 func appendEnvelopeTail(b []byte, p *Publication) []byte {
 	b = append(b, `"type":`...)
-	b = appendJSONString(b, p.Type)
+	b = jsonstr.Append(b, p.Type)
 	b = append(b, `,"schema_version":`...)
 	b = strconv.AppendInt(b, int64(p.SchemaVersion), 10)
 	b = append(b, `,"time":"`...)

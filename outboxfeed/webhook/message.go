@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
+	"github.com/heraldgw/herald/internal/jsonstr"
 	"github.com/heraldgw/herald/internal/timefmt"
 )
 
@@ -76,17 +76,17 @@ func AppendBody(dst []byte, m *Message) ([]byte, error) {
 	b := append(dst, `{"id":"`...)
 	b = append(b, m.ID...) // checked: nothing to escape
 	b = append(b, `","tenant":`...)
-	b = appendString(b, m.Tenant)
+	b = jsonstr.Append(b, m.Tenant)
 	b = append(b, `,"channel":`...)
-	b = appendString(b, m.Channel)
+	b = jsonstr.Append(b, m.Channel)
 	b = append(b, `,"kind":`...)
 	if m.Kind == "" {
 		b = append(b, `"notification"`...)
 	} else {
-		b = appendString(b, m.Kind)
+		b = jsonstr.Append(b, m.Kind)
 	}
 	b = append(b, `,"type":`...)
-	b = appendString(b, m.Type)
+	b = jsonstr.Append(b, m.Type)
 	b = append(b, `,"schema_version":`...)
 	b = strconv.AppendInt(b, int64(m.SchemaVersion), 10)
 	b = append(b, `,"time":"`...)
@@ -162,56 +162,4 @@ func appendStripped(b []byte, raw []byte) []byte {
 		}
 	}
 	return append(b, raw[run:]...)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string: '"', '\\' and control bytes are
-// escaped, as are U+2028 and U+2029 (for JavaScript receivers); invalid
-// UTF-8 becomes U+FFFD. Runs of bytes that need nothing are copied whole.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	run := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[run:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, `\n`...)
-			case '\r':
-				b = append(b, `\r`...)
-			case '\t':
-				b = append(b, `\t`...)
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			run = i
-			continue
-		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			b = append(b, s[run:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[run:i]...)
-			b = append(b, `\u202`...)
-			b = append(b, hexDigits[r&0xf])
-		default:
-			i += n
-			continue
-		}
-		i += n
-		run = i
-	}
-	b = append(b, s[run:]...)
-	return append(b, '"')
 }

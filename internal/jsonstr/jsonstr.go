@@ -1,14 +1,17 @@
-package fanout
+// Package jsonstr writes a string as a JSON string literal without
+// encoding/json's reflection and buffering: a leaf, for the publication
+// envelope and the webhook body alike, so both escape the same way.
+package jsonstr
 
 import "unicode/utf8"
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSONString appends s as a JSON string literal. It escapes exactly
+// Append appends s as a JSON string literal. It escapes exactly
 // what encoding/json escapes with HTML escaping off: '"', '\\', control
 // bytes, U+2028 and U+2029; invalid UTF-8 becomes U+FFFD. Safe runs are
 // copied in one append, so ASCII names cost one scan.
-func appendJSONString(dst []byte, s string) []byte {
+func Append(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
