@@ -106,10 +106,10 @@ func (e *env) runDrain(ctx context.Context, cc consumerConfig) (res drainResult,
 			return false, err
 		}
 		if n < int64(cfg.Records) && res.FirstConsumed == 0 {
-			res.FirstConsumed, res.FirstRemaining = time.Since(cf.started), n
+			res.FirstConsumed, res.FirstRemaining = time.Since(cf.Started), n
 		}
 		if n == 0 {
-			res.Drained = time.Since(cf.started)
+			res.Drained = time.Since(cf.Started)
 			return true, nil
 		}
 		return false, nil
@@ -121,7 +121,7 @@ func (e *env) runDrain(ctx context.Context, cc consumerConfig) (res drainResult,
 	if err := e.verifyPublished(ctx, cf, cfg.Records); err != nil {
 		return res, err
 	}
-	res.ErrorLogLines = cf.errorLines()
+	res.ErrorLogLines = cf.ErrorLines()
 	res.finish()
 	fmt.Fprintf(e.progress, "drain %s: %d records consumed in %v (%.0f/s); CPU per record: Centrifugo %.1f µs, PostgreSQL %.1f µs\n",
 		cc, cfg.Records, res.Drained.Round(time.Millisecond), res.RecordsPerS, res.CentrifugoUSPerRc, res.PostgresUSPerRc)
@@ -188,7 +188,7 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 	if err := e.verifyPublished(ctx, cf, cfg.Records); err != nil {
 		return res, err
 	}
-	res.ErrorLogLines = cf.errorLines()
+	res.ErrorLogLines = cf.ErrorLines()
 	res.finish()
 	fmt.Fprintf(e.progress, "staged %s: %d records inserted in %v, all consumed after %v (%.0f/s); CPU per record: Centrifugo %.1f µs, PostgreSQL %.1f µs\n",
 		cc, cfg.Records, res.Stage.Round(time.Millisecond), res.Drained.Round(time.Millisecond), res.RecordsPerS,

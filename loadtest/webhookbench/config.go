@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"strings"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
@@ -66,22 +64,14 @@ func (c *config) variants() []string {
 }
 
 func (c *config) validate() error {
-	errs := []error{benchkit.CheckPhases(c.Variants, allVariants...)}
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Rounds < 1 {
-		bad("-rounds %d: must be ≥ 1", c.Rounds)
-	}
-	if c.Records < 1 {
-		bad("-records %d: must be ≥ 1", c.Records)
-	}
-	if c.Channels < 1 {
-		bad("-channels %d: must be ≥ 1", c.Channels)
-	}
+	var bad benchkit.FlagErrors
+	bad.Add(benchkit.CheckPhases(c.Variants, allVariants...))
+	bad.AtLeast("-rounds", c.Rounds, 1)
+	bad.AtLeast("-records", c.Records, 1)
+	bad.AtLeast("-channels", c.Channels, 1)
 	if c.BatchSize < 0 || c.Lanes < 0 {
-		bad("-batch-size %d / -lanes %d: must be ≥ 0", c.BatchSize, c.Lanes)
+		bad.Badf("-batch-size %d / -lanes %d: must be ≥ 0", c.BatchSize, c.Lanes)
 	}
-	if c.MaxInFlight < 1 {
-		bad("-max-in-flight %d: must be ≥ 1", c.MaxInFlight)
-	}
-	return errors.Join(errs...)
+	bad.AtLeast("-max-in-flight", c.MaxInFlight, 1)
+	return bad.Err()
 }
