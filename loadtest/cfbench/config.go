@@ -105,7 +105,7 @@ func defaultConfig() config {
 }
 
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+	benchkit.DatabaseURLFlag(fs, &c.DatabaseURL)
 	fs.StringVar(&c.Centrifugo, "centrifugo", c.Centrifugo, "Centrifugo v6.9.1 binary (GOBIN=/tmp/cfbin go install github.com/centrifugal/centrifugo/v6@v6.9.1)")
 	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, staged, latency, producers")
 	fs.StringVar(&c.Configs, "configs", c.Configs, "drain, staged: consumer shapes, comma-separated <partition_select_limit>x<num_partitions>")

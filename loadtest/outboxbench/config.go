@@ -156,7 +156,7 @@ func defaultConfig() config {
 }
 
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+	benchkit.DatabaseURLFlag(fs, &c.DatabaseURL)
 	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, staged, latency, producers")
 	fs.StringVar(&c.Broker, "broker", c.Broker, "drain, staged, latency: broker the Worker publishes to: memory, memory-log (with its history log, as herald serve) or redis")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")

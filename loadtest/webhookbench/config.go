@@ -44,7 +44,7 @@ func defaultConfig() config {
 }
 
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+	benchkit.DatabaseURLFlag(fs, &c.DatabaseURL)
 	fs.StringVar(&c.Variants, "variants", c.Variants, "comma-separated variants, in the first round's order (reversed every other round): worker, endpoint, floor")
 	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "how many times every variant runs")
 	fs.IntVar(&c.Records, "records", c.Records, "records (requests) per variant per round")

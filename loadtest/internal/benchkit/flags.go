@@ -2,10 +2,18 @@ package benchkit
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"strconv"
 	"time"
 )
+
+// DatabaseURLFlag registers -database-url, the PostgreSQL server of a
+// benchmark that creates and drops a database of its own there, into
+// *url (whose value is the default).
+func DatabaseURLFlag(fs *flag.FlagSet, url *string) {
+	fs.StringVar(url, "database-url", *url, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+}
 
 // FlagErrors collects what is wrong with a program's flags, one error a
 // bad flag, in the order they are checked.
