@@ -99,11 +99,7 @@ func TestServeOpsView(t *testing.T) {
 
 	base := startServe(t, "--database-url", dbURL, "--feed=false", "--max-connections", "33",
 		"--admin-token-file", writeTokenFile(t, testAdminToken+"\n"))
-	s := openSSE(t, base+"/v1/sse?channel=orders/1", mint(t, "acme", "u1", "orders/*"), "")
-	if s.Status != http.StatusOK {
-		t.Fatalf("SSE: %d %s", s.Status, s.Body)
-	}
-	s.next(t, 5*time.Second)
+	subscribeSSE(t, base+"/v1/sse?channel=orders/1", mint(t, "acme", "u1", "orders/*"), "")
 
 	got := opsStatusOf(t, base)
 	if r := got.Readiness; r.Status != "ready" || r.Checks["outbox"] != "ok" || r.Checks["broker"] != "ok" || len(r.Checks) != 2 {
