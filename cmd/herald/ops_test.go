@@ -25,11 +25,7 @@ const testAdminToken = "serve-ops-admin-token-0123456789"
 // writeTokenFile writes content to a 0600 file and returns its path.
 func writeTokenFile(t *testing.T, content string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "admin-token")
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return writeConfig(t, "admin-token", content)
 }
 
 // getOps GETs base+path with Authorization (none when empty) and returns
@@ -184,10 +180,7 @@ func TestAdminTokenFileRefused(t *testing.T) {
 	empty := writeTokenFile(t, " \n")
 	spaced := writeTokenFile(t, "two words of a token")
 	missing := filepath.Join(t.TempDir(), "nope")
-	cfg := filepath.Join(t.TempDir(), "herald.json")
-	if err := os.WriteFile(cfg, []byte(`{"admin-token-file": "`+short+`"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, "herald.json", `{"admin-token-file": "`+short+`"}`)
 	cases := []struct {
 		name string
 		args []string
