@@ -200,7 +200,7 @@ func startCluster(t *testing.T) *cluster {
 	}
 	c := &cluster{bin: bin, dbURL: dbURL}
 	for i := range c.nodes {
-		n := &node{t: t, name: fmt.Sprintf("node%d", i+1), bin: bin, addr: "127.0.0.1:" + freePort(t)}
+		n := &node{t: t, name: fmt.Sprintf("node%d", i+1), bin: bin, addr: testenv.FreeAddr(t)}
 		n.dir = t.TempDir()
 		n.log = filepath.Join(n.dir, n.name+".log")
 		n.args = []string{"serve",
@@ -609,7 +609,7 @@ func startOnFreePorts(t *testing.T, file string, build func(s, dir, httpPort, ht
 	}
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
-		httpPort, httpsPort := freePort(t), freePort(t)
+		httpPort, httpsPort := strconv.Itoa(testenv.FreePort(t)), strconv.Itoa(testenv.FreePort(t))
 		p, args := build(string(raw), dir, httpPort, httpsPort)
 		p.base, p.plain = "https://127.0.0.1:"+httpsPort, "http://127.0.0.1:"+httpPort
 		err := startProxyProcess(t, p, args)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -245,12 +244,7 @@ func (s *readmeSubst) loopback(t *testing.T, addr string) string {
 	if a, ok := s.ports[addr]; ok {
 		return a
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := ln.Addr().String()
-	_ = ln.Close()
+	a := testenv.FreeAddr(t)
 	s.ports[addr] = a
 	return a
 }
