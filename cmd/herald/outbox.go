@@ -83,8 +83,7 @@ func newOutboxSettings(sub string, stderr io.Writer) (*settings, *outboxCommon) 
 // newOperatorSettings are the settings of an operator command (herald
 // outbox …, herald handlers …) named cmd.
 func newOperatorSettings(cmd string, stderr io.Writer) (*settings, *outboxCommon) {
-	st := newSettings(cmd)
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings(cmd, stderr)
 	c := &outboxCommon{st: st}
 	c.store.register(st)
 	c.logs.register(st)
