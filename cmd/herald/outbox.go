@@ -368,13 +368,7 @@ func runOutboxShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		rows = append(rows, one)
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		for _, r := range rows {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeJSONLines(stdout, rows)
 	}
 	fmt.Fprintf(stdout, "id %s\ntenant %s  channel %s  kind %s  type %s v%d  occurred %s\n\n", first.ID, first.TenantID, first.Channel,
 		first.Kind, first.Type, first.SchemaVersion, first.OccurredAt.UTC().Format(time.RFC3339Nano))
@@ -440,6 +434,18 @@ func runOutboxList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		return nil
 	})
+}
+
+// writeJSONLines writes rows to w as --json prints them: one JSON object
+// a line.
+func writeJSONLines[T any](w io.Writer, rows []T) error {
+	enc := json.NewEncoder(w)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // oneLine flattens s to one line of at most n runes.
