@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -252,17 +254,6 @@ func serveSettings(t *testing.T, bin string) map[string]bool {
 	return vars
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
-
 // runUntilReady starts bin with exactly env, in an empty working directory
 // (the container's read-only /), waits for /readyz 200, stops it with
 // SIGTERM and wants a clean exit. It returns nothing: failures end the test.
@@ -395,7 +386,7 @@ func TestContainerImageBinary(t *testing.T) {
 	if err := os.Mkdir(dataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	listen := "127.0.0.1:" + freePort(t)
+	listen := testenv.FreeAddr(t)
 	var env []string
 	for k, v := range r.env {
 		if !vars[k] {
@@ -447,7 +438,7 @@ func TestSystemdUnit(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(stateRoot, state), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	listen := "127.0.0.1:" + freePort(t)
+	listen := testenv.FreeAddr(t)
 	env := map[string]string{}
 	for _, kv := range svc["Environment"] {
 		k, v, ok := strings.Cut(kv, "=")

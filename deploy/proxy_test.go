@@ -126,6 +126,21 @@ func subst(t *testing.T, file, s, old, new string, n int) string {
 	return strings.ReplaceAll(s, old, new)
 }
 
+// replacement is one subst: old, which must occur n times, becomes new.
+type replacement struct {
+	old, new string
+	n        int
+}
+
+// substAll makes each replacement, in order, as subst does.
+func substAll(t *testing.T, file, s string, rs []replacement) string {
+	t.Helper()
+	for _, r := range rs {
+		s = subst(t, file, s, r.old, r.new, r.n)
+	}
+	return s
+}
+
 // ---- the Herald nodes -------------------------------------------------
 
 type cluster struct {
@@ -200,7 +215,7 @@ func startCluster(t *testing.T) *cluster {
 	}
 	c := &cluster{bin: bin, dbURL: dbURL}
 	for i := range c.nodes {
-		n := &node{t: t, name: fmt.Sprintf("node%d", i+1), bin: bin, addr: "127.0.0.1:" + freePort(t)}
+		n := &node{t: t, name: fmt.Sprintf("node%d", i+1), bin: bin, addr: testenv.FreeAddr(t)}
 		n.dir = t.TempDir()
 		n.log = filepath.Join(n.dir, n.name+".log")
 		n.args = []string{"serve",
@@ -496,13 +511,15 @@ func isRoot() bool { return os.Geteuid() == 0 }
 func startNginx(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *proxy {
 	t.Helper()
 	return startOnFreePorts(t, nginxConf, func(s, dir, httpPort, httpsPort string) (*proxy, []string) {
-		s = subst(t, nginxConf, s, "server "+documentedUpstreams[0]+" ", "server "+up[0]+" ", 1)
-		s = subst(t, nginxConf, s, "server "+documentedUpstreams[1]+" ", "server "+up[1]+" ", 1)
-		s = subst(t, nginxConf, s, "    listen 80;", "    listen 127.0.0.1:"+httpPort+";", 1)
-		s = subst(t, nginxConf, s, "    listen 443 ssl http2;", "    listen 127.0.0.1:"+httpsPort+" ssl http2;", 1)
-		s = subst(t, nginxConf, s, "/etc/ssl/herald/fullchain.pem", tl.cert, 1)
-		s = subst(t, nginxConf, s, "/etc/ssl/herald/privkey.pem", tl.key, 1)
-		s = subst(t, nginxConf, s, "/var/log/nginx/", dir+"/", 3)
+		s = substAll(t, nginxConf, s, []replacement{
+			{"server " + documentedUpstreams[0] + " ", "server " + up[0] + " ", 1},
+			{"server " + documentedUpstreams[1] + " ", "server " + up[1] + " ", 1},
+			{"    listen 80;", "    listen 127.0.0.1:" + httpPort + ";", 1},
+			{"    listen 443 ssl http2;", "    listen 127.0.0.1:" + httpsPort + " ssl http2;", 1},
+			{"/etc/ssl/herald/fullchain.pem", tl.cert, 1},
+			{"/etc/ssl/herald/privkey.pem", tl.key, 1},
+			{"/var/log/nginx/", dir + "/", 3},
+		})
 		if idle > 0 {
 			v := fmt.Sprintf("%ds;", int(idle/time.Second))
 			s = subst(t, nginxConf, s, "proxy_read_timeout 75s;", "proxy_read_timeout "+v, 1)
@@ -563,13 +580,15 @@ func startNginx(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *pr
 func startHAProxy(t *testing.T, tl tlsFiles, up [2]string, idle time.Duration) *proxy {
 	t.Helper()
 	return startOnFreePorts(t, haproxyCfg, func(s, dir, httpPort, httpsPort string) (*proxy, []string) {
-		s = subst(t, haproxyCfg, s, "server node1 "+documentedUpstreams[0]+"\n", "server node1 "+up[0]+"\n", 1)
-		s = subst(t, haproxyCfg, s, "server node2 "+documentedUpstreams[1]+"\n", "server node2 "+up[1]+"\n", 1)
-		s = subst(t, haproxyCfg, s, "    bind :80\n", "    bind 127.0.0.1:"+httpPort+"\n", 1)
-		s = subst(t, haproxyCfg, s, "    bind :443 ssl crt /etc/haproxy/certs/herald.pem ", "    bind 127.0.0.1:"+httpsPort+" ssl crt "+tl.combined+" ", 1)
-		s = subst(t, haproxyCfg, s, "    log /dev/log local0\n", "    log stderr format raw local0\n", 1)
 		stats := filepath.Join(dir, "admin.sock")
-		s = subst(t, haproxyCfg, s, "/run/haproxy/admin.sock", stats, 3)
+		s = substAll(t, haproxyCfg, s, []replacement{
+			{"server node1 " + documentedUpstreams[0] + "\n", "server node1 " + up[0] + "\n", 1},
+			{"server node2 " + documentedUpstreams[1] + "\n", "server node2 " + up[1] + "\n", 1},
+			{"    bind :80\n", "    bind 127.0.0.1:" + httpPort + "\n", 1},
+			{"    bind :443 ssl crt /etc/haproxy/certs/herald.pem ", "    bind 127.0.0.1:" + httpsPort + " ssl crt " + tl.combined + " ", 1},
+			{"    log /dev/log local0\n", "    log stderr format raw local0\n", 1},
+			{"/run/haproxy/admin.sock", stats, 3},
+		})
 		if idle > 0 {
 			v := fmt.Sprintf("%ds\n", int(idle/time.Second))
 			for _, k := range []string{"client", "server", "tunnel"} {
@@ -609,7 +628,7 @@ func startOnFreePorts(t *testing.T, file string, build func(s, dir, httpPort, ht
 	}
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
-		httpPort, httpsPort := freePort(t), freePort(t)
+		httpPort, httpsPort := strconv.Itoa(testenv.FreePort(t)), strconv.Itoa(testenv.FreePort(t))
 		p, args := build(string(raw), dir, httpPort, httpsPort)
 		p.base, p.plain = "https://127.0.0.1:"+httpsPort, "http://127.0.0.1:"+httpPort
 		err := startProxyProcess(t, p, args)

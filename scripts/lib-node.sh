@@ -7,6 +7,20 @@
 # shellcheck source=scripts/lib-retry.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib-retry.sh"
 
+# build_test_herald builds ./cmd/herald of this tree, once for every test
+# file (each runs in its own process), into a temporary folder removed on
+# exit, and exports HERALD_BIN, the herald the tests start. It sets
+# node_flags, what node needs for WebSocket: Node 20 has it behind a flag;
+# from Node 22 it is always on. Run it from the repository's root.
+build_test_herald() {
+  bin_dir=$(mktemp -d)
+  trap 'rm -rf "$bin_dir"' EXIT
+  ${GO:-go} build -o "$bin_dir/herald" ./cmd/herald
+  export HERALD_BIN="$bin_dir/herald"
+  node_flags=()
+  if [ "$(node_major)" -lt 22 ]; then node_flags+=(--experimental-websocket); fi
+}
+
 node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
 
 ensure_node() {

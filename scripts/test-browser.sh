@@ -54,16 +54,9 @@ if [ "$(PW_PKG="$pw_pkg" node -p 'try { require(process.env.PW_PKG).version } ca
   log "playwright-core installed in $((SECONDS - started)) s"
 fi
 
-# One build for every test file.
-bin_dir=$(mktemp -d)
-trap 'rm -rf "$bin_dir"' EXIT
-${GO:-go} build -o "$bin_dir/herald" ./cmd/herald
-
-# Node 20 has WebSocket behind a flag (the example app publishes over it).
-flags=()
-if [ "$(node_major)" -lt 22 ]; then flags+=(--experimental-websocket); fi
+# (node_flags: the example app publishes over WebSocket.)
+build_test_herald
 
 cd clientjs
 if [ "$#" -eq 0 ]; then set -- browser/*.test.js; fi
-HERALD_BIN="$bin_dir/herald" HERALD_PLAYWRIGHT_DIR="$pw_dir" HERALD_CHROMIUM="$CHROMIUM" \
-  node "${flags[@]}" --test "$@"
+HERALD_PLAYWRIGHT_DIR="$pw_dir" HERALD_CHROMIUM="$CHROMIUM" node "${node_flags[@]}" --test "$@"

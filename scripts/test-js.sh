@@ -19,17 +19,10 @@ ensure_node
 ensure_jstools
 ensure_oldest_node
 
-# One build for every test file (each runs in its own process).
-bin_dir=$(mktemp -d)
-trap 'rm -rf "$bin_dir"' EXIT
-${GO:-go} build -o "$bin_dir/herald" ./cmd/herald
-
-# Node 20 has WebSocket behind a flag; from Node 22 it is always on.
-flags=()
-if [ "$(node_major)" -lt 22 ]; then flags+=(--experimental-websocket); fi
+build_test_herald
 
 cd clientjs
 # With no files named, node --test would also pick up browser/browser.test.js,
 # which needs Chromium and runs through scripts/test-browser.sh instead.
 if [ "$#" -eq 0 ]; then set -- test/*.test.js; fi
-HERALD_BIN="$bin_dir/herald" node "${flags[@]}" --test "$@"
+node "${node_flags[@]}" --test "$@"

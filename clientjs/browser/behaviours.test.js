@@ -6,27 +6,18 @@
 // (dist/) and drives it through testutil/probe.js. Offline and online are
 // Chromium's network emulation; hiding the tab is document.visibilityState
 // and a visibilitychange event.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { waitUntil } from '../testutil/helpers.js';
 import { scenarios, servers } from '../testutil/scenarios.js';
-import { launchChromium, staticServer } from './lib.js';
+import { staticServer, useChromium } from './lib.js';
 
-let browser;
-
-before(async () => {
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const newPage = useChromium();
 
 async function browserEnv(t) {
   const site = await staticServer(t);
-  const context = await browser.newContext();
-  t.after(() => context.close());
-  const page = await context.newPage();
+  const page = await newPage(t);
+  const context = page.context();
   const consoleLines = [];
   page.on('console', (m) => consoleLines.push(m.text()));
   page.on('pageerror', (e) => consoleLines.push(`pageerror: ${e.message}`));

@@ -10,13 +10,13 @@
 // harness.js from a small static server on another port, and herald.js
 // from there or, across origins, from Herald.
 
-import { test, before, after } from 'node:test';
+import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Herald, HttpProxy, TcpProxy, fastBackoff, waitUntil, watch } from '../testutil/helpers.js';
-import { launchChromium, staticServer } from './lib.js';
+import { staticServer, useChromium } from './lib.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -25,16 +25,11 @@ const FIELDS = ['id', 'channel', 'offset', 'epoch', 'type', 'schema_version', 't
 
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 
-let browser;
+const newPage = useChromium();
 let harnessJs;
 
 before(async () => {
   harnessJs = await readFile(join(here, 'harness.js'), 'utf8');
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
 });
 
 /** startHerald starts a `herald serve` that the test destroys when it ends. */
@@ -60,10 +55,7 @@ async function startProxy(t, h) {
  * messages and WebSocket frames sent.
  */
 async function openPage(t, { origin, served, client }) {
-  const context = await browser.newContext();
-  t.after(() => context.close());
-  const page = await context.newPage();
-  page.setDefaultTimeout(10_000);
+  const page = await newPage(t, { timeout: 10_000 });
   const requests = [];
   const consoleLines = [];
   const framesSent = [];

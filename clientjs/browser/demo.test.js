@@ -4,27 +4,16 @@
 // (bin/herald token), and the Publish form shows only in WebSocket mode
 // with a token that grants publish. scripts/test-browser.sh runs it.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Herald } from '../testutil/helpers.js';
-import { launchChromium } from './lib.js';
+import { useChromium } from './lib.js';
 
-let browser;
-
-before(async () => {
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const newPage = useChromium();
 
 /** demo opens the demo page of h at path (after the origin) in a fresh context. */
 async function demo(t, h, path) {
-  const context = await browser.newContext();
-  t.after(() => context.close());
-  const page = await context.newPage();
-  page.setDefaultTimeout(10_000);
+  const page = await newPage(t, { timeout: 10_000 });
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
   await page.goto(`${h.url}${path}`);

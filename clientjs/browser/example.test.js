@@ -5,21 +5,13 @@
 // update lost while it was down). The page only reads, so it runs on
 // Server-Sent Events with the SSE-only client: it never opens a WebSocket
 // and never loads the WebSocket code.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Herald, SECRET } from '../testutil/helpers.js';
 import { startApp } from '../example/app.mjs';
-import { launchChromium } from './lib.js';
+import { useChromium } from './lib.js';
 
-let browser;
-
-before(async () => {
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const newPage = useChromium();
 
 const post = (app, id, status) =>
   fetch(`${app.url}/api/orders/${id}`, { method: 'POST', body: JSON.stringify({ status }) }).then((r) => r.json());
@@ -33,9 +25,7 @@ test('example: the order list from state, live updates, a reload after a gap', a
   t.after(() => h.destroy());
   app.use(h.url);
 
-  const context = await browser.newContext();
-  t.after(() => context.close());
-  const page = await context.newPage();
+  const page = await newPage(t);
   const problems = [];
   page.on('pageerror', (e) => problems.push(e.message));
   const sockets = [];

@@ -1,5 +1,6 @@
 // Shared by the browser tests: headless Chromium (Debian's, driven by
-// playwright-core, both installed by scripts/test-browser.sh) and a static
+// playwright-core, both installed by scripts/test-browser.sh), a page per
+// test, and a static
 // server for pages on an origin other than Herald's.
 import { createRequire } from 'node:module';
 import { readFile, readdir } from 'node:fs/promises';
@@ -7,6 +8,7 @@ import { homedir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import http from 'node:http';
+import { before, after } from 'node:test';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const chromiumPath = process.env.HERALD_CHROMIUM || '/usr/bin/chromium';
@@ -21,6 +23,29 @@ export async function launchChromium() {
     throw new Error(`playwright-core is not installed in ${playwrightDir} (${e.message}): run scripts/test-browser.sh, which installs it`);
   }
   return playwright.chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'], timeout: 30_000 });
+}
+
+/**
+ * useChromium launches headless Chromium before the calling file's tests
+ * and closes it after them. It returns newPage(t, {timeout}): a page in a
+ * fresh browser context, closed when test t ends; with timeout, the page's
+ * default timeout (ms) for its actions.
+ */
+export function useChromium() {
+  let browser;
+  before(async () => {
+    browser = await launchChromium();
+  });
+  after(async () => {
+    await browser?.close();
+  });
+  return async (t, { timeout } = {}) => {
+    const context = await browser.newContext();
+    t.after(() => context.close());
+    const page = await context.newPage();
+    if (timeout !== undefined) page.setDefaultTimeout(timeout);
+    return page;
+  };
 }
 
 const JS = 'text/javascript; charset=utf-8';

@@ -4,26 +4,18 @@
 // store. scripts/test-browser.sh installs both and runs this file
 // (bash scripts/test-browser.sh browser/ops.test.js).
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, writeFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Herald } from '../testutil/helpers.js';
-import { launchChromium } from './lib.js';
+import { useChromium } from './lib.js';
 
 const ADMIN_TOKEN = 'browser-ops-admin-token-0123456789';
 const TOKEN_KEY = 'herald.ops.token';
 
-let browser;
-
-before(async () => {
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const newPage = useChromium();
 
 /** startOpsHerald starts `herald serve` with the operator view on and no Worker, so staged records stay pending. */
 async function startOpsHerald(t) {
@@ -54,10 +46,7 @@ async function opsStatus(h, authorization) {
 
 /** openOps opens /ops/ in a fresh browser context, recording requests and console messages. */
 async function openOps(t, h) {
-  const context = await browser.newContext();
-  t.after(() => context.close());
-  const page = await context.newPage();
-  page.setDefaultTimeout(10_000);
+  const page = await newPage(t, { timeout: 10_000 });
   const requests = [];
   const consoleLines = [];
   page.on('request', (r) => requests.push({ method: r.method(), url: r.url(), authorization: r.headers().authorization }));

@@ -37,8 +37,7 @@ const (
 
 // runAlerts writes the Prometheus rule file of the configured handlers.
 func runAlerts(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	st := newSettings("alerts")
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings("alerts", stderr)
 	var (
 		handlers handlersValue
 		out      string

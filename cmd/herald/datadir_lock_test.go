@@ -37,7 +37,7 @@ func spawn(t *testing.T, dir, bin, name string, clean bool, args ...string) (*ex
 	defer f.Close()
 	var stderr testenv.SyncBuffer
 	cmd := exec.Command(bin, args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, cleanEnv(), f, &stderr
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, testenv.HeraldEnv(), f, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func runBinary(t *testing.T, bin string, args ...string) (code int, stdout, stde
 	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := exec.Command(bin, args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = cleanEnv(), &out, &errOut
+	cmd.Env, cmd.Stdout, cmd.Stderr = testenv.HeraldEnv(), &out, &errOut
 	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), out.String(), errOut.String()
@@ -109,8 +109,7 @@ func TestSQLiteDataDirLock(t *testing.T) {
 	// A producer is no consumer: it stages beside the node, which
 	// delivers, and publish has nothing to warn about.
 	tok := strings.TrimSpace(mustRun(t, bin, "token", "--data-dir", data, "--tenant", "acme", "--sub", "u1", "--subscribe", "orders/*"))
-	s := openSSE(t, base+"/v1/sse?channel=orders/1", tok, "")
-	s.next(t, 10*time.Second) // subscribed
+	s := subscribeSSE(t, base+"/v1/sse?channel=orders/1", tok, "")
 	code, out, errOut := runBinary(t, bin, "publish", "--data-dir", data, "--tenant", "acme", "--channel", "orders/1", "--type", "order.updated", "--data", `{"n":1}`)
 	if code != 0 || strings.Contains(errOut, "no herald serve or feed consumes") {
 		t.Fatalf("publish beside the node: exit %d, %q, %s", code, out, errOut)

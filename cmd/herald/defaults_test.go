@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,18 +26,6 @@ func buildHerald(t *testing.T) string {
 	return bin
 }
 
-// cleanEnv is the environment without any HERALD_ setting, as on a fresh
-// machine with no PostgreSQL or Redis configured.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HERALD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // TestServeWithDefaults runs the binary as `make run` does (embedded SQLite,
 // in-memory broker, generated development secret) and follows the banner:
 // demo page, token, publish, stream.
@@ -49,7 +36,7 @@ func TestServeWithDefaults(t *testing.T) {
 	defer cancel()
 
 	cmd := exec.CommandContext(ctx, bin, "serve", "--listen", "127.0.0.1:0")
-	cmd.Dir, cmd.Env = dir, cleanEnv()
+	cmd.Dir, cmd.Env = dir, testenv.HeraldEnv()
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -117,21 +104,17 @@ func TestServeWithDefaults(t *testing.T) {
 
 	// herald token finds the development secret in the data directory.
 	tokCmd := exec.Command(bin, "token", "--tenant", "acme", "--sub", "u1", "--subscribe", "orders/*", "--ttl", "1h")
-	tokCmd.Dir, tokCmd.Env = dir, cleanEnv()
+	tokCmd.Dir, tokCmd.Env = dir, testenv.HeraldEnv()
 	out, err := tokCmd.Output()
 	if err != nil {
 		t.Fatalf("herald token: %v", err)
 	}
 	tok := strings.TrimSpace(string(out))
 
-	s := openSSE(t, base+"/v1/sse?channel=orders/1", tok, "")
-	if s.Status != http.StatusOK {
-		t.Fatalf("SSE status %d: %s", s.Status, s.Body)
-	}
-	s.next(t, 5*time.Second) // subscribed
+	s := subscribeSSE(t, base+"/v1/sse?channel=orders/1", tok, "")
 
 	pub := exec.Command(bin, "publish", "--tenant", "acme", "--channel", "orders/1", "--type", "order.updated", "--data", `{"status":"paid"}`)
-	pub.Dir, pub.Env = dir, cleanEnv()
+	pub.Dir, pub.Env = dir, testenv.HeraldEnv()
 	out, err = pub.Output()
 	if err != nil {
 		t.Fatalf("herald publish: %v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"net/http"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -173,63 +172,62 @@ func notification(tenant, channel string, data string) stage.Notification {
 	}
 }
 
-func TestCommittedRecordReachesSubscriber(t *testing.T) {
+// forEachServedStore runs f as a subtest for each store, with a herald
+// serve on it at base.
+func forEachServedStore(t *testing.T, f func(t *testing.T, dbURL string, st stager, base string)) {
 	for _, sc := range storeCases() {
 		t.Run(sc.name, func(t *testing.T) {
 			dbURL, st := sc.setup(t)
-			base := startServe(t, storeArgs(dbURL)...)
-			sseURL := base + "/v1/sse?channel=orders/1"
-
-			mine := openSSE(t, sseURL, mint(t, "acme", "u1", "orders/*"), "")
-			other := openSSE(t, sseURL, mint(t, "globex", "u9", "orders/*"), "")
-			for _, s := range []*sseStream{mine, other} {
-				if s.Status != http.StatusOK {
-					t.Fatalf("status %d: %s", s.Status, s.Body)
-				}
-				if ev := s.next(t, 5*time.Second); ev.Event != "subscribed" {
-					t.Fatalf("first event %q, want subscribed", ev.Event)
-				}
-			}
-
-			rolledBack := st.stage(t, notification("acme", "orders/1", `{"status":"cancelled"}`), false)
-			before := time.Now().Add(-time.Second)
-			id := st.stage(t, notification("acme", "orders/1", `{"status":"paid","total":12.5}`), true)
-
-			e, cursor := mine.nextPublication(t, 10*time.Second)
-			if e.ID != id {
-				t.Fatalf("first publication id %s, want the committed %s (rolled back was %s)", e.ID, id, rolledBack)
-			}
-			if e.Key.Channel != "orders/1" || e.Offset != 1 || e.Epoch == "" || e.Type != "order.updated" || e.SchemaVersion != 2 {
-				t.Fatalf("envelope %+v", e)
-			}
-			if e.Time.Before(before) || e.Time.After(time.Now().Add(time.Second)) {
-				t.Fatalf("time %v not around the commit", e.Time)
-			}
-			if string(e.Freshness) != `{"mode":"immediate"}` {
-				t.Fatalf("freshness %s", e.Freshness)
-			}
-			// jsonb keeps the value, not the key order or spacing.
-			var data map[string]any
-			if err := json.Unmarshal(e.Data, &data); err != nil || data["status"] != "paid" || data["total"] != 12.5 || len(data) != 2 {
-				t.Fatalf("data %s", e.Data)
-			}
-			if cursor == "" {
-				t.Fatal("publication without an id: cursor")
-			}
-			mine.expectQuiet(t, 500*time.Millisecond)  // the rolled-back record never comes
-			other.expectQuiet(t, 100*time.Millisecond) // globex's orders/1 is another channel
-
-			store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
-			waitDispatched(t, store, id)
-			if _, err := store.Get(context.Background(), rolledBack); err == nil {
-				t.Fatalf("rolled-back record %s exists in the outbox", rolledBack)
-			}
+			f(t, dbURL, st, startServe(t, storeArgs(dbURL)...))
 		})
 	}
+}
+
+func TestCommittedRecordReachesSubscriber(t *testing.T) {
+	forEachServedStore(t, func(t *testing.T, dbURL string, st stager, base string) {
+		sseURL := base + "/v1/sse?channel=orders/1"
+
+		mine := subscribeSSE(t, sseURL, mint(t, "acme", "u1", "orders/*"), "")
+		other := subscribeSSE(t, sseURL, mint(t, "globex", "u9", "orders/*"), "")
+
+		rolledBack := st.stage(t, notification("acme", "orders/1", `{"status":"cancelled"}`), false)
+		before := time.Now().Add(-time.Second)
+		id := st.stage(t, notification("acme", "orders/1", `{"status":"paid","total":12.5}`), true)
+
+		e, cursor := mine.nextPublication(t, 10*time.Second)
+		if e.ID != id {
+			t.Fatalf("first publication id %s, want the committed %s (rolled back was %s)", e.ID, id, rolledBack)
+		}
+		if e.Key.Channel != "orders/1" || e.Offset != 1 || e.Epoch == "" || e.Type != "order.updated" || e.SchemaVersion != 2 {
+			t.Fatalf("envelope %+v", e)
+		}
+		if e.Time.Before(before) || e.Time.After(time.Now().Add(time.Second)) {
+			t.Fatalf("time %v not around the commit", e.Time)
+		}
+		if string(e.Freshness) != `{"mode":"immediate"}` {
+			t.Fatalf("freshness %s", e.Freshness)
+		}
+		// jsonb keeps the value, not the key order or spacing.
+		var data map[string]any
+		if err := json.Unmarshal(e.Data, &data); err != nil || data["status"] != "paid" || data["total"] != 12.5 || len(data) != 2 {
+			t.Fatalf("data %s", e.Data)
+		}
+		if cursor == "" {
+			t.Fatal("publication without an id: cursor")
+		}
+		mine.expectQuiet(t, 500*time.Millisecond)  // the rolled-back record never comes
+		other.expectQuiet(t, 100*time.Millisecond) // globex's orders/1 is another channel
+
+		store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		waitDispatched(t, store, id)
+		if _, err := store.Get(context.Background(), rolledBack); err == nil {
+			t.Fatalf("rolled-back record %s exists in the outbox", rolledBack)
+		}
+	})
 }
 
 func waitDispatched(t *testing.T, store outboxfeed.Store, id string) {
@@ -254,54 +252,43 @@ func waitDispatched(t *testing.T, store outboxfeed.Store, id string) {
 }
 
 func TestResumeAfterReconnect(t *testing.T) {
-	for _, sc := range storeCases() {
-		t.Run(sc.name, func(t *testing.T) {
-			dbURL, st := sc.setup(t)
-			base := startServe(t, storeArgs(dbURL)...)
-			sseURL := base + "/v1/sse?channel=orders/7"
-			tok := mint(t, "acme", "u1", "orders/*")
+	forEachServedStore(t, func(t *testing.T, dbURL string, st stager, base string) {
+		sseURL := base + "/v1/sse?channel=orders/7"
+		tok := mint(t, "acme", "u1", "orders/*")
 
-			s := openSSE(t, sseURL, tok, "")
-			if s.Status != http.StatusOK {
-				t.Fatalf("status %d: %s", s.Status, s.Body)
-			}
-			first := st.stage(t, notification("acme", "orders/7", `{"n":1}`), true)
-			e, lastID := s.nextPublication(t, 10*time.Second)
-			if e.ID != first {
-				t.Fatalf("got %s want %s", e.ID, first)
-			}
-			s.Close()
+		s := subscribeSSE(t, sseURL, tok, "")
+		first := st.stage(t, notification("acme", "orders/7", `{"n":1}`), true)
+		e, lastID := s.nextPublication(t, 10*time.Second)
+		if e.ID != first {
+			t.Fatalf("got %s want %s", e.ID, first)
+		}
+		s.Close()
 
-			var missed []string
-			for i := 2; i <= 4; i++ {
-				missed = append(missed, st.stage(t, notification("acme", "orders/7", `{"n":`+string(rune('0'+i))+`}`), true))
-			}
-			store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
-			for _, id := range missed {
-				waitDispatched(t, store, id)
-			}
+		var missed []string
+		for i := 2; i <= 4; i++ {
+			missed = append(missed, st.stage(t, notification("acme", "orders/7", `{"n":`+string(rune('0'+i))+`}`), true))
+		}
+		store, err := outboxdb.Open(context.Background(), outboxdb.Config{DatabaseURL: dbURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		for _, id := range missed {
+			waitDispatched(t, store, id)
+		}
 
-			r := openSSE(t, sseURL, tok, lastID)
-			if r.Status != http.StatusOK {
-				t.Fatalf("resume status %d: %s", r.Status, r.Body)
+		r := subscribeSSE(t, sseURL, tok, lastID)
+		if !strings.Contains(r.Subscribed, `"recovered":true`) {
+			t.Fatalf("want subscribed with recovered:true, got %s", r.Subscribed)
+		}
+		for i, want := range missed {
+			e, _ := r.nextPublication(t, 5*time.Second)
+			if e.ID != want || e.Offset != uint64(i+2) {
+				t.Fatalf("resumed #%d: id %s offset %d, want %s offset %d", i, e.ID, e.Offset, want, i+2)
 			}
-			ev := r.next(t, 5*time.Second)
-			if ev.Event != "subscribed" || !strings.Contains(ev.Data, `"recovered":true`) {
-				t.Fatalf("want subscribed with recovered:true, got %q %s", ev.Event, ev.Data)
-			}
-			for i, want := range missed {
-				e, _ := r.nextPublication(t, 5*time.Second)
-				if e.ID != want || e.Offset != uint64(i+2) {
-					t.Fatalf("resumed #%d: id %s offset %d, want %s offset %d", i, e.ID, e.Offset, want, i+2)
-				}
-			}
-			r.expectQuiet(t, 300*time.Millisecond)
-		})
-	}
+		}
+		r.expectQuiet(t, 300*time.Millisecond)
+	})
 }
 
 func TestSSERefusals(t *testing.T) {

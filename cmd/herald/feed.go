@@ -12,8 +12,7 @@ import (
 )
 
 func runFeed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	st := newSettings("feed")
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings("feed", stderr)
 	var (
 		store  storeSettings
 		broker brokerSettings

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -101,10 +100,7 @@ func TestGenconfigEverySetting(t *testing.T) {
 // it gives the command named by words exactly the values of want.
 func loadsBack(t *testing.T, words []string, name string, file []byte, want *settings) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, file, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, name, string(file))
 	clearSettingsEnv(t, want)
 	fresh := describeCommand(words)
 	fresh.fs.SetOutput(new(strings.Builder))
@@ -254,10 +250,7 @@ func TestGenconfigYAMLQuoting(t *testing.T) {
 		var list2 []string
 		back.String(&str2, "s", "default", "")
 		back.StringList(&list2, "l", "")
-		path := filepath.Join(t.TempDir(), "x.yaml")
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		path := writeConfig(t, "x.yaml", string(b))
 		clearSettingsEnv(t, back)
 		if err := back.parse([]string{"--config", path}); err != nil {
 			t.Errorf("%q: %v\n%s", v, err, b)
@@ -270,10 +263,7 @@ func TestGenconfigYAMLQuoting(t *testing.T) {
 }
 
 func TestConfigCommentKeysIgnored(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "herald.json")
-	if err := os.WriteFile(path, []byte(`{"#": "head", "#listen": "a note", "#nonesuch": 1, "listen": "127.0.0.1:1"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, "herald.json", `{"#": "head", "#listen": "a note", "#nonesuch": 1, "listen": "127.0.0.1:1"}`)
 	st := newSettings("x")
 	st.fs.SetOutput(new(strings.Builder))
 	var listen string

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,13 +85,7 @@ func runHandlersList(ctx context.Context, args []string, stdout, stderr io.Write
 			rows = append(rows, handlerRow{HandlerInfo: h, Pending: st.Pending, DeadLetter: st.DeadLetter, OldestPending: st.OldestPending})
 		}
 		if asJSON {
-			enc := json.NewEncoder(stdout)
-			for _, r := range rows {
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
-			}
-			return nil
+			return writeJSONLines(stdout, rows)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tPENDING\tDEAD_LETTER\tOLDEST_PENDING\tWORKERS\tFAILING_SINCE\tREASON_OR_LAST_ERROR")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/heraldgw/herald/outboxfeed"
 )
 
 const testWebhookSecret = "whsec_Nm8b7X2m0qkq3v9sQ8pZkR4y1WcT6hJd5LaE2uFgYiM="
@@ -128,6 +129,19 @@ func TestServeWithWebhookHandler(t *testing.T) {
 	id := st.stage(t, invoice, true)
 	otherID := st.stage(t, other, true)
 	testenv.Eventually(t, 20*time.Second, "the invoice at the receiver", func() bool { return hooks.has(id) })
+
+	// --json: one object a line, one a handler.
+	listed := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(mustHerald(t, "handlers", "list", "--json", "--database-url", dbURL)), "\n") {
+		var h struct{ Name string }
+		if err := json.Unmarshal([]byte(line), &h); err != nil || listed[h.Name] {
+			t.Fatalf("handlers list --json: line %q (%v)", line, err)
+		}
+		listed[h.Name] = true
+	}
+	if !listed["billing"] || !listed[outboxfeed.RealtimeHandler] {
+		t.Fatalf("handlers list --json lists %v, want billing and %s", listed, outboxfeed.RealtimeHandler)
+	}
 
 	out := mustHerald(t, "handlers", "list", "--database-url", dbURL)
 	for _, want := range []string{"billing", "webhook", "active", "realtime"} {

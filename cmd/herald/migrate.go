@@ -11,8 +11,7 @@ import (
 )
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	st := newSettings("migrate")
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings("migrate", stderr)
 	var (
 		store   storeSettings
 		trigger bool

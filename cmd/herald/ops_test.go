@@ -25,11 +25,7 @@ const testAdminToken = "serve-ops-admin-token-0123456789"
 // writeTokenFile writes content to a 0600 file and returns its path.
 func writeTokenFile(t *testing.T, content string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "admin-token")
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return writeConfig(t, "admin-token", content)
 }
 
 // getOps GETs base+path with Authorization (none when empty) and returns
@@ -99,11 +95,7 @@ func TestServeOpsView(t *testing.T) {
 
 	base := startServe(t, "--database-url", dbURL, "--feed=false", "--max-connections", "33",
 		"--admin-token-file", writeTokenFile(t, testAdminToken+"\n"))
-	s := openSSE(t, base+"/v1/sse?channel=orders/1", mint(t, "acme", "u1", "orders/*"), "")
-	if s.Status != http.StatusOK {
-		t.Fatalf("SSE: %d %s", s.Status, s.Body)
-	}
-	s.next(t, 5*time.Second)
+	subscribeSSE(t, base+"/v1/sse?channel=orders/1", mint(t, "acme", "u1", "orders/*"), "")
 
 	got := opsStatusOf(t, base)
 	if r := got.Readiness; r.Status != "ready" || r.Checks["outbox"] != "ok" || r.Checks["broker"] != "ok" || len(r.Checks) != 2 {
@@ -188,10 +180,7 @@ func TestAdminTokenFileRefused(t *testing.T) {
 	empty := writeTokenFile(t, " \n")
 	spaced := writeTokenFile(t, "two words of a token")
 	missing := filepath.Join(t.TempDir(), "nope")
-	cfg := filepath.Join(t.TempDir(), "herald.json")
-	if err := os.WriteFile(cfg, []byte(`{"admin-token-file": "`+short+`"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, "herald.json", `{"admin-token-file": "`+short+`"}`)
 	cases := []struct {
 		name string
 		args []string

@@ -83,8 +83,7 @@ func newOutboxSettings(sub string, stderr io.Writer) (*settings, *outboxCommon) 
 // newOperatorSettings are the settings of an operator command (herald
 // outbox …, herald handlers …) named cmd.
 func newOperatorSettings(cmd string, stderr io.Writer) (*settings, *outboxCommon) {
-	st := newSettings(cmd)
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings(cmd, stderr)
 	c := &outboxCommon{st: st}
 	c.store.register(st)
 	c.logs.register(st)
@@ -369,13 +368,7 @@ func runOutboxShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		rows = append(rows, one)
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		for _, r := range rows {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeJSONLines(stdout, rows)
 	}
 	fmt.Fprintf(stdout, "id %s\ntenant %s  channel %s  kind %s  type %s v%d  occurred %s\n\n", first.ID, first.TenantID, first.Channel,
 		first.Kind, first.Type, first.SchemaVersion, first.OccurredAt.UTC().Format(time.RFC3339Nano))
@@ -441,6 +434,18 @@ func runOutboxList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		return nil
 	})
+}
+
+// writeJSONLines writes rows to w as --json prints them: one JSON object
+// a line.
+func writeJSONLines[T any](w io.Writer, rows []T) error {
+	enc := json.NewEncoder(w)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // oneLine flattens s to one line of at most n runes.

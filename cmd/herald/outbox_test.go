@@ -41,11 +41,7 @@ func mustHerald(t *testing.T, args ...string) string {
 // (JSON) until done reports true, then stops it.
 func runFeedUntil(t *testing.T, dbURL, types string, what string, done func() bool) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "types.json")
-	if err := os.WriteFile(path, []byte(types), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startInProcess(append([]string{"feed", "--listen", "", "--types", path,
+	p := startInProcess(append([]string{"feed", "--listen", "", "--types", writeCatalogue(t, types),
 		"--outbox-poll-interval", "20ms", "--log-level", "error"}, storeArgs(dbURL)...))
 	defer p.stop(t, 20*time.Second)
 	p.waitUntil(t, 15*time.Second, what, done)

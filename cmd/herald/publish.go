@@ -17,8 +17,7 @@ import (
 )
 
 func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	st := newSettings("publish")
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings("publish", stderr)
 	var (
 		store               storeSettings
 		logs                logSettings

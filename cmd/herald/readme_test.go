@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -71,11 +70,11 @@ func TestREADME(t *testing.T) {
 		node := startStandIn(t, root, "serve", "--listen", defaultAddr) // make run
 		waitReady(t, node)
 
-		second := startShell(t, root, cleanEnv(), "second terminal")
+		second := startShell(t, root, testenv.HeraldEnv(), "second terminal")
 		curl := second.run(t, sub.apply(t, live.sh[0])).only(t, "curl -N")
 		waitSubscribed(t, curl)
 
-		third := startShell(t, root, cleanEnv(), "third terminal")
+		third := startShell(t, root, testenv.HeraldEnv(), "third terminal")
 		id := publishedID(t, third.run(t, sub.apply(t, live.sh[1])).stdout)
 		e := waitPublication(t, curl, func(e fanout.Publication) bool { return e.ID == id })
 		checkEnvelope(t, e, "orders/1", "order.updated", 1, `{"status":"paid"}`)
@@ -83,7 +82,7 @@ func TestREADME(t *testing.T) {
 
 	t.Run("With PostgreSQL", func(t *testing.T) {
 		pg := readmeSection(t, readme, "With PostgreSQL", 1, 1)
-		sh := startShell(t, root, append(cleanEnv(), "HERALD_LISTEN="+defaultAddr), "terminal")
+		sh := startShell(t, root, append(testenv.HeraldEnv(), "HERALD_LISTEN="+defaultAddr), "terminal")
 		node := sh.run(t, sub.apply(t, pg.sh[0], "HERALD_DATABASE_URL")).only(t, "herald serve")
 		base, banner := waitListening(t, node)
 		if !strings.Contains(banner, "store: PostgreSQL") {
@@ -119,7 +118,7 @@ func TestREADME(t *testing.T) {
 
 	t.Run("Many nodes", func(t *testing.T) {
 		many := readmeSection(t, readme, "Many nodes", 3, 0)
-		sh := startShell(t, root, append(cleanEnv(), "HERALD_REDIS_KEY_PREFIX="+prefix), "terminal")
+		sh := startShell(t, root, append(testenv.HeraldEnv(), "HERALD_REDIS_KEY_PREFIX="+prefix), "terminal")
 		procs := sh.run(t, sub.apply(t, many.sh[0], "HERALD_DATABASE_URL", "HERALD_REDIS_URL")).bg
 		nodes := map[string]*bgProc{} // serve nodes by listen address
 		for _, p := range procs {
@@ -245,12 +244,7 @@ func (s *readmeSubst) loopback(t *testing.T, addr string) string {
 	if a, ok := s.ports[addr]; ok {
 		return a
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := ln.Addr().String()
-	_ = ln.Close()
+	a := testenv.FreeAddr(t)
 	s.ports[addr] = a
 	return a
 }

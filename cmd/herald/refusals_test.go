@@ -258,10 +258,7 @@ func TestSecretsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := filepath.Join(t.TempDir(), "herald.json")
-		if err := os.WriteFile(cfg, []byte(`{"jwt-hmac-secret": ""}`), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		cfg := writeConfig(t, "herald.json", `{"jwt-hmac-secret": ""}`)
 		tok := strings.TrimSpace(mustHerald(t, append(token, "--data-dir", data, "--config", cfg)...))
 		v := verifierFor(t, secret)
 		if _, err := v.Verify(tok); err != nil {
@@ -336,10 +333,7 @@ func TestPerInvocationFlagsNotFromEnvironment(t *testing.T) {
 		t.Errorf("publish -h names a variable for a per-invocation flag, or none for its store:\n%s", help.String())
 	}
 
-	cfg := filepath.Join(t.TempDir(), "herald.yaml")
-	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nchannel: orders/1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, "herald.yaml", "listen: 127.0.0.1:0\nchannel: orders/1\n")
 	for _, cmd := range [][]string{{"publish"}, {"token"}, {"migrate"}, {"outbox", "stats"}} {
 		wantRefused(t, 1, []string{cfg + ":2", `key "channel" is a flag given per invocation`, "herald publish", "herald token", "pass --channel on the command line"},
 			append(cmd, "--config", cfg, "--data-dir", dir)...)

@@ -24,8 +24,7 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if list {
 		args = args[1:]
 	}
-	st := newSettings("revoke")
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings("revoke", stderr)
 	var (
 		store            storeSettings
 		logs             logSettings

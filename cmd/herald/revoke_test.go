@@ -124,12 +124,8 @@ func TestRevokeWithNodeConfigCutsConnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := openSSE(t, base+"/v1/sse?channel=orders/1", tok, "")
+		s := subscribeSSE(t, base+"/v1/sse?channel=orders/1", tok, "")
 		defer s.Close()
-		if s.Status != http.StatusOK {
-			t.Fatalf("SSE status %d: %s", s.Status, s.Body)
-		}
-		s.next(t, 5*time.Second) // subscribed
 
 		var out, errOut strings.Builder
 		if code := run(ctx, append([]string{"revoke", "--sid", c.sid}, c.args...), &out, &errOut); code != 0 {

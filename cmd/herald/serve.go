@@ -161,8 +161,7 @@ func registerGateway(st *settings, c *gateway.Config) {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	st := newSettings("serve")
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings("serve", stderr)
 	var o serveOptions
 	o.register(st)
 	log, err := st.parseLogged(args, &o.log, stderr)

@@ -51,6 +51,14 @@ type settings struct {
 	ignored []string
 }
 
+// newCommandSettings are the settings of the command named cmd, which
+// prints its usage and flag errors to stderr.
+func newCommandSettings(cmd string, stderr io.Writer) *settings {
+	s := newSettings(cmd)
+	s.fs.SetOutput(stderr)
+	return s
+}
+
 func newSettings(cmd string) *settings {
 	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
 	s := &settings{fs: fs, from: map[string]origin{}}

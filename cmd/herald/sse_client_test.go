@@ -21,7 +21,10 @@ type sseEvent struct {
 type sseStream struct {
 	Status int
 	Body   string // error body when Status != 200
-	sse    *testclient.SSE
+	// Subscribed is the data of the subscribed event subscribeSSE waited
+	// for.
+	Subscribed string
+	sse        *testclient.SSE
 }
 
 // openSSE opens url with the bearer token and, on 200, reads events.
@@ -47,6 +50,23 @@ func openSSE(t *testing.T, url, token, lastEventID string) *sseStream {
 	}
 	t.Cleanup(sse.Close)
 	return &sseStream{Status: http.StatusOK, sse: sse}
+}
+
+// subscribeSSE opens url as openSSE does and fails the test unless the
+// server answers 200 and its first event is "subscribed" (whose data is
+// then in Subscribed).
+func subscribeSSE(t *testing.T, url, token, lastEventID string) *sseStream {
+	t.Helper()
+	s := openSSE(t, url, token, lastEventID)
+	if s.Status != http.StatusOK {
+		t.Fatalf("SSE %s: %d %s", url, s.Status, s.Body)
+	}
+	ev := s.next(t, 10*time.Second)
+	if ev.Event != "subscribed" {
+		t.Fatalf("SSE %s: first event %q %s, want subscribed", url, ev.Event, ev.Data)
+	}
+	s.Subscribed = ev.Data
+	return s
 }
 
 // Close ends the stream and waits for its reader.

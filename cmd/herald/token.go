@@ -12,8 +12,7 @@ import (
 )
 
 func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	st := newSettings("token")
-	st.fs.SetOutput(stderr)
+	st := newCommandSettings("token", stderr)
 	var (
 		store                    storeSettings
 		logs                     logSettings

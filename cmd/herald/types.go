@@ -27,8 +27,7 @@ type typesSettings struct {
 }
 
 func newTypesSettings(stderr io.Writer) *typesSettings {
-	c := &typesSettings{st: newSettings("types")}
-	c.st.fs.SetOutput(stderr)
+	c := &typesSettings{st: newCommandSettings("types", stderr)}
 	c.st.String(&c.types, "types", "", "type catalogue JSON file (docs/events.md), the one serve and feed read; empty = none: every type is read at any schema_version ≥ 1")
 	c.store.register(c.st)
 	c.logs.register(c.st)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -17,11 +15,7 @@ const testCatalogue = `{
 
 func writeCatalogue(t *testing.T, body string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "types.json")
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeConfig(t, "types.json", body)
 }
 
 // TestTypesPrintsTheCatalogue: `herald types` prints each (type, version)

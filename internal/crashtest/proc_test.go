@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/internal/testenv"
 )
 
 // outputBuffer collects a process's output and wakes waiters on each write.
@@ -63,25 +64,13 @@ type proc struct {
 	err    error         // Wait's result, valid after done
 }
 
-// heraldEnv is the environment minus every HERALD_* variable, so the
-// flags given are the whole configuration.
-func heraldEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HERALD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // startHerald starts `herald <args…>` in a new process group. The group is
 // killed with SIGKILL when t ends; on failure its output tail is logged.
 func startHerald(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, stdout: newOutputBuffer(), stderr: newOutputBuffer(), done: make(chan struct{})}
 	p.cmd = exec.Command(heraldBin, args...)
-	p.cmd.Env = heraldEnv()
+	p.cmd.Env = testenv.HeraldEnv()
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p.cmd.WaitDelay = 2 * time.Second
@@ -169,7 +158,7 @@ func runHerald(t *testing.T, timeout time.Duration, args ...string) string {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, heraldBin, args...)
-	cmd.Env = heraldEnv()
+	cmd.Env = testenv.HeraldEnv()
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Run(); err != nil {

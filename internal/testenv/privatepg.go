@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -55,17 +54,6 @@ func PGTool(t testing.TB, name string) string {
 	return filepath.Join(pgBinDir(t), name)
 }
 
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 const (
 	// privatePGPrefix names the clusters' directories in the temporary
 	// directory.
@@ -98,7 +86,7 @@ func StartPrivatePG(t testing.TB, settings ...string) *PrivatePG {
 		_ = os.RemoveAll(dir)
 		t.Fatalf("write the test process's pid: %v", err)
 	}
-	pg := &PrivatePG{bin: bin, dir: dir, data: filepath.Join(dir, "data"), port: freePort(t),
+	pg := &PrivatePG{bin: bin, dir: dir, data: filepath.Join(dir, "data"), port: FreePort(t),
 		logFile: filepath.Join(dir, "postgres.log"), settings: settings, asUser: asUser}
 	if asUser != "" {
 		u, err := user.Lookup(asUser)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -24,13 +23,7 @@ type RedisProc struct {
 // StartRedis starts a redis-server and waits until it answers.
 func StartRedis(t testing.TB) *RedisProc {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	r := &RedisProc{t: t, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	r := &RedisProc{t: t, Addr: FreeAddr(t)}
 	t.Cleanup(r.kill)
 	r.start()
 	return r

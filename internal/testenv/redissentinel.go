@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,11 +41,11 @@ func StartRedisSentinel(t testing.TB) *RedisSentinel {
 			s.Kill(addr)
 		}
 	})
-	s.Primary, s.Replica = freeAddr(t), freeAddr(t)
+	s.Primary, s.Replica = FreeAddr(t), FreeAddr(t)
 	s.startServer(s.Primary)
 	s.startServer(s.Replica, "--replicaof", "127.0.0.1", port(s.Primary))
 	for range 3 {
-		addr := freeAddr(t)
+		addr := FreeAddr(t)
 		s.Sentinels = append(s.Sentinels, addr)
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "sentinel.conf")
@@ -154,17 +153,6 @@ func waitUntil(t testing.TB, what string, cond func(ctx context.Context) bool) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// freeAddr is a free loopback host:port.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return "127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
 func port(addr string) string {

@@ -105,7 +105,7 @@ func defaultConfig() config {
 }
 
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+	benchkit.DatabaseURLFlag(fs, &c.DatabaseURL)
 	fs.StringVar(&c.Centrifugo, "centrifugo", c.Centrifugo, "Centrifugo v6.9.1 binary (GOBIN=/tmp/cfbin go install github.com/centrifugal/centrifugo/v6@v6.9.1)")
 	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, staged, latency, producers")
 	fs.StringVar(&c.Configs, "configs", c.Configs, "drain, staged: consumer shapes, comma-separated <partition_select_limit>x<num_partitions>")
@@ -167,43 +167,35 @@ func (c *config) producerVariants() []producerVariant {
 }
 
 func (c *config) validate() error {
-	errs := []error{benchkit.CheckPhases(c.Phases, allPhases...)}
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var bad benchkit.FlagErrors
+	bad.Add(benchkit.CheckPhases(c.Phases, allPhases...))
 	cs, err := parseConsumerConfigs(c.Configs)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	bad.Add(err)
 	c.consumers = cs
 	for v := range strings.SplitSeq(c.ProducerVariants, ",") {
 		if v = strings.TrimSpace(v); v != "on" && v != "off" && v != "consumer" {
-			bad("-producer-variants: %q: want on, off or consumer", v)
+			bad.Badf("-producer-variants: %q: want on, off or consumer", v)
 		}
 	}
 	if c.Centrifugo == "" && (c.phase("drain") || c.phase("staged") || c.phase("latency") || (c.phase("producers") && strings.Contains(c.ProducerVariants, "consumer"))) {
-		bad("-centrifugo: a binary is needed for the drain, staged and latency phases and the producers' consumer variant")
+		bad.Badf("-centrifugo: a binary is needed for the drain, staged and latency phases and the producers' consumer variant")
 	}
-	if c.Records < 1 {
-		bad("-records %d: must be ≥ 1", c.Records)
-	}
-	if c.Channels < 1 || c.Channels > 100_000 {
-		bad("-channels %d: must be 1–100,000", c.Channels)
-	}
+	bad.AtLeast("-records", c.Records, 1)
+	bad.Within("-channels", c.Channels, 1, 100_000)
 	if c.PollInterval < time.Millisecond || c.LatencyPollInterval < time.Millisecond {
-		bad("-poll-interval / -latency-poll-interval: must be ≥ 1ms")
+		bad.Badf("-poll-interval / -latency-poll-interval: must be ≥ 1ms")
 	}
 	if c.StagedProducers < 1 || c.StagedBatch < 1 {
-		bad("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)
+		bad.Badf("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)
 	}
-	errs = append(errs, benchkit.CheckPaced(c.Rate, c.LatencyDuration, c.LatencyProducers))
+	bad.Add(benchkit.CheckPaced(c.Rate, c.LatencyDuration, c.LatencyProducers))
 	if c.LatencyBatch < 1 || c.LatencyPartitions < 1 || c.LatencyPartitions > 256 {
-		bad("-latency-batch %d / -latency-partitions %d: batch ≥ 1, partitions 1–256", c.LatencyBatch, c.LatencyPartitions)
+		bad.Badf("-latency-batch %d / -latency-partitions %d: batch ≥ 1, partitions 1–256", c.LatencyBatch, c.LatencyPartitions)
 	}
-	errs = append(errs, benchkit.CheckUnpaced(c.Producers, c.ProducerDuration))
+	bad.Add(benchkit.CheckUnpaced(c.Producers, c.ProducerDuration))
 	for name, d := range map[string]time.Duration{"-startup-timeout": c.StartupTimeout, "-drain-timeout": c.DrainTimeout,
 		"-deliver-timeout": c.DeliverTimeout, "-timeout": c.Timeout} {
-		if d < time.Second {
-			bad("%s %v: must be ≥ 1s", name, d)
-		}
+		bad.AtLeastDuration(name, d, time.Second)
 	}
-	return errors.Join(errs...)
+	return bad.Err()
 }

@@ -106,23 +106,18 @@ func (e *env) runDrain(ctx context.Context, cc consumerConfig) (res drainResult,
 			return false, err
 		}
 		if n < int64(cfg.Records) && res.FirstConsumed == 0 {
-			res.FirstConsumed, res.FirstRemaining = time.Since(cf.started), n
+			res.FirstConsumed, res.FirstRemaining = time.Since(cf.Started), n
 		}
 		if n == 0 {
-			res.Drained = time.Since(cf.started)
+			res.Drained = time.Since(cf.Started)
 			return true, nil
 		}
 		return false, nil
 	})
 	res.CentrifugoCPU, res.PostgresCPU = cf.cpu(), benchkit.ReadBackends(ctx, e.pool).Since(pg0)
-	if err != nil {
-		return res, fmt.Errorf("cfbench: drain %s: %w", cc, err)
-	}
-	if err := e.verifyPublished(ctx, cf, cfg.Records); err != nil {
+	if err := e.settle(ctx, cf, &res, "drain", cc, err); err != nil {
 		return res, err
 	}
-	res.ErrorLogLines = cf.errorLines()
-	res.finish()
 	fmt.Fprintf(e.progress, "drain %s: %d records consumed in %v (%.0f/s); CPU per record: Centrifugo %.1f µs, PostgreSQL %.1f µs\n",
 		cc, cfg.Records, res.Drained.Round(time.Millisecond), res.RecordsPerS, res.CentrifugoUSPerRc, res.PostgresUSPerRc)
 	return res, nil
@@ -182,18 +177,29 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 	})
 	res.CentrifugoCPU, res.PostgresCPU = cf.cpu()-cf0, benchkit.ReadBackends(ctx, e.pool).Since(pg0)
 	res.Stage = staging.Stop()
-	if err != nil {
-		return res, fmt.Errorf("cfbench: staged %s: %w", cc, err)
-	}
-	if err := e.verifyPublished(ctx, cf, cfg.Records); err != nil {
+	if err := e.settle(ctx, cf, &res, "staged", cc, err); err != nil {
 		return res, err
 	}
-	res.ErrorLogLines = cf.errorLines()
-	res.finish()
 	fmt.Fprintf(e.progress, "staged %s: %d records inserted in %v, all consumed after %v (%.0f/s); CPU per record: Centrifugo %.1f µs, PostgreSQL %.1f µs\n",
 		cc, cfg.Records, res.Stage.Round(time.Millisecond), res.Drained.Round(time.Millisecond), res.RecordsPerS,
 		res.CentrifugoUSPerRc, res.PostgresUSPerRc)
 	return res, nil
+}
+
+// settle ends the drain or staged measurement of cc: waitErr, what
+// waiting for the rows to be consumed returned, fails it; else every
+// record must have been published, and res gets Centrifugo's error log
+// lines and the rates.
+func (e *env) settle(ctx context.Context, cf *centrifugo, res *drainResult, phase string, cc consumerConfig, waitErr error) error {
+	if waitErr != nil {
+		return fmt.Errorf("cfbench: %s %s: %w", phase, cc, waitErr)
+	}
+	if err := e.verifyPublished(ctx, cf, e.cfg.Records); err != nil {
+		return err
+	}
+	res.ErrorLogLines = cf.ErrorLines()
+	res.finish()
+	return nil
 }
 
 // warmUp waits for /health, then inserts one row per partition (to the

@@ -163,7 +163,7 @@ func (e *env) runLatency(ctx context.Context) (res latencyResult, err error) {
 	}
 	res.Elapsed = time.Duration(last - first)
 	res.Commit, res.Latency, res.FromInsert = benchkit.Summarize(commits), benchkit.Summarize(lat), benchkit.Summarize(fromInsert)
-	res.ErrorLogLines = cf.errorLines()
+	res.ErrorLogLines = cf.ErrorLines()
 	res.finish()
 	fmt.Fprintf(e.progress, "latency: commit → client p50 %s p99 %s p99.9 %s max %s (achieved %.0f/s)\n",
 		benchkit.MS(res.Latency.P50), benchkit.MS(res.Latency.P99), benchkit.MS(res.Latency.P999), benchkit.MS(res.Latency.Max), res.AchievedPerS)

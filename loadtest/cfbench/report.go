@@ -80,18 +80,17 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	}
 	e := &env{cfg: cfg, dbURL: db.URL, pool: pool, dir: dir, progress: progress}
 
-	if cfg.phase("drain") {
-		for _, cc := range cfg.consumers {
-			r, err := e.runDrain(ctx, cc)
-			if err != nil {
-				return err
-			}
-			rep.Drain = append(rep.Drain, r)
+	// The drain and then the staged phase measure each consumer shape.
+	consumerPhases := []struct {
+		name    string
+		measure func(context.Context, consumerConfig) (drainResult, error)
+	}{{"drain", e.runDrain}, {"staged", e.runStaged}}
+	for _, ph := range consumerPhases {
+		if !cfg.phase(ph.name) {
+			continue
 		}
-	}
-	if cfg.phase("staged") {
 		for _, cc := range cfg.consumers {
-			r, err := e.runStaged(ctx, cc)
+			r, err := ph.measure(ctx, cc)
 			if err != nil {
 				return err
 			}

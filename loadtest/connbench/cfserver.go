@@ -1,17 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
@@ -53,102 +47,45 @@ func cfConfig(port int, secret, apiKey string, consumer *cfoutbox.Consumer) ([]b
 // free loopback port, with a config written into a temporary directory
 // (removed by stop), and waits until /health answers 200 and, with
 // consumer, until the consumer drains its (already created) table.
-func startCentrifugo(ctx context.Context, cfg config, consumer *cfoutbox.Consumer) (_ *target, err error) {
-	dir, err := os.MkdirTemp("", "connbench-cf-")
-	if err != nil {
-		return nil, fmt.Errorf("connbench: temp dir: %w", err)
-	}
-	defer func() {
+func startCentrifugo(ctx context.Context, cfg config, consumer *cfoutbox.Consumer) (*target, error) {
+	return inTempDir("connbench-cf-", func(dir string) (_ *target, err error) {
+		port, err := benchkit.FreePort()
 		if err != nil {
-			_ = os.RemoveAll(dir)
+			return nil, err
 		}
-	}()
-	port, err := benchkit.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	t := &target{
-		name: "centrifugo", secret: benchkit.RandomHex(32), apiKey: benchkit.RandomHex(16), dir: dir,
-		base: "http://127.0.0.1:" + strconv.Itoa(port), logPath: filepath.Join(dir, "centrifugo.log"), exited: make(chan struct{}),
-	}
-	t.cfOutbox = consumer
-	body, err := cfConfig(port, t.secret, t.apiKey, consumer)
-	if err != nil {
-		return nil, err
-	}
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
-		return nil, fmt.Errorf("connbench: centrifugo config: %w", err)
-	}
-	logFile, err := os.Create(t.logPath)
-	if err != nil {
-		return nil, fmt.Errorf("connbench: centrifugo log: %w", err)
-	}
-	defer logFile.Close() // the child holds its own descriptor
-	cmd := exec.Command(cfg.CentrifugoBin, "--config", cfgPath)
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("connbench: start %s: %w", cfg.CentrifugoBin, err)
-	}
-	t.cmd, t.pid = cmd, cmd.Process.Pid
-	go func() {
-		t.waitErr = cmd.Wait()
-		close(t.exited)
-	}()
-	defer func() {
+		t := &target{
+			name: "centrifugo", secret: benchkit.RandomHex(32), apiKey: benchkit.RandomHex(16), dir: dir,
+			base: "http://127.0.0.1:" + strconv.Itoa(port),
+		}
+		t.cfOutbox = consumer
+		body, err := cfConfig(port, t.secret, t.apiKey, consumer)
 		if err != nil {
-			_ = t.stop()
+			return nil, err
 		}
-	}()
-	if err := waitOK(ctx, t, "/health"); err != nil {
-		return nil, err
-	}
-	t.desc = fmt.Sprintf("child Centrifugo (%s, pid %d, in-memory broker, namespace %q with history)", cfg.CentrifugoBin, t.pid, cfNamespace)
-	if consumer != nil {
-		if err := warmCFOutbox(ctx, consumer, 30*time.Second); err != nil {
-			return nil, fmt.Errorf("%w\n%s", err, t.logTail())
+		if t.child, err = benchkit.StartCentrifugo(cfg.CentrifugoBin, dir, "centrifugo", body); err != nil {
+			return nil, fmt.Errorf("connbench: %w", err)
 		}
-		t.desc = fmt.Sprintf("child Centrifugo (%s, pid %d, in-memory broker, namespace %q with history, %s)",
-			cfg.CentrifugoBin, t.pid, cfNamespace, describeCF(consumer))
-	}
-	return t, nil
+		t.pid = t.child.PID
+		if err := waitOK(ctx, t, "/health"); err != nil {
+			return t, err
+		}
+		t.desc = fmt.Sprintf("child Centrifugo (%s, pid %d, in-memory broker, namespace %q with history)", cfg.CentrifugoBin, t.pid, cfNamespace)
+		if consumer != nil {
+			if err := warmCFOutbox(ctx, consumer, 30*time.Second); err != nil {
+				return t, fmt.Errorf("%w\n%s", err, t.logTail())
+			}
+			t.desc = fmt.Sprintf("child Centrifugo (%s, pid %d, in-memory broker, namespace %q with history, %s)",
+				cfg.CentrifugoBin, t.pid, cfNamespace, describeCF(consumer))
+		}
+		return t, nil
+	})
 }
 
 // cfAPI calls Centrifugo's server API method with body and decodes its
 // result into out.
 func cfAPI(ctx context.Context, hc *http.Client, t *target, method string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
+	if err := benchkit.CentrifugoAPI(ctx, hc, t.base, t.apiKey, method, body, out); err != nil {
+		return fmt.Errorf("connbench: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base+"/api/"+method, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-API-Key", t.apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("connbench: centrifugo API %s: %w", method, err)
-	}
-	defer resp.Body.Close()
-	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var reply struct {
-		Error *struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-		Result json.RawMessage `json:"result"`
-	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(rb, &reply) != nil {
-		return fmt.Errorf("connbench: centrifugo API %s: %s: %s", method, resp.Status, rb)
-	}
-	if reply.Error != nil {
-		return fmt.Errorf("connbench: centrifugo API %s: %d %s", method, reply.Error.Code, reply.Error.Message)
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(reply.Result, out)
+	return nil
 }

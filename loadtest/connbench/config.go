@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
@@ -203,160 +203,143 @@ func (c *config) publications() int {
 }
 
 func (c *config) validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var bad benchkit.FlagErrors
 	switch c.Scenario {
 	case "idle", "broadcast", "fanout":
 	case "poll":
-		c.validatePoll(bad)
+		c.validatePoll(&bad)
 	default:
-		bad("-scenario %q: want idle, broadcast, fanout or poll", c.Scenario)
+		bad.Badf("-scenario %q: want idle, broadcast, fanout or poll", c.Scenario)
 	}
 	switch c.Transport {
 	case "ws", "sse":
 	default:
-		bad("-transport %q: want ws or sse", c.Transport)
+		bad.Badf("-transport %q: want ws or sse", c.Transport)
 	}
-	c.validatePublishVia(bad)
 	if c.Stages && (c.centrifugo() || c.URL != "" || c.PublishVia != "outbox") {
-		bad("-stages: only with a child herald (no -server centrifugo, no -url) and -publish-via outbox")
+		bad.Badf("-stages: only with a child herald (no -server centrifugo, no -url) and -publish-via outbox")
 	}
-	c.validateServer(bad)
-	if c.Conns < 1 || c.Conns > maxConns {
-		bad("-conns %d: must be 1–%d", c.Conns, maxConns)
-	}
-	if c.Channels < 1 {
-		bad("-channels %d: must be ≥ 1", c.Channels)
-	}
-	if c.Rate < 1 || c.Rate > maxRate {
-		bad("-rate %d: must be 1–%d", c.Rate, maxRate)
-	}
+	c.validatePublishVia(&bad)
+	c.validateServer(&bad)
+	bad.Within("-conns", c.Conns, 1, maxConns)
+	bad.AtLeast("-channels", c.Channels, 1)
+	bad.Within("-rate", c.Rate, 1, maxRate)
 	if c.Duration <= 0 || c.Duration > maxDuration {
-		bad("-duration %v: must be > 0 and ≤ %v", c.Duration, maxDuration)
+		bad.Badf("-duration %v: must be > 0 and ≤ %v", c.Duration, maxDuration)
 	}
 	if c.Drain < 0 || c.Drain > time.Minute {
-		bad("-drain %v: must be 0–1m", c.Drain)
+		bad.Badf("-drain %v: must be 0–1m", c.Drain)
 	}
 	if c.ConnectTimeout <= 0 || c.ConnectTimeout > maxDuration {
-		bad("-connect-timeout %v: must be > 0 and ≤ %v", c.ConnectTimeout, maxDuration)
+		bad.Badf("-connect-timeout %v: must be > 0 and ≤ %v", c.ConnectTimeout, maxDuration)
 	}
-	if c.DialConcurrency < 1 || c.DialConcurrency > 1024 {
-		bad("-dial-concurrency %d: must be 1–1024", c.DialConcurrency)
-	}
+	bad.Within("-dial-concurrency", c.DialConcurrency, 1, 1024)
 	if c.Stall < 0 || c.Stall >= c.Conns {
-		bad("-stall %d: must be 0 to -conns - 1", c.Stall)
+		bad.Badf("-stall %d: must be 0 to -conns - 1", c.Stall)
 	}
 	if c.Stall > 0 && !c.publishes() {
-		bad("-stall: only broadcast and fanout publish")
+		bad.Badf("-stall: only broadcast and fanout publish")
 	}
 	if c.PayloadBytes < 0 || c.PayloadBytes > 60_000 {
-		bad("-payload-bytes %d: must be 0–60000 (a client frame is at most 64 KiB)", c.PayloadBytes)
+		bad.Badf("-payload-bytes %d: must be 0–60000 (a client frame is at most 64 KiB)", c.PayloadBytes)
 	}
 	if c.Tenant == "" {
-		bad("-tenant: must not be empty")
+		bad.Badf("-tenant: must not be empty")
 	}
 	if c.URL != "" {
 		if err := loopbackURL(c.URL); err != nil {
-			bad("-url: %v", err)
+			bad.Badf("-url: %v", err)
 		}
 		if c.Secret == "" {
-			bad("-url needs -jwt-secret (the server's --jwt-hmac-secret)")
+			bad.Badf("-url needs -jwt-secret (the server's --jwt-hmac-secret)")
 		}
 		if c.ServeOnly {
-			bad("-serve-only starts its own child; it takes no -url")
+			bad.Badf("-serve-only starts its own child; it takes no -url")
 		}
 		if len(c.ServeArgs) > 0 || c.HeraldBin != "" {
-			bad("-serve-arg and -herald-bin configure the child; with -url there is none")
+			bad.Badf("-serve-arg and -herald-bin configure the child; with -url there is none")
 		}
 		if c.DatabaseURL != "" && c.PublishVia != "outbox" {
-			bad("-database-url configures the child; with -url it is only for -publish-via outbox (the database the server drains)")
+			bad.Badf("-database-url configures the child; with -url it is only for -publish-via outbox (the database the server drains)")
 		}
 	}
 	if c.ServeFor <= 0 || c.ServeFor > maxServeFor {
-		bad("-serve-for %v: must be > 0 and ≤ %v", c.ServeFor, maxServeFor)
+		bad.Badf("-serve-for %v: must be > 0 and ≤ %v", c.ServeFor, maxServeFor)
 	}
-	return errors.Join(errs...)
+	return bad.Err()
 }
 
 // validatePoll checks the poll scenario's flags. Its push side is always
 // SSE through Herald's outbox, from one producer (poll.go).
-func (c *config) validatePoll(bad func(format string, args ...any)) {
+func (c *config) validatePoll(bad *benchkit.FlagErrors) {
 	c.Transport, c.PublishVia, c.Producers = "sse", "outbox", 1
 	if c.PollInterval < 10*time.Millisecond || c.PollInterval > time.Minute {
-		bad("-poll-interval %v: must be 10ms–1m", c.PollInterval)
+		bad.Badf("-poll-interval %v: must be 10ms–1m", c.PollInterval)
 	}
 	if c.Server != "herald" || c.URL != "" || c.ServeOnly || c.Stall > 0 {
-		bad("-scenario poll starts its own children: no -server centrifugo, -url, -serve-only or -stall")
+		bad.Badf("-scenario poll starts its own children: no -server centrifugo, -url, -serve-only or -stall")
 	}
 }
 
 // validateServer checks -server and what Centrifugo supports here.
-func (c *config) validateServer(bad func(format string, args ...any)) {
+func (c *config) validateServer(bad *benchkit.FlagErrors) {
 	switch c.Server {
 	case "herald":
 		return
 	case "centrifugo":
 	default:
-		bad("-server %q: want herald or centrifugo", c.Server)
+		bad.Badf("-server %q: want herald or centrifugo", c.Server)
 		return
 	}
 	if c.Transport != "ws" {
-		bad("-server centrifugo: only -transport ws")
+		bad.Badf("-server centrifugo: only -transport ws")
 	}
 	if c.URL != "" || c.ServeOnly || c.HeraldBin != "" || len(c.ServeArgs) > 0 {
-		bad("-server centrifugo starts its own child: no -url, -serve-only, -herald-bin or -serve-arg")
+		bad.Badf("-server centrifugo starts its own child: no -url, -serve-only, -herald-bin or -serve-arg")
 	}
 	if c.DatabaseURL != "" && c.PublishVia != "outbox" {
-		bad("-server centrifugo: -database-url is for -publish-via outbox only (the database its outbox consumer drains)")
+		bad.Badf("-server centrifugo: -database-url is for -publish-via outbox only (the database its outbox consumer drains)")
 	}
 	if c.CentrifugoBin == "" {
-		bad("-server centrifugo needs -centrifugo-bin")
+		bad.Badf("-server centrifugo needs -centrifugo-bin")
 	}
 	if c.PublishVia == "outbox" {
-		if c.CFBatch < 1 || c.CFBatch > 100_000 {
-			bad("-centrifugo-batch %d: must be 1–100,000", c.CFBatch)
-		}
-		if c.CFPartitions < 1 || c.CFPartitions > cfoutbox.MaxPartitions {
-			bad("-centrifugo-partitions %d: must be 1–%d", c.CFPartitions, cfoutbox.MaxPartitions)
-		}
+		bad.Within("-centrifugo-batch", c.CFBatch, 1, 100_000)
+		bad.Within("-centrifugo-partitions", c.CFPartitions, 1, cfoutbox.MaxPartitions)
 		if c.CFPollInterval < time.Millisecond || c.CFPollInterval > time.Minute {
-			bad("-centrifugo-poll-interval %v: must be 1ms–1m", c.CFPollInterval)
+			bad.Badf("-centrifugo-poll-interval %v: must be 1ms–1m", c.CFPollInterval)
 		}
 	}
 }
 
 // validatePublishVia checks -publish-via and what it needs.
-func (c *config) validatePublishVia(bad func(format string, args ...any)) {
-	if c.Producers < 1 || c.Producers > maxProducers {
-		bad("-producers %d: must be 1–%d", c.Producers, maxProducers)
-	}
+func (c *config) validatePublishVia(bad *benchkit.FlagErrors) {
+	bad.Within("-producers", c.Producers, 1, maxProducers)
 	switch c.PublishVia {
 	case "ws":
 		if c.Burst != 0 {
-			bad("-burst: only with -publish-via outbox")
+			bad.Badf("-burst: only with -publish-via outbox")
 		}
 		return
 	case "outbox":
 	default:
-		bad("-publish-via %q: want ws or outbox", c.PublishVia)
+		bad.Badf("-publish-via %q: want ws or outbox", c.PublishVia)
 		return
 	}
 	if c.DatabaseURL == "" {
-		bad("-publish-via outbox needs -database-url (postgres://…): the PostgreSQL server the producers stage in and the server's outbox consumer drains")
+		bad.Badf("-publish-via outbox needs -database-url (postgres://…): the PostgreSQL server the producers stage in and the server's outbox consumer drains")
 	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		bad("-database-url: -publish-via outbox needs a postgres:// URL (the embedded SQLite store has no producers' side)")
+		bad.Badf("-database-url: -publish-via outbox needs a postgres:// URL (the embedded SQLite store has no producers' side)")
 	}
 	if !c.publishes() {
-		bad("-publish-via outbox: -scenario idle publishes nothing")
+		bad.Badf("-publish-via outbox: -scenario idle publishes nothing")
 	}
-	if c.Burst < 0 {
-		bad("-burst %d: must be ≥ 0", c.Burst)
-	}
+	bad.AtLeast("-burst", c.Burst, 0)
 	if c.ServeOnly {
-		bad("-publish-via outbox: -serve-only publishes nothing")
+		bad.Badf("-publish-via outbox: -serve-only publishes nothing")
 	}
 	if n := c.publications(); n > maxTracked {
-		bad("-publish-via outbox: -rate × -duration = %d publications; at most %d", n, maxTracked)
+		bad.Badf("-publish-via outbox: -rate × -duration = %d publications; at most %d", n, maxTracked)
 	}
 }
 

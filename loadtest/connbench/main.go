@@ -125,7 +125,7 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int
 			fmt.Fprintln(progress, err)
 			return 1
 		}
-		fmt.Fprintf(progress, "connbench: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.logPath)
+		fmt.Fprintf(progress, "connbench: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.child.LogPath)
 	case cfg.URL != "":
 		tgt = remoteTarget(cfg)
 	default:
@@ -134,7 +134,7 @@ func mainErr(ctx context.Context, cfg config, out, progress io.Writer) (code int
 			fmt.Fprintln(progress, err)
 			return 1
 		}
-		fmt.Fprintf(progress, "connbench: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.logPath)
+		fmt.Fprintf(progress, "connbench: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.child.LogPath)
 	}
 	if cfg.ServeOnly {
 		if err := serveOnly(ctx, cfg, tgt, out); err != nil {

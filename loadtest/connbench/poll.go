@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -120,7 +119,7 @@ func runPollPhase(ctx context.Context, cfg config, progress io.Writer) (_ *phase
 		return nil, err
 	}
 	defer srv.stop()
-	fmt.Fprintf(progress, "connbench: poll server at %s (pid %d, log %s)\n", srv.base, srv.cmd.Process.Pid, srv.logPath)
+	fmt.Fprintf(progress, "connbench: poll server at %s (pid %d, log %s)\n", srv.base, srv.PID, srv.LogPath)
 
 	total, channels := cfg.publications(), cfg.channels()
 	res := &phaseResult{name: "poll every " + cfg.PollInterval.String(), server: "poll server (connbench child: net/http, pgxpool of 8)", updates: total}
@@ -166,7 +165,7 @@ func runPollPhase(ctx context.Context, cfg config, progress io.Writer) (_ *phase
 	wg.Wait()
 	res.window = time.Since(start)
 	res.serverCPU, res.dbCPU, res.wireBytes = srv.cpu()-cpu0, benchkit.ReadBackends(ctx, pool).Since(db0), wire.total()-w0
-	res.serverRSS, _ = procRSS(srv.cmd.Process.Pid)
+	res.serverRSS, _ = procRSS(srv.PID)
 	for _, p := range pollers {
 		due := int64(updatesOf(p.channel, total, channels))
 		res.expected += due
@@ -245,7 +244,7 @@ func runPushPhase(ctx context.Context, cfg config, progress io.Writer) (_ *phase
 			err = serr
 		}
 	}()
-	fmt.Fprintf(progress, "connbench: push: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.logPath)
+	fmt.Fprintf(progress, "connbench: push: %s at %s (log %s)\n", tgt.desc, tgt.base, tgt.child.LogPath)
 	stats, err := benchkit.OpenPool(ctx, db.URL, 1, "connbench-stats")
 	if err != nil {
 		return nil, fmt.Errorf("connbench: push: %w", err)
@@ -253,12 +252,12 @@ func runPushPhase(ctx context.Context, cfg config, progress io.Writer) (_ *phase
 	defer stats.Close()
 
 	start, db0, w0 := time.Now(), benchkit.ReadBackends(ctx, stats), wire.total()
-	cpu0, _ := procCPU(tgt.pid)
+	cpu0, _ := benchkit.ProcCPU(tgt.pid)
 	res, err := run(ctx, cfg, tgt, progress)
 	if err != nil {
 		return nil, err
 	}
-	cpu1, _ := procCPU(tgt.pid)
+	cpu1, _ := benchkit.ProcCPU(tgt.pid)
 	p := &phaseResult{
 		name: "SSE push", server: tgt.desc, updates: res.published(),
 		expected: res.expected, delivered: res.delivered, missing: res.missing + res.missingClosed,
@@ -291,11 +290,8 @@ func dropInto(db *scratchdb.DB, err *error) {
 
 // pollServer is the poll server child.
 type pollServer struct {
-	cmd     *exec.Cmd
-	base    string
-	logPath string
-	log     *os.File
-	done    chan struct{}
+	*benchkit.Child
+	base string
 }
 
 // startPollServer starts connbench itself as the poll server on a free
@@ -309,27 +305,17 @@ func startPollServer(ctx context.Context, dbURL, table string) (*pollServer, err
 	if err != nil {
 		return nil, fmt.Errorf("connbench: poll server: %w", err)
 	}
-	logPath := filepath.Join(os.TempDir(), fmt.Sprintf("connbench-poll-%d.log", port))
-	log, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("connbench: poll server: %w", err)
-	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s", pollServerEnv, addr, dbURL, table))
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = log.Close()
+	child, err := benchkit.StartChild(cmd, filepath.Join(os.TempDir(), fmt.Sprintf("connbench-poll-%d.log", port)), nil)
+	if err != nil {
 		return nil, fmt.Errorf("connbench: poll server: %w", err)
 	}
-	s := &pollServer{cmd: cmd, base: "http://" + addr, logPath: logPath, log: log, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
+	s := &pollServer{Child: child, base: "http://" + addr}
 	err = benchkit.PollUntil(ctx, 10*time.Second, 20*time.Millisecond, errors.New("connbench: the poll server did not answer within 10s"), func() (bool, error) {
-		select {
-		case <-s.done:
-			return false, fmt.Errorf("connbench: the poll server exited (log %s)", logPath)
-		default:
+		if !s.Alive() {
+			return false, fmt.Errorf("connbench: the poll server exited (log %s)", s.LogPath)
 		}
 		resp, err := http.Get(s.base + "/healthz")
 		if err != nil {
@@ -347,15 +333,12 @@ func startPollServer(ctx context.Context, dbURL, table string) (*pollServer, err
 
 // cpu is the poll server's CPU time so far.
 func (s *pollServer) cpu() time.Duration {
-	d, _ := procCPU(s.cmd.Process.Pid)
+	d, _ := benchkit.ProcCPU(s.PID)
 	return d
 }
 
 // stop ends the poll server and waits for it.
-func (s *pollServer) stop() {
-	terminate(s.cmd.Process, s.done, 10*time.Second)
-	_ = s.log.Close()
-}
+func (s *pollServer) stop() { s.Stop(10 * time.Second) }
 
 // printPoll prints both ways side by side.
 func printPoll(w io.Writer, cfg config, loadStart, loadEnd string, poll, push *phaseResult) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
 // runner holds one run's connections and what they received.
@@ -136,7 +138,7 @@ type snapshot struct {
 }
 
 func (r *runner) snapshot(ctx context.Context) snapshot {
-	s := snapshot{at: time.Now(), rss: -1, cpu: -1, gen: selfCPU(), genRSS: -1}
+	s := snapshot{at: time.Now(), rss: -1, cpu: -1, gen: benchkit.SelfCPU(), genRSS: -1}
 	if rss, err := procRSS(os.Getpid()); err == nil {
 		s.genRSS = rss
 	}
@@ -149,7 +151,7 @@ func (r *runner) snapshot(ctx context.Context) snapshot {
 		if rss, err := procRSS(r.tgt.pid); err == nil {
 			s.rss = rss
 		}
-		if cpu, err := procCPU(r.tgt.pid); err == nil {
+		if cpu, err := benchkit.ProcCPU(r.tgt.pid); err == nil {
 			s.cpu, s.cpuFrom = cpu, fmt.Sprintf("/proc/%d/stat utime+stime", r.tgt.pid)
 		}
 	}

@@ -29,8 +29,8 @@ func serveOnly(ctx context.Context, cfg config, tgt *target, out io.Writer) erro
 	select {
 	case <-ctx.Done():
 	case <-time.After(cfg.ServeFor):
-	case <-tgt.exited:
-		return fmt.Errorf("connbench: herald serve exited: %v\n%s", tgt.waitErr, tgt.logTail())
+	case <-tgt.child.Exited():
+		return fmt.Errorf("connbench: herald serve exited: %v\n%s", tgt.child.WaitErr(), tgt.logTail())
 	}
 	return nil
 }

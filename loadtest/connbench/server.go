@@ -16,9 +16,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
@@ -35,14 +35,11 @@ type target struct {
 	// nil otherwise.
 	cfOutbox *cfoutbox.Consumer
 
-	cmd     *exec.Cmd
-	dir     string // the child's temporary directory (data dir, log)
-	logPath string
+	child *benchkit.Child // nil for a -url server
+	dir   string          // the child's temporary directory (data dir, log)
 	// stagePath is where a -stages child writes its timings (outside dir,
 	// which stop removes); "" without -stages.
 	stagePath string
-	exited    chan struct{}
-	waitErr   error
 }
 
 // remoteTarget is a running server named by -url.
@@ -64,106 +61,99 @@ var listenRE = regexp.MustCompile(`listening on (http://\S+)`)
 // kernel, with a fresh data directory (embedded SQLite unless
 // cfg.DatabaseURL), the in-memory broker, a random HS256 secret and
 // bounds sized for a load test, and waits until /readyz answers 200.
-func startChild(ctx context.Context, cfg config, progress io.Writer) (_ *target, err error) {
-	dir, err := os.MkdirTemp("", "connbench-")
+func startChild(ctx context.Context, cfg config, progress io.Writer) (*target, error) {
+	return inTempDir("connbench-", func(dir string) (_ *target, err error) {
+		bin := cfg.HeraldBin
+		if bin == "" {
+			fmt.Fprintln(progress, "connbench: building ./cmd/herald")
+			if bin, err = buildHerald(ctx, dir, cfg.Stages); err != nil {
+				return nil, err
+			}
+		}
+		secret := make([]byte, 24)
+		_, _ = rand.Read(secret)
+		t := &target{name: "herald serve", secret: hex.EncodeToString(secret), dir: dir}
+		args := []string{
+			"serve",
+			"--listen", "127.0.0.1:0",
+			"--data-dir", filepath.Join(dir, "data"),
+			"--jwt-hmac-secret", t.secret,
+			"--log-level", "warn",
+			"--max-connections", strconv.Itoa(childMaxConnections),
+			// Every connection comes from 127.0.0.1: the per-address attempt
+			// rate (20/s by default) would take minutes to let thousands in.
+			"--connect-attempts-per-ip", "-1",
+		}
+		store := "embedded SQLite"
+		if cfg.DatabaseURL != "" {
+			args = append(args, "--database-url", cfg.DatabaseURL)
+			store = "PostgreSQL"
+		}
+		args = append(args, cfg.ServeArgs...)
+
+		cmd := exec.Command(bin, args...)
+		cmd.Dir, cmd.Env = dir, childEnv()
+		if cfg.Stages {
+			f, err := os.CreateTemp("", "connbench-stages-")
+			if err != nil {
+				return nil, fmt.Errorf("connbench: -stages: %w", err)
+			}
+			f.Close()
+			t.stagePath = f.Name()
+			cmd.Env = append(cmd.Env, stageTraceEnv+"="+t.stagePath)
+		}
+		base := make(chan string, 1)
+		// Read the banner for the address; the rest of stdout is drained
+		// until the child exits.
+		t.child, err = benchkit.StartChild(cmd, filepath.Join(dir, "herald.log"), func(stdout io.Reader) {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+					select {
+					case base <- m[1]:
+					default:
+					}
+				}
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("connbench: %w", err)
+		}
+		t.pid = t.child.PID
+		select {
+		case t.base = <-base:
+		case <-t.child.Exited():
+			return t, fmt.Errorf("connbench: herald serve exited: %v\n%s", t.child.WaitErr(), t.logTail())
+		case <-time.After(60 * time.Second):
+			return t, fmt.Errorf("connbench: herald serve printed no address in 60s\n%s", t.logTail())
+		case <-ctx.Done():
+			return t, fmt.Errorf("connbench: starting herald serve: %w", ctx.Err())
+		}
+		if err := waitOK(ctx, t, "/readyz"); err != nil {
+			return t, err
+		}
+		t.desc = fmt.Sprintf("child `herald serve` (pid %d, %s, in-memory broker, --max-connections %d, --connect-attempts-per-ip -1%s)",
+			t.pid, store, childMaxConnections, strings.Join(append([]string{""}, cfg.ServeArgs...), " "))
+		return t, nil
+	})
+}
+
+// inTempDir runs start, the start of a child server, with a new
+// temporary directory (pattern as os.MkdirTemp's). When start fails, the
+// child it returns, if any, is stopped and the directory is removed.
+func inTempDir(pattern string, start func(dir string) (*target, error)) (*target, error) {
+	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {
 		return nil, fmt.Errorf("connbench: temp dir: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	bin := cfg.HeraldBin
-	if bin == "" {
-		fmt.Fprintln(progress, "connbench: building ./cmd/herald")
-		if bin, err = buildHerald(ctx, dir, cfg.Stages); err != nil {
-			return nil, err
-		}
-	}
-	secret := make([]byte, 24)
-	_, _ = rand.Read(secret)
-	t := &target{name: "herald serve", secret: hex.EncodeToString(secret), dir: dir, logPath: filepath.Join(dir, "herald.log"), exited: make(chan struct{})}
-	args := []string{
-		"serve",
-		"--listen", "127.0.0.1:0",
-		"--data-dir", filepath.Join(dir, "data"),
-		"--jwt-hmac-secret", t.secret,
-		"--log-level", "warn",
-		"--max-connections", strconv.Itoa(childMaxConnections),
-		// Every connection comes from 127.0.0.1: the per-address attempt
-		// rate (20/s by default) would take minutes to let thousands in.
-		"--connect-attempts-per-ip", "-1",
-	}
-	store := "embedded SQLite"
-	if cfg.DatabaseURL != "" {
-		args = append(args, "--database-url", cfg.DatabaseURL)
-		store = "PostgreSQL"
-	}
-	args = append(args, cfg.ServeArgs...)
-
-	logFile, err := os.Create(t.logPath)
+	t, err := start(dir)
 	if err != nil {
-		return nil, fmt.Errorf("connbench: child log: %w", err)
-	}
-	defer logFile.Close() // the child holds its own descriptor
-	cmd := exec.Command(bin, args...)
-	cmd.Dir, cmd.Env, cmd.Stderr = dir, childEnv(), logFile
-	if cfg.Stages {
-		f, err := os.CreateTemp("", "connbench-stages-")
-		if err != nil {
-			return nil, fmt.Errorf("connbench: -stages: %w", err)
-		}
-		f.Close()
-		t.stagePath = f.Name()
-		cmd.Env = append(cmd.Env, stageTraceEnv+"="+t.stagePath)
-	}
-	// The child dies with us even if we are killed before stop() runs.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("connbench: child stdout: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("connbench: start %s: %w", bin, err)
-	}
-	t.cmd, t.pid = cmd, cmd.Process.Pid
-	base := make(chan string, 1)
-	go func() {
-		// Read the banner for the address, then keep draining stdout
-		// until the child exits; Wait only after every read.
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case base <- m[1]:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		t.waitErr = cmd.Wait()
-		close(t.exited)
-	}()
-	defer func() {
-		if err != nil {
+		if t != nil {
 			_ = t.stop()
 		}
-	}()
-	select {
-	case t.base = <-base:
-	case <-t.exited:
-		return nil, fmt.Errorf("connbench: herald serve exited: %v\n%s", t.waitErr, t.logTail())
-	case <-time.After(60 * time.Second):
-		return nil, fmt.Errorf("connbench: herald serve printed no address in 60s\n%s", t.logTail())
-	case <-ctx.Done():
-		return nil, fmt.Errorf("connbench: starting herald serve: %w", ctx.Err())
-	}
-	if err := waitOK(ctx, t, "/readyz"); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	t.desc = fmt.Sprintf("child `herald serve` (pid %d, %s, in-memory broker, --max-connections %d, --connect-attempts-per-ip -1%s)",
-		t.pid, store, childMaxConnections, strings.Join(append([]string{""}, cfg.ServeArgs...), " "))
 	return t, nil
 }
 
@@ -232,7 +222,7 @@ func waitOK(ctx context.Context, t *target, path string) error {
 			}
 		}
 		if !t.alive() {
-			return fmt.Errorf("connbench: %s exited: %v\n%s", t.name, t.waitErr, t.logTail())
+			return fmt.Errorf("connbench: %s exited: %v\n%s", t.name, t.child.WaitErr(), t.logTail())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("connbench: %s%s not 200 after 30s (last: %v)\n%s", t.base, path, err, t.logTail())
@@ -247,33 +237,21 @@ func waitOK(ctx context.Context, t *target, path string) error {
 
 // alive reports whether a child server is still running (always true for
 // a -url server).
-func (t *target) alive() bool {
-	if t.cmd == nil {
-		return true
-	}
-	select {
-	case <-t.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (t *target) alive() bool { return t.child == nil || t.child.Alive() }
 
 // stop ends a child: SIGTERM (a graceful shutdown), SIGKILL after 20 s;
 // then its directory is removed. A -url server is left alone. Safe to call
 // twice.
 func (t *target) stop() error {
-	if t.cmd == nil {
+	if t.child == nil {
 		return nil
 	}
-	if t.alive() {
-		terminate(t.cmd.Process, t.exited, 20*time.Second)
-	}
+	t.child.Stop(20 * time.Second)
 	var err error
-	if t.waitErr != nil {
+	if werr := t.child.WaitErr(); werr != nil {
 		var ee *exec.ExitError
-		if !errors.As(t.waitErr, &ee) || ee.ExitCode() != 0 {
-			err = fmt.Errorf("connbench: %s (pid %d) did not exit cleanly: %w\n%s", t.name, t.pid, t.waitErr, t.logTail())
+		if !errors.As(werr, &ee) || ee.ExitCode() != 0 {
+			err = fmt.Errorf("connbench: %s (pid %d) did not exit cleanly: %w\n%s", t.name, t.pid, werr, t.logTail())
 		}
 	}
 	if t.dir != "" {
@@ -287,21 +265,16 @@ func (t *target) stop() error {
 // log: its outbox consumer reports a failed batch there (and retries it,
 // which the delivery check would see as duplicates).
 func (t *target) errorLines() int {
-	b, err := os.ReadFile(t.logPath)
-	if err != nil {
+	if t.child == nil {
 		return -1
 	}
-	return bytes.Count(b, []byte(`"level":"error"`))
+	return t.child.ErrorLines()
 }
 
 // logTail is the end of the child's log, for error messages.
 func (t *target) logTail() string {
-	b, err := os.ReadFile(t.logPath)
-	if err != nil {
+	if t.child == nil {
 		return ""
 	}
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
+	return t.child.LogTail(2000)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -157,7 +156,7 @@ func defaultConfig() config {
 }
 
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+	benchkit.DatabaseURLFlag(fs, &c.DatabaseURL)
 	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, staged, latency, producers")
 	fs.StringVar(&c.Broker, "broker", c.Broker, "drain, staged, latency: broker the Worker publishes to: memory, memory-log (with its history log, as herald serve) or redis")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")
@@ -191,47 +190,31 @@ var allPhases = []string{"drain", "staged", "latency", "producers"}
 func (c *config) phase(name string) bool { return benchkit.HasPhase(c.Phases, name) }
 
 func (c *config) validate() error {
-	errs := []error{benchkit.CheckPhases(c.Phases, allPhases...)}
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var bad benchkit.FlagErrors
+	bad.Add(benchkit.CheckPhases(c.Phases, allPhases...))
 	vs, err := parseProducerVariants(c.ProducerVariants)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	bad.Add(err)
 	c.variants = vs
 	switch c.Broker {
 	case "memory", "memory-log":
 	case "redis":
 		if c.RedisURL == "" {
-			bad("-redis-url: needed with -broker redis")
+			bad.Badf("-redis-url: needed with -broker redis")
 		}
 	default:
-		bad("-broker %q: want memory, memory-log or redis", c.Broker)
+		bad.Badf("-broker %q: want memory, memory-log or redis", c.Broker)
 	}
 	if c.StagedProducers < 1 || c.StagedBatch < 1 {
-		bad("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)
+		bad.Badf("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)
 	}
-	if c.Records < 1 {
-		bad("-records %d: must be ≥ 1", c.Records)
-	}
-	if c.Retained < 0 {
-		bad("-retained %d: must be ≥ 0", c.Retained)
-	}
-	if c.Channels < 1 {
-		bad("-channels %d: must be ≥ 1", c.Channels)
-	}
-	if c.BatchSize < 1 {
-		bad("-batch-size %d: must be ≥ 1", c.BatchSize)
-	}
-	if c.Lanes < 0 || c.Lanes > 16 {
-		bad("-lanes %d: must be between 0 and 16", c.Lanes)
-	}
-	if c.Concurrency < 1 {
-		bad("-concurrency %d: must be ≥ 1", c.Concurrency)
-	}
-	errs = append(errs, benchkit.CheckPaced(c.Rate, c.LatencyDuration, c.LatencyProducers))
-	if c.PollInterval < time.Millisecond {
-		bad("-poll-interval %v: must be ≥ 1ms", c.PollInterval)
-	}
-	errs = append(errs, benchkit.CheckUnpaced(c.Producers, c.ProducerDuration))
-	return errors.Join(errs...)
+	bad.AtLeast("-records", c.Records, 1)
+	bad.AtLeast("-retained", c.Retained, 0)
+	bad.AtLeast("-channels", c.Channels, 1)
+	bad.AtLeast("-batch-size", c.BatchSize, 1)
+	bad.Within("-lanes", c.Lanes, 0, 16)
+	bad.AtLeast("-concurrency", c.Concurrency, 1)
+	bad.Add(benchkit.CheckPaced(c.Rate, c.LatencyDuration, c.LatencyProducers))
+	bad.AtLeastDuration("-poll-interval", c.PollInterval, time.Millisecond)
+	bad.Add(benchkit.CheckUnpaced(c.Producers, c.ProducerDuration))
+	return bad.Err()
 }

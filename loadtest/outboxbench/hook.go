@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -138,4 +139,24 @@ func hookVariants(cfg config) []bool {
 		return []bool{false}
 	}
 	return []bool{false, true, true, false}
+}
+
+// eachHookVariant runs measure once per hookVariants, in order, with recv
+// when the run is beside the webhook handler (nil when alone), and
+// returns the results; the first failure ends it.
+func eachHookVariant[R any](ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer,
+	measure func(context.Context, *benchDB, config, *hookrecv.Receiver, io.Writer) (R, error)) ([]R, error) {
+	var out []R
+	for _, beside := range hookVariants(cfg) {
+		var r *hookrecv.Receiver
+		if beside {
+			r = recv
+		}
+		res, err := measure(ctx, db, cfg, r, progress)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
 }

@@ -57,24 +57,11 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		}()
 		fmt.Fprintf(progress, "outboxbench: webhook receiver pid %d at %s\n", recv.Pid, recv.URL)
 	}
-	// besideRecv is recv when the run is beside a webhook handler.
-	besideRecv := func(beside bool) *hookrecv.Receiver {
-		if beside {
-			return recv
-		}
-		return nil
-	}
 	if cfg.phase("drain") {
-		for _, beside := range hookVariants(cfg) {
-			r, err := runDrain(ctx, db, cfg, besideRecv(beside), progress)
-			if err != nil {
-				return err
-			}
-			if rep.drain == nil {
-				rep.drain = &r
-			}
-			rep.drains = append(rep.drains, r)
+		if rep.drains, err = eachHookVariant(ctx, db, cfg, recv, progress, runDrain); err != nil {
+			return err
 		}
+		rep.drain = &rep.drains[0]
 	}
 	if cfg.phase("staged") {
 		r, err := runStaged(ctx, db, cfg, progress)
@@ -84,16 +71,10 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 		rep.staged = &r
 	}
 	if cfg.phase("latency") {
-		for _, beside := range hookVariants(cfg) {
-			r, err := runLatency(ctx, db, cfg, besideRecv(beside), progress)
-			if err != nil {
-				return err
-			}
-			if rep.latency == nil {
-				rep.latency = &r
-			}
-			rep.latencies = append(rep.latencies, r)
+		if rep.latencies, err = eachHookVariant(ctx, db, cfg, recv, progress, runLatency); err != nil {
+			return err
 		}
+		rep.latency = &rep.latencies[0]
 	}
 	if cfg.phase("producers") {
 		// By default ABBA (Worker, none, none, Worker): each variant runs

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"strings"
 
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
@@ -46,7 +44,7 @@ func defaultConfig() config {
 }
 
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL server (a database to connect to; the benchmark creates and drops its own)")
+	benchkit.DatabaseURLFlag(fs, &c.DatabaseURL)
 	fs.StringVar(&c.Variants, "variants", c.Variants, "comma-separated variants, in the first round's order (reversed every other round): worker, endpoint, floor")
 	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "how many times every variant runs")
 	fs.IntVar(&c.Records, "records", c.Records, "records (requests) per variant per round")
@@ -66,22 +64,14 @@ func (c *config) variants() []string {
 }
 
 func (c *config) validate() error {
-	errs := []error{benchkit.CheckPhases(c.Variants, allVariants...)}
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Rounds < 1 {
-		bad("-rounds %d: must be ≥ 1", c.Rounds)
-	}
-	if c.Records < 1 {
-		bad("-records %d: must be ≥ 1", c.Records)
-	}
-	if c.Channels < 1 {
-		bad("-channels %d: must be ≥ 1", c.Channels)
-	}
+	var bad benchkit.FlagErrors
+	bad.Add(benchkit.CheckPhases(c.Variants, allVariants...))
+	bad.AtLeast("-rounds", c.Rounds, 1)
+	bad.AtLeast("-records", c.Records, 1)
+	bad.AtLeast("-channels", c.Channels, 1)
 	if c.BatchSize < 0 || c.Lanes < 0 {
-		bad("-batch-size %d / -lanes %d: must be ≥ 0", c.BatchSize, c.Lanes)
+		bad.Badf("-batch-size %d / -lanes %d: must be ≥ 0", c.BatchSize, c.Lanes)
 	}
-	if c.MaxInFlight < 1 {
-		bad("-max-in-flight %d: must be ≥ 1", c.MaxInFlight)
-	}
-	return errors.Join(errs...)
+	bad.AtLeast("-max-in-flight", c.MaxInFlight, 1)
+	return bad.Err()
 }

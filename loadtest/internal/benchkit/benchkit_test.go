@@ -221,6 +221,29 @@ func TestCheckFlags(t *testing.T) {
 	}
 }
 
+func TestFlagErrors(t *testing.T) {
+	var ok FlagErrors
+	ok.Add(nil)
+	ok.AtLeast("-n", 1, 1)
+	ok.Within("-m", 1024, 1, 1024)
+	ok.AtLeastDuration("-d", time.Second, time.Second)
+	if err := ok.Err(); err != nil {
+		t.Errorf("good flags: %v", err)
+	}
+	var bad FlagErrors
+	bad.Within("-conns", 0, 1, 19_500)
+	bad.Within("-dial-concurrency", 1025, 1, 1024)
+	bad.AtLeast("-retained", -1, 0)
+	bad.AtLeastDuration("-poll-interval", 0, time.Millisecond)
+	bad.Add(errors.New("-x: as given"))
+	bad.Badf("-y %q: want a or b", "c")
+	want := "-conns 0: must be 1–19,500\n-dial-concurrency 1025: must be 1–1024\n-retained -1: must be ≥ 0\n" +
+		"-poll-interval 0s: must be ≥ 1ms\n-x: as given\n-y \"c\": want a or b"
+	if err := bad.Err(); err == nil || err.Error() != want {
+		t.Errorf("Err = %v, want\n%s", err, want)
+	}
+}
+
 func TestMean(t *testing.T) {
 	if got := Mean([]float64{1, 2, 6}); got != 3 {
 		t.Errorf("Mean(1, 2, 6) = %v, want 3", got)
