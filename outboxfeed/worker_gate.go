@@ -83,16 +83,27 @@ func (g *gate) close() bool {
 	return true
 }
 
-// open opens g, waking whoever waits; it reports whether g was shut.
-func (g *gate) open() bool {
+// lockShut reports whether g is shut, and then returns with g.mu held
+// (the caller unlocks it); an open gate, the common case, is seen
+// without taking the lock.
+func (g *gate) lockShut() bool {
 	if !g.shut.Load() {
 		return false
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if !g.shut.Load() {
+		g.mu.Unlock()
 		return false
 	}
+	return true
+}
+
+// open opens g, waking whoever waits; it reports whether g was shut.
+func (g *gate) open() bool {
+	if !g.lockShut() {
+		return false
+	}
+	defer g.mu.Unlock()
 	g.shut.Store(false)
 	g.openedAt = time.Now()
 	close(g.opened)
@@ -101,14 +112,10 @@ func (g *gate) open() bool {
 
 // waitCh is nil while g is open, else a channel closed when it opens.
 func (g *gate) waitCh() <-chan struct{} {
-	if !g.shut.Load() {
+	if !g.lockShut() {
 		return nil
 	}
-	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.shut.Load() {
-		return nil
-	}
 	return g.opened
 }
 
