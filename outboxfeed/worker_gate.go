@@ -236,15 +236,24 @@ func (w *Worker) storeUp() { w.gates.store.open() }
 // sleepStoreDown sleeps d, or less if the store gate opens (the prober
 // or another lane found the store back); false when ctx ended first.
 func (w *Worker) sleepStoreDown(ctx context.Context, d time.Duration) bool {
+	// waitCh is nil (never ready) while the gate is open.
+	_, cancelled := sleepOrWake(ctx, d, w.gates.store.waitCh())
+	return !cancelled
+}
+
+// sleepOrWake sleeps d, or less when wake is ready (a nil wake never is)
+// or ctx ends; it reports which of the two cut the sleep short.
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken, cancelled bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, true
 	case <-t.C:
-	case <-w.gates.store.waitCh(): // nil (never ready) while the gate is open
+		return false, false
+	case <-wake:
+		return true, false
 	}
-	return true
 }
 
 // brokerDown handles a batch that met a broker outage. With a Pinger the
@@ -286,12 +295,7 @@ func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
 		// meanwhile does not bring it back, so a wake-up must not cut the
 		// wait short — with records flowing it would try the endpoint at
 		// every commit instead of backing off.
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
+		wait.Sleep(ctx, d)
 		return
 	}
 	w.waitKick(ctx, l, d)
