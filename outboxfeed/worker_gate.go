@@ -83,16 +83,27 @@ func (g *gate) close() bool {
 	return true
 }
 
-// open opens g, waking whoever waits; it reports whether g was shut.
-func (g *gate) open() bool {
+// lockShut reports whether g is shut, and then returns with g.mu held
+// (the caller unlocks it); an open gate, the common case, is seen
+// without taking the lock.
+func (g *gate) lockShut() bool {
 	if !g.shut.Load() {
 		return false
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if !g.shut.Load() {
+		g.mu.Unlock()
 		return false
 	}
+	return true
+}
+
+// open opens g, waking whoever waits; it reports whether g was shut.
+func (g *gate) open() bool {
+	if !g.lockShut() {
+		return false
+	}
+	defer g.mu.Unlock()
 	g.shut.Store(false)
 	g.openedAt = time.Now()
 	close(g.opened)
@@ -101,14 +112,10 @@ func (g *gate) open() bool {
 
 // waitCh is nil while g is open, else a channel closed when it opens.
 func (g *gate) waitCh() <-chan struct{} {
-	if !g.shut.Load() {
+	if !g.lockShut() {
 		return nil
 	}
-	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.shut.Load() {
-		return nil
-	}
 	return g.opened
 }
 
@@ -229,15 +236,24 @@ func (w *Worker) storeUp() { w.gates.store.open() }
 // sleepStoreDown sleeps d, or less if the store gate opens (the prober
 // or another lane found the store back); false when ctx ended first.
 func (w *Worker) sleepStoreDown(ctx context.Context, d time.Duration) bool {
+	// waitCh is nil (never ready) while the gate is open.
+	_, cancelled := sleepOrWake(ctx, d, w.gates.store.waitCh())
+	return !cancelled
+}
+
+// sleepOrWake sleeps d, or less when wake is ready (a nil wake never is)
+// or ctx ends; it reports which of the two cut the sleep short.
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken, cancelled bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, true
 	case <-t.C:
-	case <-w.gates.store.waitCh(): // nil (never ready) while the gate is open
+		return false, false
+	case <-wake:
+		return true, false
 	}
-	return true
 }
 
 // brokerDown handles a batch that met a broker outage. With a Pinger the
@@ -279,12 +295,7 @@ func (w *Worker) brokerDown(ctx context.Context, l *lane, err error) {
 		// meanwhile does not bring it back, so a wake-up must not cut the
 		// wait short — with records flowing it would try the endpoint at
 		// every commit instead of backing off.
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
+		wait.Sleep(ctx, d)
 		return
 	}
 	w.waitKick(ctx, l, d)

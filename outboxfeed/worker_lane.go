@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldgw/herald/internal/wait"
 	"github.com/heraldgw/herald/outboxfeed/internal/backoff"
 )
 
@@ -250,16 +251,8 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 
 // waitKick sleeps d or until the lane is kicked; it reports a kick.
 func (w *Worker) waitKick(ctx context.Context, l *lane, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return false
-	case <-l.kicked:
-		return true
-	}
+	kicked, _ := sleepOrWake(ctx, d, l.kicked)
+	return kicked
 }
 
 // work dispatches b, completes it and returns the batch the completion
@@ -342,12 +335,7 @@ func (w *Worker) lingerAfter(ctx context.Context, b *Batch, claimedAt time.Time)
 	if d <= 0 {
 		return
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	wait.Sleep(ctx, d)
 }
 
 // complete writes b's outcomes (and claims next), retrying store errors

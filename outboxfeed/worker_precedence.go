@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldgw/herald/internal/wait"
 )
 
 // Precedence gives one Worker of a process precedence over others that
@@ -61,12 +63,8 @@ func (p *Precedence) wait(ctx context.Context, max time.Duration) bool {
 			p.yields.Add(1)
 			counted = true
 		}
-		t := time.NewTimer(min(until.Sub(now), deadline.Sub(now)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !wait.Sleep(ctx, min(until.Sub(now), deadline.Sub(now))) {
 			return false
-		case <-t.C:
 		}
 	}
 }

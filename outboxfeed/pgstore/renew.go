@@ -2,10 +2,10 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
 )
 
 // pgRenewSQL extends the lease of an open claim under its owner and fence;
@@ -18,15 +18,8 @@ WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.ope
 // open (as herald.outbox_complete is); it returns an error wrapping
 // outboxfeed.ErrLeaseLost when no row matched.
 func (s *Store) Renew(ctx context.Context, b *outboxfeed.Batch, lease time.Duration) error {
-	if lease <= 0 {
-		return fmt.Errorf("outboxfeed: renew: %w: lease %v: must be positive", outboxfeed.ErrInvalidConfig, lease)
-	}
-	tag, err := s.pool.Exec(ctx, pgRenewSQL, s.handler, b.Partition, b.Owner, b.Fence, lease)
-	if err != nil {
-		return fmt.Errorf("outboxfeed: renew: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("outboxfeed: renew partition %d at fence %d for %s: %w", b.Partition, b.Fence, b.Owner, outboxfeed.ErrLeaseLost)
-	}
-	return nil
+	return storekit.Renew(b, lease, func() (int64, error) {
+		tag, err := s.pool.Exec(ctx, pgRenewSQL, s.handler, b.Partition, b.Owner, b.Fence, lease)
+		return tag.RowsAffected(), err
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/internal/storekit"
 )
 
 // sqliteRenew extends handler ?4's lease to ?1 (never shortening it) under
@@ -18,22 +19,14 @@ WHERE handler = ?4 AND part = 0 AND owner = ?2 AND fence = ?3`
 // returns an error wrapping outboxfeed.ErrLeaseLost when the lease is
 // another owner's, or nobody's.
 func (s *Store) Renew(ctx context.Context, b *outboxfeed.Batch, lease time.Duration) error {
-	switch {
-	case b == nil || b.Partition != sqlitePart:
+	if b == nil || b.Partition != sqlitePart {
 		return fmt.Errorf("outboxfeed: renew: %w: SQLite has one partition, 0", outboxfeed.ErrInvalidConfig)
-	case lease <= 0:
-		return fmt.Errorf("outboxfeed: renew: %w: lease %v: must be positive", outboxfeed.ErrInvalidConfig, lease)
 	}
-	res, err := s.db.ExecContext(ctx, sqliteRenew, time.Now().Add(lease).UnixMicro(), b.Owner, b.Fence, s.handler)
-	if err != nil {
-		return fmt.Errorf("outboxfeed: renew: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("outboxfeed: renew: %w", err)
-	}
-	if n == 0 {
-		return fmt.Errorf("outboxfeed: renew partition 0 at fence %d for %s: %w", b.Fence, b.Owner, outboxfeed.ErrLeaseLost)
-	}
-	return nil
+	return storekit.Renew(b, lease, func() (int64, error) {
+		res, err := s.db.ExecContext(ctx, sqliteRenew, time.Now().Add(lease).UnixMicro(), b.Owner, b.Fence, s.handler)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
 }

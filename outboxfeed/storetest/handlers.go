@@ -19,10 +19,7 @@ import (
 // dead letters and state. The store must implement
 // outboxfeed.HandlerStore.
 func RunHandlers(t *testing.T, setup func(t *testing.T) *Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h *Harness, hs outboxfeed.HandlerStore)
-	}{
+	runParallel(t, []namedCase[func(t *testing.T, h *Harness, hs outboxfeed.HandlerStore)]{
 		{"FailingHandlerHoldsBackNoOther", testHandlerFailingOtherDrains},
 		{"DeadLetterAndReplayPerHandler", testHandlerDeadLetterReplay},
 		{"PauseAndResume", testHandlerPauseResume},
@@ -35,18 +32,14 @@ func RunHandlers(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"CatalogueDeadLettersForEveryHandler", testCatalogueDeadLetters},
 		{"YieldsToRealtimeBacklogWithoutStarving", testHandlerYields},
 		{"ClaimDelayClaimsWhatCameMeanwhileTogether", testHandlerClaimDelay},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			h := setup(t)
-			hs, ok := h.Store.(outboxfeed.HandlerStore)
-			if !ok {
-				t.Fatalf("storetest: %T does not implement outboxfeed.HandlerStore", h.Store)
-			}
-			tc.fn(t, h, hs)
-		})
-	}
+	}, func(t *testing.T, fn func(t *testing.T, h *Harness, hs outboxfeed.HandlerStore)) {
+		h := setup(t)
+		hs, ok := h.Store.(outboxfeed.HandlerStore)
+		if !ok {
+			t.Fatalf("storetest: %T does not implement outboxfeed.HandlerStore", h.Store)
+		}
+		fn(t, h, hs)
+	})
 }
 
 // register registers a handler and returns its Store.

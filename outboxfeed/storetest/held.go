@@ -190,21 +190,15 @@ func testTakeoverOutlivesItsHolder(t *testing.T, h *Harness) {
 // duplicate while the record is in the history. Run with the outage and
 // with a Retryable failure, each on a store of its own.
 func testTakeoverHeldPublishedOnce(t *testing.T, setup func(t *testing.T) *Harness) {
-	for _, c := range []struct {
-		name string
-		fail takeoverFailure
-	}{
+	runParallel(t, []namedCase[takeoverFailure]{
 		// An outage long enough that the taken-over range is done (all of
 		// it held) before anything goes out.
 		{"BrokerOutage", takeoverFailure{ErrBrokerDown, 3}},
 		// A Retryable failure of the first record.
 		{"Retryable", takeoverFailure{outboxfeed.Retryable(errors.New("target busy")), 1}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			takeoverHeldPublishedOnce(t, setup(t), c.fail)
-		})
-	}
+	}, func(t *testing.T, fail takeoverFailure) {
+		takeoverHeldPublishedOnce(t, setup(t), fail)
+	})
 }
 
 // takeoverFailure is what the taking-over Worker's first publishes meet.

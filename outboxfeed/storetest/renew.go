@@ -16,21 +16,15 @@ import (
 // lease of a batch whose deliveries are under way, each case on a fresh
 // store.
 func testLeaseRenewal(t *testing.T, setup func(t *testing.T) *Harness) {
-	for _, c := range []struct {
-		name string
-		fn   func(t *testing.T, h *Harness)
-	}{
+	runParallel(t, []namedCase[func(t *testing.T, h *Harness)]{
 		{"RenewExtendsTheLease", testRenewExtends},
 		{"RenewAfterTakeoverIsLost", testRenewAfterTakeover},
 		{"LongDeliveriesKeepTheLease", testLongDeliveriesKeepLease},
 		{"CrashedWorkerTakenOverWithinOneLease", testCrashedWorkerTakenOver},
 		{"LostRenewalCancelsDeliveries", testLostRenewalCancels},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.fn(t, setup(t))
-		})
-	}
+	}, func(t *testing.T, fn func(t *testing.T, h *Harness)) {
+		fn(t, setup(t))
+	})
 }
 
 // processing is the Processing state of record id, failing the test when

@@ -52,11 +52,8 @@ type Harness struct {
 // checked through the Worker and the Store interface. setup returns a
 // fresh migrated store for each subtest; subtests run in parallel.
 func Run(t *testing.T, setup func(t *testing.T) *Harness) {
-	tests := []struct {
-		name string
-		// fn is a func(t, *Harness), run on a fresh store, or variants.
-		fn any
-	}{
+	// Each fn is a func(t, *Harness), run on a fresh store, or variants.
+	runParallel(t, []namedCase[any]{
 		{"CommittedReachesPublisherRolledBackReachesNoOne", testCommitAndRollback},
 		{"StageValidatesFirst", testStageValidates},
 		{"ExpiredLeaseReturnsWorkToEligible", testExpiredLease},
@@ -81,18 +78,31 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"WakeupDeliversWithoutPolling", testWakeup},
 		{"MigrateTwice", testMigrateTwice},
 		{"MetricsRegisteredAndRefreshed", testMetrics},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
+	}, func(t *testing.T, fn any) {
+		switch fn := fn.(type) {
+		case func(t *testing.T, h *Harness):
+			fn(t, setup(t))
+		case variants:
+			fn(t, setup)
+		default:
+			t.Fatalf("storetest: %s: the table holds a %T, want a func(*testing.T, *Harness) or variants", t.Name(), fn)
+		}
+	})
+}
+
+// namedCase is a case of a table of subtests: its name and what it runs.
+type namedCase[F any] struct {
+	name string
+	fn   F
+}
+
+// runParallel runs run(t, c.fn) for each case c as a parallel subtest of
+// t named c.name.
+func runParallel[F any](t *testing.T, cases []namedCase[F], run func(t *testing.T, fn F)) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			switch fn := tc.fn.(type) {
-			case func(t *testing.T, h *Harness):
-				fn(t, setup(t))
-			case variants:
-				fn(t, setup)
-			default:
-				t.Fatalf("storetest: %s: the table holds a %T, want a func(*testing.T, *Harness) or variants", tc.name, tc.fn)
-			}
+			run(t, c.fn)
 		})
 	}
 }

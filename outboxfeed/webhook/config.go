@@ -8,14 +8,16 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/heraldgw/herald/outboxfeed/internal/rules"
 )
 
 // ReservedName is the built-in realtime handler's name, which no webhook
 // may take.
-const ReservedName = "realtime"
+const ReservedName = rules.RealtimeHandler
 
 // MaxNameLen bounds Config.Name.
-const MaxNameLen = 64
+const MaxNameLen = rules.MaxHandlerNameLen
 
 // Bounds of the settings (docs/handlers.md lists them with the defaults).
 const (
@@ -198,15 +200,11 @@ func (c Config) validate() error {
 	return nil
 }
 
-// checkName checks a handler name.
+// checkName checks a handler name: the rule of every handler's name, and
+// not the built-in handler's.
 func checkName(name string) error {
-	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("name %q: must be 1 to %d bytes of [a-z0-9_-]", name, MaxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("name %q: byte %q is not one of [a-z0-9_-]", name, c)
-		}
+	if err := rules.ValidateHandlerName(name); err != nil {
+		return err
 	}
 	if name == ReservedName {
 		return fmt.Errorf("name %q is reserved for the built-in realtime handler", name)

@@ -1,7 +1,8 @@
 // Package rules holds the rules of an outbox record that the producers'
 // package (stage) and the Worker and stores share: type names, freshness,
-// message ids. It links no database driver, so neither the Worker nor the
-// SQLite store links PostgreSQL's through stage.
+// message ids; and the rule of a handler's name, which the webhook
+// package's configuration checks too. It links no database driver, so
+// neither the Worker nor the SQLite store links PostgreSQL's through stage.
 package rules
 
 import (

@@ -2,7 +2,8 @@
 // share and nothing else needs: the SQL of the admin selections, the
 // replay loop, the decoding of lifecycle columns and the get of one
 // record, the migration files with the schema version and the way up or
-// back, handler registration, in-process wake-ups.
+// back, handler registration, the checks and errors of a lease renewal,
+// in-process wake-ups.
 package storekit
 
 import (
