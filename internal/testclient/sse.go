@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -52,15 +50,10 @@ type SSEOptions struct {
 
 // SSE reads one text/event-stream response in the background.
 type SSE struct {
-	Resp    *http.Response
-	cancel  context.CancelFunc
-	events  chan Event
-	done    chan struct{}
-	closing chan struct{}
-	unstall chan struct{}
-	stalled atomic.Bool
-	once    sync.Once
-	err     error
+	Resp   *http.Response
+	cancel context.CancelFunc
+	events chan Event
+	reader
 }
 
 // NewSSE starts reading resp's body. cancel, which may be nil, ends the
@@ -73,8 +66,7 @@ func NewSSE(resp *http.Response, cancel context.CancelFunc, o SSEOptions) *SSE {
 	if cancel == nil {
 		cancel = func() {}
 	}
-	s := &SSE{Resp: resp, cancel: cancel, events: make(chan Event, n), done: make(chan struct{}),
-		closing: make(chan struct{}), unstall: make(chan struct{}, 1)}
+	s := &SSE{Resp: resp, cancel: cancel, events: make(chan Event, n), reader: newReader()}
 	go s.read(o.OnEnd)
 	return s
 }
@@ -165,27 +157,10 @@ func (s *SSE) read(onEnd func(error)) {
 type stallReader struct{ s *SSE }
 
 func (r stallReader) Read(p []byte) (int, error) {
-	for r.s.stalled.Load() {
-		select {
-		case <-r.s.closing:
-			return 0, errClosed
-		case <-r.s.unstall:
-		}
+	if err := r.s.waitStalled(); err != nil {
+		return 0, err
 	}
 	return r.s.Resp.Body.Read(p)
-}
-
-// Stall makes the reader stop reading the body once it has handed over
-// what it buffered, so the server sees a client that does not read.
-func (s *SSE) Stall() { s.stalled.Store(true) }
-
-// Resume makes a stalled reader read again.
-func (s *SSE) Resume() {
-	s.stalled.Store(false)
-	select {
-	case s.unstall <- struct{}{}:
-	default:
-	}
 }
 
 func (s *SSE) end(onEnd func(error), err error) {
@@ -198,42 +173,15 @@ func (s *SSE) end(onEnd func(error), err error) {
 // Events delivers the blocks in order; it is closed when the body ends.
 func (s *SSE) Events() <-chan Event { return s.events }
 
-// Done is closed when the reader has stopped.
-func (s *SSE) Done() <-chan struct{} { return s.done }
-
-// Err is why the body ended (io.EOF for a clean end); nil before Done.
-func (s *SSE) Err() error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-		return nil
-	}
-}
-
 // Next returns the next block, ErrEnded once the body ended and every
 // block was taken, or ErrTimeout after timeout.
-func (s *SSE) Next(timeout time.Duration) (Event, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case ev, ok := <-s.events:
-		if !ok {
-			return Event{}, ErrEnded
-		}
-		return ev, nil
-	case <-t.C:
-		return Event{}, ErrTimeout
-	}
-}
+func (s *SSE) Next(timeout time.Duration) (Event, error) { return next(s.events, timeout) }
 
 // Close ends the request from the client's side and waits for the
 // reader. It may be called more than once.
 func (s *SSE) Close() {
-	s.once.Do(func() {
-		close(s.closing)
+	s.close(func() {
 		s.cancel()
 		_ = s.Resp.Body.Close()
 	})
-	<-s.done
 }

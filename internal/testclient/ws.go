@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -45,16 +43,11 @@ type WSOptions struct {
 // server message on "\n" and delivers each frame, parsed by the function
 // given to DialWS, in order.
 type WS[F any] struct {
-	Conn    *websocket.Conn
-	parse   func([]byte) F
-	frames  chan F
-	pings   chan struct{}
-	done    chan struct{}
-	closing chan struct{}
-	unstall chan struct{}
-	stalled atomic.Bool
-	once    sync.Once
-	err     error
+	Conn   *websocket.Conn
+	parse  func([]byte) F
+	frames chan F
+	pings  chan struct{}
+	reader
 }
 
 // DialWS opens url (ws:// or wss://) and starts reading. On a refused
@@ -75,8 +68,7 @@ func DialWS[F any](ctx context.Context, url string, o WSOptions, parse func([]by
 		n = 256
 	}
 	c := &WS[F]{
-		Conn: conn, parse: parse, frames: make(chan F, n), pings: make(chan struct{}, n),
-		done: make(chan struct{}), closing: make(chan struct{}), unstall: make(chan struct{}, 1),
+		Conn: conn, parse: parse, frames: make(chan F, n), pings: make(chan struct{}, n), reader: newReader(),
 	}
 	go c.read(o.AnswerPings, o.OnEnd)
 	return c, resp, nil
@@ -94,12 +86,8 @@ func (c *WS[F]) read(answerPings bool, onEnd func(error)) {
 
 func (c *WS[F]) readLoop(answerPings bool) error {
 	for {
-		if c.stalled.Load() {
-			select {
-			case <-c.closing:
-				return errClosed
-			case <-c.unstall:
-			}
+		if err := c.waitStalled(); err != nil {
+			return err
 		}
 		_, msg, err := c.Conn.Read(context.Background())
 		if err != nil {
@@ -133,36 +121,9 @@ func (c *WS[F]) Frames() <-chan F { return c.frames }
 // values wait unread, further pings are answered but not reported.
 func (c *WS[F]) Pings() <-chan struct{} { return c.pings }
 
-// Done is closed when the reader has stopped.
-func (c *WS[F]) Done() <-chan struct{} { return c.done }
-
-// Err is why the connection ended; nil before Done. websocket.CloseStatus
-// of it is the server's close code.
-func (c *WS[F]) Err() error {
-	select {
-	case <-c.done:
-		return c.err
-	default:
-		return nil
-	}
-}
-
 // Next returns the next frame, ErrEnded once the connection ended and
 // every frame was taken, or ErrTimeout after timeout.
-func (c *WS[F]) Next(timeout time.Duration) (F, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	var zero F
-	select {
-	case f, ok := <-c.frames:
-		if !ok {
-			return zero, ErrEnded
-		}
-		return f, nil
-	case <-t.C:
-		return zero, ErrTimeout
-	}
-}
+func (c *WS[F]) Next(timeout time.Duration) (F, error) { return next(c.frames, timeout) }
 
 // Send writes one text message, bounded by 5 s.
 func (c *WS[F]) Send(b []byte) error {
@@ -171,27 +132,10 @@ func (c *WS[F]) Send(b []byte) error {
 	return c.Conn.Write(ctx, websocket.MessageText, b)
 }
 
-// Stall makes the reader stop reading the socket after the message it is
-// reading, so the server sees a client that does not read.
-func (c *WS[F]) Stall() { c.stalled.Store(true) }
-
-// Resume makes a stalled reader read again.
-func (c *WS[F]) Resume() {
-	c.stalled.Store(false)
-	select {
-	case c.unstall <- struct{}{}:
-	default:
-	}
-}
-
 // Close drops the connection from the client's side, without a close
 // handshake, and waits for the reader. It may be called more than once.
 func (c *WS[F]) Close() {
-	c.once.Do(func() {
-		close(c.closing)
-		_ = c.Conn.CloseNow()
-	})
-	<-c.done
+	c.close(func() { _ = c.Conn.CloseNow() })
 }
 
 // CloseStatus is the close code the connection ended with, -1 when it
