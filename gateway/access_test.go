@@ -141,7 +141,7 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 	s.subscribed(t)
 	s.subscribed(t)
 	pub := e.publish("acme", "private/7", `1`)
-	if p := c.Pub(); p.Channel != "private/7" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Key.Channel != "private/7" || p.Offset != pub.Offset {
 		t.Fatalf("ws got %+v", p)
 	}
 	if _, p := s.publication(t); p.Key.Channel != "private/7" || p.Offset != pub.Offset {
@@ -164,7 +164,7 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 		lateWS.Round(time.Millisecond), lateSSE.Round(time.Millisecond))
 	e.publish("acme", "private/7", `2`)
 	pub = e.publish("acme", "orders/1", `3`)
-	if p := c.Pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Key.Channel != "orders/1" || p.Offset != pub.Offset {
 		t.Fatalf("ws got %+v, want only orders/1", p)
 	}
 	if _, p := s.publication(t); p.Key.Channel != "orders/1" || p.Offset != pub.Offset {
@@ -175,7 +175,7 @@ func TestSubscriptionTokenEndsAtItsExp(t *testing.T) {
 	fresh := subTokenSpec(t, "private/7", "", "", time.Now().Add(time.Hour))
 	c.OK(c.Request(ws.OpSubscribe, map[string]any{"channel": "private/7", "token": fresh}), &res)
 	pub = e.publish("acme", "private/7", `3`)
-	if p := c.Pub(); p.Channel != "private/7" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Key.Channel != "private/7" || p.Offset != pub.Offset {
 		t.Fatalf("ws after subscribing again got %+v", p)
 	}
 
@@ -267,7 +267,7 @@ func TestRevokingASubscriptionToken(t *testing.T) {
 					step.channel, name, cutWS.Round(time.Millisecond), cutSSE.Round(time.Millisecond), testInterval)
 				e.publish("acme", step.channel, `"after the revocation"`)
 				pub := e.publish("acme", "orders/1", `1`)
-				if p := c.Pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+				if p := c.Pub(); p.Key.Channel != "orders/1" || p.Offset != pub.Offset {
 					t.Fatalf("ws got %+v, want only orders/1", p)
 				}
 				if _, p := s.publication(t); p.Key.Channel != "orders/1" || p.Offset != pub.Offset {

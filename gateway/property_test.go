@@ -225,7 +225,7 @@ func propIteration(t *testing.T, r *rand.Rand) float64 {
 			var id, ch string
 			if pc.ws {
 				p := pc.wsc.Pub()
-				id, ch = p.ID, p.Channel
+				id, ch = p.ID, p.Key.Channel
 			} else {
 				_, p := pc.sse.publication(t)
 				id, ch = p.ID, p.Key.Channel

@@ -440,7 +440,7 @@ func TestReauthorizeWebhookWS(t *testing.T) {
 	t.Parallel()
 	hook, e, c := hookedWS(t)
 	pub := e.publish("acme", "docs/1", `1`)
-	if p := c.Pub(); p.Channel != "docs/1" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Key.Channel != "docs/1" || p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
 	// Still allowed at the first recheck.
@@ -462,7 +462,7 @@ func TestReauthorizeWebhookWS(t *testing.T) {
 		ended.Round(time.Millisecond), testInterval)
 	e.publish("acme", "docs/1", `2`)
 	pub = e.publish("acme", "orders/1", `3`)
-	if p := c.Pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Key.Channel != "orders/1" || p.Offset != pub.Offset {
 		t.Fatalf("got %+v, want only orders/1", p)
 	}
 	c.Fails(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "docs/1"}), ws.CodeNotSubscribed)
@@ -527,7 +527,7 @@ func TestWebhookDown(t *testing.T) {
 	}
 	c.Subscribe("orders/2", nil)
 	pub := e.publish("acme", "orders/1", `1`)
-	if p := c.Pub(); p.Offset != pub.Offset || p.Channel != "orders/1" {
+	if p := c.Pub(); p.Offset != pub.Offset || p.Key.Channel != "orders/1" {
 		t.Fatalf("got %+v", p)
 	}
 	tok := e.token("acme", "u1", "orders/*")

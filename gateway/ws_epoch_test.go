@@ -99,10 +99,10 @@ func TestWSEpochChangeWhileCatchingUp(t *testing.T) {
 			t.Fatalf("unexpected frame %s", f.Raw)
 		}
 		p := fanout.Position{Offset: f.Pub.Offset, Epoch: f.Pub.Epoch}
-		if prev := last(f.Pub.Channel); !follows(p, prev) {
-			t.Fatalf("%s: %+v after %+v: a gap or a repeat (received %v)", f.Pub.Channel, p, prev, got)
+		if prev := last(f.Pub.Key.Channel); !follows(p, prev) {
+			t.Fatalf("%s: %+v after %+v: a gap or a repeat (received %v)", f.Pub.Key.Channel, p, prev, got)
 		}
-		got[f.Pub.Channel] = append(got[f.Pub.Channel], p)
+		got[f.Pub.Key.Channel] = append(got[f.Pub.Key.Channel], p)
 	}
 	want := []fanout.Position{{Offset: first.Offset, Epoch: first.Epoch}, a1.Position, a2.Position, a3.Position}
 	if !slices.Equal(got["rooms/a"], want) {

@@ -108,7 +108,7 @@ func TestWSRefresh(t *testing.T) {
 	}
 	e.publish("acme", "users/u1", `1`)
 	pub := e.publish("acme", "orders/1", `2`)
-	if p := c.Pub(); p.Channel != "orders/1" || p.Offset != pub.Offset {
+	if p := c.Pub(); p.Key.Channel != "orders/1" || p.Offset != pub.Offset {
 		t.Fatalf("got %+v", p)
 	}
 	// Once the old token's expiry has passed, the connection lives on.

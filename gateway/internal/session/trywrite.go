@@ -1,6 +1,7 @@
 package session
 
 import (
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -76,4 +77,26 @@ func (w *TryWriter) write(fd uintptr) bool {
 		w.n += n
 	}
 	return true
+}
+
+// Rest is the end of a write a TryWriter could not send: every later
+// write to the connection sends it first, so writes never interleave.
+// The zero Rest holds nothing.
+type Rest struct{ b []byte }
+
+// Pending reports whether a rest waits.
+func (r *Rest) Pending() bool { return r.b != nil }
+
+// Keep keeps a copy of b after what waits.
+func (r *Rest) Keep(b []byte) { r.b = append(r.b, b...) }
+
+// Send writes what waits to w, blocking under w's write deadline; after
+// it nothing waits, whatever the error.
+func (r *Rest) Send(w io.Writer) error {
+	if r.b == nil {
+		return nil
+	}
+	_, err := w.Write(r.b)
+	r.b = nil
+	return err
 }

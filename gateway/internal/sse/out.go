@@ -90,7 +90,7 @@ type chunkOut struct {
 	try *session.TryWriter
 	// rest is the end of a chunk TryWrite could not send; the next write
 	// sends it first.
-	rest []byte
+	rest session.Rest
 }
 
 func newChunkOut(conn net.Conn, writeTimeout time.Duration) *chunkOut {
@@ -125,14 +125,7 @@ func (o *chunkOut) Write(buf []byte) error {
 }
 
 // sendRest sends what a TryWrite left, blocking under the deadline set.
-func (o *chunkOut) sendRest() error {
-	if o.rest == nil {
-		return nil
-	}
-	_, err := o.conn.Write(o.rest)
-	o.rest = nil
-	return err
-}
+func (o *chunkOut) sendRest() error { return o.rest.Send(o.conn) }
 
 // TryWrite sends buf as one chunk, as Write does, but without waiting for
 // the socket: it reports false when the socket did not take it all, and
@@ -143,8 +136,8 @@ func (o *chunkOut) TryWrite(buf []byte) (bool, error) {
 	if b == nil {
 		return true, nil
 	}
-	if o.rest != nil || o.try == nil {
-		o.rest = append(o.rest, b...)
+	if o.rest.Pending() || o.try == nil {
+		o.rest.Keep(b)
 		return false, nil
 	}
 	n, err := o.try.Write(b)
@@ -162,7 +155,7 @@ func (o *chunkOut) TryWrite(buf []byte) (bool, error) {
 	if n == len(b) {
 		return true, nil
 	}
-	o.rest = append([]byte(nil), b[n:]...)
+	o.rest.Keep(b[n:])
 	return false, nil
 }
 

@@ -81,7 +81,7 @@ func TestChunkOutTryWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if o.rest == nil {
+	if !o.rest.Pending() {
 		t.Fatal("a refused write kept nothing")
 	}
 	// The client reads everything while the writer sends the rest, then

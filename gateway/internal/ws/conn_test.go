@@ -57,7 +57,7 @@ func TestWSConnectSubscribeUnsubscribe(t *testing.T) {
 	if want := `{"push":"pub",` + string(fanout.NewPrepared(pub).JSON()[1:]); f.Raw != want {
 		t.Fatalf("frame %s\nwant  %s", f.Raw, want)
 	}
-	if p.ID != pub.ID || p.Channel != "orders/1" || p.Offset != 1 || p.Epoch != sub.Epoch ||
+	if p.ID != pub.ID || p.Key.Channel != "orders/1" || p.Offset != 1 || p.Epoch != sub.Epoch ||
 		p.Type != "order.updated" || p.SchemaVersion != 1 || string(p.Data) != `{"n":1}` ||
 		string(p.Freshness) != `{"mode":"immediate"}` || p.Time.IsZero() {
 		t.Fatalf("publication %+v, published %+v", p, pub)
@@ -383,8 +383,8 @@ func refreshInFlight(t *testing.T) bool {
 	e.publish("acme", "rooms/s", `"s"`)
 	e.publish("acme", "rooms/x", `"x"`)
 	e.publish("acme", "rooms/b", `"b"`)
-	for p := c.Pub(); p.Channel != "rooms/b"; p = c.Pub() {
-		problems = append(problems, "received a publication of "+p.Channel)
+	for p := c.Pub(); p.Key.Channel != "rooms/b"; p = c.Pub() {
+		problems = append(problems, "received a publication of "+p.Key.Channel)
 	}
 	if len(problems) > 0 {
 		t.Fatalf("after the refresh to a token granting rooms/b only:\n%s", strings.Join(problems, "\n"))

@@ -22,7 +22,7 @@ type writeGate struct {
 	conn  io.Writer          // the connection under the library
 	under net.Conn           // the hijacked connection: the rest goes straight to it
 	try   *session.TryWriter // on under's descriptor; nil: it has none
-	rest  []byte             // the end of a message tryWrite left
+	rest  session.Rest       // the end of a message tryWrite left
 }
 
 // newWriteGate passes the library's writes on to conn; under is the
@@ -49,14 +49,7 @@ func (g *writeGate) sendRest() error {
 	return g.sendRestLocked()
 }
 
-func (g *writeGate) sendRestLocked() error {
-	if g.rest == nil {
-		return nil
-	}
-	_, err := g.under.Write(g.rest)
-	g.rest = nil
-	return err
-}
+func (g *writeGate) sendRestLocked() error { return g.rest.Send(g.under) }
 
 // tryWrite writes b, one or more whole frames, without waiting: it
 // returns how much of b went out. Nothing goes out while the library
@@ -69,7 +62,7 @@ func (g *writeGate) tryWrite(b []byte) (int, error) {
 		return 0, nil
 	}
 	defer g.mu.Unlock()
-	if g.rest != nil {
+	if g.rest.Pending() {
 		return 0, nil
 	}
 	n, err := g.try.Write(b)
@@ -79,7 +72,7 @@ func (g *writeGate) tryWrite(b []byte) (int, error) {
 	case err != nil:
 		return n, err
 	case n > 0 && n < len(b):
-		g.rest = append([]byte(nil), b[n:]...)
+		g.rest.Keep(b[n:])
 	}
 	return n, nil
 }

@@ -75,7 +75,7 @@ func TestWriteGateRestGoesFirst(t *testing.T) {
 		}
 		want.Write(f)
 	}
-	if g.rest == nil {
+	if !g.rest.Pending() {
 		t.Fatal("a direct write that went out in part kept no rest")
 	}
 	if n, err := g.tryWrite(textFrame('x', 10)); n != 0 || err != nil {

@@ -173,7 +173,7 @@ func TestWSTooManySubscriptions(t *testing.T) {
 	c.OK(c.Request(ws.OpUnsubscribe, map[string]any{"channel": "orders/1"}), nil)
 	c.Subscribe("orders/3", nil)
 	pub := e.publish("acme", "orders/3", `3`)
-	if p := c.Pub(); p.Offset != pub.Offset || p.Channel != "orders/3" {
+	if p := c.Pub(); p.Offset != pub.Offset || p.Key.Channel != "orders/3" {
 		t.Fatalf("got %+v", p)
 	}
 	if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitSubscriptions)); n != 1 {

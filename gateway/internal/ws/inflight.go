@@ -1,6 +1,9 @@
 package ws
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Requests in flight: the async ops (subscribe, publish, refresh) from the
 // moment the reader hands them off until their reply is queued. At most
@@ -41,12 +44,7 @@ func (w *Conn) requestDone(id uint64) {
 func (w *Conn) idInFlight(id uint64) bool {
 	w.idsMu.Lock()
 	defer w.idsMu.Unlock()
-	for _, v := range w.ids {
-		if v == id {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(w.ids, id)
 }
 
 // refuseDuplicateID answers a request whose id is that of one in flight.

@@ -29,8 +29,8 @@ func TestWSParkedConnection(t *testing.T) {
 		eventually(t, 10*time.Second, "the reader to park the connection again", parked)
 	}
 	e.publish("acme", "orders/1", `"parked"`)
-	if p := c.Pub(); p.Channel != "orders/1" {
-		t.Fatalf("publication on %q", p.Channel)
+	if p := c.Pub(); p.Key.Channel != "orders/1" {
+		t.Fatalf("publication on %q", p.Key.Channel)
 	}
 	eventually(t, 10*time.Second, "the reader to stay parked", parked)
 	e.mu.Lock()

@@ -23,7 +23,7 @@ func TestWSResumeRecovered(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		e.publish("acme", "orders/1", fmt.Sprint(i))
 	}
-	var last wstest.PubFrame
+	var last fanout.Publication
 	for range 3 {
 		last = c.Pub()
 	}

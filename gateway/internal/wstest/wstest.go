@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/heraldgw/herald/auth"
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/gateway/internal/ws"
 	"github.com/heraldgw/herald/internal/testclient"
 )
@@ -29,24 +30,11 @@ type Frame struct {
 	ID     uint64
 	Result json.RawMessage
 	Error  *ws.ErrorDetail
-	// Publication pushes.
-	Pub PubFrame
+	// Publication pushes: the envelope behind {"push":"pub", as
+	// fanout.DecodeEnvelope reads it.
+	Pub fanout.Publication
 	// Other pushes (disconnect, unsubscribed).
 	Ctl CtlFrame
-}
-
-// PubFrame is a publication push: the envelope fields.
-type PubFrame struct {
-	Push          string          `json:"push"`
-	ID            string          `json:"id"`
-	Channel       string          `json:"channel"`
-	Offset        uint64          `json:"offset"`
-	Epoch         string          `json:"epoch"`
-	Type          string          `json:"type"`
-	SchemaVersion int             `json:"schema_version"`
-	Time          time.Time       `json:"time"`
-	Freshness     json.RawMessage `json:"freshness"`
-	Data          json.RawMessage `json:"data"`
 }
 
 // CtlFrame is a disconnect or unsubscribed push.
@@ -81,7 +69,7 @@ func ParseFrame(t testing.TB, b []byte) Frame {
 		err = json.Unmarshal(b, &r)
 		f.ID, f.Result, f.Error = r.ID, r.Result, r.Error
 	case "pub":
-		err = json.Unmarshal(b, &f.Pub)
+		f.Pub, err = fanout.DecodeEnvelope(b)
 	default:
 		err = json.Unmarshal(b, &f.Ctl)
 	}
@@ -287,7 +275,7 @@ func (c *Client) Subscribe(channel string, since *ws.Position) ws.SubscribeResul
 }
 
 // Pub reads the next frame, which must be a publication.
-func (c *Client) Pub() PubFrame {
+func (c *Client) Pub() fanout.Publication {
 	c.t.Helper()
 	f := c.NextFrame(10 * time.Second)
 	if f.Push != "pub" {
