@@ -268,8 +268,9 @@ func TestAlertRulesMatchTargets(t *testing.T) {
 // Go source file registers is documented, and every documented name exists.
 func TestMetricsDocComplete(t *testing.T) {
 	// A metric is registered where its options name it, or through a
-	// package's small constructor (redisbroker's counter and gaugeFunc).
-	nameRE := regexp.MustCompile(`(?:Name:\s+|\b(?:counter|gaugeFunc)\()"(herald_[a-z0-9_]+)"`)
+	// package's small constructor (outboxfeed's gauge and counter,
+	// redisbroker's counter and gaugeFunc).
+	nameRE := regexp.MustCompile(`(?:Name:\s+|\b(?:counter|gauge|gaugeFunc)\()"(herald_[a-z0-9_]+)"`)
 	inCode := map[string]bool{}
 	for _, pkg := range []string{"outboxfeed", "outboxfeed/webhookhandler", "fanout", "fanout/redisbroker", "gateway", "auth", "subscriptions"} {
 		files, err := filepath.Glob(filepath.Join("../..", pkg, "*.go"))
