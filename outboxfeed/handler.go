@@ -114,6 +114,13 @@ type HandlerStore interface {
 	// SetHandlerState changes a handler's state, with a reason for the
 	// operator; ErrNoHandler if unknown.
 	SetHandlerState(ctx context.Context, name string, state HandlerState, reason string) error
+	// DisableHandler disables an active handler whose state has not
+	// changed since unchangedSince, with a reason for the operator, in one
+	// conditional write: a failure seen by a Worker never overrides a
+	// later decision (an operator enabled or paused it while the request
+	// that failed was under way). It reports whether it disabled the
+	// handler; ErrNoHandler if unknown.
+	DisableHandler(ctx context.Context, name, reason string, unchangedSince time.Time) (bool, error)
 	// MarkFailing records that the handler's target started failing
 	// (failing, with the error) or succeeds again. It returns since when
 	// it has been failing (zero when not).

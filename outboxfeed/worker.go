@@ -338,9 +338,13 @@ func (w *Worker) refreshState(ctx context.Context) {
 			off = 1
 		}
 		w.m.disabled.Set(off)
-		if h.FailingSince.IsZero() && h.State == HandlerActive {
-			w.m.targetUp.Set(1)
+		// The store's word, both ways: a reading taken just before a lane
+		// marked the target failing must not leave the gauge up for good.
+		up := 0.0
+		if h.FailingSince.IsZero() && h.State != HandlerDisabled {
+			up = 1
 		}
+		w.m.targetUp.Set(up)
 	}
 }
 

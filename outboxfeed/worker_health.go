@@ -75,16 +75,15 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, cla
 // (herald handlers enable). A handler whose state changed after the batch
 // was claimed (an operator enabled it while the request that failed was
 // under way) is left as it is: that failure is older than the decision.
+// The store checks that in the write itself, so a decision taken while
+// the Worker disables cannot be overwritten.
 func (w *Worker) disable(ctx context.Context, claimedAt time.Time, reason string) {
-	if hs, err := w.hs.Handlers(ctx); err == nil {
-		for _, h := range hs {
-			if h.Name == w.cfg.Handler && h.StateAt.After(claimedAt) {
-				return
-			}
-		}
-	}
-	if err := w.hs.SetHandlerState(ctx, w.cfg.Handler, HandlerDisabled, reason); err != nil {
+	done, err := w.hs.DisableHandler(ctx, w.cfg.Handler, reason, claimedAt)
+	if err != nil {
 		w.log.Warn("could not disable the handler", "err", err)
+		return
+	}
+	if !done {
 		return
 	}
 	w.m.disabled.Set(1)

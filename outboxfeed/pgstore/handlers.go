@@ -96,6 +96,39 @@ func (s *Store) SetHandlerState(ctx context.Context, name string, state outboxfe
 	return nil
 }
 
+// DisableHandler implements outboxfeed.HandlerStore.
+func (s *Store) DisableHandler(ctx context.Context, name, reason string, unchangedSince time.Time) (bool, error) {
+	var disabled bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state FROM herald.outbox_handler WHERE name = $1 FOR UPDATE`, name).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %s", outboxfeed.ErrNoHandler, name)
+		}
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE herald.outbox_handler SET state = 'disabled', state_reason = nullif($2, ''), state_at = now()
+			WHERE name = $1 AND state = 'active' AND (state_at IS NULL OR state_at <= $3)`, name, reason, unchangedSince)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		disabled = true
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, pgNotifyChannel)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, outboxfeed.ErrNoHandler) {
+			return false, err
+		}
+		return false, fmt.Errorf("outboxfeed: disable handler %s: %w", name, err)
+	}
+	if disabled {
+		s.wakeup.Broadcast()
+	}
+	return disabled, nil
+}
+
 // MarkFailing implements outboxfeed.HandlerStore.
 func (s *Store) MarkFailing(ctx context.Context, name string, failing bool, lastErr string) (time.Time, error) {
 	var since *time.Time

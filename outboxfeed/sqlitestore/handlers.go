@@ -81,6 +81,30 @@ WHERE name = ?1`, name, string(state), reason, time.Now().UnixMicro())
 	return nil
 }
 
+// DisableHandler implements outboxfeed.HandlerStore.
+func (s *Store) DisableHandler(ctx context.Context, name, reason string, unchangedSince time.Time) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE outbox_handler SET state = 'disabled', state_reason = nullif(?2, ''), state_at = ?4
+WHERE name = ?1 AND state = 'active' AND (state_at IS NULL OR state_at <= ?3)`, name, reason, unchangedSince.UnixMicro(), time.Now().UnixMicro())
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return false, fmt.Errorf("outboxfeed: disable handler %s: %w", name, err)
+	}
+	if n == 0 {
+		var one int
+		if err := s.db.QueryRowContext(ctx, `SELECT 1 FROM outbox_handler WHERE name = ?1`, name).Scan(&one); errors.Is(err, sql.ErrNoRows) {
+			return false, fmt.Errorf("%w: %s", outboxfeed.ErrNoHandler, name)
+		} else if err != nil {
+			return false, fmt.Errorf("outboxfeed: disable handler %s: %w", name, err)
+		}
+		return false, nil
+	}
+	s.wakeup.Broadcast()
+	return true, nil
+}
+
 // MarkFailing implements outboxfeed.HandlerStore.
 func (s *Store) MarkFailing(ctx context.Context, name string, failing bool, lastErr string) (time.Time, error) {
 	var since sql.NullInt64

@@ -26,6 +26,7 @@ func RunHandlers(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"RoutesPassOverAndUnroutedCounted", testHandlerRoutes},
 		{"StartPoints", testHandlerStartPoints},
 		{"GoneDisablesUntilEnabled", testHandlerGone},
+		{"DisableNeverOverridesALaterDecision", testHandlerDisableConditional},
 		{"FailingPastHorizonDisables", testHandlerHorizon},
 		{"GoHandlerGetsChannelBatchesInOrder", testGoHandler},
 		{"DropKeepsOthers", testHandlerDrop},
@@ -337,6 +338,56 @@ func testHandlerGone(t *testing.T, h *Harness, hs outboxfeed.HandlerStore) {
 	rec.WaitFor(t, 10*time.Second, "every record after enable", func() bool { return rec.Count() == len(ids) })
 	ExactlyOnce(t, rec, ids)
 	inChannelOrder(t, rec, ids, 2)
+}
+
+// A Worker's disable is conditional on the handler's state not having
+// changed since the failing batch was claimed: an operator's enable (or
+// pause) taken meanwhile stands. Times come from the store's own clock
+// (StateAt), so the case holds whatever the clocks of the test and the
+// database say.
+func testHandlerDisableConditional(t *testing.T, h *Harness, hs outboxfeed.HandlerStore) {
+	ctx := context.Background()
+	register(t, hs, "hooks", outboxfeed.StartRetained)
+	if done, err := hs.DisableHandler(ctx, "hooks", "the target is gone", time.Now()); err != nil || !done {
+		t.Fatalf("disable of an active handler = %v, %v; want done", done, err)
+	}
+	disabled := handlerInfo(t, hs, "hooks")
+	if disabled.State != outboxfeed.HandlerDisabled || disabled.StateReason != "the target is gone" || disabled.StateAt.IsZero() {
+		t.Fatalf("hooks = %+v, want disabled with the reason and its time", disabled)
+	}
+	if done, err := hs.DisableHandler(ctx, "hooks", "again", time.Now()); err != nil || done {
+		t.Fatalf("disable of a disabled handler = %v, %v; want nothing done", done, err)
+	}
+	if err := hs.SetHandlerState(ctx, "hooks", outboxfeed.HandlerActive, "endpoint back"); err != nil {
+		t.Fatal(err)
+	}
+	enabled := handlerInfo(t, hs, "hooks")
+	// A batch claimed before the enable: its failure is older.
+	before := enabled.StateAt.Add(-time.Millisecond)
+	if done, err := hs.DisableHandler(ctx, "hooks", "stale failure", before); err != nil || done {
+		t.Fatalf("disable by a batch claimed before the enable = %v, %v; want nothing done", done, err)
+	}
+	if got := handlerInfo(t, hs, "hooks"); got.State != outboxfeed.HandlerActive || got.StateReason != "endpoint back" {
+		t.Fatalf("hooks = %+v, want still enabled by the operator", got)
+	}
+	if err := hs.SetHandlerState(ctx, "hooks", outboxfeed.HandlerPaused, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	paused := handlerInfo(t, hs, "hooks")
+	if done, err := hs.DisableHandler(ctx, "hooks", "gone while paused", paused.StateAt.Add(time.Hour)); err != nil || done {
+		t.Fatalf("disable of a paused handler = %v, %v; want nothing done: the operator's pause stands", done, err)
+	}
+	if err := hs.SetHandlerState(ctx, "hooks", outboxfeed.HandlerActive, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A batch claimed after the enable disables it.
+	after := handlerInfo(t, hs, "hooks").StateAt.Add(time.Millisecond)
+	if done, err := hs.DisableHandler(ctx, "hooks", "gone again", after); err != nil || !done {
+		t.Fatalf("disable by a batch claimed after the enable = %v, %v; want done", done, err)
+	}
+	if _, err := hs.DisableHandler(ctx, "nope", "", time.Now()); !errors.Is(err, outboxfeed.ErrNoHandler) {
+		t.Fatalf("disable of an unknown handler: %v, want ErrNoHandler", err)
+	}
 }
 
 // A target failing continuously for longer than DisableAfter gets its
