@@ -83,7 +83,7 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 	res.Commits = len(allTx)
 	if cfg.Business {
 		// Every business row committed with its record, none without.
-		n, err := benchkit.CountBusiness(ctx, store.Pool())
+		n, err := benchkit.CountRows(ctx, store.Pool(), benchkit.BusinessTable)
 		if err != nil {
 			return res, fmt.Errorf("outboxbench: %w", err)
 		}
