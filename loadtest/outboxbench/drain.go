@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -68,24 +67,12 @@ const benchTenant = "bench"
 // phase ends when both are done.
 func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res drainResult, err error) {
 	res = drainResult{Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize, Beside: recv != nil}
-	store, err := db.openReset(ctx, true, 0, cfg.Channels)
+	store, hook, err := openBeside(ctx, db, cfg, recv, true, 0)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	var hook *hookSide
-	if recv != nil {
-		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
-			return res, err
-		}
-		defer func() {
-			checked := 0 // its records are checked only once it drained
-			if err == nil {
-				checked = cfg.Records
-			}
-			err = errors.Join(err, hook.stop(ctx, checked))
-		}()
-	}
+	defer hook.stop(ctx, &err, func(ctx context.Context) error { return hook.checkRecords(ctx, cfg.Records) })
 	holder, err := maybeHoldXmin(ctx, db, cfg, "drain", progress)
 	if err != nil {
 		return res, err
