@@ -184,8 +184,7 @@ func (r *runner) openCFPublisher() *cfPublisher {
 	p := &cfPublisher{r: r, hc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	p.slots = make(chan struct{}, 16)
 	p.pad = strings.Repeat("x", r.cfg.PayloadBytes)
-	p.offsets = make([][]uint64, r.cfg.channels())
-	p.errs = make(map[string]int)
+	p.sourceTally = newSourceTally(r.cfg.channels())
 	p.readDone = make(chan struct{})
 	for c := range r.cfg.channels() {
 		p.channels = append(p.channels, r.channelName(c))
@@ -222,7 +221,7 @@ func (p *cfPublisher) publish(ctx context.Context, k int, now time.Time) {
 		p.errs["api_error: "+msg[:min(len(msg), 100)]]++
 		return
 	}
-	p.offsets[c] = append(p.offsets[c], res.Offset)
+	p.accept(c, res.Offset)
 }
 
 func (p *cfPublisher) close() {}
