@@ -71,19 +71,11 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 			return res, err
 		}
 	}
-	p, err := startPipeline(ctx, store, cfg, cfg.Broker, true, hook.precedence())
+	p, err := db.startProducing(ctx, store, cfg, cfg.Broker, true, hook.precedence(), cfg.LatencyProducers)
 	if err != nil {
 		return res, err
 	}
 	defer p.stop()
-	if err := p.waitReady(ctx); err != nil {
-		return res, err
-	}
-	pool, err := db.openPool(ctx, cfg.LatencyProducers)
-	if err != nil {
-		return res, err
-	}
-	defer pool.Close()
 
 	total := int(int64(cfg.Rate) * int64(cfg.LatencyDuration) / int64(time.Second))
 	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections (%s broker)\n", total, cfg.Rate, cfg.LatencyProducers, cfg.Broker)
@@ -92,7 +84,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	if err != nil {
 		return res, err
 	}
-	marks, lag, err := pacedStage(ctx, pool, cfg, total)
+	marks, lag, err := pacedStage(ctx, p.producers, cfg, total)
 	if err != nil {
 		return res, err
 	}
