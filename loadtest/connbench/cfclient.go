@@ -88,31 +88,18 @@ func (r *runner) openCF(ctx context.Context, s *subscriber) error {
 // handshakeCF waits for the connect and subscribe replies and notes where
 // the subscription starts.
 func (r *runner) handshakeCF(ctx context.Context, conn *websocket.Conn, s *subscriber) error {
-	buf := make([]byte, 0, 1024)
-	var ferr error
-	for pending := 2; pending > 0 && ferr == nil; {
-		msg, err := readMessage(ctx, conn, buf)
-		if err != nil {
-			return fmt.Errorf("handshake: %w", err)
+	return awaitReplies(ctx, conn, 2, func(f []byte) (uint64, error) {
+		var rep cfReply
+		switch {
+		case bytes.Equal(f, cfPing) || json.Unmarshal(f, &rep) != nil:
+			return 0, nil
+		case rep.Error != nil:
+			return 0, fmt.Errorf("handshake: request %d refused: %d %s", rep.ID, rep.Error.Code, rep.Error.Message)
+		case rep.ID == 2 && rep.Subscribe != nil:
+			s.start = position{Channel: r.channelName(s.channel), Offset: rep.Subscribe.Offset, Epoch: rep.Subscribe.Epoch}
 		}
-		buf = msg
-		eachFrame(msg, func(f []byte) {
-			var rep cfReply
-			switch {
-			case ferr != nil || bytes.Equal(f, cfPing) || json.Unmarshal(f, &rep) != nil:
-			case rep.Error != nil:
-				ferr = fmt.Errorf("handshake: request %d refused: %d %s", rep.ID, rep.Error.Code, rep.Error.Message)
-			case rep.ID == 1:
-				pending--
-			case rep.ID == 2:
-				pending--
-				if rep.Subscribe != nil {
-					s.start = position{Channel: r.channelName(s.channel), Offset: rep.Subscribe.Offset, Epoch: rep.Subscribe.Epoch}
-				}
-			}
-		})
-	}
-	return ferr
+		return rep.ID, nil
+	})
 }
 
 // readCF reads subscriber s's Centrifugo connection until it ends, as
