@@ -127,12 +127,7 @@ func (p *outboxPublisher) run(ctx context.Context, rate int, d, wait time.Durati
 
 // pace sends 0…total-1 to jobs, publication k at start + k/rate.
 func (p *outboxPublisher) pace(ctx context.Context, jobs chan<- int, rate, total int) error {
-	start := time.Now()
-	for k := range total {
-		due := dueAt(start, k, rate)
-		if err := sleepUntil(ctx, due); err != nil {
-			return fmt.Errorf("connbench: outbox publisher: %w", err)
-		}
+	return paceEach(ctx, "outbox publisher", rate, total, func(k int, due time.Time) error {
 		select {
 		case jobs <- k:
 		case <-ctx.Done():
@@ -143,8 +138,8 @@ func (p *outboxPublisher) pace(ctx context.Context, jobs chan<- int, rate, total
 		p.sent++
 		p.maxLag = max(p.maxLag, lag)
 		p.mu.Unlock()
-	}
-	return nil
+		return nil
+	})
 }
 
 // stageBufs are one producer's buffers, reused from one transaction to

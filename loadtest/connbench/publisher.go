@@ -79,13 +79,7 @@ func (p *publisher) run(ctx context.Context, rate int, d, wait time.Duration) er
 // then waits up to wait for every slot to be given back. It stops early
 // when readDone closes: the connection ended.
 func (p *publisher) pace(ctx context.Context, rate int, d, wait time.Duration, send func(k int, now time.Time) error) error {
-	total := int(float64(rate) * d.Seconds())
-	start := time.Now()
-	for k := range total {
-		due := dueAt(start, k, rate)
-		if err := sleepUntil(ctx, due); err != nil {
-			return fmt.Errorf("connbench: publisher: %w", err)
-		}
+	err := paceEach(ctx, "publisher", rate, int(float64(rate)*d.Seconds()), func(k int, due time.Time) error {
 		select {
 		case p.slots <- struct{}{}:
 		case <-ctx.Done():
@@ -103,6 +97,10 @@ func (p *publisher) pace(ctx context.Context, rate int, d, wait time.Duration, s
 		p.mu.Lock()
 		p.sent++
 		p.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// Every reply is in once every slot can be taken back.
 	deadline := time.NewTimer(wait)
