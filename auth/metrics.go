@@ -21,18 +21,9 @@ func newAuthMetrics(reg prometheus.Registerer) (*authMetrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	verify := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_auth_token_verifications_total",
-		Help: "Token verifications by result (ok, expired, invalid).",
-	}, []string{"result"})
-	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_auth_jwks_reloads_total",
-		Help: "JWKS loads by result (ok, error).",
-	}, []string{"result"})
-	keys := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "herald_auth_jwks_keys",
-		Help: "Usable keys in the last JWKS loaded.",
-	})
+	verify := promreg.CounterVec("herald_auth_token_verifications_total", "Token verifications by result (ok, expired, invalid).", "result")
+	reloads := promreg.CounterVec("herald_auth_jwks_reloads_total", "JWKS loads by result (ok, error).", "result")
+	keys := promreg.Gauge("herald_auth_jwks_keys", "Usable keys in the last JWKS loaded.")
 	r := promreg.NewRegistrar(reg, "auth")
 	verify, reloads, keys = promreg.Add(r, verify), promreg.Add(r, reloads), promreg.Add(r, keys)
 	if err := r.Err(); err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/internal/promreg"
 )
 
 // Subscriber receives the publications of the channels it subscribed to
@@ -351,26 +353,18 @@ type hubMetrics struct {
 
 func newHubMetrics(h *Hub) hubMetrics {
 	return hubMetrics{
-		channels: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "herald_hub_channels",
-			Help: "Channels with at least one subscriber on this node.",
-		}, func() float64 { return float64(h.nChannels.Load()) }),
-		subs: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "herald_hub_subscriptions",
-			Help: "Channel subscriptions of this node's connections.",
-		}, func() float64 { return float64(h.nSubs.Load()) }),
-		publications: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "herald_hub_publications_total",
-			Help: "Publications handed to the hub by the broker.",
-		}),
-		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "herald_hub_deliveries_total",
-			Help: "Publications handed to local subscribers (one per subscriber).",
-		}),
-		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "herald_hub_resyncs_total",
-			Help: "Channels whose subscribers were told publications may have been lost in transit.",
-		}),
+		channels: promreg.GaugeFunc("herald_hub_channels",
+			"Channels with at least one subscriber on this node.",
+			func() float64 { return float64(h.nChannels.Load()) }),
+		subs: promreg.GaugeFunc("herald_hub_subscriptions",
+			"Channel subscriptions of this node's connections.",
+			func() float64 { return float64(h.nSubs.Load()) }),
+		publications: promreg.Counter("herald_hub_publications_total",
+			"Publications handed to the hub by the broker."),
+		deliveries: promreg.Counter("herald_hub_deliveries_total",
+			"Publications handed to local subscribers (one per subscriber)."),
+		resyncs: promreg.Counter("herald_hub_resyncs_total",
+			"Channels whose subscribers were told publications may have been lost in transit."),
 	}
 }
 

@@ -3,6 +3,7 @@ package fanout
 import (
 	"strconv"
 
+	"github.com/heraldgw/herald/internal/envelope"
 	"github.com/heraldgw/herald/internal/jsonstr"
 	"github.com/heraldgw/herald/internal/timefmt"
 )
@@ -83,13 +84,7 @@ func appendEnvelopeHead(b []byte, p *Publication) []byte {
 // appendEnvelopeTail appends the envelope after the epoch and its comma:
 // "type":…,"schema_version":…,"time":…,"freshness":…,"data":…}
 func appendEnvelopeTail(b []byte, p *Publication) []byte {
-	b = append(b, `"type":`...)
-	b = jsonstr.Append(b, p.Type)
-	b = append(b, `,"schema_version":`...)
-	b = strconv.AppendInt(b, int64(p.SchemaVersion), 10)
-	b = append(b, `,"time":"`...)
-	b = timefmt.Append(b, p.Time)
-	b = append(b, `","freshness":`...)
+	b = envelope.AppendTyped(b, p.Type, p.SchemaVersion, p.Time)
 	if p.Freshness == nil {
 		b = append(b, ImmediateFreshness...)
 	} else {

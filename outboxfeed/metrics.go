@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/internal/promreg"
 )
 
 // Outcome label values of herald_outbox_outcomes_total.
@@ -47,41 +49,35 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"handler": handler}, reg)
 	}
-	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_outbox_outcomes_total",
-		Help: "Claimed outbox records by outcome: success (broker accepted, completed), retry, dead_letter, lease_lost (a late update rejected by owner/fence).",
-	}, []string{"result"})
-	claims := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_outbox_claims_total",
-		Help: "Claims the Worker made, by result: batch (a partition leased with records to dispatch) or empty (nothing to dispatch).",
-	}, []string{"result"})
+	outcomes := promreg.CounterVec("herald_outbox_outcomes_total",
+		"Claimed outbox records by outcome: success (broker accepted, completed), retry, dead_letter, lease_lost (a late update rejected by owner/fence).",
+		"result")
+	claims := promreg.CounterVec("herald_outbox_claims_total",
+		"Claims the Worker made, by result: batch (a partition leased with records to dispatch) or empty (nothing to dispatch).",
+		"result")
 	m := &metrics{
-		pending:    gauge("herald_outbox_pending", "Outbox records not yet dispatched (state pending or processing)."),
-		deadLetter: gauge("herald_outbox_dead_letter", "Outbox records in dead_letter."),
-		oldestAge:  gauge("herald_outbox_oldest_pending_age_seconds", "Age (now − occurred_at) of the oldest record not yet dispatched; 0 when none."),
-		storeUp:    gauge("herald_outbox_store_up", "1 while the outbox store answers the Worker, 0 during an outage."),
-		brokerUp:   gauge("herald_outbox_broker_up", "0 from a publish that met a broker outage until the broker answers again (a ping, or an accepted publish), else 1."),
-		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "herald_outbox_attempts",
-			Help:    "Delivery attempts a record needed, observed at completion (1 = first try).",
-			Buckets: []float64{1, 2, 3, 4, 5, 7, 10, 15, 20},
-		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "herald_outbox_dispatch_duration_seconds",
-			Help:    "Time from claim to recorded completion, per record.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}),
+		pending:    promreg.Gauge("herald_outbox_pending", "Outbox records not yet dispatched (state pending or processing)."),
+		deadLetter: promreg.Gauge("herald_outbox_dead_letter", "Outbox records in dead_letter."),
+		oldestAge:  promreg.Gauge("herald_outbox_oldest_pending_age_seconds", "Age (now − occurred_at) of the oldest record not yet dispatched; 0 when none."),
+		storeUp:    promreg.Gauge("herald_outbox_store_up", "1 while the outbox store answers the Worker, 0 during an outage."),
+		brokerUp:   promreg.Gauge("herald_outbox_broker_up", "0 from a publish that met a broker outage until the broker answers again (a ping, or an accepted publish), else 1."),
+		attempts: promreg.Histogram("herald_outbox_attempts",
+			"Delivery attempts a record needed, observed at completion (1 = first try).",
+			1, 2, 3, 4, 5, 7, 10, 15, 20),
+		duration: promreg.Histogram("herald_outbox_dispatch_duration_seconds",
+			"Time from claim to recorded completion, per record.",
+			.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),
 		success:      outcomes.WithLabelValues(OutcomeSuccess),
 		retry:        outcomes.WithLabelValues(OutcomeRetry),
 		deadLettered: outcomes.WithLabelValues(OutcomeDeadLetter),
 		leaseLost:    outcomes.WithLabelValues(OutcomeLeaseLost),
 		claimBatch:   claims.WithLabelValues(ClaimBatch),
 		claimEmpty:   claims.WithLabelValues(ClaimEmpty),
-		passed:       counter("herald_outbox_passed_total", "Outbox records the handler's routes passed over (not delivered to it, nothing written)."),
-		unrouted:     counter("herald_outbox_unrouted_total", "Outbox records routed to no handler at all (counted by the realtime handler's Worker)."),
-		targetUp:     gauge("herald_outbox_target_up", "1 while the handler's target (broker, webhook endpoint, Go handler) accepts deliveries, 0 while it fails continuously."),
-		disabled:     gauge("herald_outbox_handler_disabled", "1 while the handler is disabled (its target answered 410 Gone or failed past disable_after); its records wait until an operator enables it."),
-		successRatio: gauge("herald_outbox_success_ratio", "Share of the handler's completed delivery attempts that succeeded over the last stats interval (1 when there were none)."),
+		passed:       promreg.Counter("herald_outbox_passed_total", "Outbox records the handler's routes passed over (not delivered to it, nothing written)."),
+		unrouted:     promreg.Counter("herald_outbox_unrouted_total", "Outbox records routed to no handler at all (counted by the realtime handler's Worker)."),
+		targetUp:     promreg.Gauge("herald_outbox_target_up", "1 while the handler's target (broker, webhook endpoint, Go handler) accepts deliveries, 0 while it fails continuously."),
+		disabled:     promreg.Gauge("herald_outbox_handler_disabled", "1 while the handler is disabled (its target answered 410 Gone or failed past disable_after); its records wait until an operator enables it."),
+		successRatio: promreg.Gauge("herald_outbox_success_ratio", "Share of the handler's completed delivery attempts that succeeded over the last stats interval (1 when there were none)."),
 	}
 	m.brokerUp.Set(1)
 	if reg == nil {
@@ -96,13 +92,4 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 		return nil, fmt.Errorf("outboxfeed: register metrics: %w", err)
 	}
 	return m, nil
-}
-
-// gauge and counter make an unlabelled metric of the Worker's.
-func gauge(name, help string) prometheus.Gauge {
-	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
-}
-
-func counter(name, help string) prometheus.Counter {
-	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/heraldgw/herald/internal/promreg"
 	"github.com/heraldgw/herald/internal/ratelog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -142,10 +143,7 @@ func NewPruner(store Store, cfg PrunerConfig) (*Pruner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	pruned := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "herald_outbox_pruned_total",
-		Help: "Dispatched outbox records deleted by the retention Pruner.",
-	})
+	pruned := promreg.Counter("herald_outbox_pruned_total", "Dispatched outbox records deleted by the retention Pruner.")
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(pruned); err != nil {
 			return nil, fmt.Errorf("outboxfeed: register pruner metrics: %w", err)

@@ -21,23 +21,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_subscriptions_decisions_total",
-		Help: "Subscription authorization decisions by result: grant, sub_token, webhook (allowed by), or denied.",
-	}, []string{"result"})
-	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_subscriptions_webhook_calls_total",
-		Help: "Authorization webhook calls by result: allow, deny, error (failed closed).",
-	}, []string{"result"})
-	hits := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "herald_subscriptions_webhook_cache_hits_total",
-		Help: "Webhook answers served from the cache.",
-	})
-	seconds := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "herald_subscriptions_webhook_duration_seconds",
-		Help:    "Duration of authorization webhook calls.",
-		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
-	})
+	decisions := promreg.CounterVec("herald_subscriptions_decisions_total",
+		"Subscription authorization decisions by result: grant, sub_token, webhook (allowed by), or denied.", "result")
+	calls := promreg.CounterVec("herald_subscriptions_webhook_calls_total",
+		"Authorization webhook calls by result: allow, deny, error (failed closed).", "result")
+	hits := promreg.Counter("herald_subscriptions_webhook_cache_hits_total", "Webhook answers served from the cache.")
+	seconds := promreg.Histogram("herald_subscriptions_webhook_duration_seconds", "Duration of authorization webhook calls.",
+		.005, .01, .025, .05, .1, .25, .5, 1, 2, 5)
 	r := promreg.NewRegistrar(reg, "subscriptions")
 	decisions, calls = promreg.Add(r, decisions), promreg.Add(r, calls)
 	hits, seconds = promreg.Add(r, hits), promreg.Add(r, seconds)

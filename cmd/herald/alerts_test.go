@@ -267,10 +267,10 @@ func TestAlertRulesMatchTargets(t *testing.T) {
 // TestMetricsDocComplete keeps docs/metrics.md true: every metric name a
 // Go source file registers is documented, and every documented name exists.
 func TestMetricsDocComplete(t *testing.T) {
-	// A metric is registered where its options name it, or through a
-	// package's small constructor (outboxfeed's gauge and counter,
-	// redisbroker's counter and gaugeFunc).
-	nameRE := regexp.MustCompile(`(?:Name:\s+|\b(?:counter|gauge|gaugeFunc)\()"(herald_[a-z0-9_]+)"`)
+	// A metric is registered where its options name it, or through
+	// internal/promreg's constructors (promreg.Counter, CounterVec, Gauge,
+	// GaugeFunc, Histogram), which take the name first.
+	nameRE := regexp.MustCompile(`(?:Name:\s+|\bpromreg\.(?:Counter|CounterVec|Gauge|GaugeFunc|Histogram)\()"(herald_[a-z0-9_]+)"`)
 	inCode := map[string]bool{}
 	for _, pkg := range []string{"outboxfeed", "outboxfeed/webhookhandler", "fanout", "fanout/redisbroker", "gateway", "auth", "subscriptions"} {
 		files, err := filepath.Glob(filepath.Join("../..", pkg, "*.go"))

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/fanout/internal/errwrap"
 	"github.com/heraldgw/herald/internal/lifecycle"
+	"github.com/heraldgw/herald/internal/promreg"
 	"github.com/heraldgw/herald/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -382,27 +383,19 @@ func (b *Broker) healthy() float64 {
 
 func newRedisMetrics(up, healthy func() float64) redisMetrics {
 	return redisMetrics{
-		healthy: gaugeFunc("herald_redis_pubsub_healthy",
+		healthy: promreg.GaugeFunc("herald_redis_pubsub_healthy",
 			"0 while this node's pub/sub subscription is stalled (no heartbeat of its own received for 3 heartbeat intervals; /readyz fails meanwhile), else 1.", healthy),
-		stalls: counter("herald_redis_pubsub_stalls_total",
+		stalls: promreg.Counter("herald_redis_pubsub_stalls_total",
 			"Times this node's pub/sub subscription was found stalled by its heartbeat (each followed by a new connection and a resync of its channels)."),
-		up: gaugeFunc("herald_redis_up",
+		up: promreg.GaugeFunc("herald_redis_up",
 			"1 when Redis answered a PING from this node's broker client during this scrape (bounded by 1s), else 0.", up),
-		messages: counter("herald_redis_pubsub_messages_total",
+		messages: promreg.Counter("herald_redis_pubsub_messages_total",
 			"Publications received on this node's Redis pub/sub connections."),
-		decodeErrors: counter("herald_redis_pubsub_decode_errors_total",
+		decodeErrors: promreg.Counter("herald_redis_pubsub_decode_errors_total",
 			"Pub/sub messages dropped because they could not be decoded."),
-		reconnects: counter("herald_redis_pubsub_reconnects_total",
+		reconnects: promreg.Counter("herald_redis_pubsub_reconnects_total",
 			"Times one of this node's Redis pub/sub connections was lost (each followed by a resync of its channels)."),
 	}
-}
-
-func gaugeFunc(name, help string, f func() float64) prometheus.GaugeFunc {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
-}
-
-func counter(name, help string) prometheus.Counter {
-	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 }
 
 func (m redisMetrics) register(r prometheus.Registerer) error {

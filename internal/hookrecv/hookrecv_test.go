@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -23,17 +24,13 @@ func TestServe(t *testing.T) {
 	if !ok {
 		t.Fatalf("first line %q", line)
 	}
+	f := NewFloor("http://"+addr+"/hooks/herald", 2)
 	for range 3 {
-		resp, err := http.Post("http://"+addr+"/hooks/herald", "application/json", strings.NewReader(`{"a":1}`))
-		if err != nil {
+		if err := f.Post([]byte(`{"a":1}`)); err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
 	}
-	http.DefaultClient.CloseIdleConnections()
+	f.Close()
 	inW.Close()
 	line, err = out.ReadString('\n')
 	if err != nil || line != "answered 3\n" {
@@ -41,5 +38,19 @@ func TestServe(t *testing.T) {
 	}
 	if rc := <-done; rc != 0 {
 		t.Fatalf("exit %d", rc)
+	}
+}
+
+// A Floor takes only 204 for an answer.
+func TestFloorRefusesOtherStatus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	f := NewFloor(srv.URL, 1)
+	defer f.Close()
+	if err := f.Post([]byte(`{}`)); err == nil || err.Error() != "status 200" {
+		t.Fatalf("Post to a server answering 200: %v; want status 200", err)
 	}
 }

@@ -1,5 +1,6 @@
-// Package promreg registers Prometheus collectors so that two components
-// sharing a registry (or one component built twice) share one collector.
+// Package promreg makes Herald's Prometheus collectors from a name and a
+// help text, and registers them so that two components sharing a registry
+// (or one component built twice) share one collector.
 package promreg
 
 import (
@@ -53,3 +54,28 @@ func Add[C prometheus.Collector](r *Registrar, c C) C {
 
 // Err is the first registration failure, or nil.
 func (r *Registrar) Err() error { return r.err }
+
+// Counter makes an unlabelled counter.
+func Counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// CounterVec makes a counter with the given labels.
+func CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// Gauge makes an unlabelled gauge.
+func Gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// GaugeFunc makes an unlabelled gauge whose value f reads at each scrape.
+func GaugeFunc(name, help string, f func() float64) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+}
+
+// Histogram makes an unlabelled histogram with the given bucket bounds.
+func Histogram(name, help string, buckets ...float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
@@ -40,33 +41,7 @@ func TestRenderConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c struct {
-		HTTPServer struct {
-			Address string `json:"address"`
-			Port    int    `json:"port"`
-		} `json:"http_server"`
-		UsageStats struct {
-			Disabled bool `json:"disabled"`
-		} `json:"usage_stats"`
-		HTTPAPI struct {
-			Key string `json:"key"`
-		} `json:"http_api"`
-		Client struct {
-			Token struct {
-				HMACSecretKey string `json:"hmac_secret_key"`
-			} `json:"token"`
-			ChannelLimit int `json:"channel_limit"`
-		} `json:"client"`
-		Channel struct {
-			Namespaces []struct {
-				Name                    string `json:"name"`
-				HistorySize             int    `json:"history_size"`
-				HistoryTTL              string `json:"history_ttl"`
-				AllowSubscribeForClient bool   `json:"allow_subscribe_for_client"`
-			} `json:"namespaces"`
-		} `json:"channel"`
-		Consumers []cfoutbox.ConsumerConfig `json:"consumers"`
-	}
+	var c benchkit.CentrifugoConfig
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +49,7 @@ func TestRenderConfig(t *testing.T) {
 		c.HTTPAPI.Key != "k" || c.Client.Token.HMACSecretKey != "s" || c.Client.ChannelLimit != 1001 {
 		t.Fatalf("server settings: %s", b)
 	}
-	if ns := c.Channel.Namespaces; len(ns) != 1 || ns[0].Name != "bench" || ns[0].HistorySize != 100 || ns[0].HistoryTTL != "300s" {
+	if ns := c.Channel.Namespaces; len(ns) != 1 || ns[0].Name != "bench" || ns[0].HistorySize != 100 || ns[0].HistoryTTL != "300s" || !ns[0].AllowSubscribeForClient {
 		t.Fatalf("namespaces: %s", b)
 	}
 	want := cfoutbox.ConsumerConfig{Name: consumerName, Enabled: true, Type: "postgresql", PostgreSQL: cfoutbox.PostgreSQLConfig{

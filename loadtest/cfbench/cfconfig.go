@@ -1,9 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"time"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
@@ -50,29 +50,11 @@ func renderConfig(p cfParams) ([]byte, error) {
 	if level == "" {
 		level = "info"
 	}
-	consumers := []any{cfoutbox.Consumer{
+	cfg := benchkit.NewCentrifugoConfig(p.Port, level, p.APIKey, p.HMACSecret, benchNS, 100)
+	cfg.Client.ChannelLimit = max(p.ChannelLimit, 128)
+	cfg.Consumers = []cfoutbox.ConsumerConfig{cfoutbox.Consumer{
 		Name: consumerName, DSN: p.DSN, Outbox: outbox(p.Notify),
 		Partitions: p.Partitions, Batch: p.Batch, PollInterval: p.PollInterval,
 	}.Config()}
-	cfg := map[string]any{
-		"http_server": map[string]any{"address": "127.0.0.1", "port": p.Port},
-		"log":         map[string]any{"level": level},
-		"usage_stats": map[string]any{"disabled": true},
-		"health":      map[string]any{"enabled": true},
-		"http_api":    map[string]any{"key": p.APIKey},
-		"client": map[string]any{
-			"token":         map[string]any{"hmac_secret_key": p.HMACSecret},
-			"channel_limit": max(p.ChannelLimit, 128),
-		},
-		"channel": map[string]any{
-			"namespaces": []any{map[string]any{
-				"name":                       benchNS,
-				"history_size":               100,
-				"history_ttl":                "300s",
-				"allow_subscribe_for_client": true,
-			}},
-		},
-		"consumers": consumers,
-	}
-	return json.MarshalIndent(cfg, "", "  ")
+	return cfg.JSON()
 }

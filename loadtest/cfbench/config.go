@@ -107,7 +107,7 @@ func defaultConfig() config {
 func (c *config) register(fs *flag.FlagSet) {
 	benchkit.DatabaseURLFlag(fs, &c.DatabaseURL)
 	fs.StringVar(&c.Centrifugo, "centrifugo", c.Centrifugo, "Centrifugo v6.9.1 binary (GOBIN=/tmp/cfbin go install github.com/centrifugal/centrifugo/v6@v6.9.1)")
-	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, staged, latency, producers")
+	benchkit.PhasesFlag(fs, &c.Phases, allPhases...)
 	fs.StringVar(&c.Configs, "configs", c.Configs, "drain, staged: consumer shapes, comma-separated <partition_select_limit>x<num_partitions>")
 	fs.StringVar(&c.JSON, "json", c.JSON, "also write the results as JSON to this file (\"-\": JSON to stdout instead of the markdown report)")
 	fs.BoolVar(&c.KeepTemp, "keep-temp", c.KeepTemp, "keep the temp dir with Centrifugo's configs and logs")

@@ -78,15 +78,6 @@ func copyRows(ctx context.Context, pool *pgxpool.Pool, from, to, channels, parti
 	})
 }
 
-// countRows is SELECT count(*) FROM outbox.
-func countRows(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var n int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+outboxTable).Scan(&n); err != nil {
-		return 0, fmt.Errorf("cfbench: count: %w", err)
-	}
-	return n, nil
-}
-
 // insertOne inserts one row in its own statement (autocommit).
 func insertOne(ctx context.Context, pool *pgxpool.Pool, body []byte, partition int) error {
 	_, err := pool.Exec(ctx, outbox(false).InsertSQL(), body, partition)

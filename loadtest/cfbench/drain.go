@@ -101,7 +101,7 @@ func (e *env) runDrain(ctx context.Context, cc consumerConfig) (res drainResult,
 		if err := cf.alive(); err != nil {
 			return false, err
 		}
-		n, err := countRows(ctx, e.pool)
+		n, err := benchkit.CountRows(ctx, e.pool, outboxTable)
 		if err != nil {
 			return false, err
 		}
@@ -162,7 +162,7 @@ func (e *env) runStaged(ctx context.Context, cc consumerConfig) (res drainResult
 			return false, err
 		}
 		done := staging.Done() // before the count: a zero count then covers every row
-		n, err := countRows(ctx, e.pool)
+		n, err := benchkit.CountRows(ctx, e.pool, outboxTable)
 		if err != nil {
 			return false, err
 		}
@@ -227,7 +227,7 @@ func (e *env) waitConsumed(ctx context.Context, cf *centrifugo, timeout time.Dur
 		if err := cf.alive(); err != nil {
 			return false, err
 		}
-		n, err := countRows(ctx, e.pool)
+		n, err := benchkit.CountRows(ctx, e.pool, outboxTable)
 		return n == 0, err
 	})
 }

@@ -96,7 +96,7 @@ func (e *env) checkProduced(ctx context.Context, cf *centrifugo, commits int64) 
 		if err := e.waitConsumed(ctx, cf, e.cfg.DrainTimeout); err != nil {
 			return fmt.Errorf("cfbench: producers: Centrifugo did not consume every row: %w", err)
 		}
-	} else if n, err := countRows(ctx, e.pool); err != nil {
+	} else if n, err := benchkit.CountRows(ctx, e.pool, outboxTable); err != nil {
 		return err
 	} else if n != commits {
 		return fmt.Errorf("cfbench: producers: %d rows in the table after %d commits", n, commits)
@@ -104,7 +104,7 @@ func (e *env) checkProduced(ctx context.Context, cf *centrifugo, commits int64) 
 	if !e.cfg.Business {
 		return nil
 	}
-	n, err := benchkit.CountBusiness(ctx, e.pool)
+	n, err := benchkit.CountRows(ctx, e.pool, benchkit.BusinessTable)
 	if err != nil {
 		return fmt.Errorf("cfbench: %w", err)
 	}

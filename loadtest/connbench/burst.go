@@ -45,7 +45,7 @@ func (p *outboxPublisher) runBurst(ctx context.Context, n int, wait time.Duratio
 			storeMax(&last, committed.UnixNano())
 			p.mu.Lock()
 			for _, k := range ks {
-				p.seqs[k%len(p.channels)] = append(p.seqs[k%len(p.channels)], uint64(k))
+				p.accept(k%len(p.channels), uint64(k))
 			}
 			p.mu.Unlock()
 		})

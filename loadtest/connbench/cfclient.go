@@ -88,31 +88,18 @@ func (r *runner) openCF(ctx context.Context, s *subscriber) error {
 // handshakeCF waits for the connect and subscribe replies and notes where
 // the subscription starts.
 func (r *runner) handshakeCF(ctx context.Context, conn *websocket.Conn, s *subscriber) error {
-	buf := make([]byte, 0, 1024)
-	var ferr error
-	for pending := 2; pending > 0 && ferr == nil; {
-		msg, err := readMessage(ctx, conn, buf)
-		if err != nil {
-			return fmt.Errorf("handshake: %w", err)
+	return awaitReplies(ctx, conn, 2, func(f []byte) (uint64, error) {
+		var rep cfReply
+		switch {
+		case bytes.Equal(f, cfPing) || json.Unmarshal(f, &rep) != nil:
+			return 0, nil
+		case rep.Error != nil:
+			return 0, fmt.Errorf("handshake: request %d refused: %d %s", rep.ID, rep.Error.Code, rep.Error.Message)
+		case rep.ID == 2 && rep.Subscribe != nil:
+			s.start = position{Channel: r.channelName(s.channel), Offset: rep.Subscribe.Offset, Epoch: rep.Subscribe.Epoch}
 		}
-		buf = msg
-		eachFrame(msg, func(f []byte) {
-			var rep cfReply
-			switch {
-			case ferr != nil || bytes.Equal(f, cfPing) || json.Unmarshal(f, &rep) != nil:
-			case rep.Error != nil:
-				ferr = fmt.Errorf("handshake: request %d refused: %d %s", rep.ID, rep.Error.Code, rep.Error.Message)
-			case rep.ID == 1:
-				pending--
-			case rep.ID == 2:
-				pending--
-				if rep.Subscribe != nil {
-					s.start = position{Channel: r.channelName(s.channel), Offset: rep.Subscribe.Offset, Epoch: rep.Subscribe.Epoch}
-				}
-			}
-		})
-	}
-	return ferr
+		return rep.ID, nil
+	})
 }
 
 // readCF reads subscriber s's Centrifugo connection until it ends, as
@@ -184,8 +171,7 @@ func (r *runner) openCFPublisher() *cfPublisher {
 	p := &cfPublisher{r: r, hc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	p.slots = make(chan struct{}, 16)
 	p.pad = strings.Repeat("x", r.cfg.PayloadBytes)
-	p.offsets = make([][]uint64, r.cfg.channels())
-	p.errs = make(map[string]int)
+	p.sourceTally = newSourceTally(r.cfg.channels())
 	p.readDone = make(chan struct{})
 	for c := range r.cfg.channels() {
 		p.channels = append(p.channels, r.channelName(c))
@@ -222,7 +208,7 @@ func (p *cfPublisher) publish(ctx context.Context, k int, now time.Time) {
 		p.errs["api_error: "+msg[:min(len(msg), 100)]]++
 		return
 	}
-	p.offsets[c] = append(p.offsets[c], res.Offset)
+	p.accept(c, res.Offset)
 }
 
 func (p *cfPublisher) close() {}

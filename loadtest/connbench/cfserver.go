@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -22,25 +21,12 @@ const cfNamespace = "bench"
 // client port (for the Go runtime figures), warnings only in the log,
 // and with consumer (-publish-via outbox) its PostgreSQL outbox consumer.
 func cfConfig(port int, secret, apiKey string, consumer *cfoutbox.Consumer) ([]byte, error) {
-	cfg := map[string]any{
-		"http_server": map[string]any{"address": "127.0.0.1", "port": port},
-		"log":         map[string]any{"level": "warn"},
-		"usage_stats": map[string]any{"disabled": true},
-		"health":      map[string]any{"enabled": true},
-		"prometheus":  map[string]any{"enabled": true},
-		"http_api":    map[string]any{"key": apiKey},
-		"client":      map[string]any{"token": map[string]any{"hmac_secret_key": secret}},
-		"channel": map[string]any{"namespaces": []any{map[string]any{
-			"name":                       cfNamespace,
-			"history_size":               1000,
-			"history_ttl":                "300s",
-			"allow_subscribe_for_client": true,
-		}}},
-	}
+	cfg := benchkit.NewCentrifugoConfig(port, "warn", apiKey, secret, cfNamespace, 1000)
+	cfg.Prometheus.Enabled = true
 	if consumer != nil {
-		cfg["consumers"] = []any{consumer.Config()}
+		cfg.Consumers = []cfoutbox.ConsumerConfig{consumer.Config()}
 	}
-	return json.MarshalIndent(cfg, "", "  ")
+	return cfg.JSON()
 }
 
 // startCentrifugo starts cfg.CentrifugoBin as the server under load, on a

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgw/herald/internal/testenv"
+	"github.com/heraldgw/herald/loadtest/internal/benchtest"
 	"github.com/heraldgw/herald/loadtest/internal/scratchdb"
 )
 
@@ -63,10 +64,15 @@ func runTiny(t *testing.T, cfg config, tgt *target) *result {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Log(report(res))
+	return res
+}
+
+// report is res's report, as run prints it.
+func report(res *result) string {
 	var out bytes.Buffer
 	res.print(&out)
-	t.Log(out.String())
-	return res
+	return out.String()
 }
 
 // checkDelivery asserts that every subscriber received every publication
@@ -135,13 +141,7 @@ func TestIdleReportsMemoryPerConnection(t *testing.T) {
 	if len(res.closes) != 0 {
 		t.Errorf("server closed idle connections: %v", res.closes)
 	}
-	var out bytes.Buffer
-	res.print(&out)
-	for _, want := range []string{"server RSS (VmRSS) before / after / per connection", "go_memstats_heap_inuse_bytes", "go_goroutines"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("report lacks %q", want)
-		}
-	}
+	benchtest.ReportHas(t, report(res), "server RSS (VmRSS) before / after / per connection", "go_memstats_heap_inuse_bytes", "go_goroutines")
 }
 
 func TestBroadcastWebSocket(t *testing.T) {
@@ -260,13 +260,7 @@ func TestBroadcastViaOutbox(t *testing.T) {
 	if tx := res.txLat; tx.N != 50 || tx.Min <= 0 {
 		t.Errorf("staging transactions %+v: want 50, each > 0", tx)
 	}
-	var out bytes.Buffer
-	res.print(&out)
-	for _, label := range []string{"publish path measured: outbox", "latency outbox COMMIT returned → subscriber receive", "read before their COMMIT returned, counted as 0", "producer BEGIN → subscriber receive"} {
-		if !strings.Contains(out.String(), label) {
-			t.Errorf("report lacks %q", label)
-		}
-	}
+	benchtest.ReportHas(t, report(res), "publish path measured: outbox", "latency outbox COMMIT returned → subscriber receive", "read before their COMMIT returned, counted as 0", "producer BEGIN → subscriber receive")
 }
 
 // TestBurstViaOutbox commits 5,000 publications over 50 SSE subscribers'
@@ -289,16 +283,10 @@ func TestBurstViaOutbox(t *testing.T) {
 	if c := res.commitLat; c.N != 5000 || c.Max > res.lastDelivery.Sub(b.firstCommit) {
 		t.Errorf("commit → client %+v: want 5,000 samples, none above the drain %v", c, res.lastDelivery.Sub(b.firstCommit))
 	}
-	var out bytes.Buffer
-	res.print(&out)
 	if cpu, ok := cpuDelta(res.burstStart, res.after); !ok || cpu < 0 || res.burstStart.at.After(b.firstCommit) {
 		t.Errorf("server CPU over the drain %v (measured %v), snapshot at %v: want ≥ 0, taken before the first COMMIT %v", cpu, ok, res.burstStart.at, b.firstCommit)
 	}
-	for _, label := range []string{"5000 publications over 50 channels in 4 transactions", "drain, first COMMIT → last delivery", "server CPU from just before the commits to every delivery"} {
-		if !strings.Contains(out.String(), label) {
-			t.Errorf("report lacks %q", label)
-		}
-	}
+	benchtest.ReportHas(t, report(res), "5000 publications over 50 channels in 4 transactions", "drain, first COMMIT → last delivery", "server CPU from just before the commits to every delivery")
 }
 
 // TestStagesViaOutbox runs a diagnostic child (-tags heraldstages): every
@@ -342,13 +330,7 @@ func TestStagesViaOutbox(t *testing.T) {
 	if sortedQuantile(st.total, 1) > 10*int(time.Second) {
 		t.Errorf("commit → read max %v", time.Duration(sortedQuantile(st.total, 1)))
 	}
-	var out bytes.Buffer
-	res.print(&out)
-	for _, label := range []string{"COMMIT returned → Worker hands to broker", "broker Publish", "tail: the publications at or above the p99"} {
-		if !strings.Contains(out.String(), label) {
-			t.Errorf("report lacks %q", label)
-		}
-	}
+	benchtest.ReportHas(t, report(res), "COMMIT returned → Worker hands to broker", "broker Publish", "tail: the publications at or above the p99")
 }
 
 // TestOutboxNeedsTheServersDatabase: a database the server never migrated

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -44,11 +43,10 @@ type outboxPublisher struct {
 
 	tx histogram // BEGIN → COMMIT returned
 
-	mu     sync.Mutex
-	seqs   [][]uint64     // per channel: sequence numbers of committed records
-	errs   map[string]int // failed transactions, by step and error
-	sent   int            // transactions begun
-	maxLag time.Duration  // how far the pacer fell behind its schedule
+	// sourceTally: per channel the sequence numbers of committed
+	// records; failed transactions by step and error; sent counts the
+	// transactions begun.
+	sourceTally
 }
 
 // outboxInfo describes the outbox side of a run, for the report.
@@ -75,8 +73,8 @@ func (r *runner) openOutboxPublisher(ctx context.Context) (*outboxPublisher, err
 	p := &outboxPublisher{
 		pool: pool, cf: cf, runID: r.runID, tenant: r.cfg.Tenant,
 		pad: strings.Repeat("x", r.cfg.PayloadBytes), workers: r.cfg.Producers, commits: r.commits, burstN: r.cfg.Burst,
-		info: outboxInfo{database: dbName(r.cfg.DatabaseURL), table: table, postgres: postgresInfo(ctx, pool), producers: r.cfg.Producers},
-		seqs: make([][]uint64, r.cfg.channels()), errs: make(map[string]int),
+		info:        outboxInfo{database: dbName(r.cfg.DatabaseURL), table: table, postgres: postgresInfo(ctx, pool), producers: r.cfg.Producers},
+		sourceTally: newSourceTally(r.cfg.channels()),
 	}
 	for c := range r.cfg.channels() {
 		p.channels = append(p.channels, r.channelName(c))
@@ -129,12 +127,7 @@ func (p *outboxPublisher) run(ctx context.Context, rate int, d, wait time.Durati
 
 // pace sends 0…total-1 to jobs, publication k at start + k/rate.
 func (p *outboxPublisher) pace(ctx context.Context, jobs chan<- int, rate, total int) error {
-	start := time.Now()
-	for k := range total {
-		due := dueAt(start, k, rate)
-		if err := sleepUntil(ctx, due); err != nil {
-			return fmt.Errorf("connbench: outbox publisher: %w", err)
-		}
+	return paceEach(ctx, "outbox publisher", rate, total, func(k int, due time.Time) error {
 		select {
 		case jobs <- k:
 		case <-ctx.Done():
@@ -145,8 +138,8 @@ func (p *outboxPublisher) pace(ctx context.Context, jobs chan<- int, rate, total
 		p.sent++
 		p.maxLag = max(p.maxLag, lag)
 		p.mu.Unlock()
-	}
-	return nil
+		return nil
+	})
 }
 
 // stageBufs are one producer's buffers, reused from one transaction to
@@ -178,7 +171,7 @@ func (p *outboxPublisher) stage(ctx context.Context, k int, b *stageBufs) {
 	p.commits.set(uint64(k), committed)
 	p.tx.record(committed.Sub(begin))
 	p.mu.Lock()
-	p.seqs[k%len(p.channels)] = append(p.seqs[k%len(p.channels)], uint64(k))
+	p.accept(k%len(p.channels), uint64(k))
 	p.mu.Unlock()
 }
 
@@ -228,20 +221,6 @@ func (p *outboxPublisher) fail(step string, err error) {
 	p.mu.Lock()
 	p.errs[step+": "+msg]++
 	p.mu.Unlock()
-}
-
-// accepted returns the sequence numbers of channel c's committed records,
-// in commit order.
-func (p *outboxPublisher) accepted(c int) []uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.seqs[c]
-}
-
-func (p *outboxPublisher) stats() (sent int, errs map[string]int, maxLag time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sent, maps.Clone(p.errs), p.maxLag
 }
 
 // close closes the producer connections.

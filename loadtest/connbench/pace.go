@@ -2,8 +2,27 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
+
+// paceEach calls step for publications k = 0 to total-1, each once it is
+// due (dueAt, from now on, at rate per second), and returns the first
+// error: step's as it is, or the end of ctx while waiting, as an error of
+// the publisher named who.
+func paceEach(ctx context.Context, who string, rate, total int, step func(k int, due time.Time) error) error {
+	start := time.Now()
+	for k := range total {
+		due := dueAt(start, k, rate)
+		if err := sleepUntil(ctx, due); err != nil {
+			return fmt.Errorf("connbench: %s: %w", who, err)
+		}
+		if err := step(k, due); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // dueAt is when publication k of a run paced at rate per second that
 // started at start is due.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
@@ -348,25 +349,11 @@ func TestCentrifugoOutboxConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got struct {
-		HTTPServer struct {
-			Port int `json:"port"`
-		} `json:"http_server"`
-		HTTPAPI struct {
-			Key string `json:"key"`
-		} `json:"http_api"`
-		Channel struct {
-			Namespaces []struct {
-				Name        string `json:"name"`
-				HistorySize int    `json:"history_size"`
-			} `json:"namespaces"`
-		} `json:"channel"`
-		Consumers []cfoutbox.ConsumerConfig `json:"consumers"`
-	}
+	var got benchkit.CentrifugoConfig
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.HTTPServer.Port != 8123 || got.HTTPAPI.Key != "key" || len(got.Channel.Namespaces) != 1 || got.Channel.Namespaces[0].Name != cfNamespace || got.Channel.Namespaces[0].HistorySize == 0 {
+	if got.HTTPServer.Port != 8123 || got.HTTPAPI.Key != "key" || len(got.Channel.Namespaces) != 1 || got.Channel.Namespaces[0].Name != cfNamespace || got.Channel.Namespaces[0].HistorySize == 0 || !got.Prometheus.Enabled || got.Log.Level != "warn" {
 		t.Errorf("server settings: %s", b)
 	}
 	want := cfoutbox.ConsumerConfig{Name: c.Name, Enabled: true, Type: "postgresql", PostgreSQL: cfoutbox.PostgreSQLConfig{

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -24,12 +22,10 @@ type publisher struct {
 	slots    chan struct{} // one per request in flight
 	pad      string
 
-	mu       sync.Mutex
-	offsets  [][]uint64     // per channel: offsets of accepted publications
-	errs     map[string]int // refused publications by error code
-	sent     int
-	maxLag   time.Duration // how far the pacer fell behind its schedule
-	reason   string        // why the connection ended early, if it did
+	// sourceTally: per channel the offsets of accepted publications;
+	// refused ones by error code. Its mu guards reason too.
+	sourceTally
+	reason   string // why the connection ended early, if it did
 	readDone chan struct{}
 }
 
@@ -50,12 +46,11 @@ func (r *runner) openPublisher(ctx context.Context) (*publisher, error) {
 		return nil, fmt.Errorf("connbench: publisher: %w", err)
 	}
 	p := &publisher{
-		conn:     conn,
-		slots:    make(chan struct{}, 16), // the server's default max_inflight
-		pad:      strings.Repeat("x", r.cfg.PayloadBytes),
-		offsets:  make([][]uint64, r.cfg.channels()),
-		errs:     make(map[string]int),
-		readDone: make(chan struct{}),
+		conn:        conn,
+		slots:       make(chan struct{}, 16), // the server's default max_inflight
+		pad:         strings.Repeat("x", r.cfg.PayloadBytes),
+		sourceTally: newSourceTally(r.cfg.channels()),
+		readDone:    make(chan struct{}),
 	}
 	for c := range r.cfg.channels() {
 		p.channels = append(p.channels, r.channelName(c))
@@ -84,13 +79,7 @@ func (p *publisher) run(ctx context.Context, rate int, d, wait time.Duration) er
 // then waits up to wait for every slot to be given back. It stops early
 // when readDone closes: the connection ended.
 func (p *publisher) pace(ctx context.Context, rate int, d, wait time.Duration, send func(k int, now time.Time) error) error {
-	total := int(float64(rate) * d.Seconds())
-	start := time.Now()
-	for k := range total {
-		due := dueAt(start, k, rate)
-		if err := sleepUntil(ctx, due); err != nil {
-			return fmt.Errorf("connbench: publisher: %w", err)
-		}
+	err := paceEach(ctx, "publisher", rate, int(float64(rate)*d.Seconds()), func(k int, due time.Time) error {
 		select {
 		case p.slots <- struct{}{}:
 		case <-ctx.Done():
@@ -108,6 +97,10 @@ func (p *publisher) pace(ctx context.Context, rate int, d, wait time.Duration, s
 		p.mu.Lock()
 		p.sent++
 		p.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// Every reply is in once every slot can be taken back.
 	deadline := time.NewTimer(wait)
@@ -162,7 +155,7 @@ func (p *publisher) readReplies(r *runner) {
 				var res position
 				if json.Unmarshal(sf.Result, &res) == nil {
 					c := k % len(p.channels)
-					p.offsets[c] = append(p.offsets[c], res.Offset)
+					p.accept(c, res.Offset)
 				} else {
 					p.errs["undecodable_result"]++
 				}
@@ -180,17 +173,4 @@ func (p *publisher) readReplies(r *runner) {
 func (p *publisher) close() {
 	p.conn.CloseNow()
 	<-p.readDone
-}
-
-// accepted returns the offsets the server gave channel c's publications.
-func (p *publisher) accepted(c int) []uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.offsets[c]
-}
-
-func (p *publisher) stats() (sent int, errs map[string]int, maxLag time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sent, maps.Clone(p.errs), p.maxLag
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/heraldgw/herald/loadtest/internal/hostinfo"
@@ -78,6 +80,35 @@ type source interface {
 	// the pacer fell behind its schedule.
 	stats() (sent int, errs map[string]int, maxLag time.Duration)
 	close()
+}
+
+// sourceTally is what a source counts, shared by its goroutines: it
+// implements source's accepted and stats.
+type sourceTally struct {
+	mu      sync.Mutex
+	accepts [][]uint64     // per channel: what its subscribers must receive (source.accepted)
+	errs    map[string]int // refused publications or failed transactions, by reason
+	sent    int
+	maxLag  time.Duration // how far the pacer fell behind its schedule
+}
+
+func newSourceTally(channels int) sourceTally {
+	return sourceTally{accepts: make([][]uint64, channels), errs: make(map[string]int)}
+}
+
+// accept records v as accepted on channel c; the caller holds mu.
+func (t *sourceTally) accept(c int, v uint64) { t.accepts[c] = append(t.accepts[c], v) }
+
+func (t *sourceTally) accepted(c int) []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.accepts[c]
+}
+
+func (t *sourceTally) stats() (sent int, errs map[string]int, maxLag time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sent, maps.Clone(t.errs), t.maxLag
 }
 
 func (r *runner) openSource(ctx context.Context) (source, error) {

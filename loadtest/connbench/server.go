@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldgw/herald/internal/heraldenv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
@@ -92,7 +93,7 @@ func startChild(ctx context.Context, cfg config, progress io.Writer) (*target, e
 		args = append(args, cfg.ServeArgs...)
 
 		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Env = dir, childEnv()
+		cmd.Dir, cmd.Env = dir, heraldenv.Clean() // the child runs with exactly the flags we give it
 		if cfg.Stages {
 			f, err := os.CreateTemp("", "connbench-stages-")
 			if err != nil {
@@ -155,18 +156,6 @@ func inTempDir(pattern string, start func(dir string) (*target, error)) (*target
 		return nil, err
 	}
 	return t, nil
-}
-
-// childEnv is our environment without HERALD_* variables, so the child
-// runs with exactly the flags we give it.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HERALD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // buildHerald builds ./cmd/herald of the module this program belongs to

@@ -84,45 +84,57 @@ func handshakeWS(ctx context.Context, conn *websocket.Conn, token, channel strin
 			return position{}, fmt.Errorf("connbench: send %s: %w", f[:min(len(f), 40)], err)
 		}
 	}
-	var (
-		pos     position
-		pending = len(frames)
-		buf     = make([]byte, 0, 1024)
-		ferr    error
-	)
-	for pending > 0 {
+	var pos position
+	err := awaitReplies(ctx, conn, len(frames), func(f []byte) (uint64, error) {
+		var sf serverFrame
+		if bytes.HasPrefix(f, wsPubPrefix) || json.Unmarshal(f, &sf) != nil {
+			return 0, nil
+		}
+		switch {
+		case sf.ID == 0 && sf.Push == "ping":
+			_ = conn.Write(ctx, websocket.MessageText, pongFrame)
+		case sf.ID == 0 && sf.Push == "disconnect":
+			return 0, fmt.Errorf("handshake: server disconnected: %s", sf.Reason)
+		case sf.ID == 0:
+		case sf.Error != nil:
+			return 0, fmt.Errorf("handshake: request %d refused: %s: %s", sf.ID, sf.Error.Code, sf.Error.Message)
+		case sf.ID == 2:
+			if err := json.Unmarshal(sf.Result, &pos); err != nil {
+				return 0, fmt.Errorf("subscribe result %s: %w", sf.Result, err)
+			}
+		}
+		return sf.ID, nil
+	})
+	if err != nil {
+		return position{}, fmt.Errorf("connbench: %w", err)
+	}
+	return pos, nil
+}
+
+// awaitReplies reads conn's messages until the replies to its requests 1
+// to n are all in, handing each frame to reply, which returns the id of
+// the request the frame answers (0 for a push) or an error that ends the
+// wait: a refusal, say. The handshake of either server's protocol.
+func awaitReplies(ctx context.Context, conn *websocket.Conn, n int, reply func(f []byte) (uint64, error)) error {
+	buf := make([]byte, 0, 1024)
+	var ferr error
+	for pending := n; pending > 0 && ferr == nil; {
 		msg, err := readMessage(ctx, conn, buf)
 		if err != nil {
-			return position{}, fmt.Errorf("connbench: handshake: %w", err)
+			return fmt.Errorf("handshake: %w", err)
 		}
 		buf = msg
 		eachFrame(msg, func(f []byte) {
-			var sf serverFrame
-			if ferr != nil || bytes.HasPrefix(f, wsPubPrefix) || json.Unmarshal(f, &sf) != nil {
+			if ferr != nil {
 				return
 			}
-			switch {
-			case sf.ID == 0 && sf.Push == "ping":
-				_ = conn.Write(ctx, websocket.MessageText, pongFrame)
-			case sf.ID == 0 && sf.Push == "disconnect":
-				ferr = fmt.Errorf("connbench: handshake: server disconnected: %s", sf.Reason)
-			case sf.ID == 0:
-			case sf.Error != nil:
-				ferr = fmt.Errorf("connbench: handshake: request %d refused: %s: %s", sf.ID, sf.Error.Code, sf.Error.Message)
-			case sf.ID == 1:
+			id, err := reply(f)
+			if ferr = err; err == nil && id >= 1 && id <= uint64(n) {
 				pending--
-			case sf.ID == 2:
-				pending--
-				if err := json.Unmarshal(sf.Result, &pos); err != nil {
-					ferr = fmt.Errorf("connbench: subscribe result %s: %w", sf.Result, err)
-				}
 			}
 		})
-		if ferr != nil {
-			return position{}, ferr
-		}
 	}
-	return pos, nil
+	return ferr
 }
 
 // openWS opens subscriber s: dial, connect with its own token, subscribe

@@ -1,5 +1,6 @@
 // Shared helpers of the k6 scripts: configuration from the environment,
-// HS256 tokens minted per virtual user, the herald.v1 publisher and the
+// the broadcast scenarios and shared thresholds, HS256 tokens minted per
+// virtual user, the herald.v1 publisher and the
 // per-subscriber delivery accounting. See docs/loadtest.md.
 import crypto from 'k6/crypto';
 import encoding from 'k6/encoding';
@@ -33,6 +34,34 @@ export const disorder = new Counter('deliveries_out_of_order');
 export const closes = new Counter('server_closes');
 export const published = new Counter('publications_accepted');
 export const pubErrors = new Counter('publications_refused');
+
+// broadcastOptions are a broadcast script's k6 options: cfg.subs VUs
+// running its subscriber function once, for at most subscriberS seconds,
+// and one running its publisher function once the subscribers had
+// WARMUP s to connect. The thresholds are the script's own (its latency
+// and deliveries) and those every broadcast shares: no publication
+// missing, out of order or refused, every check passed.
+export function broadcastOptions(subscriberS, thresholds) {
+  return {
+    scenarios: {
+      subscribers: {
+        executor: 'per-vu-iterations', exec: 'subscriber', vus: cfg.subs, iterations: 1,
+        maxDuration: `${subscriberS}s`,
+      },
+      publisher: {
+        executor: 'per-vu-iterations', exec: 'publisher', vus: 1, iterations: 1,
+        startTime: `${cfg.warmupS}s`, maxDuration: `${cfg.durationS + cfg.drainS + 30}s`,
+      },
+    },
+    thresholds: {
+      ...thresholds,
+      deliveries_missing: ['count==0'],
+      deliveries_out_of_order: ['count==0'],
+      publications_refused: ['count==0'],
+      checks: ['rate==1'],
+    },
+  };
+}
 
 // mintToken signs an HS256 JWT the way `herald token` does: sub, iat, exp
 // and the herald claim (tenant, subscribe and publish grants).

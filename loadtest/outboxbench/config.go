@@ -157,7 +157,7 @@ func defaultConfig() config {
 
 func (c *config) register(fs *flag.FlagSet) {
 	benchkit.DatabaseURLFlag(fs, &c.DatabaseURL)
-	fs.StringVar(&c.Phases, "phases", c.Phases, "comma-separated phases to run: drain, staged, latency, producers")
+	benchkit.PhasesFlag(fs, &c.Phases, allPhases...)
 	fs.StringVar(&c.Broker, "broker", c.Broker, "drain, staged, latency: broker the Worker publishes to: memory, memory-log (with its history log, as herald serve) or redis")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")
 	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/heraldgw/herald/internal/hookrecv"
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
-	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // drainResult is the outcome of the drain or the staged phase.
@@ -68,24 +66,12 @@ const benchTenant = "bench"
 // phase ends when both are done.
 func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res drainResult, err error) {
 	res = drainResult{Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize, Beside: recv != nil}
-	store, err := db.openReset(ctx, true, 0, cfg.Channels)
+	store, hook, err := openBeside(ctx, db, cfg, recv, true, 0)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	var hook *hookSide
-	if recv != nil {
-		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
-			return res, err
-		}
-		defer func() {
-			checked := 0 // its records are checked only once it drained
-			if err == nil {
-				checked = cfg.Records
-			}
-			err = errors.Join(err, hook.stop(ctx, checked))
-		}()
-	}
+	defer hook.stop(ctx, &err, func(ctx context.Context) error { return hook.checkRecords(ctx, cfg.Records) })
 	holder, err := maybeHoldXmin(ctx, db, cfg, "drain", progress)
 	if err != nil {
 		return res, err
@@ -140,11 +126,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 		res.CPUAll = readCPU(ctx, store.Pool()).since(cpu0)
 		return true, nil
 	})
-	p.stop()
-	if err != nil {
-		return res, fmt.Errorf("outboxbench: drain: %w", err)
-	}
-	if err := checkDispatched(ctx, store.Pool(), outboxfeed.RealtimeHandler, "drain", cfg.Records); err != nil {
+	if err = p.finish(ctx, store.Pool(), "drain", cfg.Records, err); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(progress, "drain %s: %d records completed in %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
@@ -175,31 +157,18 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 		return res, err
 	}
 	defer holder.release()
-	p, err := startPipeline(ctx, store, cfg, cfg.Broker, false, nil)
+	p, err := db.startProducing(ctx, store, cfg, cfg.Broker, false, nil, cfg.StagedProducers)
 	if err != nil {
 		return res, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			p.stop()
-		}
-	}()
-	if err := p.waitReady(ctx); err != nil {
-		return res, err
-	}
-	producers, err := db.openPool(ctx, cfg.StagedProducers)
-	if err != nil {
-		return res, err
-	}
-	defer producers.Close()
+	defer p.stop()
 	fmt.Fprintf(progress, "staged: Worker running (batch %d, %s broker); %d producers insert %d records, %d per transaction\n",
 		cfg.BatchSize, cfg.Broker, cfg.StagedProducers, cfg.Records, cfg.StagedBatch)
 
 	cpu0 := readCPU(ctx, store.Pool())
 	start := time.Now()
 	staging := benchkit.StartStaging(ctx, cfg.StagedProducers, cfg.Records, cfg.StagedBatch, func(ctx context.Context, from, to int) error {
-		if err := copyRange(ctx, producers, from, to, cfg.Channels); err != nil {
+		if err := copyRange(ctx, p.producers, from, to, cfg.Channels); err != nil {
 			return fmt.Errorf("outboxbench: staged insert: %w", err)
 		}
 		return nil
@@ -224,12 +193,7 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 	})
 	res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
 	res.Stage = staging.Stop()
-	p.stop()
-	stopped = true
-	if err != nil {
-		return res, fmt.Errorf("outboxbench: staged: %w", err)
-	}
-	if err := checkDispatched(ctx, store.Pool(), outboxfeed.RealtimeHandler, "staged", cfg.Records); err != nil {
+	if err = p.finish(ctx, store.Pool(), "staged", cfg.Records, err); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(progress, "staged: %d records inserted in %v, all completed after %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",

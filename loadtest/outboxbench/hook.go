@@ -32,6 +32,22 @@ type hookSide struct {
 	prec    *outboxfeed.Precedence // the realtime Worker leads it (nil: -webhook-yield=false)
 }
 
+// openBeside opens a phase's store as openReset does and, with recv,
+// registers the webhook handler beside the realtime Worker on it
+// (registerHook); without recv the handler is nil.
+func openBeside(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, notifyTrigger bool, retained int) (*pgstore.Store, *hookSide, error) {
+	store, err := db.openReset(ctx, notifyTrigger, retained, cfg.Channels)
+	if err != nil || recv == nil {
+		return store, nil, err
+	}
+	hook, err := registerHook(ctx, store, cfg, recv)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return store, hook, nil
+}
+
 // registerHook registers the webhook handler on store (StartNew: the
 // rows already there, retained ones included, are not its); its Worker
 // starts with start. Records staged from now on are its as well as
@@ -91,37 +107,42 @@ func (s *hookSide) done(n int64) (bool, error) {
 	return c >= n, err
 }
 
-// stop stops the Worker (nil: nothing), checks that the handler
-// completed records, and drops the handler.
-func (s *hookSide) stop(ctx context.Context, records int) error {
+// stop, deferred by a phase whose error is *err, stops the Worker (nil:
+// nothing), checks what the handler delivered with check unless the
+// phase failed (its records are checked only once it delivered them),
+// drops the handler, and joins what went wrong to *err.
+func (s *hookSide) stop(ctx context.Context, err *error, check func(context.Context) error) {
 	if s == nil {
-		return nil
+		return
 	}
 	s.worker.Stop()
 	s.hook.Close()
-	var err error
-	if records > 0 {
-		err = checkDispatched(ctx, s.store.Pool(), hookName, "webhook handler", records)
+	if *err == nil {
+		*err = check(ctx)
 	}
-	return errors.Join(err, s.store.DropHandler(context.WithoutCancel(ctx), hookName))
+	*err = errors.Join(*err, s.store.DropHandler(context.WithoutCancel(ctx), hookName))
 }
 
-// stopChecking is stop, checking that the records ids (none: no check)
-// are dispatched for the handler.
-func (s *hookSide) stopChecking(ctx context.Context, ids []string) error {
-	s.worker.Stop()
-	s.hook.Close()
-	var err error
-	if len(ids) > 0 {
-		var dispatched int
-		var states string
-		err = s.store.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'dispatched'), coalesce(string_agg(DISTINCT state, ','), '')
-			FROM herald.outbox_records WHERE handler = $1 AND id = ANY($2::uuid[])`, hookName, ids).Scan(&dispatched, &states)
-		if err == nil && dispatched != len(ids) {
-			err = fmt.Errorf("outboxbench: webhook handler: %d of the %d committed records dispatched (states %s)", dispatched, len(ids), states)
-		}
+// checkRecords checks that the handler has exactly records records, all
+// dispatched.
+func (s *hookSide) checkRecords(ctx context.Context, records int) error {
+	return checkDispatched(ctx, s.store.Pool(), hookName, "webhook handler", records)
+}
+
+// checkIDs checks that the records ids (none: no check) are dispatched
+// for the handler.
+func (s *hookSide) checkIDs(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
 	}
-	return errors.Join(err, s.store.DropHandler(context.WithoutCancel(ctx), hookName))
+	var dispatched int
+	var states string
+	err := s.store.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'dispatched'), coalesce(string_agg(DISTINCT state, ','), '')
+		FROM herald.outbox_records WHERE handler = $1 AND id = ANY($2::uuid[])`, hookName, ids).Scan(&dispatched, &states)
+	if err == nil && dispatched != len(ids) {
+		err = fmt.Errorf("outboxbench: webhook handler: %d of the %d committed records dispatched (states %s)", dispatched, len(ids), states)
+	}
+	return err
 }
 
 // besideText names the variant in progress lines and the report.

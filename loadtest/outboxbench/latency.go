@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -59,42 +58,24 @@ type commitMark struct {
 // beside the realtime Worker.
 func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res latencyResult, err error) {
 	res = latencyResult{Rate: cfg.Rate, Broker: cfg.Broker, Notify: cfg.LatencyNotify, Beside: recv != nil}
-	store, err := db.openReset(ctx, cfg.LatencyNotify, cfg.Retained, cfg.Channels)
+	store, hook, err := openBeside(ctx, db, cfg, recv, cfg.LatencyNotify, cfg.Retained)
 	if err != nil {
 		return res, err
 	}
 	defer store.Close()
-	var hook *hookSide
-	if recv != nil {
-		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
-			return res, err
-		}
-		defer func() {
-			// Its records are checked only once it delivered them (the
-			// retained rows predate it: they are not its).
-			var ids []string
-			if err == nil {
-				ids = res.ids
-			}
-			err = errors.Join(err, hook.stopChecking(ctx, ids))
-		}()
+	// The handler's records are the ones committed here (the retained
+	// rows predate it: they are not its).
+	defer hook.stop(ctx, &err, func(ctx context.Context) error { return hook.checkIDs(ctx, res.ids) })
+	if hook != nil {
 		if err := hook.start(ctx); err != nil {
 			return res, err
 		}
 	}
-	p, err := startPipeline(ctx, store, cfg, cfg.Broker, true, hook.precedence())
+	p, err := db.startProducing(ctx, store, cfg, cfg.Broker, true, hook.precedence(), cfg.LatencyProducers)
 	if err != nil {
 		return res, err
 	}
 	defer p.stop()
-	if err := p.waitReady(ctx); err != nil {
-		return res, err
-	}
-	pool, err := db.openPool(ctx, cfg.LatencyProducers)
-	if err != nil {
-		return res, err
-	}
-	defer pool.Close()
 
 	total := int(int64(cfg.Rate) * int64(cfg.LatencyDuration) / int64(time.Second))
 	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections (%s broker)\n", total, cfg.Rate, cfg.LatencyProducers, cfg.Broker)
@@ -103,7 +84,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	if err != nil {
 		return res, err
 	}
-	marks, lag, err := pacedStage(ctx, pool, cfg, total)
+	marks, lag, err := pacedStage(ctx, p.producers, cfg, total)
 	if err != nil {
 		return res, err
 	}

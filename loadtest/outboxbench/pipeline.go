@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -63,6 +64,9 @@ type pipeline struct {
 	pub     *recordingPublisher
 	worker  *outboxfeed.Worker
 	reg     *prometheus.Registry
+
+	producers *pgxpool.Pool // startProducing's: the producers staging while the Worker runs
+	stopped   bool
 }
 
 // startPipeline starts the broker (kind "memory" or "redis"), the Hub and
@@ -99,6 +103,26 @@ func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, kind
 	}
 	if err := p.worker.Start(ctx); err != nil {
 		return fail(err)
+	}
+	return p, nil
+}
+
+// startProducing starts a pipeline as startPipeline does, waits until
+// its Worker has reached the store, and opens p.producers, a pool of
+// producers connections for the records the phase stages while the
+// Worker runs (stop closes it).
+func (db *benchDB) startProducing(ctx context.Context, store outboxfeed.Store, cfg config, kind string, record bool, leads *outboxfeed.Precedence, producers int) (*pipeline, error) {
+	p, err := startPipeline(ctx, store, cfg, kind, record, leads)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitReady(ctx); err != nil {
+		p.stop()
+		return nil, err
+	}
+	if p.producers, err = db.openPool(ctx, producers); err != nil {
+		p.stop()
+		return nil, err
 	}
 	return p, nil
 }
@@ -171,12 +195,31 @@ func deleteKeys(url, prefix string) {
 	flush()
 }
 
-// stop stops the Worker (giving back its leases), then the broker, and
-// deletes what the broker left in Redis.
+// stop stops the Worker (giving back its leases), then the broker,
+// deletes what the broker left in Redis, and closes the producers' pool.
+// Stopping again does nothing.
 func (p *pipeline) stop() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
 	p.worker.Stop()
 	p.broker.Stop()
 	p.cleanup()
+	if p.producers != nil {
+		p.producers.Close()
+	}
+}
+
+// finish ends a phase's pipeline: it stops it and, unless waiting for
+// the Worker failed (err, returned wrapped), checks that the realtime
+// handler has records records in pool's database, all dispatched.
+func (p *pipeline) finish(ctx context.Context, pool *pgxpool.Pool, phase string, records int, err error) error {
+	p.stop()
+	if err != nil {
+		return fmt.Errorf("outboxbench: %s: %w", phase, err)
+	}
+	return checkDispatched(ctx, pool, outboxfeed.RealtimeHandler, phase, records)
 }
 
 // completed is the Worker's count of records completed after the broker

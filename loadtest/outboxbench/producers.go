@@ -48,25 +48,21 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 			return res, fmt.Errorf("outboxbench: %w", err)
 		}
 	}
+	// With a Worker draining, the producers' pool is its pipeline's.
 	var p *pipeline
+	var pool *pgxpool.Pool
 	if v.Worker {
-		if p, err = startPipeline(ctx, store, cfg, "memory", false, nil); err != nil {
+		if p, err = db.startProducing(ctx, store, cfg, "memory", false, nil, cfg.Producers); err != nil {
 			return res, err
 		}
-		defer func() {
-			if p != nil {
-				p.stop()
-			}
-		}()
-		if err := p.waitReady(ctx); err != nil {
+		defer p.stop()
+		pool = p.producers
+	} else {
+		if pool, err = db.openPool(ctx, cfg.Producers); err != nil {
 			return res, err
 		}
+		defer pool.Close()
 	}
-	pool, err := db.openPool(ctx, cfg.Producers)
-	if err != nil {
-		return res, err
-	}
-	defer pool.Close()
 
 	allTx, allCommit, elapsed, err := benchkit.Unpaced(ctx, cfg.Producers, cfg.ProducerDuration, func(w, k int) (time.Duration, time.Duration, error) {
 		return produceOne(ctx, pool, w, k, cfg.Channels, cfg.Business)
@@ -75,7 +71,6 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 	if p != nil {
 		res.Drained, _ = p.completed()
 		p.stop()
-		p = nil
 	}
 	if err != nil {
 		return res, err
@@ -83,7 +78,7 @@ func runProducers(ctx context.Context, db *benchDB, cfg config, v producerVarian
 	res.Commits = len(allTx)
 	if cfg.Business {
 		// Every business row committed with its record, none without.
-		n, err := benchkit.CountBusiness(ctx, store.Pool())
+		n, err := benchkit.CountRows(ctx, store.Pool(), benchkit.BusinessTable)
 		if err != nil {
 			return res, fmt.Errorf("outboxbench: %w", err)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -9,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -211,18 +209,11 @@ func (b *bench) runFloor(s *sample) error {
 			return err
 		}
 	}
-	tr := &http.Transport{MaxIdleConns: b.cfg.MaxInFlight, MaxIdleConnsPerHost: b.cfg.MaxInFlight}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	floor := hookrecv.NewFloor(b.recv.URL, b.cfg.MaxInFlight)
+	defer floor.Close()
 	return b.runConcurrent(s, func(i int) error {
-		resp, err := client.Post(b.recv.URL, "application/json", bytes.NewReader(bodies[i]))
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			return fmt.Errorf("webhookbench: floor: status %d", resp.StatusCode)
+		if err := floor.Post(bodies[i]); err != nil {
+			return fmt.Errorf("webhookbench: floor: %w", err)
 		}
 		return nil
 	})

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
+	"github.com/heraldgw/herald/internal/envelope"
 	"github.com/heraldgw/herald/internal/jsonstr"
 	"github.com/heraldgw/herald/internal/timefmt"
 )
@@ -85,13 +85,7 @@ func AppendBody(dst []byte, m *Message) ([]byte, error) {
 	} else {
 		b = jsonstr.Append(b, m.Kind)
 	}
-	b = append(b, `,"type":`...)
-	b = jsonstr.Append(b, m.Type)
-	b = append(b, `,"schema_version":`...)
-	b = strconv.AppendInt(b, int64(m.SchemaVersion), 10)
-	b = append(b, `,"time":"`...)
-	b = timefmt.Append(b, m.Time)
-	b = append(b, `","freshness":`...)
+	b = envelope.AppendTyped(append(b, ','), m.Type, m.SchemaVersion, m.Time)
 	var err error
 	if m.Freshness == nil || string(m.Freshness) == immediateFreshness || string(m.Freshness) == jsonbImmediate {
 		b = append(b, immediateFreshness...)

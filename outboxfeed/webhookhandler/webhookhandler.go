@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/heraldgw/herald/internal/promreg"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/webhook"
 
@@ -39,17 +40,14 @@ func New(cfg webhook.Config, reg prometheus.Registerer) (*Handler, error) {
 	h := &Handler{
 		ep:    ep,
 		sched: ep.Schedule(),
-		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "herald_webhook_responses_total",
-			Help: "Webhook deliveries by outcome class (delivered, retryable, permanent, outage, gone, canceled) and reason.",
-		}, []string{"class", "reason"}),
+		responses: promreg.CounterVec("herald_webhook_responses_total",
+			"Webhook deliveries by outcome class (delivered, retryable, permanent, outage, gone, canceled) and reason.",
+			"class", "reason"),
 	}
 	h.accepted = h.responses.WithLabelValues(webhook.ClassDelivered.String(), string(webhook.ReasonAccepted))
-	hist := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "herald_webhook_request_duration_seconds",
-		Help:    "Time from sending a webhook request to the end of reading its answer.",
-		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-	})
+	hist := promreg.Histogram("herald_webhook_request_duration_seconds",
+		"Time from sending a webhook request to the end of reading its answer.",
+		.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
 	h.duration = hist
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"handler": cfg.Name}, reg)

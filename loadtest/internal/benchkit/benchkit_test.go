@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -83,6 +84,16 @@ func TestPhases(t *testing.T) {
 	}
 	if err := CheckPhases("", "drain"); err == nil {
 		t.Error("CheckPhases(\"\"): no error")
+	}
+
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	phases := "drain"
+	PhasesFlag(fs, &phases, "drain", "latency")
+	if u := fs.Lookup("phases").Usage; u != "comma-separated phases to run: drain, latency" {
+		t.Errorf("-phases usage %q", u)
+	}
+	if err := fs.Parse([]string{"-phases", "latency"}); err != nil || phases != "latency" || fs.Lookup("phases").DefValue != "drain" {
+		t.Errorf("-phases latency: %q, default %q, %v", phases, fs.Lookup("phases").DefValue, err)
 	}
 }
 

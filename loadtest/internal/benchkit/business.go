@@ -40,11 +40,11 @@ func InsertBusiness(ctx context.Context, tx pgx.Tx, k int) error {
 	return nil
 }
 
-// CountBusiness is how many rows BusinessTable holds.
-func CountBusiness(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+// CountRows is how many rows table holds (BusinessTable, say).
+func CountRows(ctx context.Context, pool *pgxpool.Pool, table string) (int64, error) {
 	var n int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+BusinessTable).Scan(&n); err != nil {
-		return 0, fmt.Errorf("business count: %w", err)
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s: %w", table, err)
 	}
 	return n, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/heraldgw/herald/loadtest/internal/cfoutbox"
 )
 
 // CentrifugoAPI calls method of the server API of the Centrifugo at base
@@ -48,3 +50,70 @@ func CentrifugoAPI(ctx context.Context, hc *http.Client, base, apiKey, method st
 	}
 	return json.Unmarshal(reply.Result, out)
 }
+
+// CentrifugoConfig is the part of Centrifugo v6's JSON config the load
+// tests write (key names as in v6.9.1's internal/config and
+// internal/configtypes); NewCentrifugoConfig fills it.
+type CentrifugoConfig struct {
+	HTTPServer struct {
+		Address string `json:"address"`
+		Port    int    `json:"port"`
+	} `json:"http_server"`
+	Log struct {
+		Level string `json:"level"`
+	} `json:"log"`
+	UsageStats struct {
+		Disabled bool `json:"disabled"`
+	} `json:"usage_stats"`
+	Health struct {
+		Enabled bool `json:"enabled"`
+	} `json:"health"`
+	// Prometheus serves /metrics on the client port.
+	Prometheus struct {
+		Enabled bool `json:"enabled"`
+	} `json:"prometheus"`
+	HTTPAPI struct {
+		Key string `json:"key"`
+	} `json:"http_api"`
+	Client struct {
+		Token struct {
+			HMACSecretKey string `json:"hmac_secret_key"`
+		} `json:"token"`
+		// ChannelLimit bounds a connection's subscriptions (0: Centrifugo's
+		// default, 128).
+		ChannelLimit int `json:"channel_limit,omitempty"`
+	} `json:"client"`
+	Channel struct {
+		Namespaces []CentrifugoNamespace `json:"namespaces"`
+	} `json:"channel"`
+	Consumers []cfoutbox.ConsumerConfig `json:"consumers,omitempty"`
+}
+
+// CentrifugoNamespace is one of the config's channel namespaces.
+type CentrifugoNamespace struct {
+	Name                    string `json:"name"`
+	HistorySize             int    `json:"history_size"`
+	HistoryTTL              string `json:"history_ttl"`
+	AllowSubscribeForClient bool   `json:"allow_subscribe_for_client"`
+}
+
+// NewCentrifugoConfig is the config of a Centrifugo serving on
+// 127.0.0.1:port with /health and no usage stats, logging at level, its
+// server API behind apiKey, HS256 client tokens signed with hmacSecret,
+// and one namespace ns whose channels clients subscribe to themselves,
+// each keeping its last history publications for 300 s (so that every
+// publication carries its offset, as Herald's do).
+func NewCentrifugoConfig(port int, level, apiKey, hmacSecret, ns string, history int) *CentrifugoConfig {
+	c := &CentrifugoConfig{}
+	c.HTTPServer.Address, c.HTTPServer.Port = "127.0.0.1", port
+	c.Log.Level = level
+	c.UsageStats.Disabled = true
+	c.Health.Enabled = true
+	c.HTTPAPI.Key = apiKey
+	c.Client.Token.HMACSecretKey = hmacSecret
+	c.Channel.Namespaces = []CentrifugoNamespace{{Name: ns, HistorySize: history, HistoryTTL: "300s", AllowSubscribeForClient: true}}
+	return c
+}
+
+// JSON is the config as Centrifugo reads it from its config file.
+func (c *CentrifugoConfig) JSON() ([]byte, error) { return json.MarshalIndent(c, "", "  ") }

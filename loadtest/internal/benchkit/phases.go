@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 )
@@ -19,6 +20,13 @@ func HasPhase(phases, name string) bool {
 		}
 	}
 	return false
+}
+
+// PhasesFlag registers -phases, the comma-separated phases to run among
+// all (checked by CheckPhases), into *phases (whose value is the
+// default).
+func PhasesFlag(fs *flag.FlagSet, phases *string, all ...string) {
+	fs.StringVar(phases, "phases", *phases, "comma-separated phases to run: "+strings.Join(all, ", "))
 }
 
 // CheckPhases fails for each of the comma-separated phases that is not
