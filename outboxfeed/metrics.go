@@ -68,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 		}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "herald_outbox_dispatch_duration_seconds",
-			Help:    "Time from claim to recorded completion, per record.",
+			Help:    "Time from the sending of the claim to the recorded completion, per record.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 		success:      outcomes.WithLabelValues(OutcomeSuccess),

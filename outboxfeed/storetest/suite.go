@@ -71,6 +71,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"BurstHoldsBackOnlyItsPartition", testBurstFairness},
 		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
 		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},
+		{"LateClaimAnswerCountsTheLeaseFromTheClaim", testLateClaimAnswer},
 		{"ChannelRunsToABrokerThatTakesThem", testChannelRuns},
 		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
