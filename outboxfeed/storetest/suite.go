@@ -900,18 +900,23 @@ func testMetrics(t *testing.T, h *Harness) {
 // lease and gives the rest back, so no delivered record is taken over,
 // charged an attempt or published twice.
 func testSlowBrokerWithinLease(t *testing.T, h *Harness) {
+	const publish, lease = 250 * time.Millisecond, 5 * time.Second
 	rec := NewRecorder()
 	rec.Before = func(ctx context.Context, _ fanout.Message) error {
 		select {
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(publish):
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	// 30 × 100 ms = 3 s of publishing against a 2 s lease; the half lease
-	// left after publishing stops is the Worker's time to complete, which a
-	// busy machine must not eat up.
+	// 30 × 250 ms = 7.5 s of publishing against a 5 s lease. The half
+	// lease left after publishing stops is the Worker's time to complete:
+	// it must stay well above what a store answers in on a busy machine
+	// (SQLite's one connection, shared by both Workers, answers in up to a
+	// second there), or the second Worker takes the batch over. The
+	// backlog gauges, not checked here, are not refreshed meanwhile: their
+	// queries would only queue for that connection.
 	const n = 30
 	notes := make([]stage.Notification, n)
 	for i := range notes {
@@ -919,11 +924,17 @@ func testSlowBrokerWithinLease(t *testing.T, h *Harness) {
 	}
 	ids := h.Stage(t, true, notes...)
 	// Two Workers: the second takes over whatever lease the first lets expire.
-	w := StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{LeaseDuration: 2 * time.Second, BatchSize: 100})
-	w2 := StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{LeaseDuration: 2 * time.Second, BatchSize: 100})
-	Eventually(t, 60*time.Second, "every record dispatched", func() bool {
+	cfg := outboxfeed.WorkerConfig{LeaseDuration: lease, BatchSize: 100, StatsInterval: time.Hour}
+	w := StartWorker(t, h.Store, rec, cfg)
+	w2 := StartWorker(t, h.Store, rec, cfg)
+	Eventually(t, 3*time.Minute, "every record dispatched", func() bool {
 		return w.Outcomes(outboxfeed.OutcomeSuccess)+w2.Outcomes(outboxfeed.OutcomeSuccess) >= n
 	})
+	// A batch starts publishing for half the lease, each publish taking at
+	// least 250 ms: 11 records at most, so 3 batches at least.
+	if batches, least := w.Claims(outboxfeed.ClaimBatch)+w2.Claims(outboxfeed.ClaimBatch), (n+10)/11; batches < float64(least) {
+		t.Fatalf("%v batches published the %d records, want at least %d: each stops starting publishes at half its lease", batches, n, least)
+	}
 	got := rec.Channel(fanout.Key{Tenant: "acme", Channel: "orders/slow"})
 	if len(got) != n {
 		t.Fatalf("published %d times, want %d (no duplicates)", len(got), n)
