@@ -576,21 +576,16 @@ func testBlockedHead(t *testing.T, h *Harness) {
 	}
 }
 
-// testBurstFairness: a burst on one channel, its records published one
-// after another through a slow subscriber path, holds back only the
-// channels of its own partition; the records of a channel in another
-// partition staged after it go out at once. (A store with one partition
-// publishes the others right after the burst.) The burst stays in order.
+// testBurstFairness: a burst on one channel holds back only the channels
+// of its own partition. Its subscriber path stalls after the first quarter
+// of the burst until the record of a channel in another partition, staged
+// after the burst, is out: that record goes out meanwhile, through another
+// lane, then the rest of the burst. (A store with one partition publishes
+// the others right after the burst, and nothing stalls.) The burst stays
+// in order.
 func testBurstFairness(t *testing.T, h *Harness) {
 	const burst = 2000
 	hot := fanout.Key{Tenant: "acme", Channel: "orders/hot"}
-	rec := NewRecorder()
-	rec.Before = func(_ context.Context, msg fanout.Message) error {
-		if msg.Key == hot {
-			time.Sleep(time.Millisecond) // a slow subscriber path: the burst takes seconds
-		}
-		return nil
-	}
 	ns := make([]stage.Notification, burst)
 	for i := range ns {
 		ns[i] = Note(hot.Channel, fmt.Sprintf(`{"i":%d}`, i))
@@ -603,14 +598,30 @@ func testBurstFairness(t *testing.T, h *Harness) {
 	}
 	apart := h.PartitionOf(t, other) != h.PartitionOf(t, hot)
 	others := h.Stage(t, true, Note(other.Channel, `{}`))
+	rec := NewRecorder()
+	otherOut := make(chan struct{})
+	var hotStarted atomic.Int32
+	rec.Before = func(ctx context.Context, msg fanout.Message) error {
+		switch {
+		case msg.Key == other:
+			close(otherOut) // published once: Before returns nil
+		case apart && msg.Key == hot && hotStarted.Add(1) > burst/4:
+			// The stall: a Worker that served the partitions one after
+			// another would leave the other record behind it for good.
+			select {
+			case <-otherOut:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
 	StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{BatchSize: 100, PollInterval: 5 * time.Millisecond})
 	rec.WaitFor(t, 3*time.Minute, "the other channel's record", func() bool {
 		_, ok := rec.ByID(others[0])
 		return ok
 	})
-	if n := len(rec.Channel(hot)); apart && n > burst/4 {
-		t.Fatalf("%d of the burst's %d records went out before the record of a channel of another partition", n, burst)
-	}
+	t.Logf("%d of the burst's %d records went out before the record of the other channel (partitions apart: %v)", len(rec.Channel(hot)), burst, apart)
 	rec.WaitFor(t, 3*time.Minute, "the whole burst", func() bool { return len(rec.Channel(hot)) >= burst })
 	if got := rec.Channel(hot); fmt.Sprint(got) != fmt.Sprint(hotIDs) {
 		t.Fatalf("the burst went out out of order")
