@@ -40,11 +40,6 @@ type RedisSentinel struct {
 func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	s := &RedisSentinel{t: t, procs: make(map[string]*exec.Cmd)}
-	t.Cleanup(func() {
-		for addr := range s.procs {
-			s.Kill(addr)
-		}
-	})
 	s.Primary, s.Replica = FreeAddr(t), FreeAddr(t)
 	s.startServer(s.Primary)
 	s.startServer(s.Replica, "--replicaof", "127.0.0.1", port(s.Primary))
@@ -129,6 +124,9 @@ func (s *RedisSentinel) run(addr, conf string, args ...string) {
 		t.Fatalf("testenv: redis-server: %v", err)
 	}
 	s.procs[addr] = cmd
+	// Killed before its directory (a TempDir made before) is removed: a
+	// sentinel rewrites its config file there at any time.
+	t.Cleanup(func() { s.Kill(addr) })
 	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer cl.Close()
 	waitUntil(t, "redis-server on "+addr+" answers", func(ctx context.Context) bool { return cl.Ping(ctx).Err() == nil })
