@@ -85,6 +85,20 @@ type Batch struct {
 	// partition's goes on with under a renewed lease). The Worker hands the
 	// batch back to Complete untouched.
 	Driver any
+
+	// leased is when the Worker sent the claim that returned the batch
+	// (the claim itself, or the completion it rode on): the store began
+	// the lease no earlier, so the Worker counts its lease from there.
+	leased time.Time
+}
+
+// leasedAt is when b's lease began at the earliest: when its claim was
+// sent, or now for a batch the Worker did not claim itself.
+func (b *Batch) leasedAt() time.Time {
+	if b.leased.IsZero() {
+		return time.Now()
+	}
+	return b.leased
 }
 
 // OutcomeKind is what became of one record of a batch.

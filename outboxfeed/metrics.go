@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, handler string) (*metrics, error) {
 			"Delivery attempts a record needed, observed at completion (1 = first try).",
 			1, 2, 3, 4, 5, 7, 10, 15, 20),
 		duration: promreg.Histogram("herald_outbox_dispatch_duration_seconds",
-			"Time from claim to recorded completion, per record.",
+			"Time from the sending of the claim to the recorded completion, per record.",
 			.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),
 		success:      outcomes.WithLabelValues(OutcomeSuccess),
 		retry:        outcomes.WithLabelValues(OutcomeRetry),

@@ -211,11 +211,17 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 }
 
 // claim runs one claim; it is not cut off by Stop, so a committed claim is
-// always seen (and then completed) rather than left to expire.
+// always seen (and then completed) rather than left to expire. The batch's
+// lease is counted from the claim's sending (Batch.leased).
 func (w *Worker) claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LeaseDuration/2)
 	defer cancel()
-	return w.store.Claim(cctx, w.storeRequest(req))
+	sent := time.Now()
+	b, err := w.store.Claim(cctx, w.storeRequest(req))
+	if b != nil {
+		b.leased = sent
+	}
+	return b, err
 }
 
 // idle waits after a claim that found nothing.
@@ -258,7 +264,10 @@ func (w *Worker) waitKick(ctx context.Context, l *lane, d time.Duration) bool {
 // work dispatches b, completes it and returns the batch the completion
 // claimed next (nil when none, or when the Worker is stopping).
 func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
-	claimedAt := time.Now()
+	// The lease began when the claim was sent, however long its answer
+	// took: the window for starting deliveries and the deadline of the
+	// completion count from there.
+	claimedAt := b.leasedAt()
 	out, res := w.dispatch(ctx, b, claimedAt)
 	switch {
 	case res.renewLost:
@@ -351,7 +360,11 @@ func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *Cl
 		next = &n
 	}
 	write := func(c context.Context) (err error) {
+		sent := time.Now()
 		held, nb, err = w.store.Complete(c, b, out, next)
+		if nb != nil {
+			nb.leased = sent
+		}
 		return err
 	}
 	err = w.persist(wctx, leaseFrom, write)

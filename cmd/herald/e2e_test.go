@@ -31,7 +31,12 @@ func startServe(t *testing.T, args ...string) string {
 	t.Helper()
 	p := startInProcess(append([]string{"serve", "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret,
 		"--data-dir", t.TempDir(), "--outbox-poll-interval", "50ms", "--log-level", "warn"}, args...))
-	t.Cleanup(func() { p.stop(t, 30*time.Second) })
+	t.Cleanup(func() {
+		p.stop(t, 30*time.Second)
+		if t.Failed() {
+			t.Logf("serve stderr:\n%s", p.errOut.String())
+		}
+	})
 	var base string
 	p.waitUntil(t, 30*time.Second, "its address", func() bool {
 		m := listenRE.FindStringSubmatch(p.out.String())

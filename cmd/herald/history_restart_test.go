@@ -506,6 +506,7 @@ func testRestartResumes(t *testing.T, bin, dbURL string, sig syscall.Signal) {
 	for _, c := range clients {
 		c.connect(t, base, p)
 	}
+	phase("reconnected")
 	p.waitFor(t, "every client resubscribed", allSubscribed(2))
 	phase("resubscribed")
 	time.Sleep(200 * time.Millisecond) // records flow after the start

@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgw/herald/internal/testenv"
 )
@@ -106,6 +109,8 @@ func TestServeFollowsSentinelFailover(t *testing.T) {
 		"--redis-sentinel-master", testenv.SentinelMaster, "--redis-sentinel-addrs", strings.Join(s.Sentinels, ","),
 		"--redis-heartbeat-interval", "100ms", "--redis-wait-replicas", "1", "--redis-wait-timeout", "200ms")
 	waitReady(t, base)
+	began := time.Now()
+	phase := func(what string) { t.Logf("%6.2fs %s", time.Since(began).Seconds(), what) }
 	st := pgStager{dbURL}
 	sub := subscribeSSE(t, base+"/v1/sse?channel=orders/7", mint(t, "acme", "u1", "orders/**"), "")
 	first := st.stage(t, notification("acme", "orders/7", `{"n":1}`), true)
@@ -113,13 +118,23 @@ func TestServeFollowsSentinelFailover(t *testing.T) {
 		t.Fatalf("got %+v, want %s at offset 1", e, first)
 	}
 
+	phase("first record received")
+	// The sentinels count the primary down only when the test lets them:
+	// a failover quicker than one /readyz answer (each may wait for the
+	// dead primary) would otherwise end the stall between two readings,
+	// and the node would never be seen unready.
+	setDownAfter(t, s, 10*time.Minute)
 	s.Kill(s.Primary)
 	waitStatus(t, base+"/readyz", http.StatusServiceUnavailable)
+	phase("primary killed; unready")
+	setDownAfter(t, s, testenv.SentinelDownAfter)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		if now, err := s.PrimaryNow(ctx); err == nil && now != s.Primary {
+			phase("replica promoted")
 			s.RestartAsReplica(s.Primary, now)
+			phase("old primary restarted as its replica")
 			break
 		}
 		select {
@@ -129,11 +144,28 @@ func TestServeFollowsSentinelFailover(t *testing.T) {
 		}
 	}
 	second := st.stage(t, notification("acme", "orders/7", `{"n":2}`), true)
+	phase("second record staged")
 	if e, _ := sub.nextPublication(t, 20*time.Second); e.ID != second || e.Offset != 2 {
 		t.Fatalf("after the failover got %+v, want %s at offset 2", e, second)
 	}
+	phase("second record received")
 	waitReady(t, base)
+	phase("ready")
 	if n := metricValue(t, base, "herald_redis_pubsub_stalls_total"); n < 1 {
 		t.Fatalf("herald_redis_pubsub_stalls_total = %v, want ≥ 1", n)
+	}
+}
+
+// setDownAfter sets how long every sentinel of s waits before it counts
+// the primary down (SENTINEL SET down-after-milliseconds).
+func setDownAfter(t *testing.T, s *testenv.RedisSentinel, d time.Duration) {
+	t.Helper()
+	for _, addr := range s.Sentinels {
+		cl := redis.NewSentinelClient(&redis.Options{Addr: addr})
+		err := cl.Set(context.Background(), testenv.SentinelMaster, "down-after-milliseconds", strconv.FormatInt(d.Milliseconds(), 10)).Err()
+		_ = cl.Close()
+		if err != nil {
+			t.Fatalf("sentinel %s: set down-after-milliseconds %v: %v", addr, d, err)
+		}
 	}
 }

@@ -17,6 +17,10 @@ import (
 // SentinelMaster is the master name RedisSentinel's sentinels monitor.
 const SentinelMaster = "herald"
 
+// SentinelDownAfter is how long RedisSentinel's sentinels wait before they
+// count a primary that does not answer down (down-after-milliseconds).
+const SentinelDownAfter = 500 * time.Millisecond
+
 // RedisSentinel is a Redis Sentinel deployment on loopback ports: one
 // primary, one replica and three sentinels (redis-server --sentinel),
 // quorum 2, a primary counted down after 500 ms. Every process is killed
@@ -36,11 +40,6 @@ type RedisSentinel struct {
 func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	s := &RedisSentinel{t: t, procs: make(map[string]*exec.Cmd)}
-	t.Cleanup(func() {
-		for addr := range s.procs {
-			s.Kill(addr)
-		}
-	})
 	s.Primary, s.Replica = FreeAddr(t), FreeAddr(t)
 	s.startServer(s.Primary)
 	s.startServer(s.Replica, "--replicaof", "127.0.0.1", port(s.Primary))
@@ -51,9 +50,9 @@ func StartRedisSentinel(t testing.TB) *RedisSentinel {
 		conf := filepath.Join(dir, "sentinel.conf")
 		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\n"+
 			"sentinel monitor %s 127.0.0.1 %s 2\n"+
-			"sentinel down-after-milliseconds %[3]s 500\n"+
+			"sentinel down-after-milliseconds %[3]s %[5]d\n"+
 			"sentinel failover-timeout %[3]s 5000\n"+
-			"sentinel parallel-syncs %[3]s 1\n", port(addr), dir, SentinelMaster, port(s.Primary))
+			"sentinel parallel-syncs %[3]s 1\n", port(addr), dir, SentinelMaster, port(s.Primary), SentinelDownAfter.Milliseconds())
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -125,6 +124,9 @@ func (s *RedisSentinel) run(addr, conf string, args ...string) {
 		t.Fatalf("testenv: redis-server: %v", err)
 	}
 	s.procs[addr] = cmd
+	// Killed before its directory (a TempDir made before) is removed: a
+	// sentinel rewrites its config file there at any time.
+	t.Cleanup(func() { s.Kill(addr) })
 	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer cl.Close()
 	waitUntil(t, "redis-server on "+addr+" answers", func(ctx context.Context) bool { return cl.Ping(ctx).Err() == nil })

@@ -71,6 +71,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"BurstHoldsBackOnlyItsPartition", testBurstFairness},
 		{"BrokerOutageBurnsNoAttempt", testBrokerOutage},
 		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},
+		{"LateClaimAnswerCountsTheLeaseFromTheClaim", testLateClaimAnswer},
 		{"ChannelRunsToABrokerThatTakesThem", testChannelRuns},
 		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
@@ -575,21 +576,16 @@ func testBlockedHead(t *testing.T, h *Harness) {
 	}
 }
 
-// testBurstFairness: a burst on one channel, its records published one
-// after another through a slow subscriber path, holds back only the
-// channels of its own partition; the records of a channel in another
-// partition staged after it go out at once. (A store with one partition
-// publishes the others right after the burst.) The burst stays in order.
+// testBurstFairness: a burst on one channel holds back only the channels
+// of its own partition. Its subscriber path stalls after the first quarter
+// of the burst until the record of a channel in another partition, staged
+// after the burst, is out: that record goes out meanwhile, through another
+// lane, then the rest of the burst. (A store with one partition publishes
+// the others right after the burst, and nothing stalls.) The burst stays
+// in order.
 func testBurstFairness(t *testing.T, h *Harness) {
 	const burst = 2000
 	hot := fanout.Key{Tenant: "acme", Channel: "orders/hot"}
-	rec := NewRecorder()
-	rec.Before = func(_ context.Context, msg fanout.Message) error {
-		if msg.Key == hot {
-			time.Sleep(time.Millisecond) // a slow subscriber path: the burst takes seconds
-		}
-		return nil
-	}
 	ns := make([]stage.Notification, burst)
 	for i := range ns {
 		ns[i] = Note(hot.Channel, fmt.Sprintf(`{"i":%d}`, i))
@@ -602,14 +598,30 @@ func testBurstFairness(t *testing.T, h *Harness) {
 	}
 	apart := h.PartitionOf(t, other) != h.PartitionOf(t, hot)
 	others := h.Stage(t, true, Note(other.Channel, `{}`))
+	rec := NewRecorder()
+	otherOut := make(chan struct{})
+	var hotStarted atomic.Int32
+	rec.Before = func(ctx context.Context, msg fanout.Message) error {
+		switch {
+		case msg.Key == other:
+			close(otherOut) // published once: Before returns nil
+		case apart && msg.Key == hot && hotStarted.Add(1) > burst/4:
+			// The stall: a Worker that served the partitions one after
+			// another would leave the other record behind it for good.
+			select {
+			case <-otherOut:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
 	StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{BatchSize: 100, PollInterval: 5 * time.Millisecond})
 	rec.WaitFor(t, 3*time.Minute, "the other channel's record", func() bool {
 		_, ok := rec.ByID(others[0])
 		return ok
 	})
-	if n := len(rec.Channel(hot)); apart && n > burst/4 {
-		t.Fatalf("%d of the burst's %d records went out before the record of a channel of another partition", n, burst)
-	}
+	t.Logf("%d of the burst's %d records went out before the record of the other channel (partitions apart: %v)", len(rec.Channel(hot)), burst, apart)
 	rec.WaitFor(t, 3*time.Minute, "the whole burst", func() bool { return len(rec.Channel(hot)) >= burst })
 	if got := rec.Channel(hot); fmt.Sprint(got) != fmt.Sprint(hotIDs) {
 		t.Fatalf("the burst went out out of order")
@@ -899,18 +911,23 @@ func testMetrics(t *testing.T, h *Harness) {
 // lease and gives the rest back, so no delivered record is taken over,
 // charged an attempt or published twice.
 func testSlowBrokerWithinLease(t *testing.T, h *Harness) {
+	const publish, lease = 250 * time.Millisecond, 5 * time.Second
 	rec := NewRecorder()
 	rec.Before = func(ctx context.Context, _ fanout.Message) error {
 		select {
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(publish):
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	// 30 × 100 ms = 3 s of publishing against a 2 s lease; the half lease
-	// left after publishing stops is the Worker's time to complete, which a
-	// busy machine must not eat up.
+	// 30 × 250 ms = 7.5 s of publishing against a 5 s lease. The half
+	// lease left after publishing stops is the Worker's time to complete:
+	// it must stay well above what a store answers in on a busy machine
+	// (SQLite's one connection, shared by both Workers, answers in up to a
+	// second there), or the second Worker takes the batch over. The
+	// backlog gauges, not checked here, are not refreshed meanwhile: their
+	// queries would only queue for that connection.
 	const n = 30
 	notes := make([]stage.Notification, n)
 	for i := range notes {
@@ -918,11 +935,17 @@ func testSlowBrokerWithinLease(t *testing.T, h *Harness) {
 	}
 	ids := h.Stage(t, true, notes...)
 	// Two Workers: the second takes over whatever lease the first lets expire.
-	w := StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{LeaseDuration: 2 * time.Second, BatchSize: 100})
-	w2 := StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{LeaseDuration: 2 * time.Second, BatchSize: 100})
-	Eventually(t, 60*time.Second, "every record dispatched", func() bool {
+	cfg := outboxfeed.WorkerConfig{LeaseDuration: lease, BatchSize: 100, StatsInterval: time.Hour}
+	w := StartWorker(t, h.Store, rec, cfg)
+	w2 := StartWorker(t, h.Store, rec, cfg)
+	Eventually(t, 3*time.Minute, "every record dispatched", func() bool {
 		return w.Outcomes(outboxfeed.OutcomeSuccess)+w2.Outcomes(outboxfeed.OutcomeSuccess) >= n
 	})
+	// A batch starts publishing for half the lease, each publish taking at
+	// least 250 ms: 11 records at most, so 3 batches at least.
+	if batches, least := w.Claims(outboxfeed.ClaimBatch)+w2.Claims(outboxfeed.ClaimBatch), (n+10)/11; batches < float64(least) {
+		t.Fatalf("%v batches published the %d records, want at least %d: each stops starting publishes at half its lease", batches, n, least)
+	}
 	got := rec.Channel(fanout.Key{Tenant: "acme", Channel: "orders/slow"})
 	if len(got) != n {
 		t.Fatalf("published %d times, want %d (no duplicates)", len(got), n)
