@@ -75,7 +75,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 	defer store.Close()
 	var hook *hookSide
 	if recv != nil {
-		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
+		if hook, err = registerHook(ctx, store, cfg, recv, true, nil); err != nil {
 			return res, err
 		}
 		defer func() {

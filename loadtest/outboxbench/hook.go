@@ -25,6 +25,7 @@ const hookName = "bench-hook"
 // process (-webhook).
 type hookSide struct {
 	store   *pgstore.Store
+	own     *pgstore.Store // the handler's own pool (-webhook-pool own), else nil
 	hook    *webhookhandler.Handler
 	worker  *outboxfeed.Worker
 	reg     *prometheus.Registry
@@ -36,9 +37,24 @@ type hookSide struct {
 // rows already there, retained ones included, are not its); its Worker
 // starts with start. Records staged from now on are its as well as
 // realtime's.
-func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *hookrecv.Receiver) (*hookSide, error) {
+func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *hookrecv.Receiver, notify bool, tl *timeline) (*hookSide, error) {
 	if _, err := store.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: hookName, Type: "webhook", Start: outboxfeed.StartNew}); err != nil {
 		return nil, err
+	}
+	workerStore := store
+	var own *pgstore.Store
+	if cfg.WebhookPool == "own" {
+		var err error
+		own, err = pgstore.Open(ctx, pgstore.Config{URL: store.Pool().Config().ConnString(), DisableNotifyTrigger: !notify})
+		if err != nil {
+			return nil, errors.Join(err, store.DropHandler(ctx, hookName))
+		}
+		workerStore = own
+	}
+	closeOwn := func() {
+		if own != nil {
+			own.Close()
+		}
 	}
 	var k [32]byte
 	_, _ = rand.Read(k[:])
@@ -47,19 +63,25 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 		Secret: webhook.Secret(webhook.SecretPrefix + base64.StdEncoding.EncodeToString(k[:])),
 	}, nil)
 	if err != nil {
+		closeOwn()
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
-	s := &hookSide{store: store, hook: h, reg: prometheus.NewRegistry(), counter: hookrecv.NewCounter(h)}
+	s := &hookSide{store: store, own: own, hook: h, reg: prometheus.NewRegistry(), counter: hookrecv.NewCounter(h)}
 	if cfg.WebhookYield {
 		s.prec = &outboxfeed.Precedence{}
 	}
-	s.worker, err = outboxfeed.NewDeliveryWorker(store.ForHandler(hookName), s.counter,
+	var hs outboxfeed.Store = workerStore.ForHandler(hookName)
+	if tl != nil {
+		hs = newStageStore(hs.(*pgstore.Store), "webhook", tl)
+	}
+	s.worker, err = outboxfeed.NewDeliveryWorker(hs, s.counter,
 		h.WorkerConfig(outboxfeed.WorkerConfig{
 			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
 			Registerer: s.reg, YieldsTo: s.prec,
 		}))
 	if err != nil {
 		h.Close()
+		closeOwn()
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
 	return s, nil
@@ -97,8 +119,7 @@ func (s *hookSide) stop(ctx context.Context, records int) error {
 	if s == nil {
 		return nil
 	}
-	s.worker.Stop()
-	s.hook.Close()
+	s.halt()
 	var err error
 	if records > 0 {
 		err = checkDispatched(ctx, s.store.Pool(), hookName, "webhook handler", records)
@@ -106,11 +127,19 @@ func (s *hookSide) stop(ctx context.Context, records int) error {
 	return errors.Join(err, s.store.DropHandler(context.WithoutCancel(ctx), hookName))
 }
 
+// halt stops the Worker, closes the endpoint and the handler's own pool.
+func (s *hookSide) halt() {
+	s.worker.Stop()
+	s.hook.Close()
+	if s.own != nil {
+		s.own.Close()
+	}
+}
+
 // stopChecking is stop, checking that the records ids (none: no check)
 // are dispatched for the handler.
 func (s *hookSide) stopChecking(ctx context.Context, ids []string) error {
-	s.worker.Stop()
-	s.hook.Close()
+	s.halt()
 	var err error
 	if len(ids) > 0 {
 		var dispatched int

@@ -39,6 +39,8 @@ type latencyResult struct {
 	// realtime Worker (-webhook); WorkerPG and Self then run until it
 	// delivered every record too, and cover both handlers' Workers.
 	Beside bool
+	// Stages splits the realtime Worker's commit → accept.
+	Stages stageTimes
 
 	ids []string // the committed records
 }
@@ -64,9 +66,13 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		return res, err
 	}
 	defer store.Close()
+	var tl *timeline
+	if cfg.SampleWaits > 0 {
+		tl = &timeline{}
+	}
 	var hook *hookSide
 	if recv != nil {
-		if hook, err = registerHook(ctx, store, cfg, recv); err != nil {
+		if hook, err = registerHook(ctx, store, cfg, recv, cfg.LatencyNotify, tl); err != nil {
 			return res, err
 		}
 		defer func() {
@@ -82,7 +88,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 			return res, err
 		}
 	}
-	p, err := startPipeline(ctx, store, cfg, cfg.Broker, true, hook.precedence())
+	staged := newStageStore(store, "realtime", tl)
+	p, err := startPipeline(ctx, staged, cfg, cfg.Broker, true, hook.precedence())
 	if err != nil {
 		return res, err
 	}
@@ -102,6 +109,13 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	claims0, empty0, err := p.claims()
 	if err != nil {
 		return res, err
+	}
+	staged.reset()
+	res.Stages.begin(store.Pool())
+	var waits *waitSampler
+	tl.start()
+	if cfg.SampleWaits > 0 {
+		waits = startWaitSampler(ctx, db.URL, cfg.SampleWaits)
 	}
 	marks, lag, err := pacedStage(ctx, pool, cfg, total)
 	if err != nil {
@@ -128,6 +142,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: latency: the webhook handler: %w", err)
 	}
+	res.Stages.end(store.Pool(), staged, marks, p.pub.acceptTime)
+	sampled := waits.stop()
 	res.WorkerPG = benchkit.ReadAppBackends(ctx, store.Pool(), "herald").Since(pg0)
 	res.Self = benchkit.SelfCPU() - self0
 	claims1, empty1, err := p.claims()
@@ -155,6 +171,11 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	fmt.Fprintf(progress, "latency %s: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record; %d claims with records, %d empty\n",
 		besideText(res.Beside), benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
 		res.Claims, res.EmptyClaims)
+	fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), &res.Stages)
+	if sampled != "" {
+		fmt.Fprintf(progress, "latency %s: active backends, %s", besideText(res.Beside), sampled)
+		fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), tl.slowest(marks, p.pub.acceptTime))
+	}
 	return res, nil
 }
 
