@@ -113,6 +113,15 @@ func (s *hookSide) done(n int64) (bool, error) {
 	return c >= n, err
 }
 
+// claims is how many claims the handler's Worker made, with records and
+// empty (none without a handler).
+func (s *hookSide) claims() (batch, empty int64, err error) {
+	if s == nil {
+		return 0, 0, nil
+	}
+	return (&pipeline{reg: s.reg}).claims()
+}
+
 // stop stops the Worker (nil: nothing), checks that the handler
 // completed records, and drops the handler.
 func (s *hookSide) stop(ctx context.Context, records int) error {

@@ -33,8 +33,10 @@ type latencyResult struct {
 	// record was accepted; Self is this process's (Worker and producers).
 	WorkerPG, Self time.Duration
 	// Claims and EmptyClaims are the Worker's claims with records and
-	// without, in the same span.
-	Claims, EmptyClaims int64
+	// without, in the same span; HookClaims and HookEmptyClaims the
+	// webhook handler's Worker's (beside).
+	Claims, EmptyClaims         int64
+	HookClaims, HookEmptyClaims int64
 	// Beside: a webhook handler drained the same records beside the
 	// realtime Worker (-webhook); WorkerPG and Self then run until it
 	// delivered every record too, and cover both handlers' Workers.
@@ -110,6 +112,10 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	if err != nil {
 		return res, err
 	}
+	hookClaims0, hookEmpty0, err := hook.claims()
+	if err != nil {
+		return res, err
+	}
 	staged.reset()
 	res.Stages.begin(store.Pool())
 	var waits *waitSampler
@@ -151,6 +157,11 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		return res, err
 	}
 	res.Claims, res.EmptyClaims = claims1-claims0, empty1-empty0
+	hookClaims1, hookEmpty1, err := hook.claims()
+	if err != nil {
+		return res, err
+	}
+	res.HookClaims, res.HookEmptyClaims = hookClaims1-hookClaims0, hookEmpty1-hookEmpty0
 	commits := make([]time.Duration, 0, len(marks))
 	accepts := make([]time.Duration, 0, len(marks))
 	for _, m := range marks {
@@ -172,6 +183,9 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		besideText(res.Beside), benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
 		res.Claims, res.EmptyClaims)
 	fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), &res.Stages)
+	if res.Beside {
+		fmt.Fprintf(progress, "latency %s: the webhook handler's claims: %d with records, %d empty\n", besideText(res.Beside), res.HookClaims, res.HookEmptyClaims)
+	}
 	if sampled != "" {
 		fmt.Fprintf(progress, "latency %s: active backends, %s", besideText(res.Beside), sampled)
 		fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), tl.slowest(marks, p.pub.acceptTime))
