@@ -20,6 +20,7 @@ type flowStore struct {
 	first  bool
 	done   chan struct{} // closed once the lead lane completed leadWant batches
 	lead   int
+	kept   int // the lead lane's completions that went on with their partition
 	spare  int // the other lanes' completions
 	chains int // of which carried the claim of the next batch
 }
@@ -42,12 +43,15 @@ func (s *flowStore) next(req ClaimRequest) *Batch {
 		return nil
 	}
 	s.held[part] = true
-	s.seq++
-	r := Record{ID: "r" + strconv.FormatInt(s.seq, 10), Seq: s.seq, TenantID: "acme", Channel: "c/" + strconv.FormatInt(s.seq, 10),
-		Type: "order.updated", SchemaVersion: 1, Payload: []byte(`{}`), Freshness: []byte(`{"mode":"immediate"}`), OccurredAt: time.Now()}
+	var recs []Record
+	for range 2 {
+		s.seq++
+		recs = append(recs, Record{ID: "r" + strconv.FormatInt(s.seq, 10), Seq: s.seq, TenantID: "acme", Channel: "c/" + strconv.FormatInt(s.seq, 10),
+			Type: "order.updated", SchemaVersion: 1, Payload: []byte(`{}`), Freshness: []byte(`{"mode":"immediate"}`), OccurredAt: time.Now()})
+	}
 	// The lead lane's first claim finds a backlog.
 	lead := !strings.Contains(req.Owner, "/")
-	b := &Batch{Partition: part, Owner: req.Owner, Fence: s.seq, Records: []Record{r}, More: s.first && lead}
+	b := &Batch{Partition: part, Owner: req.Owner, Fence: s.seq, Records: recs, More: s.first && lead}
 	s.first = s.first && !lead
 	return b
 }
@@ -67,8 +71,13 @@ func (s *flowStore) Complete(_ context.Context, b *Batch, _ []Outcome, next *Cla
 		if next != nil {
 			s.chains++
 		}
-	} else if s.lead++; s.lead == leadWant {
-		close(s.done)
+	} else {
+		if next != nil && next.Partition == b.Partition && !b.More {
+			s.kept++
+		}
+		if s.lead++; s.lead == leadWant {
+			close(s.done)
+		}
 	}
 	if next == nil || s.lead >= leadWant {
 		return true, nil, nil
@@ -99,8 +108,10 @@ func (acceptAll) Deliver(context.Context, *Record) error { return nil }
 // A Worker with a ClaimDelay keeps up with its lead lane: the other
 // lanes, kicked by a backlog, complete their partial batches without
 // claiming again (they wait for the next backlog), even though records
-// keep coming, while the lead lane goes on claiming with each completion.
-// Without a ClaimDelay (the realtime handler) every lane goes on.
+// keep coming, while the lead lane goes on claiming with each completion,
+// each time the partition that waited longest. Without a ClaimDelay (the
+// realtime handler) every lane goes on, and a lane stays with a partition
+// that keeps receiving records.
 func TestSpareLanesRestAfterPartialBatches(t *testing.T) {
 	for _, delay := range []time.Duration{time.Microsecond, 0} {
 		s := newFlowStore()
@@ -119,9 +130,13 @@ func TestSpareLanesRestAfterPartialBatches(t *testing.T) {
 		}
 		w.Stop()
 		s.mu.Lock()
-		spare, chains := s.spare, s.chains
+		spare, chains, kept := s.spare, s.chains, s.kept
 		s.mu.Unlock()
 		switch {
+		case delay > 0 && kept > 0:
+			t.Fatalf("ClaimDelay %v: the lead lane went on with its partition after %d partial batches; want it to take the one that waited longest", delay, kept)
+		case delay == 0 && kept == 0:
+			t.Fatal("ClaimDelay 0: the lead lane never went on with a partition still receiving records")
 		case spare == 0:
 			t.Fatalf("ClaimDelay %v: the backlog brought no other lane in", delay)
 		case delay > 0 && chains > 0:

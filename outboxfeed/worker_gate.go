@@ -173,6 +173,14 @@ func (w *Worker) spareLaneRests(l *lane, b *Batch, out []Outcome) bool {
 	return w.cfg.ClaimDelay > 0 && !l.lead && !b.More && len(b.Records) < w.cfg.BatchSize && len(out) == len(b.Records)
 }
 
+// rotates reports whether a lane goes from partition to partition after
+// a partial batch instead of going on with a partition still receiving
+// records (goesOn): a Worker with a ClaimDelay, which keeps up with one
+// lane claiming once per ClaimDelay. Going on with one partition for
+// maxKept batches would leave the others waiting that many ClaimDelays;
+// taking the one that waited longest visits each partition in turn.
+func (w *Worker) rotates() bool { return w.cfg.ClaimDelay > 0 }
+
 // runProbes runs the store's and the broker's probers until ctx ends.
 func (w *Worker) runProbes(ctx context.Context) {
 	var wg sync.WaitGroup

@@ -283,7 +283,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		switch {
 		case b.More || len(out) < len(b.Records):
 			part = b.Partition
-		case goesOn(l, b):
+		case goesOn(l, b) && !w.rotates():
 			part = b.Partition
 			l.kept++
 		}
