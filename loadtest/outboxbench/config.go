@@ -47,8 +47,9 @@ type config struct {
 	WebhookYield bool
 	// WebhookPool is where the webhook handler's Worker takes its
 	// PostgreSQL connections: "shared", the realtime Worker's pool, as
-	// herald feed runs them, or "own", a pool of its own (diagnosis).
-	// Default: shared.
+	// herald feed runs them, "own", a pool of its own, or "own-poll", a
+	// pool of its own and no LISTEN connection (the Worker polls)
+	// (diagnosis). Default: shared.
 	WebhookPool string
 
 	// Records is how many records the drain phase stages before starting
@@ -172,7 +173,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")
 	fs.BoolVar(&c.Webhook, "webhook", c.Webhook, "drain, latency: run each alone, beside, beside, alone; beside, a webhook handler drains the same records to a local receiver answering 204")
 	fs.BoolVar(&c.WebhookYield, "webhook-yield", c.WebhookYield, "-webhook: the webhook handler's Worker yields to the realtime one while it has a backlog, as herald feed runs them")
-	fs.StringVar(&c.WebhookPool, "webhook-pool", c.WebhookPool, "-webhook: the webhook handler's Worker uses the realtime Worker's connection pool (shared, as herald feed) or one of its own (own)")
+	fs.StringVar(&c.WebhookPool, "webhook-pool", c.WebhookPool, "-webhook: the webhook handler's Worker uses the realtime Worker's connection pool (shared, as herald feed) or one of its own (own), without a LISTEN connection (own-poll)")
 	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts; staged: records inserted while it runs")
 	fs.IntVar(&c.StagedProducers, "staged-producers", c.StagedProducers, "staged: concurrent producers inserting while the Worker runs")
 	fs.IntVar(&c.StagedBatch, "staged-batch", c.StagedBatch, "staged: rows per producer transaction (COPY)")
@@ -215,8 +216,8 @@ func (c *config) validate() error {
 	default:
 		bad.Badf("-broker %q: want memory, memory-log or redis", c.Broker)
 	}
-	if c.WebhookPool != "shared" && c.WebhookPool != "own" {
-		bad.Badf("-webhook-pool %q: want shared or own", c.WebhookPool)
+	if c.WebhookPool != "shared" && c.WebhookPool != "own" && c.WebhookPool != "own-poll" {
+		bad.Badf("-webhook-pool %q: want shared, own or own-poll", c.WebhookPool)
 	}
 	if c.StagedProducers < 1 || c.StagedBatch < 1 {
 		bad.Badf("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)

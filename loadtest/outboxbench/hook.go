@@ -43,9 +43,10 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	}
 	workerStore := store
 	var own *pgstore.Store
-	if cfg.WebhookPool == "own" {
+	if cfg.WebhookPool != "shared" {
+		// own-poll: no LISTEN of its own either; the Worker polls.
 		var err error
-		own, err = pgstore.Open(ctx, pgstore.Config{URL: store.Pool().Config().ConnString(), DisableNotifyTrigger: !notify})
+		own, err = pgstore.Open(ctx, pgstore.Config{URL: store.Pool().Config().ConnString(), DisableNotifyTrigger: !notify || cfg.WebhookPool == "own-poll"})
 		if err != nil {
 			return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 		}
