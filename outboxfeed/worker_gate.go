@@ -158,6 +158,29 @@ func (w *Worker) awaitGates(ctx context.Context) bool {
 	}
 }
 
+// spareLaneRests reports whether lane l, having dispatched out of b, waits
+// for a kick instead of claiming again with the completion: a lane other
+// than the lead one of a Worker with a ClaimDelay, after a batch that was
+// partial (less than a full batch, nothing behind it, all of it
+// dispatched). Such a Worker keeps up with one lane, which claims at most
+// once per ClaimDelay; the other lanes are kicked back to work by a claim
+// that finds a backlog (runLane). Without this, every lane a backlog once
+// woke would go on claiming a few records per ClaimDelay, each claim
+// costing the store about what a full one does, and the handler's claims
+// would cost the database Lanes times what the ClaimDelay allows — time
+// the realtime handler's claims wait for on a machine with few cores.
+func (w *Worker) spareLaneRests(l *lane, b *Batch, out []Outcome) bool {
+	return w.cfg.ClaimDelay > 0 && !l.lead && !b.More && len(b.Records) < w.cfg.BatchSize && len(out) == len(b.Records)
+}
+
+// rotates reports whether a lane goes from partition to partition after
+// a partial batch instead of going on with a partition still receiving
+// records (goesOn): a Worker with a ClaimDelay, which keeps up with one
+// lane claiming once per ClaimDelay. Going on with one partition for
+// maxKept batches would leave the others waiting that many ClaimDelays;
+// taking the one that waited longest visits each partition in turn.
+func (w *Worker) rotates() bool { return w.cfg.ClaimDelay > 0 }
+
 // runProbes runs the store's and the broker's probers until ctx ends.
 func (w *Worker) runProbes(ctx context.Context) {
 	var wg sync.WaitGroup

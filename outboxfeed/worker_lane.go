@@ -277,18 +277,22 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		w.leaseLost("publish", len(b.Records))
 		return nil
 	}
-	w.lingerAfter(ctx, b, claimedAt)
+	// A lane that will not claim with the completion has nothing to wait for.
+	rests := w.spareLaneRests(l, b, out)
+	if !rests {
+		w.lingerAfter(ctx, b, claimedAt)
+	}
 	var next *ClaimRequest
 	// No claim rides on the completion while a gate is shut: a lane then
 	// waits at the gates before it claims again (a connection that
 	// survived an outage the store's pings meet would otherwise keep
 	// claiming through completions).
-	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() && !w.gates.store.shut.Load() && !w.yielding() {
+	if ctx.Err() == nil && res.brokerErr == nil && !w.gates.broker.shut.Load() && !w.gates.store.shut.Load() && !w.yielding() && !rests {
 		part := AnyPartition
 		switch {
 		case b.More || len(out) < len(b.Records):
 			part = b.Partition
-		case goesOn(l, b):
+		case goesOn(l, b) && !w.rotates():
 			part = b.Partition
 			l.kept++
 		}
@@ -304,6 +308,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		return nil // left to expire: published again (once) by the next holder
 	}
 	w.completed(b, out, held, claimedAt)
+	l.looked = l.looked || rests
 	if next != nil {
 		w.claimed(nb)
 		w.armed(l, *next)

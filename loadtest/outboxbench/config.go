@@ -45,6 +45,12 @@ type config struct {
 	// realtime one while it has a backlog, as `herald feed` runs them
 	// (outboxfeed.Precedence). Default: true.
 	WebhookYield bool
+	// WebhookPool is where the webhook handler's Worker takes its
+	// PostgreSQL connections: "shared", the realtime Worker's pool, as
+	// herald feed runs them, "own", a pool of its own, or "own-poll", a
+	// pool of its own and no LISTEN connection (the Worker polls)
+	// (diagnosis). Default: shared.
+	WebhookPool string
 
 	// Records is how many records the drain phase stages before starting
 	// the Worker, and the staged phase's producers insert while it runs.
@@ -82,6 +88,10 @@ type config struct {
 	// LatencyProducers is how many connections share the paced staging.
 	// Default: 16.
 	LatencyProducers int
+	// SampleWaits, when positive, samples pg_stat_activity at this
+	// interval during each latency run and prints what the active
+	// backends were doing (diagnosis). Default: 0 (off).
+	SampleWaits time.Duration
 	// LatencyNotify keeps the NOTIFY wake-up trigger installed during the
 	// latency phase; false drops it, so the Worker finds records by
 	// polling every PollInterval. Default: true.
@@ -149,7 +159,7 @@ func defaultConfig() config {
 		Records: 200_000, Channels: 1_000, BatchSize: 1_000, Concurrency: 32, Retained: 100_000,
 		StagedProducers: 4, StagedBatch: 1_000,
 		Rate: 1_000, LatencyDuration: 20 * time.Second, LatencyProducers: 16, LatencyNotify: true,
-		PollInterval: time.Second, WebhookYield: true,
+		PollInterval: time.Second, WebhookYield: true, WebhookPool: "shared",
 		Producers: 16, ProducerDuration: 10 * time.Second,
 		ProducerVariants: "worker/on,none/off,none/off,worker/on",
 	}
@@ -163,6 +173,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")
 	fs.BoolVar(&c.Webhook, "webhook", c.Webhook, "drain, latency: run each alone, beside, beside, alone; beside, a webhook handler drains the same records to a local receiver answering 204")
 	fs.BoolVar(&c.WebhookYield, "webhook-yield", c.WebhookYield, "-webhook: the webhook handler's Worker yields to the realtime one while it has a backlog, as herald feed runs them")
+	fs.StringVar(&c.WebhookPool, "webhook-pool", c.WebhookPool, "-webhook: the webhook handler's Worker uses the realtime Worker's connection pool (shared, as herald feed) or one of its own (own), without a LISTEN connection (own-poll)")
 	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts; staged: records inserted while it runs")
 	fs.IntVar(&c.StagedProducers, "staged-producers", c.StagedProducers, "staged: concurrent producers inserting while the Worker runs")
 	fs.IntVar(&c.StagedBatch, "staged-batch", c.StagedBatch, "staged: rows per producer transaction (COPY)")
@@ -174,6 +185,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Rate, "rate", c.Rate, "latency: paced staging rate, records/s")
 	fs.DurationVar(&c.LatencyDuration, "latency-duration", c.LatencyDuration, "latency: how long to stage")
 	fs.IntVar(&c.LatencyProducers, "latency-producers", c.LatencyProducers, "latency: connections sharing the paced staging")
+	fs.DurationVar(&c.SampleWaits, "sample-waits", c.SampleWaits, "latency: sample pg_stat_activity at this interval and print what the active backends did (0 = off)")
 	fs.BoolVar(&c.LatencyNotify, "latency-notify", c.LatencyNotify, "latency: keep the NOTIFY wake-up trigger (false = the Worker polls every -poll-interval)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "Worker poll interval")
 	fs.DurationVar(&c.ActivePollInterval, "active-poll-interval", c.ActivePollInterval, "Worker active poll interval (0 = the Worker's default)")
@@ -203,6 +215,9 @@ func (c *config) validate() error {
 		}
 	default:
 		bad.Badf("-broker %q: want memory, memory-log or redis", c.Broker)
+	}
+	if c.WebhookPool != "shared" && c.WebhookPool != "own" && c.WebhookPool != "own-poll" {
+		bad.Badf("-webhook-pool %q: want shared, own or own-poll", c.WebhookPool)
 	}
 	if c.StagedProducers < 1 || c.StagedBatch < 1 {
 		bad.Badf("-staged-producers %d / -staged-batch %d: must be ≥ 1", c.StagedProducers, c.StagedBatch)

@@ -25,6 +25,7 @@ const hookName = "bench-hook"
 // process (-webhook).
 type hookSide struct {
 	store   *pgstore.Store
+	own     *pgstore.Store // the handler's own pool (-webhook-pool own), else nil
 	hook    *webhookhandler.Handler
 	worker  *outboxfeed.Worker
 	reg     *prometheus.Registry
@@ -34,13 +35,14 @@ type hookSide struct {
 
 // openBeside opens a phase's store as openReset does and, with recv,
 // registers the webhook handler beside the realtime Worker on it
-// (registerHook); without recv the handler is nil.
-func openBeside(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, notifyTrigger bool, retained int) (*pgstore.Store, *hookSide, error) {
+// (registerHook, timing its store calls on tl when not nil); without recv
+// the handler is nil.
+func openBeside(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, notifyTrigger bool, retained int, tl *timeline) (*pgstore.Store, *hookSide, error) {
 	store, err := db.openReset(ctx, notifyTrigger, retained, cfg.Channels)
 	if err != nil || recv == nil {
 		return store, nil, err
 	}
-	hook, err := registerHook(ctx, store, cfg, recv)
+	hook, err := registerHook(ctx, store, cfg, recv, notifyTrigger, tl)
 	if err != nil {
 		store.Close()
 		return nil, nil, err
@@ -52,9 +54,25 @@ func openBeside(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 // rows already there, retained ones included, are not its); its Worker
 // starts with start. Records staged from now on are its as well as
 // realtime's.
-func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *hookrecv.Receiver) (*hookSide, error) {
+func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *hookrecv.Receiver, notify bool, tl *timeline) (*hookSide, error) {
 	if _, err := store.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: hookName, Type: "webhook", Start: outboxfeed.StartNew}); err != nil {
 		return nil, err
+	}
+	workerStore := store
+	var own *pgstore.Store
+	if cfg.WebhookPool != "shared" {
+		// own-poll: no LISTEN of its own either; the Worker polls.
+		var err error
+		own, err = pgstore.Open(ctx, pgstore.Config{URL: store.Pool().Config().ConnString(), DisableNotifyTrigger: !notify || cfg.WebhookPool == "own-poll"})
+		if err != nil {
+			return nil, errors.Join(err, store.DropHandler(ctx, hookName))
+		}
+		workerStore = own
+	}
+	closeOwn := func() {
+		if own != nil {
+			own.Close()
+		}
 	}
 	var k [32]byte
 	_, _ = rand.Read(k[:])
@@ -63,19 +81,25 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 		Secret: webhook.Secret(webhook.SecretPrefix + base64.StdEncoding.EncodeToString(k[:])),
 	}, nil)
 	if err != nil {
+		closeOwn()
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
-	s := &hookSide{store: store, hook: h, reg: prometheus.NewRegistry(), counter: hookrecv.NewCounter(h)}
+	s := &hookSide{store: store, own: own, hook: h, reg: prometheus.NewRegistry(), counter: hookrecv.NewCounter(h)}
 	if cfg.WebhookYield {
 		s.prec = &outboxfeed.Precedence{}
 	}
-	s.worker, err = outboxfeed.NewDeliveryWorker(store.ForHandler(hookName), s.counter,
+	var hs outboxfeed.Store = workerStore.ForHandler(hookName)
+	if tl != nil {
+		hs = newStageStore(hs.(*pgstore.Store), "webhook", tl)
+	}
+	s.worker, err = outboxfeed.NewDeliveryWorker(hs, s.counter,
 		h.WorkerConfig(outboxfeed.WorkerConfig{
 			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
 			Registerer: s.reg, YieldsTo: s.prec,
 		}))
 	if err != nil {
 		h.Close()
+		closeOwn()
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
 	return s, nil
@@ -107,6 +131,15 @@ func (s *hookSide) done(n int64) (bool, error) {
 	return c >= n, err
 }
 
+// claims is how many claims the handler's Worker made, with records and
+// empty (none without a handler).
+func (s *hookSide) claims() (batch, empty int64, err error) {
+	if s == nil {
+		return 0, 0, nil
+	}
+	return (&pipeline{reg: s.reg}).claims()
+}
+
 // stop, deferred by a phase whose error is *err, stops the Worker (nil:
 // nothing), checks what the handler delivered with check unless the
 // phase failed (its records are checked only once it delivered them),
@@ -117,6 +150,9 @@ func (s *hookSide) stop(ctx context.Context, err *error, check func(context.Cont
 	}
 	s.worker.Stop()
 	s.hook.Close()
+	if s.own != nil {
+		s.own.Close()
+	}
 	if *err == nil {
 		*err = check(ctx)
 	}

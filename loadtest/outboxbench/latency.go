@@ -32,12 +32,16 @@ type latencyResult struct {
 	// record was accepted; Self is this process's (Worker and producers).
 	WorkerPG, Self time.Duration
 	// Claims and EmptyClaims are the Worker's claims with records and
-	// without, in the same span.
-	Claims, EmptyClaims int64
+	// without, in the same span; HookClaims and HookEmptyClaims the
+	// webhook handler's Worker's (beside).
+	Claims, EmptyClaims         int64
+	HookClaims, HookEmptyClaims int64
 	// Beside: a webhook handler drained the same records beside the
 	// realtime Worker (-webhook); WorkerPG and Self then run until it
 	// delivered every record too, and cover both handlers' Workers.
 	Beside bool
+	// Stages splits the realtime Worker's commit → accept.
+	Stages stageTimes
 
 	ids []string // the committed records
 }
@@ -58,7 +62,11 @@ type commitMark struct {
 // beside the realtime Worker.
 func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res latencyResult, err error) {
 	res = latencyResult{Rate: cfg.Rate, Broker: cfg.Broker, Notify: cfg.LatencyNotify, Beside: recv != nil}
-	store, hook, err := openBeside(ctx, db, cfg, recv, cfg.LatencyNotify, cfg.Retained)
+	var tl *timeline
+	if cfg.SampleWaits > 0 {
+		tl = &timeline{}
+	}
+	store, hook, err := openBeside(ctx, db, cfg, recv, cfg.LatencyNotify, cfg.Retained, tl)
 	if err != nil {
 		return res, err
 	}
@@ -71,7 +79,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 			return res, err
 		}
 	}
-	p, err := db.startProducing(ctx, store, cfg, cfg.Broker, true, hook.precedence(), cfg.LatencyProducers)
+	staged := newStageStore(store, "realtime", tl)
+	p, err := db.startProducing(ctx, staged, cfg, cfg.Broker, true, hook.precedence(), cfg.LatencyProducers)
 	if err != nil {
 		return res, err
 	}
@@ -83,6 +92,17 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	claims0, empty0, err := p.claims()
 	if err != nil {
 		return res, err
+	}
+	hookClaims0, hookEmpty0, err := hook.claims()
+	if err != nil {
+		return res, err
+	}
+	staged.reset()
+	res.Stages.begin(store.Pool())
+	var waits *waitSampler
+	tl.start()
+	if cfg.SampleWaits > 0 {
+		waits = startWaitSampler(ctx, db.URL, cfg.SampleWaits)
 	}
 	marks, lag, err := pacedStage(ctx, p.producers, cfg, total)
 	if err != nil {
@@ -109,6 +129,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	if err != nil {
 		return res, fmt.Errorf("outboxbench: latency: the webhook handler: %w", err)
 	}
+	res.Stages.end(store.Pool(), staged, marks, p.pub.acceptTime)
+	sampled := waits.stop()
 	res.WorkerPG = benchkit.ReadAppBackends(ctx, store.Pool(), "herald").Since(pg0)
 	res.Self = benchkit.SelfCPU() - self0
 	claims1, empty1, err := p.claims()
@@ -116,6 +138,11 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		return res, err
 	}
 	res.Claims, res.EmptyClaims = claims1-claims0, empty1-empty0
+	hookClaims1, hookEmpty1, err := hook.claims()
+	if err != nil {
+		return res, err
+	}
+	res.HookClaims, res.HookEmptyClaims = hookClaims1-hookClaims0, hookEmpty1-hookEmpty0
 	commits := make([]time.Duration, 0, len(marks))
 	accepts := make([]time.Duration, 0, len(marks))
 	for _, m := range marks {
@@ -136,6 +163,14 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	fmt.Fprintf(progress, "latency %s: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record; %d claims with records, %d empty\n",
 		besideText(res.Beside), benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
 		res.Claims, res.EmptyClaims)
+	fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), &res.Stages)
+	if res.Beside {
+		fmt.Fprintf(progress, "latency %s: the webhook handler's claims: %d with records, %d empty\n", besideText(res.Beside), res.HookClaims, res.HookEmptyClaims)
+	}
+	if sampled != "" {
+		fmt.Fprintf(progress, "latency %s: active backends, %s", besideText(res.Beside), sampled)
+		fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), tl.slowest(marks, p.pub.acceptTime))
+	}
 	return res, nil
 }
 

@@ -50,7 +50,16 @@
 //     and the PostgreSQL CPU per record and handler, beside ÷ alone.
 //     The webhook handler's Worker yields to the realtime one while it
 //     has a backlog, as herald feed runs them (outboxfeed.Precedence);
-//     -webhook-yield=false runs it without.
+//     -webhook-yield=false runs it without. -webhook-pool own gives the
+//     handler's Worker a connection pool of its own (own-poll: and no
+//     LISTEN connection), for diagnosis.
+//   - -sample-waits D (latency): samples pg_stat_activity every D during
+//     each latency run and prints what the active backends did, how often
+//     the wake-up trigger was armed, and when realtime's slowest 1 % of
+//     records were committed beside the store calls of both handlers
+//     under way then. Every latency run also prints realtime's commit →
+//     claimed and claimed → accepted, its store calls' durations, the
+//     pool's waits and the Go scheduler's latency.
 //   - -staged-producers (default 4), -staged-batch (default 1,000): the
 //     staged phase's producers and rows per transaction.
 //

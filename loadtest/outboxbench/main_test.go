@@ -40,6 +40,26 @@ func TestWebhookSmoke(t *testing.T) {
 	}
 }
 
+// A tiny -webhook latency run with the diagnosis flags: the webhook
+// handler on a pool of its own, the active backends sampled; the progress
+// splits realtime's commit → accept, lists what the backends did and when
+// the slowest records were committed.
+func TestWebhookDiagnosisSmoke(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.DatabaseURL, cfg.Phases, cfg.Webhook = testenv.BaseDatabaseURL(), "latency", true
+	cfg.Channels, cfg.Retained, cfg.WebhookPool, cfg.SampleWaits = 10, 100, "own", 10*time.Millisecond
+	cfg.Rate, cfg.LatencyDuration, cfg.LatencyProducers = 200, time.Second, 2
+	_, progress := benchtest.Smoke(t, cfg.validate, func(ctx context.Context, out, progress io.Writer) error {
+		return run(ctx, cfg, out, progress)
+	})
+	for _, want := range []string{"latency with a webhook handler beside: commit → claimed p50 ", "latency alone: active backends, ",
+		"the wake-up trigger armed in ", "slowest 2 records (≥ "} {
+		if n := strings.Count(progress, want); n < 2 {
+			t.Errorf("progress has %q %d times, want at least 2:\n%s", want, n, progress)
+		}
+	}
+}
+
 // A tiny -business producers run: each transaction inserts a business row
 // and stages a record, with a Worker draining and with no consumer; run
 // checks every commit left its business row, and the report names the

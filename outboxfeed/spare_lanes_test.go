@@ -1,0 +1,148 @@
+package outboxfeed
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// flowStore is a Store whose partitions always have one more record: every
+// claim finds one (the lead lane's first a backlog, which kicks every
+// lane), as when records flow faster than each lane claims. It counts the completions of
+// the lanes other than the lead one.
+type flowStore struct {
+	mu     sync.Mutex
+	held   map[int]bool
+	seq    int64
+	first  bool
+	done   chan struct{} // closed once the lead lane completed leadWant batches
+	lead   int
+	kept   int // the lead lane's completions that went on with their partition
+	spare  int // the other lanes' completions
+	chains int // of which carried the claim of the next batch
+}
+
+const leadWant = 50
+
+func newFlowStore() *flowStore {
+	return &flowStore{held: map[int]bool{}, first: true, done: make(chan struct{})}
+}
+
+// next claims a free partition's next record for req (nil when every
+// partition is held); s.mu is held.
+func (s *flowStore) next(req ClaimRequest) *Batch {
+	part := req.Partition
+	if part == AnyPartition {
+		for part = 0; s.held[part]; part++ {
+		}
+	}
+	if s.held[part] {
+		return nil
+	}
+	s.held[part] = true
+	var recs []Record
+	for range 2 {
+		s.seq++
+		recs = append(recs, Record{ID: "r" + strconv.FormatInt(s.seq, 10), Seq: s.seq, TenantID: "acme", Channel: "c/" + strconv.FormatInt(s.seq, 10),
+			Type: "order.updated", SchemaVersion: 1, Payload: []byte(`{}`), Freshness: []byte(`{"mode":"immediate"}`), OccurredAt: time.Now()})
+	}
+	// The lead lane's first claim finds a backlog.
+	lead := !strings.Contains(req.Owner, "/")
+	b := &Batch{Partition: part, Owner: req.Owner, Fence: s.seq, Records: recs, More: s.first && lead}
+	s.first = s.first && !lead
+	return b
+}
+
+func (s *flowStore) Claim(_ context.Context, req ClaimRequest) (*Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.next(req), nil
+}
+
+func (s *flowStore) Complete(_ context.Context, b *Batch, _ []Outcome, next *ClaimRequest) (bool, *Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, b.Partition)
+	if strings.Contains(b.Owner, "/") {
+		s.spare++
+		if next != nil {
+			s.chains++
+		}
+	} else {
+		if next != nil && next.Partition == b.Partition && !b.More {
+			s.kept++
+		}
+		if s.lead++; s.lead == leadWant {
+			close(s.done)
+		}
+	}
+	if next == nil || s.lead >= leadWant {
+		return true, nil, nil
+	}
+	return true, s.next(*next), nil
+}
+
+func (s *flowStore) Renew(context.Context, *Batch, time.Duration) error { return nil }
+func (s *flowStore) Migrate(context.Context) error                      { return nil }
+func (s *flowStore) Get(context.Context, string) (Record, error)        { return Record{}, ErrNotFound }
+func (s *flowStore) Stats(context.Context) (Stats, error)               { return Stats{}, nil }
+func (s *flowStore) Ping(context.Context) error                         { return nil }
+func (s *flowStore) Close() error                                       { return nil }
+
+func (s *flowStore) Wakeups(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		close(ch)
+	}()
+	return ch
+}
+
+type acceptAll struct{}
+
+func (acceptAll) Deliver(context.Context, *Record) error { return nil }
+
+// A Worker with a ClaimDelay keeps up with its lead lane: the other
+// lanes, kicked by a backlog, complete their partial batches without
+// claiming again (they wait for the next backlog), even though records
+// keep coming, while the lead lane goes on claiming with each completion,
+// each time the partition that waited longest. Without a ClaimDelay (the
+// realtime handler) every lane goes on, and a lane stays with a partition
+// that keeps receiving records.
+func TestSpareLanesRestAfterPartialBatches(t *testing.T) {
+	for _, delay := range []time.Duration{time.Microsecond, 0} {
+		s := newFlowStore()
+		w, err := NewDeliveryWorker(s, acceptAll{}, WorkerConfig{Handler: "hooks", Owner: "o", Lanes: 4, BatchSize: 64,
+			ClaimDelay: delay, PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-s.done:
+		case <-time.After(time.Minute):
+			t.Fatal("the lead lane did not complete its batches")
+		}
+		w.Stop()
+		s.mu.Lock()
+		spare, chains, kept := s.spare, s.chains, s.kept
+		s.mu.Unlock()
+		switch {
+		case delay > 0 && kept > 0:
+			t.Fatalf("ClaimDelay %v: the lead lane went on with its partition after %d partial batches; want it to take the one that waited longest", delay, kept)
+		case delay == 0 && kept == 0:
+			t.Fatal("ClaimDelay 0: the lead lane never went on with a partition still receiving records")
+		case spare == 0:
+			t.Fatalf("ClaimDelay %v: the backlog brought no other lane in", delay)
+		case delay > 0 && chains > 0:
+			t.Fatalf("ClaimDelay %v: %d of the other lanes' %d completions claimed the next batch; want none", delay, chains, spare)
+		case delay == 0 && chains == 0:
+			t.Fatalf("ClaimDelay 0: none of the other lanes' %d completions claimed the next batch", spare)
+		}
+	}
+}
