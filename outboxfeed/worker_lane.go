@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/heraldgw/herald/internal/wait"
@@ -39,12 +38,6 @@ type lane struct {
 	// kept counts the batches in a row this lane went on with in one
 	// partition after its range was done (goesOn).
 	kept int
-	// waiting says the lane waits for a kick after a claim that found
-	// nothing; kickIdle may wake it from kickableAt (Unix ns) on. dry
-	// counts its claims in a row that found nothing after such a kick.
-	waiting    atomic.Bool
-	kickableAt atomic.Int64
-	dry        int
 }
 
 // unkick takes back a kick (a wake-up, or another lane's) that came before
@@ -93,27 +86,6 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 			signal(l.kicked)
 		}
 	}
-	// A lane whose completion went on with its partition and found
-	// records there (work) wakes one lane that waits, so that the other
-	// partitions' records are claimed by another lane rather than after
-	// the partition this one goes on with (waiting behind it cost records
-	// most of their commit → publish latency at a steady 1,000/s). A
-	// Worker with a ClaimDelay gathers records into fewer claims instead.
-	var turn atomic.Uint32
-	kickIdle := func(from *lane) {
-		if w.cfg.ClaimDelay > 0 {
-			return
-		}
-		now := time.Now().UnixNano()
-		start := int(turn.Add(1))
-		for j := range lanes {
-			o := lanes[(start+j)%len(lanes)]
-			if o != from && o.waiting.Load() && now >= o.kickableAt.Load() {
-				signal(o.kicked)
-				return
-			}
-		}
-	}
 	// A wake-up goes to the lead lane; it kicks the others when it finds a
 	// backlog (runLane), so a lone record costs one claim, not one a lane.
 	// Without a trigger to arm, every lane looks.
@@ -123,7 +95,7 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 	}
 	var wg sync.WaitGroup
 	for _, l := range lanes {
-		wg.Go(func() { w.runLane(ctx, l, kickAll, kickIdle) })
+		wg.Go(func() { w.runLane(ctx, l, kickAll) })
 	}
 	for {
 		select {
@@ -146,7 +118,7 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 // once; one that found none waits for a wake-up (the lead lane keeps the
 // trigger armed) or PollInterval, or, while records come faster than it
 // claims (polls), claims again after ActivePollInterval.
-func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func(), kickIdle func(*lane)) {
+func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 	var b *Batch
 	for ctx.Err() == nil {
 		if b == nil && l.looked {
@@ -173,7 +145,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func(), kickIdle 
 				w.idle(ctx, l)
 				continue
 			}
-			l.empties, l.dry = 0, 0
+			l.empties = 0
 			l.streak++
 			if b.More || len(b.Records) >= max(1, w.cfg.BatchSize/16) {
 				// A backlog builds: the other lanes take the other
@@ -183,7 +155,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func(), kickIdle 
 			}
 		}
 		l.lastWork = time.Now()
-		b = w.work(ctx, l, b, kickIdle)
+		b = w.work(ctx, l, b)
 	}
 }
 
@@ -254,14 +226,7 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 	switch {
 	case !l.lead:
 		// Only the lead lane polls; the others wait for the wake-ups and
-		// the kicks of a lane that found records (kickIdle). A lane whose
-		// claims after such kicks keep finding nothing (the partitions with
-		// records are all held: one partition's flow) takes the next kick
-		// of kickIdle only after a wait that doubles with each of them, up
-		// to IdleAfter.
-		back := min(w.cfg.ActivePollInterval<<min(l.dry, 16), w.cfg.IdleAfter)
-		l.dry++
-		l.kickableAt.Store(time.Now().Add(back).UnixNano())
+		// the kicks of a lane that found records.
 	case polls:
 		wait = activePoll(w.cfg.ActivePollInterval, w.cfg.IdleAfter, l.empties)
 		l.empties++
@@ -278,10 +243,7 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 	default:
 		l.followUp = false
 	}
-	l.waiting.Store(true)
-	kicked := w.waitKick(ctx, l, wait)
-	l.waiting.Store(false)
-	if kicked {
+	if w.waitKick(ctx, l, wait) {
 		l.lastWork = time.Now()
 		l.empties = 0
 	}
@@ -295,7 +257,7 @@ func (w *Worker) waitKick(ctx context.Context, l *lane, d time.Duration) bool {
 
 // work dispatches b, completes it and returns the batch the completion
 // claimed next (nil when none, or when the Worker is stopping).
-func (w *Worker) work(ctx context.Context, l *lane, b *Batch, kickIdle func(*lane)) *Batch {
+func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	claimedAt := time.Now()
 	out, res := w.dispatch(ctx, b, claimedAt)
 	switch {
@@ -342,12 +304,6 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch, kickIdle func(*lan
 		l.looked = nb == nil && (l.kept == 0 || !held)
 		if nb != nil {
 			l.streak++
-			l.dry = 0
-			if nb.Partition == b.Partition {
-				// This lane stays with its partition: another one looks
-				// after the others' records (runLanes).
-				kickIdle(l)
-			}
 		} else {
 			l.kept = 0
 		}
