@@ -392,11 +392,14 @@ func newTestHook(t *testing.T) *testHook {
 	return h
 }
 
-// hookEnv is a gateway whose authorizer asks hook (with a 300 ms timeout)
-// and accepts subscription tokens.
+// hookEnv is a gateway whose authorizer asks hook and accepts
+// subscription tokens. The webhook timeout is long: the tests that use it
+// need a webhook that is up to answer, however busy the machine (a
+// timeout is the same "unavailable" as a webhook that is down);
+// TestSlowWebhookBlocksNothing sets one of its own.
 func hookEnv(t *testing.T, hookURL string, deps func(*Deps)) *testEnv {
 	t.Helper()
-	return hookEnvTimeout(t, hookURL, 300*time.Millisecond, deps)
+	return hookEnvTimeout(t, hookURL, time.Minute, deps)
 }
 
 func hookEnvTimeout(t *testing.T, hookURL string, timeout time.Duration, deps func(*Deps)) *testEnv {

@@ -66,12 +66,12 @@ func wsWriting() bool { return stackCount("internal/ws.(*frameSink).write(") > 0
 // TestWSTimeoutReleasesBlockedWriter: a peer that stopped reading (and
 // sending) while publications flowed leaves the writer blocked on a full
 // socket; closed for the client timeout, the connection is released at
-// once, not when the blocked write reaches WriteTimeout (a minute here).
+// once, not when the blocked write reaches WriteTimeout (an hour here:
+// publishing may take minutes on a busy machine, and the writer blocks on
+// the first megabytes).
 func TestWSTimeoutReleasesBlockedWriter(t *testing.T) {
 	e := newEnv(t, envOptions{history: 500, cfg: Config{
-		// Time for the publications to fill the sockets before the client
-		// timeout, on a busy machine too.
-		HeartbeatInterval: 5 * time.Second, ClientTimeout: 10 * time.Second, WriteTimeout: time.Minute,
+		HeartbeatInterval: 5 * time.Second, ClientTimeout: 10 * time.Second, WriteTimeout: time.Hour,
 	}})
 	c := wstest.DialRaw(t, e.srv.Addr(), append(connectFrame(e, 1), wstest.TextFrame(`{"id":2,"op":"subscribe","channel":"orders/1"}`)...))
 	c.AwaitReplies([]uint64{1, 2}, nil)
@@ -80,13 +80,21 @@ func TestWSTimeoutReleasesBlockedWriter(t *testing.T) {
 		t.Fatalf("%d connections", len(conns))
 	}
 	conn := conns[0]
-	// The peer stops here. 400 publications of 64 KB are more than the
-	// socket buffers of both ends hold.
+	// The peer stops reading here. 400 publications of 64 KB are more
+	// than the socket buffers of both ends hold. Until the writer blocks,
+	// the peer sends a pong at each step: the client timeout does not end
+	// the connection while a busy machine is still publishing. Then the
+	// peer stops sending too.
+	pong := wstest.TextFrame(`{"op":"pong"}`)
 	data := `"` + strings.Repeat("x", 64<<10) + `"`
 	for range 400 {
+		c.Send(pong)
 		e.publish("acme", "orders/1", data)
 	}
-	eventually(t, time.Minute, "the writer to block on the stopped peer", wsWriting)
+	eventually(t, time.Minute, "the writer to block on the stopped peer", func() bool {
+		c.Send(pong)
+		return wsWriting()
+	})
 	<-conn.Done() // the client timeout
 	if r := conn.Reason(); r.Code != session.ReasonTimeout.Code {
 		t.Fatalf("closed for %s", r.Code)

@@ -104,6 +104,41 @@ func TestWSClientTimeout(t *testing.T) {
 	}
 }
 
+// TestWSClientTimeoutCountsUnreadFrames: a client whose frames wait in
+// the socket while the server's reader is held up (here in a connect the
+// test holds, as a busy machine would hold it) is not closed for the
+// client timeout: what it sent counts as received, however late the
+// server reads it. Once read, it is served; silent from then on, it is
+// closed for the timeout.
+func TestWSClientTimeoutCountsUnreadFrames(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e := newEnv(t, envOptions{
+		bounds: session.Bounds{ClientTimeout: timeout, ConnectTimeout: time.Hour},
+		connect: func() {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		},
+	})
+	c := wstest.DialRaw(t, e.addr, connectFrame(e, 1))
+	<-entered // the reader read the connect frame and waits in it
+	c.Send(wstest.TextFrame(`{"op":"pong"}`))
+	// A silent client accepted after the pong was sent is closed for the
+	// timeout: the held connection's timeout has passed as well.
+	e.dialWS(wstest.DialOpts{}).ClosedWith("timeout", session.CloseTimeout)
+	close(release)
+	c.AwaitReplies([]uint64{1}, nil)
+	if code := c.AwaitClose(true); code != session.CloseTimeout {
+		t.Fatalf("close code %d, want %d", code, session.CloseTimeout)
+	}
+	if n := testenv.MetricValue(t, e.limits.WithLabelValues(session.LimitClientTimeout)); n != 2 {
+		t.Fatalf("herald_limit_rejections_total{client_timeout} = %v, want 2", n)
+	}
+}
+
 // TestWSConnectTimeout: no connect frame within ConnectTimeout closes
 // with timeout (4005).
 func TestWSConnectTimeout(t *testing.T) {

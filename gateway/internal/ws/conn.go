@@ -405,9 +405,15 @@ func (w *Conn) Touch() { w.lastRecv.Store(time.Now().UnixNano()) }
 // timeoutsDue closes a connection that sent no connect frame within
 // ConnectTimeout of its start, or nothing for ClientTimeout; otherwise it
 // returns when either could first happen. False: it closed the
-// connection.
+// connection. Bytes of the client's that wait in the socket count as
+// received: the client answered, and only the server was late to read
+// (a busy machine), which must not cost the client its connection.
 func (w *Conn) timeoutsDue(b *session.Bounds, now time.Time) (time.Duration, bool) {
 	idle := now.Sub(time.Unix(0, w.lastRecv.Load()))
+	if idle >= b.ClientTimeout && w.raw.unread() {
+		w.lastRecv.Store(now.UnixNano())
+		idle = 0
+	}
 	if idle >= b.ClientTimeout {
 		w.limit(session.LimitClientTimeout)
 		w.c.Close(session.WithMessage(session.ReasonTimeout, fmt.Sprintf(

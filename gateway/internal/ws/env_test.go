@@ -50,7 +50,9 @@ type testEnv struct {
 	wsEnv    *ws.Env
 	verifier *auth.HMACVerifier
 	ids      atomic.Uint64
-	runs     sync.WaitGroup // the connections, until they end
+	// connectHook is envOptions.connect.
+	connectHook func()
+	runs        sync.WaitGroup // the connections, until they end
 
 	mu     sync.Mutex
 	conns  map[*session.Conn]struct{} // accepted, not ended
@@ -69,6 +71,9 @@ type envOptions struct {
 	authz func(authorizer) authorizer
 	// recoverer wraps what the core recovers from (the broker).
 	recoverer func(session.History) session.History
+	// connect, when set, runs in each connect request's reader before the
+	// token is checked: a test holds the reader there.
+	connect func()
 }
 
 // newEnv starts a testEnv for o, stopped when t ends.
@@ -86,6 +91,8 @@ func newEnv(t *testing.T, o envOptions) *testEnv {
 		verifier: auth.NewHMACVerifier(testSecret, o.leeway),
 		conns:    map[*session.Conn]struct{}{},
 		closed:   map[string]int{},
+
+		connectHook: o.connect,
 	}
 	core := sessiontest.New(t, sessiontest.Options{
 		Bounds: o.bounds, History: o.history, HistoryTTL: o.historyTTL, Recoverer: o.recoverer,
@@ -124,6 +131,9 @@ func newEnv(t *testing.T, o envOptions) *testEnv {
 func (e *testEnv) serve(w http.ResponseWriter, r *http.Request) {
 	c := session.New(e.env, e.ids.Add(1), "ws", &auth.Claims{}, r.RemoteAddr)
 	connect := func(_ context.Context, token string) (*auth.Claims, session.Reason, string) {
+		if e.connectHook != nil {
+			e.connectHook()
+		}
 		claims, reason, msg := e.verify(token)
 		if reason.Code == "" {
 			c.Claims = claims

@@ -181,6 +181,20 @@ func (c *frameWatch) wait() {
 	_ = c.sc.Read(peekable)
 }
 
+// unread reports whether the client's bytes wait in the socket, not read
+// yet: the client sent them, however late the reader is to read them. A
+// connection that is not a socket has none.
+func (c *frameWatch) unread() bool {
+	if c.sc == nil {
+		return false
+	}
+	var ok bool
+	if err := c.sc.Control(func(fd uintptr) { ok = unread(fd) }); err != nil {
+		return false
+	}
+	return ok
+}
+
 // Write implements net.Conn for the library's write buffer, which passes
 // on what of a frame does not fit in it: the frame's first bytes (its
 // header and the start of its payload, as much as the buffer holds),

@@ -8,3 +8,6 @@ const canWait = false
 
 // peekable is not used where canWait is false.
 func peekable(uintptr) bool { return true }
+
+// unread is not used where canWait is false.
+func unread(uintptr) bool { return false }

@@ -18,3 +18,11 @@ func peekable(fd uintptr) bool {
 	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK)
 	return !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EINTR)
 }
+
+// unread reports whether the socket fd holds bytes not read yet; it never
+// waits.
+func unread(fd uintptr) bool {
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return err == nil && n > 0
+}
