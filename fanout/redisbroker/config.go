@@ -48,7 +48,9 @@ type Config struct {
 	// broker asks SentinelAddrs for the current primary, connects to it,
 	// and follows a failover (go-redis's failover client): commands and
 	// the pub/sub connection go to the new primary once the sentinels
-	// have promoted it. Default "": no Sentinel.
+	// have promoted it. A new connection to a server that answers ROLE as
+	// a replica (the old primary back, named by a sentinel still behind
+	// the failover) is refused and retried. Default "": no Sentinel.
 	SentinelMaster string
 
 	// SentinelAddrs are the host:port of the sentinels, at least one;
