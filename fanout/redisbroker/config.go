@@ -264,9 +264,8 @@ func (c Config) failoverClient() (redis.UniversalClient, error) {
 const errNotPrimary = "READONLY fanout: redis: the server the sentinel named is a replica, not the primary (a failover is under way)"
 
 // primaryOnly is the OnConnect of the failover client: it refuses a new
-// connection to a replica. The sentinel asked for the
-// primary's address may still name the old primary for a moment after a
-// failover, and a dial that began before go-redis heard of the failover
+// connection to a replica. The sentinel asked for the primary's address
+// may still name the old primary for a moment after a failover, and a dial that began before go-redis heard of the failover
 // may end after it dropped the connections to the old address. When the
 // old primary is back, as a replica, such a connection would stay in the
 // pool: its script cache is empty (EVALSHA answers NOSCRIPT however often
