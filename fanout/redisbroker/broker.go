@@ -57,6 +57,14 @@ type Broker struct {
 	topics    map[string]*topicState
 	loops     sync.WaitGroup // the shards' receive loops
 
+	// resyncMu guards the resync gate: resyncs wait (in resyncWait) until
+	// the command client answered a PING since the pub/sub connection
+	// was last lost (cmdOK), see resync.
+	resyncMu   sync.Mutex
+	cmdOK      bool
+	probing    bool
+	resyncWait []fanout.Key
+
 	handler   fanout.Handler
 	prepared  fanout.PreparedHandler // handler as fanout.PreparedHandler, or nil
 	resyncer  fanout.Resyncer        // handler as fanout.Resyncer, or nil
@@ -171,35 +179,34 @@ func (b *Broker) Publish(ctx context.Context, msg fanout.Message) (fanout.Public
 
 // publishReplicated runs the publish script and WAIT for WaitReplicas
 // replicas on one connection, in one round trip (WAIT counts the replicas
-// that have this connection's writes). A script not yet loaded is loaded
-// and the pair sent again.
+// that have this connection's writes). A script the connection's server
+// has not loaded is sent again with EVAL, on the same connection, which
+// loads it there.
 func (b *Broker) publishReplicated(ctx context.Context, keys []string, args []any) ([]any, error) {
-	for loaded := false; ; loaded = true {
-		var script *redis.Cmd
-		var wait *redis.Cmd
+	var script, wait *redis.Cmd
+	run := func(eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) error {
 		_, err := b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			script = publishScript.EvalSha(ctx, p, keys, args...)
+			script = eval(ctx, p, keys, args...)
 			wait = p.Do(ctx, "wait", b.cfg.WaitReplicas, b.cfg.WaitTimeout.Milliseconds())
 			return nil
 		})
-		if err != nil && !loaded && redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
-			if err := publishScript.Load(ctx, b.client).Err(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		res, err := script.Slice()
-		if err != nil {
-			return nil, err
-		}
-		if n, _ := wait.Int64(); n < int64(b.cfg.WaitReplicas) {
-			return nil, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, n, b.cfg.WaitReplicas, b.cfg.WaitTimeout)
-		}
-		return res, nil
+		return err
 	}
+	err := run(publishScript.EvalSha)
+	if err != nil && redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
+		err = run(publishScript.Eval)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res, err := script.Slice()
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := wait.Int64(); n < int64(b.cfg.WaitReplicas) {
+		return nil, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, n, b.cfg.WaitReplicas, b.cfg.WaitTimeout)
+	}
+	return res, nil
 }
 
 // Recover returns the publications of key after since, when the stream

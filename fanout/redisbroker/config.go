@@ -48,7 +48,9 @@ type Config struct {
 	// broker asks SentinelAddrs for the current primary, connects to it,
 	// and follows a failover (go-redis's failover client): commands and
 	// the pub/sub connection go to the new primary once the sentinels
-	// have promoted it. Default "": no Sentinel.
+	// have promoted it. A new connection to a server that answers ROLE as
+	// a replica (the old primary back, named by a sentinel still behind
+	// the failover) is refused and retried. Default "": no Sentinel.
 	SentinelMaster string
 
 	// SentinelAddrs are the host:port of the sentinels, at least one;
@@ -253,7 +255,35 @@ func (c Config) failoverClient() (redis.UniversalClient, error) {
 		PoolSize: opt.PoolSize, PoolTimeout: opt.PoolTimeout, MinIdleConns: opt.MinIdleConns, MaxIdleConns: opt.MaxIdleConns,
 		ConnMaxIdleTime: opt.ConnMaxIdleTime, ConnMaxLifetime: opt.ConnMaxLifetime,
 		TLSConfig: opt.TLSConfig,
+		Dialer:    c.dialer, OnConnect: primaryOnly,
 	}), nil
+}
+
+// errNotPrimary starts with READONLY, the error of a write sent to a
+// replica, which go-redis retries on a new connection.
+const errNotPrimary = "READONLY fanout: redis: the server the sentinel named is a replica, not the primary (a failover is under way)"
+
+// primaryOnly is the OnConnect of the failover client: it refuses a new
+// connection to a replica. The sentinel asked for the primary's address
+// may still name the old primary for a moment after a failover, and a dial that began before go-redis heard of the failover
+// may end after it dropped the connections to the old address. When the
+// old primary is back, as a replica, such a connection would stay in the
+// pool: its script cache is empty (EVALSHA answers NOSCRIPT however often
+// the script is loaded through other connections) and a PUBLISH sent
+// there reaches only that replica's subscribers. Refused, the command is
+// retried on a new connection, dialed to the address the sentinels name
+// then.
+func primaryOnly(ctx context.Context, cn *redis.Conn) error {
+	role, err := cn.Do(ctx, "ROLE").Slice()
+	if err != nil {
+		return err
+	}
+	// go-redis also runs it on its connections to the sentinels (ROLE
+	// "sentinel"): only a replica is refused.
+	if len(role) > 0 && role[0] == "slave" {
+		return errors.New(errNotPrimary)
+	}
+	return nil
 }
 
 // urlError is the config error for a URL go-redis cannot read. A

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -268,5 +269,53 @@ func restartAsReplica(t *testing.T, s *testenv.RedisSentinel, ctx context.Contex
 	}
 	if now, err := s.PrimaryNow(ctx); err == nil && now != s.Primary {
 		s.RestartAsReplica(s.Primary, now)
+	}
+}
+
+// TestRedisSentinelStaleAddressIsRefused: just after a failover, the
+// sentinel a dial asks may still name the old primary, back by then as a
+// replica (empty, so its script cache too). Here the dialer sends one
+// connection there while the others reach the primary: the publish
+// script's pipeline gets it, and the script is loaded through another
+// connection. The broker must not keep that connection: Publish (WAIT
+// for the replica) succeeds, its record is in the primary's history, and
+// later publications succeed too.
+func TestRedisSentinelStaleAddressIsRefused(t *testing.T) {
+	t.Parallel()
+	s := testenv.StartRedisSentinel(t)
+	ctx := fanouttest.Context(t)
+	_, prefix := testenv.Redis(t)
+	var stale, redirected atomic.Int32 // dials still to send to the replica; dials sent there
+	cfg := Config{
+		SentinelMaster: testenv.SentinelMaster, SentinelAddrs: s.Sentinels, KeyPrefix: prefix,
+		WaitReplicas: 1, WaitTimeout: 5 * time.Second,
+		dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == s.Primary && stale.Add(-1) >= 0 {
+				addr = s.Replica // what a sentinel behind the failover names
+				redirected.Add(1)
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	b := newTestRedisBroker(t, cfg)
+	if err := b.Ping(ctx); err != nil { // a command connection to the primary
+		t.Fatal(err)
+	}
+	stale.Store(1) // the pipeline's first connection
+	key := fanout.Key{Tenant: "acme", Channel: "stale"}
+	var want []string
+	for i := range 3 {
+		p, err := b.Publish(ctx, fanouttest.Msg(key, fmt.Sprintf("m%d", i)))
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		want = append(want, p.ID)
+	}
+	if got := fanouttest.IDs(fanouttest.History(t, b, key)); !slices.Equal(got, want) {
+		t.Fatalf("history %v, want %v", got, want)
+	}
+	if n := redirected.Load(); n != 1 {
+		t.Fatalf("%d dials sent to the replica, want 1", n)
 	}
 }
