@@ -265,8 +265,9 @@ const errNotPrimary = "READONLY fanout: redis: the server the sentinel named is 
 
 // primaryOnly is the OnConnect of the failover client: it refuses a new
 // connection to a replica. The sentinel asked for the primary's address
-// may still name the old primary for a moment after a failover, and a dial that began before go-redis heard of the failover
-// may end after it dropped the connections to the old address. When the
+// may still name the old primary for a moment after a failover, and a
+// dial that began before go-redis heard of the failover may end after it
+// dropped the connections to the old address. When the
 // old primary is back, as a replica, such a connection would stay in the
 // pool: its script cache is empty (EVALSHA answers NOSCRIPT however often
 // the script is loaded through other connections) and a PUBLISH sent
