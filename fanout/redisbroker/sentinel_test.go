@@ -155,11 +155,22 @@ func TestRedisSentinelFailover(t *testing.T) {
 			resumedAt.CompareAndSwap(0, time.Now().UnixNano())
 		}
 	}
+	// The queue is never closed: the nodes' brokers may still hand a
+	// follower a resync (one held until the command client answered)
+	// after the resumers stopped; it holds every follower, so such a late
+	// enqueue never blocks.
 	queue := make(chan *follower, 2*channels*perNode)
+	stop := make(chan struct{})
 	var resumers sync.WaitGroup
 	for range 8 {
 		resumers.Go(func() {
-			for f := range queue {
+			for {
+				var f *follower
+				select {
+				case <-stop:
+					return
+				case f = <-queue:
+				}
 				if !f.resume(ctx) {
 					time.Sleep(20 * time.Millisecond) // the broker is not back yet
 					f.mu.Lock()
@@ -222,7 +233,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 			t.Fatalf("follower of %v on %d of %d: %v", f.key, f.next-1, top, err)
 		}
 	}
-	close(queue)
+	close(stop)
 	resumers.Wait()
 
 	for _, k := range keys {
