@@ -57,14 +57,6 @@ type Broker struct {
 	topics    map[string]*topicState
 	loops     sync.WaitGroup // the shards' receive loops
 
-	// resyncMu guards the resync gate: resyncs wait (in resyncWait) until
-	// the command client answered a PING since the pub/sub connection
-	// was last lost (cmdOK), see resync.
-	resyncMu   sync.Mutex
-	cmdOK      bool
-	probing    bool
-	resyncWait []fanout.Key
-
 	handler   fanout.Handler
 	prepared  fanout.PreparedHandler // handler as fanout.PreparedHandler, or nil
 	resyncer  fanout.Resyncer        // handler as fanout.Resyncer, or nil

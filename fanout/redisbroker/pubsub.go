@@ -226,7 +226,6 @@ func (b *Broker) receiveLoop(ctx context.Context, sh *redisShard) {
 				continue
 			}
 			pinged = false
-			b.commandsInDoubt()
 			if failures == 0 {
 				b.m.reconnects.Inc()
 				b.logs.Warn("fanout: redis pub/sub connection lost; reconnecting", "addr", sh.addr, "err", err)
@@ -268,7 +267,7 @@ func (b *Broker) receiveLoop(ctx context.Context, sh *redisShard) {
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
 				if key, resync := b.confirm(sh, m.Channel); resync && b.resyncer != nil {
-					b.resync(ctx, key)
+					b.resyncer.HandleResync(key)
 				}
 			case "sunsubscribe":
 				if b.cluster != nil {
@@ -276,64 +275,6 @@ func (b *Broker) receiveLoop(ctx context.Context, sh *redisShard) {
 				}
 			}
 		}
-	}
-}
-
-// commandsInDoubt closes the resync gate: the pub/sub connection was
-// lost, so the command client's may be too.
-func (b *Broker) commandsInDoubt() {
-	b.resyncMu.Lock()
-	b.cmdOK = false
-	b.resyncMu.Unlock()
-}
-
-// resync tells the handler that publications of key may have been lost,
-// once the command client answers: the subscription can be back (its
-// connection pool dials at once) while the command client still fails
-// without dialing, for up to a second, with the error of its last dial
-// (go-redis stops dialing after as many failed dials as its pool size, to
-// the primary that died), and the handler's Recover would fail.
-func (b *Broker) resync(ctx context.Context, key fanout.Key) {
-	b.resyncMu.Lock()
-	if b.cmdOK {
-		b.resyncMu.Unlock()
-		b.resyncer.HandleResync(key)
-		return
-	}
-	b.resyncWait = append(b.resyncWait, key)
-	start := !b.probing
-	b.probing = true
-	b.resyncMu.Unlock()
-	if start {
-		b.loops.Go(func() { b.probeCommands(ctx) })
-	}
-}
-
-// probeCommands pings through the command client until it answers (or
-// ctx ends), then opens the resync gate and hands the handler the
-// resyncs that waited.
-func (b *Broker) probeCommands(ctx context.Context) {
-	for n := 1; ; n++ {
-		pctx, cancel := context.WithTimeout(ctx, b.cfg.HealthCheckInterval)
-		err := b.client.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			break
-		}
-		if !wait.Sleep(ctx, max(backoff(n), 10*time.Millisecond)) {
-			b.resyncMu.Lock()
-			b.probing = false
-			b.resyncMu.Unlock()
-			return
-		}
-	}
-	b.resyncMu.Lock()
-	b.cmdOK, b.probing = true, false
-	keys := b.resyncWait
-	b.resyncWait = nil
-	b.resyncMu.Unlock()
-	for _, k := range keys {
-		b.resyncer.HandleResync(k)
 	}
 }
 
@@ -358,7 +299,6 @@ func (b *Broker) replaceShard(ctx context.Context, sh *redisShard) {
 		b.restoreShard(ctx, sh)
 		return
 	}
-	b.commandsInDoubt()
 	b.mu.Lock()
 	old := b.renewLocked(ctx, sh)
 	if old == nil {
