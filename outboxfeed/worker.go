@@ -317,6 +317,7 @@ func (w *Worker) refreshStats(ctx context.Context) {
 	w.gates.noteAge(age)
 	w.m.successRatio.Set(w.health.ratio())
 	if w.hs != nil && w.cfg.Handler != RealtimeHandler {
+		w.retryRecovery(ctx)
 		w.refreshState(ctx)
 	}
 }
@@ -325,6 +326,7 @@ func (w *Worker) refreshStats(ctx context.Context) {
 // and the target's health (another Worker of the handler may have
 // disabled it, an operator enabled it).
 func (w *Worker) refreshState(ctx context.Context) {
+	gen := w.health.gaugeGen()
 	hs, err := w.hs.Handlers(ctx)
 	if err != nil {
 		return
@@ -337,14 +339,15 @@ func (w *Worker) refreshState(ctx context.Context) {
 		if h.State == HandlerDisabled {
 			off = 1
 		}
-		w.m.disabled.Set(off)
 		// The store's word, both ways: a reading taken just before a lane
-		// marked the target failing must not leave the gauge up for good.
+		// marked the target failing must not leave the gauge up for good,
+		// and one taken just before a lane saw it recover must not put it
+		// down (refreshGauges drops a reading older than an observation).
 		up := 0.0
 		if h.FailingSince.IsZero() && h.State != HandlerDisabled {
 			up = 1
 		}
-		w.m.targetUp.Set(up)
+		w.refreshGauges(gen, up, off)
 	}
 }
 

@@ -20,7 +20,55 @@ type health struct {
 	// was under way when the target came back) says nothing newer.
 	last    time.Time
 	ok, bad int64 // attempts since the last stats refresh
+	// recovered says a delivery went through while failing: the store is
+	// told so by recordRecovery, again on each stats refresh until it
+	// answers (the last records may have gone out while it was down).
+	recovered bool
+
+	// gauges guards herald_outbox_target_up and _handler_disabled: a
+	// Worker's own observation bumps gen, and a stats refresh whose
+	// reading of the store began before it leaves the gauges alone (its
+	// reading is older than what the Worker just saw).
+	gauges sync.Mutex
+	gen    uint64
 }
+
+// setGauges sets the target and disabled gauges from the Worker's own
+// observation (nil leaves one as it is).
+func (w *Worker) setGauges(up, disabled *float64) {
+	h := &w.health
+	h.gauges.Lock()
+	defer h.gauges.Unlock()
+	h.gen++
+	if up != nil {
+		w.m.targetUp.Set(*up)
+	}
+	if disabled != nil {
+		w.m.disabled.Set(*disabled)
+	}
+}
+
+// gaugeGen returns the observation count a stats refresh starts from.
+func (h *health) gaugeGen() uint64 {
+	h.gauges.Lock()
+	defer h.gauges.Unlock()
+	return h.gen
+}
+
+// refreshGauges sets the gauges from a reading of the store begun at
+// observation count gen, unless the Worker observed its target since.
+func (w *Worker) refreshGauges(gen uint64, up, disabled float64) {
+	h := &w.health
+	h.gauges.Lock()
+	defer h.gauges.Unlock()
+	if h.gen != gen {
+		return
+	}
+	w.m.targetUp.Set(up)
+	w.m.disabled.Set(disabled)
+}
+
+var gaugeOn, gaugeOff = 1.0, 0.0
 
 // observe records the result of one dispatched batch, claimed at
 // claimedAt: failure is the error of an outage or of a record's retryable
@@ -44,22 +92,19 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, cla
 	}
 	switch {
 	case succeeded && h.failing:
-		if _, err := w.hs.MarkFailing(ctx, w.cfg.Handler, false, ""); err != nil {
-			return // the store is down: tried again with the next success
-		}
 		h.last = claimedAt
-		h.failing, h.since = false, time.Time{}
-		w.m.targetUp.Set(1)
-		w.log.Info("handler target accepts deliveries again")
+		h.recovered = true
+		w.recordRecovery(ctx)
 	case failure != nil && !succeeded:
 		since, err := w.hs.MarkFailing(ctx, w.cfg.Handler, true, failure.Error())
 		if err != nil {
 			return
 		}
 		h.last = claimedAt
+		h.recovered = false
 		if !h.failing {
 			h.failing, h.since = true, since
-			w.m.targetUp.Set(0)
+			w.setGauges(&gaugeOff, nil)
 			w.log.Warn("handler target failing", "since", since, "err", failure)
 		}
 		if w.cfg.DisableAfter > 0 && !since.IsZero() && time.Since(since) >= w.cfg.DisableAfter {
@@ -68,6 +113,30 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, cla
 	case succeeded:
 		h.last = claimedAt
 	}
+}
+
+// recordRecovery tells the store that the target accepts deliveries
+// again; h.mu is held. A store that does not answer is told on the next
+// success or stats refresh.
+func (w *Worker) recordRecovery(ctx context.Context) {
+	h := &w.health
+	if !h.failing || !h.recovered {
+		return
+	}
+	if _, err := w.hs.MarkFailing(ctx, w.cfg.Handler, false, ""); err != nil {
+		return
+	}
+	h.failing, h.since, h.recovered = false, time.Time{}, false
+	w.setGauges(&gaugeOn, nil)
+	w.log.Info("handler target accepts deliveries again")
+}
+
+// retryRecovery records a recovery the store did not take when it was
+// observed.
+func (w *Worker) retryRecovery(ctx context.Context) {
+	w.health.mu.Lock()
+	defer w.health.mu.Unlock()
+	w.recordRecovery(ctx)
 }
 
 // disable disables the Worker's handler, on the failure of a batch
@@ -86,8 +155,7 @@ func (w *Worker) disable(ctx context.Context, claimedAt time.Time, reason string
 	if !done {
 		return
 	}
-	w.m.disabled.Set(1)
-	w.m.targetUp.Set(0)
+	w.setGauges(&gaugeOff, &gaugeOn)
 	w.log.Error("handler disabled; its records wait until `herald handlers enable "+w.cfg.Handler+"`", "reason", reason)
 }
 
