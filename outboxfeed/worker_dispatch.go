@@ -21,6 +21,12 @@ type dispatchResult struct {
 	leaseLost bool  // the broker fenced this lease off: another Worker holds it
 	renewLost bool  // a renewal found the lease lost: another Worker holds it
 	published bool  // at least one publish succeeded
+	// attemptAt is when the delivery call the target's health is judged
+	// by began: the latest that succeeded when one did, else the latest
+	// that failed (zero when no call was made). Calls, not claims, order
+	// what Workers observe of their target: a claim sent earlier can be
+	// answered later, and its delivery be the newer word.
+	attemptAt time.Time
 	// leaseFrom is when the lease held last began: the claim, or the last
 	// renewal (leaseKeeper).
 	leaseFrom time.Time
@@ -117,7 +123,21 @@ type dispatchState struct {
 	published atomic.Bool
 	mu        sync.Mutex
 	brokerErr error
-	failure   error // a record's retryable failure (the target's health)
+	failure   error     // a record's retryable failure (the target's health)
+	okAt      time.Time // when the latest successful call began
+	failAt    time.Time // when the latest failed call began
+}
+
+// attempted notes a delivery call that began at and succeeded or not.
+func (st *dispatchState) attempted(at time.Time, ok bool) {
+	st.mu.Lock()
+	if ok && at.After(st.okAt) {
+		st.okAt = at
+	}
+	if !ok && at.After(st.failAt) {
+		st.failAt = at
+	}
+	st.mu.Unlock()
 }
 
 func (st *dispatchState) noteFailure(err error) {
@@ -131,7 +151,12 @@ func (st *dispatchState) noteFailure(err error) {
 func (st *dispatchState) result() dispatchResult {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return dispatchResult{brokerErr: st.brokerErr, failure: st.failure, leaseLost: st.fenced.Load(), published: st.published.Load()}
+	res := dispatchResult{brokerErr: st.brokerErr, failure: st.failure, leaseLost: st.fenced.Load(), published: st.published.Load()}
+	res.attemptAt = st.failAt
+	if res.published {
+		res.attemptAt = st.okAt
+	}
+	return res
 }
 
 // groupByChannel splits the indexes of recs by channel, keeping their
@@ -194,6 +219,7 @@ func (w *Worker) publishChannel(ctx context.Context, recs []Record, group []int,
 			msg.Fence = fence
 			_, err = w.pub.Publish(pctx, msg)
 		}
+		st.attempted(now, err == nil)
 		if err == nil {
 			out[i] = Outcome{Kind: OutcomeDone}
 			st.published.Store(true)
@@ -234,7 +260,14 @@ func (w *Worker) publishRun(ctx context.Context, rp fanout.RunPublisher, recs []
 		return
 	}
 	pubs := make([]fanout.Publication, len(msgs))
-	n, err := rp.PublishRun(dl.get(ctx, time.Now(), w.cfg.PublishTimeout), msgs, pubs)
+	began := time.Now()
+	n, err := rp.PublishRun(dl.get(ctx, began, w.cfg.PublishTimeout), msgs, pubs)
+	if n > 0 {
+		st.attempted(began, true)
+	}
+	if err != nil {
+		st.attempted(began, false)
+	}
 	for _, i := range valid[:n] {
 		out[i] = Outcome{Kind: OutcomeDone}
 		st.published.Store(true)
@@ -271,8 +304,15 @@ func (w *Worker) handleChannel(ctx context.Context, recs []Record, group []int, 
 	if len(batch) == 0 {
 		return
 	}
-	errs := w.handle.Handle(dl.get(ctx, time.Now(), w.cfg.PublishTimeout), batch)
+	began := time.Now()
+	errs := w.handle.Handle(dl.get(ctx, began, w.cfg.PublishTimeout), batch)
 	dl.stop()
+	for _, err := range errs {
+		st.attempted(began, err == nil)
+	}
+	if len(errs) != len(batch) {
+		st.attempted(began, false)
+	}
 	if len(errs) != len(batch) {
 		err := fmt.Errorf("outboxfeed: handler returned %d results for %d records", len(errs), len(batch))
 		w.failed(ctx, &recs[valid[0]], err, out, valid, 0, st)

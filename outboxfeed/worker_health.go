@@ -15,9 +15,9 @@ type health struct {
 	mu      sync.Mutex
 	failing bool
 	since   time.Time
-	// last is when the batch of the latest observation was claimed: lanes
-	// finish in any order, and a batch claimed before it (a failure that
-	// was under way when the target came back) says nothing newer.
+	// last is when the delivery call of the latest observation began:
+	// lanes finish in any order, and a call begun before it (a failure
+	// under way when the target came back) says nothing newer.
 	last    time.Time
 	ok, bad int64 // attempts since the last stats refresh
 	// recovered says a delivery went through while failing: the store is
@@ -70,29 +70,30 @@ func (w *Worker) refreshGauges(gen uint64, up, disabled float64) {
 
 var gaugeOn, gaugeOff = 1.0, 0.0
 
-// observe records the result of one dispatched batch, claimed at
-// claimedAt: failure is the error of an outage or of a record's retryable
-// failure, succeeded says a delivery went through. It marks the handler
-// failing (or not) in the store on a change, disables it once it has
-// failed for DisableAfter, and disables it at once when the target is
-// gone. A batch claimed before the last one observed changes nothing.
-func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, claimedAt time.Time) {
+// observe records the result of one dispatched batch whose delivery call
+// that decides it began at at: failure is the error of an outage or of a
+// record's retryable failure, succeeded says a delivery went through. It
+// marks the handler failing (or not) in the store on a change, disables
+// it once it has failed for DisableAfter, and disables it at once when
+// the target is gone. A call that began before the last one observed
+// changes nothing (a failure under way when the target came back).
+func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, at time.Time) {
 	if w.cfg.Handler == RealtimeHandler || w.hs == nil || (failure == nil && !succeeded) {
 		return
 	}
 	if failure != nil && classify(failure) == failureGone {
-		w.disable(ctx, claimedAt, fmt.Sprintf("the target is gone: %v", failure))
+		w.disable(ctx, at, fmt.Sprintf("the target is gone: %v", failure))
 		return
 	}
 	h := &w.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if claimedAt.Before(h.last) {
+	if at.Before(h.last) {
 		return
 	}
 	switch {
 	case succeeded && h.failing:
-		h.last = claimedAt
+		h.last = at
 		h.recovered = true
 		w.recordRecovery(ctx)
 	case failure != nil && !succeeded:
@@ -100,7 +101,7 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, cla
 		if err != nil {
 			return
 		}
-		h.last = claimedAt
+		h.last = at
 		h.recovered = false
 		if !h.failing {
 			h.failing, h.since = true, since
@@ -108,10 +109,10 @@ func (w *Worker) observe(ctx context.Context, failure error, succeeded bool, cla
 			w.log.Warn("handler target failing", "since", since, "err", failure)
 		}
 		if w.cfg.DisableAfter > 0 && !since.IsZero() && time.Since(since) >= w.cfg.DisableAfter {
-			w.disable(ctx, claimedAt, fmt.Sprintf("failing continuously since %s: %v", since.UTC().Format(time.RFC3339), failure))
+			w.disable(ctx, at, fmt.Sprintf("failing continuously since %s: %v", since.UTC().Format(time.RFC3339), failure))
 		}
 	case succeeded:
-		h.last = claimedAt
+		h.last = at
 	}
 }
 
@@ -139,15 +140,15 @@ func (w *Worker) retryRecovery(ctx context.Context) {
 	w.recordRecovery(ctx)
 }
 
-// disable disables the Worker's handler, on the failure of a batch
-// claimed at claimedAt: its records wait until an operator enables it
-// (herald handlers enable). A handler whose state changed after the batch
-// was claimed (an operator enabled it while the request that failed was
-// under way) is left as it is: that failure is older than the decision.
+// disable disables the Worker's handler, on the failure of a delivery
+// call begun at at: its records wait until an operator enables it
+// (herald handlers enable). A handler whose state changed after the call
+// began (an operator enabled it while the request that failed was under
+// way) is left as it is: that failure is older than the decision.
 // The store checks that in the write itself, so a decision taken while
 // the Worker disables cannot be overwritten.
-func (w *Worker) disable(ctx context.Context, claimedAt time.Time, reason string) {
-	done, err := w.hs.DisableHandler(ctx, w.cfg.Handler, reason, claimedAt)
+func (w *Worker) disable(ctx context.Context, at time.Time, reason string) {
+	done, err := w.hs.DisableHandler(ctx, w.cfg.Handler, reason, at)
 	if err != nil {
 		w.log.Warn("could not disable the handler", "err", err)
 		return

@@ -326,7 +326,11 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	if failure == nil {
 		failure = res.failure
 	}
-	w.observe(ctx, failure, res.published, claimedAt)
+	at := res.attemptAt
+	if at.IsZero() {
+		at = claimedAt
+	}
+	w.observe(ctx, failure, res.published, at)
 	if res.brokerErr != nil {
 		w.brokerDown(ctx, l, res.brokerErr)
 		return nil

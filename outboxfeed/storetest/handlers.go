@@ -138,9 +138,12 @@ func testHandlerFailingOtherDrains(t *testing.T, h *Harness, hs outboxfeed.Handl
 	if r, d := hw.Outcomes(outboxfeed.OutcomeRetry), hw.Outcomes(outboxfeed.OutcomeDeadLetter); r != 0 || d != 0 {
 		t.Fatalf("hooks: retry %v dead_letter %v, want 0: an outage burns no attempt", r, d)
 	}
+	var seen string
 	Eventually(t, 10*time.Second, "hooks target up, not failing", func() bool {
-		return hw.Metric("herald_outbox_target_up") == 1 && handlerInfo(t, hs, "hooks").FailingSince.IsZero()
-	})
+		up, info := hw.Metric("herald_outbox_target_up"), handlerInfo(t, hs, "hooks")
+		seen = fmt.Sprintf("target_up %v, failing since %v (%s)", up, info.FailingSince, info.LastError)
+		return up == 1 && info.FailingSince.IsZero()
+	}, func() string { return seen })
 }
 
 // A record one handler dead-letters is dispatched for the other; replaying

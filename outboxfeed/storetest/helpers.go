@@ -115,14 +115,20 @@ func signal(ch chan struct{}) {
 // Eventually polls cond (a store condition has no signal) until it holds,
 // failing the test after timeout (a bound far above what a busy machine
 // needs, not a budget).
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+//
+// A seen func, if given, says what was last seen when it times out.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool, seen ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			last := ""
+			for _, f := range seen {
+				last += "; last seen: " + f()
+			}
+			t.Fatalf("timed out after %v waiting for %s%s", timeout, what, last)
 		}
 		<-tick.C
 	}
