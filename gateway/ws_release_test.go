@@ -32,7 +32,9 @@ func connectFrame(e *testEnv, id uint64) []byte {
 // never comes. The peer's socket stays open all along: the server drops
 // the TCP connection itself, right after its close frame.
 func TestWSTimeoutReleasesAtOnce(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: 50 * time.Millisecond, ClientTimeout: 200 * time.Millisecond}})
+	// The connection is looked up between its connect reply and the client
+	// timeout: 2 s leave a busy machine room for that.
+	e := newEnv(t, envOptions{cfg: Config{HeartbeatInterval: 500 * time.Millisecond, ClientTimeout: 2 * time.Second}})
 	c := wstest.DialRaw(t, e.srv.Addr(), connectFrame(e, 1))
 	c.AwaitReplies([]uint64{1}, nil)
 	conns := e.srv.connList(nil)

@@ -158,6 +158,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		wg.Go(func() { w.statsLoop(runCtx) })
 		wg.Go(func() { w.runProbes(runCtx) })
 		wg.Wait()
+		w.releaseLeases()
 		for range wake { // the listener closes it once it has stopped
 		}
 		w.forgetReader()

@@ -117,6 +117,11 @@ func storeRules() []alertRule {
 		description: "Dispatch is paused and /readyz answers 503 until the store is back.",
 		runbook:     "store-outage.md",
 	}, {
+		alert: "OutboxBrokerDown", expr: "min by (instance) (herald_outbox_broker_up) == 0", forDur: time.Minute, severity: "page",
+		summary:     "The broker takes no publications from Herald Worker {{ $labels.instance }}",
+		description: "The Worker met a broker outage: it claims nothing and its records wait, burning no attempts, until the broker answers again.",
+		runbook:     "stalled-backlog.md",
+	}, {
 		alert: "OutboxLeaseLostSpike", expr: `sum(increase(herald_outbox_outcomes_total{result="lease_lost"}[10m])) > 10`, severity: "ticket",
 		summary:     "More than 10 outbox lease losses in 10 minutes",
 		description: "Workers outlive their lease (pauses, slow broker or store); each loss may publish a duplicate with the same id.",

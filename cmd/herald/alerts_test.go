@@ -157,10 +157,16 @@ type rule struct {
 	expr, forDur, severity, runbook string
 }
 
-// alertingRules reads the rules file line by line: it is kept simple
-// enough (one-line expr, one alert per "- alert:" item) to need no YAML
-// parser.
+// alertingRules reads docs/alerts/herald-outbox.rules.yml (alertingRulesIn).
 func alertingRules(t *testing.T) map[string]rule {
+	t.Helper()
+	return alertingRulesIn(t, alertRules)
+}
+
+// alertingRulesIn reads a rules file line by line: the files are kept
+// simple enough (one-line expr, one alert per "- alert:" item) to need no
+// YAML parser.
+func alertingRulesIn(t *testing.T, alertRules string) map[string]rule {
 	t.Helper()
 	raw, err := os.ReadFile(alertRules)
 	if err != nil {

@@ -75,6 +75,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"ChannelRunsToABrokerThatTakesThem", testChannelRuns},
 		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
+		{"StopReleasesLeases", variants(testStopReleasesLeases)},
 		{"CheckConstraintsRejectInvalidRecords", testCheckConstraints},
 		{"WakeupDeliversWithoutPolling", testWakeup},
 		{"MigrateTwice", testMigrateTwice},

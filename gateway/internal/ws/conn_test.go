@@ -211,13 +211,14 @@ func TestWSRefreshPushInsideGrace(t *testing.T) {
 	}
 }
 
-// slowAuthorizer delays the decision for one channel, to hold a subscribe
-// in authorization while the client refreshes its token.
+// slowAuthorizer holds the decisions for one channel until release is
+// closed, to hold a subscribe in authorization while the client refreshes
+// its token.
 type slowAuthorizer struct {
 	inner   authorizer
 	channel string
-	delay   time.Duration
-	entered chan struct{} // receives once per delayed decision
+	release chan struct{} // closed by the test
+	entered chan struct{} // receives once per held decision
 }
 
 func (a slowAuthorizer) Authorize(ctx context.Context, r subscriptions.Request) (subscriptions.Decision, error) {
@@ -227,7 +228,7 @@ func (a slowAuthorizer) Authorize(ctx context.Context, r subscriptions.Request) 
 		default:
 		}
 		select {
-		case <-time.After(a.delay):
+		case <-a.release:
 		case <-ctx.Done():
 			return subscriptions.Decision{}, ctx.Err()
 		}
@@ -239,10 +240,13 @@ func (a slowAuthorizer) Authorize(ctx context.Context, r subscriptions.Request) 
 // authorized decides that subscribe; the old token's grant does not carry
 // over to a subscription that would then never be checked again.
 func TestWSRefreshDuringSubscribe(t *testing.T) {
-	entered := make(chan struct{}, 1)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
 	e := newEnv(t, envOptions{authz: func(a authorizer) authorizer {
-		return slowAuthorizer{inner: a, channel: "secret/x", delay: 300 * time.Millisecond, entered: entered}
+		return slowAuthorizer{inner: a, channel: "secret/x", release: release, entered: entered}
 	}})
+	t.Cleanup(unblock) // before the server stops
 	c := e.dialWS(wstest.DialOpts{})
 	c.Connect(e.wsToken("u1", []string{"secret/**", "orders/*"}, nil))
 	sub := c.Request(ws.OpSubscribe, map[string]any{"channel": "secret/x"})
@@ -252,7 +256,8 @@ func TestWSRefreshDuringSubscribe(t *testing.T) {
 		t.Fatal("subscribe never reached the authorizer")
 	}
 	ref := c.Request(ws.OpRefresh, map[string]any{"token": e.wsToken("u1", []string{"orders/*"}, nil)})
-	c.OK(ref, nil)
+	c.OK(ref, nil) // answered while the subscribe is still held
+	unblock()
 	c.Fails(sub, ws.CodeForbidden)
 }
 
