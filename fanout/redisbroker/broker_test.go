@@ -701,3 +701,47 @@ func nextDelivered(t *testing.T, publisher fanout.Broker, sub *fanouttest.Sub, k
 		t.Fatalf("%s got %v, want %v", what, got[0].Position(), after.Position)
 	}
 }
+
+// TestRedisHeartbeatOfReplacedConnectionIgnored: a heartbeat read from a
+// connection after it was replaced (the heartbeat loop publishes beside
+// the replacement, and the old connection stays open until the new one
+// has sent its SUBSCRIBE) says nothing of the new connection, whose
+// subscription may not be confirmed yet: the node stays unready until a
+// heartbeat arrives on the new one, and a publication made once it is
+// ready reaches the subscriber.
+func TestRedisHeartbeatOfReplacedConnectionIgnored(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	logs := eventLog{events: make(chan string, 16)}
+	// The heartbeat loop and the silence check stay out of the way: the
+	// test plays the heartbeats.
+	node := newRedisNode(t, Config{URL: url, KeyPrefix: prefix, HeartbeatInterval: time.Hour,
+		HealthCheckInterval: time.Hour, Logger: slog.New(logs)})
+	b := node.broker
+	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key, sub, _ := subscribedBefore(t, node, publisher, "replaced")
+	ctx := fanouttest.Context(t)
+
+	// What the heartbeat loop does after 3 silent intervals.
+	b.stalled.Store(true)
+	b.mu.Lock()
+	sh, runCtx := b.shards[""], b.runCtx
+	b.mu.Unlock()
+	old := sh.live.Load()
+	b.replaceShard(runCtx, sh)
+	b.handle(runCtx, sh, old, &redis.Message{Channel: b.hbTopic})
+	if g := testutil.ToFloat64(b.m.healthy); g != 0 {
+		t.Fatalf("herald_redis_pubsub_healthy = %v after a heartbeat of the replaced connection", g)
+	}
+	if k := sub.WaitResync(t, "no resync after the replacement"); k != key {
+		t.Fatalf("resync for %v", k)
+	}
+	if err := rawRedis(t, url).Publish(ctx, b.hbTopic, "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, logs.events, "heartbeats again")
+	if err := b.Ping(ctx); err != nil {
+		t.Fatalf("after a heartbeat on the new connection: %v", err)
+	}
+	nextDelivered(t, publisher, sub.Sub, key, "after the replacement")
+}

@@ -256,23 +256,36 @@ func (b *Broker) receiveLoop(ctx context.Context, sh *redisShard) {
 			continue
 		}
 		failures, pinged = 0, false
-		switch m := msg.(type) {
-		case *redis.Message:
-			if m.Channel == b.hbTopic {
+		b.handle(ctx, sh, ps, msg)
+	}
+}
+
+// handle acts on one message the receive loop read from ps: sh's
+// connection, or the one it had before a replacement.
+func (b *Broker) handle(ctx context.Context, sh *redisShard, ps *redis.PubSub, msg any) {
+	switch m := msg.(type) {
+	case *redis.Message:
+		if m.Channel == b.hbTopic {
+			// Only a heartbeat of the current connection says the
+			// subscription works. One read from a connection replaced
+			// meanwhile was published before the new connection's
+			// SUBSCRIBE, which Redis may not have confirmed yet: a
+			// publication made then would reach neither.
+			if sh.live.Load() == ps {
 				b.beat()
-				continue
 			}
-			b.dispatch(m)
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
-				if key, resync := b.confirm(sh, m.Channel); resync && b.resyncer != nil {
-					b.resyncer.HandleResync(key)
-				}
-			case "sunsubscribe":
-				if b.cluster != nil {
-					b.lost(ctx, sh, m.Channel)
-				}
+			return
+		}
+		b.dispatch(m)
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			if key, resync := b.confirm(sh, m.Channel); resync && b.resyncer != nil {
+				b.resyncer.HandleResync(key)
+			}
+		case "sunsubscribe":
+			if b.cluster != nil {
+				b.lost(ctx, sh, m.Channel)
 			}
 		}
 	}
@@ -288,6 +301,7 @@ func (b *Broker) renewLocked(ctx context.Context, sh *redisShard) *redis.PubSub 
 	}
 	old := sh.ps
 	sh.ps = b.newPubSub(ctx, sh)
+	sh.live.Store(sh.ps)
 	clear(sh.pending)
 	return old
 }
