@@ -9,7 +9,9 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -744,4 +746,63 @@ func TestRedisHeartbeatOfReplacedConnectionIgnored(t *testing.T) {
 		t.Fatalf("after a heartbeat on the new connection: %v", err)
 	}
 	nextDelivered(t, publisher, sub.Sub, key, "after the replacement")
+}
+
+// TestRedisRecoverAfterRefusedDials: while Redis cannot be reached, the
+// command client's pool stops dialing after as many failed dials as its
+// size, and answers with its last dial error until a probe (once a
+// second) gets through, while the pub/sub connection dials at once. When
+// Redis is back the subscription may be confirmed, and its channels
+// resynced, before the command client works again: a Recover sent as soon
+// as the resync is told still succeeds. While Redis stays unreachable,
+// Recover fails within its bound.
+func TestRedisRecoverAfterRefusedDials(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	name := "herald-test-" + testenv.Suffix()
+	var refuse atomic.Bool
+	cfg := Config{URL: url + "?client_name=" + name, KeyPrefix: prefix, HeartbeatInterval: time.Hour,
+		dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if refuse.Load() {
+				return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}
+	node := newRedisNode(t, cfg)
+	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key, sub, first := subscribedBefore(t, node, publisher, "dialstop")
+	ctx := fanouttest.Context(t)
+	raw := rawRedis(t, url)
+	id := pubsubClientID(t, raw, name)
+
+	refuse.Store(true)
+	// More failed commands than the pool has connections: it stops dialing.
+	var fails sync.WaitGroup
+	for range 2 * node.broker.client.(*redis.Client).Options().PoolSize {
+		fails.Go(func() { _ = node.broker.client.Ping(ctx).Err() })
+	}
+	fails.Wait()
+	if err := raw.Do(ctx, "CLIENT", "KILL", "ID", id, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lost := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "lost"))
+	start := time.Now()
+	if _, err := node.broker.Recover(ctx, key, first.Position, 0); err == nil {
+		t.Fatal("recover succeeded while every dial is refused")
+	} else if d := time.Since(start); d < recoverRetryFor {
+		t.Fatalf("recover gave up after %v, want ≥ %v: %v", d, recoverRetryFor, err)
+	}
+
+	refuse.Store(false)
+	if k := sub.WaitResync(t, "no resync after the pub/sub connection came back"); k != key {
+		t.Fatalf("resync for %v", k)
+	}
+	r, err := node.broker.Recover(ctx, key, first.Position, 0)
+	if err != nil {
+		t.Fatalf("recover when told to resync: %v", err)
+	}
+	if !r.Recovered || len(r.Publications) != 1 || r.Publications[0].ID != lost.ID {
+		t.Fatalf("recover when told to resync: %+v", r)
+	}
 }

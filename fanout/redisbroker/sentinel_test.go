@@ -156,9 +156,8 @@ func TestRedisSentinelFailover(t *testing.T) {
 		}
 	}
 	// The queue is never closed: the nodes' brokers may still hand a
-	// follower a resync (one held until the command client answered)
-	// after the resumers stopped; it holds every follower, so such a late
-	// enqueue never blocks.
+	// follower a resync after the resumers stopped; it holds every
+	// follower, so such a late enqueue never blocks.
 	queue := make(chan *follower, 2*channels*perNode)
 	stop := make(chan struct{})
 	var resumers sync.WaitGroup
