@@ -336,3 +336,82 @@ func TestRedisSentinelStaleAddressIsRefused(t *testing.T) {
 		t.Fatalf("%d dials sent to the replica, want 1", n)
 	}
 }
+
+// TestRedisSentinelOldPrimaryAsPrimaryIsNotUsed: after a failover, a
+// sentinel cut off from the others still names the old primary, and a
+// server there answers as a primary (the old one back, before the
+// sentinels make it a replica: a split brain). go-redis asks that
+// sentinel, and keeps asking it (the first that answered). The broker's
+// connections must still go to the primary the sentinels name with the
+// newest configuration epoch: the node's subscription is there, a
+// publication is in that primary's history, and the other server holds
+// nothing.
+func TestRedisSentinelOldPrimaryAsPrimaryIsNotUsed(t *testing.T) {
+	t.Parallel()
+	s := testenv.StartRedisSentinel(t)
+	stale := testenv.StartRedis(t) // the old primary, back as a primary
+	lone := s.StartLoneSentinel(stale.Addr)
+	s.Failover()
+	_, prefix := testenv.Redis(t)
+	// go-redis asks its sentinels at once and keeps the first that
+	// answers, and then subscribes to its announcements on a connection of
+	// its own: the other sentinel is dialed only after that, the second
+	// dial to the lone one.
+	loneChosen := make(chan struct{})
+	var loneDials atomic.Int32
+	node := newRedisNode(t, Config{
+		SentinelMaster: testenv.SentinelMaster, SentinelAddrs: []string{lone, s.Sentinels[0]}, KeyPrefix: prefix,
+		dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == s.Sentinels[0] {
+				select {
+				case <-loneChosen:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if addr == lone && err == nil && loneDials.Add(1) == 2 {
+				close(loneChosen)
+			}
+			return c, err
+		},
+	})
+	// Plain clients of each server.
+	primary := newTestRedisBroker(t, Config{URL: "redis://" + s.Replica + "/0", KeyPrefix: prefix})
+	old := rawRedis(t, stale.URL())
+
+	key, sub, _ := subscribedBefore(t, node, primary, "splitbrain")
+	p := fanouttest.MustPublish(t, node.broker, fanouttest.Msg(key, "through-sentinel"))
+	if got := fanouttest.IDs(fanouttest.History(t, primary, key)); !slices.Equal(got, []string{"before", p.ID}) {
+		t.Fatalf("the primary's history %v, want [before %s]", got, p.ID)
+	}
+	if got := sub.Receive(t, 1); got[0].Position() != p.Position {
+		t.Fatalf("got %v, want %v", got[0].Position(), p.Position)
+	}
+	if n, err := old.DBSize(fanouttest.Context(t)).Result(); err != nil || n != 0 {
+		t.Fatalf("the old primary holds %d keys (%v), want none", n, err)
+	}
+}
+
+func TestRedisNewestPrimary(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		views []sentinelView
+		want  string // "" for an error
+	}{
+		{nil, ""},
+		{[]sentinelView{{primary: "a:1", epoch: 0}}, "a:1"},
+		// The newest configuration wins, however few name it.
+		{[]sentinelView{{primary: "old:1", epoch: 3}, {primary: "old:1", epoch: 3}, {primary: "new:1", epoch: 4}}, "new:1"},
+		// Among the newest, the most named.
+		{[]sentinelView{{primary: "x:1", epoch: 2}, {primary: "p:1", epoch: 2}, {primary: "p:1", epoch: 2}}, "p:1"},
+		// As many name each: no answer.
+		{[]sentinelView{{primary: "x:1", epoch: 2}, {primary: "p:1", epoch: 2}, {primary: "q:1", epoch: 1}}, ""},
+	} {
+		got, err := newestPrimary(c.views)
+		if (c.want == "") != (err != nil) || got != c.want && c.want != "" {
+			t.Errorf("newestPrimary(%+v) = %q, %v; want %q", c.views, got, err, c.want)
+		}
+	}
+}
