@@ -336,15 +336,22 @@ func (d *primaryDialer) connect(ctx context.Context, network, addr string) (net.
 	return td.DialContext(ctx, network, addr)
 }
 
+// sentinelAskTimeout bounds the question to each sentinel (and the dial
+// to it), so that one that drops packets delays a dial that long at most.
+const sentinelAskTimeout = time.Second
+
 // ask asks every configured sentinel, at once, for its view of the
 // master; the sentinels that do not answer are left out.
 func (d *primaryDialer) ask(ctx context.Context) []sentinelView {
+	ctx, cancel := context.WithTimeout(ctx, sentinelAskTimeout)
+	defer cancel()
 	views := make([]*sentinelView, len(d.sentinels))
 	var wg sync.WaitGroup
 	for i, addr := range d.sentinels {
 		wg.Go(func() {
 			c := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: d.password, MaxRetries: -1,
-				DialTimeout: d.timeout, PoolSize: 1, Dialer: d.connect})
+				DialTimeout: d.timeout, ReadTimeout: sentinelAskTimeout, WriteTimeout: sentinelAskTimeout,
+				ContextTimeoutEnabled: true, PoolSize: 1, Dialer: d.connect})
 			defer c.Close()
 			m, err := c.Master(ctx, d.master).Result()
 			if err != nil {
