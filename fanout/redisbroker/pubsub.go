@@ -343,6 +343,18 @@ func (b *Broker) heartbeatLoop(ctx context.Context, sh *redisShard) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var inflight atomic.Bool
+	// A heartbeat's publish is bounded by the interval. go-redis bounds a
+	// command by the client's read timeout, not by its context: one sent
+	// on a connection that stopped carrying bytes (as the subscription's
+	// may have) would hold the heartbeats that long, and the subscription
+	// would be replaced, its channels resynced, every 3 intervals
+	// meanwhile. Timed out, the connection leaves the pool.
+	var pub interface {
+		Do(ctx context.Context, args ...any) *redis.Cmd
+	} = b.client
+	if c, ok := b.client.(*redis.Client); ok {
+		pub = c.WithTimeout(every)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -356,7 +368,7 @@ func (b *Broker) heartbeatLoop(ctx context.Context, sh *redisShard) {
 				defer cancel()
 				// A failed publish is not an error here: no heartbeat
 				// arrives, which is what the check looks for.
-				_ = b.client.Do(pctx, b.pubCmd, b.hbTopic, "").Err()
+				_ = pub.Do(pctx, b.pubCmd, b.hbTopic, "").Err()
 			})
 		}
 		now := time.Now().UnixNano()
