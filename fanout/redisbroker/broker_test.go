@@ -658,7 +658,10 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 			stalled <- err
 		}
 	}}
-	const every = 100 * time.Millisecond
+	// 3 intervals without a heartbeat processed is a stall: short enough
+	// for a quick test, long enough that a loaded machine starving the
+	// node's goroutines does not make one before the freeze.
+	const every = 200 * time.Millisecond
 	// Commands may wait a minute for an answer: a heartbeat published on a
 	// command connection frozen with the rest must not.
 	n := newRedisNode(t, Config{URL: proxied + "?read_timeout=1m", KeyPrefix: prefix, HeartbeatInterval: every,
