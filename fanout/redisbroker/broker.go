@@ -2,6 +2,7 @@ package redisbroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/heraldgw/herald/internal/lifecycle"
 	"github.com/heraldgw/herald/internal/promreg"
 	"github.com/heraldgw/herald/internal/ratelog"
+	"github.com/heraldgw/herald/internal/wait"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -215,11 +217,21 @@ func (b *Broker) Recover(ctx context.Context, key fanout.Key, since fanout.Posit
 	if limit > 0 && limit < count {
 		count = limit
 	}
-	res, err := recoverScript.Run(ctx, b.client,
-		[]string{name + ":meta", name + ":stream", name + ":ids"},
-		fanout.NewEpoch(), b.cfg.HistoryTTL.Milliseconds(), since.Epoch,
-		strconv.FormatUint(since.Offset, 10), count,
-	).Slice()
+	keys := []string{name + ":meta", name + ":stream", name + ":ids"}
+	args := []any{fanout.NewEpoch(), b.cfg.HistoryTTL.Milliseconds(), since.Epoch, strconv.FormatUint(since.Offset, 10), count}
+	res, err := recoverScript.Run(ctx, b.client, keys, args...).Slice()
+	// Redis back (a failover, a restart): go-redis answers with its last
+	// dial error, without dialing, for up to a second after as many failed
+	// dials as its pool size, while this node's subscription is back and
+	// its connections resync. The script only reads (or sets an epoch
+	// once), so it is sent again until it gets through, within a bound.
+	giveUp := time.Now().Add(recoverRetryFor)
+	for n := 2; err != nil && transient(err) && time.Now().Before(giveUp) && !b.closed.Load(); n++ {
+		if !wait.Sleep(ctx, min(backoff(n), recoverRetryPause)) {
+			break
+		}
+		res, err = recoverScript.Run(ctx, b.client, keys, args...).Slice()
+	}
 	if err != nil {
 		return fanout.Recovery{}, fmt.Errorf("fanout: recover %s: %w", key, err)
 	}
@@ -260,6 +272,36 @@ func (b *Broker) Recover(ctx context.Context, key fanout.Key, since fanout.Posit
 	r.Publications = pubs
 	r.Recovered = true
 	return r, nil
+}
+
+// recoverRetryFor bounds how long Recover sends its script again after
+// transient failures (see transient), and recoverRetryPause the pause
+// between two tries: go-redis's pool, after failed dials, tries a dial
+// again once a second.
+const (
+	recoverRetryFor   = 2 * time.Second
+	recoverRetryPause = 250 * time.Millisecond
+)
+
+// transient reports whether err is a failure to reach the primary rather
+// than an answer from Redis: a dial refused (or the pool's remembered
+// dial error), a connection lost, or a server that cannot serve yet
+// (LOADING, MASTERDOWN, READONLY from a replica during a failover). Not
+// the caller's context ending, nor a closed client.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true
+	}
+	for _, prefix := range []string{"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // decodeStreamEntry decodes one XRANGE entry: [id, [field, value, …]],

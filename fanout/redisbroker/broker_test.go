@@ -9,7 +9,9 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -656,8 +658,13 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 			stalled <- err
 		}
 	}}
-	const every = 100 * time.Millisecond
-	n := newRedisNode(t, Config{URL: proxied, KeyPrefix: prefix, HeartbeatInterval: every,
+	// 3 intervals without a heartbeat processed is a stall: short enough
+	// for a quick test, long enough that a loaded machine starving the
+	// node's goroutines does not make one before the freeze.
+	const every = 200 * time.Millisecond
+	// Commands may wait a minute for an answer: a heartbeat published on a
+	// command connection frozen with the rest must not.
+	n := newRedisNode(t, Config{URL: proxied + "?read_timeout=1m", KeyPrefix: prefix, HeartbeatInterval: every,
 		HealthCheckInterval: time.Minute, Logger: slog.New(logs)})
 	node.Store(n.broker)
 	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
@@ -678,6 +685,22 @@ func TestRedisHeartbeatNoticesStalledSubscription(t *testing.T) {
 	}
 	noticed := time.Since(frozen)
 	sub.WaitResync(t, "the channel was not resynced")
+	// Later replacements (a heartbeat late on a loaded machine) resync
+	// again: take their notices, which must not block the broker.
+	drained := make(chan struct{})
+	defer func() { <-drained }()
+	stopDrain := make(chan struct{})
+	defer close(stopDrain)
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case <-sub.Resyncs:
+			case <-stopDrain:
+				return
+			}
+		}
+	}()
 	waitLog(t, logs.events, "heartbeats again")
 	if err := n.broker.Ping(fanouttest.Context(t)); err != nil {
 		t.Fatalf("after a heartbeat arrived: %v", err)
@@ -699,5 +722,108 @@ func nextDelivered(t *testing.T, publisher fanout.Broker, sub *fanouttest.Sub, k
 	after := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "after"))
 	if got := sub.Receive(t, 1); got[0].Position() != after.Position {
 		t.Fatalf("%s got %v, want %v", what, got[0].Position(), after.Position)
+	}
+}
+
+// TestRedisHeartbeatOfReplacedConnectionIgnored: a heartbeat read from a
+// connection after it was replaced (the heartbeat loop publishes beside
+// the replacement, and the old connection stays open until the new one
+// has sent its SUBSCRIBE) says nothing of the new connection, whose
+// subscription may not be confirmed yet: the node stays unready until a
+// heartbeat arrives on the new one, and a publication made once it is
+// ready reaches the subscriber.
+func TestRedisHeartbeatOfReplacedConnectionIgnored(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	logs := eventLog{events: make(chan string, 16)}
+	// The heartbeat loop and the silence check stay out of the way: the
+	// test plays the heartbeats.
+	node := newRedisNode(t, Config{URL: url, KeyPrefix: prefix, HeartbeatInterval: time.Hour,
+		HealthCheckInterval: time.Hour, Logger: slog.New(logs)})
+	b := node.broker
+	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key, sub, _ := subscribedBefore(t, node, publisher, "replaced")
+	ctx := fanouttest.Context(t)
+
+	// What the heartbeat loop does after 3 silent intervals.
+	b.stalled.Store(true)
+	b.mu.Lock()
+	sh, runCtx := b.shards[""], b.runCtx
+	b.mu.Unlock()
+	old := sh.live.Load()
+	b.replaceShard(runCtx, sh)
+	b.handle(runCtx, sh, old, &redis.Message{Channel: b.hbTopic})
+	if g := testutil.ToFloat64(b.m.healthy); g != 0 {
+		t.Fatalf("herald_redis_pubsub_healthy = %v after a heartbeat of the replaced connection", g)
+	}
+	if k := sub.WaitResync(t, "no resync after the replacement"); k != key {
+		t.Fatalf("resync for %v", k)
+	}
+	if err := rawRedis(t, url).Publish(ctx, b.hbTopic, "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, logs.events, "heartbeats again")
+	if err := b.Ping(ctx); err != nil {
+		t.Fatalf("after a heartbeat on the new connection: %v", err)
+	}
+	nextDelivered(t, publisher, sub.Sub, key, "after the replacement")
+}
+
+// TestRedisRecoverAfterRefusedDials: while Redis cannot be reached, the
+// command client's pool stops dialing after as many failed dials as its
+// size, and answers with its last dial error until a probe (once a
+// second) gets through, while the pub/sub connection dials at once. When
+// Redis is back the subscription may be confirmed, and its channels
+// resynced, before the command client works again: a Recover sent as soon
+// as the resync is told still succeeds. While Redis stays unreachable,
+// Recover fails within its bound.
+func TestRedisRecoverAfterRefusedDials(t *testing.T) {
+	t.Parallel()
+	url, prefix := testenv.Redis(t)
+	name := "herald-test-" + testenv.Suffix()
+	var refuse atomic.Bool
+	cfg := Config{URL: url + "?client_name=" + name, KeyPrefix: prefix, HeartbeatInterval: time.Hour,
+		dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if refuse.Load() {
+				return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}
+	node := newRedisNode(t, cfg)
+	publisher := newTestRedisBroker(t, Config{URL: url, KeyPrefix: prefix})
+	key, sub, first := subscribedBefore(t, node, publisher, "dialstop")
+	ctx := fanouttest.Context(t)
+	raw := rawRedis(t, url)
+	id := pubsubClientID(t, raw, name)
+
+	refuse.Store(true)
+	// More failed commands than the pool has connections: it stops dialing.
+	var fails sync.WaitGroup
+	for range 2 * node.broker.client.(*redis.Client).Options().PoolSize {
+		fails.Go(func() { _ = node.broker.client.Ping(ctx).Err() })
+	}
+	fails.Wait()
+	if err := raw.Do(ctx, "CLIENT", "KILL", "ID", id, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lost := fanouttest.MustPublish(t, publisher, fanouttest.Msg(key, "lost"))
+	start := time.Now()
+	if _, err := node.broker.Recover(ctx, key, first.Position, 0); err == nil {
+		t.Fatal("recover succeeded while every dial is refused")
+	} else if d := time.Since(start); d < recoverRetryFor {
+		t.Fatalf("recover gave up after %v, want ≥ %v: %v", d, recoverRetryFor, err)
+	}
+
+	refuse.Store(false)
+	if k := sub.WaitResync(t, "no resync after the pub/sub connection came back"); k != key {
+		t.Fatalf("resync for %v", k)
+	}
+	r, err := node.broker.Recover(ctx, key, first.Position, 0)
+	if err != nil {
+		t.Fatalf("recover when told to resync: %v", err)
+	}
+	if !r.Recovered || len(r.Publications) != 1 || r.Publications[0].ID != lost.ID {
+		t.Fatalf("recover when told to resync: %+v", r)
 	}
 }

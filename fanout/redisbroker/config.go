@@ -2,12 +2,16 @@ package redisbroker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/heraldgw/herald/fanout"
@@ -48,9 +52,14 @@ type Config struct {
 	// broker asks SentinelAddrs for the current primary, connects to it,
 	// and follows a failover (go-redis's failover client): commands and
 	// the pub/sub connection go to the new primary once the sentinels
-	// have promoted it. A new connection to a server that answers ROLE as
-	// a replica (the old primary back, named by a sentinel still behind
-	// the failover) is refused and retried. Default "": no Sentinel.
+	// have promoted it. Every new connection to the primary asks all of
+	// SentinelAddrs and goes to the primary named by those with the newest
+	// configuration epoch (most of them, when they differ), not to the one
+	// a sentinel behind the failover may still name: the old primary, back
+	// as a primary before the sentinels make it a replica (a split brain),
+	// gets no connection, and a dial is refused when no sentinel answers.
+	// A new connection to a server that answers ROLE as a replica is
+	// refused and retried. Default "": no Sentinel.
 	SentinelMaster string
 
 	// SentinelAddrs are the host:port of the sentinels, at least one;
@@ -246,6 +255,11 @@ func (c Config) failoverClient() (redis.UniversalClient, error) {
 	if opt.ClientName == "" {
 		opt.ClientName = DefaultClientName
 	}
+	pd := &primaryDialer{master: c.SentinelMaster, sentinels: c.SentinelAddrs,
+		password: c.SentinelPassword, timeout: opt.DialTimeout, tls: opt.TLSConfig, raw: c.dialer}
+	if pd.timeout <= 0 {
+		pd.timeout = 5 * time.Second // go-redis's default
+	}
 	return redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName: c.SentinelMaster, SentinelAddrs: c.SentinelAddrs, SentinelPassword: c.SentinelPassword,
 		ClientName: opt.ClientName, Protocol: opt.Protocol,
@@ -255,13 +269,149 @@ func (c Config) failoverClient() (redis.UniversalClient, error) {
 		PoolSize: opt.PoolSize, PoolTimeout: opt.PoolTimeout, MinIdleConns: opt.MinIdleConns, MaxIdleConns: opt.MaxIdleConns,
 		ConnMaxIdleTime: opt.ConnMaxIdleTime, ConnMaxLifetime: opt.ConnMaxLifetime,
 		TLSConfig: opt.TLSConfig,
-		Dialer:    c.dialer, OnConnect: primaryOnly,
+		Dialer:    pd.dial, OnConnect: primaryOnly,
 	}), nil
 }
 
 // errNotPrimary starts with READONLY, the error of a write sent to a
 // replica, which go-redis retries on a new connection.
 const errNotPrimary = "READONLY fanout: redis: the server the sentinel named is a replica, not the primary (a failover is under way)"
+
+// primaryDialer is the failover client's dialer. go-redis dials the
+// address that one sentinel names as the primary, and keeps asking the
+// same sentinel while it answers: one behind a failover (cut off from the
+// others, or not yet told) names the old primary, which may be back as a
+// primary (a split brain, until the sentinels make it a replica); what it
+// accepts there is lost when they do. So every dial to a server other than
+// a sentinel asks all the configured sentinels, and goes to the primary
+// they name with the newest configuration epoch (a failover increments
+// it), named by most of them; a dial is refused when no sentinel answers,
+// or when as many of the newest name another address. Dials to a sentinel
+// (a configured one, or one a sentinel lists) go where they were sent.
+type primaryDialer struct {
+	master    string
+	sentinels []string
+	password  string
+	timeout   time.Duration
+	tls       *tls.Config
+	raw       func(ctx context.Context, network, addr string) (net.Conn, error) // tests' dialer, or nil
+}
+
+// sentinelView is one sentinel's answer: the primary it names, its
+// configuration epoch, and the sentinels it knows.
+type sentinelView struct {
+	primary string
+	epoch   int64
+	peers   []string
+}
+
+func (d *primaryDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if slices.Contains(d.sentinels, addr) {
+		return d.connect(ctx, network, addr)
+	}
+	views := d.ask(ctx)
+	for _, v := range views {
+		if slices.Contains(v.peers, addr) {
+			return d.connect(ctx, network, addr) // a sentinel go-redis found
+		}
+	}
+	primary, err := newestPrimary(views)
+	if err != nil {
+		return nil, fmt.Errorf("fanout: redis sentinel: dial %s: %w", addr, err)
+	}
+	return d.connect(ctx, network, primary)
+}
+
+// connect opens a connection to addr as go-redis would: TLS when the URL
+// asks for it, keep-alives on.
+func (d *primaryDialer) connect(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.raw != nil {
+		return d.raw(ctx, network, addr)
+	}
+	nd := &net.Dialer{Timeout: d.timeout, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
+	if d.tls == nil {
+		return nd.DialContext(ctx, network, addr)
+	}
+	td := &tls.Dialer{NetDialer: nd, Config: d.tls}
+	return td.DialContext(ctx, network, addr)
+}
+
+// sentinelAskTimeout bounds the question to each sentinel (and the dial
+// to it), so that one that drops packets delays a dial that long at most.
+const sentinelAskTimeout = time.Second
+
+// ask asks every configured sentinel, at once, for its view of the
+// master; the sentinels that do not answer are left out.
+func (d *primaryDialer) ask(ctx context.Context) []sentinelView {
+	ctx, cancel := context.WithTimeout(ctx, sentinelAskTimeout)
+	defer cancel()
+	views := make([]*sentinelView, len(d.sentinels))
+	var wg sync.WaitGroup
+	for i, addr := range d.sentinels {
+		wg.Go(func() {
+			c := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: d.password, MaxRetries: -1,
+				DialTimeout: d.timeout, ReadTimeout: sentinelAskTimeout, WriteTimeout: sentinelAskTimeout,
+				ContextTimeoutEnabled: true, PoolSize: 1, Dialer: d.connect})
+			defer c.Close()
+			m, err := c.Master(ctx, d.master).Result()
+			if err != nil {
+				return
+			}
+			epoch, err := strconv.ParseInt(m["config-epoch"], 10, 64)
+			if err != nil || m["ip"] == "" || m["port"] == "" {
+				return
+			}
+			v := &sentinelView{primary: net.JoinHostPort(m["ip"], m["port"]), epoch: epoch}
+			peers, _ := c.Sentinels(ctx, d.master).Result()
+			for _, p := range peers {
+				if p["ip"] != "" && p["port"] != "" {
+					v.peers = append(v.peers, net.JoinHostPort(p["ip"], p["port"]))
+				}
+			}
+			views[i] = v
+		})
+	}
+	wg.Wait()
+	var out []sentinelView
+	for _, v := range views {
+		if v != nil {
+			out = append(out, *v)
+		}
+	}
+	return out
+}
+
+// newestPrimary is the primary the views name with the newest
+// configuration epoch, the one most of those name.
+func newestPrimary(views []sentinelView) (string, error) {
+	if len(views) == 0 {
+		return "", errors.New("no sentinel answered")
+	}
+	newest := views[0].epoch
+	for _, v := range views {
+		newest = max(newest, v.epoch)
+	}
+	votes := make(map[string]int)
+	for _, v := range views {
+		if v.epoch == newest {
+			votes[v.primary]++
+		}
+	}
+	var best string
+	tie := false
+	for addr, n := range votes {
+		switch {
+		case best == "" || n > votes[best]:
+			best, tie = addr, false
+		case n == votes[best]:
+			tie = true
+		}
+	}
+	if tie {
+		return "", fmt.Errorf("the sentinels of configuration epoch %d name different primaries", newest)
+	}
+	return best, nil
+}
 
 // primaryOnly is the OnConnect of the failover client: it refuses a new
 // connection to a replica. The sentinel asked for the primary's address

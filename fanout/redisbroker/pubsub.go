@@ -256,23 +256,36 @@ func (b *Broker) receiveLoop(ctx context.Context, sh *redisShard) {
 			continue
 		}
 		failures, pinged = 0, false
-		switch m := msg.(type) {
-		case *redis.Message:
-			if m.Channel == b.hbTopic {
+		b.handle(ctx, sh, ps, msg)
+	}
+}
+
+// handle acts on one message the receive loop read from ps: sh's
+// connection, or the one it had before a replacement.
+func (b *Broker) handle(ctx context.Context, sh *redisShard, ps *redis.PubSub, msg any) {
+	switch m := msg.(type) {
+	case *redis.Message:
+		if m.Channel == b.hbTopic {
+			// Only a heartbeat of the current connection says the
+			// subscription works. One read from a connection replaced
+			// meanwhile was published before the new connection's
+			// SUBSCRIBE, which Redis may not have confirmed yet: a
+			// publication made then would reach neither.
+			if sh.live.Load() == ps {
 				b.beat()
-				continue
 			}
-			b.dispatch(m)
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
-				if key, resync := b.confirm(sh, m.Channel); resync && b.resyncer != nil {
-					b.resyncer.HandleResync(key)
-				}
-			case "sunsubscribe":
-				if b.cluster != nil {
-					b.lost(ctx, sh, m.Channel)
-				}
+			return
+		}
+		b.dispatch(m)
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			if key, resync := b.confirm(sh, m.Channel); resync && b.resyncer != nil {
+				b.resyncer.HandleResync(key)
+			}
+		case "sunsubscribe":
+			if b.cluster != nil {
+				b.lost(ctx, sh, m.Channel)
 			}
 		}
 	}
@@ -288,6 +301,7 @@ func (b *Broker) renewLocked(ctx context.Context, sh *redisShard) *redis.PubSub 
 	}
 	old := sh.ps
 	sh.ps = b.newPubSub(ctx, sh)
+	sh.live.Store(sh.ps)
 	clear(sh.pending)
 	return old
 }
@@ -329,6 +343,18 @@ func (b *Broker) heartbeatLoop(ctx context.Context, sh *redisShard) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var inflight atomic.Bool
+	// A heartbeat's publish is bounded by the interval. go-redis bounds a
+	// command by the client's read timeout, not by its context: one sent
+	// on a connection that stopped carrying bytes (as the subscription's
+	// may have) would hold the heartbeats that long, and the subscription
+	// would be replaced, its channels resynced, every 3 intervals
+	// meanwhile. Timed out, the connection leaves the pool.
+	var pub interface {
+		Do(ctx context.Context, args ...any) *redis.Cmd
+	} = b.client
+	if c, ok := b.client.(*redis.Client); ok {
+		pub = c.WithTimeout(every)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -342,7 +368,7 @@ func (b *Broker) heartbeatLoop(ctx context.Context, sh *redisShard) {
 				defer cancel()
 				// A failed publish is not an error here: no heartbeat
 				// arrives, which is what the check looks for.
-				_ = b.client.Do(pctx, b.pubCmd, b.hbTopic, "").Err()
+				_ = pub.Do(pctx, b.pubCmd, b.hbTopic, "").Err()
 			})
 		}
 		now := time.Now().UnixNano()

@@ -25,6 +25,7 @@ type follower struct {
 	broker fanout.Broker
 	queue  chan<- *follower
 	seen   func(id string) // called for every publication taken
+	failed *atomic.Int64   // resumes the broker did not answer
 
 	mu       sync.Mutex
 	epoch    string
@@ -80,6 +81,7 @@ func (f *follower) resume(ctx context.Context) bool {
 	f.mu.Unlock()
 	r, err := f.broker.Recover(ctx, f.key, since, 0)
 	if err != nil {
+		f.failed.Add(1)
 		return false
 	}
 	f.mu.Lock()
@@ -119,8 +121,9 @@ func (f *follower) upTo(ctx context.Context, top uint64) error {
 // primary is killed (SIGKILL) while records flow. The sentinels promote
 // the replica, the nodes notice (heartbeat: stalled, then healthy),
 // resubscribe, and every follower resumes from the history: each holds
-// every accepted record once, in offset order, and no resume was told
-// recovered: false. The killed server is started again (empty) as the
+// every accepted record once, in offset order, no resume was told
+// recovered: false, and none failed (a resume follows a delivery or a
+// resync, so the new primary serves the node's subscription by then). The killed server is started again (empty) as the
 // new primary's replica, so WAIT is answered again.
 func TestRedisSentinelFailover(t *testing.T) {
 	t.Parallel()
@@ -149,6 +152,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 		killAt    time.Time
 		afterKill atomic.Pointer[string] // the first id published after the kill
 		resumedAt atomic.Int64           // unix ns of the first take of a record published after the kill
+		failed    atomic.Int64
 	)
 	seen := func(id string) {
 		if first := afterKill.Load(); first != nil && id >= *first && resumedAt.Load() == 0 {
@@ -156,9 +160,8 @@ func TestRedisSentinelFailover(t *testing.T) {
 		}
 	}
 	// The queue is never closed: the nodes' brokers may still hand a
-	// follower a resync (one held until the command client answered)
-	// after the resumers stopped; it holds every follower, so such a late
-	// enqueue never blocks.
+	// follower a resync after the resumers stopped; it holds every
+	// follower, so such a late enqueue never blocks.
 	queue := make(chan *follower, 2*channels*perNode)
 	stop := make(chan struct{})
 	var resumers sync.WaitGroup
@@ -187,7 +190,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 		nodes = append(nodes, n)
 		for i := range perNode * channels {
 			k := keys[i%channels]
-			f := &follower{key: k, broker: n.broker, queue: queue, seen: seen,
+			f := &follower{key: k, broker: n.broker, queue: queue, seen: seen, failed: &failed,
 				epoch: seed[k].Epoch, next: seed[k].Offset + 1, progress: make(chan struct{}, 1)}
 			if err := n.hub.Subscribe(ctx, k, f); err != nil {
 				t.Fatal(err)
@@ -255,6 +258,9 @@ func TestRedisSentinelFailover(t *testing.T) {
 				t.Fatalf("%v: a follower took %d records (%d resumes not recovered), the history has %d", k, len(f.ids), f.lost, len(want))
 			}
 		}
+	}
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d resumes failed", n)
 	}
 	if n := len(accepted); n != records {
 		t.Fatalf("%d records accepted, want %d", n, records)
@@ -328,5 +334,84 @@ func TestRedisSentinelStaleAddressIsRefused(t *testing.T) {
 	}
 	if n := redirected.Load(); n != 1 {
 		t.Fatalf("%d dials sent to the replica, want 1", n)
+	}
+}
+
+// TestRedisSentinelOldPrimaryAsPrimaryIsNotUsed: after a failover, a
+// sentinel cut off from the others still names the old primary, and a
+// server there answers as a primary (the old one back, before the
+// sentinels make it a replica: a split brain). go-redis asks that
+// sentinel, and keeps asking it (the first that answered). The broker's
+// connections must still go to the primary the sentinels name with the
+// newest configuration epoch: the node's subscription is there, a
+// publication is in that primary's history, and the other server holds
+// nothing.
+func TestRedisSentinelOldPrimaryAsPrimaryIsNotUsed(t *testing.T) {
+	t.Parallel()
+	s := testenv.StartRedisSentinel(t)
+	stale := testenv.StartRedis(t) // the old primary, back as a primary
+	lone := s.StartLoneSentinel(stale.Addr)
+	s.Failover()
+	_, prefix := testenv.Redis(t)
+	// go-redis asks its sentinels at once and keeps the first that
+	// answers, and then subscribes to its announcements on a connection of
+	// its own: the other sentinel is dialed only after that, the second
+	// dial to the lone one.
+	loneChosen := make(chan struct{})
+	var loneDials atomic.Int32
+	node := newRedisNode(t, Config{
+		SentinelMaster: testenv.SentinelMaster, SentinelAddrs: []string{lone, s.Sentinels[0]}, KeyPrefix: prefix,
+		dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == s.Sentinels[0] {
+				select {
+				case <-loneChosen:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if addr == lone && err == nil && loneDials.Add(1) == 2 {
+				close(loneChosen)
+			}
+			return c, err
+		},
+	})
+	// Plain clients of each server.
+	primary := newTestRedisBroker(t, Config{URL: "redis://" + s.Replica + "/0", KeyPrefix: prefix})
+	old := rawRedis(t, stale.URL())
+
+	key, sub, _ := subscribedBefore(t, node, primary, "splitbrain")
+	p := fanouttest.MustPublish(t, node.broker, fanouttest.Msg(key, "through-sentinel"))
+	if got := fanouttest.IDs(fanouttest.History(t, primary, key)); !slices.Equal(got, []string{"before", p.ID}) {
+		t.Fatalf("the primary's history %v, want [before %s]", got, p.ID)
+	}
+	if got := sub.Receive(t, 1); got[0].Position() != p.Position {
+		t.Fatalf("got %v, want %v", got[0].Position(), p.Position)
+	}
+	if n, err := old.DBSize(fanouttest.Context(t)).Result(); err != nil || n != 0 {
+		t.Fatalf("the old primary holds %d keys (%v), want none", n, err)
+	}
+}
+
+func TestRedisNewestPrimary(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		views []sentinelView
+		want  string // "" for an error
+	}{
+		{nil, ""},
+		{[]sentinelView{{primary: "a:1", epoch: 0}}, "a:1"},
+		// The newest configuration wins, however few name it.
+		{[]sentinelView{{primary: "old:1", epoch: 3}, {primary: "old:1", epoch: 3}, {primary: "new:1", epoch: 4}}, "new:1"},
+		// Among the newest, the most named.
+		{[]sentinelView{{primary: "x:1", epoch: 2}, {primary: "p:1", epoch: 2}, {primary: "p:1", epoch: 2}}, "p:1"},
+		// As many name each: no answer.
+		{[]sentinelView{{primary: "x:1", epoch: 2}, {primary: "p:1", epoch: 2}, {primary: "q:1", epoch: 1}}, ""},
+	} {
+		got, err := newestPrimary(c.views)
+		if (c.want == "") != (err != nil) || got != c.want && c.want != "" {
+			t.Errorf("newestPrimary(%+v) = %q, %v; want %q", c.views, got, err, c.want)
+		}
 	}
 }

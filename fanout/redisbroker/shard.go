@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/heraldgw/herald/fanout"
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,7 @@ type redisShard struct {
 	addr    string        // the primary's address; "" outside Cluster mode
 	client  *redis.Client // own client in Cluster mode, else nil
 	ps      *redis.PubSub
+	live    atomic.Pointer[redis.PubSub] // ps, for the receive loop to read without mu
 	topics  map[string]*topicState
 	pending map[string]int // SUBSCRIBE commands written, not yet confirmed
 	kick    chan struct{}  // replaceShard's poke: the receive loop's backoff ends
@@ -51,6 +53,7 @@ func (b *Broker) newShardLocked(addr string) (*redisShard, error) {
 		sh.client = redis.NewClient(nodeOptions(b.cluster.Options(), addr))
 	}
 	sh.ps = b.newPubSub(ctx, sh)
+	sh.live.Store(sh.ps)
 	b.shards[addr] = sh
 	b.loops.Go(func() { b.receiveLoop(ctx, sh) })
 	return sh, nil

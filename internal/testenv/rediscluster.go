@@ -29,19 +29,21 @@ type RedisCluster struct {
 func StartRedisCluster(t testing.TB) *RedisCluster {
 	t.Helper()
 	c := &RedisCluster{t: t}
-	t.Cleanup(func() {
-		for _, p := range c.procs {
-			if p != nil && p.Process != nil {
-				_ = p.Process.Kill()
-				_ = p.Wait()
-			}
-		}
-	})
 	for range 3 {
 		c.Addrs = append(c.Addrs, "127.0.0.1:"+strconv.Itoa(freeClusterPort(t)))
 		c.dirs = append(c.dirs, t.TempDir())
 		c.procs = append(c.procs, nil)
 	}
+	// Registered after the directories: cleanups run last first, so every
+	// node is killed before its directory (where it rewrites nodes.conf at
+	// any time) is removed.
+	t.Cleanup(func() {
+		for _, p := range c.procs {
+			if p != nil {
+				stopProc(p)
+			}
+		}
+	})
 	for i := range c.Addrs {
 		c.Start(i)
 	}
@@ -110,8 +112,9 @@ func (c *RedisCluster) Start(i int) {
 
 // Kill stops node i at once (SIGKILL).
 func (c *RedisCluster) Kill(i int) {
-	_ = c.procs[i].Process.Kill()
-	_ = c.procs[i].Wait()
+	if c.procs[i] != nil {
+		stopProc(c.procs[i])
+	}
 	c.procs[i] = nil
 }
 

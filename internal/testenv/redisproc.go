@@ -24,7 +24,6 @@ type RedisProc struct {
 func StartRedis(t testing.TB) *RedisProc {
 	t.Helper()
 	r := &RedisProc{t: t, Addr: FreeAddr(t)}
-	t.Cleanup(r.kill)
 	r.start()
 	return r
 }
@@ -54,12 +53,16 @@ func (r *RedisProc) start() {
 	t := r.t
 	t.Helper()
 	_, port, _ := net.SplitHostPort(r.Addr)
+	dir := t.TempDir()
 	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--daemonize", "no",
-		"--dir", t.TempDir(), "--save", "", "--appendonly", "no", "--loglevel", "warning")
+		"--dir", dir, "--save", "", "--appendonly", "no", "--loglevel", "warning")
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testenv: redis-server: %v", err)
 	}
 	r.proc = cmd
+	// Registered after its directory: cleanups run last first, so the
+	// process is killed before the directory is removed.
+	t.Cleanup(func() { stopProc(cmd) })
 	cl := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -74,9 +77,19 @@ func (r *RedisProc) start() {
 }
 
 func (r *RedisProc) kill() {
-	if r.proc != nil && r.proc.Process != nil {
-		_ = r.proc.Process.Kill()
-		_ = r.proc.Wait()
+	if r.proc != nil {
+		stopProc(r.proc)
 	}
 	r.proc = nil
+}
+
+// stopProc kills cmd's process (SIGKILL, by its PID) and waits for it;
+// once it was waited for, it does nothing: the PID may be another
+// process's by then.
+func stopProc(cmd *exec.Cmd) {
+	if cmd.Process == nil || cmd.ProcessState != nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
 }

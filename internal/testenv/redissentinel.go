@@ -44,19 +44,7 @@ func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	s.startServer(s.Primary)
 	s.startServer(s.Replica, "--replicaof", "127.0.0.1", port(s.Primary))
 	for range 3 {
-		addr := FreeAddr(t)
-		s.Sentinels = append(s.Sentinels, addr)
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\n"+
-			"sentinel monitor %s 127.0.0.1 %s 2\n"+
-			"sentinel down-after-milliseconds %[3]s %[5]d\n"+
-			"sentinel failover-timeout %[3]s 5000\n"+
-			"sentinel parallel-syncs %[3]s 1\n", port(addr), dir, SentinelMaster, port(s.Primary), SentinelDownAfter.Milliseconds())
-		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		s.run(addr, conf, "--sentinel", "--loglevel", "warning")
+		s.Sentinels = append(s.Sentinels, s.startSentinel(s.Primary))
 	}
 	s.waitSynced(s.Primary, s.Replica)
 	for _, addr := range s.Sentinels {
@@ -71,11 +59,69 @@ func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	return s
 }
 
+// startSentinel starts a sentinel that monitors primary as
+// SentinelMaster, and returns its address.
+func (s *RedisSentinel) startSentinel(primary string) string {
+	t := s.t
+	t.Helper()
+	addr := FreeAddr(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\n"+
+		"sentinel monitor %s 127.0.0.1 %s 2\n"+
+		"sentinel down-after-milliseconds %[3]s %[5]d\n"+
+		"sentinel failover-timeout %[3]s 5000\n"+
+		"sentinel parallel-syncs %[3]s 1\n", port(addr), dir, SentinelMaster, port(primary), SentinelDownAfter.Milliseconds())
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.run(addr, conf, "--sentinel", "--loglevel", "warning")
+	return addr
+}
+
+// StartLoneSentinel starts one more sentinel, which monitors primary (any
+// redis-server) as SentinelMaster and never hears of the others: a
+// sentinel cut off from them, which names primary whatever they decide.
+// It returns its address; it is killed when the test ends.
+func (s *RedisSentinel) StartLoneSentinel(primary string) string {
+	s.t.Helper()
+	return s.startSentinel(primary)
+}
+
+// Failover makes the sentinels fail over at once (SENTINEL FAILOVER, no
+// agreement needed) and waits until every one of them names the replica
+// as the primary, and it answers as one. The old primary is made its
+// replica.
+func (s *RedisSentinel) Failover() {
+	t := s.t
+	t.Helper()
+	cl := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0], MaxRetries: -1})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := cl.Failover(ctx, SentinelMaster).Err(); err != nil {
+		t.Fatalf("testenv: SENTINEL FAILOVER: %v", err)
+	}
+	for _, addr := range s.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		waitUntil(t, "sentinel "+addr+" names "+s.Replica, func(ctx context.Context) bool {
+			a, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
+			return err == nil && net.JoinHostPort(a[0], a[1]) == s.Replica
+		})
+		_ = sc.Close()
+	}
+	rc := redis.NewClient(&redis.Options{Addr: s.Replica, MaxRetries: -1})
+	defer rc.Close()
+	waitUntil(t, s.Replica+" answers as the primary", func(ctx context.Context) bool {
+		role, err := rc.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
+}
+
 // Kill stops the process at addr at once (SIGKILL).
 func (s *RedisSentinel) Kill(addr string) {
 	if p := s.procs[addr]; p != nil {
-		_ = p.Process.Kill()
-		_ = p.Wait()
+		stopProc(p)
 	}
 	delete(s.procs, addr)
 }
