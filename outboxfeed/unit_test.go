@@ -265,3 +265,31 @@ func TestPrecedenceWait(t *testing.T) {
 		t.Fatalf("short backlog: waited %v, busy %v", time.Since(start), q.Busy())
 	}
 }
+
+// After takeovers consecutive takeovers a Worker dispatches a prefix of
+// the batch that never grows, and is one record by the last takeover
+// before MaxAttempts: the record then dead-lettered is the one that
+// killed every holder (it was in every prefix), for any batch size and
+// MaxAttempts — halving alone left 1,000>>2 records at MaxAttempts 3.
+func TestTakeoverPrefixIsolatesTheRecordByMaxAttempts(t *testing.T) {
+	for _, bs := range []int{1, 2, 3, 7, 1000, 1024, 1025, 4000, 10000} {
+		for _, maxAttempts := range []int{2, 3, 5, 10, 25} {
+			for _, n := range []int{1, bs / 2, bs} {
+				if n < 1 {
+					continue
+				}
+				prev := n
+				for tk := 1; tk < maxAttempts; tk++ {
+					got := takeoverPrefix(n, bs, tk, maxAttempts)
+					if got < 1 || got > prev {
+						t.Fatalf("batch %d of %d, MaxAttempts %d: takeover %d dispatches %d after %d", n, bs, maxAttempts, tk, got, prev)
+					}
+					prev = got
+				}
+				if prev != 1 {
+					t.Fatalf("batch %d of %d, MaxAttempts %d: %d records at the last takeover before MaxAttempts, want 1", n, bs, maxAttempts, prev)
+				}
+			}
+		}
+	}
+}

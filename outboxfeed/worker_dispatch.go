@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,7 @@ type dispatchResult struct {
 // dispatch publishes b's records, channels in parallel (bounded by
 // Concurrency) and each channel's records in order, and returns the
 // outcome of each record of a prefix of b.Records (all of them, unless
-// the batch was taken over before: then only the first Limit>>Takeovers,
+// the batch was taken over before: then only a prefix, takeoverPrefix,
 // so that a record that kills its Worker is found and, after MaxAttempts
 // takeovers, dead-lettered). Publishing starts no record but a channel's
 // first after startWindow has passed since claimedAt: the rest is held (no
@@ -50,7 +51,7 @@ func (w *Worker) dispatch(ctx context.Context, b *Batch, claimedAt time.Time) ([
 			recs[0].Attempt = max(recs[0].Attempt, b.Takeovers-1)
 			return []Outcome{{Kind: OutcomeDeadLettered, Err: poisonReason(b.Takeovers)}}, dispatchResult{leaseFrom: claimedAt}
 		}
-		recs = recs[:max(1, len(recs)>>b.Takeovers)]
+		recs = recs[:takeoverPrefix(len(recs), w.cfg.BatchSize, b.Takeovers, w.cfg.MaxAttempts)]
 	}
 	out := make([]Outcome, len(recs))
 	scope := partitionScope(b.Partition)
@@ -87,6 +88,21 @@ func (w *Worker) dispatch(ctx context.Context, b *Batch, claimedAt time.Time) ([
 	res := st.result()
 	res.leaseFrom, res.renewLost = keeper.stop()
 	return out, res
+}
+
+// takeoverPrefix is how many of a batch's n records a Worker dispatches
+// after takeovers consecutive takeovers of its partition: a prefix that
+// shrinks with each takeover so that it is one record by the last
+// takeover before maxAttempts, whatever batchSize and maxAttempts are.
+// The record that killed every holder is then the one dead-lettered,
+// never an innocent record ahead of it (halving alone would take
+// log2(batchSize) takeovers: more than maxAttempts when batchSize is
+// large or maxAttempts small).
+func takeoverPrefix(n, batchSize, takeovers, maxAttempts int) int {
+	steps := max(1, maxAttempts-1)              // takeovers that may still shrink it
+	bits := bits.Len(uint(max(1, batchSize-1))) // shifts that take batchSize to 1
+	shift := min(bits, (takeovers*bits+steps-1)/steps)
+	return max(1, min(n, batchSize>>shift))
 }
 
 // route passes over the records the Worker's handler is not routed: they
