@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/heraldgw/herald/outboxfeed/internal/rules"
 
@@ -88,6 +89,14 @@ func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
 	}
 	if err := rules.ValidateType(r.Type); err != nil {
 		return fanout.Message{}, err
+	}
+	// The PostgreSQL table checks neither (schema 12): a plain SQL
+	// producer's record with another kind or version is dead-lettered.
+	if r.SchemaVersion < 1 {
+		return fanout.Message{}, fmt.Errorf("invalid schema_version %d: must be 1 or more", r.SchemaVersion)
+	}
+	if r.Kind != "" && !ValidKind(r.Kind) {
+		return fanout.Message{}, fmt.Errorf("invalid kind %q: must be one of %s", r.Kind, strings.Join(Kinds, ", "))
 	}
 	// A reader for the (type, version), the catalogue's kind and payload
 	// schema, before any handler sees it.
