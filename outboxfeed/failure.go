@@ -90,11 +90,9 @@ func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
 	if err := rules.ValidateType(r.Type); err != nil {
 		return fanout.Message{}, err
 	}
-	// The PostgreSQL table checks neither (schema 12): a plain SQL
-	// producer's record with another kind or version is dead-lettered.
-	if r.SchemaVersion < 1 {
-		return fanout.Message{}, fmt.Errorf("invalid schema_version %d: must be 1 or more", r.SchemaVersion)
-	}
+	// The PostgreSQL table does not check the kind (schema 12), nor the
+	// version, which reg.Check refuses below 1: a plain SQL producer's
+	// record of another kind is dead-lettered.
 	if r.Kind != "" && !ValidKind(r.Kind) {
 		return fanout.Message{}, fmt.Errorf("invalid kind %q: must be one of %s", r.Kind, strings.Join(Kinds, ", "))
 	}

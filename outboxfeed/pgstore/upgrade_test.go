@@ -542,7 +542,7 @@ func TestPostgresUpgradeKindAndVersionChecks(t *testing.T) {
 		t.Fatalf("stage_notification of schema_version 0 at 12 = %v, want a check violation (23514)", err)
 	}
 
-	deadLetteredThenBack(t, s, map[string]string{kindID: "kind", versionID: "schema_version"}, []string{before, after}, 11)
+	deadLetteredThenBack(t, s, map[string]string{kindID: "kind", versionID: "order.updated v0"}, []string{before, after}, 11)
 	refused(11)
 	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
 }
