@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/heraldgw/herald/outboxfeed/internal/rules"
 
@@ -88,6 +89,12 @@ func toMessage(r *Record, reg *Registry) (fanout.Message, error) {
 	}
 	if err := rules.ValidateType(r.Type); err != nil {
 		return fanout.Message{}, err
+	}
+	// The PostgreSQL table does not check the kind (schema 12), nor the
+	// version, which reg.Check refuses below 1: a plain SQL producer's
+	// record of another kind is dead-lettered.
+	if r.Kind != "" && !ValidKind(r.Kind) {
+		return fanout.Message{}, fmt.Errorf("invalid kind %q: must be one of %s", r.Kind, strings.Join(Kinds, ", "))
 	}
 	// A reader for the (type, version), the catalogue's kind and payload
 	// schema, before any handler sees it.

@@ -81,6 +81,7 @@ func TestToMessagePermanentFailures(t *testing.T) {
 		"empty":     {func(r *Record) { r.Payload = nil }, "payload is not decodable JSON"},
 		"freshness": {func(r *Record) { r.Freshness = json.RawMessage(`{"mode":"later"}`) }, "freshness"},
 		"version":   {func(r *Record) { r.SchemaVersion = 0 }, "no reader for order.updated v0"},
+		"kind":      {func(r *Record) { r.Kind = "email" }, `invalid kind "email"`},
 	} {
 		r := good
 		c.mut(&r)

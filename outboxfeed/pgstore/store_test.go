@@ -52,8 +52,9 @@ func pgHarness(t *testing.T) *storetest.Harness {
 	return &storetest.Harness{
 		Store: s,
 		Table: "herald.outbox",
-		// Schema 9 leaves them to the Worker.
+		// Schemas 9 and 12 leave them to the Worker.
 		WorkerChecksTypeAndFreshness: true,
+		WorkerChecksKindAndVersion:   true,
 		Stage: func(t *testing.T, commit bool, ns ...stage.Notification) []string {
 			return storetest.StagePgx(t, s.Pool(), commit, ns...)
 		},

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/heraldgw/herald/outboxfeed/stage"
 	"github.com/heraldgw/herald/outboxfeed/storetest"
 
 	"github.com/heraldgw/herald/outboxfeed"
@@ -277,34 +278,50 @@ func TestPostgresUpgradeTypeAndFreshnessChecks(t *testing.T) {
 		}
 	}
 
+	deadLetteredThenBack(t, s, map[string]string{typeID: "type", freshID: "freshness"}, []string{before, after}, 8)
+	refused(8)
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
+}
+
+// deadLetteredThenBack runs a Worker until the records of invalid (id →
+// what is invalid about it, which the reason names) are dead-lettered at
+// once and channel acme/a has got valid, in order; then going back to
+// version is refused naming each invalid record, and done once they are
+// deleted.
+func deadLetteredThenBack(t *testing.T, s *Store, invalid map[string]string, valid []string, version int) {
+	t.Helper()
+	ctx := context.Background()
 	rec := storetest.NewRecorder()
 	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{})
 	storetest.Eventually(t, 10*time.Second, "the invalid records dead-lettered", func() bool {
-		_, ok1 := storetest.StateOf(t, s, typeID).(outboxfeed.DeadLetter)
-		_, ok2 := storetest.StateOf(t, s, freshID).(outboxfeed.DeadLetter)
-		return ok1 && ok2
+		for id := range invalid {
+			if _, ok := storetest.StateOf(t, s, id).(outboxfeed.DeadLetter); !ok {
+				return false
+			}
+		}
+		return true
 	})
-	rec.WaitFor(t, 10*time.Second, "the valid records", func() bool { return rec.Count() >= 2 })
+	rec.WaitFor(t, 10*time.Second, "the valid records", func() bool { return rec.Count() >= len(valid) })
 	w.Stop()
-	for id, want := range map[string]string{typeID: "type", freshID: "freshness"} {
+	for id, want := range invalid {
 		d := storetest.StateOf(t, s, id).(outboxfeed.DeadLetter)
 		if d.Attempts != 1 || !strings.Contains(d.Reason, want) {
 			t.Errorf("record with an invalid %s: %+v, want dead-lettered at once naming the %s", want, d, want)
 		}
 	}
-	if got := rec.Channel(fanout.Key{Tenant: "acme", Channel: "a"}); fmt.Sprint(got) != fmt.Sprint([]string{before, after}) {
-		t.Errorf("channel a got %v, want %v", got, []string{before, after})
+	if got := rec.Channel(fanout.Key{Tenant: "acme", Channel: "a"}); fmt.Sprint(got) != fmt.Sprint(valid) {
+		t.Errorf("channel a got %v, want %v", got, valid)
 	}
-
-	err = s.MigrateTo(ctx, 8)
-	if !errors.Is(err, outboxfeed.ErrRollbackRefused) || !strings.Contains(err.Error(), typeID) || !strings.Contains(err.Error(), freshID) {
-		t.Fatalf("going back to 8 with the invalid records = %v, want refused naming %s and %s", err, typeID, freshID)
+	ids := slices.Collect(maps.Keys(invalid))
+	err := s.MigrateTo(ctx, version)
+	for _, id := range ids {
+		if !errors.Is(err, outboxfeed.ErrRollbackRefused) || !strings.Contains(err.Error(), id) {
+			t.Fatalf("going back to %d with the invalid records = %v, want refused naming %s", version, err, id)
+		}
 	}
-	_, err = s.Pool().Exec(ctx, `DELETE FROM herald.outbox WHERE id = ANY($1::uuid[])`, []string{typeID, freshID})
+	_, err = s.Pool().Exec(ctx, `DELETE FROM herald.outbox WHERE id = ANY($1::uuid[])`, ids)
 	testenv.Must(t, err, "delete the invalid records")
-	testenv.Must(t, s.MigrateTo(ctx, 8), "go back to 8")
-	refused(8)
-	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
+	testenv.Must(t, s.MigrateTo(ctx, version), fmt.Sprint("go back to ", version))
 }
 
 // TestPostgresUpgradePartitionOfInPLpgSQL takes a database at migration 9,
@@ -450,4 +467,156 @@ func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
 	if n := batches(); n != 0 {
 		t.Fatalf("%d batches of the dropped handler gone-soon left", n)
 	}
+}
+
+// TestPostgresUpgradeKindAndVersionChecks takes a database at migration
+// 11, with segments made there (each holding the constraints as its own),
+// to migration 12 and back: at 12 the outbox, its segments and its archive
+// accept any kind and schema_version, the SQL producers' function still
+// refuses a version below 1, the Worker dead-letters the invalid records at
+// once and delivers the others, records staged before the upgrade
+// included; going back is refused while an invalid record is kept.
+func TestPostgresUpgradeKindAndVersionChecks(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newPGStoreAt(t, 11)
+	_, err := s.KeepSegments(ctx, 1000, time.Hour, time.Minute)
+	testenv.Must(t, err, "make segments at 11")
+
+	insert := func(kind string, version int) (string, error) {
+		var id string
+		err := s.Pool().QueryRow(ctx, `INSERT INTO herald.outbox (tenant_id, channel, type, schema_version, payload, kind)
+			VALUES ('acme', 'a', 'order.updated', $2, '{"n":1}', $1) RETURNING id::text`, kind, version).Scan(&id)
+		return id, err
+	}
+	const badKind, badVersion = "email", 0
+	refused := func(version int) {
+		t.Helper()
+		for _, c := range []struct {
+			kind    string
+			version int
+		}{{badKind, 1}, {stage.KindNotification, badVersion}} {
+			var pe *pgconn.PgError
+			if _, err := insert(c.kind, c.version); !errors.As(err, &pe) || pe.Code != "23514" {
+				t.Fatalf("schema %d: insert of kind %q, schema_version %d = %v, want a check violation (23514)", version, c.kind, c.version, err)
+			}
+		}
+	}
+	refused(11)
+	before, err := insert(stage.KindNotification, 1)
+	testenv.Must(t, err, "stage at 11")
+
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest")
+	var left []string
+	testenv.Must(t, pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT c.conrelid::regclass::text || ' ' || c.conname FROM pg_constraint c
+			WHERE c.conname IN ('outbox_kind', 'outbox_schema_version_positive', 'outbox_type_format', 'outbox_freshness_mode')
+				AND (c.conrelid IN ('herald.outbox'::regclass, 'herald.outbox_archive'::regclass)
+					OR c.conrelid IN (SELECT i.inhrelid FROM pg_inherits i
+						WHERE i.inhparent IN ('herald.outbox'::regclass, 'herald.outbox_archive'::regclass)))`)
+		if err != nil {
+			return err
+		}
+		left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}), "list the constraints left")
+	if len(left) > 0 {
+		t.Fatalf("constraints left after migration 12: %v", left)
+	}
+	kindID, err := insert(badKind, 1)
+	testenv.Must(t, err, "stage an invalid kind at 12")
+	// The next one lands in the first segment made at 11.
+	_, err = s.Pool().Exec(ctx, `SELECT setval('herald.outbox_record_seq', (SELECT min(from_seq) FROM herald.outbox_segment))`)
+	testenv.Must(t, err, "move the record sequence into the first segment")
+	versionID, err := insert(stage.KindNotification, badVersion)
+	testenv.Must(t, err, "stage an invalid schema_version at 12, into a segment")
+	var segment string
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT tableoid::regclass::text FROM herald.outbox WHERE id = $1::uuid`, versionID).Scan(&segment), "find its table")
+	if segment == "herald.outbox_default" {
+		t.Fatalf("the record meant for a segment went to %s", segment)
+	}
+	after, err := insert(stage.KindIntegrationEvent, 2)
+	testenv.Must(t, err, "stage at 12")
+	var pe *pgconn.PgError
+	err = s.Pool().QueryRow(ctx, `SELECT herald.stage_notification('acme', 'a', 'order.updated', 0, '{}')`).Scan(new(string))
+	if !errors.As(err, &pe) || pe.Code != "23514" {
+		t.Fatalf("stage_notification of schema_version 0 at 12 = %v, want a check violation (23514)", err)
+	}
+
+	deadLetteredThenBack(t, s, map[string]string{kindID: "kind", versionID: "order.updated v0"}, []string{before, after}, 11)
+	refused(11)
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
+}
+
+// TestPostgresUpgradeWakeupInASequence takes a database at migration 12
+// whose wake-up switch a Worker has armed to migration 13 and back: the
+// arming carries over, a producer's commit sends the NOTIFY while the
+// switch is armed and none once it is disarmed, and going back leaves the
+// switch working from the table again.
+func TestPostgresUpgradeWakeupInASequence(t *testing.T) {
+	ctx := context.Background()
+	s, url := newPGStoreAt(t, 12)
+	listener, err := pgx.Connect(ctx, url)
+	testenv.Must(t, err, "connect listener")
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	_, err = listener.Exec(ctx, "LISTEN "+pgNotifyChannel)
+	testenv.Must(t, err, "listen")
+	// next stages a record, then sends a marker NOTIFY of its own: the
+	// listener gets notifications in commit order, so the first one it
+	// gets tells whether the producer's commit sent one.
+	marker := 0
+	next := func(what string, want bool) {
+		t.Helper()
+		_, err := stageOne(ctx, s, storetest.Note("orders/1", `{}`))
+		testenv.Must(t, err, "stage "+what)
+		marker++
+		_, err = s.Pool().Exec(ctx, `SELECT pg_notify($1, $2)`, pgNotifyChannel, fmt.Sprint("marker ", marker))
+		testenv.Must(t, err, "send the marker")
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.WaitForNotification(wctx)
+		testenv.Must(t, err, "wait for a notification "+what)
+		if got := n.Payload == ""; got != want {
+			t.Fatalf("%s: the producer's commit sent a NOTIFY: %v, want %v", what, got, want)
+		}
+		if want {
+			n, err := listener.WaitForNotification(wctx)
+			testenv.Must(t, err, "wait for the marker "+what)
+			if n.Payload != fmt.Sprint("marker ", marker) {
+				t.Fatalf("%s: got %q after the producer's NOTIFY, want the marker", what, n.Payload)
+			}
+		}
+	}
+	exec := func(what, sql string, args ...any) {
+		t.Helper()
+		_, err := s.Pool().Exec(ctx, sql, args...)
+		testenv.Must(t, err, what)
+	}
+	hour := time.Hour.Microseconds()
+	next("at 12, disarmed", false)
+	exec("arm at 12", pgArm, hour)
+	next("at 12, armed", true)
+
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest")
+	next("armed at 12, at 13", true)
+	exec("disarm at 13", pgDisarm)
+	next("at 13, disarmed", false)
+	// An arming rolled back is not copied.
+	tx, err := s.Pool().Begin(ctx)
+	testenv.Must(t, err, "begin")
+	_, err = tx.Exec(ctx, pgArm, hour)
+	testenv.Must(t, err, "arm, to roll back")
+	testenv.Must(t, tx.Rollback(ctx), "roll back the arming")
+	next("at 13, an arming rolled back", false)
+	exec("arm at 13", pgArm, hour)
+	next("at 13, armed", true)
+	// An arming that lapsed sends none.
+	exec("let the arming lapse", `UPDATE herald.outbox_wakeup SET armed_until = statement_timestamp() - interval '1 second'`)
+	next("at 13, lapsed", false)
+
+	testenv.Must(t, s.MigrateTo(ctx, 12), "go back to 12")
+	next("back at 12, lapsed", false)
+	exec("arm back at 12", pgArm, hour)
+	next("back at 12, armed", true)
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
+	next("armed at 12, at 13 again", true)
 }

@@ -46,6 +46,9 @@ type Harness struct {
 	// freshness is invalid (PostgreSQL since schema 9); otherwise the
 	// table refuses it.
 	WorkerChecksTypeAndFreshness bool
+	// WorkerChecksKindAndVersion: the same for the kind and the
+	// schema_version (PostgreSQL since schema 12).
+	WorkerChecksKindAndVersion bool
 }
 
 // Run is the store conformance suite: what every outbox store must do,
@@ -755,8 +758,9 @@ func testStopCompletesPublished(t *testing.T, h *Harness) {
 }
 
 // The outbox table refuses records producers could not stage (or, where
-// the Worker checks the type and freshness, the Worker dead-letters them at
-// once); plain SQL producers get the column defaults.
+// the Worker checks the type and freshness, or the kind and version, the
+// Worker dead-letters them at once); plain SQL producers get the column
+// defaults.
 func testCheckConstraints(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	id, err := h.StageOne(ctx, Note("orders/1", `{}`))
@@ -764,15 +768,23 @@ func testCheckConstraints(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	where := fmt.Sprintf(" WHERE id = '%s'", id)
-	refused := []string{"schema_version = 0", "kind = 'email'"}
-	workerChecked := []string{
+	var refused, workerChecked []string
+	typeAndFreshness := []string{
 		"type = 'Order Updated'",
 		"type = ''",
 		`freshness = '{"mode":"advisory"}'`,
 		`freshness = '{"mode":"eventually"}'`,
 	}
-	if !h.WorkerChecksTypeAndFreshness {
-		refused = append(refused, workerChecked...)
+	kindAndVersion := []string{"schema_version = 0", "kind = 'email'"}
+	for _, c := range []struct {
+		sets          []string
+		byTheWorkerOK bool
+	}{{typeAndFreshness, h.WorkerChecksTypeAndFreshness}, {kindAndVersion, h.WorkerChecksKindAndVersion}} {
+		if c.byTheWorkerOK {
+			workerChecked = append(workerChecked, c.sets...)
+		} else {
+			refused = append(refused, c.sets...)
+		}
 	}
 	for _, set := range refused {
 		if err := h.Exec(ctx, "UPDATE "+h.Table+" SET "+set+where); err == nil {
@@ -801,19 +813,18 @@ func testCheckConstraints(t *testing.T, h *Harness) {
 		t.Fatalf("insert without id: %v", err)
 	}
 	// A record the table accepts but the Worker cannot deliver: one per
-	// invalid type or freshness, each dead-lettered at once.
+	// invalid type, freshness, kind or version the Worker checks, each
+	// dead-lettered at once.
 	var bad []string
-	if h.WorkerChecksTypeAndFreshness {
-		for i, set := range workerChecked {
-			badID := fmt.Sprintf("0190f0c4-0000-4000-8000-0000000001%02d", i)
-			if err := h.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, tenant_id, channel, type, schema_version, payload) VALUES ('%s', 'acme', 'orders/bad%d', 'order.updated', 1, '{}')`, h.Table, badID, i)); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.Exec(ctx, "UPDATE "+h.Table+" SET "+set+fmt.Sprintf(" WHERE id = '%s'", badID)); err != nil {
-				t.Fatalf("UPDATE SET %s: %v", set, err)
-			}
-			bad = append(bad, badID)
+	for i, set := range workerChecked {
+		badID := fmt.Sprintf("0190f0c4-0000-4000-8000-0000000001%02d", i)
+		if err := h.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, tenant_id, channel, type, schema_version, payload) VALUES ('%s', 'acme', 'orders/bad%d', 'order.updated', 1, '{}')`, h.Table, badID, i)); err != nil {
+			t.Fatal(err)
 		}
+		if err := h.Exec(ctx, "UPDATE "+h.Table+" SET "+set+fmt.Sprintf(" WHERE id = '%s'", badID)); err != nil {
+			t.Fatalf("UPDATE SET %s: %v", set, err)
+		}
+		bad = append(bad, badID)
 	}
 	// The valid ones are delivered, the others dead-lettered.
 	rec := NewRecorder()
