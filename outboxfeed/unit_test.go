@@ -230,6 +230,60 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// A claim of the leading Worker that found a backlog keeps it busy for
+// IdleAfter plus twice as long as the claim took (the batch's publishing,
+// then its next claim, riding on the batch's completion), and a partial
+// batch marks nothing.
+func TestPrecedenceHoldsForTheClaim(t *testing.T) {
+	var p Precedence
+	w := &Worker{cfg: WorkerConfig{Leads: &p, IdleAfter: 50 * time.Millisecond, BatchSize: 10}}
+	w.leadClaimed(&Batch{Records: make([]Record, 3), leased: time.Now().Add(-time.Hour)})
+	if !p.led.Load() || p.busyUntil.Load() != 0 {
+		t.Fatalf("a partial batch: led %v, busy until %d", p.led.Load(), p.busyUntil.Load())
+	}
+	before := time.Now()
+	w.leadClaimed(&Batch{Records: make([]Record, 10), leased: before.Add(-400 * time.Millisecond)})
+	if until := time.Unix(0, p.busyUntil.Load()); until.Before(before.Add(850*time.Millisecond)) || !p.Busy() {
+		t.Fatalf("a full batch claimed in 400ms: busy until %v after the claim returned, want at least 850ms", until.Sub(before))
+	}
+	for _, c := range []struct {
+		sent time.Time
+		want time.Duration
+	}{
+		{time.Time{}, 50 * time.Millisecond},                        // not claimed by the Worker
+		{before.Add(time.Second), 50 * time.Millisecond},            // a clock that went back
+		{before.Add(-20 * time.Millisecond), 90 * time.Millisecond}, // a 20ms claim
+	} {
+		if got := busyHold(50*time.Millisecond, before, c.sent); got != c.want {
+			t.Errorf("busyHold(50ms, sent %v before): %v, want %v", before.Sub(c.sent), got, c.want)
+		}
+	}
+}
+
+// A yielding Worker's statistics read waits while the leading Worker is
+// busy, at most PollInterval, without counting as a yield; one that
+// yields to nothing reads at once.
+func TestYieldStats(t *testing.T) {
+	var p Precedence
+	p.led.Store(true)
+	p.markBusy(time.Now(), time.Hour)
+	ctx := context.Background()
+	w := &Worker{cfg: WorkerConfig{YieldsTo: &p, PollInterval: 30 * time.Millisecond}}
+	start := time.Now()
+	if !w.yieldStats(ctx) || time.Since(start) < 30*time.Millisecond || p.Yields() != 0 {
+		t.Fatalf("leader busy: waited %v (want its 30ms bound), %d yields counted", time.Since(start), p.Yields())
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if w.yieldStats(cctx) {
+		t.Fatal("the wait went on after its context ended")
+	}
+	free := &Worker{cfg: WorkerConfig{PollInterval: time.Hour}}
+	if !free.yieldStats(ctx) {
+		t.Fatal("a Worker that yields to nothing waited")
+	}
+}
+
 // A Precedence holds a yielding Worker back while the leading one is
 // busy, at most the wait's bound, and not at all once it is not.
 func TestPrecedenceWait(t *testing.T) {

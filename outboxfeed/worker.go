@@ -250,6 +250,9 @@ func (w *Worker) statsLoop(ctx context.Context) {
 				refresh, beat = true, true
 			}
 		}
+		if (beat || refresh) && !w.yieldStats(ctx) {
+			return
+		}
 		if beat {
 			w.heartbeat(ctx)
 			beat = false

@@ -17,8 +17,9 @@ import (
 // claim a batch per lane at least once every PollInterval and never
 // starve. Until the leading Worker's first claim returns, it counts as
 // busy: Workers started together (after a restart, with a backlog for
-// each) leave the first reads of the backlog to it. Batches already
-// claimed are delivered at full speed. The zero value is ready to use;
+// each) leave the first reads of the backlog to it, their backlog
+// statistics included. Batches already claimed are delivered at full
+// speed. The zero value is ready to use;
 // it is safe for concurrent use.
 type Precedence struct {
 	busyUntil atomic.Int64 // UnixNano until which the leading Worker counts as busy
@@ -45,11 +46,17 @@ func (p *Precedence) Busy() bool { return !p.led.Load() || time.Now().UnixNano()
 // Yields is how many times a yielding Worker waited for the leading one.
 func (p *Precedence) Yields() int64 { return p.yields.Load() }
 
-// wait waits while the leading Worker is busy, at most max; it reports
-// false when ctx ended.
+// wait waits while the leading Worker is busy, at most max, counting the
+// wait in Yields; it reports false when ctx ended.
 func (p *Precedence) wait(ctx context.Context, max time.Duration) bool {
+	return p.waitCounted(ctx, max, true)
+}
+
+// waitCounted is wait, counting a wait that found the leading Worker busy
+// in Yields when count says so.
+func (p *Precedence) waitCounted(ctx context.Context, max time.Duration, count bool) bool {
 	deadline := time.Now().Add(max)
-	counted := false
+	counted := !count
 	for {
 		now := time.Now()
 		until := time.Unix(0, p.busyUntil.Load())
@@ -69,17 +76,35 @@ func (p *Precedence) wait(ctx context.Context, max time.Duration) bool {
 	}
 }
 
-// leadClaimed marks the Precedence the Worker leads busy for IdleAfter
-// when b shows a backlog: a full batch, or more records behind it.
+// leadClaimed marks the Precedence the Worker leads busy when b shows a
+// backlog (a full batch, or more records behind it), for busyHold.
 func (w *Worker) leadClaimed(b *Batch) {
 	p := w.cfg.Leads
 	if p == nil {
 		return
 	}
 	if b != nil && (b.More || len(b.Records) >= w.cfg.BatchSize) {
-		p.markBusy(time.Now(), w.cfg.IdleAfter)
+		now := time.Now()
+		p.markBusy(now, busyHold(w.cfg.IdleAfter, now, b.leased))
 	}
 	p.led.Store(true)
+}
+
+// busyHold is how long a claim sent at sent that returned a backlog at
+// now keeps the leading Worker busy: IdleAfter, plus twice as long as the
+// claim took. The lane publishes the batch, then claims again with its
+// completion, and that claim takes about as long as this one did: on a
+// loaded machine a claim of a full batch can take longer than IdleAfter,
+// and a hold of IdleAfter alone lapsed while the leading Worker's next
+// claims were still under way, letting the yielding Workers' claims in
+// mid-backlog (thousands of webhook deliveries during realtime's drain of
+// 50,000 records, in half the drains at a load average of 12 on two
+// cores).
+func busyHold(idleAfter time.Duration, now, sent time.Time) time.Duration {
+	if sent.IsZero() || now.Before(sent) {
+		return idleAfter
+	}
+	return idleAfter + 2*now.Sub(sent)
 }
 
 // yielding reports whether the Worker should give way before its next
@@ -107,4 +132,18 @@ func (w *Worker) yieldTurn(ctx context.Context) bool {
 		return true
 	}
 	return w.cfg.YieldsTo.wait(ctx, w.cfg.PollInterval)
+}
+
+// yieldStats waits, before the Worker reads its backlog statistics and
+// reports what it reads, while the Worker this one yields to has a
+// backlog, at most PollInterval (not counted in Yields); it reports false
+// when ctx ended. Those reads count the handler's whole backlog: with
+// 50,000 records waiting for both handlers, as after a restart, 20–40 ms
+// of PostgreSQL's CPU, a tenth of what the leading Worker's drain of them
+// costs, taken from it while it drains on a machine with few cores.
+func (w *Worker) yieldStats(ctx context.Context) bool {
+	if w.cfg.YieldsTo == nil {
+		return true
+	}
+	return w.cfg.YieldsTo.waitCounted(ctx, w.cfg.PollInterval, false)
 }

@@ -45,6 +45,9 @@ type config struct {
 	// realtime one while it has a backlog, as `herald feed` runs them
 	// (outboxfeed.Precedence). Default: true.
 	WebhookYield bool
+	// WebhookMaxInFlight is the webhook handler's max_in_flight (0: its
+	// default, 16).
+	WebhookMaxInFlight int
 	// WebhookPool is where the webhook handler's Worker takes its
 	// PostgreSQL connections: "shared", the realtime Worker's pool, as
 	// herald feed runs them, "own", a pool of its own, or "own-poll", a
@@ -172,6 +175,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")
 	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")
 	fs.BoolVar(&c.Webhook, "webhook", c.Webhook, "drain, latency: run each alone, beside, beside, alone; beside, a webhook handler drains the same records to a local receiver answering 204")
+	fs.IntVar(&c.WebhookMaxInFlight, "webhook-max-in-flight", c.WebhookMaxInFlight, "-webhook: the webhook handler's max_in_flight (0 = its default, 16)")
 	fs.BoolVar(&c.WebhookYield, "webhook-yield", c.WebhookYield, "-webhook: the webhook handler's Worker yields to the realtime one while it has a backlog, as herald feed runs them")
 	fs.StringVar(&c.WebhookPool, "webhook-pool", c.WebhookPool, "-webhook: the webhook handler's Worker uses the realtime Worker's connection pool (shared, as herald feed) or one of its own (own), without a LISTEN connection (own-poll)")
 	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts; staged: records inserted while it runs")

@@ -77,7 +77,7 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	var k [32]byte
 	_, _ = rand.Read(k[:])
 	h, err := webhookhandler.New(webhook.Config{
-		Name: hookName, URL: recv.URL, AllowPrivateNetwork: true,
+		Name: hookName, URL: recv.URL, AllowPrivateNetwork: true, MaxInFlight: cfg.WebhookMaxInFlight,
 		Secret: webhook.Secret(webhook.SecretPrefix + base64.StdEncoding.EncodeToString(k[:])),
 	}, nil)
 	if err != nil {

@@ -16,6 +16,10 @@ import (
 	"github.com/heraldgw/herald/loadtest/internal/benchkit"
 )
 
+// latencySettle is the start of a latency run of cfg that AfterStart
+// leaves out: a tenth of the run, at most a second.
+func latencySettle(cfg config) time.Duration { return min(time.Second, cfg.LatencyDuration/10) }
+
 // latencyResult is the outcome of the latency phase.
 type latencyResult struct {
 	Rate      int                // target records/s
@@ -26,7 +30,12 @@ type latencyResult struct {
 	MaxLag    time.Duration      // how far the pacer fell behind its schedule
 	Commit    benchkit.Quantiles // COMMIT round trip of the producers
 	Accept    benchkit.Quantiles // COMMIT returned → broker accepted
-	Early     int                // accepted before the producer saw its COMMIT return (counted as 0)
+	// AfterStart is Accept of the records committed after the first
+	// Settle of the run (latencySettle), once the Workers' first queries
+	// and the pools' new connections are behind them.
+	AfterStart benchkit.Quantiles
+	Settle     time.Duration
+	Early      int // accepted before the producer saw its COMMIT return (counted as 0)
 	// WorkerPG is the CPU the Worker's own PostgreSQL backends
 	// (application_name herald) spent from the first commit until every
 	// record was accepted; Self is this process's (Worker and producers).
@@ -145,6 +154,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	res.HookClaims, res.HookEmptyClaims = hookClaims1-hookClaims0, hookEmpty1-hookEmpty0
 	commits := make([]time.Duration, 0, len(marks))
 	accepts := make([]time.Duration, 0, len(marks))
+	var settled []time.Duration
+	res.Settle = latencySettle(cfg)
 	for _, m := range marks {
 		res.ids = append(res.ids, m.id)
 		commits = append(commits, m.commitTook)
@@ -158,11 +169,16 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 			d = 0
 		}
 		accepts = append(accepts, d)
+		if m.committedAt.Sub(marks[0].committedAt) >= res.Settle {
+			settled = append(settled, d)
+		}
 	}
-	res.Commit, res.Accept = benchkit.Summarize(commits), benchkit.Summarize(accepts)
+	res.Commit, res.Accept, res.AfterStart = benchkit.Summarize(commits), benchkit.Summarize(accepts), benchkit.Summarize(settled)
 	fmt.Fprintf(progress, "latency %s: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record; %d claims with records, %d empty\n",
 		besideText(res.Beside), benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
 		res.Claims, res.EmptyClaims)
+	fmt.Fprintf(progress, "latency %s: after the first %v: commit → accept p50 %s p99 %s (%d records)\n", besideText(res.Beside), res.Settle,
+		benchkit.MS(res.AfterStart.P50), benchkit.MS(res.AfterStart.P99), len(settled))
 	fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), &res.Stages)
 	if res.Beside {
 		fmt.Fprintf(progress, "latency %s: the webhook handler's claims: %d with records, %d empty\n", besideText(res.Beside), res.HookClaims, res.HookEmptyClaims)

@@ -52,7 +52,10 @@
 //     has a backlog, as herald feed runs them (outboxfeed.Precedence);
 //     -webhook-yield=false runs it without. -webhook-pool own gives the
 //     handler's Worker a connection pool of its own (own-poll: and no
-//     LISTEN connection), for diagnosis.
+//     LISTEN connection), for diagnosis; -webhook-max-in-flight N sets
+//     its max_in_flight. The report also compares realtime's commit →
+//     accept p99 of the records committed after the first second of each
+//     latency run (a tenth of shorter runs).
 //   - -sample-waits D (latency): samples pg_stat_activity every D during
 //     each latency run and prints what the active backends did, how often
 //     the wake-up trigger was armed, and when realtime's slowest 1 % of

@@ -34,6 +34,7 @@ func TestWebhookSmoke(t *testing.T) {
 		"| drain alone, 300 records | ", "| drain with a webhook handler beside, 300 records | ",
 		"| realtime drain rate | **", "| drain: PostgreSQL CPU per record and handler | **",
 		"| realtime commit → broker accept p99 | **", "| steady rate: PostgreSQL CPU per record and handler | **",
+		"| realtime commit → broker accept p99, records committed after the first 100ms | **",
 	)
 	if strings.Contains(report, "NaN") {
 		t.Errorf("report has a missing number:\n%s", report)
