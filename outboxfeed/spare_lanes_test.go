@@ -18,7 +18,7 @@ type flowStore struct {
 	held   map[int]bool
 	seq    int64
 	first  bool
-	done   chan struct{} // closed once the lead lane completed leadWant batches
+	done   chan struct{} // closed once the lead lane completed leadWant batches and another lane one
 	lead   int
 	kept   int // the lead lane's completions that went on with their partition
 	spare  int // the other lanes' completions
@@ -56,6 +56,16 @@ func (s *flowStore) next(req ClaimRequest) *Batch {
 	return b
 }
 
+// finished reports whether done is closed; s.mu is held.
+func (s *flowStore) finished() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (s *flowStore) Claim(_ context.Context, req ClaimRequest) (*Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -66,6 +76,9 @@ func (s *flowStore) Complete(_ context.Context, b *Batch, _ []Outcome, next *Cla
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.held, b.Partition)
+	if s.finished() {
+		return true, nil, nil // the Worker is being stopped: nothing counts
+	}
 	if strings.Contains(b.Owner, "/") {
 		s.spare++
 		if next != nil {
@@ -75,11 +88,14 @@ func (s *flowStore) Complete(_ context.Context, b *Batch, _ []Outcome, next *Cla
 		if next != nil && next.Partition == b.Partition && !b.More {
 			s.kept++
 		}
-		if s.lead++; s.lead == leadWant {
-			close(s.done)
-		}
+		s.lead++
 	}
-	if next == nil || s.lead >= leadWant {
+	// Done once the lead lane completed leadWant batches and another lane
+	// one (however the two lanes' goroutines were scheduled).
+	if s.lead >= leadWant && s.spare > 0 {
+		close(s.done)
+	}
+	if next == nil || s.finished() {
 		return true, nil, nil
 	}
 	return true, s.next(*next), nil
