@@ -73,6 +73,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},
 		{"LateClaimAnswerCountsTheLeaseFromTheClaim", testLateClaimAnswer},
 		{"ChannelRunsToABrokerThatTakesThem", testChannelRuns},
+		{"CompleteManyServesEveryPartitionInOneStep", testCompleteMany},
 		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
 		{"CheckConstraintsRejectInvalidRecords", testCheckConstraints},
