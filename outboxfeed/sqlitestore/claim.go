@@ -579,7 +579,8 @@ func writeSQLiteOutcomes(ctx context.Context, tx *sql.Tx, handler string, recs [
 
 // CompleteMany completes cs and then claims with next, in one transaction
 // (outboxfeed.Store). SQLite has one partition, so next claims it only
-// when no completion went on with it and nobody else holds it.
+// when no completion went on with it and nobody else holds it. It holds
+// no idle leases (ClaimRequest.KeepIdle).
 func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, next *outboxfeed.ClaimRequest) ([]bool, []*outboxfeed.Batch, error) {
 	goOns := make([]*outboxfeed.ClaimRequest, len(cs))
 	for i, c := range cs {
@@ -611,7 +612,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 				nbs = append(nbs, nb)
 			}
 		}
-		if next == nil {
+		if next == nil || next.Partition != outboxfeed.AnyPartition {
 			return nil
 		}
 		p, err := readSQLitePartition(ctx, tx, s.handler)

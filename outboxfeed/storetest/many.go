@@ -160,3 +160,88 @@ func testCompleteMany(t *testing.T, h *Harness) {
 		t.Fatalf("a claim after everything was completed found %v", BatchIDs(b))
 	}
 }
+
+// A partition gone on with that has no records, with KeepIdle, stays with
+// its holder as an idle lease (a batch without records) where the store
+// keeps one (PostgreSQL; others give it back): nobody else claims it
+// meanwhile, going on with it finds the records committed since, under a
+// new fence, and a stale fence changes nothing. Given back, it is free at
+// once. Every record comes out once, in order.
+func testIdleLease(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	const owner = "idle"
+	req := outboxfeed.ClaimRequest{Owner: owner, Partition: outboxfeed.AnyPartition, Limit: 100, Lease: time.Minute, Spread: 8, KeepIdle: true}
+	ids := h.Stage(t, true, Note("idle/1", `{"n":1}`))
+	part := h.PartitionOf(t, fanout.Key{Tenant: "acme", Channel: "idle/1"})
+	_, bs, err := h.Store.CompleteMany(ctx, nil, &req)
+	if err != nil || len(bs) != 1 || fmt.Sprint(BatchIDs(bs[0])) != fmt.Sprint(ids) {
+		t.Fatalf("claim: %v, err %v; want one batch of %v", bs, err, ids)
+	}
+	first := bs[0]
+	held, nbs, err := h.Store.CompleteMany(ctx, allDone(bs, true), &req)
+	if err != nil || len(held) != 1 || !held[0] {
+		t.Fatalf("completion: held %v, err %v", held, err)
+	}
+	var idle *outboxfeed.Batch
+	switch {
+	case len(nbs) == 0:
+		// The store gives the partition back.
+	case len(nbs) == 1 && len(nbs[0].Records) == 0 && nbs[0].Partition == part && nbs[0].Owner == owner:
+		idle = nbs[0]
+		if b := ClaimAny(t, h.Store, "other", 100, time.Minute); b != nil {
+			t.Fatalf("another owner claimed partition %d, held idle", b.Partition)
+		}
+		// Nothing new: going on finds nothing, and the lease stays.
+		held, again, err := h.Store.CompleteMany(ctx, allDone(nbs, true), &req)
+		if err != nil || !held[0] || len(again) != 1 || len(again[0].Records) != 0 || again[0].Fence != idle.Fence {
+			t.Fatalf("a look at an idle lease without records: held %v, %v, err %v; want it held idle at fence %d", held, again, err, idle.Fence)
+		}
+	default:
+		t.Fatalf("went on with %v: want nothing or one idle lease of partition %d", nbs, part)
+	}
+	t.Logf("the store keeps idle leases: %v", idle != nil)
+	if _, ok := StateOf(t, h.Store, ids[0]).(outboxfeed.Dispatched); !ok {
+		t.Fatalf("%s: %#v, want dispatched", ids[0], StateOf(t, h.Store, ids[0]))
+	}
+	more := h.Stage(t, true, Note("idle/1", `{"n":2}`), Note("idle/1", `{"n":3}`))
+	var got *outboxfeed.Batch
+	if idle != nil {
+		held, nbs, err := h.Store.CompleteMany(ctx, allDone([]*outboxfeed.Batch{idle}, true), &req)
+		if err != nil || !held[0] || len(nbs) != 1 {
+			t.Fatalf("a look at an idle lease with records: held %v, %v, err %v", held, nbs, err)
+		}
+		got = nbs[0]
+		if got.Fence <= idle.Fence || got.Takeover {
+			t.Fatalf("records under fence %d (takeover %v), want a fresh fence above the idle lease's %d", got.Fence, got.Takeover, idle.Fence)
+		}
+		// The idle lease's fence is stale now.
+		stale, _, err := h.Store.CompleteMany(ctx, allDone([]*outboxfeed.Batch{idle}, false), nil)
+		if err != nil || stale[0] {
+			t.Fatalf("giving back a stale idle lease: held %v, err %v; want not held", stale, err)
+		}
+	} else {
+		got = ClaimAny(t, h.Store, owner, 100, time.Minute)
+	}
+	if got == nil || fmt.Sprint(BatchIDs(got)) != fmt.Sprint(more) || got.Fence <= first.Fence {
+		t.Fatalf("next batch %v, want %v under a newer fence than %d", got, more, first.Fence)
+	}
+	// Done, the partition goes back idle (or is given back), then is
+	// given back: another owner takes the next record at once.
+	held, nbs, err = h.Store.CompleteMany(ctx, allDone([]*outboxfeed.Batch{got}, true), &req)
+	if err != nil || !held[0] {
+		t.Fatalf("completion: held %v, err %v", held, err)
+	}
+	if _, _, err := h.Store.CompleteMany(ctx, allDone(nbs, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	last := h.Stage(t, true, Note("idle/1", `{"n":4}`))
+	b := ClaimAny(t, h.Store, "other", 100, time.Minute)
+	if b == nil || fmt.Sprint(BatchIDs(b)) != fmt.Sprint(last) || b.Takeover {
+		t.Fatalf("after the lease was given back another owner claimed %v, want a fresh batch of %v", b, last)
+	}
+	for _, id := range more {
+		if _, ok := StateOf(t, h.Store, id).(outboxfeed.Dispatched); !ok {
+			t.Fatalf("%s: %#v, want dispatched", id, StateOf(t, h.Store, id))
+		}
+	}
+}
