@@ -42,15 +42,6 @@ type ClaimRequest struct {
 	// Store.CompleteMany may lease at once, each a batch of its own
 	// (0 or 1: one). Claim and Complete ignore it.
 	Spread int
-	// KeepIdle, with Store.CompleteMany: a partition gone on with
-	// (Completion.GoOn) that has no records keeps its lease as a batch
-	// without records, an idle lease (PostgreSQL; other stores give it
-	// back). Nothing was handed out under it, so it leaves nothing to take
-	// over. Going on with it again looks for records without writing
-	// (renewing it once half of it passed) and, when there are some,
-	// returns them under a new fence; completing it without GoOn gives it
-	// back. Complete and Claim ignore it.
-	KeepIdle bool
 }
 
 // DefaultRangeRecords is ClaimRequest.RangeLimit's default.

@@ -39,11 +39,9 @@ type Store interface {
 	// cs[i].GoOn (a claim of it as next, with next's settings), then, with
 	// next (AnyPartition), up to max(next.Spread, 1) further partitions
 	// with work that nobody holds. It returns the batches claimed: those
-	// that went on, in the order of cs, then the new ones; with
-	// next.KeepIdle, some may be idle leases (no records). An empty cs
-	// claims only; a next naming a partition only sets how cs go on. A
-	// lane serves every partition with records in one statement this
-	// way, instead of one partition a statement.
+	// that went on, in the order of cs, then the new ones. An empty cs
+	// claims only. A lane serves every partition with records in one
+	// statement this way, instead of one partition a statement.
 	CompleteMany(ctx context.Context, cs []Completion, next *ClaimRequest) (held []bool, nbs []*Batch, err error)
 	// Renew extends the lease of b's partition, under b's owner and
 	// fence, to lease from now (never shortening it), while b's records

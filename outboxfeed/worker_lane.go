@@ -124,11 +124,8 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 // claims (polls), claims again after ActivePollInterval.
 func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 	var bs []*Batch
-	defer func() { w.releaseIdle(ctx, bs) }()
 	for ctx.Err() == nil {
-		if l.looked && !anyRecords(bs) {
-			// Nothing found: wait, then look again (with idle leases, at
-			// them and at the free partitions; without, a claim).
+		if len(bs) == 0 && l.looked {
 			l.looked = false
 			w.idle(ctx, l)
 			continue
@@ -162,9 +159,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 				kickAll()
 			}
 		}
-		if anyRecords(bs) {
-			l.lastWork = time.Now()
-		}
+		l.lastWork = time.Now()
 		if len(bs) == 1 && w.spread(l) == 1 {
 			bs = one(w.work(ctx, l, bs[0]))
 			continue
@@ -445,29 +440,15 @@ func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *Cl
 	return held, nb, err
 }
 
-// claimedAll counts a claim that returned bs: each batch with records, or
-// one claim that found nothing (idle leases are no records).
+// claimedAll counts a claim that returned bs: each batch, or one claim
+// that found nothing.
 func (w *Worker) claimedAll(bs []*Batch) {
-	if !anyRecords(bs) {
+	if len(bs) == 0 {
 		w.claimed(nil)
-		return
 	}
 	for _, b := range bs {
-		if len(b.Records) > 0 {
-			w.claimed(b)
-		}
+		w.claimed(b)
 	}
-}
-
-// anyRecords reports whether a batch of bs has records (the others are
-// idle leases).
-func anyRecords(bs []*Batch) bool {
-	for _, b := range bs {
-		if len(b.Records) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // claimed counts a claim that returned b (nil: nothing to dispatch).

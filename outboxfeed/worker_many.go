@@ -52,9 +52,6 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 	if ctx.Err() == nil && brokerErr == nil && !w.gates.broker.shut.Load() && !w.gates.store.shut.Load() && !w.yielding() {
 		req := w.claimRequest(l, AnyPartition)
 		req.Spread = w.spread(l)
-		// While records flow (the lane polls) a partition without records
-		// stays with the lane, idle: looking at it again writes nothing.
-		req.KeepIdle = req.Spread > 1 && w.polls(l)
 		next = &req
 		for i := range cs {
 			b := cs[i].Batch
@@ -80,8 +77,8 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 	if next != nil {
 		w.claimedAll(nbs)
 		w.armed(l, *next)
-		l.looked = !anyRecords(nbs)
-		if !l.looked {
+		l.looked = len(nbs) == 0
+		if len(nbs) > 0 {
 			l.streak++
 		}
 		l.backlog = w.backlog(nbs)
@@ -143,19 +140,4 @@ func (w *Worker) completeMany(ctx context.Context, cs []Completion, next *ClaimR
 		w.setReady()
 	}
 	return held, nbs, err
-}
-
-// releaseIdle gives back the idle leases among bs (a lane that stops):
-// another Worker need not wait for them to expire.
-func (w *Worker) releaseIdle(ctx context.Context, bs []*Batch) {
-	var cs []Completion
-	for _, b := range bs {
-		if len(b.Records) == 0 {
-			cs = append(cs, Completion{Batch: b})
-		}
-	}
-	if len(cs) == 0 {
-		return
-	}
-	_, _, _ = w.completeMany(ctx, cs, nil, time.Now())
 }

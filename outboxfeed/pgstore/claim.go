@@ -70,10 +70,8 @@ func rangeLimit(req *outboxfeed.ClaimRequest) int {
 // under a renewed lease instead of reading the range again.
 type pgBatch struct {
 	durable bool
-	// idle: a lease held without records (pgAdvanceSQL with keep idle).
-	idle bool
-	rest [][]outboxfeed.Record
-	runs pgRuns
+	rest    [][]outboxfeed.Record
+	runs    pgRuns
 }
 
 // state is b's pgBatch, made on first use.
@@ -129,9 +127,9 @@ func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outbox
 }
 
 // readClaim reads the results of a batch whose last of n statements is a
-// claim (herald.outbox_claim, or pgAdvanceSQL: its lease rows go to
-// *lease).
-func readClaim(res pgx.BatchResults, n int, req *outboxfeed.ClaimRequest, lease *leaseRow) (*outboxfeed.Batch, error) {
+// claim (herald.outbox_claim, or pgAdvanceSQL: the kind of its lease row
+// goes to *lease).
+func readClaim(res pgx.BatchResults, n int, req *outboxfeed.ClaimRequest, lease *byte) (*outboxfeed.Batch, error) {
 	for range n - 1 {
 		if _, err := res.Exec(); err != nil {
 			return nil, err
@@ -330,23 +328,17 @@ func (g *gather) inSeqOrder() [][]outboxfeed.Record {
 }
 
 // scanClaim builds the batch from herald.outbox_claim's rows (none: nothing
-// was claimed), or pgAdvanceSQL's: their lease rows go to *lease.
-func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest, lease *leaseRow) (*outboxfeed.Batch, error) {
+// was claimed), or pgAdvanceSQL's: the kind of their lease row ('l' or
+// 'g') goes to *lease.
+func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest, lease *byte) (*outboxfeed.Batch, error) {
 	t := newPGClaimRowTargets()
 	c := claimBuilder{req: req}
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
 			return nil, err
 		}
-		switch t.kind {
-		case 'l':
-			lease.updated = true
-			continue
-		case 'i':
-			lease.idle, lease.fence = true, t.fence
-			continue
-		case 'g':
-			lease.general = true
+		if t.kind == 'l' || t.kind == 'g' {
+			*lease = t.kind
 			continue
 		}
 		if err := c.add(t); err != nil {
@@ -731,21 +723,13 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 	if len(out) > len(b.Records) {
 		return false, nil, fmt.Errorf("%w: %d outcomes for %d records", outboxfeed.ErrInvalidConfig, len(out), len(b.Records))
 	}
-	if state(b).idle {
-		// An idle lease (CompleteMany): given back, or gone on with.
-		held, nbs, err := s.CompleteMany(ctx, []outboxfeed.Completion{{Batch: b, GoOn: next != nil && next.Partition == b.Partition}}, next)
-		if err != nil || len(nbs) == 0 {
-			return len(held) == 1 && held[0], nil, err
-		}
-		return held[0], nbs[0], nil
-	}
 	if advances(b, out, next) {
 		lease, nb, err := s.advance(ctx, b, next)
 		if err != nil {
 			return false, nil, fmt.Errorf("outboxfeed: complete: %w", err)
 		}
-		if !lease.general {
-			return lease.held(), nb, nil
+		if lease != 'g' {
+			return lease == 'l', nb, nil
 		}
 		// Held, but the partition needs the general path; nothing changed.
 	}
@@ -864,27 +848,17 @@ func wakeups(req *outboxfeed.ClaimRequest) int {
 // fence, the expiry renewed) and reads the partition's next range: the
 // records committed since the range's end (hi) as this statement sees
 // them, its snapshot the new hi. When there are none it gives the lease
-// back instead, its position at that snapshot, or, with $10 (keep idle),
-// keeps it idle: owner and fence stay, no range is open (hi NULL), and
-// nothing was handed out, so a holder that dies leaves nothing to take
-// over. It costs one statement where the completion and a claim of the
-// partition take two plpgsql functions of several statements each.
+// back instead, its position at that snapshot. It costs one statement
+// where the completion and a claim of the partition take two plpgsql
+// functions of several statements each. Its result is a lease row (kind
+// 'l'; none when the lease was lost, and then nothing changed) and the
+// range's records, in the columns of herald.outbox_claim.
 //
-// With $9 the lease is such an idle one ($6 and $7 are then NULL and 0):
-// the statement looks for records committed since its position (lo) and,
-// when it finds some, opens the range to its snapshot under a new fence;
-// without records it writes nothing, but renews the lease once half of
-// it has passed, and gives it back without $10.
-//
-// Its result is a lease row: 'l' when the row was updated (the lease is
-// then held or given back), 'i' when the lease is held idle (with or
-// without an update), none when the lease was lost (and then nothing
-// changed); then the range's records, in the columns of
-// herald.outbox_claim. A partition with records in its retry queue, one
-// that is not active (retiring after a change of the partition count) or
-// a handler that is not active takes the general path
-// (herald.outbox_complete, then herald.outbox_claim): the statement
-// changes nothing and returns one row of kind 'g'.
+// A partition with records in its retry queue, one that is not active
+// (retiring after a change of the partition count) or a handler that is
+// not active takes the general path (herald.outbox_complete, then
+// herald.outbox_claim): the statement changes nothing and returns one row
+// of kind 'g'.
 //
 // The statement's own snapshot bounds the range; the lease checked in the
 // update (owner and fence) means nobody else moved the position since the
@@ -894,52 +868,41 @@ func wakeups(req *outboxfeed.ClaimRequest) int {
 // lookup through the index walks them all.
 //
 // $1 handler, $2 partition, $3 owner, $4 fence, $5 lease, $6 the batch's
-// last seq, $7 its records, $8 the range limit, $9 idle, $10 keep idle.
+// last seq, $7 its records, $8 the range limit.
 const pgAdvanceSQL = `WITH cur AS MATERIALIZED (
-	SELECT p.ctid, p.lo, p.hi, p.pos_seq, pg_current_snapshot() AS snap,
-		CASE WHEN $9 THEN p.lo ELSE p.hi END AS base,
-		p.expires_at < clock_timestamp() + $5::interval / 2 AS renew,
-		p.state = 'active' AND (p.hi IS NULL) = $9
+	SELECT p.ctid, p.lo, p.hi, p.pos_seq, pg_current_snapshot() AS snap, ARRAY(SELECT pg_snapshot_xip(p.hi)) AS xip,
+		p.state = 'active' AND p.hi IS NOT NULL
 		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.handler = $1 AND r.part = $2 AND r.state = 'pending')
 		AND EXISTS (SELECT 1 FROM herald.outbox_handler h WHERE h.name = $1 AND h.state = 'active') AS fast
 	FROM herald.outbox_partition p
-	WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open <> $9),
+	WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open),
 recs AS MATERIALIZED (
 	SELECT o.* FROM (
-		(SELECT o.* FROM herald.outbox o WHERE o.part = $2
-			AND o.xid = ANY ((SELECT ARRAY(SELECT pg_snapshot_xip(c.base)) FROM cur c WHERE c.fast)::xid8[]))
+		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid = ANY ((SELECT c.xip FROM cur c WHERE c.fast)::xid8[]))
 		UNION ALL
-		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid >= (SELECT pg_snapshot_xmax(c.base) FROM cur c WHERE c.fast)
+		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid >= (SELECT pg_snapshot_xmax(c.hi) FROM cur c WHERE c.fast)
 			ORDER BY o.xid, o.seq LIMIT $8 + 1)) o
 	LIMIT $8 + 1),
 k AS (SELECT EXISTS (SELECT 1 FROM recs) AS go),
 upd AS (
 	UPDATE herald.outbox_partition p SET
-		lo = CASE WHEN $9 THEN p.lo WHEN k.go THEN cur.hi ELSE cur.snap END,
+		lo = CASE WHEN k.go THEN cur.hi ELSE cur.snap END,
 		hi = CASE WHEN k.go THEN cur.snap END,
-		owner = CASE WHEN k.go OR $10 THEN p.owner END,
-		expires_at = CASE WHEN k.go OR $10 THEN clock_timestamp() + $5 END,
+		owner = CASE WHEN k.go THEN p.owner END,
+		expires_at = CASE WHEN k.go THEN clock_timestamp() + $5 END,
 		fence = p.fence + k.go::int, open = k.go,
 		claimed_at = CASE WHEN k.go THEN clock_timestamp() ELSE p.claimed_at END,
 		pos_xid = '0', pos_seq = 0, takeovers = 0, tk_range = false, claim_qto = 0,
-		done_at = CASE WHEN $9 THEN p.done_at ELSE now() END, batches = p.batches + (NOT $9)::int
+		done_at = now(), batches = p.batches + 1
 	FROM cur, k
-	WHERE p.ctid = (SELECT c.ctid FROM cur c) AND p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open <> $9
-		AND p.state = 'active' AND cur.fast AND (NOT $9 OR k.go OR NOT $10 OR cur.renew)
-	RETURNING p.fence, p.open, p.owner, cur.lo, cur.hi, cur.pos_seq),
+	WHERE p.ctid = (SELECT c.ctid FROM cur c) AND p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open
+		AND p.state = 'active' AND cur.fast
+	RETURNING p.fence, p.open, cur.lo, cur.hi, cur.pos_seq),
 log AS (
 	INSERT INTO herald.outbox_batch (handler, part, fence, lo, hi, from_xid, from_seq, to_xid, to_seq, records, by_seq)
 	SELECT $1, $2, $4, upd.lo, upd.hi, '0', upd.pos_seq, '0', coalesce($6, upd.pos_seq), $7, true FROM upd WHERE $7 > 0)
 SELECT 'l'::"char", $2, upd.fence, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
 	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint FROM upd
-UNION ALL
-SELECT 'i'::"char", $2, upd.fence, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
-	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint
-FROM upd WHERE NOT upd.open AND upd.owner IS NOT NULL
-UNION ALL
-SELECT 'i'::"char", $2, $4, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
-	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint
-FROM cur WHERE cur.fast AND $9 AND NOT EXISTS (SELECT 1 FROM upd)
 UNION ALL
 SELECT 'g'::"char", $2, $4, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
 	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint
@@ -948,22 +911,6 @@ UNION ALL
 SELECT 'r'::"char", $2, upd.fence, 0, NULL::bigint, 0, true, o.id::text, o.seq, o.xid::text,
 	o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind, false, 0::bigint
 FROM upd, recs o WHERE upd.open`
-
-// pgReleaseIdleSQL gives back an idle lease (pgAdvanceSQL): nothing was
-// handed out under it. It reports whether the lease was still held.
-const pgReleaseIdleSQL = `UPDATE herald.outbox_partition p SET owner = NULL, expires_at = NULL
-WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND NOT p.open AND p.hi IS NULL RETURNING true`
-
-// leaseRow is what pgAdvanceSQL's lease rows said.
-type leaseRow struct {
-	updated bool  // 'l': the row was updated (held, or given back)
-	idle    bool  // 'i': the lease is held idle, at fence
-	general bool  // 'g': nothing changed; the general path is needed
-	fence   int64 // the idle lease's fence
-}
-
-// held reports whether the statement found the lease held.
-func (l *leaseRow) held() bool { return l.updated || l.idle }
 
 // advances reports whether completing b with next goes on in b's
 // partition with its next range (pgAdvanceSQL): next names b's partition,
@@ -983,20 +930,21 @@ func advances(b *outboxfeed.Batch, out []outboxfeed.Outcome, next *outboxfeed.Cl
 }
 
 // advance completes b (advances) and reads its partition's next range
-// under the same lease, in one statement (pgAdvanceSQL).
-func (s *Store) advance(ctx context.Context, b *outboxfeed.Batch, next *outboxfeed.ClaimRequest) (leaseRow, *outboxfeed.Batch, error) {
+// under the same lease, in one statement. It returns the kind of the
+// statement's lease row: 'l' held, 'g' held but nothing done (the general
+// path is needed), 0 lost.
+func (s *Store) advance(ctx context.Context, b *outboxfeed.Batch, next *outboxfeed.ClaimRequest) (byte, *outboxfeed.Batch, error) {
+	var lastSeq *int64
+	if n := len(b.Records); n > 0 {
+		lastSeq = &b.Records[n-1].Seq
+	}
 	var pb pgx.Batch
 	pb.Queue(pgCycleSettings, commitMode(state(b).durable))
 	queueWakeup(&pb, next)
-	queueAdvance(&pb, s.handler, b, next)
+	pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, next.Lease, lastSeq, len(b.Records), rangeLimit(next))
 	res := s.pool.SendBatch(ctx, &pb)
-	for range pb.Len() - 1 {
-		if _, err := res.Exec(); err != nil {
-			_ = res.Close()
-			return leaseRow{}, nil, err
-		}
-	}
-	lease, nb, err := readAdvance(res, b, next)
+	var lease byte
+	nb, err := readClaim(res, pb.Len(), next, &lease)
 	if cerr := res.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -1004,33 +952,7 @@ func (s *Store) advance(ctx context.Context, b *outboxfeed.Batch, next *outboxfe
 		err = s.readRuns(ctx, nb, next)
 	}
 	if err != nil {
-		return leaseRow{}, nil, err
-	}
-	return lease, nb, nil
-}
-
-// queueAdvance adds pgAdvanceSQL for b (a batch whose range is done, or an
-// idle lease) going on with next to pb.
-func queueAdvance(pb *pgx.Batch, handler string, b *outboxfeed.Batch, next *outboxfeed.ClaimRequest) {
-	var lastSeq *int64
-	if n := len(b.Records); n > 0 {
-		lastSeq = &b.Records[n-1].Seq
-	}
-	pb.Queue(pgAdvanceSQL, handler, b.Partition, b.Owner, b.Fence, next.Lease, lastSeq, len(b.Records), rangeLimit(next),
-		state(b).idle, next.KeepIdle)
-}
-
-// readAdvance reads pgAdvanceSQL's result for b: its lease rows and the
-// next batch, an idle lease's when it holds one.
-func readAdvance(res pgx.BatchResults, b *outboxfeed.Batch, next *outboxfeed.ClaimRequest) (leaseRow, *outboxfeed.Batch, error) {
-	var lease leaseRow
-	nb, err := readClaim(res, 1, next, &lease)
-	if err != nil {
-		return leaseRow{}, nil, err
-	}
-	if nb == nil && lease.idle {
-		nb = &outboxfeed.Batch{Partition: b.Partition, Owner: b.Owner, Fence: lease.fence,
-			Driver: &pgBatch{durable: next.Durable, idle: true}}
+		return 0, nil, err
 	}
 	return lease, nb, nil
 }

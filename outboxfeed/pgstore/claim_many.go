@@ -32,7 +32,6 @@ CROSS JOIN LATERAL herald.outbox_claim($1, w.part, $2, $3, $4, 1, $5) c`
 // manyStep is how CompleteMany reads one completion's results.
 type manyStep struct {
 	advance bool // pgAdvanceSQL
-	release bool // pgReleaseIdleSQL
 	keep    bool // pgCompleteSQL, then pgKeepSQL
 	claim   bool // pgCompleteSQL, then a claim of the partition
 	goOn    *outboxfeed.ClaimRequest
@@ -70,12 +69,13 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 		}
 		st := manyStep{goOn: goOn}
 		switch {
-		case state(b).idle && goOn == nil:
-			st.release = true
-			pb.Queue(pgReleaseIdleSQL, s.handler, b.Partition, b.Owner, b.Fence)
-		case state(b).idle || advances(b, c.Out, goOn):
+		case advances(b, c.Out, goOn):
 			st.advance = true
-			queueAdvance(&pb, s.handler, b, goOn)
+			var lastSeq *int64
+			if n := len(b.Records); n > 0 {
+				lastSeq = &b.Records[n-1].Seq
+			}
+			pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, goOn.Lease, lastSeq, len(b.Records), rangeLimit(goOn))
 		default:
 			pb.Queue(pgCompleteSQL, completeArgs(s.handler, b, c.Out)...)
 			switch {
@@ -89,8 +89,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 		}
 		steps[i] = st
 	}
-	claims := next != nil && next.Partition == outboxfeed.AnyPartition
-	if claims {
+	if next != nil {
 		pb.Queue(pgClaimManySQL, s.handler, next.Owner, next.Lease, next.Limit, rangeLimit(next), max(next.Spread, 1))
 	}
 	held := make([]bool, len(cs))
@@ -106,24 +105,13 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 		}
 		for i, st := range steps {
 			c := cs[i]
-			switch {
-			case st.advance:
-				lease, nb, err := readAdvance(res, c.Batch, st.goOn)
+			if st.advance {
+				var lease byte
+				nb, err := readClaim(res, 1, st.goOn, &lease)
 				if err != nil {
 					return err
 				}
-				held[i], goneOn[i], general[i] = lease.held(), nb, lease.general
-				continue
-			case st.release:
-				rows, err := res.Query()
-				if err != nil {
-					return err
-				}
-				held[i] = rows.Next()
-				rows.Close()
-				if err := rows.Err(); err != nil {
-					return err
-				}
+				held[i], goneOn[i], general[i] = lease == 'l', nb, lease == 'g'
 				continue
 			}
 			if err := res.QueryRow().Scan(&held[i]); err != nil {
@@ -142,7 +130,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 			}
 			goneOn[i] = nb
 		}
-		if claims {
+		if next != nil {
 			rows, err := res.Query()
 			if err != nil {
 				return err
@@ -163,16 +151,6 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 	// changed nothing of them).
 	for i, g := range general {
 		if !g {
-			continue
-		}
-		if state(cs[i].Batch).idle {
-			// An idle lease the general path must take: given back, for
-			// the next claim.
-			h, err := s.releaseIdle(ctx, cs[i].Batch)
-			if err != nil {
-				return nil, nil, fmt.Errorf("outboxfeed: complete: %w", err)
-			}
-			held[i] = h
 			continue
 		}
 		h, nb, err := s.Complete(ctx, cs[i].Batch, cs[i].Out, steps[i].goOn)
@@ -210,15 +188,4 @@ func wakeupsOf(req *outboxfeed.ClaimRequest) int {
 		return 0
 	}
 	return wakeups(req)
-}
-
-// releaseIdle gives back b, an idle lease; it reports whether it was held.
-func (s *Store) releaseIdle(ctx context.Context, b *outboxfeed.Batch) (bool, error) {
-	rows, err := s.pool.Query(ctx, pgReleaseIdleSQL, s.handler, b.Partition, b.Owner, b.Fence)
-	if err != nil {
-		return false, err
-	}
-	held := rows.Next()
-	rows.Close()
-	return held, rows.Err()
 }

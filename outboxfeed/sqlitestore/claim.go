@@ -579,8 +579,7 @@ func writeSQLiteOutcomes(ctx context.Context, tx *sql.Tx, handler string, recs [
 
 // CompleteMany completes cs and then claims with next, in one transaction
 // (outboxfeed.Store). SQLite has one partition, so next claims it only
-// when no completion went on with it and nobody else holds it. It holds
-// no idle leases (ClaimRequest.KeepIdle).
+// when no completion went on with it and nobody else holds it.
 func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, next *outboxfeed.ClaimRequest) ([]bool, []*outboxfeed.Batch, error) {
 	goOns := make([]*outboxfeed.ClaimRequest, len(cs))
 	for i, c := range cs {
@@ -612,7 +611,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 				nbs = append(nbs, nb)
 			}
 		}
-		if next == nil || next.Partition != outboxfeed.AnyPartition {
+		if next == nil {
 			return nil
 		}
 		p, err := readSQLitePartition(ctx, tx, s.handler)

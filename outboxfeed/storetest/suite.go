@@ -74,7 +74,6 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"LateClaimAnswerCountsTheLeaseFromTheClaim", testLateClaimAnswer},
 		{"ChannelRunsToABrokerThatTakesThem", testChannelRuns},
 		{"CompleteManyServesEveryPartitionInOneStep", testCompleteMany},
-		{"IdleLeaseLooksWithoutWritingAndGoesBack", testIdleLease},
 		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
 		{"CheckConstraintsRejectInvalidRecords", testCheckConstraints},
