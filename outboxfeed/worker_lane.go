@@ -409,21 +409,27 @@ func (w *Worker) lingerAfter(ctx context.Context, b *Batch, claimedAt time.Time)
 // ShutdownTimeout once the Worker is stopping. An outage shorter than the
 // lease thus loses nothing and publishes nothing twice.
 func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest, leaseFrom time.Time) (held bool, nb *Batch, err error) {
-	wctx, cancel := w.settleContext(ctx, leaseFrom)
-	defer cancel()
 	if next != nil {
 		n := w.storeRequest(*next)
 		next = &n
 	}
-	write := func(c context.Context) (err error) {
+	err = w.settle(ctx, leaseFrom, func(c context.Context) (err error) {
 		sent := time.Now()
 		held, nb, err = w.store.Complete(c, b, out, next)
 		if nb != nil {
 			nb.leased = sent
 		}
 		return err
-	}
-	err = w.persist(wctx, leaseFrom, write)
+	})
+	return held, nb, err
+}
+
+// settle runs write, a store write settling batches whose (shortest) lease
+// began at leaseFrom, as complete describes.
+func (w *Worker) settle(ctx context.Context, leaseFrom time.Time, write func(context.Context) error) error {
+	wctx, cancel := w.settleContext(ctx, leaseFrom)
+	defer cancel()
+	err := w.persist(wctx, leaseFrom, write)
 	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 		// The lease ran out while the completion was in flight or before it
 		// was tried: a process paused past its lease (SIGSTOP, a VM frozen, a
@@ -437,7 +443,7 @@ func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *Cl
 	if err == nil {
 		w.setReady()
 	}
-	return held, nb, err
+	return err
 }
 
 // claimedAll counts a claim that returned bs: each batch, or one claim

@@ -2,7 +2,6 @@ package outboxfeed
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -115,29 +114,17 @@ func holdAll(b *Batch) []Outcome {
 // store errors until the shortest of their leases, which began at
 // leaseFrom, would have run out.
 func (w *Worker) completeMany(ctx context.Context, cs []Completion, next *ClaimRequest, leaseFrom time.Time) (held []bool, nbs []*Batch, err error) {
-	wctx, cancel := w.settleContext(ctx, leaseFrom)
-	defer cancel()
 	if next != nil {
 		n := w.storeRequest(*next)
 		next = &n
 	}
-	write := func(c context.Context) (err error) {
+	err = w.settle(ctx, leaseFrom, func(c context.Context) (err error) {
 		sent := time.Now()
 		held, nbs, err = w.store.CompleteMany(c, cs, next)
 		for _, nb := range nbs {
 			nb.leased = sent
 		}
 		return err
-	}
-	err = w.persist(wctx, leaseFrom, write)
-	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
-		// As complete: one more fenced attempt settles the batches.
-		lctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration/2)
-		err = write(lctx)
-		cancel()
-	}
-	if err == nil {
-		w.setReady()
-	}
+	})
 	return held, nbs, err
 }
