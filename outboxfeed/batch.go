@@ -38,6 +38,10 @@ type ClaimRequest struct {
 	// hands it out Limit records at a time under a renewed lease; a range
 	// larger than this is read in runs of its transactions instead.
 	RangeLimit int
+	// Spread is how many partitions a claim with AnyPartition through
+	// Store.CompleteMany may lease at once, each a batch of its own
+	// (0 or 1: one). Claim and Complete ignore it.
+	Spread int
 }
 
 // DefaultRangeRecords is ClaimRequest.RangeLimit's default.

@@ -101,6 +101,38 @@ func (s *flowStore) Complete(_ context.Context, b *Batch, _ []Outcome, next *Cla
 	return true, s.next(*next), nil
 }
 
+// CompleteMany completes each batch as Complete does, then claims up to
+// next.Spread of the four partitions.
+func (s *flowStore) CompleteMany(ctx context.Context, cs []Completion, next *ClaimRequest) ([]bool, []*Batch, error) {
+	held := make([]bool, len(cs))
+	var nbs []*Batch
+	for i, c := range cs {
+		var n *ClaimRequest
+		if c.GoOn && next != nil {
+			r := *next
+			r.Partition = c.Batch.Partition
+			n = &r
+		}
+		h, nb, _ := s.Complete(ctx, c.Batch, c.Out, n)
+		held[i] = h
+		if nb != nil {
+			nbs = append(nbs, nb)
+		}
+	}
+	if next == nil {
+		return held, nbs, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range max(next.Spread, 1) {
+		if s.lead >= leadWant || len(s.held) >= 4 {
+			break
+		}
+		nbs = append(nbs, s.next(*next))
+	}
+	return held, nbs, nil
+}
+
 func (s *flowStore) Renew(context.Context, *Batch, time.Duration) error { return nil }
 func (s *flowStore) Migrate(context.Context) error                      { return nil }
 func (s *flowStore) Get(context.Context, string) (Record, error)        { return Record{}, ErrNotFound }

@@ -33,6 +33,16 @@ type Store interface {
 	// keeping the lease when next names b's partition and giving it back
 	// otherwise.
 	Complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest) (held bool, nb *Batch, err error)
+	// CompleteMany completes several batches of one owner and claims
+	// again, in one round trip and one transaction: each of cs as Complete
+	// would (held[i] is cs[i]'s), going on with its partition when
+	// cs[i].GoOn (a claim of it as next, with next's settings), then, with
+	// next (AnyPartition), up to max(next.Spread, 1) further partitions
+	// with work that nobody holds. It returns the batches claimed: those
+	// that went on, in the order of cs, then the new ones. An empty cs
+	// claims only. A lane serves every partition with records in one
+	// statement this way, instead of one partition a statement.
+	CompleteMany(ctx context.Context, cs []Completion, next *ClaimRequest) (held []bool, nbs []*Batch, err error)
 	// Renew extends the lease of b's partition, under b's owner and
 	// fence, to lease from now (never shortening it), while b's records
 	// are being delivered. It returns an error wrapping ErrLeaseLost,
@@ -70,4 +80,14 @@ type Stats struct {
 	// process clock for SQLite, which stamps records with it), so the
 	// oldest record's age does not depend on the reader's clock.
 	Now time.Time
+}
+
+// Completion is one batch's outcomes for Store.CompleteMany.
+type Completion struct {
+	Batch *Batch
+	Out   []Outcome // Out[i] is the outcome of Batch.Records[i]
+	// GoOn claims the batch's partition again in the same transaction,
+	// as Complete's next naming it does: the lease is kept, and the rest
+	// of a range already read is not read again.
+	GoOn bool
 }

@@ -38,6 +38,10 @@ type lane struct {
 	// kept counts the batches in a row this lane went on with in one
 	// partition after its range was done (goesOn).
 	kept int
+	// backlog: the lane's last claim found a backlog (a batch with more
+	// behind it, or a sixteenth of a batch): the lane takes one partition
+	// at a time, and the others lanes the rest (spreads).
+	backlog bool
 }
 
 // unkick takes back a kick (a wake-up, or another lane's) that came before
@@ -119,35 +123,36 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 // trigger armed) or PollInterval, or, while records come faster than it
 // claims (polls), claims again after ActivePollInterval.
 func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
-	var b *Batch
+	var bs []*Batch
 	for ctx.Err() == nil {
-		if b == nil && l.looked {
+		if len(bs) == 0 && l.looked {
 			l.looked = false
 			w.idle(ctx, l)
 			continue
 		}
-		if b == nil {
+		if len(bs) == 0 {
 			if !w.awaitGates(ctx) || !w.yieldTurn(ctx) {
 				continue
 			}
 			req := w.claimRequest(l, AnyPartition)
+			req.Spread = w.spread(l)
 			l.unkick()
 			var err error
-			b, err = w.claim(ctx, req)
+			bs, err = w.claim(ctx, req)
 			if err != nil {
 				w.setUnready(err) // the lane waits at the store gate
 				continue
 			}
 			w.setReady()
-			w.claimed(b)
+			w.claimedAll(bs)
 			w.armed(l, req)
-			if b == nil {
+			if len(bs) == 0 {
 				w.idle(ctx, l)
 				continue
 			}
 			l.empties = 0
 			l.streak++
-			if b.More || len(b.Records) >= max(1, w.cfg.BatchSize/16) {
+			if l.backlog = w.backlog(bs); l.backlog {
 				// A backlog builds: the other lanes take the other
 				// partitions. Below it one lane keeps up, and fewer claims
 				// of fewer records each would only cost PostgreSQL more.
@@ -155,8 +160,44 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 			}
 		}
 		l.lastWork = time.Now()
-		b = w.work(ctx, l, b)
+		if len(bs) == 1 && w.spread(l) == 1 {
+			bs = one(w.work(ctx, l, bs[0]))
+			continue
+		}
+		bs = w.workMany(ctx, l, bs)
 	}
+}
+
+// one is b as a list (none for nil).
+func one(b *Batch) []*Batch {
+	if b == nil {
+		return nil
+	}
+	return []*Batch{b}
+}
+
+// backlog reports whether a claim that returned bs found a backlog.
+func (w *Worker) backlog(bs []*Batch) bool {
+	for _, b := range bs {
+		if b.More || len(b.Records) >= max(1, w.cfg.BatchSize/16) {
+			return true
+		}
+	}
+	return false
+}
+
+// spread is how many partitions lane l's next claim of any partition may
+// take at once (ClaimRequest.Spread). Below a backlog, the lead lane
+// serves every partition with records in one statement: a record then
+// waits for the lane's current statement and its own, not for the
+// statements of the partitions before it in turn. A lane with a backlog
+// takes one partition at a time and the other lanes the rest, and a
+// Worker with a ClaimDelay visits the partitions in turn (rotates).
+func (w *Worker) spread(l *lane) int {
+	if !l.lead || l.backlog || w.rotates() || w.cfg.Lanes < 2 {
+		return 1
+	}
+	return w.cfg.Lanes
 }
 
 // claimRequest is lane l's next claim of partition part.
@@ -211,17 +252,26 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 }
 
 // claim runs one claim; it is not cut off by Stop, so a committed claim is
-// always seen (and then completed) rather than left to expire. The batch's
-// lease is counted from the claim's sending (Batch.leased).
-func (w *Worker) claim(ctx context.Context, req ClaimRequest) (*Batch, error) {
+// always seen (and then completed) rather than left to expire. The
+// batches' leases are counted from the claim's sending (Batch.leased). A
+// claim of several partitions (req.Spread) goes through CompleteMany.
+func (w *Worker) claim(ctx context.Context, req ClaimRequest) ([]*Batch, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LeaseDuration/2)
 	defer cancel()
 	sent := time.Now()
-	b, err := w.store.Claim(cctx, w.storeRequest(req))
+	req = w.storeRequest(req)
+	if req.Spread > 1 {
+		_, bs, err := w.store.CompleteMany(cctx, nil, &req)
+		for _, b := range bs {
+			b.leased = sent
+		}
+		return bs, err
+	}
+	b, err := w.store.Claim(cctx, req)
 	if b != nil {
 		b.leased = sent
 	}
-	return b, err
+	return one(b), err
 }
 
 // idle waits after a claim that found nothing.
@@ -312,6 +362,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	if next != nil {
 		w.claimed(nb)
 		w.armed(l, *next)
+		l.backlog = nb != nil && w.backlog([]*Batch{nb})
 		// A partition gone on with that turned out quiet (its lease went
 		// back): the others may have records, so the lane claims again at
 		// once instead of waiting.
@@ -362,21 +413,27 @@ func (w *Worker) lingerAfter(ctx context.Context, b *Batch, claimedAt time.Time)
 // ShutdownTimeout once the Worker is stopping. An outage shorter than the
 // lease thus loses nothing and publishes nothing twice.
 func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest, leaseFrom time.Time) (held bool, nb *Batch, err error) {
-	wctx, cancel := w.settleContext(ctx, leaseFrom)
-	defer cancel()
 	if next != nil {
 		n := w.storeRequest(*next)
 		next = &n
 	}
-	write := func(c context.Context) (err error) {
+	err = w.settle(ctx, leaseFrom, func(c context.Context) (err error) {
 		sent := time.Now()
 		held, nb, err = w.store.Complete(c, b, out, next)
 		if nb != nil {
 			nb.leased = sent
 		}
 		return err
-	}
-	err = w.persist(wctx, leaseFrom, write)
+	})
+	return held, nb, err
+}
+
+// settle runs write, a store write settling batches whose (shortest) lease
+// began at leaseFrom, as complete describes.
+func (w *Worker) settle(ctx context.Context, leaseFrom time.Time, write func(context.Context) error) error {
+	wctx, cancel := w.settleContext(ctx, leaseFrom)
+	defer cancel()
+	err := w.persist(wctx, leaseFrom, write)
 	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 		// The lease ran out while the completion was in flight or before it
 		// was tried: a process paused past its lease (SIGSTOP, a VM frozen, a
@@ -390,7 +447,18 @@ func (w *Worker) complete(ctx context.Context, b *Batch, out []Outcome, next *Cl
 	if err == nil {
 		w.setReady()
 	}
-	return held, nb, err
+	return err
+}
+
+// claimedAll counts a claim that returned bs: each batch, or one claim
+// that found nothing.
+func (w *Worker) claimedAll(bs []*Batch) {
+	if len(bs) == 0 {
+		w.claimed(nil)
+	}
+	for _, b := range bs {
+		w.claimed(b)
+	}
 }
 
 // claimed counts a claim that returned b (nil: nothing to dispatch).

@@ -67,6 +67,36 @@ func (s *stageStore) Complete(ctx context.Context, b *outboxfeed.Batch, out []ou
 	return held, nb, err
 }
 
+// CompleteMany implements outboxfeed.Store, timing the call (with the
+// Complete calls: a completion of several batches and its claims).
+func (s *stageStore) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, next *outboxfeed.ClaimRequest) ([]bool, []*outboxfeed.Batch, error) {
+	t0 := time.Now()
+	held, nbs, err := s.Store.CompleteMany(ctx, cs, next)
+	s.noteWake(next)
+	calls := &s.completes
+	if len(cs) == 0 {
+		calls = &s.claims
+	}
+	s.note(nil, calls, t0)
+	for _, nb := range nbs {
+		s.noteRecords(nb)
+		s.tl.addBatch(t0, s.name+" complete", nb)
+	}
+	return held, nbs, err
+}
+
+// noteRecords notes b's records as claimed now.
+func (s *stageStore) noteRecords(b *outboxfeed.Batch) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range b.Records {
+		if _, dup := s.claimedAt[b.Records[i].ID]; !dup {
+			s.claimedAt[b.Records[i].ID] = now
+		}
+	}
+}
+
 // note records a call that began at t0 and the records of b it returned.
 func (s *stageStore) note(b *outboxfeed.Batch, calls *[]time.Duration, t0 time.Time) {
 	now := time.Now()

@@ -331,15 +331,8 @@ func (g *gather) inSeqOrder() [][]outboxfeed.Record {
 // was claimed), or pgAdvanceSQL's: the kind of their lease row ('l' or
 // 'g') goes to *lease.
 func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest, lease *byte) (*outboxfeed.Batch, error) {
-	var b *outboxfeed.Batch
 	t := newPGClaimRowTargets()
-	type head struct {
-		due    bool
-		queued int64
-	}
-	var heads map[fanout.Key]head
-	var queued []outboxfeed.Record
-	ranged := gather{limit: max(req.Limit, 1)}
+	c := claimBuilder{req: req}
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
 			return nil, err
@@ -348,61 +341,126 @@ func scanClaim(rows pgx.Rows, req *outboxfeed.ClaimRequest, lease *byte) (*outbo
 			*lease = t.kind
 			continue
 		}
-		if b == nil {
-			b = &outboxfeed.Batch{Partition: int(t.part), Owner: req.Owner, Fence: t.fence, Takeovers: int(t.takeovers),
-				Takeover: t.takeovers > 0 || t.tk.Bool, Driver: &pgBatch{durable: req.Durable}}
-		}
-		if t.kind == 'h' {
-			if heads == nil {
-				heads = make(map[fanout.Key]head)
-			}
-			heads[fanout.Key{Tenant: t.tenant.s, Channel: t.channel.s}] = head{due: t.due.Bool, queued: t.qseq.Int64}
-			continue
-		}
-		r, err := t.record()
-		if err != nil {
+		if err := c.add(t); err != nil {
 			return nil, err
-		}
-		if t.kind == 'q' {
-			queued = append(queued, r)
-		} else {
-			ranged.add(r)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if b == nil {
-		return nil, nil
+	return c.finish(), nil
+}
+
+// scanClaims builds the batches of several partitions' claims from rows
+// of herald.outbox_claim's columns (pgClaimManySQL), one a partition, in
+// the order their partitions first came.
+func scanClaims(rows pgx.Rows, req *outboxfeed.ClaimRequest) ([]*outboxfeed.Batch, error) {
+	t := newPGClaimRowTargets()
+	var cs []*claimBuilder
+	byPart := make(map[int32]*claimBuilder, 4)
+	for rows.Next() {
+		if err := rows.Scan(t.dest...); err != nil {
+			return nil, err
+		}
+		c := byPart[t.part]
+		if c == nil {
+			c = &claimBuilder{req: req}
+			byPart[t.part] = c
+			cs = append(cs, c)
+		}
+		if err := c.add(t); err != nil {
+			return nil, err
+		}
 	}
-	taken := make(map[fanout.Key]int64, len(heads))
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	bs := make([]*outboxfeed.Batch, 0, len(cs))
+	for _, c := range cs {
+		if b := c.finish(); b != nil {
+			bs = append(bs, b)
+		}
+	}
+	return bs, nil
+}
+
+// claimHead is a channel's retry queue as a claim's 'h' row gives it.
+type claimHead struct {
+	due    bool
+	queued int64
+}
+
+// claimBuilder builds one partition's batch from a claim's rows.
+type claimBuilder struct {
+	req    *outboxfeed.ClaimRequest
+	b      *outboxfeed.Batch
+	heads  map[fanout.Key]claimHead
+	queued []outboxfeed.Record
+	ranged gather
+	tkq    int64
+}
+
+// add takes the row t holds.
+func (c *claimBuilder) add(t *pgClaimRowTargets) error {
+	if c.b == nil {
+		c.b = &outboxfeed.Batch{Partition: int(t.part), Owner: c.req.Owner, Fence: t.fence, Takeovers: int(t.takeovers),
+			Takeover: t.takeovers > 0 || t.tk.Bool, Driver: &pgBatch{durable: c.req.Durable}}
+		c.ranged.limit = max(c.req.Limit, 1)
+	}
+	c.tkq = t.tkq
+	if t.kind == 'h' {
+		if c.heads == nil {
+			c.heads = make(map[fanout.Key]claimHead)
+		}
+		c.heads[fanout.Key{Tenant: t.tenant.s, Channel: t.channel.s}] = claimHead{due: t.due.Bool, queued: t.qseq.Int64}
+		return nil
+	}
+	r, err := t.record()
+	if err != nil {
+		return err
+	}
+	if t.kind == 'q' {
+		c.queued = append(c.queued, r)
+	} else {
+		c.ranged.add(r)
+	}
+	return nil
+}
+
+// finish returns the batch (nil: no rows, nothing was claimed).
+func (c *claimBuilder) finish() *outboxfeed.Batch {
+	b, queued := c.b, c.queued
+	if b == nil {
+		return nil
+	}
+	taken := make(map[fanout.Key]int64, len(c.heads))
 	for i := range queued {
 		taken[queued[i].Key()]++
 	}
-	for k, h := range heads {
+	for k, h := range c.heads {
 		if !h.due || taken[k] < h.queued {
 			block(b, k)
 		}
 	}
 	for i := range queued {
-		if queued[i].Queued <= t.tkq {
+		if queued[i].Queued <= c.tkq {
 			// A queue row handed to a holder that never completed: it may
 			// be published already (the broker keeps it once).
 			b.Takeover = true
 			break
 		}
 	}
-	if ranged.n > rangeLimit(req) {
+	if c.ranged.n > rangeLimit(c.req) {
 		// Too large to hold: read in runs (Claim reads the first ones).
 		state(b).runs.pending = true
 		b.Records = queued
 		b.More = true
 		setState(b)
-		return b, nil
+		return b
 	}
 	b.Records = queued
-	hand(b, ranged.inSeqOrder(), req.Limit)
-	return b, nil
+	hand(b, c.ranged.inSeqOrder(), c.req.Limit)
+	return b
 }
 
 // block marks channel k blocked (Batch.Blocked).

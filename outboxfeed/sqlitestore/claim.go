@@ -403,65 +403,72 @@ func (s *Store) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxf
 	var held bool
 	var nb *outboxfeed.Batch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		held, nb = false, nil
-		p, err := readSQLitePartition(ctx, tx, s.handler)
-		if errors.Is(err, errNoPartition) {
-			return nil // the handler was dropped: lost
-		}
-		if err != nil {
-			return err
-		}
-		if !p.heldBy(b.Owner) || p.fence != b.Fence {
-			return nil // lost: change nothing
-		}
-		held = true
-		now := time.Now().UnixMicro()
-		end := p.pos
-		for i := range out {
-			if b.Records[i].Queued == 0 {
-				end = b.Records[i].Seq
-			}
-		}
-		if end < p.pos || !p.claimTo.Valid || end > p.claimTo.Int64 {
-			return fmt.Errorf("batch ends at seq %d, outside the open claim (%d, %d]", end, p.pos, p.claimTo.Int64)
-		}
-		if end > p.pos {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_batch (handler, part, to_seq, from_seq, fence, done_at)
-VALUES (?5, 0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now, s.handler); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
-SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE handler = ?3 AND part = 0`, end, now, s.handler); err != nil {
-			return err
-		}
-		enqueued, err := writeSQLiteOutcomes(ctx, tx, s.handler, b.Records[:len(out)], out, now)
-		if err != nil {
-			return err
-		}
-		if b.Takeover && enqueued {
-			// Records of a batch taken over may have been published by the
-			// holder that never completed: so they are when they leave the
-			// queue.
-			if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
-SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry WHERE handler = ?1)) WHERE handler = ?1 AND part = 0`, s.handler); err != nil {
-				return err
-			}
-		}
-		if next == nil || next.Owner != b.Owner {
-			if err := releaseSQLiteLease(ctx, tx, s.handler); err != nil {
-				return err
-			}
-		}
-		if next != nil {
-			nb, err = sqliteClaim(ctx, tx, s.handler, *next, now)
-		}
+		var err error
+		held, nb, err = sqliteComplete(ctx, tx, s.handler, b, out, next)
 		return err
 	})
 	if err != nil {
 		return false, nil, fmt.Errorf("outboxfeed: complete: %w", err)
 	}
 	return held, nb, nil
+}
+
+// sqliteComplete is Complete's transaction.
+func sqliteComplete(ctx context.Context, tx *sql.Tx, handler string, b *outboxfeed.Batch, out []outboxfeed.Outcome,
+	next *outboxfeed.ClaimRequest) (held bool, nb *outboxfeed.Batch, err error) {
+	p, err := readSQLitePartition(ctx, tx, handler)
+	if errors.Is(err, errNoPartition) {
+		return false, nil, nil // the handler was dropped: lost
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	if !p.heldBy(b.Owner) || p.fence != b.Fence {
+		return false, nil, nil // lost: change nothing
+	}
+	held = true
+	now := time.Now().UnixMicro()
+	end := p.pos
+	for i := range out {
+		if b.Records[i].Queued == 0 {
+			end = b.Records[i].Seq
+		}
+	}
+	if end < p.pos || !p.claimTo.Valid || end > p.claimTo.Int64 {
+		return false, nil, fmt.Errorf("batch ends at seq %d, outside the open claim (%d, %d]", end, p.pos, p.claimTo.Int64)
+	}
+	if end > p.pos {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_batch (handler, part, to_seq, from_seq, fence, done_at)
+VALUES (?5, 0, ?1, ?2, ?3, ?4)`, end, p.pos+1, b.Fence, now, handler); err != nil {
+			return false, nil, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
+SET pos = ?1, claim_to = NULL, done_at = ?2, takeovers = 0 WHERE handler = ?3 AND part = 0`, end, now, handler); err != nil {
+		return false, nil, err
+	}
+	enqueued, err := writeSQLiteOutcomes(ctx, tx, handler, b.Records[:len(out)], out, now)
+	if err != nil {
+		return false, nil, err
+	}
+	if b.Takeover && enqueued {
+		// Records of a batch taken over may have been published by the
+		// holder that never completed: so they are when they leave the
+		// queue.
+		if _, err := tx.ExecContext(ctx, `UPDATE outbox_partition
+SET tk_qto = max(tk_qto, (SELECT max(qseq) FROM outbox_retry WHERE handler = ?1)) WHERE handler = ?1 AND part = 0`, handler); err != nil {
+			return false, nil, err
+		}
+	}
+	if next == nil || next.Owner != b.Owner {
+		if err := releaseSQLiteLease(ctx, tx, handler); err != nil {
+			return false, nil, err
+		}
+	}
+	if next != nil {
+		nb, err = sqliteClaim(ctx, tx, handler, *next, now)
+	}
+	return held, nb, err
 }
 
 // sqliteOutcome is one record's write in writeSQLiteOutcomes, a JSON
@@ -568,4 +575,62 @@ func writeSQLiteOutcomes(ctx context.Context, tx *sql.Tx, handler string, recs [
 		}
 	}
 	return len(enq) > 0, nil
+}
+
+// CompleteMany completes cs and then claims with next, in one transaction
+// (outboxfeed.Store). SQLite has one partition, so next claims it only
+// when no completion went on with it and nobody else holds it.
+func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, next *outboxfeed.ClaimRequest) ([]bool, []*outboxfeed.Batch, error) {
+	goOns := make([]*outboxfeed.ClaimRequest, len(cs))
+	for i, c := range cs {
+		if c.GoOn && next != nil {
+			r := *next
+			r.Partition, r.Owner = c.Batch.Partition, c.Batch.Owner
+			goOns[i] = &r
+		}
+		if err := validateSQLiteComplete(c.Batch, c.Out, goOns[i]); err != nil {
+			return nil, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+		}
+	}
+	if next != nil {
+		if err := validateSQLiteClaim(*next); err != nil {
+			return nil, nil, fmt.Errorf("outboxfeed: claim: %w", err)
+		}
+	}
+	var held []bool
+	var nbs []*outboxfeed.Batch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		held, nbs = make([]bool, len(cs)), nil
+		for i, c := range cs {
+			h, nb, err := sqliteComplete(ctx, tx, s.handler, c.Batch, c.Out, goOns[i])
+			if err != nil {
+				return err
+			}
+			held[i] = h
+			if nb != nil {
+				nbs = append(nbs, nb)
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		p, err := readSQLitePartition(ctx, tx, s.handler)
+		switch {
+		case errors.Is(err, errNoPartition):
+			return nil
+		case err != nil:
+			return err
+		case p.owner.Valid && p.expiresAt.Int64 > time.Now().UnixMicro():
+			return nil // held: by a completion that went on with it, or by someone else
+		}
+		nb, err := sqliteClaim(ctx, tx, s.handler, *next, time.Now().UnixMicro())
+		if nb != nil {
+			nbs = append(nbs, nb)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+	}
+	return held, nbs, nil
 }

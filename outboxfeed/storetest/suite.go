@@ -76,6 +76,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"SlowBrokerStaysWithinLease", testSlowBrokerWithinLease},
 		{"LateClaimAnswerCountsTheLeaseFromTheClaim", testLateClaimAnswer},
 		{"ChannelRunsToABrokerThatTakesThem", testChannelRuns},
+		{"CompleteManyServesEveryPartitionInOneStep", testCompleteMany},
 		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
 		{"StopReleasesLeases", variants(testStopReleasesLeases)},

@@ -1,0 +1,191 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/jackc/pgx/v5"
+)
+
+// pgClaimManySQL leases up to $6 partitions of handler $1 that have work
+// and that nobody holds, each as herald.outbox_claim does for one named
+// partition, in one statement: the candidates are found as the claim of
+// any partition finds them (an idle partition costs index probes, no
+// write) and locked at once, skipping those another claim holds, so two
+// Workers' statements never wait for each other's rows in turn. Each
+// partition's rows come together ($2 owner, $3 lease, $4 limit, $5 range
+// limit).
+const pgClaimManySQL = `SELECT c.r_kind, c.r_part, c.r_fence, c.r_takeovers, c.r_qseq, c.r_attempt, c.r_due,
+	c.r_id::text, c.r_seq, c.r_xid::text, c.r_tenant, c.r_channel, c.r_type, c.r_version, c.r_payload, c.r_freshness,
+	c.r_occurred, c.r_kind2, c.r_tk, c.r_tkq
+FROM (SELECT p.part FROM herald.outbox_partition p
+	WHERE p.handler = $1 AND p.state IN ('active', 'retiring') AND (p.owner IS NULL OR p.expires_at < clock_timestamp())
+		AND (p.open OR p.hi IS NOT NULL OR p.state = 'retiring'
+			OR EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND (o.xid, o.seq) >= (pg_snapshot_xmax(p.lo), 0))
+			OR EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND o.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p.lo))))
+			OR EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.handler = $1 AND r.part = p.part AND r.state = 'pending'
+				AND r.next_attempt_at <= now()))
+	ORDER BY p.claimed_at NULLS FIRST, p.part LIMIT $6 FOR UPDATE SKIP LOCKED) w
+CROSS JOIN LATERAL herald.outbox_claim($1, w.part, $2, $3, $4, 1, $5) c`
+
+// manyStep is how CompleteMany reads one completion's results.
+type manyStep struct {
+	advance bool // pgAdvanceSQL
+	keep    bool // pgCompleteSQL, then pgKeepSQL
+	claim   bool // pgCompleteSQL, then a claim of the partition
+	goOn    *outboxfeed.ClaimRequest
+}
+
+// CompleteMany completes cs and claims next in one round trip and one
+// transaction (outboxfeed.Store). A completion that goes on in its
+// partition with every record done and its range finished advances it in
+// one statement (pgAdvanceSQL); a partition that statement leaves to the
+// general path (a retry queue, a retiring partition) takes one more round
+// trip. The new partitions come from pgClaimManySQL.
+func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, next *outboxfeed.ClaimRequest) ([]bool, []*outboxfeed.Batch, error) {
+	for _, c := range cs {
+		if c.Batch == nil || len(c.Out) > len(c.Batch.Records) {
+			return nil, nil, fmt.Errorf("outboxfeed: complete: %w: a completion without its batch, or with more outcomes than records", outboxfeed.ErrInvalidConfig)
+		}
+	}
+	durable := next != nil && next.Durable
+	for _, c := range cs {
+		durable = durable || state(c.Batch).durable
+	}
+	var pb pgx.Batch
+	pb.Queue(pgCycleSettings, commitMode(durable))
+	if next != nil {
+		queueWakeup(&pb, next)
+	}
+	steps := make([]manyStep, len(cs))
+	for i, c := range cs {
+		b := c.Batch
+		var goOn *outboxfeed.ClaimRequest
+		if c.GoOn && next != nil {
+			r := *next
+			r.Partition, r.Owner, r.Arm, r.Disarm = b.Partition, b.Owner, 0, false
+			goOn = &r
+		}
+		st := manyStep{goOn: goOn}
+		switch {
+		case advances(b, c.Out, goOn):
+			st.advance = true
+			var lastSeq *int64
+			if n := len(b.Records); n > 0 {
+				lastSeq = &b.Records[n-1].Seq
+			}
+			pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, goOn.Lease, lastSeq, len(b.Records), rangeLimit(goOn))
+		default:
+			pb.Queue(pgCompleteSQL, completeArgs(s.handler, b, c.Out)...)
+			switch {
+			case keeps(b, c.Out, goOn):
+				st.keep = true
+				pb.Queue(pgKeepSQL, s.handler, b.Partition, b.Owner, goOn.Lease, b.Fence)
+			case goOn != nil:
+				st.claim = true
+				pb.Queue(pgClaimSQL, s.handler, b.Partition, goOn.Owner, goOn.Lease, goOn.Limit, pgClaimTries, rangeLimit(goOn))
+			}
+		}
+		steps[i] = st
+	}
+	if next != nil {
+		pb.Queue(pgClaimManySQL, s.handler, next.Owner, next.Lease, next.Limit, rangeLimit(next), max(next.Spread, 1))
+	}
+	held := make([]bool, len(cs))
+	goneOn := make([]*outboxfeed.Batch, len(cs))
+	general := make([]bool, len(cs)) // advance left it to the general path
+	var claimed []*outboxfeed.Batch
+	res := s.pool.SendBatch(ctx, &pb)
+	err := func() error {
+		for range 1 + wakeupsOf(next) {
+			if _, err := res.Exec(); err != nil {
+				return err
+			}
+		}
+		for i, st := range steps {
+			c := cs[i]
+			if st.advance {
+				var lease byte
+				nb, err := readClaim(res, 1, st.goOn, &lease)
+				if err != nil {
+					return err
+				}
+				held[i], goneOn[i], general[i] = lease == 'l', nb, lease == 'g'
+				continue
+			}
+			if err := res.QueryRow().Scan(&held[i]); err != nil {
+				return err
+			}
+			var nb *outboxfeed.Batch
+			var err error
+			switch {
+			case st.keep:
+				nb, err = readKeep(res, c.Batch, c.Out, st.goOn)
+			case st.claim:
+				nb, err = readClaim(res, 1, st.goOn, nil)
+			}
+			if err != nil {
+				return err
+			}
+			goneOn[i] = nb
+		}
+		if next != nil {
+			rows, err := res.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			claimed, err = scanClaims(rows, next)
+			return err
+		}
+		return nil
+	}()
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+	}
+	// The general path of the partitions pgAdvanceSQL left to it (it
+	// changed nothing of them).
+	for i, g := range general {
+		if !g {
+			continue
+		}
+		h, nb, err := s.Complete(ctx, cs[i].Batch, cs[i].Out, steps[i].goOn)
+		if err != nil {
+			return nil, nil, err
+		}
+		held[i], goneOn[i] = h, nb
+	}
+	var nbs []*outboxfeed.Batch
+	for i, nb := range goneOn {
+		if nb == nil {
+			continue
+		}
+		if state(nb).runs.pending {
+			if err := s.readRuns(ctx, nb, steps[i].goOn); err != nil {
+				return nil, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+			}
+		}
+		nbs = append(nbs, nb)
+	}
+	for _, nb := range claimed {
+		if state(nb).runs.pending {
+			if err := s.readRuns(ctx, nb, next); err != nil {
+				return nil, nil, fmt.Errorf("outboxfeed: complete: %w", err)
+			}
+		}
+		nbs = append(nbs, nb)
+	}
+	return held, nbs, nil
+}
+
+// wakeupsOf is wakeups(req), 0 without a request.
+func wakeupsOf(req *outboxfeed.ClaimRequest) int {
+	if req == nil {
+		return 0
+	}
+	return wakeups(req)
+}
