@@ -48,12 +48,15 @@ type WorkerConfig struct {
 	// of its transactions, which costs PostgreSQL about one more read of
 	// it. Default: 100,000 (DefaultRangeRecords).
 	RangeRecords int
-	// Lanes is how many partitions a Worker may hold at once, each
-	// claimed, published and completed by its own loop (while one lane is
-	// in the store another publishes). A lane holds a partition while it
-	// keeps finding full batches and gives it back otherwise. Only the
-	// first lane polls; the others claim on wake-ups and when another lane
-	// found records. Default: 4 (the PostgreSQL store's partitions).
+	// Lanes is how many loops claim, publish and complete for a Worker
+	// (while one lane is in the store another publishes). Below a
+	// backlog the first lane alone holds up to Lanes partitions with
+	// records, completing them and claiming again in one store step
+	// (Store.CompleteMany; a Worker with a ClaimDelay excepted); once a
+	// claim finds a backlog each lane holds one partition while it keeps
+	// finding full batches. Only the first lane polls; the others claim
+	// on wake-ups and when another lane found records. Default: 4 (the
+	// PostgreSQL store's partitions).
 	Lanes int
 	// Concurrency is how many channels of one batch are published in
 	// parallel (records of one channel are always published one after

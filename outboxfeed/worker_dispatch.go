@@ -33,6 +33,15 @@ type dispatchResult struct {
 	leaseFrom time.Time
 }
 
+// observedAt is when the call the target's health is judged by began
+// (attemptAt), or claimedAt for a dispatch that made none.
+func (r dispatchResult) observedAt(claimedAt time.Time) time.Time {
+	if r.attemptAt.IsZero() {
+		return claimedAt
+	}
+	return r.attemptAt
+}
+
 // dispatch publishes b's records, channels in parallel (bounded by
 // Concurrency) and each channel's records in order, and returns the
 // outcome of each record of a prefix of b.Records (all of them, unless

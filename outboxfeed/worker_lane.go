@@ -377,11 +377,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	if failure == nil {
 		failure = res.failure
 	}
-	at := res.attemptAt
-	if at.IsZero() {
-		at = claimedAt
-	}
-	w.observe(ctx, failure, res.published, at)
+	w.observe(ctx, failure, res.published, res.observedAt(claimedAt))
 	if res.brokerErr != nil {
 		w.brokerDown(ctx, l, res.brokerErr)
 		return nil

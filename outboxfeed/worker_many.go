@@ -88,7 +88,7 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 		if failure == nil {
 			failure = res.failure
 		}
-		w.observe(ctx, failure, res.published, claimedAts[i])
+		w.observe(ctx, failure, res.published, res.observedAt(claimedAts[i]))
 		published = published || res.published
 	}
 	if brokerErr != nil {

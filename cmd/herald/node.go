@@ -184,7 +184,7 @@ func (w *workerSettings) register(st *settings) {
 	st.Duration(&w.Lease, "outbox-lease", 30*time.Second, "lease on a claimed partition's batch, renewed every third of it while the batch's deliveries run; once it expires (its Worker died or stalled), another Worker takes the batch over")
 	st.Int(&w.MaxAttempts, "outbox-max-attempts", 10, "failed attempts before a record is dead-lettered")
 	st.Duration(&w.MaxAge, "outbox-max-age", 24*time.Hour, "age after which a failing record is dead-lettered")
-	st.Int(&w.Lanes, "outbox-lanes", 4, "partitions a Worker holds at once, each claimed, published and completed by its own loop")
+	st.Int(&w.Lanes, "outbox-lanes", 4, "loops that claim, publish and complete for a Worker: below a backlog the first holds up to this many partitions in one store step, with a backlog each lane holds one")
 	st.Duration(&w.ActivePoll, "outbox-active-poll-interval", 500*time.Microsecond, "how soon a busy Worker claims again (it stands in for wake-ups while records flow)")
 	st.Duration(&w.IdleAfter, "outbox-idle-after", 50*time.Millisecond, "time without records after which a Worker arms the NOTIFY wake-up and waits")
 	st.Duration(&w.StoreProbeMax, "outbox-store-probe-max-interval", 5*time.Second, "longest wait between two pings of an outbox store that does not answer (the first after 250ms, doubling); meanwhile the Worker claims nothing and reads no backlog gauge, and it resumes within this long of the store answering")
