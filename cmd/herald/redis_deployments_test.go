@@ -50,7 +50,7 @@ func TestTwoNodesShareRedis(t *testing.T) {
 	if e.ID != second || e.Offset != 2 {
 		t.Fatalf("node A resumed with %+v, want %s at offset 2", e, second)
 	}
-	onA.expectQuiet(t, 300*time.Millisecond)
+	onA.expectNextMarker(t, st, "acme", "orders/9", 3)
 }
 
 // TestTwoNodesShareRedisCluster runs two nodes over one PostgreSQL outbox

@@ -112,17 +112,15 @@ func (s *sseStream) nextPublication(t *testing.T, d time.Duration) (fanout.Publi
 	}
 }
 
-// expectQuiet fails if a publication arrives within d.
-func (s *sseStream) expectQuiet(t *testing.T, d time.Duration) {
+// expectNextMarker stages a marker record on tenant's channel and fails
+// unless it is the stream's next publication, at offset: whatever the
+// test expects never to come would have come before it. An event to wait
+// for, not a window of silence a busy machine could outlast.
+func (s *sseStream) expectNextMarker(t *testing.T, st stager, tenant, channel string, offset uint64) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ev, err := s.sse.Next(time.Until(deadline))
-		if err != nil {
-			return // the stream ended, or d passed
-		}
-		if ev.Name == "" && ev.Data != "" {
-			t.Fatalf("unexpected publication: %s", ev.Data)
-		}
+	id := st.stage(t, notification(tenant, channel, `{"marker":true}`), true)
+	e, _ := s.nextPublication(t, 10*time.Second)
+	if e.ID != id || e.Offset != offset {
+		t.Fatalf("next publication %s at offset %d, want the marker %s at offset %d: something came before it", e.ID, e.Offset, id, offset)
 	}
 }
