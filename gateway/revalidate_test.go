@@ -239,11 +239,13 @@ func TestWSRefreshKeepsAlive(t *testing.T) {
 	cfg.ExpiryGrace = time.Second
 	step := cfg.RefreshAhead + cfg.ExpiryGrace
 	e := newEnv(t, envOptions{cfg: cfg})
-	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: time.Second})
+	// The first push is due a second or more after the connect (exp is
+	// 2–3 s off, RefreshAhead 1 s); the subscribe waits for it, so that
+	// its reply never races a push.
+	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: 2 * time.Second})
 	first := exp
 	c := e.dialWS(wstest.DialOpts{})
 	c.Connect(tok)
-	c.Subscribe("orders/1", nil)
 	const lifetimes = 3
 	for i := range lifetimes + 1 {
 		if p := wstest.RefreshPush(t, c.NextFrame(10*time.Second)); p.ExpiresAt != exp.Unix() {
@@ -251,6 +253,9 @@ func TestWSRefreshKeepsAlive(t *testing.T) {
 		}
 		if i > 0 && time.Now().Before(exp.Add(-step).Add(cfg.ExpiryGrace)) {
 			t.Fatalf("round %d: a refresh push before the replaced token's exp + grace", i)
+		}
+		if i == 0 {
+			c.Subscribe("orders/1", nil)
 		}
 		if i == lifetimes {
 			break
