@@ -40,8 +40,9 @@ func (c *Conn) deliverDirect(p *fanout.Prepared) {
 		return
 	}
 	c.one[0] = p
-	c.writeDirect(d, c.one[:])
-	c.one[0] = nil
+	_, err := c.writeLive(d, c.one[:])
+	c.one[0] = nil // while the place is held: the next holder writes it
+	c.flushDirect(d, err)
 }
 
 // writeDirect frames batch (writeLive) and sends it in one non-blocking
@@ -49,6 +50,13 @@ func (c *Conn) deliverDirect(p *fanout.Prepared) {
 // then gives up the writer's place (handOff). The caller holds the place.
 func (c *Conn) writeDirect(d DirectSink, batch []*fanout.Prepared) {
 	_, err := c.writeLive(d, batch)
+	c.flushDirect(d, err)
+}
+
+// flushDirect ends a direct write whose framing returned err: it sends
+// what was framed in one non-blocking write, leaving what the socket did
+// not take to the writer (unsent), then gives up the writer's place.
+func (c *Conn) flushDirect(d DirectSink, err error) {
 	if err == nil {
 		var sent bool
 		sent, err = d.TryFlush()
