@@ -38,8 +38,11 @@ type latencyResult struct {
 	Early      int // accepted before the producer saw its COMMIT return (counted as 0)
 	// WorkerPG is the CPU the Worker's own PostgreSQL backends
 	// (application_name herald) spent from the first commit until every
-	// record was accepted; Self is this process's (Worker and producers).
-	WorkerPG, Self time.Duration
+	// record was accepted; AllPG every backend of the benchmark's
+	// database in the same span, the producers' included (as cfbench's
+	// latency phase reads Centrifugo's database); Self is this process's
+	// (Worker and producers).
+	WorkerPG, AllPG, Self time.Duration
 	// Claims and EmptyClaims are the Worker's claims with records and
 	// without, in the same span; HookClaims and HookEmptyClaims the
 	// webhook handler's Worker's (beside).
@@ -97,7 +100,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 
 	total := int(int64(cfg.Rate) * int64(cfg.LatencyDuration) / int64(time.Second))
 	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections (%s broker)\n", total, cfg.Rate, cfg.LatencyProducers, cfg.Broker)
-	pg0, self0 := benchkit.ReadAppBackends(ctx, store.Pool(), "herald"), benchkit.SelfCPU()
+	pg0, all0, self0 := benchkit.ReadAppBackends(ctx, store.Pool(), "herald"), benchkit.ReadBackends(ctx, store.Pool()), benchkit.SelfCPU()
 	claims0, empty0, err := p.claims()
 	if err != nil {
 		return res, err
@@ -141,6 +144,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	res.Stages.end(store.Pool(), staged, marks, p.pub.acceptTime)
 	sampled := waits.stop()
 	res.WorkerPG = benchkit.ReadAppBackends(ctx, store.Pool(), "herald").Since(pg0)
+	res.AllPG = benchkit.ReadBackends(ctx, store.Pool()).Since(all0)
 	res.Self = benchkit.SelfCPU() - self0
 	claims1, empty1, err := p.claims()
 	if err != nil {
@@ -177,6 +181,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	fmt.Fprintf(progress, "latency %s: commit → accept p50 %s p99 %s p99.9 %s; the Worker's PostgreSQL backends %.1f µs CPU per record; %d claims with records, %d empty\n",
 		besideText(res.Beside), benchkit.MS(res.Accept.P50), benchkit.MS(res.Accept.P99), benchkit.MS(res.Accept.P999), benchkit.PerRecordMicros(res.WorkerPG, res.Committed),
 		res.Claims, res.EmptyClaims)
+	fmt.Fprintf(progress, "latency %s: every PostgreSQL backend of the database, the producers' included: %.1f µs CPU per record\n",
+		besideText(res.Beside), benchkit.PerRecordMicros(res.AllPG, res.Committed))
 	fmt.Fprintf(progress, "latency %s: after the first %v: commit → accept p50 %s p99 %s (%d records)\n", besideText(res.Beside), res.Settle,
 		benchkit.MS(res.AfterStart.P50), benchkit.MS(res.AfterStart.P99), len(settled))
 	fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), &res.Stages)

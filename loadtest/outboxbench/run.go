@@ -129,6 +129,8 @@ func (r *report) print(w io.Writer) {
 			l.Broker, l.Rate, achieved, l.Committed, wake, benchkit.MS(l.Accept.P50), benchkit.MS(l.Accept.P99), benchkit.MS(l.Accept.P999), benchkit.MS(l.Accept.Max))
 		fmt.Fprintf(w, "| latency phase: CPU of the Worker's own PostgreSQL backends per record / of this process (Worker and producers) per record | %.1f µs / %.1f µs | — |\n",
 			benchkit.PerRecordMicros(l.WorkerPG, l.Committed), benchkit.PerRecordMicros(l.Self, l.Committed))
+		fmt.Fprintf(w, "| latency phase: CPU of every PostgreSQL backend of the database per record, the producers' included (compare `cfbench -phases latency`'s PostgreSQL CPU per record) | %.1f µs | — |\n",
+			benchkit.PerRecordMicros(l.AllPG, l.Committed))
 		fmt.Fprintf(w, "| latency phase: the Worker's claims with records / empty, per record | %.2f / %.2f | — |\n",
 			float64(l.Claims)/float64(max(l.Committed, 1)), float64(l.EmptyClaims)/float64(max(l.Committed, 1)))
 		fmt.Fprintf(w, "| producers' COMMIT in the latency phase p50 / p99 (%d connections; pacer fell behind by up to %s; %d records accepted before their COMMIT returned, counted as 0) | %s / %s | — |\n",
