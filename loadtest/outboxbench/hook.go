@@ -112,7 +112,7 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	s.worker, err = outboxfeed.NewDeliveryWorker(hs, d,
 		h.WorkerConfig(outboxfeed.WorkerConfig{
 			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
-			Registerer: s.reg, YieldsTo: s.prec,
+			Registerer: s.reg, YieldsTo: s.prec, StatsInterval: cfg.WebhookStatsInterval,
 		}))
 	if err != nil {
 		h.Close()

@@ -56,7 +56,8 @@
 //     printed apart (application_name herald-hook); -webhook-max-in-flight
 //     N and -webhook-claim-delay D set its max_in_flight and claim_delay;
 //     -webhook-null makes its deliveries succeed at once without a
-//     request (its Worker's store calls alone). The report also compares realtime's commit →
+//     request (its Worker's store calls alone); -webhook-stats-interval D
+//     sets how often its Worker reads its backlog statistics. The report also compares realtime's commit →
 //     accept p99 of the records committed after the first second of each
 //     latency run (a tenth of shorter runs).
 //   - -sample-waits D (latency): samples pg_stat_activity every D during
