@@ -54,6 +54,16 @@ type config struct {
 	// pool of its own and no LISTEN connection (the Worker polls)
 	// (diagnosis). Default: shared.
 	WebhookPool string
+	// WebhookClaimDelay is the webhook handler's claim_delay (0: its
+	// default) (diagnosis).
+	WebhookClaimDelay time.Duration
+	// WebhookStatsInterval is the webhook handler's Worker's
+	// StatsInterval, how often it reads its backlog statistics (0: the
+	// Worker's default) (diagnosis).
+	WebhookStatsInterval time.Duration
+	// WebhookNull makes the webhook handler's deliveries succeed at once
+	// without a request (diagnosis: its Worker's store calls alone).
+	WebhookNull bool
 
 	// Records is how many records the drain phase stages before starting
 	// the Worker, and the staged phase's producers insert while it runs.
@@ -178,6 +188,9 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.WebhookMaxInFlight, "webhook-max-in-flight", c.WebhookMaxInFlight, "-webhook: the webhook handler's max_in_flight (0 = its default, 16)")
 	fs.BoolVar(&c.WebhookYield, "webhook-yield", c.WebhookYield, "-webhook: the webhook handler's Worker yields to the realtime one while it has a backlog, as herald feed runs them")
 	fs.StringVar(&c.WebhookPool, "webhook-pool", c.WebhookPool, "-webhook: the webhook handler's Worker uses the realtime Worker's connection pool (shared, as herald feed) or one of its own (own), without a LISTEN connection (own-poll)")
+	fs.DurationVar(&c.WebhookClaimDelay, "webhook-claim-delay", c.WebhookClaimDelay, "-webhook: the webhook handler's claim_delay (0 = its default)")
+	fs.DurationVar(&c.WebhookStatsInterval, "webhook-stats-interval", c.WebhookStatsInterval, "-webhook: how often the webhook handler's Worker reads its backlog statistics (0 = the Worker's default)")
+	fs.BoolVar(&c.WebhookNull, "webhook-null", c.WebhookNull, "-webhook: deliveries succeed at once, without a request (the handler's store calls alone)")
 	fs.IntVar(&c.Records, "records", c.Records, "drain: records staged before the Worker starts; staged: records inserted while it runs")
 	fs.IntVar(&c.StagedProducers, "staged-producers", c.StagedProducers, "staged: concurrent producers inserting while the Worker runs")
 	fs.IntVar(&c.StagedBatch, "staged-batch", c.StagedBatch, "staged: rows per producer transaction (COPY)")

@@ -66,7 +66,7 @@ const benchTenant = "bench"
 // phase ends when both are done.
 func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, progress io.Writer) (res drainResult, err error) {
 	res = drainResult{Broker: cfg.Broker, HoldXmin: cfg.HoldXmin, Records: cfg.Records, BatchSize: cfg.BatchSize, Beside: recv != nil}
-	store, hook, err := openBeside(ctx, db, cfg, recv, true, 0, nil)
+	store, hook, err := openBeside(ctx, db, cfg, recv, true, 0, false, nil)
 	if err != nil {
 		return res, err
 	}

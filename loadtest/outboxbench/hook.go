@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -19,6 +20,11 @@ import (
 
 // hookName is the webhook handler of -webhook.
 const hookName = "bench-hook"
+
+// hookApp is the application_name of the webhook handler's own pool
+// (-webhook-pool own): its backends' CPU is then told apart from the
+// realtime Worker's.
+const hookApp = "herald-hook"
 
 // hookSide is a webhook handler draining beside the realtime Worker: a
 // Worker of its own over the same store, delivering to the receiver
@@ -37,12 +43,12 @@ type hookSide struct {
 // registers the webhook handler beside the realtime Worker on it
 // (registerHook, timing its store calls on tl when not nil); without recv
 // the handler is nil.
-func openBeside(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, notifyTrigger bool, retained int, tl *timeline) (*pgstore.Store, *hookSide, error) {
+func openBeside(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Receiver, notifyTrigger bool, retained int, trace bool, tl *timeline) (*pgstore.Store, *hookSide, error) {
 	store, err := db.openReset(ctx, notifyTrigger, retained, cfg.Channels)
 	if err != nil || recv == nil {
 		return store, nil, err
 	}
-	hook, err := registerHook(ctx, store, cfg, recv, notifyTrigger, tl)
+	hook, err := registerHook(ctx, store, cfg, recv, notifyTrigger, trace, tl)
 	if err != nil {
 		store.Close()
 		return nil, nil, err
@@ -54,7 +60,7 @@ func openBeside(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 // rows already there, retained ones included, are not its); its Worker
 // starts with start. Records staged from now on are its as well as
 // realtime's.
-func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *hookrecv.Receiver, notify bool, tl *timeline) (*hookSide, error) {
+func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *hookrecv.Receiver, notify, trace bool, tl *timeline) (*hookSide, error) {
 	if _, err := store.RegisterHandler(ctx, outboxfeed.HandlerSpec{Name: hookName, Type: "webhook", Start: outboxfeed.StartNew}); err != nil {
 		return nil, err
 	}
@@ -63,7 +69,13 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	if cfg.WebhookPool != "shared" {
 		// own-poll: no LISTEN of its own either; the Worker polls.
 		var err error
-		own, err = pgstore.Open(ctx, pgstore.Config{URL: store.Pool().Config().ConnString(), DisableNotifyTrigger: !notify || cfg.WebhookPool == "own-poll"})
+		url := store.Pool().Config().ConnString()
+		if strings.Contains(url, "?") {
+			url += "&application_name=" + hookApp
+		} else {
+			url += "?application_name=" + hookApp
+		}
+		own, err = pgstore.Open(ctx, pgstore.Config{URL: url, DisableNotifyTrigger: !notify || cfg.WebhookPool == "own-poll"})
 		if err != nil {
 			return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 		}
@@ -77,7 +89,7 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	var k [32]byte
 	_, _ = rand.Read(k[:])
 	h, err := webhookhandler.New(webhook.Config{
-		Name: hookName, URL: recv.URL, AllowPrivateNetwork: true, MaxInFlight: cfg.WebhookMaxInFlight,
+		Name: hookName, URL: recv.URL, AllowPrivateNetwork: true, MaxInFlight: cfg.WebhookMaxInFlight, ClaimDelay: cfg.WebhookClaimDelay,
 		Secret: webhook.Secret(webhook.SecretPrefix + base64.StdEncoding.EncodeToString(k[:])),
 	}, nil)
 	if err != nil {
@@ -85,17 +97,22 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 		return nil, errors.Join(err, store.DropHandler(ctx, hookName))
 	}
 	s := &hookSide{store: store, own: own, hook: h, reg: prometheus.NewRegistry(), counter: hookrecv.NewCounter(h)}
+	if cfg.WebhookNull {
+		s.counter = hookrecv.NewCounter(nullDeliverer{})
+	}
 	if cfg.WebhookYield {
 		s.prec = &outboxfeed.Precedence{}
 	}
 	var hs outboxfeed.Store = workerStore.ForHandler(hookName)
-	if tl != nil {
+	var d outboxfeed.Deliverer = s.counter
+	if trace {
 		hs = newStageStore(hs.(*pgstore.Store), "webhook", tl)
+		d = busyDeliverer{next: s.counter}
 	}
-	s.worker, err = outboxfeed.NewDeliveryWorker(hs, s.counter,
+	s.worker, err = outboxfeed.NewDeliveryWorker(hs, d,
 		h.WorkerConfig(outboxfeed.WorkerConfig{
 			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
-			Registerer: s.reg, YieldsTo: s.prec,
+			Registerer: s.reg, YieldsTo: s.prec, StatsInterval: cfg.WebhookStatsInterval,
 		}))
 	if err != nil {
 		h.Close()

@@ -52,6 +52,9 @@ type latencyResult struct {
 	// realtime Worker (-webhook); WorkerPG and Self then run until it
 	// delivered every record too, and cover both handlers' Workers.
 	Beside bool
+	// HookPG is the webhook handler's own pool's backends' CPU in the same
+	// span (-webhook-pool own; 0 otherwise, WorkerPG then has it).
+	HookPG time.Duration
 	// Stages splits the realtime Worker's commit → accept.
 	Stages stageTimes
 
@@ -78,7 +81,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	if cfg.SampleWaits > 0 {
 		tl = &timeline{}
 	}
-	store, hook, err := openBeside(ctx, db, cfg, recv, cfg.LatencyNotify, cfg.Retained, tl)
+	store, hook, err := openBeside(ctx, db, cfg, recv, cfg.LatencyNotify, cfg.Retained, true, tl)
 	if err != nil {
 		return res, err
 	}
@@ -101,6 +104,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	total := int(int64(cfg.Rate) * int64(cfg.LatencyDuration) / int64(time.Second))
 	fmt.Fprintf(progress, "latency: staging %d records at %d/s over %d connections (%s broker)\n", total, cfg.Rate, cfg.LatencyProducers, cfg.Broker)
 	pg0, all0, self0 := benchkit.ReadAppBackends(ctx, store.Pool(), "herald"), benchkit.ReadBackends(ctx, store.Pool()), benchkit.SelfCPU()
+	hookPG0 := benchkit.ReadAppBackends(ctx, store.Pool(), hookApp)
 	claims0, empty0, err := p.claims()
 	if err != nil {
 		return res, err
@@ -145,6 +149,7 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 	sampled := waits.stop()
 	res.WorkerPG = benchkit.ReadAppBackends(ctx, store.Pool(), "herald").Since(pg0)
 	res.AllPG = benchkit.ReadBackends(ctx, store.Pool()).Since(all0)
+	res.HookPG = benchkit.ReadAppBackends(ctx, store.Pool(), hookApp).Since(hookPG0)
 	res.Self = benchkit.SelfCPU() - self0
 	claims1, empty1, err := p.claims()
 	if err != nil {
@@ -187,7 +192,8 @@ func runLatency(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Rec
 		benchkit.MS(res.AfterStart.P50), benchkit.MS(res.AfterStart.P99), len(settled))
 	fmt.Fprintf(progress, "latency %s: %s\n", besideText(res.Beside), &res.Stages)
 	if res.Beside {
-		fmt.Fprintf(progress, "latency %s: the webhook handler's claims: %d with records, %d empty\n", besideText(res.Beside), res.HookClaims, res.HookEmptyClaims)
+		fmt.Fprintf(progress, "latency %s: the webhook handler's claims: %d with records, %d empty; its own pool's backends %.1f µs CPU per record\n", besideText(res.Beside), res.HookClaims, res.HookEmptyClaims,
+			benchkit.PerRecordMicros(res.HookPG, res.Committed))
 	}
 	if sampled != "" {
 		fmt.Fprintf(progress, "latency %s: active backends, %s", besideText(res.Beside), sampled)

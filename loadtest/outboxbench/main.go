@@ -52,8 +52,12 @@
 //     has a backlog, as herald feed runs them (outboxfeed.Precedence);
 //     -webhook-yield=false runs it without. -webhook-pool own gives the
 //     handler's Worker a connection pool of its own (own-poll: and no
-//     LISTEN connection), for diagnosis; -webhook-max-in-flight N sets
-//     its max_in_flight. The report also compares realtime's commit →
+//     LISTEN connection), for diagnosis, and its backends' CPU is then
+//     printed apart (application_name herald-hook); -webhook-max-in-flight
+//     N and -webhook-claim-delay D set its max_in_flight and claim_delay;
+//     -webhook-null makes its deliveries succeed at once without a
+//     request (its Worker's store calls alone); -webhook-stats-interval D
+//     sets how often its Worker reads its backlog statistics. The report also compares realtime's commit →
 //     accept p99 of the records committed after the first second of each
 //     latency run (a tenth of shorter runs).
 //   - -sample-waits D (latency): samples pg_stat_activity every D during
@@ -62,7 +66,13 @@
 //     records were committed beside the store calls of both handlers
 //     under way then. Every latency run also prints realtime's commit →
 //     claimed and claimed → accepted, its store calls' durations, the
-//     pool's waits and the Go scheduler's latency.
+//     pool's waits and the Go scheduler's latency; commit → the start of
+//     the store call that returned the record and the rest of that call;
+//     the kernel's CPU pressure (/proc/pressure/cpu, time some runnable
+//     task waited for a CPU) and the garbage collections over the run;
+//     and, beside, realtime's store calls split by whether one of the
+//     webhook handler's store calls or deliveries was under way when
+//     they began (or at any time during them).
 //   - -staged-producers (default 4), -staged-batch (default 1,000): the
 //     staged phase's producers and rows per transaction.
 //

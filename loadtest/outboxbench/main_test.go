@@ -54,7 +54,8 @@ func TestWebhookDiagnosisSmoke(t *testing.T) {
 		return run(ctx, cfg, out, progress)
 	})
 	for _, want := range []string{"latency with a webhook handler beside: commit → claimed p50 ", "latency alone: active backends, ",
-		"the wake-up trigger armed in ", "slowest 2 records (≥ "} {
+		"the wake-up trigger armed in ", "slowest 2 records (≥ ", "realtime's calls by what was under way as they began: beside neither ",
+		"; CPU pressure ", "its own pool's backends "} {
 		if n := strings.Count(progress, want); n < 2 {
 			t.Errorf("progress has %q %d times, want at least 2:\n%s", want, n, progress)
 		}

@@ -29,14 +29,40 @@ type stageStore struct {
 
 	mu        sync.Mutex
 	claimedAt map[string]time.Time
-	arms      int             // requests that armed the wake-up trigger (or renewed it)
-	disarms   int             // requests that disarmed it
-	claims    []time.Duration // Claim calls
-	completes []time.Duration // Complete calls (with their claim)
+	sentAt    map[string]time.Time // when the call that returned the record began
+	calls     []call               // every call, with what of the webhook handler's overlapped it
+	arms      int                  // requests that armed the wake-up trigger (or renewed it)
+	disarms   int                  // requests that disarmed it
+	claims    []time.Duration      // Claim calls
+	completes []time.Duration      // Complete calls (with their claim)
 }
 
 func newStageStore(s *pgstore.Store, name string, tl *timeline) *stageStore {
-	return &stageStore{Store: s, name: name, tl: tl, claimedAt: map[string]time.Time{}}
+	return &stageStore{Store: s, name: name, tl: tl, claimedAt: map[string]time.Time{}, sentAt: map[string]time.Time{}}
+}
+
+// begin starts one of the store's calls: the webhook handler's count in
+// hookActivity; realtime's note what of the webhook handler's ran when
+// it began, for end.
+func (s *stageStore) begin() (overlapMark, func()) {
+	if s.name == "webhook" {
+		hookActivity.stmtStarts.Add(1)
+		hookActivity.stmts.Add(1)
+		return overlapMark{}, func() { hookActivity.stmts.Add(-1) }
+	}
+	return hookActivity.mark(), func() {}
+}
+
+// endCall notes a call of realtime's that began at t0 with m.
+func (s *stageStore) endCall(t0 time.Time, m overlapMark) {
+	if s.name == "webhook" {
+		return
+	}
+	d := time.Since(t0)
+	st, dl := hookActivity.since(m)
+	s.mu.Lock()
+	s.calls = append(s.calls, call{d: d, withStmt: st, withSend: dl, startStmt: m.stmts > 0, startSend: m.delivers > 0})
+	s.mu.Unlock()
 }
 
 // Stats implements outboxfeed.Store, noting the call in the timeline.
@@ -50,7 +76,10 @@ func (s *stageStore) Stats(ctx context.Context) (outboxfeed.Stats, error) {
 // Claim implements outboxfeed.Store, timing the call.
 func (s *stageStore) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
 	t0 := time.Now()
+	m, done := s.begin()
 	b, err := s.Store.Claim(ctx, req)
+	done()
+	s.endCall(t0, m)
 	s.noteWake(&req)
 	s.note(b, &s.claims, t0)
 	s.tl.addBatch(t0, s.name+" claim", b)
@@ -60,7 +89,10 @@ func (s *stageStore) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*o
 // Complete implements outboxfeed.Store, timing the call.
 func (s *stageStore) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxfeed.Outcome, next *outboxfeed.ClaimRequest) (bool, *outboxfeed.Batch, error) {
 	t0 := time.Now()
+	m, done := s.begin()
 	held, nb, err := s.Store.Complete(ctx, b, out, next)
+	done()
+	s.endCall(t0, m)
 	s.noteWake(next)
 	s.note(nb, &s.completes, t0)
 	s.tl.addBatch(t0, s.name+" complete", nb)
@@ -71,7 +103,10 @@ func (s *stageStore) Complete(ctx context.Context, b *outboxfeed.Batch, out []ou
 // Complete calls: a completion of several batches and its claims).
 func (s *stageStore) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, next *outboxfeed.ClaimRequest) ([]bool, []*outboxfeed.Batch, error) {
 	t0 := time.Now()
+	m, done := s.begin()
 	held, nbs, err := s.Store.CompleteMany(ctx, cs, next)
+	done()
+	s.endCall(t0, m)
 	s.noteWake(next)
 	calls := &s.completes
 	if len(cs) == 0 {
@@ -79,20 +114,21 @@ func (s *stageStore) CompleteMany(ctx context.Context, cs []outboxfeed.Completio
 	}
 	s.note(nil, calls, t0)
 	for _, nb := range nbs {
-		s.noteRecords(nb)
+		s.noteRecords(nb, t0)
 		s.tl.addBatch(t0, s.name+" complete", nb)
 	}
 	return held, nbs, err
 }
 
 // noteRecords notes b's records as claimed now.
-func (s *stageStore) noteRecords(b *outboxfeed.Batch) {
+func (s *stageStore) noteRecords(b *outboxfeed.Batch, t0 time.Time) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range b.Records {
 		if _, dup := s.claimedAt[b.Records[i].ID]; !dup {
 			s.claimedAt[b.Records[i].ID] = now
+			s.sentAt[b.Records[i].ID] = t0
 		}
 	}
 }
@@ -109,6 +145,7 @@ func (s *stageStore) note(b *outboxfeed.Batch, calls *[]time.Duration, t0 time.T
 	for i := range b.Records {
 		if _, dup := s.claimedAt[b.Records[i].ID]; !dup {
 			s.claimedAt[b.Records[i].ID] = now
+			s.sentAt[b.Records[i].ID] = t0
 		}
 	}
 }
@@ -133,7 +170,8 @@ func (s *stageStore) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.claimedAt)
-	s.claims, s.completes = nil, nil
+	clear(s.sentAt)
+	s.claims, s.completes, s.calls = nil, nil, nil
 	s.arms, s.disarms = 0, 0
 }
 
@@ -146,8 +184,17 @@ type stageTimes struct {
 	PoolWait           time.Duration      // their total wait
 	SchedP50, SchedP99 time.Duration      // goroutine scheduling latency (runnable → running), the whole process
 	SchedOver1ms       float64            // share of scheduling waits above 1 ms
-	poolStat0          poolCounters
-	sched0             *metrics.Float64Histogram
+	// Wait, Stmt: commit → the start of the call that returned the record
+	// (0 when it began before the commit), and the rest of that call
+	// after the commit.
+	Wait, Stmt benchkit.Quantiles
+	Overlap    string        // realtime's calls by what of the webhook handler's overlapped them
+	Pressure   time.Duration // CPU pressure (some) over the run
+	pressure0  time.Duration
+	GCs        uint64 // garbage collections during the run
+	gcs0       uint64
+	poolStat0  poolCounters
+	sched0     *metrics.Float64Histogram
 }
 
 // poolCounters are the pool's acquire counters at one moment.
@@ -172,6 +219,8 @@ func readSched() *metrics.Float64Histogram {
 // begin reads the counters a run's figures are differences of.
 func (t *stageTimes) begin(p *pgxpool.Pool) {
 	t.poolStat0, t.sched0 = readPool(p), readSched()
+	t.pressure0 = cpuPressure()
+	t.gcs0 = gcCycles()
 }
 
 // end reads the counters again and summarizes the run's stages.
@@ -181,18 +230,25 @@ func (t *stageTimes) end(p *pgxpool.Pool, s *stageStore, marks []commitMark, acc
 	t.SchedP50, t.SchedP99, t.SchedOver1ms = schedQuantiles(t.sched0, readSched())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var toClaim, toAccept []time.Duration
+	t.Pressure = cpuPressure() - t.pressure0
+	t.GCs = gcCycles() - t.gcs0
+	var toClaim, toAccept, waits, stmts []time.Duration
 	for _, m := range marks {
 		c, ok := s.claimedAt[m.id]
 		if !ok {
 			continue
 		}
 		toClaim = append(toClaim, max(0, c.Sub(m.committedAt)))
+		sent := s.sentAt[m.id]
+		waits = append(waits, max(0, sent.Sub(m.committedAt)))
+		stmts = append(stmts, max(0, c.Sub(maxTime(sent, m.committedAt))))
 		if a, ok := acceptTime(m.id); ok {
 			toAccept = append(toAccept, max(0, a.Sub(c)))
 		}
 	}
 	t.ToClaim, t.ToAccept = benchkit.Summarize(toClaim), benchkit.Summarize(toAccept)
+	t.Wait, t.Stmt = benchkit.Summarize(waits), benchkit.Summarize(stmts)
+	t.Overlap = overlapSplit(s.calls, false) + "\n    realtime's calls by what was under way as they began: " + overlapSplit(s.calls, true)
 	t.Arms, t.Disarms = s.arms, s.disarms
 	t.Claim, t.Complete = benchkit.Summarize(append([]time.Duration(nil), s.claims...)), benchkit.Summarize(append([]time.Duration(nil), s.completes...))
 }
@@ -235,7 +291,9 @@ func (t *stageTimes) String() string {
 	return fmt.Sprintf("commit → claimed p50 %s p99 %s; claimed → accepted p50 %s p99 %s; Claim p50 %s p99 %s (%d); Complete p50 %s p99 %s (%d); arms %d, disarms %d; pool waits %d (%s); scheduling latency p50 %s p99 %s, %.1f %% over 1 ms",
 		benchkit.MS(t.ToClaim.P50), benchkit.MS(t.ToClaim.P99), benchkit.MS(t.ToAccept.P50), benchkit.MS(t.ToAccept.P99),
 		benchkit.MS(t.Claim.P50), benchkit.MS(t.Claim.P99), t.Claim.N, benchkit.MS(t.Complete.P50), benchkit.MS(t.Complete.P99), t.Complete.N,
-		t.Arms, t.Disarms, t.PoolWaits, benchkit.MS(t.PoolWait), benchkit.MS(t.SchedP50), benchkit.MS(t.SchedP99), 100*t.SchedOver1ms)
+		t.Arms, t.Disarms, t.PoolWaits, benchkit.MS(t.PoolWait), benchkit.MS(t.SchedP50), benchkit.MS(t.SchedP99), 100*t.SchedOver1ms) +
+		fmt.Sprintf("\n    commit → the returning call's start p50 %s p99 %s; that call after the commit p50 %s p99 %s; CPU pressure %s; %d GC cycles\n    realtime's calls: %s",
+			benchkit.MS(t.Wait.P50), benchkit.MS(t.Wait.P99), benchkit.MS(t.Stmt.P50), benchkit.MS(t.Stmt.P99), t.Pressure.Round(time.Millisecond), t.GCs, t.Overlap)
 }
 
 // timeline notes the store calls of both handlers (-sample-waits), to set
