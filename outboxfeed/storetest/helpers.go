@@ -56,6 +56,13 @@ func (r *Recorder) Publish(ctx context.Context, msg fanout.Message) (fanout.Publ
 	return fanout.Publication{Message: msg, Position: fanout.Position{Offset: off, Epoch: "test"}}, nil
 }
 
+// Messages is a copy of what was accepted, in order.
+func (r *Recorder) Messages() []fanout.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]fanout.Message(nil), r.msgs...)
+}
+
 // Count is how many publishes were accepted.
 func (r *Recorder) Count() int {
 	r.mu.Lock()

@@ -80,6 +80,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Harness) {
 		{"LeaseRenewal", variants(testLeaseRenewal)},
 		{"StopCompletesWhatWasPublished", testStopCompletesPublished},
 		{"StopReleasesLeases", variants(testStopReleasesLeases)},
+		{"ReturnBatchesLeavesNoTakeover", testReturnBatches},
 		{"CheckConstraintsRejectInvalidRecords", testCheckConstraints},
 		{"WakeupDeliversWithoutPolling", testWakeup},
 		{"MigrateTwice", testMigrateTwice},
