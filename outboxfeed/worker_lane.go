@@ -127,10 +127,10 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) []*Batch {
 // runLane is one lane's loop. A lane that found records claims again at
 // once; one that found none waits for a wake-up (the lead lane keeps the
 // trigger armed) or PollInterval, or, while records come faster than it
-// claims (polls), claims again after ActivePollInterval. A claim's
-// batches are dispatched whatever ctx says (a stopping Worker holds what
-// it cannot publish); it returns, once ctx ends, the batches a completion
-// claimed that it never began to dispatch.
+// claims (polls), claims again after ActivePollInterval. Once ctx ends it
+// returns the batches it holds and never began to dispatch: a claim's or
+// a completion's answer that came after the stop (the Worker gives them
+// back as they were claimed, releaseLeases).
 func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) []*Batch {
 	var bs []*Batch
 	for ctx.Err() == nil {
@@ -167,6 +167,9 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) []*Batch 
 				// of fewer records each would only cost PostgreSQL more.
 				kickAll()
 			}
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		l.lastWork = time.Now()
 		if len(bs) == 1 && w.spread(l) == 1 {
@@ -261,10 +264,11 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 	}
 }
 
-// claim runs one claim; it is not cut off by Stop, so a committed claim is
-// always seen (and then completed) rather than left to expire. The
-// batches' leases are counted from the claim's sending (Batch.leased). A
-// claim of several partitions (req.Spread) goes through CompleteMany.
+// claim runs one claim; it is not cut off by Stop, so a committed claim
+// is always seen (and then dispatched, or given back when the Worker
+// stopped meanwhile: runLane) rather than left to expire. The batches'
+// leases are counted from the claim's sending (Batch.leased). A claim of
+// several partitions (req.Spread) goes through CompleteMany.
 func (w *Worker) claim(ctx context.Context, req ClaimRequest) ([]*Batch, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LeaseDuration/2)
 	defer cancel()

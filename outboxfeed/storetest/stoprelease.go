@@ -25,7 +25,8 @@ const stopLease = time.Hour
 // expire. For a Worker stopped idle after delivering, in its first
 // publish, in the middle of a batch, while it lingers for its
 // ClaimDelay, and, through its parent context as `herald serve` stops
-// it, right after a completion claimed its next batch.
+// it, right after a completion claimed its next batch, or while its
+// claim was answered.
 func testStopReleasesLeases(t *testing.T, setup func(t *testing.T) *Harness) {
 	for _, c := range []struct {
 		name string
@@ -46,7 +47,11 @@ func testStopReleasesLeases(t *testing.T, setup func(t *testing.T) *Harness) {
 	}
 	t.Run("AfterCompletionClaimedNext", func(t *testing.T) {
 		t.Parallel()
-		stopAfterCompletionClaimedNext(t, setup(t))
+		stopAfterClaim(t, setup(t), false)
+	})
+	t.Run("WhileItsClaimWasAnswered", func(t *testing.T) {
+		t.Parallel()
+		stopAfterClaim(t, setup(t), true)
 	})
 }
 
@@ -96,18 +101,28 @@ func stopReleasesLeases(t *testing.T, h *Harness, cfg outboxfeed.WorkerConfig, h
 }
 
 // stopOnNext is a store that cancels the context its Worker was started
-// with once a completion has claimed the next batch: the Worker stops
-// with that batch leased and not yet dispatched.
+// with once a completion has claimed the next batch (or, with onClaim,
+// once a claim has claimed one): the Worker stops with that batch leased
+// and not yet dispatched.
 type stopOnNext struct {
 	outboxfeed.Store
 	stop     func()
+	onClaim  bool
 	once     sync.Once
 	returned atomic.Int32
 }
 
+func (s *stopOnNext) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
+	b, err := s.Store.Claim(ctx, req)
+	if b != nil && s.onClaim {
+		s.once.Do(s.stop)
+	}
+	return b, err
+}
+
 func (s *stopOnNext) Complete(ctx context.Context, b *outboxfeed.Batch, out []outboxfeed.Outcome, next *outboxfeed.ClaimRequest) (bool, *outboxfeed.Batch, error) {
 	held, nb, err := s.Store.Complete(ctx, b, out, next)
-	if nb != nil {
+	if nb != nil && !s.onClaim {
 		s.once.Do(s.stop)
 	}
 	return held, nb, err
@@ -125,10 +140,11 @@ func (s *stopOnNext) ReturnBatches(ctx context.Context, bs []*outboxfeed.Batch) 
 	return n, err
 }
 
-// The batch a completion claimed just as the Worker stopped was never
-// dispatched: the stop gives it back, and the next Worker delivers its
-// records (and the rest) with no takeover, each once.
-func stopAfterCompletionClaimedNext(t *testing.T, h *Harness) {
+// The batch a completion (or, onClaim, a claim) claimed just as the
+// Worker stopped was never dispatched: the stop gives it back as it was
+// claimed (nothing enters the retry queue), and the next Worker delivers
+// its records (and the rest) with no takeover, each once.
+func stopAfterClaim(t *testing.T, h *Harness, onClaim bool) {
 	if _, ok := h.Store.(outboxfeed.LeaseReleaser); !ok {
 		t.Fatalf("%T does not implement outboxfeed.LeaseReleaser", h.Store)
 	}
@@ -141,7 +157,7 @@ func stopAfterCompletionClaimedNext(t *testing.T, h *Harness) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := &stopOnNext{Store: h.Store, stop: cancel}
+	s := &stopOnNext{Store: h.Store, stop: cancel, onClaim: onClaim}
 	first := NewRecorder()
 	// Batches of 2 out of 10 records: the first completion claims the
 	// next batch of the same partition.
@@ -158,7 +174,10 @@ func stopAfterCompletionClaimedNext(t *testing.T, h *Harness) {
 	<-ctx.Done()
 	w.Stop()
 	if n := s.returned.Load(); n != 1 {
-		t.Fatalf("the stop gave back %d batches, want the one the completion claimed", n)
+		t.Fatalf("the stop gave back %d batches, want the one claimed as it came", n)
+	}
+	if n := h.Queued(t, fanout.Key{Tenant: "acme", Channel: "orders/1"}); n != 0 {
+		t.Fatalf("%d records in the retry queue after the stop, want none: the batch goes back as it was claimed", n)
 	}
 	// Another Worker claims the partition at once, and not as a takeover:
 	// no attempt is counted against the records of the batch given back.
