@@ -123,12 +123,13 @@ func (e *testEnv) publishPastExp(exp time.Time, tenant, channel string) (wait fu
 // publication made once exp has passed never reaches it.
 func TestSSEExpiryCutOff(t *testing.T) {
 	t.Parallel()
-	// RefreshAhead leaves 1.5 s between reauth and the end of the stream
-	// (ExpiryLead before exp) for the publication that shows it goes on.
+	// RefreshAhead leaves 3.5 s between reauth and the end of the stream
+	// (ExpiryLead before exp) for the publication that shows it goes on:
+	// room for a busy machine's delays.
 	cfg := fastReval()
-	cfg.RefreshAhead = 2 * time.Second
+	cfg.RefreshAhead = 4 * time.Second
 	e := newEnv(t, envOptions{cfg: cfg})
-	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: 3 * time.Second})
+	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: 5 * time.Second})
 	s := e.stream(tok, "orders/1")
 	pastExp := e.publishPastExp(exp, "acme", "orders/1")
 
@@ -200,7 +201,10 @@ func TestSSEExpiredTokenReconnect(t *testing.T) {
 func TestWSExpiryCutOff(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{cfg: fastReval()})
-	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: 2 * time.Second})
+	// The refresh push is due RefreshAhead (1 s) before exp, 3–4 s after
+	// the mint: the connect and the subscribe have that long to be answered
+	// before it, so that a reply never races the push.
+	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: 4 * time.Second})
 	c := e.dialWS(wstest.DialOpts{})
 	c.Connect(tok)
 	c.Subscribe("orders/1", nil)
@@ -232,17 +236,19 @@ func TestWSExpiryCutOff(t *testing.T) {
 // its subscription delivering throughout. Each token expires RefreshAhead
 // + ExpiryGrace after the one it replaces, so the push for it leaves no
 // earlier than the replaced token's exp + grace: every push after the
-// first shows the connection outlived a token.
+// first shows the connection outlived a token. The client has from a push
+// to the token's exp + grace (4 s) to refresh: a busy machine's delays
+// stay well inside it.
 func TestWSRefreshKeepsAlive(t *testing.T) {
 	t.Parallel()
 	cfg := fastReval()
-	cfg.ExpiryGrace = time.Second
+	cfg.ExpiryGrace = 3 * time.Second
 	step := cfg.RefreshAhead + cfg.ExpiryGrace
 	e := newEnv(t, envOptions{cfg: cfg})
-	// The first push is due a second or more after the connect (exp is
-	// 2–3 s off, RefreshAhead 1 s); the subscribe waits for it, so that
+	// The first push is due two seconds or more after the connect (exp is
+	// 3–4 s off, RefreshAhead 1 s); the subscribe waits for it, so that
 	// its reply never races a push.
-	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: 2 * time.Second})
+	tok, exp := mintSpec(t, tokenSpec{subscribe: []string{"orders/*"}, life: 3 * time.Second})
 	first := exp
 	c := e.dialWS(wstest.DialOpts{})
 	c.Connect(tok)

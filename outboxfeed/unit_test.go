@@ -295,7 +295,7 @@ func TestPrecedenceWait(t *testing.T) {
 	}
 	p.led.Store(true)
 	start = time.Now()
-	if !p.wait(ctx, time.Hour) || time.Since(start) > time.Second || p.Yields() != 1 {
+	if !p.wait(ctx, time.Hour) || time.Since(start) > time.Minute || p.Yields() != 1 {
 		t.Fatalf("idle: waited %v, %d yields", time.Since(start), p.Yields())
 	}
 	p.markBusy(time.Now(), time.Hour)
@@ -314,9 +314,9 @@ func TestPrecedenceWait(t *testing.T) {
 	}
 	var q Precedence
 	q.led.Store(true)
-	q.markBusy(time.Now(), 30*time.Millisecond)
-	start = time.Now()
-	if !q.wait(ctx, time.Hour) || time.Since(start) < 20*time.Millisecond || q.Busy() {
+	start = time.Now() // before the backlog begins: waited ≥ 30ms holds however late wait starts
+	q.markBusy(start, 30*time.Millisecond)
+	if !q.wait(ctx, time.Hour) || time.Since(start) < 30*time.Millisecond || q.Busy() {
 		t.Fatalf("short backlog: waited %v, busy %v", time.Since(start), q.Busy())
 	}
 }

@@ -154,11 +154,12 @@ func (w *Worker) Start(ctx context.Context) error {
 		return nil
 	}, func(runCtx context.Context) {
 		var wg sync.WaitGroup
-		wg.Go(func() { w.runLanes(runCtx, wake) })
+		var unsent []*Batch
+		wg.Go(func() { unsent = w.runLanes(runCtx, wake) })
 		wg.Go(func() { w.statsLoop(runCtx) })
 		wg.Go(func() { w.runProbes(runCtx) })
 		wg.Wait()
-		w.releaseLeases()
+		w.releaseLeases(unsent)
 		for range wake { // the listener closes it once it has stopped
 		}
 		w.forgetReader()

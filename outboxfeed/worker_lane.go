@@ -79,8 +79,9 @@ func laneOwner(owner string, i int) string {
 }
 
 // runLanes runs cfg.Lanes claim loops and hands each wake-up to all of
-// them.
-func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
+// them. Once ctx ends and every lane has returned, it returns the batches
+// the lanes hold and never began to dispatch (runLane).
+func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) []*Batch {
 	lanes := make([]*lane, w.cfg.Lanes)
 	for i := range lanes {
 		lanes[i] = &lane{owner: laneOwner(w.cfg.Owner, i), lead: i == 0, lastWork: time.Now(), kicked: make(chan struct{}, 1)}
@@ -98,14 +99,19 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 		kickWake = func() { signal(lanes[0].kicked) }
 	}
 	var wg sync.WaitGroup
-	for _, l := range lanes {
-		wg.Go(func() { w.runLane(ctx, l, kickAll) })
+	unsent := make([][]*Batch, len(lanes))
+	for i, l := range lanes {
+		wg.Go(func() { unsent[i] = w.runLane(ctx, l, kickAll) })
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
-			return
+			var all []*Batch
+			for _, bs := range unsent {
+				all = append(all, bs...)
+			}
+			return all
 		case _, ok := <-wake:
 			if !ok {
 				wake = nil
@@ -121,8 +127,11 @@ func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) {
 // runLane is one lane's loop. A lane that found records claims again at
 // once; one that found none waits for a wake-up (the lead lane keeps the
 // trigger armed) or PollInterval, or, while records come faster than it
-// claims (polls), claims again after ActivePollInterval.
-func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
+// claims (polls), claims again after ActivePollInterval. Once ctx ends it
+// returns the batches it holds and never began to dispatch: a claim's or
+// a completion's answer that came after the stop (the Worker gives them
+// back as they were claimed, releaseLeases).
+func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) []*Batch {
 	var bs []*Batch
 	for ctx.Err() == nil {
 		if len(bs) == 0 && l.looked {
@@ -159,6 +168,9 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 				kickAll()
 			}
 		}
+		if ctx.Err() != nil {
+			break
+		}
 		l.lastWork = time.Now()
 		if len(bs) == 1 && w.spread(l) == 1 {
 			bs = one(w.work(ctx, l, bs[0]))
@@ -166,6 +178,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) {
 		}
 		bs = w.workMany(ctx, l, bs)
 	}
+	return bs
 }
 
 // one is b as a list (none for nil).
@@ -251,10 +264,11 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 	}
 }
 
-// claim runs one claim; it is not cut off by Stop, so a committed claim is
-// always seen (and then completed) rather than left to expire. The
-// batches' leases are counted from the claim's sending (Batch.leased). A
-// claim of several partitions (req.Spread) goes through CompleteMany.
+// claim runs one claim; it is not cut off by Stop, so a committed claim
+// is always seen (and then dispatched, or given back when the Worker
+// stopped meanwhile: runLane) rather than left to expire. The batches'
+// leases are counted from the claim's sending (Batch.leased). A claim of
+// several partitions (req.Spread) goes through CompleteMany.
 func (w *Worker) claim(ctx context.Context, req ClaimRequest) ([]*Batch, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LeaseDuration/2)
 	defer cancel()

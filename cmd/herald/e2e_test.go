@@ -237,7 +237,7 @@ func TestCommittedRecordReachesSubscriber(t *testing.T) {
 
 func waitDispatched(t *testing.T, store outboxfeed.Store, id string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		rec, err := store.Get(context.Background(), id)
 		if err != nil {

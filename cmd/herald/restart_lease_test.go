@@ -19,9 +19,11 @@ const restartLease = "10m"
 
 // TestRestartAfterStopDeliversAtOnce: `herald serve` stopped gracefully
 // (SIGTERM ends its context) while its Worker works through a backlog
-// leaves no partition leased, and the restarted node delivers the rest
-// of the backlog, and a record staged after the restart, without waiting
-// for the stopped node's leases to expire. On both stores.
+// leaves no partition leased and no claim open for the next holder to
+// take over (a batch claimed as the stop came is given back as claimed),
+// and the restarted node delivers the rest of the backlog, and a record
+// staged after the restart, without waiting for the stopped node's
+// leases to expire. On both stores.
 func TestRestartAfterStopDeliversAtOnce(t *testing.T) {
 	for _, sc := range storeCases() {
 		t.Run(sc.name, func(t *testing.T) {
@@ -44,12 +46,15 @@ func TestRestartAfterStopDeliversAtOnce(t *testing.T) {
 			if n := leasesHeld(t, dbURL); n != 0 {
 				t.Fatalf("%d partition leases outlive the graceful stop", n)
 			}
+			if n := claimsOpen(t, dbURL); n != 0 {
+				t.Fatalf("%d claims left open by the graceful stop: the next holder would take them over", n)
+			}
 
 			second := serveAt(t, args)
 			defer second.stop(t, 30*time.Second)
 			ids = append(ids, st.stage(t, notification("acme", "orders/1", `{"n":2}`), true))
 			for _, id := range ids {
-				waitDispatched(t, store, id) // 10 s at most, far below the lease
+				waitDispatched(t, store, id) // a minute at most, far below the lease
 			}
 		})
 	}
@@ -68,6 +73,21 @@ func serveAt(t *testing.T, args []string) *inProcess {
 // ended.
 func leasesHeld(t *testing.T, dbURL string) int {
 	t.Helper()
+	return countPartitions(t, dbURL, `expires_at > clock_timestamp()`, `expires_at > ?1`)
+}
+
+// claimsOpen counts the partitions of dbURL's outbox with a claim that
+// was never completed nor given back: the next claim takes it over.
+func claimsOpen(t *testing.T, dbURL string) int {
+	t.Helper()
+	return countPartitions(t, dbURL, `open`, `claim_to IS NOT NULL`)
+}
+
+// countPartitions counts the rows of dbURL's outbox_partition that match
+// pgWhere (PostgreSQL) or sqliteWhere (SQLite; ?1 is the time now, in
+// microseconds).
+func countPartitions(t *testing.T, dbURL, pgWhere, sqliteWhere string) int {
+	t.Helper()
 	ctx := context.Background()
 	var n int
 	if outboxdb.IsPostgresURL(dbURL) {
@@ -76,7 +96,7 @@ func leasesHeld(t *testing.T, dbURL string) int {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM herald.outbox_partition WHERE expires_at > clock_timestamp()`).Scan(&n); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM herald.outbox_partition WHERE `+pgWhere).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -86,7 +106,7 @@ func leasesHeld(t *testing.T, dbURL string) int {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM outbox_partition WHERE expires_at > ?1`, time.Now().UnixMicro()).Scan(&n); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM outbox_partition WHERE `+sqliteWhere, time.Now().UnixMicro()).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -202,10 +202,10 @@ func TestPostgresNotifyTriggerSetting(t *testing.T) {
 	// Without the trigger, StageOne of the same store still wakes its
 	// Workers; records from elsewhere are found by polling.
 	rec := storetest.NewRecorder()
-	storetest.StartWorker(t, off, rec, outboxfeed.WorkerConfig{PollInterval: 10 * time.Second})
+	storetest.StartWorker(t, off, rec, outboxfeed.WorkerConfig{PollInterval: storetest.WakeupsOnly})
 	id, err := stageOne(context.Background(), off, storetest.Note("orders/1", `{}`))
 	testenv.Must(t, err, "stage")
-	rec.WaitFor(t, 2*time.Second, "in-process wake-up", func() bool { _, ok := rec.ByID(id); return ok })
+	rec.WaitFor(t, time.Minute, "in-process wake-up", func() bool { _, ok := rec.ByID(id); return ok })
 	testenv.Must(t, s.Migrate(context.Background()), "migrate with trigger")
 	if !hasNotifyTrigger(t, s) {
 		t.Fatal("Migrate did not reinstall the trigger")
@@ -218,8 +218,8 @@ func TestPostgresListenerReconnects(t *testing.T) {
 	t.Parallel()
 	s, _ := newPGStore(t, Config{})
 	rec := storetest.NewRecorder()
-	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{PollInterval: 10 * time.Second})
-	storetest.Eventually(t, 5*time.Second, "worker ready", w.Ready)
+	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{PollInterval: storetest.WakeupsOnly})
+	storetest.Eventually(t, time.Minute, "worker ready", w.Ready)
 	ctx := context.Background()
 	listenerPIDs := func() []int32 {
 		rows, err := s.Pool().Query(ctx, `SELECT pid FROM pg_stat_activity
@@ -236,14 +236,14 @@ func TestPostgresListenerReconnects(t *testing.T) {
 	// Staged while the listener may be down: the post-LISTEN drain finds it.
 	id, err := stageOne(ctx, s, storetest.Note("orders/1", `{"after":"kill"}`))
 	testenv.Must(t, err, "stage")
-	rec.WaitFor(t, 3*time.Second, "delivery after the listener reconnected", func() bool { _, ok := rec.ByID(id); return ok })
-	storetest.Eventually(t, 5*time.Second, "a new listener", func() bool {
+	rec.WaitFor(t, time.Minute, "delivery after the listener reconnected", func() bool { _, ok := rec.ByID(id); return ok })
+	storetest.Eventually(t, time.Minute, "a new listener", func() bool {
 		p := listenerPIDs()
 		return len(p) == 1 && p[0] != old
 	})
 	id2, err := stageOne(ctx, s, storetest.Note("orders/1", `{"second":true}`))
 	testenv.Must(t, err, "stage")
-	rec.WaitFor(t, 2*time.Second, "notified delivery on the new listener", func() bool { _, ok := rec.ByID(id2); return ok })
+	rec.WaitFor(t, time.Minute, "notified delivery on the new listener", func() bool { _, ok := rec.ByID(id2); return ok })
 }
 
 // A store outage: readiness turns false, store_up 0, nothing is dispatched
@@ -317,15 +317,15 @@ func TestPostgresNotifyOnlyWhileArmed(t *testing.T) {
 	testenv.Must(t, err, "disarm")
 
 	rec := storetest.NewRecorder()
-	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{PollInterval: 10 * time.Second, IdleAfter: 20 * time.Millisecond})
-	storetest.Eventually(t, 5*time.Second, "the idle worker to arm the trigger", func() bool {
+	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{PollInterval: storetest.WakeupsOnly, IdleAfter: 20 * time.Millisecond})
+	storetest.Eventually(t, time.Minute, "the idle worker to arm the trigger", func() bool {
 		at := armedUntil()
 		return at != nil && at.After(time.Now().Add(10*time.Second))
 	})
 	id, err := stageOne(ctx, s, storetest.Note("orders/2", `{}`))
 	testenv.Must(t, err, "stage")
-	rec.WaitFor(t, 2*time.Second, "the notified delivery", func() bool { _, ok := rec.ByID(id); return ok })
-	storetest.Eventually(t, 5*time.Second, "all three completed", func() bool { return w.Outcomes(outboxfeed.OutcomeSuccess) == 3 })
+	rec.WaitFor(t, time.Minute, "the notified delivery", func() bool { _, ok := rec.ByID(id); return ok })
+	storetest.Eventually(t, time.Minute, "all three completed", func() bool { return w.Outcomes(outboxfeed.OutcomeSuccess) == 3 })
 }
 
 // TestPostgresLoneRecordsCostFewClaims: records that come one at a time

@@ -109,7 +109,8 @@ func testHandlerFailingOtherDrains(t *testing.T, h *Harness, hs outboxfeed.Handl
 	hooksRec, down := FailingRecorder(ErrBrokerDown)
 	rt := NewRecorder()
 	StartWorker(t, h.Store, rt, outboxfeed.WorkerConfig{})
-	hw := StartDeliveryWorker(t, hooks, hooksRec, outboxfeed.WorkerConfig{Handler: "hooks", MaxAttempts: 1})
+	hw := StartDeliveryWorker(t, hooks, hooksRec, outboxfeed.WorkerConfig{Handler: "hooks", MaxAttempts: 1,
+		OutageMaxDelay: quickOutageRetry})
 	ids := stageSpread(t, h, 1000, 20)
 	rt.WaitFor(t, 60*time.Second, "realtime drains 1,000 records", func() bool { return rt.Count() >= len(ids) })
 	ExactlyOnce(t, rt, ids)

@@ -83,7 +83,7 @@ func testHeldPastABatchOutage(t *testing.T, h *Harness) {
 		t.Run(fmt.Sprintf("batch%d", size), func(t *testing.T) {
 			a := fmt.Sprintf("orders/held%d", size)
 			rec, down := FailingRecorder(ErrBrokerDown)
-			StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{BatchSize: size})
+			StartWorker(t, h.Store, rec, outboxfeed.WorkerConfig{BatchSize: size, OutageMaxDelay: quickOutageRetry})
 			n := 3*size + 2
 			held, want := stageHeld(t, h, a, n)
 			ka := fanout.Key{Tenant: "acme", Channel: a}

@@ -19,6 +19,17 @@ import (
 	"github.com/heraldgw/herald/outboxfeed/stage"
 )
 
+// quickOutageRetry is the OutageMaxDelay of the Workers of tests that end
+// an outage and wait for delivery: the Worker retries at most this long
+// after the outage ends, however long it lasted (by default the backoff
+// grows to 30 s, which a slow machine's longer outage reaches).
+const quickOutageRetry = 200 * time.Millisecond
+
+// WakeupsOnly is a PollInterval longer than any test: a Worker given it
+// finds a record staged while it waits only through a wake-up, however
+// long the test then waits for the delivery.
+const WakeupsOnly = time.Hour
+
 // Recorder is a Publisher that remembers what it accepted, per channel in
 // order. Before, when set, runs first and may fail or block the publish.
 type Recorder struct {
@@ -54,6 +65,13 @@ func (r *Recorder) Publish(ctx context.Context, msg fanout.Message) (fanout.Publ
 	r.mu.Unlock()
 	signal(r.changed)
 	return fanout.Publication{Message: msg, Position: fanout.Position{Offset: off, Epoch: "test"}}, nil
+}
+
+// Messages is a copy of what was accepted, in order.
+func (r *Recorder) Messages() []fanout.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]fanout.Message(nil), r.msgs...)
 }
 
 // Count is how many publishes were accepted.
