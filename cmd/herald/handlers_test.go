@@ -37,6 +37,8 @@ func TestHandlersConfigRefused(t *testing.T) {
 		{`[{` + good + `,"timeout":"soon"}]`, `handlers[0] (billing): timeout: "soon" is not a duration`},
 		{`[{` + good + `,"claim_delay":"2s"}]`, "handlers[0] (billing): webhook: invalid config: handler \"billing\": claim_delay 2s: must be between 1ms and 1s"},
 		{`[{"name":"realtime","type":"realtime","claim_delay":"5ms"}]`, "claim_delay: not a setting of the realtime handler"},
+		{`[{` + good + `,"batch_size":20000}]`, "handlers[0] (billing): webhook: invalid config: handler \"billing\": batch_size 20000: must be between 1 and 10000"},
+		{`[{"name":"realtime","type":"realtime","batch_size":5000}]`, "batch_size: not a setting of the realtime handler; its batch is --outbox-batch-size"},
 		{`[{"name":"realtime","type":"realtime","url":"https://x.example"}]`, "url: not a setting of the realtime handler"},
 		{`[{"name":"billing","type":"webhook","secret":"` + testWebhookSecret + `"}]`, "handlers[0] (billing): url: missing"},
 		{`[{"name":"billing","type":"webhook","url":"ftp://billing.example/h","secret":"` + testWebhookSecret + `"}]`, "billing"},
