@@ -34,10 +34,6 @@ type config struct {
 	// records are staged until the phase ends (then rolls it back), so
 	// the xmin horizon stays behind every record. Default: false.
 	HoldXmin bool
-	// CPUProfile, when set, is the file the drain phase writes a CPU
-	// profile of this process to, from the Worker's start to the last
-	// record completed (the last drain when the phase runs several).
-	CPUProfile string
 
 	// Webhook runs the drain and latency phases four times each, alone,
 	// beside, beside, alone (ABBA): beside, a webhook handler is
@@ -177,7 +173,6 @@ func (c *config) register(fs *flag.FlagSet) {
 	benchkit.PhasesFlag(fs, &c.Phases, allPhases...)
 	fs.StringVar(&c.Broker, "broker", c.Broker, "drain, staged, latency: broker the Worker publishes to: memory, memory-log (with its history log, as herald serve) or redis")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "the Redis server of -broker redis (keys go under a prefix of their own, deleted afterwards)")
-	fs.StringVar(&c.CPUProfile, "cpuprofile", c.CPUProfile, "drain: write a CPU profile of the drain (Worker start → last record completed) to this file")
 	fs.BoolVar(&c.HoldXmin, "hold-xmin", c.HoldXmin, "drain, staged: keep a transaction holding an xid (the xmin horizon) open from before staging until the phase ends")
 	fs.BoolVar(&c.Webhook, "webhook", c.Webhook, "drain, latency: run each alone, beside, beside, alone; beside, a webhook handler drains the same records to a local receiver answering 204")
 	fs.IntVar(&c.WebhookMaxInFlight, "webhook-max-in-flight", c.WebhookMaxInFlight, "-webhook: the webhook handler's max_in_flight (0 = its default, 16)")

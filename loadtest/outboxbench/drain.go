@@ -3,11 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -91,13 +88,9 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 	fmt.Fprintf(progress, "drain: staged %d records over %d channels in %v; starting the Worker (batch %d, %s broker)\n",
 		cfg.Records, cfg.Channels, res.Stage.Round(time.Millisecond), cfg.BatchSize, cfg.Broker)
 
-	stopProfile, err := startCPUProfile(cfg.CPUProfile)
-	if err != nil {
-		return res, err
-	}
 	p, err := startPipeline(ctx, store, cfg, cfg.Broker, false, hook.precedence())
 	if err != nil {
-		return res, errors.Join(err, stopProfile())
+		return res, err
 	}
 	if hook != nil {
 		if err := hook.start(ctx); err != nil {
@@ -118,9 +111,6 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 			}
 			res.Drained = time.Since(start)
 			res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
-			if err := stopProfile(); err != nil {
-				return false, err
-			}
 			if hook != nil {
 				res.HookAtDrained = hook.counter.Distinct()
 			}
@@ -136,7 +126,6 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 		res.CPUAll = readCPU(ctx, store.Pool()).since(cpu0)
 		return true, nil
 	})
-	err = errors.Join(err, stopProfile()) // when the drain did not end
 	if err = p.finish(ctx, store.Pool(), "drain", cfg.Records, err); err != nil {
 		return res, err
 	}
@@ -310,28 +299,4 @@ func (h *xminHolder) release() {
 	defer cancel()
 	_ = h.tx.Rollback(ctx)
 	_ = h.conn.Close(ctx)
-}
-
-// startCPUProfile starts a CPU profile into path (none when empty); the
-// function it returns stops it and closes the file, once.
-func startCPUProfile(path string) (stop func() error, err error) {
-	if path == "" {
-		return func() error { return nil }, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("outboxbench: -cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		return nil, errors.Join(fmt.Errorf("outboxbench: -cpuprofile: %w", err), f.Close())
-	}
-	done := false
-	return func() error {
-		if done {
-			return nil
-		}
-		done = true
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
 }
