@@ -203,3 +203,28 @@ func TestHandlersDocKeys(t *testing.T) {
 		}
 	}
 }
+
+// A batch larger than the range a lane holds stops serve and feed at
+// start, naming the setting: the realtime handler's and a webhook's.
+func TestBatchSizeAboveRangeRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	hook := `[{"name":"billing","type":"webhook","url":"https://billing.example/h","secret":"` + testWebhookSecret + `","batch_size":6000}]`
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--outbox-range-records", "5000"}, "config: --outbox-batch-size 10000: must be at most --outbox-range-records (5000)"},
+		{[]string{"--outbox-range-records", "5000", "--outbox-batch-size", "100", "--handlers", hook}, "config: handler billing: batch_size 6000: must be at most --outbox-range-records (5000)"},
+	} {
+		for _, cmd := range []string{"serve", "feed"} {
+			args := append([]string{cmd, "--data-dir", dir, "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret, "--log-level", "error"}, c.args...)
+			if cmd == "feed" {
+				args = append([]string{cmd, "--data-dir", dir, "--listen", "", "--log-level", "error"}, c.args...)
+			}
+			if code, _, errOut := herald(t, args...); code == 0 || !strings.Contains(errOut, c.want) {
+				t.Errorf("%s %v: exit %d, stderr %q; want it to say %q", cmd, c.args, code, errOut, c.want)
+			}
+		}
+	}
+}

@@ -213,6 +213,15 @@ func (w *workerSettings) registerTrigger(st *settings) {
 }
 
 func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (outboxfeed.WorkerConfig, error) {
+	// A lane holds a range's records to hand them out a batch at a time.
+	if w.RangeRecords > 0 && w.BatchSize > w.RangeRecords {
+		return outboxfeed.WorkerConfig{}, fmt.Errorf("config: --outbox-batch-size %d: must be at most --outbox-range-records (%d)", w.BatchSize, w.RangeRecords)
+	}
+	for _, e := range w.Handlers.entries {
+		if b := e.Webhook.WithDefaults().BatchSize; w.RangeRecords > 0 && b > w.RangeRecords {
+			return outboxfeed.WorkerConfig{}, fmt.Errorf("config: handler %s: batch_size %d: must be at most --outbox-range-records (%d)", e.Name, b, w.RangeRecords)
+		}
+	}
 	var registry *outboxfeed.Registry
 	if w.Types != "" {
 		r, err := outboxfeed.LoadRegistry(w.Types)
