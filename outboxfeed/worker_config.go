@@ -305,7 +305,7 @@ const DefaultBatchSize = 10000
 // (NewDeliveryWorker, NewHandlerWorker): a batch its target can start
 // within the start window (a webhook's default endpoint, 16 requests under
 // way and a start window of 61 s, starts a batch of 1,000 records when its
-// answers take up to about 0.97 s each).
+// answers take up to about 0.98 s each).
 const DefaultHandlerBatchSize = 1000
 
 // BacklogRecords is how many records a claim must take (or a sixteenth
