@@ -104,7 +104,7 @@ func TestConfigValidation(t *testing.T) {
 		"poll":        {WorkerConfig{PollInterval: -time.Second}, "PollInterval"},
 		"active poll": {WorkerConfig{ActivePollInterval: -time.Millisecond}, "ActivePollInterval"},
 		"idle after":  {WorkerConfig{IdleAfter: -time.Millisecond}, "IdleAfter"},
-		"huge batch":  {WorkerConfig{BatchSize: maxBatchSize + 1}, "BatchSize 10001"},
+		"huge batch":  {WorkerConfig{BatchSize: MaxBatchSize + 1}, "BatchSize 10001"},
 		"claim delay": {WorkerConfig{ClaimDelay: -time.Millisecond}, "ClaimDelay -1ms"},
 		"long delay":  {WorkerConfig{LeaseDuration: time.Second, PublishTimeout: 100 * time.Millisecond, ClaimDelay: 250 * time.Millisecond}, "quarter of LeaseDuration"},
 	} {
@@ -114,7 +114,7 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 	d := WorkerConfig{}.withDefaults()
-	if d.BatchSize != 1000 || d.Lanes != 4 || d.MaxAttempts != 10 || d.MaxAge != 24*time.Hour || d.PollInterval != time.Second ||
+	if d.BatchSize != DefaultBatchSize || d.Lanes != 4 || d.MaxAttempts != 10 || d.MaxAge != 24*time.Hour || d.PollInterval != time.Second ||
 		d.ActivePollInterval != 500*time.Microsecond || d.IdleAfter != 50*time.Millisecond || d.DurableClaims || d.Owner == "" {
 		t.Fatalf("defaults = %+v", d)
 	}
@@ -345,6 +345,16 @@ func TestTakeoverPrefixIsolatesTheRecordByMaxAttempts(t *testing.T) {
 					t.Fatalf("batch %d of %d, MaxAttempts %d: %d records at the last takeover before MaxAttempts, want 1", n, bs, maxAttempts, prev)
 				}
 			}
+		}
+	}
+}
+
+// A claim finds a backlog at BacklogRecords records whatever the batch
+// size above 16 of them, and at a sixteenth of a smaller batch.
+func TestBacklogRecords(t *testing.T) {
+	for batch, want := range map[int]int{1: 1, 15: 1, 100: 6, 992: 62, 1000: 62, 4000: 62, MaxBatchSize: 62} {
+		if got := (WorkerConfig{BatchSize: batch}).backlogRecords(); got != want {
+			t.Errorf("batch %d: backlog at %d records, want %d", batch, got, want)
 		}
 	}
 }

@@ -73,7 +73,7 @@ func NewWorker(store Store, pub Publisher, cfg WorkerConfig) (*Worker, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: NewWorker needs a publisher", ErrInvalidConfig)
 	}
-	return newWorker(store, cfg, func(w *Worker) { w.pub = pub })
+	return newWorker(store, cfg, DefaultBatchSize, func(w *Worker) { w.pub = pub })
 }
 
 // NewDeliveryWorker builds the Worker of handler cfg.Handler, delivering
@@ -83,7 +83,7 @@ func NewDeliveryWorker(store Store, d Deliverer, cfg WorkerConfig) (*Worker, err
 	if d == nil {
 		return nil, fmt.Errorf("%w: NewDeliveryWorker needs a deliverer", ErrInvalidConfig)
 	}
-	return newWorker(store, cfg, func(w *Worker) { w.deliver = d })
+	return newWorker(store, cfg, DefaultHandlerBatchSize, func(w *Worker) { w.deliver = d })
 }
 
 // NewHandlerWorker builds the Worker of the Go handler cfg.Handler: h
@@ -93,12 +93,17 @@ func NewHandlerWorker(store Store, h Handler, cfg WorkerConfig) (*Worker, error)
 	if h == nil {
 		return nil, fmt.Errorf("%w: NewHandlerWorker needs a handler", ErrInvalidConfig)
 	}
-	return newWorker(store, cfg, func(w *Worker) { w.handle = h })
+	return newWorker(store, cfg, DefaultHandlerBatchSize, func(w *Worker) { w.handle = h })
 }
 
-func newWorker(store Store, cfg WorkerConfig, target func(*Worker)) (*Worker, error) {
+// newWorker builds a Worker of cfg, with a BatchSize of batch if cfg has
+// none; target sets what it publishes or delivers to.
+func newWorker(store Store, cfg WorkerConfig, batch int, target func(*Worker)) (*Worker, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: a Worker needs a store", ErrInvalidConfig)
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = batch
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

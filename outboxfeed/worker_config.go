@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldgw/herald/outboxfeed/internal/rules"
 )
 
 // WorkerConfig tunes a Worker. The zero value is valid.
@@ -38,8 +40,14 @@ type WorkerConfig struct {
 	// Owner is the lease owner this Worker writes into claimed records.
 	// Default: "<hostname>-<pid>-<random hex>".
 	Owner string
-	// BatchSize is the most records one claim of a partition takes.
-	// Default: 1000.
+	// BatchSize is the most records one claim of a partition takes, at
+	// most MaxBatchSize. A larger batch costs the store fewer claims and
+	// the subscribers fewer, fuller writes when a backlog drains; a
+	// delivery Worker starts a batch's records only within its start
+	// window (see PublishTimeout), so its batch must be one its target
+	// can start in that time. Default: DefaultBatchSize for a Worker of
+	// NewWorker (the realtime handler), DefaultHandlerBatchSize for one
+	// of NewDeliveryWorker or NewHandlerWorker.
 	BatchSize int
 	// RangeRecords is how many records of one range (the records that
 	// became visible since a partition's last completed range) a lane
@@ -49,7 +57,9 @@ type WorkerConfig struct {
 	// it. Default: 100,000 (DefaultRangeRecords).
 	RangeRecords int
 	// Lanes is how many loops claim, publish and complete for a Worker
-	// (while one lane is in the store another publishes). Below a
+	// (while one lane is in the store another publishes). A claim finds a
+	// backlog when it leaves records behind or takes at least
+	// BacklogRecords (a sixteenth of BatchSize when that is fewer). Below a
 	// backlog the first lane alone holds up to Lanes partitions with
 	// records, completing them and claiming again in one store step
 	// (Store.CompleteMany; a Worker with a ClaimDelay excepted); once a
@@ -192,7 +202,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 		c.Handler = RealtimeHandler
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 1000
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.RangeRecords == 0 {
 		c.RangeRecords = DefaultRangeRecords
@@ -240,8 +250,8 @@ func (c WorkerConfig) validate() error {
 		return bad("DisableAfter %v: must not be negative", c.DisableAfter)
 	case c.DisableAfter > 0 && c.Handler == RealtimeHandler:
 		return bad("DisableAfter: the realtime handler is never disabled")
-	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
-		return bad("BatchSize %d: must be between 1 and %d", c.BatchSize, maxBatchSize)
+	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
+		return bad("BatchSize %d: must be between 1 and %d", c.BatchSize, MaxBatchSize)
 	case c.RangeRecords < c.BatchSize || c.RangeRecords > maxRangeRecords:
 		return bad("RangeRecords %d: must be between BatchSize (%d) and %d", c.RangeRecords, c.BatchSize, maxRangeRecords)
 	case c.Lanes < 1 || c.Lanes > maxLanes:
@@ -282,8 +292,31 @@ func (c WorkerConfig) validate() error {
 // runs.
 func (c WorkerConfig) startWindow() time.Duration { return max(c.LeaseDuration/2, c.PublishTimeout) }
 
-// maxBatchSize bounds BatchSize.
-const maxBatchSize = 10000
+// MaxBatchSize bounds WorkerConfig.BatchSize.
+const MaxBatchSize = rules.MaxBatchSize
+
+// DefaultBatchSize is the BatchSize of a Worker that publishes (the
+// realtime handler's): a drained backlog goes out in claims of up to this
+// many records of a partition, each spanning more of the partition's
+// channels with more records each.
+const DefaultBatchSize = 10000
+
+// DefaultHandlerBatchSize is the BatchSize of a Worker that delivers
+// (NewDeliveryWorker, NewHandlerWorker): a batch its target can start
+// within the start window (a webhook's default endpoint, 16 requests under
+// way and a start window of 61 s, starts a batch of 1,000 records when its
+// answers take up to about 0.98 s each).
+const DefaultHandlerBatchSize = 1000
+
+// BacklogRecords is how many records a claim must take (or a sixteenth
+// of BatchSize, if that is fewer, at least 1) to count as finding a
+// backlog, at which the other lanes take the other partitions. It does not
+// grow with BatchSize: it is what a claim of a steady rate's records finds
+// when one lane falls behind.
+const BacklogRecords = 62
+
+// backlogRecords is the backlog threshold of c's BatchSize.
+func (c WorkerConfig) backlogRecords() int { return max(1, min(BacklogRecords, c.BatchSize/16)) }
 
 // maxRangeRecords bounds RangeRecords.
 const maxRangeRecords = 10_000_000

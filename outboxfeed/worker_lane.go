@@ -192,7 +192,7 @@ func one(b *Batch) []*Batch {
 // backlog reports whether a claim that returned bs found a backlog.
 func (w *Worker) backlog(bs []*Batch) bool {
 	for _, b := range bs {
-		if b.More || len(b.Records) >= max(1, w.cfg.BatchSize/16) {
+		if b.More || len(b.Records) >= w.cfg.backlogRecords() {
 			return true
 		}
 	}

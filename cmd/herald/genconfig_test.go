@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldgw/herald/outboxfeed"
 )
 
 // commandsWithSettings lists every command and outbox subcommand that has
@@ -288,7 +290,7 @@ func TestGenconfigArguments(t *testing.T) {
 	if out := mustHerald(t, "genconfig", "--format", "json"); !strings.HasPrefix(out, "{") {
 		t.Fatalf("genconfig --format json:\n%s", out)
 	}
-	if out := mustHerald(t, "genconfig", "--format=yaml", "feed", "--comments=false"); strings.Contains(out, "#") || !strings.HasPrefix(out, "data-dir: ") || !strings.Contains(out, "\noutbox-batch-size: 1000\n") {
+	if out := mustHerald(t, "genconfig", "--format=yaml", "feed", "--comments=false"); strings.Contains(out, "#") || !strings.HasPrefix(out, "data-dir: ") || !strings.Contains(out, "\noutbox-batch-size: "+strconv.Itoa(outboxfeed.DefaultBatchSize)+"\n") {
 		t.Fatalf("genconfig --format=yaml feed --comments=false:\n%s", out)
 	}
 	if out := mustHerald(t, "genconfig", "outbox", "stats", "--format", "yaml"); !strings.HasPrefix(out, "# herald outbox stats settings") {

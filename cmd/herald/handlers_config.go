@@ -40,6 +40,7 @@ type handlerJSON struct {
 	Timeout             string             `json:"timeout"`
 	MaxInFlight         int                `json:"max_in_flight"`
 	ClaimDelay          string             `json:"claim_delay"`
+	BatchSize           int                `json:"batch_size"`
 	MaxAttempts         int                `json:"max_attempts"`
 	MaxAge              string             `json:"max_age"`
 	RetryBaseDelay      string             `json:"retry_base_delay"`
@@ -243,6 +244,9 @@ func parseHandler(raw json.RawMessage) (handlerEntry, error) {
 		}
 		var keys map[string]json.RawMessage
 		_ = json.Unmarshal(raw, &keys)
+		if _, ok := keys["batch_size"]; ok {
+			return e, errors.New("batch_size: not a setting of the realtime handler; its batch is --outbox-batch-size")
+		}
 		for _, k := range webhookOnlyKeys {
 			if _, ok := keys[k]; ok {
 				return e, fmt.Errorf("%s: not a setting of the realtime handler", k)
@@ -273,6 +277,7 @@ func parseHandler(raw json.RawMessage) (handlerEntry, error) {
 		w.Secrets = append(w.Secrets, webhook.Secret(s))
 	}
 	w.MaxInFlight, w.MaxAttempts, w.AllowPrivateNetwork = j.MaxInFlight, j.MaxAttempts, j.AllowPrivateNetwork
+	w.BatchSize = j.BatchSize
 	if j.URL == "" {
 		return e, errors.New("url: missing")
 	}

@@ -37,6 +37,8 @@ func TestHandlersConfigRefused(t *testing.T) {
 		{`[{` + good + `,"timeout":"soon"}]`, `handlers[0] (billing): timeout: "soon" is not a duration`},
 		{`[{` + good + `,"claim_delay":"2s"}]`, "handlers[0] (billing): webhook: invalid config: handler \"billing\": claim_delay 2s: must be between 1ms and 1s"},
 		{`[{"name":"realtime","type":"realtime","claim_delay":"5ms"}]`, "claim_delay: not a setting of the realtime handler"},
+		{`[{` + good + `,"batch_size":20000}]`, "handlers[0] (billing): webhook: invalid config: handler \"billing\": batch_size 20000: must be between 1 and 10000"},
+		{`[{"name":"realtime","type":"realtime","batch_size":5000}]`, "batch_size: not a setting of the realtime handler; its batch is --outbox-batch-size"},
 		{`[{"name":"realtime","type":"realtime","url":"https://x.example"}]`, "url: not a setting of the realtime handler"},
 		{`[{"name":"billing","type":"webhook","secret":"` + testWebhookSecret + `"}]`, "handlers[0] (billing): url: missing"},
 		{`[{"name":"billing","type":"webhook","url":"ftp://billing.example/h","secret":"` + testWebhookSecret + `"}]`, "billing"},
@@ -198,6 +200,31 @@ func TestHandlersDocKeys(t *testing.T) {
 		key := typ.Field(i).Tag.Get("json")
 		if !strings.Contains(string(doc), "\n| `"+key+"` | ") {
 			t.Errorf("docs/handlers.md's settings table lacks `%s`", key)
+		}
+	}
+}
+
+// A batch larger than the range a lane holds stops serve and feed at
+// start, naming the setting: the realtime handler's and a webhook's.
+func TestBatchSizeAboveRangeRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	hook := `[{"name":"billing","type":"webhook","url":"https://billing.example/h","secret":"` + testWebhookSecret + `","batch_size":6000}]`
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--outbox-range-records", "5000"}, "config: --outbox-batch-size 10000: must be at most --outbox-range-records (5000)"},
+		{[]string{"--outbox-range-records", "5000", "--outbox-batch-size", "100", "--handlers", hook}, "config: handler billing: batch_size 6000: must be at most --outbox-range-records (5000)"},
+	} {
+		for _, cmd := range []string{"serve", "feed"} {
+			args := append([]string{cmd, "--data-dir", dir, "--listen", "127.0.0.1:0", "--jwt-hmac-secret", testSecret, "--log-level", "error"}, c.args...)
+			if cmd == "feed" {
+				args = append([]string{cmd, "--data-dir", dir, "--listen", "", "--log-level", "error"}, c.args...)
+			}
+			if code, _, errOut := herald(t, args...); code == 0 || !strings.Contains(errOut, c.want) {
+				t.Errorf("%s %v: exit %d, stderr %q; want it to say %q", cmd, c.args, code, errOut, c.want)
+			}
 		}
 	}
 }

@@ -177,7 +177,7 @@ type workerSettings struct {
 func (w *workerSettings) register(st *settings) {
 	w.Handlers.register(st)
 	st.String(&w.Types, "types", "", "type catalogue JSON file (docs/events.md): the (type, schema_version) pairs read, with their kind, direction, trust, handlers and payload schema; empty = every type accepted at any schema_version ≥ 1")
-	st.Int(&w.BatchSize, "outbox-batch-size", 1000, "records one claim of a partition takes")
+	st.Int(&w.BatchSize, "outbox-batch-size", outboxfeed.DefaultBatchSize, "the realtime handler's batch: records one claim of a partition takes (1–10000; a webhook handler's is its batch_size, docs/handlers.md)")
 	st.Int(&w.RangeRecords, "outbox-range-records", outboxfeed.DefaultRangeRecords, "PostgreSQL: records of one range a lane reads and holds in memory to publish it in staging order; a larger range is read in runs")
 	st.Int(&w.Concurrency, "outbox-concurrency", 32, "channels published in parallel within a batch")
 	st.Duration(&w.PollInterval, "outbox-poll-interval", 500*time.Millisecond, "how often the Worker polls when no wake-up arrives")
@@ -213,6 +213,15 @@ func (w *workerSettings) registerTrigger(st *settings) {
 }
 
 func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (outboxfeed.WorkerConfig, error) {
+	// A lane holds a range's records to hand them out a batch at a time.
+	if w.RangeRecords > 0 && w.BatchSize > w.RangeRecords {
+		return outboxfeed.WorkerConfig{}, fmt.Errorf("config: --outbox-batch-size %d: must be at most --outbox-range-records (%d)", w.BatchSize, w.RangeRecords)
+	}
+	for _, e := range w.Handlers.entries {
+		if b := e.Webhook.WithDefaults().BatchSize; w.RangeRecords > 0 && b > w.RangeRecords {
+			return outboxfeed.WorkerConfig{}, fmt.Errorf("config: handler %s: batch_size %d: must be at most --outbox-range-records (%d)", e.Name, b, w.RangeRecords)
+		}
+	}
 	var registry *outboxfeed.Registry
 	if w.Types != "" {
 		r, err := outboxfeed.LoadRegistry(w.Types)

@@ -90,7 +90,8 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	_, _ = rand.Read(k[:])
 	h, err := webhookhandler.New(webhook.Config{
 		Name: hookName, URL: recv.URL, AllowPrivateNetwork: true, MaxInFlight: cfg.WebhookMaxInFlight, ClaimDelay: cfg.WebhookClaimDelay,
-		Secret: webhook.Secret(webhook.SecretPrefix + base64.StdEncoding.EncodeToString(k[:])),
+		BatchSize: cfg.BatchSize,
+		Secret:    webhook.Secret(webhook.SecretPrefix + base64.StdEncoding.EncodeToString(k[:])),
 	}, nil)
 	if err != nil {
 		closeOwn()
@@ -111,7 +112,7 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	}
 	s.worker, err = outboxfeed.NewDeliveryWorker(hs, d,
 		h.WorkerConfig(outboxfeed.WorkerConfig{
-			BatchSize: cfg.BatchSize, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
+			Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
 			Registerer: s.reg, YieldsTo: s.prec, StatsInterval: cfg.WebhookStatsInterval,
 		}))
 	if err != nil {

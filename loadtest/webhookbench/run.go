@@ -98,6 +98,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	}()
 	if b.hook, err = webhookhandler.New(webhook.Config{
 		Name: handlerName, URL: recv.URL, Secret: newSecret(), MaxInFlight: cfg.MaxInFlight, AllowPrivateNetwork: true,
+		BatchSize: cfg.BatchSize,
 	}, nil); err != nil {
 		return err
 	}
@@ -232,7 +233,7 @@ func (b *bench) runWorker(ctx context.Context, s *sample) error {
 	reg := prometheus.NewRegistry()
 	d := hookrecv.NewCounter(b.hook)
 	w, err := outboxfeed.NewDeliveryWorker(b.store.ForHandler(handlerName), d, b.hook.WorkerConfig(outboxfeed.WorkerConfig{
-		BatchSize: b.cfg.BatchSize, Lanes: b.cfg.Lanes, Registerer: reg,
+		Lanes: b.cfg.Lanes, Registerer: reg,
 	}))
 	if err != nil {
 		return err

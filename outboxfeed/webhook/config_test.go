@@ -86,6 +86,8 @@ func TestConfigErrors(t *testing.T) {
 		{"max_in_flight high", ok(Config{MaxInFlight: 5000}), "max_in_flight 5000"},
 		{"claim_delay low", ok(Config{ClaimDelay: time.Microsecond}), "claim_delay 1µs: must be between 1ms and 1s"},
 		{"claim_delay high", ok(Config{ClaimDelay: 2 * time.Second}), "claim_delay 2s"},
+		{"batch_size", ok(Config{BatchSize: -1}), "batch_size -1: must be between 1 and 10000"},
+		{"batch_size high", ok(Config{BatchSize: 10001}), "batch_size 10001"},
 		{"max_attempts", ok(Config{MaxAttempts: 101}), "max_attempts 101: must be between 1 and 100"},
 		{"max_age", ok(Config{MaxAge: 100 * 24 * time.Hour}), "max_age 2400h0m0s"},
 		{"retry delays", ok(Config{RetryBaseDelay: time.Hour, RetryMaxDelay: time.Minute}), "retry_base_delay 1h0m0s, retry_max_delay 1m0s"},

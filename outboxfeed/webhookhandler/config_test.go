@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
+	"github.com/heraldgw/herald/outboxfeed/webhook"
 )
 
 // The handler's Worker keeps the ordinary lease, renewed while requests
@@ -28,6 +29,21 @@ func TestWorkerConfigKeepsTheLease(t *testing.T) {
 		}
 		if _, err := outboxfeed.NewDeliveryWorker(s, h, wc); err != nil {
 			t.Errorf("lease %v: a Worker with the handler's config: %v", base, err)
+		}
+	}
+}
+
+// The handler's Worker takes the endpoint's batch_size (1,000 by default),
+// whatever the base's (the realtime handler's) is.
+func TestWorkerConfigBatchSize(t *testing.T) {
+	for _, c := range []struct{ batch, want int }{{0, webhook.DefaultBatchSize}, {250, 250}, {webhook.MaxBatchSize, webhook.MaxBatchSize}} {
+		cfg := hookConfig("batch", "http://127.0.0.1:9/hook")
+		cfg.BatchSize = c.batch
+		h, err := New(cfg, nil)
+		testenv.Must(t, err, "new handler")
+		t.Cleanup(h.Close)
+		if got := h.WorkerConfig(outboxfeed.WorkerConfig{BatchSize: outboxfeed.DefaultBatchSize}).BatchSize; got != c.want {
+			t.Errorf("batch_size %d: the handler's Worker takes batches of %d, want %d", c.batch, got, c.want)
 		}
 	}
 }

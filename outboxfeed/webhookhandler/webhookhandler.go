@@ -69,7 +69,7 @@ func (h *Handler) Close() { h.ep.Close() }
 func (h *Handler) String() string { return h.ep.String() }
 
 // WorkerConfig returns base set up for this handler: its name, its
-// in-flight bound as the Worker's concurrency, its claim delay, its retry
+// in-flight bound as the Worker's concurrency, its batch size, its claim delay, its retry
 // schedule and disabling horizon, and a publish timeout that leaves every
 // request its whole timeout. The lease stays base's: the Worker renews it
 // while requests are under way, so a request may outlast it, and the
@@ -83,6 +83,7 @@ func (h *Handler) WorkerConfig(base outboxfeed.WorkerConfig) outboxfeed.WorkerCo
 	base.Schedule = schedule{h.sched}
 	base.DisableAfter = cfg.DisableAfter
 	base.ClaimDelay = cfg.ClaimDelay
+	base.BatchSize = cfg.BatchSize
 	// A call gets between half and all of PublishTimeout, and a waiting
 	// for one of the MaxInFlight slots comes on top of the request.
 	base.PublishTimeout = 4*cfg.Timeout + time.Second

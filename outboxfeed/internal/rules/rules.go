@@ -17,6 +17,10 @@ import (
 // stage.ErrInvalidNotification).
 var ErrInvalid = errors.New("invalid notification")
 
+// MaxBatchSize bounds a handler's batch: the records one claim of a
+// partition takes (the Worker's BatchSize, a webhook's batch_size).
+const MaxBatchSize = 10000
+
 // MaxTypeLen bounds a notification type name.
 const MaxTypeLen = 128
 
