@@ -246,6 +246,19 @@ func TestPrecedenceHoldsForTheClaim(t *testing.T) {
 	if until := time.Unix(0, p.busyUntil.Load()); until.Before(before.Add(850*time.Millisecond)) || !p.Busy() {
 		t.Fatalf("a full batch claimed in 400ms: busy until %v after the claim returned, want at least 850ms", until.Sub(before))
 	}
+	// With the realtime handler's batch, a claim of a handler's default
+	// batch is a backlog though the batch is not full; one record fewer
+	// is none.
+	var q Precedence
+	w = &Worker{cfg: WorkerConfig{Leads: &q, IdleAfter: 50 * time.Millisecond, BatchSize: DefaultBatchSize}}
+	w.leadClaimed(&Batch{Records: make([]Record, DefaultHandlerBatchSize-1), leased: time.Now()})
+	if q.busyUntil.Load() != 0 {
+		t.Fatalf("%d records of a batch of %d marked a backlog", DefaultHandlerBatchSize-1, DefaultBatchSize)
+	}
+	w.leadClaimed(&Batch{Records: make([]Record, DefaultHandlerBatchSize), leased: time.Now()})
+	if !q.Busy() {
+		t.Fatalf("%d records of a batch of %d marked no backlog", DefaultHandlerBatchSize, DefaultBatchSize)
+	}
 	for _, c := range []struct {
 		sent time.Time
 		want time.Duration

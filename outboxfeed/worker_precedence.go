@@ -77,13 +77,17 @@ func (p *Precedence) waitCounted(ctx context.Context, max time.Duration, count b
 }
 
 // leadClaimed marks the Precedence the Worker leads busy when b shows a
-// backlog (a full batch, or more records behind it), for busyHold.
+// backlog (records behind it, or a batch as large as a yielding handler's
+// default, DefaultHandlerBatchSize, or a full one when the Worker's is
+// smaller), for busyHold. The realtime handler's batch (DefaultBatchSize)
+// is ten times a handler's: a claim of a few thousand records is a
+// backlog the yielding handlers must not claim beside, full or not.
 func (w *Worker) leadClaimed(b *Batch) {
 	p := w.cfg.Leads
 	if p == nil {
 		return
 	}
-	if b != nil && (b.More || len(b.Records) >= w.cfg.BatchSize) {
+	if b != nil && (b.More || len(b.Records) >= min(w.cfg.BatchSize, DefaultHandlerBatchSize)) {
 		now := time.Now()
 		p.markBusy(now, busyHold(w.cfg.IdleAfter, now, b.leased))
 	}
