@@ -321,8 +321,7 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 
 // waitKick sleeps d or until the lane is kicked; it reports a kick.
 func (w *Worker) waitKick(ctx context.Context, l *lane, d time.Duration) bool {
-	kicked, _ := sleepOrWake(ctx, d, l.kicked)
-	return kicked
+	return sleepOrKick(ctx, d, l.kicked)
 }
 
 // work dispatches b, completes it and returns the batch the completion
