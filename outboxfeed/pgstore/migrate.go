@@ -29,9 +29,23 @@ const (
 // pgNotifyChannel is the LISTEN/NOTIFY channel of the wake-up trigger.
 const pgNotifyChannel = "herald_outbox"
 
+// pgCreateNotifyTrigger installs the wake-up trigger as migration 14 has
+// it: its function runs only while the wake-up switch's copy is not 0
+// (disarmed, or never armed).
 const pgCreateNotifyTrigger = `
 CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
+	FOR EACH STATEMENT WHEN (pg_sequence_last_value('herald.outbox_wakeup_until') > 0)
+	EXECUTE FUNCTION herald.outbox_notify()`
+
+// pgCreateNotifyTriggerBefore14 installs it in a schema older than
+// migration 14 (tests build one), which may have no such sequence.
+const pgCreateNotifyTriggerBefore14 = `
+CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
 	FOR EACH STATEMENT EXECUTE FUNCTION herald.outbox_notify()`
+
+// pgWhenTriggerVersion is the migration that gave the trigger its WHEN
+// condition.
+const pgWhenTriggerVersion = 14
 
 const pgDropNotifyTrigger = `DROP TRIGGER IF EXISTS outbox_notify ON herald.outbox`
 

@@ -141,8 +141,10 @@ func (s *Store) migrateTo(ctx context.Context, n int) error {
 			return err
 		}
 		switch {
-		case !s.cfg.DisableNotifyTrigger && !has:
+		case !s.cfg.DisableNotifyTrigger && !has && (applied[pgWhenTriggerVersion] || n >= pgWhenTriggerVersion):
 			_, err = tx.Exec(ctx, pgCreateNotifyTrigger)
+		case !s.cfg.DisableNotifyTrigger && !has:
+			_, err = tx.Exec(ctx, pgCreateNotifyTriggerBefore14)
 		case s.cfg.DisableNotifyTrigger && has:
 			_, err = tx.Exec(ctx, pgDropNotifyTrigger)
 		}

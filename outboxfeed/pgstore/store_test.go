@@ -282,11 +282,7 @@ func TestPostgresNotifyOnlyWhileArmed(t *testing.T) {
 	t.Parallel()
 	s, url := newPGStore(t, Config{})
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, url)
-	testenv.Must(t, err, "connect listener")
-	t.Cleanup(func() { _ = listener.Close(context.Background()) })
-	_, err = listener.Exec(ctx, "LISTEN "+pgNotifyChannel)
-	testenv.Must(t, err, "listen")
+	listener := listenForWakeups(t, url)
 	notified := func(within time.Duration) bool {
 		wctx, cancel := context.WithTimeout(ctx, within)
 		defer cancel()
@@ -301,7 +297,7 @@ func TestPostgresNotifyOnlyWhileArmed(t *testing.T) {
 	if at := armedUntil(); at != nil {
 		t.Fatalf("a fresh schema is armed until %v", at)
 	}
-	_, err = stageOne(ctx, s, storetest.Note("orders/1", `{}`))
+	_, err := stageOne(ctx, s, storetest.Note("orders/1", `{}`))
 	testenv.Must(t, err, "stage")
 	if notified(200 * time.Millisecond) {
 		t.Fatal("a producer sent a NOTIFY while no Worker had armed the trigger")

@@ -555,35 +555,11 @@ func TestPostgresUpgradeKindAndVersionChecks(t *testing.T) {
 func TestPostgresUpgradeWakeupInASequence(t *testing.T) {
 	ctx := context.Background()
 	s, url := newPGStoreAt(t, 12)
-	listener, err := pgx.Connect(ctx, url)
-	testenv.Must(t, err, "connect listener")
-	t.Cleanup(func() { _ = listener.Close(context.Background()) })
-	_, err = listener.Exec(ctx, "LISTEN "+pgNotifyChannel)
-	testenv.Must(t, err, "listen")
-	// next stages a record, then sends a marker NOTIFY of its own: the
-	// listener gets notifications in commit order, so the first one it
-	// gets tells whether the producer's commit sent one.
-	marker := 0
+	probe := newNotifyProbe(t, s, url)
 	next := func(what string, want bool) {
 		t.Helper()
-		_, err := stageOne(ctx, s, storetest.Note("orders/1", `{}`))
-		testenv.Must(t, err, "stage "+what)
-		marker++
-		_, err = s.Pool().Exec(ctx, `SELECT pg_notify($1, $2)`, pgNotifyChannel, fmt.Sprint("marker ", marker))
-		testenv.Must(t, err, "send the marker")
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		n, err := listener.WaitForNotification(wctx)
-		testenv.Must(t, err, "wait for a notification "+what)
-		if got := n.Payload == ""; got != want {
+		if got := probe.stage(what, false); got != want {
 			t.Fatalf("%s: the producer's commit sent a NOTIFY: %v, want %v", what, got, want)
-		}
-		if want {
-			n, err := listener.WaitForNotification(wctx)
-			testenv.Must(t, err, "wait for the marker "+what)
-			if n.Payload != fmt.Sprint("marker ", marker) {
-				t.Fatalf("%s: got %q after the producer's NOTIFY, want the marker", what, n.Payload)
-			}
 		}
 	}
 	exec := func(what, sql string, args ...any) {
@@ -619,4 +595,150 @@ func TestPostgresUpgradeWakeupInASequence(t *testing.T) {
 	next("back at 12, armed", true)
 	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
 	next("armed at 12, at 13 again", true)
+}
+
+// TestPostgresUpgradeWakeupTriggerWhenArmed: migration 14 gives the
+// installed wake-up trigger a WHEN condition (the switch's copy not 0),
+// leaves a schema without the trigger without it, and its down step
+// takes the condition away again; each way a commit sends a NOTIFY
+// exactly when a Worker has armed the switch and herald.notify is not
+// off.
+func TestPostgresUpgradeWakeupTriggerWhenArmed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, url := newPGStoreAt(t, 13)
+	probe := newNotifyProbe(t, s, url)
+	triggerDef := func() string {
+		t.Helper()
+		var def *string
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger
+			WHERE tgrelid = 'herald.outbox'::regclass AND tgname = 'outbox_notify'`).Scan(&def), "read the trigger")
+		return *def
+	}
+	wantWhen := func(at string, want bool) {
+		t.Helper()
+		if got := strings.Contains(triggerDef(), "WHEN"); got != want {
+			t.Fatalf("%s: trigger has a WHEN condition: %v, want %v: %s", at, got, want, triggerDef())
+		}
+	}
+	check := func(at string) {
+		t.Helper()
+		exec := func(what, sql string, args ...any) {
+			t.Helper()
+			_, err := s.Pool().Exec(ctx, sql, args...)
+			testenv.Must(t, err, at+": "+what)
+		}
+		exec("disarm", pgDisarm)
+		if probe.stage(at+", disarmed", false) {
+			t.Fatalf("%s: a commit sent a NOTIFY while disarmed", at)
+		}
+		exec("arm", pgArm, time.Hour.Microseconds())
+		if !probe.stage(at+", armed", false) {
+			t.Fatalf("%s: no NOTIFY while armed", at)
+		}
+		if probe.stage(at+", armed, herald.notify off", true) {
+			t.Fatalf("%s: a commit with herald.notify off sent a NOTIFY", at)
+		}
+		exec("let the arming lapse", `UPDATE herald.outbox_wakeup SET armed_until = statement_timestamp() - interval '1 second'`)
+		if probe.stage(at+", lapsed", false) {
+			t.Fatalf("%s: a commit sent a NOTIFY after the arming lapsed", at)
+		}
+	}
+
+	wantWhen("at 13", false)
+	check("at 13")
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest")
+	wantWhen("at 14", true)
+	check("at 14")
+	testenv.Must(t, s.MigrateTo(ctx, 13), "go back to 13")
+	wantWhen("back at 13", false)
+	check("back at 13")
+	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
+	wantWhen("at 14 again", true)
+
+	// Where the trigger is left out, migration 14 installs none, and
+	// installing it later gives it the condition.
+	off, _ := openPGStore(t, Config{DisableNotifyTrigger: true})
+	testenv.Must(t, off.migrateTo(ctx, 13), "migrate to 13 without the trigger")
+	testenv.Must(t, off.Migrate(ctx), "migrate to the latest without the trigger")
+	if hasNotifyTrigger(t, off) {
+		t.Fatal("migration 14 installed the trigger where it was left out")
+	}
+	on, err := Open(ctx, Config{URL: off.cfg.URL})
+	testenv.Must(t, err, "open with the trigger")
+	t.Cleanup(func() { _ = on.Close() })
+	testenv.Must(t, on.Migrate(ctx), "install the trigger")
+	var def string
+	testenv.Must(t, on.Pool().QueryRow(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger
+		WHERE tgrelid = 'herald.outbox'::regclass AND tgname = 'outbox_notify'`).Scan(&def), "read the trigger")
+	if !strings.Contains(def, "WHEN") {
+		t.Fatalf("the trigger installed at 14 has no WHEN condition: %s", def)
+	}
+}
+
+// notifyProbe tells whether a producer's commit sent a NOTIFY: it stages
+// a record, then sends a marker NOTIFY of its own; a listener gets
+// notifications in commit order, so the first one it gets after the
+// commit tells.
+type notifyProbe struct {
+	t        *testing.T
+	s        *Store
+	listener *pgx.Conn
+	marker   int
+}
+
+func newNotifyProbe(t *testing.T, s *Store, url string) *notifyProbe {
+	t.Helper()
+	return &notifyProbe{t: t, s: s, listener: listenForWakeups(t, url)}
+}
+
+// listenForWakeups opens a connection of its own that listens for the
+// wake-up trigger's NOTIFY.
+func listenForWakeups(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	listener, err := pgx.Connect(ctx, url)
+	testenv.Must(t, err, "connect listener")
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	_, err = listener.Exec(ctx, "LISTEN "+pgNotifyChannel)
+	testenv.Must(t, err, "listen")
+	return listener
+}
+
+// stage stages one record (with herald.notify off when quiet) and
+// reports whether its commit sent a NOTIFY.
+func (p *notifyProbe) stage(what string, quiet bool) bool {
+	t := p.t
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, p.s.Pool(), func(tx pgx.Tx) error {
+		if quiet {
+			if _, err := tx.Exec(ctx, `SET LOCAL herald.notify = off`); err != nil {
+				return err
+			}
+		}
+		_, err := stage.Stage(ctx, tx, storetest.Note("orders/1", `{}`))
+		return err
+	})
+	testenv.Must(t, err, "stage "+what)
+	p.marker++
+	marker := fmt.Sprint("marker ", p.marker)
+	_, err = p.s.Pool().Exec(ctx, `SELECT pg_notify($1, $2)`, pgNotifyChannel, marker)
+	testenv.Must(t, err, "send the marker")
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := p.listener.WaitForNotification(wctx)
+	testenv.Must(t, err, "wait for a notification "+what)
+	if n.Payload == marker {
+		return false
+	}
+	if n.Payload != "" {
+		t.Fatalf("%s: got %q, want the producer's NOTIFY or the marker", what, n.Payload)
+	}
+	n, err = p.listener.WaitForNotification(wctx)
+	testenv.Must(t, err, "wait for the marker "+what)
+	if n.Payload != marker {
+		t.Fatalf("%s: got %q after the producer's NOTIFY, want the marker", what, n.Payload)
+	}
+	return true
 }

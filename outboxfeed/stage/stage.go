@@ -22,6 +22,15 @@ VALUES ($1::uuid, $2, $3, $4, $5, $6::jsonb,
         coalesce($7::jsonb, '{"mode":"immediate"}'::jsonb),
         coalesce($8::timestamptz, now()), coalesce($9::text, 'notification'))`
 
+// pgInsertDefaults stages a notification that leaves freshness,
+// occurred_at and kind to the columns' defaults (the same values pgInsert
+// gives them): the statement most producers send, with six parameters
+// instead of nine and no expressions for the backend to build and
+// evaluate in each insert.
+const pgInsertDefaults = `
+INSERT INTO herald.outbox (id, tenant_id, channel, type, schema_version, payload)
+VALUES ($1::uuid, $2, $3, $4, $5, $6::jsonb)`
+
 // sqliteInsert stages in the embedded SQLite file: the id is made here,
 // occurred_at is integer microseconds since the Unix epoch.
 const sqliteInsert = `
@@ -32,8 +41,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 // and returns the message id. It never opens a connection of its own: the
 // record commits or rolls back with the caller's business change.
 func Stage(ctx context.Context, tx pgx.Tx, n Notification) (string, error) {
-	return stagePostgres(n, func(args ...any) error {
-		_, err := tx.Exec(ctx, pgInsert, args...)
+	return stagePostgres(n, func(sql string, args ...any) error {
+		_, err := tx.Exec(ctx, sql, args...)
 		return err
 	})
 }
@@ -47,8 +56,8 @@ func Stage(ctx context.Context, tx pgx.Tx, n Notification) (string, error) {
 func StageSQL(ctx context.Context, tx *sql.Tx, d Dialect, n Notification) (string, error) {
 	switch d {
 	case Postgres:
-		return stagePostgres(n, func(args ...any) error {
-			_, err := tx.ExecContext(ctx, pgInsert, args...)
+		return stagePostgres(n, func(sql string, args ...any) error {
+			_, err := tx.ExecContext(ctx, sql, args...)
 			return err
 		})
 	case SQLite:
@@ -57,38 +66,44 @@ func StageSQL(ctx context.Context, tx *sql.Tx, d Dialect, n Notification) (strin
 	return "", fmt.Errorf("stage: %w: %v: pass stage.Postgres or stage.SQLite (DetectDialect reads it from the *sql.DB)", ErrUnknownDialect, d)
 }
 
-// stagePostgres inserts n with insert, which runs pgInsert with args in
-// the caller's transaction, and returns the id it sent.
-func stagePostgres(n Notification, insert func(args ...any) error) (string, error) {
-	id, args, err := pgArgs(n)
+// stagePostgres inserts n with insert, which runs the statement sql with
+// args in the caller's transaction, and returns the id it sent.
+func stagePostgres(n Notification, insert func(sql string, args ...any) error) (string, error) {
+	id, sql, args, err := pgArgs(n)
 	if err != nil {
 		return "", err
 	}
-	if err := insert(args...); err != nil {
+	if err := insert(sql, args...); err != nil {
 		return "", fmt.Errorf("stage: insert: %w", err)
 	}
 	return id, nil
 }
 
 // pgArgs validates n and returns its id (n's in canonical form, or a new
-// one) and the arguments of pgInsert: the id, and NULL for the other empty
-// fields, for the database's defaults.
-func pgArgs(n Notification) (string, []any, error) {
+// one), the statement that stages it and the statement's arguments: with
+// freshness, occurred_at and kind all empty, pgInsertDefaults, which
+// leaves them to the columns' defaults; otherwise pgInsert, with NULL for
+// the empty ones. The payload goes as the producer's bytes, not copied.
+func pgArgs(n Notification) (string, string, []any, error) {
 	if err := n.Validate(); err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	id, err := newOrParsed(n.ID)
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
+	}
+	payload := []byte(n.Payload)
+	if n.Freshness == nil && n.OccurredAt.IsZero() && n.Kind == "" {
+		return id, pgInsertDefaults, []any{id, n.TenantID, n.Channel, n.Type, n.SchemaVersion, payload}, nil
 	}
 	var freshness, occurred any
 	if n.Freshness != nil {
-		freshness = string(n.Freshness)
+		freshness = []byte(n.Freshness)
 	}
 	if !n.OccurredAt.IsZero() {
 		occurred = n.OccurredAt
 	}
-	return id, []any{id, n.TenantID, n.Channel, n.Type, n.SchemaVersion, string(n.Payload),
+	return id, pgInsert, []any{id, n.TenantID, n.Channel, n.Type, n.SchemaVersion, payload,
 		freshness, occurred, nullable(n.Kind)}, nil
 }
 

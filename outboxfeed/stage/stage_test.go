@@ -162,6 +162,7 @@ func TestStage(t *testing.T) {
 	}{
 		{"EveryField", testEveryField},
 		{"Defaults", testDefaults},
+		{"SomeDefaults", testSomeDefaults},
 		{"RollbackStagesNothing", testRollback},
 		{"ValidationErrorsLeaveTxUsable", testValidation},
 	}
@@ -245,6 +246,53 @@ func testDefaults(t *testing.T, b *backend) {
 	}
 	if r.OccurredAt.Before(before) || r.OccurredAt.After(time.Now().Add(time.Second)) {
 		t.Fatalf("occurred_at %v is not now", r.OccurredAt)
+	}
+}
+
+// testSomeDefaults: a notification that sets one of freshness, occurred_at
+// and kind gets the defaults for the other two.
+func testSomeDefaults(t *testing.T, b *backend) {
+	before := time.Now().Add(-time.Second)
+	ids := make([]string, 3)
+	testenv.Must(t, b.inTx(t, true, 1, func(s stageFn) (err error) {
+		n := stage.Notification{TenantID: "acme", Channel: "orders/1", Type: "order.updated", SchemaVersion: 1,
+			Payload: json.RawMessage(`{}`)}
+		for i := range ids {
+			m := n
+			switch i {
+			case 0:
+				m.Kind = stage.KindJourneyStepCommand
+			case 1:
+				m.Freshness = json.RawMessage(`{"mode":"advisory","authority":"order-1"}`)
+			case 2:
+				m.OccurredAt = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+			}
+			if ids[i], err = s(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}), "stage and commit")
+	for i, id := range ids {
+		r := get(t, b, id)
+		kind, freshness, now := stage.KindNotification, `{"mode":"immediate"}`, true
+		switch i {
+		case 0:
+			kind = stage.KindJourneyStepCommand
+		case 1:
+			freshness = `{"mode":"advisory","authority":"order-1"}`
+		case 2:
+			now = false
+			if !r.OccurredAt.Equal(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)) {
+				t.Errorf("record %d: occurred_at %v, want the one staged", i, r.OccurredAt)
+			}
+		}
+		if r.Kind != kind || !jsonEqual(t, string(r.Freshness), freshness) {
+			t.Errorf("record %d: kind %q, freshness %s; want %q, %s", i, r.Kind, r.Freshness, kind, freshness)
+		}
+		if now && (r.OccurredAt.Before(before) || r.OccurredAt.After(time.Now().Add(time.Second))) {
+			t.Errorf("record %d: occurred_at %v is not now", i, r.OccurredAt)
+		}
 	}
 }
 
