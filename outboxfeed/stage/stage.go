@@ -57,6 +57,14 @@ func StageSQL(ctx context.Context, tx *sql.Tx, d Dialect, n Notification) (strin
 	switch d {
 	case Postgres:
 		return stagePostgres(n, func(sql string, args ...any) error {
+			// The JSON documents go as text: a driver other than pgx's
+			// (lib/pq, say) sends []byte in binary format, which a jsonb
+			// parameter would read as jsonb's binary form.
+			for i, a := range args {
+				if b, ok := a.([]byte); ok {
+					args[i] = string(b)
+				}
+			}
 			_, err := tx.ExecContext(ctx, sql, args...)
 			return err
 		})
