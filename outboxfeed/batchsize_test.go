@@ -5,55 +5,14 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/sqlitestore"
 	"github.com/heraldgw/herald/outboxfeed/stage"
+	"github.com/heraldgw/herald/outboxfeed/storetest"
 )
-
-// counter is a Publisher that counts what it accepts and closes done at
-// want.
-type counter struct {
-	n    atomic.Int64
-	want int64
-	done chan struct{}
-}
-
-func (c *counter) Publish(_ context.Context, msg fanout.Message) (fanout.Publication, error) {
-	if c.n.Add(1) == c.want {
-		close(c.done)
-	}
-	return fanout.Publication{Message: msg}, nil
-}
-
-// claimsWithRecords reads herald_outbox_claims_total{result="batch"}.
-func claimsWithRecords(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "herald_outbox_claims_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == outboxfeed.ClaimBatch {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatal("no herald_outbox_claims_total{result=batch}")
-	return 0
-}
 
 // The realtime handler's Worker (NewWorker) takes a backlog in batches of
 // DefaultBatchSize; a Go handler's (NewHandlerWorker) in batches of
@@ -88,18 +47,10 @@ func TestDefaultBatchSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rtReg := prometheus.NewRegistry()
-	pub := &counter{want: records, done: make(chan struct{})}
-	rt, err := outboxfeed.NewWorker(store, pub, outboxfeed.WorkerConfig{PollInterval: 10 * time.Millisecond, Registerer: rtReg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Stop)
-	<-pub.done
-	if got := claimsWithRecords(t, rtReg); got != 1 {
+	rec := storetest.NewRecorder()
+	rt := storetest.StartWorker(t, store, rec, outboxfeed.WorkerConfig{PollInterval: 10 * time.Millisecond})
+	rec.WaitFor(t, time.Minute, "every record published", func() bool { return rec.Count() == records })
+	if got := rt.Claims(outboxfeed.ClaimBatch); got != 1 {
 		t.Errorf("the realtime Worker took %d records in %v claims, want one (a batch of %d)", records, got, outboxfeed.DefaultBatchSize)
 	}
 
@@ -119,24 +70,16 @@ func TestDefaultBatchSizes(t *testing.T) {
 		}
 		return make([]error, len(recs))
 	})
-	hReg := prometheus.NewRegistry()
-	hw, err := outboxfeed.NewHandlerWorker(store.ForHandler("journeys"), h, outboxfeed.WorkerConfig{
-		Handler: "journeys", PollInterval: 10 * time.Millisecond, Registerer: hReg,
+	hw := storetest.StartHandlerWorker(t, store.ForHandler("journeys"), h, outboxfeed.WorkerConfig{
+		Handler: "journeys", PollInterval: 10 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hw.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hw.Stop)
 	<-done
 	mu.Lock()
 	defer mu.Unlock()
 	if largest != outboxfeed.DefaultHandlerBatchSize {
 		t.Errorf("the Go handler got up to %d records of the channel at once, want a batch of %d", largest, outboxfeed.DefaultHandlerBatchSize)
 	}
-	if got, want := claimsWithRecords(t, hReg), float64((records+outboxfeed.DefaultHandlerBatchSize-1)/outboxfeed.DefaultHandlerBatchSize); got != want {
+	if got, want := hw.Claims(outboxfeed.ClaimBatch), float64((records+outboxfeed.DefaultHandlerBatchSize-1)/outboxfeed.DefaultHandlerBatchSize); got != want {
 		t.Errorf("the Go handler's Worker took %d records in %v claims, want %v", records, got, want)
 	}
 }
