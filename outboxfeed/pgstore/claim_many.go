@@ -9,25 +9,70 @@ import (
 )
 
 // pgClaimManySQL leases up to $6 partitions of handler $1 that have work
-// and that nobody holds, each as herald.outbox_claim does for one named
-// partition, in one statement: the candidates are found as the claim of
-// any partition finds them (an idle partition costs index probes, no
-// write) and locked at once, skipping those another claim holds, so two
+// and that nobody holds, in one statement: the candidates are found as the
+// claim of any partition finds them (an idle partition costs index probes,
+// no write) and locked at once, skipping those another claim holds, so two
 // Workers' statements never wait for each other's rows in turn. Each
 // partition's rows come together ($2 owner, $3 lease, $4 limit, $5 range
 // limit).
-const pgClaimManySQL = `SELECT c.r_kind, c.r_part, c.r_fence, c.r_takeovers, c.r_qseq, c.r_attempt, c.r_due,
-	c.r_id::text, c.r_seq, c.r_xid::text, c.r_tenant, c.r_channel, c.r_type, c.r_version, c.r_payload, c.r_freshness,
-	c.r_occurred, c.r_kind2, c.r_tk, c.r_tkq
-FROM (SELECT p.part FROM herald.outbox_partition p
+//
+// A partition in the common state (active, no range open, nothing in its
+// retry queue, no repartition under way) is read and leased by the
+// statement itself, in plain SQL: its range ends at the statement's
+// snapshot, and its records are read in that same snapshot, so the range
+// holds exactly what the snapshot shows past its start; one whose read
+// comes back empty is left as it was. That is sound only if the row the
+// statement locked is the version its snapshot saw, so that the start of
+// the range (lo) precedes the snapshot: a row another transaction updated
+// and committed after the snapshot was taken is locked in its latest
+// version (READ COMMITTED rechecks the candidate's conditions on it), and
+// a tuple id does not tell the two apart (a TID scan's recheck accepts any
+// version), so the statement compares the locked version's xmin with the
+// xmin of the version its snapshot reads: equal only for the same version.
+// Any other candidate goes through herald.outbox_claim, which takes its
+// snapshot after the lock.
+//
+// The transactions open at a range's start (the xip of lo) are read as a
+// column of f, not as ARRAY(SELECT pg_snapshot_xip(f.lo)) in the read: as
+// an index condition under the lateral join, that sub-select was
+// evaluated for the first partition only and its array reused for the
+// next ones (TestPostgresClaimManyReadsTransactionsOpenAtTheRangesStart).
+const pgClaimManySQL = `WITH w AS MATERIALIZED (
+	SELECT p.part, p.lo, p.state, p.open, p.hi IS NULL AND p.pos_seq = 0 AS fresh, p.xmin AS vx
+	FROM herald.outbox_partition p
 	WHERE p.handler = $1 AND p.state IN ('active', 'retiring') AND (p.owner IS NULL OR p.expires_at < clock_timestamp())
 		AND (p.open OR p.hi IS NOT NULL OR p.state = 'retiring'
 			OR EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND (o.xid, o.seq) >= (pg_snapshot_xmax(p.lo), 0))
 			OR EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND o.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p.lo))))
 			OR EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.handler = $1 AND r.part = p.part AND r.state = 'pending'
 				AND r.next_attempt_at <= now()))
-	ORDER BY p.claimed_at NULLS FIRST, p.part LIMIT $6 FOR UPDATE SKIP LOCKED) w
-CROSS JOIN LATERAL herald.outbox_claim($1, w.part, $2, $3, $4, 1, $5) c`
+	ORDER BY p.claimed_at NULLS FIRST, p.part LIMIT $6 FOR UPDATE SKIP LOCKED),
+f AS MATERIALIZED (
+	SELECT w.part, w.lo, ARRAY(SELECT pg_snapshot_xip(w.lo)) AS xip FROM w JOIN herald.outbox_partition q ON q.handler = $1 AND q.part = w.part AND q.xmin = w.vx
+	WHERE w.state = 'active' AND NOT w.open AND w.fresh
+		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.handler = $1 AND r.part = w.part AND r.state = 'pending')
+		AND EXISTS (SELECT 1 FROM herald.outbox_handler h WHERE h.name = $1 AND h.state = 'active')
+		AND NOT EXISTS (SELECT 1 FROM herald.outbox_partition x WHERE x.handler = $1 AND x.state IN ('waiting', 'retiring'))),
+recs AS MATERIALIZED (
+	SELECT o.* FROM f CROSS JOIN LATERAL (
+		(SELECT o.* FROM herald.outbox o WHERE o.part = f.part AND o.xid = ANY (f.xip))
+		UNION ALL
+		(SELECT o.* FROM herald.outbox o WHERE o.part = f.part AND o.xid >= pg_snapshot_xmax(f.lo))
+		LIMIT $5 + 1) o),
+upd AS (
+	UPDATE herald.outbox_partition p SET owner = $2, expires_at = clock_timestamp() + $3, fence = p.fence + 1, takeovers = 0,
+		open = true, claim_qto = 0, hi = pg_current_snapshot(), claimed_at = clock_timestamp()
+	FROM f WHERE p.handler = $1 AND p.part = f.part AND EXISTS (SELECT 1 FROM recs o WHERE o.part = f.part)
+	RETURNING p.part, p.fence, p.tk_range, p.tk_qseq)
+SELECT 'r'::"char", u.part, u.fence, 0, NULL::bigint, 0, true, o.id::text, o.seq, o.xid::text,
+	o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind, u.tk_range, u.tk_qseq
+FROM upd u JOIN recs o ON o.part = u.part
+UNION ALL
+SELECT c.r_kind, c.r_part, c.r_fence, c.r_takeovers, c.r_qseq, c.r_attempt, c.r_due,
+	c.r_id::text, c.r_seq, c.r_xid::text, c.r_tenant, c.r_channel, c.r_type, c.r_version, c.r_payload, c.r_freshness,
+	c.r_occurred, c.r_kind2, c.r_tk, c.r_tkq
+FROM w CROSS JOIN LATERAL herald.outbox_claim($1, w.part, $2, $3, $4, 1, $5) c
+WHERE NOT EXISTS (SELECT 1 FROM f WHERE f.part = w.part)`
 
 // manyStep is how CompleteMany reads one completion's results.
 type manyStep struct {
