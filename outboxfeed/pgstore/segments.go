@@ -219,11 +219,25 @@ func (s *Store) removeSegment(ctx context.Context, sg segment, retention, archiv
 	}
 	// An empty open segment has nothing to remove; a full one that is done
 	// goes (dropped when old, else archived).
-	if empty, done, _, old, err := check(s.pool); err != nil || !done || !sg.full && (empty || !old) {
+	empty, done, _, old, err := check(s.pool)
+	if err != nil || !done || !sg.full && (empty || !old) {
 		return false, err
 	}
+	if sg.full && !empty && !old {
+		// To be archived: the archive's id index wants one on the
+		// segment, which herald.outbox has not had since migration 15
+		// (producers do not pay for it). Built here, out of the move's
+		// transaction, so that the move does not build it while it holds
+		// herald.outbox's lock; claims read the segment meanwhile.
+		if err := s.pruneTx(ctx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+name+`_id_idx ON herald.`+name+` (id)`)
+			return err
+		}); err != nil {
+			return false, err
+		}
+	}
 	var removed, archiving, moved bool
-	err := s.pruneTx(ctx, func(tx pgx.Tx) error {
+	err = s.pruneTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `LOCK TABLE herald.`+name+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return err // busy (lock timeout): next run
 		}
@@ -238,6 +252,12 @@ func (s *Store) removeSegment(ctx context.Context, sg segment, retention, archiv
 			}
 			_, err = tx.Exec(ctx, `DELETE FROM herald.outbox_segment WHERE name = $1`, name)
 		case sg.full:
+			// Without its id index (the build above waited too long for
+			// the segment's lock): next run.
+			var indexed bool
+			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, "herald."+name+"_id_idx").Scan(&indexed); err != nil || !indexed {
+				return err
+			}
 			// Done, kept for the retention: out of the claims' way. The
 			// detach needs herald.outbox's own lock, which producers'
 			// transactions hold while they run: it waits longer after each

@@ -122,6 +122,15 @@ func TestPostgresDoneSegmentsLeaveTheClaims(t *testing.T) {
 	if attached > segmentsAhead+2 {
 		t.Fatalf("%d partitions still attached to herald.outbox, want at most %d", attached, segmentsAhead+2)
 	}
+	// Producers pay for no id index (migration 15); every archived
+	// segment has one, part of the archive's, built before its move.
+	var outboxIDIndex bool
+	var indexed int
+	testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT to_regclass('herald.outbox_id_idx') IS NOT NULL,
+		(SELECT count(*) FROM pg_partition_tree('herald.outbox_archive_id_idx') WHERE isleaf)`).Scan(&outboxIDIndex, &indexed), "id indexes")
+	if outboxIDIndex || indexed != archived {
+		t.Fatalf("herald.outbox has an id index: %v; %d of %d archived segments have theirs", outboxIDIndex, indexed, archived)
+	}
 	for _, id := range []string{ids[0], ids[len(ids)/2], ids[len(ids)-1]} {
 		if _, ok := storetest.StateOf(t, s, id).(outboxfeed.Dispatched); !ok {
 			t.Fatalf("record %s in an archived segment: state %T, want Dispatched", id, storetest.StateOf(t, s, id))
