@@ -127,8 +127,9 @@ type memEntry struct {
 
 // memRing holds a stream's latest publications in chunks of memChunk, so
 // that growing it never copies what it holds, except while the first
-// chunk grows by doubling (an idle channel with few publications stays
-// small). Once it holds size publications it overwrites the oldest.
+// chunk grows fourfold (4, 16, 64: an idle channel with few publications
+// stays small, and a busy one's first chunk is copied twice, not four
+// times). Once it holds size publications it overwrites the oldest.
 type memRing struct {
 	chunks [][]memEntry
 	n      int // publications held
@@ -150,7 +151,7 @@ func (r *memRing) push(p memEntry, size int) {
 	case c == len(r.chunks):
 		r.chunks = append(r.chunks, make([]memEntry, 0, want))
 	case off == cap(r.chunks[c]):
-		grown := make([]memEntry, off, min(2*off, want))
+		grown := make([]memEntry, off, min(4*off, want))
 		copy(grown, r.chunks[c])
 		r.chunks[c] = grown
 	}
