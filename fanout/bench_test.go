@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,5 +163,63 @@ func BenchmarkMemoryPublish(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkMemoryPublishDrain publishes as an outbox drain does: fenced
+// messages with new ids (uuid-long), 100 on each of 1,000 channels, into
+// a broker that starts empty every 100,000 publications (so the histories
+// grow as a drain's do), from 32 goroutines each taking whole channels.
+func BenchmarkMemoryPublishDrain(b *testing.B) {
+	const channels, perChannel, workers = 1000, 100, 32
+	msgs := make([][]Message, channels)
+	for c := range msgs {
+		msgs[c] = make([]Message, perChannel)
+		for i := range msgs[c] {
+			m := &msgs[c][i]
+			*m = benchPublication().Message
+			m.Key.Channel = fmt.Sprintf("bench/%d", c)
+			m.ID = fmt.Sprintf("0193a5c2-7e1f-7%03x-8%03x-%012x", c, i, c*perChannel+i)
+			m.Data = json.RawMessage(fmt.Sprintf(`{"n":%d,"note":"outbox benchmark record"}`, c*perChannel+i))
+			m.Freshness = ImmediateFreshness
+			m.Fence = Fence{Scope: "outbox/p" + strconv.Itoa(c%4), Value: 1}
+		}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += channels * perChannel {
+		b.StopTimer()
+		br, err := NewMemoryBroker(MemoryConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var next atomic.Int64
+		left := int64(min(b.N-done, channels*perChannel))
+		b.StartTimer()
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for {
+					c := int(next.Add(1)) - 1
+					if c >= channels {
+						return
+					}
+					for i := range msgs[c] {
+						if int64(i*channels+c) >= left {
+							break
+						}
+						if _, err := br.Publish(ctx, msgs[c][i]); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		br.Stop()
+		b.StartTimer()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,8 +33,10 @@ type MemoryBroker struct {
 	mu       sync.RWMutex
 	channels map[Key]*memStream
 
-	fenceMu sync.Mutex       // taken under a memStream's mu, never the reverse
-	fences  map[string]int64 // newest accepted fence value per scope; never dropped
+	// fences holds the newest accepted fence value per scope (string →
+	// *atomic.Int64), never dropped: read and raised without a lock
+	// shared by the channels, under the publishing channel's mu.
+	fences sync.Map
 
 	hlog *historyLog // nil without HistoryDir
 
@@ -58,7 +61,7 @@ func newMemoryBroker(cfg MemoryConfig, now func() time.Time) (*MemoryBroker, err
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &MemoryBroker{cfg: cfg, now: now, channels: make(map[Key]*memStream), fences: make(map[string]int64)}
+	b := &MemoryBroker{cfg: cfg, now: now, channels: make(map[Key]*memStream)}
 	if cfg.HistoryDir != "" {
 		if err := b.openHistory(); err != nil {
 			return nil, err
@@ -137,7 +140,7 @@ func (b *MemoryBroker) appendLocked(s *memStream, pub *Publication, nowNs int64)
 	s.top++
 	s.lastActive.Store(nowNs)
 	pub.Position = Position{Offset: s.top, Epoch: s.epoch}
-	s.append(*pub, b.cfg.HistorySize)
+	s.append(pub, b.cfg.HistorySize)
 	if b.hlog != nil {
 		b.hlog.appendPub(pub, nowNs)
 	}
@@ -249,13 +252,22 @@ func (b *MemoryBroker) raiseFence(f Fence) error {
 	if f.Scope == "" {
 		return nil
 	}
-	b.fenceMu.Lock()
-	defer b.fenceMu.Unlock()
-	if newest, ok := b.fences[f.Scope]; ok && f.Value < newest {
-		return fmt.Errorf("fanout: publish: %w (scope %q: fence %d, newest %d)", ErrStaleFence, f.Scope, f.Value, newest)
+	v, ok := b.fences.Load(f.Scope)
+	if !ok {
+		first := new(atomic.Int64)
+		first.Store(math.MinInt64) // a scope not seen yet takes any value
+		v, _ = b.fences.LoadOrStore(f.Scope, first)
 	}
-	b.fences[f.Scope] = f.Value
-	return nil
+	newest := v.(*atomic.Int64)
+	for {
+		n := newest.Load()
+		if f.Value < n {
+			return fmt.Errorf("fanout: publish: %w (scope %q: fence %d, newest %d)", ErrStaleFence, f.Scope, f.Value, n)
+		}
+		if f.Value == n || newest.CompareAndSwap(n, f.Value) {
+			return nil
+		}
+	}
 }
 
 // Recover returns the publications of key after since, when the history
@@ -313,7 +325,7 @@ func (b *MemoryBroker) stream(key Key, nowNs int64) *memStream {
 	if len(b.channels) >= b.cfg.MaxChannels {
 		b.evictLocked(nowNs)
 	}
-	s = newMemStream(nowNs)
+	s = newMemStream(key, nowNs)
 	if b.hlog != nil {
 		b.hlog.appendReset(key, s.epoch, 0, nowNs)
 	}

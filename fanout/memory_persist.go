@@ -486,7 +486,7 @@ func replay(streams map[Key]*memStream, b []byte, historySize int) replayed {
 func applyRecord(streams map[Key]*memStream, rec logRecord, historySize int) {
 	switch rec.kind {
 	case recReset:
-		s := &memStream{epoch: rec.epoch, top: rec.offset}
+		s := &memStream{key: rec.key, epoch: rec.epoch, top: rec.offset}
 		s.lastActive.Store(rec.lastActive)
 		streams[rec.key] = s
 	case recPub:
@@ -500,7 +500,7 @@ func applyRecord(streams map[Key]*memStream, rec logRecord, historySize int) {
 		}
 		s.top = rec.offset
 		s.lastActive.Store(rec.lastActive)
-		s.append(Publication{Message: rec.msg, Position: Position{Offset: rec.offset, Epoch: s.epoch}}, historySize)
+		s.append(&Publication{Message: rec.msg, Position: Position{Offset: rec.offset, Epoch: s.epoch}}, historySize)
 	}
 }
 
@@ -567,7 +567,8 @@ func (b *MemoryBroker) snapshot(buf []byte, write func([]byte) []byte) []byte {
 		if !s.evicted {
 			buf = appendResetRecord(buf, e.key, s.epoch, s.top-uint64(s.ring.n), s.lastActive.Load())
 			for i := range s.ring.n {
-				buf = appendPubRecord(buf, s.ring.at(i), s.lastActive.Load())
+				p := s.pub(s.ring.at(i))
+				buf = appendPubRecord(buf, &p, s.lastActive.Load())
 			}
 		}
 		s.mu.Unlock()

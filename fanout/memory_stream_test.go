@@ -14,7 +14,7 @@ func TestMemRing(t *testing.T) {
 			var want []string
 			for k := range 3*size + 2 {
 				id := strconv.Itoa(k)
-				r.push(Publication{Message: Message{ID: id}}, size)
+				r.push(memEntry{ID: id}, size)
 				if want = append(want, id); len(want) > size {
 					want = want[1:]
 				}

@@ -49,7 +49,13 @@ func NewPublication(msg Message, now time.Time) (Publication, error) {
 		return Publication{}, fmt.Errorf("fanout: publish: %w: data is not valid JSON: %v", ErrInvalidMessage, err)
 	}
 	msg.Data = data
-	if msg.Freshness != nil {
+	switch {
+	case msg.Freshness == nil:
+	case string(msg.Freshness) == immediateFreshness:
+		// The common freshness: no copy of its own (the history's
+		// publications share this one, which nothing writes to).
+		msg.Freshness = immediateFreshnessBytes
+	default:
 		f, err := compactCopy(msg.Freshness)
 		if err != nil {
 			return Publication{}, fmt.Errorf("fanout: publish: %w: freshness is not valid JSON: %v", ErrInvalidMessage, err)

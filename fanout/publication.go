@@ -80,4 +80,12 @@ type Publication struct {
 }
 
 // ImmediateFreshness is the freshness a message without one carries.
-var ImmediateFreshness = json.RawMessage(`{"mode":"immediate"}`)
+var ImmediateFreshness = json.RawMessage(immediateFreshness)
+
+// immediateFreshness is ImmediateFreshness compacted. NewPublication
+// gives every publication with it the same immediateFreshnessBytes
+// instead of a copy: a publication's bytes are read-only wherever it goes
+// (its Data is the history's own), and an append to these reallocates.
+const immediateFreshness = `{"mode":"immediate"}`
+
+var immediateFreshnessBytes = json.RawMessage(immediateFreshness)[:len(immediateFreshness):len(immediateFreshness)]

@@ -188,10 +188,16 @@ func (st *dispatchState) result() dispatchResult {
 // order in each group. The records a blocked channel has from the
 // position are held at once and belong to no group; its records from the
 // retry queue come first in its queue and are published.
+//
+// The groups share one array (the indexes of a batch of n records are
+// n ints however many channels they spread over): each record's group is
+// found first, then the groups are laid out by their sizes.
 func groupByChannel(recs []Record, blocked map[fanout.Key]struct{}, out []Outcome) [][]int {
-	index := make(map[fanout.Key]int, 64)
-	var groups [][]int
+	index := make(map[fanout.Key]int32, min(len(recs), 1024))
+	of := make([]int32, len(recs)) // each record's group; -1: none
+	var sizes []int
 	for i := range recs {
+		of[i] = -1
 		if out[i].Passed {
 			continue
 		}
@@ -202,11 +208,26 @@ func groupByChannel(recs []Record, blocked map[fanout.Key]struct{}, out []Outcom
 		}
 		g, ok := index[k]
 		if !ok {
-			g = len(groups)
+			g = int32(len(sizes))
 			index[k] = g
-			groups = append(groups, nil)
+			sizes = append(sizes, 0)
 		}
-		groups[g] = append(groups[g], i)
+		of[i] = g
+		sizes[g]++
+	}
+	if len(sizes) == 0 {
+		return nil
+	}
+	flat := make([]int, 0, len(recs))
+	groups := make([][]int, len(sizes))
+	for g, n := range sizes {
+		groups[g] = flat[len(flat) : len(flat) : len(flat)+n]
+		flat = flat[:len(flat)+n]
+	}
+	for i, g := range of {
+		if g >= 0 {
+			groups[g] = append(groups[g], i)
+		}
 	}
 	return groups
 }
@@ -225,6 +246,16 @@ func (w *Worker) publishChannel(ctx context.Context, recs []Record, group []int,
 		w.publishRun(ctx, rp, recs, group, out, fence, st, stopAt, dl)
 		return
 	}
+	// The channel's successes are told to st once, at the end: its
+	// calls are in order, so the last one is the latest (a lock and a
+	// shared write per record cost the parallel goroutines more).
+	var okAt time.Time
+	defer func() {
+		if !okAt.IsZero() {
+			st.attempted(okAt, true)
+			st.published.Store(true)
+		}
+	}()
 	for gi, i := range group {
 		r := &recs[i]
 		now := time.Now()
@@ -244,12 +275,12 @@ func (w *Worker) publishChannel(ctx context.Context, recs []Record, group []int,
 			msg.Fence = fence
 			_, err = w.pub.Publish(pctx, msg)
 		}
-		st.attempted(now, err == nil)
 		if err == nil {
 			out[i] = Outcome{Kind: OutcomeDone}
-			st.published.Store(true)
+			okAt = now
 			continue
 		}
+		st.attempted(now, false)
 		dl.stop()
 		if !w.failed(ctx, r, err, out, group, gi, st) {
 			return
