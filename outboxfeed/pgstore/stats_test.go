@@ -133,7 +133,11 @@ func TestPostgresStatsMatchRecordByRecordCount(t *testing.T) {
 	stageTx(2500, 2519) // a later xid completes: inLo's is below xmax, in progress
 	lo := snapshot()
 	testenv.Must(t, inLo.Commit(ctx), "commit the transaction in progress at lo")
-	exec("set lo", `UPDATE herald.outbox_partition SET lo = $1::pg_snapshot WHERE handler = 'realtime'`, lo)
+	// One partition's lo is taken after that commit: its line holds none
+	// of that transaction's records (each partition reads its own list).
+	later := snapshot()
+	exec("set lo", `UPDATE herald.outbox_partition SET lo = CASE WHEN part = 1 THEN $2 ELSE $1 END::pg_snapshot
+		WHERE handler = 'realtime'`, lo, later)
 	stageTx(3000, 3039)
 	check("lo with a transaction in progress", true)
 	var inXip bool

@@ -271,8 +271,8 @@ SELECT
 			SELECT o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part
 				AND (o.xid, o.seq) >= (pg_snapshot_xmax(p.lo), 0)
 			UNION ALL
-			SELECT o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part
-				AND o.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p.lo)))
+			SELECT o.xid, o.seq FROM pg_snapshot_xip(p.lo) x(xid) CROSS JOIN LATERAL (
+				SELECT o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part AND o.xid = x.xid OFFSET 0) o
 		) o WHERE p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq
 	) c WHERE p.handler = $2)
 	- (SELECT count(*) FROM herald.outbox_partition p JOIN herald.outbox o ON o.part = p.part
@@ -285,11 +285,10 @@ SELECT
 	(SELECT min(t) FROM (
 		SELECT h.t FROM herald.outbox_partition p CROSS JOIN LATERAL (
 			SELECT o.occurred_at AS t FROM (
-				(SELECT * FROM (SELECT o.occurred_at, o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part
-					AND o.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p.lo)))
-					AND (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq)
+				(SELECT o.occurred_at, o.xid, o.seq FROM pg_snapshot_xip(p.lo) x(xid) CROSS JOIN LATERAL (
+					SELECT o.occurred_at, o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part AND o.xid = x.xid OFFSET 0) o
+					WHERE (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq)
 					AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq AND q.handler = $2)
-					OFFSET 0) o
 				ORDER BY o.xid, o.seq LIMIT $1)
 				UNION ALL
 				(SELECT o.occurred_at, o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part
