@@ -250,29 +250,59 @@ func (s *Store) Stats(ctx context.Context) (outboxfeed.Stats, error) {
 // the Worker while it is armed.
 func (s *Store) ArmsWakeups() bool { return !s.cfg.DisableNotifyTrigger }
 
-// pgStats: see Stats. A record is not covered when its transaction is not
-// visible in lo, unless the open range's position passed it.
+// pgStats: see Stats. A partition's line is its records not visible in
+// lo: those of transactions at or past its xmax, read as an index range,
+// and those of its in-progress list, looked up by xid; of these, the open
+// range's position covers the ones visible in hi up to pos_seq. The
+// in-progress list is a column of p, an array per partition: an array
+// subquery inside the lateral scans became one InitPlan that PostgreSQL
+// evaluated once for all partitions, and a lateral join on
+// pg_snapshot_xip is estimated at 50 transactions, which lifts the plan's
+// cost past jit_above_cost (tens of milliseconds of compiling).
+//
+// A record in the retry queue counts there, not in the line: the line is
+// counted from the index (no probe per record) and the records of the
+// handler's queue rows still in it are taken off (a queue row names its
+// record's row by (rec_part, xid, seq); rec_part is the record's
+// partition, which a repartition leaves as it is). The oldest pending
+// reads only the first pgStatsHead records of each line, in claim order
+// (xid, seq), and of the queue. Archived records are no longer in
+// herald.outbox: they count only while queued.
 const pgStatsHead = 1000
 
 const pgStats = `
-WITH line AS (
-	SELECT o.occurred_at, o.seq FROM herald.outbox_partition p
-	CROSS JOIN LATERAL (
-		SELECT o.occurred_at, o.seq, o.xid FROM herald.outbox o WHERE o.part = p.part
-			AND (o.xid, o.seq) >= (pg_snapshot_xmax(p.lo), 0)
-		UNION ALL
-		SELECT o.occurred_at, o.seq, o.xid FROM pg_snapshot_xip(p.lo) x(xid)
-			CROSS JOIN LATERAL (SELECT * FROM herald.outbox o WHERE o.part = p.part AND o.xid = x.xid) o
-	) o
-	WHERE (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq)
-		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq AND q.handler = $2)
-		AND p.handler = $2
+WITH p AS MATERIALIZED (
+	SELECT p.part, p.lo, p.hi, p.pos_seq, pg_snapshot_xmax(p.lo) AS xmax, ARRAY(SELECT pg_snapshot_xip(p.lo)) AS xip
+	FROM herald.outbox_partition p WHERE p.handler = $2
 )
 SELECT
-	(SELECT count(*) FROM line) + (SELECT count(*) FROM herald.outbox_retry WHERE state = 'pending' AND handler = $2),
+	(SELECT coalesce(sum(c.n), 0)::bigint FROM p CROSS JOIN LATERAL (
+		SELECT count(*) AS n FROM (
+			SELECT o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part AND (o.xid, o.seq) >= (p.xmax, 0)
+			UNION ALL
+			SELECT o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part AND o.xid = ANY (p.xip)
+		) o WHERE p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq
+	) c)
+	- (SELECT count(*) FROM p JOIN herald.outbox o ON o.part = p.part
+		WHERE (o.part, o.xid, o.seq) IN (SELECT q.rec_part, q.xid, q.seq FROM herald.outbox_retry q WHERE q.handler = $2)
+			AND NOT pg_visible_in_snapshot(o.xid, p.lo)
+			AND (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq))
+	+ (SELECT count(*) FROM herald.outbox_retry WHERE state = 'pending' AND handler = $2),
 	(SELECT count(*) FROM herald.outbox_retry WHERE dead_lettered_at IS NOT NULL AND handler = $2),
 	(SELECT min(t) FROM (
-		(SELECT occurred_at AS t FROM line LIMIT $1)
+		SELECT h.t FROM p CROSS JOIN LATERAL (
+			SELECT o.occurred_at AS t FROM (
+				(SELECT * FROM (SELECT o.occurred_at, o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part AND o.xid = ANY (p.xip)
+					AND (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq)
+					AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq AND q.handler = $2)
+					OFFSET 0) o
+				ORDER BY o.xid, o.seq LIMIT $1)
+				UNION ALL
+				(SELECT o.occurred_at, o.xid, o.seq FROM herald.outbox o WHERE o.part = p.part AND (o.xid, o.seq) >= (p.xmax, 0)
+					AND (p.hi IS NULL OR NOT pg_visible_in_snapshot(o.xid, p.hi) OR o.seq > p.pos_seq)
+					AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry q WHERE q.seq = o.seq AND q.handler = $2)
+				ORDER BY o.xid, o.seq LIMIT $1)
+			) o ORDER BY o.xid, o.seq LIMIT $1) h
 		UNION ALL
 		(SELECT occurred_at FROM herald.outbox_retry WHERE state = 'pending' AND handler = $2 ORDER BY qseq LIMIT $1)) h),
 	now()`
