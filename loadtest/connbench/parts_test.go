@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -461,6 +462,19 @@ func TestStageDecomposition(t *testing.T) {
 	// read, of which 7 and 8 ran at once with 56 and 57.
 	if want := 197 * time.Millisecond / 10; rep.busy != want {
 		t.Errorf("busy %v, want %v", rep.busy, want)
+	}
+	// The timeline: every hand-over and read, sorted; a row of marks and
+	// one of the longest pause between hand-overs.
+	if len(rep.ins) != n-1 || !slices.IsSorted(rep.ins) || !slices.IsSorted(rep.recvs) {
+		t.Fatalf("timeline of %d hand-overs, sorted %v", len(rep.ins), slices.IsSorted(rep.ins))
+	}
+	if gap, _ := maxGap([]int64{10, 12, 30, 31}); gap != 18 {
+		t.Errorf("longest gap %d, want 18", gap)
+	}
+	var rows []string
+	rep.printTimeline(func(k, format string, a ...any) { rows = append(rows, k+": "+fmt.Sprintf(format, a...)) }, time.Unix(0, base))
+	if len(rows) != 2 || !strings.Contains(rows[0], "100 %: ") || !strings.Contains(rows[1], "pause") {
+		t.Errorf("timeline rows %q", rows)
 	}
 	if _, busy := busyUnion([]stageSpan{{in: 10, out: 20}, {in: 15, out: 30}, {in: 12, out: 14}, {in: 40, out: 41}}); busy != 21 {
 		t.Errorf("union of overlapping intervals %d ns, want 21", busy)

@@ -177,6 +177,9 @@ func (r *runner) publish(ctx context.Context, res *result, progress io.Writer) e
 		}
 	}
 	res.after = r.snapshot(ctx)
+	// A line to start and stop a profiler of the server by: the
+	// deliveries are done, the subscribers still connected.
+	fmt.Fprintf(progress, "connbench: deliveries done (%d subscribers still waiting)\n", res.drainTimedOut)
 	res.sent, res.pubErrs, res.maxLag = pub.stats()
 	if op, ok := pub.(*outboxPublisher); ok {
 		res.txLat = op.tx.summary()

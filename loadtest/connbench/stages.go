@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -50,6 +51,9 @@ type stageReport struct {
 	// busy is how long at least one Publish was under way between firstIn
 	// and lastOut: the rest of that time the Worker published nothing.
 	busy time.Duration
+	// ins, outs and recvs are every publication's hand-over, Publish
+	// return and read, Unix ns, sorted: the run's timeline (print).
+	ins, outs, recvs []int64
 }
 
 // readStageTrace reads the diagnostic build's file: sequence number, Unix
@@ -105,6 +109,12 @@ func decompose(trace map[uint64][2]int64, commits *commitLog, recv *timeLog, n i
 		rep.broker = append(rep.broker, nn(s.out-s.in))
 		rep.client = append(rep.client, nn(s.recv-s.out))
 		rep.total = append(rep.total, nn(s.recv-s.commit))
+		rep.ins = append(rep.ins, s.in)
+		rep.outs = append(rep.outs, s.out)
+		rep.recvs = append(rep.recvs, s.recv)
+	}
+	for _, v := range [][]int64{rep.ins, rep.outs, rep.recvs} {
+		slices.Sort(v)
 	}
 	p99 := sortedQuantile(slices.Sorted(slices.Values(rep.total)), 0.99)
 	for i := range spans {
@@ -188,6 +198,48 @@ func (rep *stageReport) print(row func(k, format string, a ...any), firstCommit 
 		row("stages: first hand-over → last Publish returned; of it, some Publish under way (the rest: the Worker published nothing)",
 			"%s; %s (%.0f %%)", ms(span), ms(rep.busy), 100*rep.busy.Seconds()/span.Seconds())
 	}
+	if !firstCommit.IsZero() {
+		rep.printTimeline(row, firstCommit)
+	}
+}
+
+// timelineMarks are the shares of the publications the timeline marks.
+var timelineMarks = []float64{0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 1}
+
+// printTimeline writes when, from the first COMMIT sent, each share of
+// the publications had been handed to the broker, had its Publish
+// return and had been read, and the longest pause between two
+// hand-overs: where a drain's time went between the Worker and the
+// delivery.
+func (rep *stageReport) printTimeline(row func(k, format string, a ...any), firstCommit time.Time) {
+	at := func(v []int64, q float64) string {
+		return ms(time.Unix(0, v[rank(q, int64(len(v)))-1]).Sub(firstCommit))
+	}
+	var b strings.Builder
+	for i, q := range timelineMarks {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%g %%: %s / %s / %s", 100*q, at(rep.ins, q), at(rep.outs, q), at(rep.recvs, q))
+	}
+	row("timeline from the first COMMIT sent: share of the publications handed to the broker / Publish returned / read", "%s", b.String())
+	gap, from := maxGap(rep.ins)
+	if gap > 0 {
+		row("stages: the longest pause between two hand-overs to the broker", "%s, from %s after the first COMMIT",
+			ms(gap), ms(time.Unix(0, from).Sub(firstCommit)))
+	}
+}
+
+// maxGap returns the longest interval between consecutive times of sorted
+// v, and where it began.
+func maxGap(v []int64) (time.Duration, int64) {
+	var gap, from int64
+	for i := 1; i < len(v); i++ {
+		if d := v[i] - v[i-1]; d > gap {
+			gap, from = d, v[i-1]
+		}
+	}
+	return time.Duration(gap), from
 }
 
 // addStages stops the child, which then writes its timings, and joins
