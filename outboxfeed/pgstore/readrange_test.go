@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/stage"
@@ -155,5 +157,80 @@ func TestPostgresBacklogReadAfterALostLease(t *testing.T) {
 	}
 	if n := dispatchedCount(t, s); n != len(want) {
 		t.Fatalf("%d records dispatched, want %d", n, len(want))
+	}
+}
+
+// firstClaimStore records the first claim request of each lease owner.
+type firstClaimStore struct {
+	*Store
+	mu    sync.Mutex
+	first map[string]outboxfeed.ClaimRequest
+}
+
+func (s *firstClaimStore) note(req outboxfeed.ClaimRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.first[req.Owner]; !ok {
+		s.first[req.Owner] = req
+	}
+}
+
+func (s *firstClaimStore) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outboxfeed.Batch, error) {
+	s.note(req)
+	return s.Store.Claim(ctx, req)
+}
+
+func (s *firstClaimStore) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, next *outboxfeed.ClaimRequest) ([]bool, []*outboxfeed.Batch, error) {
+	if next != nil {
+		s.note(*next)
+	}
+	return s.Store.CompleteMany(ctx, cs, next)
+}
+
+// A backlog staged while no Worker ran is claimed a partition a lane: the
+// lead lane's first claim takes one partition, as the other lanes' do,
+// rather than every partition with records (read one after another by
+// one lane while the others find nothing), and every record is published
+// once, in staging order on its channel.
+func TestPostgresBacklogAtStartSpreadsOverTheLanes(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	want := map[fanout.Key][]string{}
+	total := 0
+	for tx := range 4 {
+		notes := make([]stage.Notification, 300)
+		for i := range notes {
+			notes[i] = storetest.Note(fmt.Sprintf("orders/%d", i%40), fmt.Sprintf(`{"tx":%d,"i":%d}`, tx, i))
+		}
+		for i, id := range pgStage(t, s, notes...) {
+			k := fanout.Key{Tenant: "acme", Channel: notes[i].Channel}
+			want[k] = append(want[k], id)
+			total++
+		}
+	}
+	parts := map[int]bool{}
+	for k := range want {
+		parts[partitionOf(t, s, k.Tenant, k.Channel)] = true
+	}
+	if len(parts) < 2 {
+		t.Fatalf("the backlog is in %d partition(s): want several", len(parts))
+	}
+	fs := &firstClaimStore{Store: s, first: map[string]outboxfeed.ClaimRequest{}}
+	rec := storetest.NewRecorder()
+	storetest.StartWorker(t, fs, rec, outboxfeed.WorkerConfig{Owner: "w", Lanes: 4, BatchSize: 50})
+	rec.WaitFor(t, 30*time.Second, "every record", func() bool { return rec.Count() >= total })
+	fs.mu.Lock()
+	lead, ok := fs.first["w"]
+	fs.mu.Unlock()
+	if !ok || lead.Spread > 1 {
+		t.Fatalf("the lead lane's first claim: %+v (claimed %v), want one partition", lead, ok)
+	}
+	for k, ids := range want {
+		if got := rec.Channel(k); !slices.Equal(got, ids) {
+			t.Fatalf("%s published %v, want %v", k.Channel, got, ids)
+		}
+	}
+	if n := rec.Count(); n != total {
+		t.Fatalf("%d publications, want %d", n, total)
 	}
 }
