@@ -52,9 +52,11 @@ type WorkerConfig struct {
 	// RangeRecords is how many records of one range (the records that
 	// became visible since a partition's last completed range) a lane
 	// reads and holds at once, in memory, to publish them in staging
-	// order a batch at a time (PostgreSQL). A larger range is read in runs
-	// of its transactions, which costs PostgreSQL about one more read of
-	// it. Default: 100,000 (DefaultRangeRecords).
+	// order a batch at a time (PostgreSQL: a range of more than the
+	// backlog threshold, BacklogRecords, is read by one statement of its
+	// own right after the claim). A larger range is read in runs of its
+	// transactions, which costs PostgreSQL about one more read of it.
+	// Default: 100,000 (DefaultRangeRecords).
 	RangeRecords int
 	// Lanes is how many loops claim, publish and complete for a Worker
 	// (while one lane is in the store another publishes). A claim finds a
@@ -64,7 +66,8 @@ type WorkerConfig struct {
 	// records, completing them and claiming again in one store step
 	// (Store.CompleteMany; a Worker with a ClaimDelay excepted); once a
 	// claim finds a backlog each lane holds one partition while it keeps
-	// finding full batches. Only the first lane polls; the others claim
+	// finding full batches (a Worker starts as if its lanes' last claims
+	// had found one). Only the first lane polls; the others claim
 	// on wake-ups and when another lane found records. Default: 4 (the
 	// PostgreSQL store's partitions).
 	Lanes int

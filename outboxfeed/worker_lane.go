@@ -84,7 +84,12 @@ func laneOwner(owner string, i int) string {
 func (w *Worker) runLanes(ctx context.Context, wake <-chan struct{}) []*Batch {
 	lanes := make([]*lane, w.cfg.Lanes)
 	for i := range lanes {
-		lanes[i] = &lane{owner: laneOwner(w.cfg.Owner, i), lead: i == 0, lastWork: time.Now(), kicked: make(chan struct{}, 1)}
+		// A lane starts as if its last claim had found a backlog, so the
+		// lead lane's first claim takes one partition, as the other lanes'
+		// do: a backlog there at the start (records staged while no Worker
+		// ran) is then read and published by as many lanes as it has
+		// partitions, not read by one lane a partition after another.
+		lanes[i] = &lane{owner: laneOwner(w.cfg.Owner, i), lead: i == 0, lastWork: time.Now(), kicked: make(chan struct{}, 1), backlog: true}
 	}
 	kickAll := func() {
 		for _, l := range lanes {

@@ -28,6 +28,11 @@ type drainResult struct {
 	// Published: drain, Worker start → broker accepted every record;
 	// staged, first insert → the same.
 	Published time.Duration
+	// FirstClaimed: drain, Worker start → the first claim that found
+	// records returned (as the poll of the Worker's metrics sees it, every
+	// 2 ms); FirstPublished: Worker start → the broker accepted the first
+	// record.
+	FirstClaimed, FirstPublished time.Duration
 	// Drained: drain, Worker start → every record completed; staged,
 	// first insert → every record completed (after every commit).
 	Drained time.Duration
@@ -104,6 +109,11 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
 			res.Published = time.Since(start)
 		}
+		if res.FirstClaimed == 0 {
+			if n, _, err := p.claims(); err != nil || n > 0 {
+				res.FirstClaimed = time.Since(start)
+			}
+		}
 		if res.Drained == 0 {
 			n, err := p.completed()
 			if err != nil || n < int64(cfg.Records) {
@@ -129,8 +139,10 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 	if err = p.finish(ctx, store.Pool(), "drain", cfg.Records, err); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(progress, "drain %s: %d records completed in %v (%s); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
+	res.FirstPublished = p.pub.firstSince(start)
+	fmt.Fprintf(progress, "drain %s: %d records completed in %v (%s; first claim with records seen after %v, first record accepted after %v, all accepted after %v); CPU per record: Herald %.1f µs, PostgreSQL %.1f µs\n",
 		besideText(res.Beside), cfg.Records, res.Drained.Round(time.Millisecond), perSecond(int64(cfg.Records), res.Drained),
+		res.FirstClaimed.Round(time.Millisecond), res.FirstPublished.Round(time.Millisecond), res.Published.Round(time.Millisecond),
 		benchkit.PerRecordMicros(res.CPU.self, cfg.Records), benchkit.PerRecordMicros(res.CPU.postgres, cfg.Records))
 	if res.Beside {
 		fmt.Fprintf(progress, "drain: the webhook handler completed them in %v (%s), %d of them by the time realtime was done, yielding %d times; until both were done, CPU per record and handler: Herald %.1f µs, PostgreSQL %.1f µs\n",

@@ -24,7 +24,8 @@ import (
 type recordingPublisher struct {
 	next     outboxfeed.Publisher
 	accepted atomic.Int64
-	record   bool // keep per-id accept times
+	first    atomic.Int64 // when the broker first accepted a record (UnixNano; 0: not yet)
+	record   bool         // keep per-id accept times
 
 	mu         sync.Mutex
 	acceptedAt map[string]time.Time // first accept per id
@@ -36,7 +37,9 @@ func (p *recordingPublisher) Publish(ctx context.Context, msg fanout.Message) (f
 		return pub, err
 	}
 	now := time.Now()
-	p.accepted.Add(1)
+	if p.accepted.Add(1) == 1 {
+		p.first.Store(now.UnixNano())
+	}
 	if p.record {
 		p.mu.Lock()
 		if _, dup := p.acceptedAt[msg.ID]; !dup {
@@ -45,6 +48,16 @@ func (p *recordingPublisher) Publish(ctx context.Context, msg fanout.Message) (f
 		p.mu.Unlock()
 	}
 	return pub, nil
+}
+
+// firstSince is how long after start the broker first accepted a record
+// (0: none yet).
+func (p *recordingPublisher) firstSince(start time.Time) time.Duration {
+	ns := p.first.Load()
+	if ns == 0 {
+		return 0
+	}
+	return time.Unix(0, ns).Sub(start)
 }
 
 // acceptTime returns when id was first accepted.

@@ -103,8 +103,9 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w, "| measurement | result | target / reference |")
 	fmt.Fprintln(w, "|---|---|---|")
 	if d := r.drain; d != nil {
-		fmt.Fprintf(w, "| drain: %d records over %d channels staged with the Worker stopped, batch %d, claim → publish (%s broker) → complete%s | **%s** (%.2f s; all published after %.2f s) | measure Centrifugo with `go run ./loadtest/cfbench -phases drain` in the same run |\n",
-			d.Records, r.cfg.Channels, d.BatchSize, d.Broker, holdText(d.HoldXmin), perSecond(int64(d.Records), d.Drained), d.Drained.Seconds(), d.Published.Seconds())
+		fmt.Fprintf(w, "| drain: %d records over %d channels staged with the Worker stopped, batch %d, claim → publish (%s broker) → complete%s | **%s** (%.2f s; first claim with records after %.3f s, first record published after %.3f s, all after %.2f s) | measure Centrifugo with `go run ./loadtest/cfbench -phases drain` in the same run |\n",
+			d.Records, r.cfg.Channels, d.BatchSize, d.Broker, holdText(d.HoldXmin), perSecond(int64(d.Records), d.Drained), d.Drained.Seconds(),
+			d.FirstClaimed.Seconds(), d.FirstPublished.Seconds(), d.Published.Seconds())
 		fmt.Fprintf(w, "| drain: CPU per record while draining, Herald (this process) / PostgreSQL backends of the bench database | %.1f µs / %.1f µs | — |\n",
 			benchkit.PerRecordMicros(d.CPU.self, d.Records), benchkit.PerRecordMicros(d.CPU.postgres, d.Records))
 		fmt.Fprintf(w, "| drain: bulk staging with COPY (setup, Worker stopped) | %s | — |\n", perSecond(int64(d.Records), d.Stage))

@@ -55,13 +55,55 @@ const (
 	r_occurred, r_kind2 FROM herald.outbox_read_runs($1, $2::text[]::xid8[], $3, $4, $5)`
 )
 
-// rangeLimit is req's RangeLimit or its default.
-func rangeLimit(req *outboxfeed.ClaimRequest) int {
+// pgReadRangeSQL reads the records of the range of partition $2 of
+// handler $1 past its position, up to $5 of them, under the lease of $3
+// with fence $4 (none once it is lost), in index order: the read of a
+// range larger than its claim statement reads (claimRangeRecords). It is
+// one plain statement whose rows stream to the Worker as the index scan
+// finds them; the claim functions return theirs through plpgsql's RETURN
+// QUERY (or a materialized CTE), which stores the whole result before it
+// sends the first row and costs PostgreSQL about twice as much per record.
+// The transactions open at the range's start (the xip of lo) are read by
+// index (xid = ANY), as the claims read them.
+const pgReadRangeSQL = `WITH l AS MATERIALIZED (
+	SELECT p.part, p.lo, p.hi, p.pos_seq, ARRAY(SELECT pg_snapshot_xip(p.lo)) AS xip FROM herald.outbox_partition p
+	WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open AND p.hi IS NOT NULL)
+SELECT o.id::text, o.seq, o.xid::text, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness,
+	o.occurred_at, o.kind
+FROM l CROSS JOIN LATERAL (
+	(SELECT o.* FROM herald.outbox o WHERE o.part = l.part AND o.xid = ANY (l.xip)
+		AND o.seq > l.pos_seq AND pg_visible_in_snapshot(o.xid, l.hi))
+	UNION ALL
+	(SELECT o.* FROM herald.outbox o WHERE o.part = l.part AND o.xid >= pg_snapshot_xmax(l.lo) AND o.xid < pg_snapshot_xmax(l.hi)
+		AND o.seq > l.pos_seq AND pg_visible_in_snapshot(o.xid, l.hi))
+	LIMIT $5) o`
+
+// pgReadSettings are pgReadRangeSQL's: the range is read through the
+// index, in its order.
+const pgReadSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
+// holdLimit is req's RangeLimit or its default: how many records of a
+// range a claim reads and holds at once (a larger range is read in runs).
+func holdLimit(req *outboxfeed.ClaimRequest) int {
 	if req.RangeLimit > 0 {
 		return req.RangeLimit
 	}
 	return outboxfeed.DefaultRangeRecords
 }
+
+// claimRangeRecords is how many of a range's records the statement that
+// claims (or goes on in) a partition reads itself: the backlog threshold
+// of req's batch (outboxfeed.BacklogRecords, or a sixteenth of Limit when
+// that is fewer), at most holdLimit. A range of more, a backlog, is read
+// right after by pgReadRangeSQL (readRange); what the claim read of it
+// (that many records and one) is read again there.
+func claimRangeRecords(req *outboxfeed.ClaimRequest) int {
+	return min(holdLimit(req), max(1, min(outboxfeed.BacklogRecords, req.Limit/16)))
+}
+
+// rangeLimit is the range limit of req's claim statement
+// (claimRangeRecords): a claim whose range holds more reads it anew.
+func rangeLimit(req *outboxfeed.ClaimRequest) int { return claimRangeRecords(req) }
 
 // pgBatch is the store's own state of a claim (outboxfeed.Batch.Driver):
 // the claim's commit mode, the rest of the range it read, in seq order
@@ -130,17 +172,44 @@ func (s *Store) Claim(ctx context.Context, req outboxfeed.ClaimRequest) (*outbox
 // claim (herald.outbox_claim, or pgAdvanceSQL: the kind of its lease row
 // goes to *lease).
 func readClaim(res pgx.BatchResults, n int, req *outboxfeed.ClaimRequest, lease *byte) (*outboxfeed.Batch, error) {
-	for range n - 1 {
-		if _, err := res.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := res.Query()
+	rows, err := queryLast(res, n)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	return scanClaim(rows, req, lease)
+}
+
+// queryLast reads the results of a batch of n statements and returns the
+// rows of the last, a query.
+func queryLast(res pgx.BatchResults, n int) (pgx.Rows, error) {
+	for range n - 1 {
+		if _, err := res.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	return res.Query()
+}
+
+// scanRecords hands each record of rows (pgReadRunsSQL's or
+// pgReadRangeSQL's columns) to add, until add returns false.
+func scanRecords(rows pgx.Rows, add func(outboxfeed.Record) bool) error {
+	t := newPGClaimRowTargets()
+	t.kind = 'r'
+	dest := []any{&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		r, err := t.record()
+		if err != nil {
+			return err
+		}
+		if !add(r) {
+			return nil
+		}
+	}
+	return rows.Err()
 }
 
 // pgClaimRowTargets are the scan targets of one claim row, reused across
@@ -451,8 +520,10 @@ func (c *claimBuilder) finish() *outboxfeed.Batch {
 		}
 	}
 	if c.ranged.n > rangeLimit(c.req) {
-		// Too large to hold: read in runs (Claim reads the first ones).
+		// More than the claim statement reads: read right after it
+		// (readRuns: the whole range, or, too large to hold, in runs).
 		state(b).runs.pending = true
+		state(b).runs.whole = rangeLimit(c.req) < holdLimit(c.req)
 		b.Records = queued
 		b.More = true
 		setState(b)
@@ -545,9 +616,13 @@ type pgRun struct {
 
 // pgRuns are the runs of a range too large to hold, in seq order.
 type pgRuns struct {
-	pending bool    // runs must be read (from the range past the position)
-	list    []pgRun // read, not yet handed out
-	more    bool    // the range has runs past list
+	pending bool // runs must be read (from the range past the position)
+	// whole: the range is larger than its claim statement read
+	// (claimRangeRecords); readRuns reads it whole first (readRange), and
+	// in runs only when it is larger than the Worker holds.
+	whole bool
+	list  []pgRun // read, not yet handed out
+	more  bool    // the range has runs past list
 }
 
 // left reports whether the range has records past what was handed out.
@@ -557,8 +632,15 @@ func (r *pgRuns) left() bool { return r.pending || len(r.list) > 0 || r.more }
 // position (when b has none left) and the records of the next Limit of
 // them, which it appends to b.Records.
 func (s *Store) readRuns(ctx context.Context, b *outboxfeed.Batch, req *outboxfeed.ClaimRequest) error {
+	if state(b).runs.whole {
+		state(b).runs.whole = false
+		held, err := s.readRange(ctx, b, req)
+		if err != nil || held {
+			return err
+		}
+	}
 	if len(state(b).runs.list) == 0 {
-		max := rangeLimit(req)
+		max := holdLimit(req)
 		rows, err := s.pool.Query(ctx, pgRunsSQL, s.handler, b.Partition, max+1)
 		if err != nil {
 			return err
@@ -599,29 +681,55 @@ func (s *Store) readRuns(ctx context.Context, b *outboxfeed.Batch, req *outboxfe
 	if err != nil {
 		return err
 	}
-	t := newPGClaimRowTargets()
-	t.kind = 'r'
-	dest := []any{&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2}
 	got := make([]outboxfeed.Record, 0, min(n, req.Limit))
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			rows.Close()
-			return err
-		}
-		r, err := t.record()
-		if err != nil {
-			rows.Close()
-			return err
-		}
+	err = scanRecords(rows, func(r outboxfeed.Record) bool {
 		got = append(got, r)
-	}
+		return true
+	})
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return err
 	}
 	state(b).runs.consume(got)
 	hand(b, [][]outboxfeed.Record{got}, req.Limit)
 	return nil
+}
+
+// readRange reads the range of b's partition past its position
+// (pgReadRangeSQL), up to holdLimit records and one, and, when it holds
+// no more than that, hands its first batch to b (after b's queued
+// records) and keeps the rest, as a claim that read it would have. It
+// reports false, having handed out nothing, for a range larger than that
+// (read in runs). A lease lost since the claim reads nothing: b then has
+// no range records, and its completion is refused (fenced), so nothing
+// is skipped.
+func (s *Store) readRange(ctx context.Context, b *outboxfeed.Batch, req *outboxfeed.ClaimRequest) (bool, error) {
+	limit := holdLimit(req)
+	var pb pgx.Batch
+	pb.Queue(pgReadSettings)
+	pb.Queue(pgReadRangeSQL, s.handler, b.Partition, b.Owner, b.Fence, limit+1)
+	res := s.pool.SendBatch(ctx, &pb)
+	g := gather{limit: max(req.Limit, 1)}
+	fits := true
+	rows, err := queryLast(res, pb.Len())
+	if err == nil {
+		err = scanRecords(rows, func(r outboxfeed.Record) bool {
+			if fits = g.n < limit; fits {
+				g.add(r)
+			}
+			return fits
+		})
+		rows.Close()
+	}
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil || !fits {
+		return false, err // too large to hold: read in runs
+	}
+	state(b).runs.pending = false
+	hand(b, g.inSeqOrder(), req.Limit)
+	return true, nil
 }
 
 // consume drops from the runs the records read (a prefix of them, in

@@ -21,17 +21,20 @@ import (
 // A writes a business row, B stages "paid" and commits, then A stages
 // "shipped" and commits; the screen must end on "shipped". Checked with
 // the range read in one batch, in several, and in runs (a range larger
-// than the Worker holds).
+// than the Worker holds), and with a range larger than the claim's own
+// statement reads (read right after it, readRange).
 func TestPostgresRangeInStagingOrder(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		batch int
 		held  int // RangeRecords
+		pairs int
 	}{
-		{"one batch", 1000, 0},
-		{"several batches", 3, 0},
-		{"runs", 2, 2},
+		{"one batch", 1000, 0, 12},
+		{"several batches", 3, 0, 12},
+		{"runs", 2, 2, 12},
+		{"a backlog read after its claim", 1000, 0, outboxfeed.BacklogRecords},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -39,7 +42,7 @@ func TestPostgresRangeInStagingOrder(t *testing.T) {
 			ctx := context.Background()
 			_, err := s.Pool().Exec(ctx, `CREATE TABLE orders (id int PRIMARY KEY, status text)`)
 			testenv.Must(t, err, "business table")
-			const pairs = 12
+			pairs := tc.pairs
 			want := map[fanout.Key][]string{}
 			for i := range pairs {
 				ch := fmt.Sprintf("orders/%d", i%4)
