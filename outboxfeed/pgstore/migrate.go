@@ -29,13 +29,25 @@ const (
 // pgNotifyChannel is the LISTEN/NOTIFY channel of the wake-up trigger.
 const pgNotifyChannel = "herald_outbox"
 
-// pgCreateNotifyTrigger installs the wake-up trigger as migration 14 has
-// it: its function runs only while the wake-up switch's copy is not 0
+// pgCreateNotifyTrigger installs the wake-up trigger. From migration 16
+// the insert trigger outbox_stage, which sets part, runs the function that
+// also sends the wake-up (CREATE OR REPLACE TRIGGER does not wait for the
+// Workers' reads); at 14 and 15 it is the statement trigger outbox_notify,
+// whose function runs only while the wake-up switch's copy is not 0
 // (disarmed, or never armed).
 const pgCreateNotifyTrigger = `
-CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
-	FOR EACH STATEMENT WHEN (pg_sequence_last_value('herald.outbox_wakeup_until') > 0)
-	EXECUTE FUNCTION herald.outbox_notify()`
+DO $do$
+BEGIN
+	IF to_regprocedure('herald.outbox_stage_notify()') IS NOT NULL THEN
+		CREATE OR REPLACE TRIGGER outbox_stage BEFORE INSERT ON herald.outbox
+			FOR EACH ROW EXECUTE FUNCTION herald.outbox_stage_notify();
+	ELSE
+		CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
+			FOR EACH STATEMENT WHEN (pg_sequence_last_value('herald.outbox_wakeup_until') > 0)
+			EXECUTE FUNCTION herald.outbox_notify();
+	END IF;
+END
+$do$`
 
 // pgCreateNotifyTriggerBefore14 installs it in a schema older than
 // migration 14 (tests build one), which may have no such sequence.
@@ -47,8 +59,24 @@ CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
 // condition.
 const pgWhenTriggerVersion = 14
 
-const pgDropNotifyTrigger = `DROP TRIGGER IF EXISTS outbox_notify ON herald.outbox`
+// pgDropNotifyTrigger takes the wake-up trigger away: from migration 16
+// outbox_stage then only sets part.
+const pgDropNotifyTrigger = `
+DO $do$
+BEGIN
+	IF to_regprocedure('herald.outbox_stage()') IS NOT NULL THEN
+		CREATE OR REPLACE TRIGGER outbox_stage BEFORE INSERT ON herald.outbox
+			FOR EACH ROW EXECUTE FUNCTION herald.outbox_stage();
+	ELSE
+		DROP TRIGGER IF EXISTS outbox_notify ON herald.outbox;
+	END IF;
+END
+$do$`
 
+// pgHasNotifyTrigger tells whether the wake-up trigger is installed: the
+// statement trigger outbox_notify before migration 16, from it the insert
+// trigger running herald.outbox_stage_notify.
 const pgHasNotifyTrigger = `
 SELECT EXISTS (SELECT 1 FROM pg_trigger
-	WHERE tgrelid = 'herald.outbox'::regclass AND tgname = 'outbox_notify' AND NOT tgisinternal)`
+	WHERE tgrelid = 'herald.outbox'::regclass AND NOT tgisinternal AND (tgname = 'outbox_notify'
+		OR tgname = 'outbox_stage' AND tgfoid = to_regprocedure('herald.outbox_stage_notify()')))`

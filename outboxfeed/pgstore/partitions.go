@@ -99,12 +99,24 @@ func (a pgAdmin) SetPartitions(ctx context.Context, n int) error {
 				generate_series($1::int, $1::int + $2::int - 1) g`, base, n); err != nil {
 			return err
 		}
-		// PL/pgSQL, not SQL: a SQL function would be inlined, its body
-		// parsed again, each time an INSERT computes the generated column
-		// part (migration 10). Its down step reads base and count back.
-		_, err = tx.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION herald.outbox_partition_of(tenant_id text, channel text) RETURNS int
-	LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-	AS $fn$ BEGIN RETURN %d + ((hashtextextended(tenant_id || '/' || channel, 0) & 9223372036854775807) %% %d)::int; END $fn$`, base, n))
+		// From migration 16 a SQL function, which the insert trigger's
+		// function inlines once per session (PostgreSQL plans it again
+		// after this replacement); before it PL/pgSQL: a SQL function
+		// would be inlined, its body parsed again, each time an INSERT
+		// computed the generated column part (migration 10). Both down
+		// steps read base and count back.
+		var inlined bool
+		if err := tx.QueryRow(ctx, `SELECT to_regprocedure('herald.outbox_stage()') IS NOT NULL`).Scan(&inlined); err != nil {
+			return err
+		}
+		def := fmt.Sprintf(`LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+	AS $fn$ BEGIN RETURN %d + ((hashtextextended(tenant_id || '/' || channel, 0) & 9223372036854775807) %% %d)::int; END $fn$`, base, n)
+		if inlined {
+			def = fmt.Sprintf(`LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	AS $fn$ SELECT %d + ((hashtextextended(tenant_id || '/' || channel, 0) & 9223372036854775807) %% %d)::int $fn$`, base, n)
+		}
+		_, err = tx.Exec(ctx, `CREATE OR REPLACE FUNCTION herald.outbox_partition_of(tenant_id text, channel text) RETURNS int
+	`+def)
 		return err
 	})
 	switch {
