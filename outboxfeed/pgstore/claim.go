@@ -35,9 +35,14 @@ const (
 	// the index, in its order (the claim functions set both themselves;
 	// pgAdvanceSQL is a plain statement, whose generic plan would
 	// otherwise read the whole table for a range bound it cannot
-	// estimate).
+	// estimate). Plans are generic: a claim's statements (and the claim
+	// functions' own) run thousands of times a second with a small
+	// LIMIT (claimRangeRecords), whose custom plans PostgreSQL costs far
+	// below the generic one and so would plan anew at every call, which
+	// cost a cycle several times its execution.
 	pgCycleSettings = `SELECT set_config('synchronous_commit', $1, true),
 	set_config('idle_in_transaction_session_timeout', '5s', true),
+	set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 	// The wake-up switch is a hint: a Worker never waits for another
 	// one's lock on it (one frozen mid-transaction would stall them all).
