@@ -104,6 +104,7 @@ func TestConfigValidation(t *testing.T) {
 		"poll":        {WorkerConfig{PollInterval: -time.Second}, "PollInterval"},
 		"active poll": {WorkerConfig{ActivePollInterval: -time.Millisecond}, "ActivePollInterval"},
 		"idle after":  {WorkerConfig{IdleAfter: -time.Millisecond}, "IdleAfter"},
+		"cycle":       {WorkerConfig{IdleAfter: time.Millisecond, CycleInterval: 2 * time.Millisecond}, "CycleInterval 2ms: must be at most IdleAfter"},
 		"huge batch":  {WorkerConfig{BatchSize: MaxBatchSize + 1}, "BatchSize 10001"},
 		"claim delay": {WorkerConfig{ClaimDelay: -time.Millisecond}, "ClaimDelay -1ms"},
 		"long delay":  {WorkerConfig{LeaseDuration: time.Second, PublishTimeout: 100 * time.Millisecond, ClaimDelay: 250 * time.Millisecond}, "quarter of LeaseDuration"},

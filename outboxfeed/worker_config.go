@@ -91,6 +91,19 @@ type WorkerConfig struct {
 	// the notify trigger (PostgreSQL) and waits for a wake-up or
 	// PollInterval. Default: 50ms.
 	IdleAfter time.Duration
+	// CycleInterval paces the first lane while records trickle in: after
+	// a claim that found fewer records than a backlog (BacklogRecords, or
+	// none), its next claim (with a completion, or an active poll) starts
+	// no sooner than CycleInterval after the previous one began. Each
+	// claim costs PostgreSQL about the same whether it finds one record or
+	// a few, so at a steady flow fewer claims of a few records each cost it
+	// less per record, at the price of up to CycleInterval of latency for a
+	// record committed just after a claim. A claim that found a backlog is
+	// followed at once (a backlog drains at full speed), and a stopping
+	// Worker does not wait. Negative: no pacing (a lane claims again as
+	// soon as its previous claim returned). At most IdleAfter.
+	// Default: 2ms (DefaultCycleInterval).
+	CycleInterval time.Duration
 	// ClaimDelay is how long after a claim that found less than a full
 	// batch (and nothing behind it) a lane waits before it completes that
 	// batch and claims again, so the records committed meanwhile are
@@ -222,6 +235,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	def(&c.PollInterval, time.Second)
 	def(&c.ActivePollInterval, 500*time.Microsecond)
 	def(&c.IdleAfter, 50*time.Millisecond)
+	def(&c.CycleInterval, DefaultCycleInterval)
 	def(&c.LeaseDuration, 30*time.Second)
 	def(&c.PublishTimeout, min(10*time.Second, c.LeaseDuration/2))
 	def(&c.MaxAge, 24*time.Hour)
@@ -286,6 +300,9 @@ func (c WorkerConfig) validate() error {
 			return bad("%s %v: must not be negative", name, d)
 		}
 	}
+	if c.CycleInterval > c.IdleAfter {
+		return bad("CycleInterval %v: must be at most IdleAfter %v", c.CycleInterval, c.IdleAfter)
+	}
 	return nil
 }
 
@@ -294,6 +311,9 @@ func (c WorkerConfig) validate() error {
 // longer — one call may then outlast the lease, which is renewed while it
 // runs.
 func (c WorkerConfig) startWindow() time.Duration { return max(c.LeaseDuration/2, c.PublishTimeout) }
+
+// DefaultCycleInterval is WorkerConfig.CycleInterval's default.
+const DefaultCycleInterval = 2 * time.Millisecond
 
 // MaxBatchSize bounds WorkerConfig.BatchSize.
 const MaxBatchSize = rules.MaxBatchSize

@@ -42,6 +42,30 @@ type lane struct {
 	// behind it, or a sixteenth of a batch): the lane takes one partition
 	// at a time, and the others lanes the rest (spreads).
 	backlog bool
+	// cycleAt is when this lane's last claim (with a completion or
+	// alone) was sent: the lead lane's next one waits until CycleInterval
+	// after it while records trickle in (pace).
+	cycleAt time.Time
+}
+
+// pace holds lead lane l's next claim until CycleInterval after its last
+// one was sent, when that claim found fewer records than a backlog (none
+// included): while records trickle in, the next claim then takes the
+// records committed meanwhile together instead of a claim each. A claim
+// that found a backlog is followed at once, and a stop ends the wait.
+func (w *Worker) pace(ctx context.Context, l *lane) {
+	if d := w.paceLeft(l, l.backlog); d > 0 {
+		sleepOrKick(ctx, d, nil)
+	}
+}
+
+// paceLeft is how long lane l's next claim waits (pace) after a claim
+// that found a backlog or not.
+func (w *Worker) paceLeft(l *lane, backlog bool) time.Duration {
+	if !l.lead || backlog || w.cfg.CycleInterval <= 0 || l.cycleAt.IsZero() {
+		return 0
+	}
+	return time.Until(l.cycleAt.Add(w.cfg.CycleInterval))
 }
 
 // unkick takes back a kick (a wake-up, or another lane's) that came before
@@ -151,6 +175,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) []*Batch 
 			req := w.claimRequest(l, AnyPartition)
 			req.Spread = w.spread(l)
 			l.unkick()
+			l.cycleAt = time.Now()
 			var err error
 			bs, err = w.claim(ctx, req)
 			if err != nil {
@@ -305,6 +330,9 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 	case polls:
 		wait = activePoll(w.cfg.ActivePollInterval, w.cfg.IdleAfter, l.empties)
 		l.empties++
+		// An empty claim found less than a backlog: the next waits at
+		// least until CycleInterval after it (pace).
+		wait = max(wait, w.paceLeft(l, false))
 	case !l.armed:
 		// The flow stopped during the claim: the next claim arms the
 		// trigger, at once, before the long wait.
@@ -349,6 +377,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	rests := w.spareLaneRests(l, b, out)
 	if !rests {
 		w.lingerAfter(ctx, b, claimedAt)
+		w.pace(ctx, l)
 	}
 	var next *ClaimRequest
 	// No claim rides on the completion while a gate is shut: a lane then
@@ -370,6 +399,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		req := w.claimRequest(l, part)
 		next = &req
 		l.unkick()
+		l.cycleAt = time.Now()
 	}
 	held, nb, err := w.complete(ctx, b, out, next, res.leaseFrom)
 	if err != nil {

@@ -47,6 +47,7 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 	if len(cs) == 0 {
 		return nil
 	}
+	w.pace(ctx, l)
 	var next *ClaimRequest
 	if ctx.Err() == nil && brokerErr == nil && !w.gates.broker.shut.Load() && !w.gates.store.shut.Load() && !w.yielding() {
 		req := w.claimRequest(l, AnyPartition)
@@ -57,6 +58,7 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 			cs[i].GoOn = req.Spread > 1 || b.More || len(cs[i].Out) < len(b.Records)
 		}
 		l.unkick()
+		l.cycleAt = time.Now()
 	}
 	// The completion must land within the shortest of the leases.
 	leaseFrom := results[0].leaseFrom

@@ -163,6 +163,7 @@ type workerSettings struct {
 	SegmentRecords int
 	Lanes          int
 	ActivePoll     time.Duration
+	CycleInterval  time.Duration
 	IdleAfter      time.Duration
 	DurableClaims  bool
 	RangeRecords   int
@@ -186,6 +187,7 @@ func (w *workerSettings) register(st *settings) {
 	st.Duration(&w.MaxAge, "outbox-max-age", 24*time.Hour, "age after which a failing record is dead-lettered")
 	st.Int(&w.Lanes, "outbox-lanes", 4, "loops that claim, publish and complete for a Worker: below a backlog the first holds up to this many partitions in one store step, with a backlog each lane holds one")
 	st.Duration(&w.ActivePoll, "outbox-active-poll-interval", 500*time.Microsecond, "how soon a busy Worker claims again (it stands in for wake-ups while records flow)")
+	st.Duration(&w.CycleInterval, "outbox-cycle-interval", outboxfeed.DefaultCycleInterval, "while records trickle in (a claim found fewer than a backlog), the shortest time from one claim of the Worker's first lane to its next: the records committed meanwhile are claimed together, which costs PostgreSQL less per record, at up to this much latency; a backlog is claimed at once; 0 = none (at most --outbox-idle-after)")
 	st.Duration(&w.IdleAfter, "outbox-idle-after", 50*time.Millisecond, "time without records after which a Worker arms the NOTIFY wake-up and waits")
 	st.Duration(&w.StoreProbeMax, "outbox-store-probe-max-interval", 5*time.Second, "longest wait between two pings of an outbox store that does not answer (the first after 250ms, doubling); meanwhile the Worker claims nothing and reads no backlog gauge, and it resumes within this long of the store answering")
 	st.Duration(&w.BrokerProbeMax, "outbox-broker-probe-max-interval", time.Second, "longest wait between two pings of a broker that does not take publishes; the Worker claims and writes nothing meanwhile and resumes within about this long of the broker answering")
@@ -238,8 +240,12 @@ func (w *workerSettings) config(log *slog.Logger, reg prometheus.Registerer) (ou
 		}
 		registry = r
 	}
+	cycle := w.CycleInterval
+	if cycle == 0 {
+		cycle = -1 // none (outboxfeed.WorkerConfig's zero is its default)
+	}
 	return outboxfeed.WorkerConfig{
-		BatchSize: w.BatchSize, RangeRecords: w.RangeRecords, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
+		CycleInterval: cycle, BatchSize: w.BatchSize, RangeRecords: w.RangeRecords, Concurrency: w.Concurrency, PollInterval: w.PollInterval,
 		LeaseDuration: w.Lease, MaxAttempts: w.MaxAttempts, MaxAge: w.MaxAge,
 		Lanes: w.Lanes, ActivePollInterval: w.ActivePoll, IdleAfter: w.IdleAfter, DurableClaims: w.DurableClaims,
 		ProbeMaxInterval: w.StoreProbeMax, BrokerProbeMaxInterval: w.BrokerProbeMax,

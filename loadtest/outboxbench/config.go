@@ -115,6 +115,9 @@ type config struct {
 	// ActivePollInterval is the Worker's ActivePollInterval. Default: 0,
 	// the Worker's default.
 	ActivePollInterval time.Duration
+	// CycleInterval is the Worker's CycleInterval (negative: no pacing).
+	// Default: 0, the Worker's default.
+	CycleInterval time.Duration
 
 	// Producers is how many concurrent single-row producers the producer
 	// phase runs. Default: 16.
@@ -206,6 +209,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.LatencyNotify, "latency-notify", c.LatencyNotify, "latency: keep the NOTIFY wake-up trigger (false = the Worker polls every -poll-interval)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "Worker poll interval")
 	fs.DurationVar(&c.ActivePollInterval, "active-poll-interval", c.ActivePollInterval, "Worker active poll interval (0 = the Worker's default)")
+	fs.DurationVar(&c.CycleInterval, "cycle-interval", c.CycleInterval, "Worker cycle interval: the lead lane's shortest period between claims while records trickle in (0 = the Worker's default, negative = no pacing)")
 	fs.IntVar(&c.Producers, "producers", c.Producers, "producers: concurrent single-row producers")
 	fs.DurationVar(&c.ProducerDuration, "producer-duration", c.ProducerDuration, "producers: how long each variant runs")
 	fs.StringVar(&c.ProducerVariants, "producer-variants", c.ProducerVariants, "producers: variants in run order, comma-separated <worker|none>/<on|off> (a Worker draining or no consumer / NOTIFY trigger)")

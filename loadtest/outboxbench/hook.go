@@ -112,7 +112,7 @@ func registerHook(ctx context.Context, store *pgstore.Store, cfg config, recv *h
 	}
 	s.worker, err = outboxfeed.NewDeliveryWorker(hs, d,
 		h.WorkerConfig(outboxfeed.WorkerConfig{
-			Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval,
+			Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval, CycleInterval: cfg.CycleInterval,
 			Registerer: s.reg, YieldsTo: s.prec, StatsInterval: cfg.WebhookStatsInterval,
 		}))
 	if err != nil {

@@ -108,7 +108,7 @@ func startPipeline(ctx context.Context, store outboxfeed.Store, cfg config, kind
 		reg:     prometheus.NewRegistry(),
 	}
 	p.worker, err = outboxfeed.NewWorker(store, p.pub, outboxfeed.WorkerConfig{
-		BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval, Registerer: p.reg,
+		BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, Lanes: cfg.Lanes, PollInterval: cfg.PollInterval, ActivePollInterval: cfg.ActivePollInterval, CycleInterval: cfg.CycleInterval, Registerer: p.reg,
 		Leads: leads,
 	})
 	if err != nil {
