@@ -102,7 +102,7 @@ type WorkerConfig struct {
 	// followed at once (a backlog drains at full speed), and a stopping
 	// Worker does not wait. Negative: no pacing (a lane claims again as
 	// soon as its previous claim returned). At most IdleAfter.
-	// Default: 2ms (DefaultCycleInterval).
+	// Default: 2ms (DefaultCycleInterval), or IdleAfter when that is less.
 	CycleInterval time.Duration
 	// ClaimDelay is how long after a claim that found less than a full
 	// batch (and nothing behind it) a lane waits before it completes that
@@ -235,7 +235,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	def(&c.PollInterval, time.Second)
 	def(&c.ActivePollInterval, 500*time.Microsecond)
 	def(&c.IdleAfter, 50*time.Millisecond)
-	def(&c.CycleInterval, DefaultCycleInterval)
+	def(&c.CycleInterval, min(DefaultCycleInterval, c.IdleAfter))
 	def(&c.LeaseDuration, 30*time.Second)
 	def(&c.PublishTimeout, min(10*time.Second, c.LeaseDuration/2))
 	def(&c.MaxAge, 24*time.Hour)
