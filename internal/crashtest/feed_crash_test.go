@@ -279,21 +279,27 @@ func victimLeases(ctx context.Context, pool *pgxpool.Pool, owner string) (int, [
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM herald.outbox_records WHERE state = 'dispatched'`).Scan(&dispatched); err != nil {
 		return 0, nil, err
 	}
+	held, err := heldBy(ctx, pool, owner)
+	return dispatched, held, err
+}
+
+// heldBy returns the records claimed by owner.
+func heldBy(ctx context.Context, pool *pgxpool.Pool, owner string) ([]heldRecord, error) {
 	rows, err := pool.Query(ctx, `SELECT id::text, channel, fence FROM herald.outbox_records
 		WHERE state = 'processing' AND lease_owner = $1`, owner)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	defer rows.Close()
 	var held []heldRecord
 	for rows.Next() {
 		var h heldRecord
 		if err := rows.Scan(&h.id, &h.channel, &h.fence); err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		held = append(held, h)
 	}
-	return dispatched, held, rows.Err()
+	return held, rows.Err()
 }
 
 // streamKey is the Redis stream of a channel of testTenant.
@@ -308,12 +314,24 @@ func hasID(e redis.XMessage, id string) bool {
 }
 
 // markPublished sets published on the held records already in their
-// channel's Redis stream (among its latest entries) and counts them.
+// channel's Redis stream (among its latest entries) and counts them. It
+// reads each channel's stream once, all in one round trip: the tests
+// call it while a feed is frozen, which should be short.
 func markPublished(ctx context.Context, rc *redis.Client, prefix string, held []heldRecord) (int, error) {
+	streams := make(map[string]*redis.XMessageSliceCmd, len(held))
+	pipe := rc.Pipeline()
+	for _, h := range held {
+		if streams[h.channel] == nil {
+			streams[h.channel] = pipe.XRevRangeN(ctx, streamKey(prefix, h.channel), "+", "-", 100)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
 	n := 0
 	for i := range held {
 		h := &held[i]
-		entries, err := rc.XRevRangeN(ctx, streamKey(prefix, h.channel), "+", "-", 100).Result()
+		entries, err := streams[h.channel].Result()
 		if err != nil {
 			return 0, err
 		}

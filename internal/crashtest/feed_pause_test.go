@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestFeedSIGSTOPPastLease freezes a `herald feed` process (SIGSTOP) while
@@ -33,27 +35,35 @@ func TestFeedSIGSTOPPastLease(t *testing.T) {
 	staging := startStaging(t, ctx, cancel, pool)
 
 	// Freeze the victim while it holds a batch of which some records are
-	// already in Redis and some not: its publishing is in flight.
+	// already in Redis and some not: its publishing is in flight. The
+	// victim must itself have published under its lease (a channel's
+	// fence in Redis is the lease's): records in Redis may also be a
+	// previous holder's, and a claim whose answer the victim had not read
+	// when it froze is one it drops on its deadline (the claim failed, for
+	// all it knows), so it would have no batch whose loss to count.
 	rc := newRedisClient(t, redisURL)
 	var held []heldRecord
 	var part int
 	var fence int64
 	waitUntil(t, 90*time.Second, 3*time.Millisecond, "the victim frozen mid-batch", func() (bool, error) {
 		victim.p.signal(t, syscall.SIGSTOP)
-		_, hs, err := victimLeases(ctx, pool, victim.owner)
-		published := 0
+		hs, err := heldBy(ctx, pool, victim.owner)
+		published, own := 0, false
 		if err == nil && len(hs) > 0 {
 			published, err = markPublished(ctx, rc, prefix, hs)
 		}
 		if err == nil && len(hs) > 0 && published > 0 && published < len(hs) {
 			err = pool.QueryRow(ctx, `SELECT part, fence FROM herald.outbox_partition WHERE owner = $1 AND open`, victim.owner).Scan(&part, &fence)
 			if err == nil {
+				own, err = publishedUnderLease(ctx, rc, prefix, hs, part, fence)
+			}
+			if own {
 				held = hs
 				return true, nil
 			}
 		}
 		victim.p.signal(t, syscall.SIGCONT)
-		return false, cmp.Or(err, fmt.Errorf("frozen holding %d claimed records, %d of them published", len(hs), published))
+		return false, cmp.Or(err, fmt.Errorf("frozen holding %d claimed records, %d of them published, by the victim: %v", len(hs), published, own))
 	})
 	t.Logf("froze the victim holding partition %d (fence %d) with %d claimed records", part, fence, len(held))
 
@@ -90,6 +100,36 @@ func TestFeedSIGSTOPPastLease(t *testing.T) {
 		t.Fatalf("after the victim resumed: %+v", c)
 	}
 	checkReady(t, other)
+}
+
+// publishedUnderLease reports whether a Worker holding partition part at
+// fence has published on one of the channels of held: the channel's
+// fence for the partition's scope in Redis is that lease's.
+func publishedUnderLease(ctx context.Context, rc *redis.Client, prefix string, held []heldRecord, part int, fence int64) (bool, error) {
+	fences := make(map[string]*redis.StringCmd, len(held))
+	pipe := rc.Pipeline()
+	for _, h := range held {
+		if fences[h.channel] == nil {
+			meta := strings.TrimSuffix(streamKey(prefix, h.channel), ":stream") + ":meta"
+			fences[h.channel] = pipe.HGet(ctx, meta, "f:outbox/p"+strconv.Itoa(part))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	for _, c := range fences {
+		v, err := c.Int64()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if v == fence {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // leaseLostCount reads herald_outbox_outcomes_total{handler="realtime",result="lease_lost"}
