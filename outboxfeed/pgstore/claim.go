@@ -106,10 +106,6 @@ func claimRangeRecords(req *outboxfeed.ClaimRequest) int {
 	return min(holdLimit(req), max(1, min(outboxfeed.BacklogRecords, req.Limit/16)))
 }
 
-// rangeLimit is the range limit of req's claim statement
-// (claimRangeRecords): a claim whose range holds more reads it anew.
-func rangeLimit(req *outboxfeed.ClaimRequest) int { return claimRangeRecords(req) }
-
 // pgBatch is the store's own state of a claim (outboxfeed.Batch.Driver):
 // the claim's commit mode, the rest of the range it read, in seq order
 // (in chunks, none empty), and the runs of a range too large to hold. A
@@ -139,7 +135,7 @@ func queueClaim(b *pgx.Batch, handler string, req *outboxfeed.ClaimRequest) {
 	if part < 0 {
 		part = -1
 	}
-	b.Queue(pgClaimSQL, handler, part, req.Owner, req.Lease, req.Limit, pgClaimTries, rangeLimit(req))
+	b.Queue(pgClaimSQL, handler, part, req.Owner, req.Lease, req.Limit, pgClaimTries, claimRangeRecords(req))
 }
 
 // queueWakeup adds req's statement on the wake-up switch to b, if any
@@ -524,11 +520,11 @@ func (c *claimBuilder) finish() *outboxfeed.Batch {
 			break
 		}
 	}
-	if c.ranged.n > rangeLimit(c.req) {
+	if c.ranged.n > claimRangeRecords(c.req) {
 		// More than the claim statement reads: read right after it
 		// (readRuns: the whole range, or, too large to hold, in runs).
 		state(b).runs.pending = true
-		state(b).runs.whole = rangeLimit(c.req) < holdLimit(c.req)
+		state(b).runs.whole = claimRangeRecords(c.req) < holdLimit(c.req)
 		b.Records = queued
 		b.More = true
 		setState(b)
@@ -1066,7 +1062,7 @@ func (s *Store) advance(ctx context.Context, b *outboxfeed.Batch, next *outboxfe
 	var pb pgx.Batch
 	pb.Queue(pgCycleSettings, commitMode(state(b).durable))
 	queueWakeup(&pb, next)
-	pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, next.Lease, lastSeq, len(b.Records), rangeLimit(next))
+	pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, next.Lease, lastSeq, len(b.Records), claimRangeRecords(next))
 	res := s.pool.SendBatch(ctx, &pb)
 	var lease byte
 	nb, err := readClaim(res, pb.Len(), next, &lease)

@@ -120,7 +120,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 			if n := len(b.Records); n > 0 {
 				lastSeq = &b.Records[n-1].Seq
 			}
-			pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, goOn.Lease, lastSeq, len(b.Records), rangeLimit(goOn))
+			pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, goOn.Lease, lastSeq, len(b.Records), claimRangeRecords(goOn))
 		default:
 			pb.Queue(pgCompleteSQL, completeArgs(s.handler, b, c.Out)...)
 			switch {
@@ -129,13 +129,13 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 				pb.Queue(pgKeepSQL, s.handler, b.Partition, b.Owner, goOn.Lease, b.Fence)
 			case goOn != nil:
 				st.claim = true
-				pb.Queue(pgClaimSQL, s.handler, b.Partition, goOn.Owner, goOn.Lease, goOn.Limit, pgClaimTries, rangeLimit(goOn))
+				pb.Queue(pgClaimSQL, s.handler, b.Partition, goOn.Owner, goOn.Lease, goOn.Limit, pgClaimTries, claimRangeRecords(goOn))
 			}
 		}
 		steps[i] = st
 	}
 	if next != nil {
-		pb.Queue(pgClaimManySQL, s.handler, next.Owner, next.Lease, next.Limit, rangeLimit(next), max(next.Spread, 1))
+		pb.Queue(pgClaimManySQL, s.handler, next.Owner, next.Lease, next.Limit, claimRangeRecords(next), max(next.Spread, 1))
 	}
 	held := make([]bool, len(cs))
 	goneOn := make([]*outboxfeed.Batch, len(cs))

@@ -35,19 +35,30 @@ const pgNotifyChannel = "herald_outbox"
 // Workers' reads); at 14 and 15 it is the statement trigger outbox_notify,
 // whose function runs only while the wake-up switch's copy is not 0
 // (disarmed, or never armed).
-const pgCreateNotifyTrigger = `
+var pgCreateNotifyTrigger = pgSetNotifyTrigger("herald.outbox_stage_notify()", `CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
+			FOR EACH STATEMENT WHEN (pg_sequence_last_value('herald.outbox_wakeup_until') > 0)
+			EXECUTE FUNCTION herald.outbox_notify();`)
+
+// pgDropNotifyTrigger takes the wake-up trigger away: from migration 16
+// outbox_stage then only sets part.
+var pgDropNotifyTrigger = pgSetNotifyTrigger("herald.outbox_stage()", `DROP TRIGGER IF EXISTS outbox_notify ON herald.outbox;`)
+
+// pgSetNotifyTrigger is the statement that, from migration 16 (where
+// function stage exists), makes the insert trigger outbox_stage run stage,
+// and before it runs before16.
+func pgSetNotifyTrigger(stage, before16 string) string {
+	return `
 DO $do$
 BEGIN
-	IF to_regprocedure('herald.outbox_stage_notify()') IS NOT NULL THEN
+	IF to_regprocedure('` + stage + `') IS NOT NULL THEN
 		CREATE OR REPLACE TRIGGER outbox_stage BEFORE INSERT ON herald.outbox
-			FOR EACH ROW EXECUTE FUNCTION herald.outbox_stage_notify();
+			FOR EACH ROW EXECUTE FUNCTION ` + stage + `;
 	ELSE
-		CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
-			FOR EACH STATEMENT WHEN (pg_sequence_last_value('herald.outbox_wakeup_until') > 0)
-			EXECUTE FUNCTION herald.outbox_notify();
+		` + before16 + `
 	END IF;
 END
 $do$`
+}
 
 // pgCreateNotifyTriggerBefore14 installs it in a schema older than
 // migration 14 (tests build one), which may have no such sequence.
@@ -58,20 +69,6 @@ CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
 // pgWhenTriggerVersion is the migration that gave the trigger its WHEN
 // condition.
 const pgWhenTriggerVersion = 14
-
-// pgDropNotifyTrigger takes the wake-up trigger away: from migration 16
-// outbox_stage then only sets part.
-const pgDropNotifyTrigger = `
-DO $do$
-BEGIN
-	IF to_regprocedure('herald.outbox_stage()') IS NOT NULL THEN
-		CREATE OR REPLACE TRIGGER outbox_stage BEFORE INSERT ON herald.outbox
-			FOR EACH ROW EXECUTE FUNCTION herald.outbox_stage();
-	ELSE
-		DROP TRIGGER IF EXISTS outbox_notify ON herald.outbox;
-	END IF;
-END
-$do$`
 
 // pgHasNotifyTrigger tells whether the wake-up trigger is installed: the
 // statement trigger outbox_notify before migration 16, from it the insert

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
-	"github.com/heraldgw/herald/outboxfeed/storetest"
 )
 
 // TestPostgresUpgradePartitionSetByTrigger takes a database at migration
@@ -38,16 +36,8 @@ func TestPostgresUpgradePartitionSetByTrigger(t *testing.T) {
 	a, _ := outboxfeed.AdminOf(s)
 	listener := listenForWakeups(t, url)
 
-	staged := map[fanout.Key][]string{}
-	stageSome := func(round int) {
-		t.Helper()
-		for c := range 8 {
-			k := fanout.Key{Tenant: "acme", Channel: fmt.Sprintf("c/%d", c)}
-			id, err := stageOne(ctx, s, storetest.Note(k.Channel, fmt.Sprintf(`{"round":%d}`, round)))
-			testenv.Must(t, err, "stage")
-			staged[k] = append(staged[k], id)
-		}
-	}
+	staged := stagedRecords{}
+	stageSome := func(round int) { t.Helper(); staged.stage(t, s, 8, round) }
 	parts := func(what string) map[string]int {
 		t.Helper()
 		rows, err := s.Pool().Query(ctx, `SELECT id::text, part FROM herald.outbox_all`)
@@ -215,27 +205,9 @@ func TestPostgresUpgradePartitionSetByTrigger(t *testing.T) {
 	}
 	refused("during the change", "a change of the partition count is in progress")
 
-	rec := storetest.NewRecorder()
-	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: 5})
-	total := 0
-	for _, ids := range staged {
-		total += len(ids)
-	}
-	rec.WaitFor(t, 30*time.Second, "every staged record", func() bool { return rec.Count() >= total })
-	storetest.Eventually(t, 30*time.Second, "the change of the partition count completed", func() bool {
-		var changing bool
-		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT bool_or(state IN ('retiring', 'waiting')) FROM herald.outbox_partition`).Scan(&changing), "partition states")
-		return !changing
-	})
+	rec, w := deliverStagedAndRepartition(t, s, staged)
 	w.Stop()
-	if rec.Count() != total {
-		t.Errorf("%d publishes, want %d (each record once)", rec.Count(), total)
-	}
-	for k, want := range staged {
-		if got := rec.Channel(k); !slices.Equal(got, want) {
-			t.Errorf("channel %s got %v, want %v", k.Channel, got, want)
-		}
-	}
+	staged.deliveredOnce(t, rec)
 
 	refused("with records of the first count retained", "8 retained records")
 	// Retention drops them (here by hand: they are done).

@@ -379,16 +379,8 @@ func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
 		}
 	}
 
-	staged := map[fanout.Key][]string{}
-	stageSome := func(round int) {
-		t.Helper()
-		for c := range 12 {
-			k := fanout.Key{Tenant: "acme", Channel: fmt.Sprintf("c/%d", c)}
-			id, err := stageOne(ctx, s, storetest.Note(k.Channel, fmt.Sprintf(`{"round":%d}`, round)))
-			testenv.Must(t, err, "stage")
-			staged[k] = append(staged[k], id)
-		}
-	}
+	staged := stagedRecords{}
+	stageSome := func(round int) { t.Helper(); staged.stage(t, s, 12, round) }
 	// The first mapping (4 partitions from 0), then a change to 6 in
 	// progress (no Worker runs): records of both mappings wait.
 	first := partitions("partitions at 9")
@@ -415,31 +407,13 @@ func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
 	testenv.Must(t, s.Migrate(ctx), "migrate to the latest again")
 	same("partitions at 10 again", second)
 
-	rec := storetest.NewRecorder()
-	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: 5})
-	total := 0
-	for _, ids := range staged {
-		total += len(ids)
-	}
-	rec.WaitFor(t, 30*time.Second, "every staged record", func() bool { return rec.Count() >= total })
 	// The change completes and the function keeps the second mapping.
-	storetest.Eventually(t, 30*time.Second, "the change of the partition count completed", func() bool {
-		var changing bool
-		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT bool_or(state IN ('retiring', 'waiting')) FROM herald.outbox_partition`).Scan(&changing), "partition states")
-		return !changing
-	})
+	rec, w := deliverStagedAndRepartition(t, s, staged)
 	stageSome(4)
-	total += 12
-	rec.WaitFor(t, 30*time.Second, "the records staged after the change", func() bool { return rec.Count() >= total })
+	total := staged.count()
+	rec.WaitFor(t, time.Minute, "the records staged after the change", func() bool { return rec.Count() >= total })
 	w.Stop()
-	if rec.Count() != total {
-		t.Errorf("%d publishes, want %d (each record once)", rec.Count(), total)
-	}
-	for k, want := range staged {
-		if got := rec.Channel(k); !slices.Equal(got, want) {
-			t.Errorf("channel %s got %v, want %v", k.Channel, got, want)
-		}
-	}
+	staged.deliveredOnce(t, rec)
 	same("partitions after the change completed", second)
 	if l := language(); l != "sql" {
 		t.Fatalf("herald.outbox_partition_of at 16 is in %s, want sql (the insert trigger inlines it)", l)
@@ -453,7 +427,7 @@ func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
 	}
 	gone := storetest.NewRecorder()
 	gw := storetest.StartDeliveryWorker(t, s.ForHandler("gone-soon"), gone, outboxfeed.WorkerConfig{Handler: "gone-soon", BatchSize: 5})
-	gone.WaitFor(t, 30*time.Second, "gone-soon's records", func() bool { return gone.Count() >= total })
+	gone.WaitFor(t, time.Minute, "gone-soon's records", func() bool { return gone.Count() >= total })
 	gw.Stop()
 	batches := func() int {
 		var n int
@@ -467,6 +441,73 @@ func TestPostgresUpgradePartitionOfInPLpgSQL(t *testing.T) {
 	if n := batches(); n != 0 {
 		t.Fatalf("%d batches of the dropped handler gone-soon left", n)
 	}
+}
+
+// stagedRecords are the ids of the records a test staged, by channel, in
+// staging order.
+type stagedRecords map[fanout.Key][]string
+
+// stage stages a record of round on each of channels c/0, c/1, … of
+// tenant acme.
+func (st stagedRecords) stage(t *testing.T, s *Store, channels, round int) {
+	t.Helper()
+	for c := range channels {
+		k := fanout.Key{Tenant: "acme", Channel: fmt.Sprintf("c/%d", c)}
+		id, err := stageOne(context.Background(), s, storetest.Note(k.Channel, fmt.Sprintf(`{"round":%d}`, round)))
+		testenv.Must(t, err, "stage")
+		st[k] = append(st[k], id)
+	}
+}
+
+// count is how many records were staged.
+func (st stagedRecords) count() int {
+	n := 0
+	for _, ids := range st {
+		n += len(ids)
+	}
+	return n
+}
+
+// deliveredOnce checks that rec got every staged record once, in order
+// per channel, and nothing else.
+func (st stagedRecords) deliveredOnce(t *testing.T, rec *storetest.Recorder) {
+	t.Helper()
+	if n := st.count(); rec.Count() != n {
+		t.Errorf("%d publishes, want %d (each record once)", rec.Count(), n)
+	}
+	for k, want := range st {
+		if got := rec.Channel(k); !slices.Equal(got, want) {
+			t.Errorf("channel %s got %v, want %v", k.Channel, got, want)
+		}
+	}
+}
+
+// repartitionBound bounds a wait for a change of the partition count to
+// complete (and for records of the new mapping, which wait for it): a
+// failure bound, not a budget. The change waits for every transaction
+// open in the cluster when it began to end, in any database (xids and
+// snapshots are the cluster's), and on the shared test cluster another
+// test may hold one open for a minute or more
+// (TestPostgresLongTransactionDoesNotStall, in this run or another
+// checkout's).
+const repartitionBound = 5 * time.Minute
+
+// deliverStagedAndRepartition starts a Worker (batches of 5) publishing to
+// a new Recorder and waits until it has published every staged record and
+// the change of the partition count in progress has completed; the
+// Worker goes on running.
+func deliverStagedAndRepartition(t *testing.T, s *Store, staged stagedRecords) (*storetest.Recorder, *storetest.Worker) {
+	t.Helper()
+	rec := storetest.NewRecorder()
+	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{BatchSize: 5})
+	total := staged.count()
+	rec.WaitFor(t, repartitionBound, "every staged record", func() bool { return rec.Count() >= total })
+	storetest.Eventually(t, repartitionBound, "the change of the partition count completed", func() bool {
+		var changing bool
+		testenv.Must(t, s.Pool().QueryRow(context.Background(), `SELECT bool_or(state IN ('retiring', 'waiting')) FROM herald.outbox_partition`).Scan(&changing), "partition states")
+		return !changing
+	})
+	return rec, w
 }
 
 // TestPostgresUpgradeKindAndVersionChecks takes a database at migration

@@ -47,8 +47,7 @@ BEGIN
 	CREATE INDEX outbox_archive_part_xid_idx ON herald.outbox_archive (part, xid, seq);
 	IF notify THEN
 		CREATE TRIGGER outbox_notify AFTER INSERT ON herald.outbox
-			FOR EACH STATEMENT WHEN (pg_sequence_last_value('herald.outbox_wakeup_until') > 0)
-			EXECUTE FUNCTION herald.outbox_notify();
+-- herald:rest-from 014_wakeup_trigger_runs_only_when_armed.up.sql
 	END IF;
 END
 $mig$;
