@@ -139,3 +139,32 @@ func TestLeadLaneArmsOnlyAfterTheFlowStops(t *testing.T) {
 		}
 	}
 }
+
+// The streak of claims that found records restarts after a pause in the
+// flow (an empty claim, and flowGap between the claims that found records
+// around it), not after an empty claim soon followed by records (a
+// wake-up whose record the last claim took), nor after a slow claim.
+func TestFlowPauseRestartsTheStreak(t *testing.T) {
+	w, err := NewDeliveryWorker(&armStore{}, acceptAll{}, WorkerConfig{Handler: "hooks", Owner: "o",
+		PollInterval: time.Hour, IdleAfter: time.Hour, CycleInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		quiet  int
+		before time.Duration // the last claim that found records, this long ago
+		want   int
+	}{
+		{"an empty claim within the flow", 1, 0, busyStreak},
+		{"quietClaims-1 empty claims within the flow", quietClaims - 1, 0, busyStreak},
+		{"a slow claim", 0, 2 * w.flowGap(), busyStreak},
+		{"an empty claim after a pause", 1, 2 * w.flowGap(), 1},
+	} {
+		l := &lane{lead: true, streak: busyStreak - 1, quiet: c.quiet, foundAt: time.Now().Add(-c.before)}
+		w.found(l)
+		if l.streak != c.want || l.quiet != 0 || l.polling != (c.want >= busyStreak) {
+			t.Errorf("%s: streak %d, quiet %d, polling %v; want streak %d", c.name, l.streak, l.quiet, l.polling, c.want)
+		}
+	}
+}
