@@ -2,7 +2,6 @@ package outboxfeed
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,9 +37,7 @@ func (s *armStore) claim(req ClaimRequest) *Batch {
 		return nil
 	}
 	s.seq++
-	r := Record{ID: "r" + strconv.FormatInt(s.seq, 10), Seq: s.seq, TenantID: "acme", Channel: "c/1",
-		Type: "order.updated", SchemaVersion: 1, Payload: []byte(`{}`), Freshness: []byte(`{"mode":"immediate"}`), OccurredAt: time.Now()}
-	return &Batch{Partition: 0, Owner: req.Owner, Fence: s.seq, Records: []Record{r}}
+	return &Batch{Partition: 0, Owner: req.Owner, Fence: s.seq, Records: []Record{oneRecord(s.seq)}}
 }
 
 func (s *armStore) Claim(_ context.Context, req ClaimRequest) (*Batch, error) {
@@ -50,20 +47,13 @@ func (s *armStore) Claim(_ context.Context, req ClaimRequest) (*Batch, error) {
 }
 
 func (s *armStore) Complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest) (bool, *Batch, error) {
-	_, nbs, err := s.CompleteMany(ctx, []Completion{{Batch: b, Out: out}}, next)
-	if len(nbs) == 0 {
-		return true, nil, err
-	}
-	return true, nbs[0], err
+	return completeOne(ctx, s, b, out, next)
 }
 
 func (s *armStore) CompleteMany(_ context.Context, cs []Completion, next *ClaimRequest) ([]bool, []*Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	held := make([]bool, len(cs))
-	for i := range held {
-		held[i] = true
-	}
+	held := allHeld(len(cs))
 	if next == nil {
 		return held, nil, nil
 	}
