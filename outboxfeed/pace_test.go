@@ -27,9 +27,31 @@ func (s *paceStore) batch(req ClaimRequest) *Batch {
 		return nil // the other lanes find nothing
 	}
 	s.seq++
-	r := Record{ID: "r" + strconv.FormatInt(s.seq, 10), Seq: s.seq, TenantID: "acme", Channel: "c/1",
+	return &Batch{Partition: 0, Owner: req.Owner, Fence: s.seq, Records: []Record{oneRecord(s.seq)}, More: s.backlog}
+}
+
+// oneRecord is the record of sequence number seq, on channel c/1.
+func oneRecord(seq int64) Record {
+	return Record{ID: "r" + strconv.FormatInt(seq, 10), Seq: seq, TenantID: "acme", Channel: "c/1",
 		Type: "order.updated", SchemaVersion: 1, Payload: []byte(`{}`), Freshness: []byte(`{"mode":"immediate"}`), OccurredAt: time.Now()}
-	return &Batch{Partition: 0, Owner: req.Owner, Fence: s.seq, Records: []Record{r}, More: s.backlog}
+}
+
+// completeOne completes b (and claims next) through s's CompleteMany.
+func completeOne(ctx context.Context, s Store, b *Batch, out []Outcome, next *ClaimRequest) (bool, *Batch, error) {
+	_, nbs, err := s.CompleteMany(ctx, []Completion{{Batch: b, Out: out}}, next)
+	if len(nbs) == 0 {
+		return true, nil, err
+	}
+	return true, nbs[0], err
+}
+
+// allHeld is what a store answers for n completions whose leases held.
+func allHeld(n int) []bool {
+	held := make([]bool, n)
+	for i := range held {
+		held[i] = true
+	}
+	return held
 }
 
 func (s *paceStore) Claim(_ context.Context, req ClaimRequest) (*Batch, error) {
@@ -39,20 +61,13 @@ func (s *paceStore) Claim(_ context.Context, req ClaimRequest) (*Batch, error) {
 }
 
 func (s *paceStore) Complete(ctx context.Context, b *Batch, out []Outcome, next *ClaimRequest) (bool, *Batch, error) {
-	_, nbs, err := s.CompleteMany(ctx, []Completion{{Batch: b, Out: out}}, next)
-	if len(nbs) == 0 {
-		return true, nil, err
-	}
-	return true, nbs[0], err
+	return completeOne(ctx, s, b, out, next)
 }
 
 func (s *paceStore) CompleteMany(_ context.Context, cs []Completion, next *ClaimRequest) ([]bool, []*Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	held := make([]bool, len(cs))
-	for i := range held {
-		held[i] = true
-	}
+	held := allHeld(len(cs))
 	if len(cs) == 0 || strings.Contains(cs[0].Batch.Owner, "/") {
 		return held, nil, nil
 	}

@@ -82,14 +82,18 @@ type WorkerConfig struct {
 	// ActivePollInterval is how long a Worker that found records less than
 	// IdleAfter ago waits before claiming again. It stands in for wake-ups
 	// while records keep coming: the notify trigger stays disarmed then, so
-	// producers' commits never queue behind a NOTIFY. Each claim in a row
-	// that finds nothing doubles the wait (up to IdleAfter/4), so a Worker
-	// between two records of a light load makes a handful of claims, not
-	// one every ActivePollInterval. Default: 500µs.
+	// producers' commits never queue behind a NOTIFY. With a trigger, the
+	// first lane polls at CycleInterval (at least ActivePollInterval)
+	// through up to two claims in a row that find nothing, and arms the
+	// trigger after the third. Without one, each claim in a row that finds
+	// nothing doubles the wait (up to IdleAfter/4), so a Worker between two
+	// records of a light load makes a handful of claims, not one every
+	// ActivePollInterval. Default: 500µs.
 	ActivePollInterval time.Duration
 	// IdleAfter is how long without records makes a Worker idle: it arms
 	// the notify trigger (PostgreSQL) and waits for a wake-up or
-	// PollInterval. Default: 50ms.
+	// PollInterval. A Worker whose first lane polled arms it sooner, once
+	// three claims in a row found nothing. Default: 50ms.
 	IdleAfter time.Duration
 	// CycleInterval paces the first lane while records trickle in: after
 	// a claim that found fewer records than a backlog (BacklogRecords, or

@@ -28,10 +28,22 @@ type lane struct {
 	// looked says the completion's claim just found nothing: the lane
 	// waits before it claims again.
 	looked bool
-	// streak counts this lane's claims in a row that found records: once
-	// busyStreak did, records come faster than the lane claims (polls).
+	// streak counts this lane's claims that found records since the flow
+	// last paused (found): once busyStreak did, records come faster than
+	// the lane claims, and the lead lane polls (polling).
 	streak int
-	kicked chan struct{} // signalled when there may be work for this lane
+	// foundAt is when a claim of this lane last found records; quiet
+	// counts the claims in a row since then that found none.
+	foundAt time.Time
+	quiet   int
+	// polling: the lead lane stands in for wake-ups by claiming again
+	// after a short wait, the trigger disarmed (polls). It starts once
+	// busyStreak claims found records without a pause in the flow, and
+	// ends after quietClaims claims in a row found none, or IdleAfter
+	// without records: an empty claim or two in the middle of a flow do
+	// not end it.
+	polling bool
+	kicked  chan struct{} // signalled when there may be work for this lane
 	// brokerFails counts this lane's batches in a row that met a broker
 	// outage (for the backoff).
 	brokerFails int
@@ -189,8 +201,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) []*Batch 
 				w.idle(ctx, l)
 				continue
 			}
-			l.empties = 0
-			l.streak++
+			w.found(l)
 			if l.backlog = w.backlog(bs); l.backlog {
 				// A backlog builds: the other lanes take the other
 				// partitions. Below it one lane keeps up, and fewer claims
@@ -266,19 +277,60 @@ func (w *Worker) claimRequest(l *lane, part int) ClaimRequest {
 // lead lane takes records to come faster than it claims (polls).
 const busyStreak = 8
 
+// quietClaims is how many claims in a row must find nothing before the
+// lead lane takes the flow to have stopped: polling, it arms the wake-up
+// trigger again. At 1,000 records/s in 2 ms cycles (CycleInterval) one
+// claim in seven finds nothing (Poisson arrivals: e^-2), and a lane that
+// armed after any empty claim had the trigger armed, producers paying
+// for a NOTIFY, a third to half of a steady flow; three in a row happen
+// about once a second at that rate (e^-6 of 500 cycles), fewer once
+// cycles are longer. A flow that stops is seen within three polls (3 ×
+// CycleInterval, 6 ms by default), and a record committed meanwhile is
+// found by the next of them, so none waits longer than while polling.
+const quietClaims = 3
+
+// flowGap is the pause in a flow that restarts the streak of claims that
+// found records: an empty claim, and quietClaims polls' worth of time
+// (CycleInterval, at least ActivePollInterval) between the claims that
+// found records around it. While the trigger is armed, each NOTIFY kicks
+// the lead lane, and a kick whose record the lane's last claim already
+// took costs an empty claim: at 1,000 records/s such claims came often
+// enough that eight claims in a row with records, the lane's old way to
+// disarm, took tens to hundreds of ms. Records that come one at a time,
+// further apart than flowGap, still restart the streak at each.
+func (w *Worker) flowGap() time.Duration {
+	return quietClaims * max(w.cfg.CycleInterval, w.cfg.ActivePollInterval)
+}
+
+// found counts a claim of lane l that found records: one more in the
+// streak, or the first of a new one after a pause (flowGap); the
+// busyStreak-th makes the lane poll.
+func (w *Worker) found(l *lane) {
+	now := time.Now()
+	if l.quiet > 0 && now.Sub(l.foundAt) >= w.flowGap() {
+		l.streak = 0
+	}
+	l.quiet, l.empties, l.foundAt = 0, 0, now
+	l.streak++
+	if l.streak >= busyStreak {
+		l.polling = true
+	}
+}
+
 // polls reports whether lane l stands in for wake-ups by claiming again
-// every ActivePollInterval after a claim that found nothing: a claim found
-// records less than IdleAfter ago, and either there is no wake-up trigger
-// to arm, or the last busyStreak claims in a row all found some. In that
-// case the lane hardly ever waits, and the lead lane disarms the trigger
-// so that producers do not pay for a NOTIFY nobody waits on. Otherwise
-// records that keep coming one or a few at a time wake the lane with the
-// commit that stages them, instead of a poll.
+// after a short wait when a claim found nothing: a claim found records
+// less than IdleAfter ago, and either there is no wake-up trigger to arm,
+// or the lane polls (busyStreak claims found records without a pause,
+// and since then fewer than quietClaims in a row found none). In that case the lane
+// hardly ever waits, and the lead lane disarms the trigger so that
+// producers do not pay for a NOTIFY nobody waits on. Otherwise records
+// that keep coming one or a few at a time wake the lane with the commit
+// that stages them, instead of a poll.
 func (w *Worker) polls(l *lane) bool {
 	if time.Since(l.lastWork) >= w.cfg.IdleAfter {
 		return false
 	}
-	return !w.armable || l.streak >= busyStreak
+	return !w.armable || l.polling
 }
 
 // armed records what the claim did to the wake-up trigger.
@@ -288,7 +340,11 @@ func (w *Worker) armed(l *lane, req ClaimRequest) {
 		l.armed, l.followUp = false, false
 	case req.Arm > 0:
 		if !l.armed {
+			// Armed because the lane does not poll (IdleAfter without
+			// records): it polls again only after busyStreak claims in a
+			// row found records.
 			l.followUp, l.armedAt, l.looks = true, time.Now(), 0
+			l.polling = false
 		}
 		l.armed, l.renewed = true, time.Now()
 	}
@@ -322,11 +378,25 @@ func (w *Worker) claim(ctx context.Context, req ClaimRequest) ([]*Batch, error) 
 func (w *Worker) idle(ctx context.Context, l *lane) {
 	wait := w.cfg.PollInterval
 	polls := w.polls(l)
-	l.streak = 0
+	l.quiet++
+	if l.quiet >= quietClaims || time.Since(l.lastWork) >= w.cfg.IdleAfter {
+		// The flow stopped: a polling lead lane's next claim arms the
+		// trigger.
+		l.streak = 0
+		if w.armable {
+			l.polling, polls = false, false
+		}
+	}
 	switch {
 	case !l.lead:
 		// Only the lead lane polls; the others wait for the wake-ups and
 		// the kicks of a lane that found records.
+	case polls && w.armable:
+		// An empty claim in the middle of a flow: the trigger stays
+		// disarmed and the lane claims again one CycleInterval after its
+		// last claim (at least ActivePollInterval from now), not backing
+		// off: quietClaims of them in a row end the polling.
+		wait = max(w.cfg.ActivePollInterval, w.paceLeft(l, false))
 	case polls:
 		wait = activePoll(w.cfg.ActivePollInterval, w.cfg.IdleAfter, l.empties)
 		l.empties++
@@ -416,7 +486,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		// once instead of waiting.
 		l.looked = nb == nil && (l.kept == 0 || !held)
 		if nb != nil {
-			l.streak++
+			w.found(l)
 		} else {
 			l.kept = 0
 		}

@@ -80,7 +80,7 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 		w.armed(l, *next)
 		l.looked = len(nbs) == 0
 		if len(nbs) > 0 {
-			l.streak++
+			w.found(l)
 		}
 		l.backlog = w.backlog(nbs)
 	}
