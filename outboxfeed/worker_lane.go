@@ -321,11 +321,11 @@ func (w *Worker) found(l *lane) {
 // after a short wait when a claim found nothing: a claim found records
 // less than IdleAfter ago, and either there is no wake-up trigger to arm,
 // or the lane polls (busyStreak claims found records without a pause,
-// and since then fewer than quietClaims in a row found none). In that case the lane
-// hardly ever waits, and the lead lane disarms the trigger so that
-// producers do not pay for a NOTIFY nobody waits on. Otherwise records
-// that keep coming one or a few at a time wake the lane with the commit
-// that stages them, instead of a poll.
+// and since then fewer than quietClaims in a row found none). In that
+// case the lane hardly ever waits, and the lead lane disarms the trigger
+// so that producers do not pay for a NOTIFY nobody waits on. Otherwise
+// records that keep coming one or a few at a time wake the lane with the
+// commit that stages them, instead of a poll.
 func (w *Worker) polls(l *lane) bool {
 	if time.Since(l.lastWork) >= w.cfg.IdleAfter {
 		return false
