@@ -69,20 +69,30 @@ const (
 // QUERY (or a materialized CTE), which stores the whole result before it
 // sends the first row and costs PostgreSQL about twice as much per record.
 // The transactions open at the range's start (the xip of lo) are read by
-// index (xid = ANY), as the claims read them.
+// index, one lookup per xid (readOpenByXid).
 const pgReadRangeSQL = `WITH l AS MATERIALIZED (
 	SELECT p.part, p.lo, p.hi, p.pos_seq, ARRAY(SELECT pg_snapshot_xip(p.lo)) AS xip FROM herald.outbox_partition p
 	WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open AND p.hi IS NOT NULL)
 SELECT o.id::text, o.seq, o.xid::text, o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness,
 	o.occurred_at, o.kind
 FROM l CROSS JOIN LATERAL (
-	(SELECT o.* FROM herald.outbox o WHERE o.part = l.part AND o.xid = ANY (l.xip)
-		AND o.seq > l.pos_seq AND pg_visible_in_snapshot(o.xid, l.hi))
+	(SELECT o.* FROM unnest(l.xip) AS x(xid) CROSS JOIN LATERAL (SELECT * FROM herald.outbox o WHERE o.part = l.part
+		AND o.xid = x.xid AND o.seq > l.pos_seq AND pg_visible_in_snapshot(o.xid, l.hi) OFFSET 0) o)
 	UNION ALL
 	(SELECT o.* FROM herald.outbox o WHERE o.part = l.part AND o.xid >= pg_snapshot_xmax(l.lo) AND o.xid < pg_snapshot_xmax(l.hi)
 		AND o.seq > l.pos_seq AND pg_visible_in_snapshot(o.xid, l.hi))
 	LIMIT $5) o`
 
+// readOpenByXid is how the statements read the records of the
+// transactions open at a range's start: a lookup of the (part, xid, seq)
+// index per xid, in a lateral subquery the planner cannot flatten (OFFSET
+// 0). As one condition xid = ANY (list), the generic plan of a segment
+// without statistics took the list as a filter and read every record of
+// the partition retained in that segment, on every cycle
+// (TestPostgresOpenTransactionsReadOneAtATime); as a lateral join without
+// OFFSET 0, the planner flattened it into a join that read the whole
+// partition (migration 11).
+//
 // pgReadSettings are pgReadRangeSQL's: the range is read through the
 // index, in its order.
 const pgReadSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
@@ -999,7 +1009,8 @@ const pgAdvanceSQL = `WITH cur AS MATERIALIZED (
 	WHERE p.handler = $1 AND p.part = $2 AND p.owner = $3 AND p.fence = $4 AND p.open),
 recs AS MATERIALIZED (
 	SELECT o.* FROM (
-		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid = ANY ((SELECT c.xip FROM cur c WHERE c.fast)::xid8[]))
+		(SELECT o.* FROM cur c CROSS JOIN LATERAL unnest(c.xip) AS x(xid)
+			CROSS JOIN LATERAL (SELECT * FROM herald.outbox o WHERE o.part = $2 AND o.xid = x.xid OFFSET 0) o WHERE c.fast)
 		UNION ALL
 		(SELECT o.* FROM herald.outbox o WHERE o.part = $2 AND o.xid >= (SELECT pg_snapshot_xmax(c.hi) FROM cur c WHERE c.fast)
 			ORDER BY o.xid, o.seq LIMIT $8 + 1)) o

@@ -32,18 +32,20 @@ import (
 // Any other candidate goes through herald.outbox_claim, which takes its
 // snapshot after the lock.
 //
-// The transactions open at a range's start (the xip of lo) are read as a
-// column of f, not as ARRAY(SELECT pg_snapshot_xip(f.lo)) in the read: as
-// an index condition under the lateral join, that sub-select was
-// evaluated for the first partition only and its array reused for the
-// next ones (TestPostgresClaimManyReadsTransactionsOpenAtTheRangesStart).
+// The transactions open at a range's start (the xip of lo) are read one
+// xid at a time (readOpenByXid), from a column of f, not from
+// ARRAY(SELECT pg_snapshot_xip(f.lo)) in the read: as an index condition
+// under the lateral join, that sub-select was evaluated for the first
+// partition only and its array reused for the next ones
+// (TestPostgresClaimManyReadsTransactionsOpenAtTheRangesStart).
 const pgClaimManySQL = `WITH w AS MATERIALIZED (
 	SELECT p.part, p.lo, p.state, p.open, p.hi IS NULL AND p.pos_seq = 0 AS fresh, p.xmin AS vx
 	FROM herald.outbox_partition p
 	WHERE p.handler = $1 AND p.state IN ('active', 'retiring') AND (p.owner IS NULL OR p.expires_at < clock_timestamp())
 		AND (p.open OR p.hi IS NOT NULL OR p.state = 'retiring'
 			OR EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND (o.xid, o.seq) >= (pg_snapshot_xmax(p.lo), 0))
-			OR EXISTS (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND o.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p.lo))))
+			OR EXISTS (SELECT 1 FROM pg_snapshot_xip(p.lo) AS x(xid)
+				CROSS JOIN LATERAL (SELECT 1 FROM herald.outbox o WHERE o.part = p.part AND o.xid = x.xid OFFSET 0) o)
 			OR EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.handler = $1 AND r.part = p.part AND r.state = 'pending'
 				AND r.next_attempt_at <= now()))
 	ORDER BY p.claimed_at NULLS FIRST, p.part LIMIT $6 FOR UPDATE SKIP LOCKED),
@@ -55,7 +57,8 @@ f AS MATERIALIZED (
 		AND NOT EXISTS (SELECT 1 FROM herald.outbox_partition x WHERE x.handler = $1 AND x.state IN ('waiting', 'retiring'))),
 recs AS MATERIALIZED (
 	SELECT o.* FROM f CROSS JOIN LATERAL (
-		(SELECT o.* FROM herald.outbox o WHERE o.part = f.part AND o.xid = ANY (f.xip))
+		(SELECT o.* FROM unnest(f.xip) AS x(xid)
+			CROSS JOIN LATERAL (SELECT * FROM herald.outbox o WHERE o.part = f.part AND o.xid = x.xid OFFSET 0) o)
 		UNION ALL
 		(SELECT o.* FROM herald.outbox o WHERE o.part = f.part AND o.xid >= pg_snapshot_xmax(f.lo))
 		LIMIT $5 + 1) o),
