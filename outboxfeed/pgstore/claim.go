@@ -83,7 +83,7 @@ FROM l CROSS JOIN LATERAL (
 		AND o.seq > l.pos_seq AND pg_visible_in_snapshot(o.xid, l.hi))
 	LIMIT $5) o`
 
-// readOpenByXid is how the statements read the records of the
+// readOpenByXid: how the statements read the records of the
 // transactions open at a range's start: a lookup of the (part, xid, seq)
 // index per xid, in a lateral subquery the planner cannot flatten (OFFSET
 // 0). As one condition xid = ANY (list), the generic plan of a segment
@@ -91,8 +91,9 @@ FROM l CROSS JOIN LATERAL (
 // the partition retained in that segment, on every cycle
 // (TestPostgresOpenTransactionsReadOneAtATime); as a lateral join without
 // OFFSET 0, the planner flattened it into a join that read the whole
-// partition (migration 11).
-//
+// partition (migration 11). The claim functions read them so from schema
+// 17.
+
 // pgReadSettings are pgReadRangeSQL's: the range is read through the
 // index, in its order.
 const pgReadSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
