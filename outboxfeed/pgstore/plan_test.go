@@ -73,13 +73,14 @@ func TestPostgresClaimReadsOnlyItsBatch(t *testing.T) {
 
 // TestPostgresOpenTransactionsReadOneAtATime guards how the statements a
 // busy lane runs every cycle (pgAdvanceSQL, pgClaimManySQL) and the claim
-// function (herald.outbox_claim, migration 17) read the records of the transactions open at the start of a range: each xid is
-// an index condition of its own lookup in every segment. As one condition
-// xid = ANY (…) of the whole list, the generic plan of a segment without
-// statistics (autovacuum off, or not yet analyzed) took the list as a
-// filter and read every record of the partition retained in that segment,
-// on every cycle: the first 1,001 records ever staged sit in
-// herald.outbox_default for good, so an advance cost 2–4× what it does
+// function (herald.outbox_claim, migration 17) read the records of the
+// transactions open at the start of a range: each xid is an index
+// condition of its own lookup in every segment (readOpenByXid). As one
+// condition xid = ANY (…) of the whole list, the generic plan of a
+// segment without statistics (autovacuum off, or not yet analyzed) took
+// the list as a filter and read every record of the partition retained in
+// that segment, on every cycle: the first 1,001 records ever staged sit
+// in herald.outbox_default for good, so an advance cost 2–3× what it does
 // now, and the claim-and-complete cycle's PostgreSQL time twice as much.
 func TestPostgresOpenTransactionsReadOneAtATime(t *testing.T) {
 	t.Parallel()
@@ -171,6 +172,7 @@ func TestPostgresOpenTransactionsReadOneAtATime(t *testing.T) {
 	}
 }
 
+// one is b as a list (none for nil).
 func one(b *outboxfeed.Batch) []*outboxfeed.Batch {
 	if b == nil {
 		return nil
