@@ -247,10 +247,16 @@ type pgClaimRowTargets struct {
 // holds up to RangeRecords records, many of them on the same channels.
 const maxInternedChannels = 4096
 
-// slabBytes is the size of the blocks a claim copies its payloads into,
-// instead of one allocation per record (a payload of more than a quarter
-// of it gets its own).
-const slabBytes = 32 << 10
+// A claim copies its payloads into blocks instead of one allocation per
+// record: the first of firstSlabBytes, each next one twice the last, up to
+// slabBytes (a payload of more than a quarter of that gets its own). A
+// claim at a steady flow holds one to a few records, and a block of
+// slabBytes each was most of what a busy process allocated, and so of its
+// garbage collection (docs/performance.md).
+const (
+	firstSlabBytes = 1 << 10
+	slabBytes      = 32 << 10
+)
 
 // keptBytes scans a column straight from the driver's memory into its
 // claim's slab (keep).
@@ -275,7 +281,11 @@ func (t *pgClaimRowTargets) keep(v []byte) []byte {
 		return append([]byte(nil), v...)
 	}
 	if cap(t.slab)-len(t.slab) < len(v) {
-		t.slab = make([]byte, 0, slabBytes)
+		n := max(firstSlabBytes, min(2*cap(t.slab), slabBytes))
+		for n < len(v) {
+			n *= 2
+		}
+		t.slab = make([]byte, 0, n)
 	}
 	i := len(t.slab)
 	t.slab = append(t.slab, v...)
@@ -284,11 +294,14 @@ func (t *pgClaimRowTargets) keep(v []byte) []byte {
 
 func newPGClaimRowTargets() *pgClaimRowTargets {
 	t := &pgClaimRowTargets{}
-	strs := make(map[string]string, 8)
+	// The tables grow with what a claim reads: one at a steady flow reads
+	// a few records, and sized ahead they were a fifth of what a busy
+	// process allocated.
+	strs := make(map[string]string)
 	for _, it := range []*internedText{&t.tenant, &t.typ, &t.kind2} {
 		it.table = strs
 	}
-	t.channel.table, t.channel.limit = make(map[string]string, 64), maxInternedChannels
+	t.channel.table, t.channel.limit = make(map[string]string), maxInternedChannels
 	t.payload.t, t.freshness.t = t, t
 	t.dest = []any{&t.kind, &t.part, &t.fence, &t.takeovers, &t.qseq, &t.attempt, &t.due,
 		&t.id, &t.seq, &t.xid, &t.tenant, &t.channel, &t.typ, &t.version, &t.payload, &t.freshness, &t.occurred, &t.kind2, &t.tk, &t.tkq}
