@@ -51,6 +51,8 @@ type Worker struct {
 	armable bool
 	// gates pause the lanes during a store or broker outage (worker_gate.go).
 	gates gates
+	// lead is what the other lanes know of the lead lane (worker_lane.go).
+	lead leadState
 }
 
 // WakeArmer is a Store whose Wakeups come from a trigger that the Worker

@@ -169,8 +169,22 @@ func (w *Worker) awaitGates(ctx context.Context) bool {
 // costing the store about what a full one does, and the handler's claims
 // would cost the database Lanes times what the ClaimDelay allows — time
 // the realtime handler's claims wait for on a machine with few cores.
+//
+// Without a ClaimDelay such a lane rests after a batch below a backlog
+// (backlogRecords, nothing behind it, all of it dispatched) while the
+// lead lane's last claim found no backlog either: the lead lane then
+// serves every partition with records in each of its claims (spread), and
+// a lane that went on claiming a few records at a time took partitions
+// from it, each through the claim of a single partition, which costs
+// PostgreSQL several times a cycle of the lead lane (docs/performance.md).
 func (w *Worker) spareLaneRests(l *lane, b *Batch, out []Outcome) bool {
-	return w.cfg.ClaimDelay > 0 && !l.lead && !b.More && len(b.Records) < w.cfg.BatchSize && len(out) == len(b.Records)
+	if l.lead || b.More || len(out) != len(b.Records) {
+		return false
+	}
+	if w.cfg.ClaimDelay > 0 {
+		return len(b.Records) < w.cfg.BatchSize
+	}
+	return len(b.Records) < w.cfg.backlogRecords() && !w.lead.backlog.Load()
 }
 
 // rotates reports whether a lane goes from partition to partition after

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldgw/herald/internal/wait"
@@ -58,6 +59,38 @@ type lane struct {
 	// alone) was sent: the lead lane's next one waits until CycleInterval
 	// after it while records trickle in (pace).
 	cycleAt time.Time
+}
+
+// leadState is what the lanes other than the lead one know of it: when
+// it last sent a claim, and whether its last claim found a backlog. While
+// it claims and finds no backlog it serves every partition with records
+// (spread), and the other lanes keep out of its way (spareLaneRests, idle).
+type leadState struct {
+	claimedAt atomic.Int64 // unix nanoseconds; 0 before its first claim
+	backlog   atomic.Bool
+}
+
+// cycled records that lane l is about to send a claim.
+func (w *Worker) cycled(l *lane) {
+	l.cycleAt = time.Now()
+	if l.lead {
+		w.lead.claimedAt.Store(l.cycleAt.UnixNano())
+	}
+}
+
+// setBacklog records whether lane l's last claim found a backlog.
+func (w *Worker) setBacklog(l *lane, backlog bool) {
+	l.backlog = backlog
+	if l.lead {
+		w.lead.backlog.Store(backlog)
+	}
+}
+
+// leadClaimedWithin reports whether the lead lane sent a claim less than
+// d ago.
+func (w *Worker) leadClaimedWithin(d time.Duration) bool {
+	at := w.lead.claimedAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < d
 }
 
 // pace holds lead lane l's next claim until CycleInterval after its last
@@ -187,7 +220,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) []*Batch 
 			req := w.claimRequest(l, AnyPartition)
 			req.Spread = w.spread(l)
 			l.unkick()
-			l.cycleAt = time.Now()
+			w.cycled(l)
 			var err error
 			bs, err = w.claim(ctx, req)
 			if err != nil {
@@ -202,7 +235,7 @@ func (w *Worker) runLane(ctx context.Context, l *lane, kickAll func()) []*Batch 
 				continue
 			}
 			w.found(l)
-			if l.backlog = w.backlog(bs); l.backlog {
+			if w.setBacklog(l, w.backlog(bs)); l.backlog {
 				// A backlog builds: the other lanes take the other
 				// partitions. Below it one lane keeps up, and fewer claims
 				// of fewer records each would only cost PostgreSQL more.
@@ -390,7 +423,18 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 	switch {
 	case !l.lead:
 		// Only the lead lane polls; the others wait for the wake-ups and
-		// the kicks of a lane that found records.
+		// the kicks of a lane that found a backlog, and look on their own
+		// once PollInterval passed without a claim of the lead lane (one
+		// held up in a dispatch): while it claims, it serves every
+		// partition with records.
+		for !w.waitKick(ctx, l, wait) {
+			if ctx.Err() != nil || !w.leadClaimedWithin(w.cfg.PollInterval) {
+				return
+			}
+		}
+		l.lastWork = time.Now()
+		l.empties = 0
+		return
 	case polls && w.armable:
 		// An empty claim in the middle of a flow: the trigger stays
 		// disarmed and the lane claims again one CycleInterval after its
@@ -469,7 +513,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 		req := w.claimRequest(l, part)
 		next = &req
 		l.unkick()
-		l.cycleAt = time.Now()
+		w.cycled(l)
 	}
 	held, nb, err := w.complete(ctx, b, out, next, res.leaseFrom)
 	if err != nil {
@@ -480,7 +524,7 @@ func (w *Worker) work(ctx context.Context, l *lane, b *Batch) *Batch {
 	if next != nil {
 		w.claimed(nb)
 		w.armed(l, *next)
-		l.backlog = nb != nil && w.backlog([]*Batch{nb})
+		w.setBacklog(l, nb != nil && w.backlog([]*Batch{nb}))
 		// A partition gone on with that turned out quiet (its lease went
 		// back): the others may have records, so the lane claims again at
 		// once instead of waiting.

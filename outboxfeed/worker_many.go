@@ -58,7 +58,7 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 			cs[i].GoOn = req.Spread > 1 || b.More || len(cs[i].Out) < len(b.Records)
 		}
 		l.unkick()
-		l.cycleAt = time.Now()
+		w.cycled(l)
 	}
 	// The completion must land within the shortest of the leases.
 	leaseFrom := results[0].leaseFrom
@@ -82,7 +82,7 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 		if len(nbs) > 0 {
 			w.found(l)
 		}
-		l.backlog = w.backlog(nbs)
+		w.setBacklog(l, w.backlog(nbs))
 	}
 	published := false
 	for i, res := range results {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -362,6 +363,56 @@ func TestPostgresLoneRecordsCostFewClaims(t *testing.T) {
 	if at := armedUntil(); at == nil {
 		t.Fatal("the trigger was left disarmed")
 	}
+}
+
+// TestPostgresLeadLaneHeldUpLeavesTheRestToOthers: while the lead lane
+// claims, the other lanes leave every partition to it and do not poll; one
+// held up in a dispatch (a publish that does not return) no longer claims,
+// and once PollInterval passed without a claim of it another lane takes
+// the records of the other partitions.
+func TestPostgresLeadLaneHeldUpLeavesTheRestToOthers(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	partOf := func(ch string) int {
+		var p int
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT herald.outbox_partition_of('acme', $1)`, ch).Scan(&p), "partition of")
+		return p
+	}
+	other := ""
+	for i := 0; other == ""; i++ {
+		if ch := fmt.Sprintf("orders/%d", i); partOf(ch) != partOf("orders/held") {
+			other = ch
+		}
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	var once sync.Once
+	rec := storetest.NewRecorder()
+	rec.Before = func(ctx context.Context, msg fanout.Message) error {
+		if msg.Key.Channel == "orders/held" {
+			once.Do(func() { close(held) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}
+	w := storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{PollInterval: 50 * time.Millisecond, IdleAfter: time.Hour, Lanes: 2})
+	storetest.Eventually(t, time.Minute, "both lanes' first claims", func() bool { return w.Claims(outboxfeed.ClaimEmpty) >= 2 })
+	// The wake-up goes to the lead lane alone: it claims the record and
+	// its publish holds it up.
+	_, err := stageOne(ctx, s, storetest.Note("orders/held", `{}`))
+	testenv.Must(t, err, "stage")
+	select {
+	case <-held:
+	case <-time.After(time.Minute):
+		t.Fatal("the held record was not published")
+	}
+	id, err := stageOne(ctx, s, storetest.Note(other, `{}`))
+	testenv.Must(t, err, "stage")
+	rec.WaitFor(t, time.Minute, "the other partition's record, from another lane", func() bool { _, ok := rec.ByID(id); return ok })
 }
 
 // TestPostgresRecordStagedBeforeArmingIsFound: a producer inserted while
