@@ -30,7 +30,12 @@ import (
 // version), so the statement compares the locked version's xmin with the
 // xmin of the version its snapshot reads: equal only for the same version.
 // Any other candidate goes through herald.outbox_claim, which takes its
-// snapshot after the lock.
+// snapshot after the lock. So does a claim that finds a change of the
+// partition count at its end (the new partitions waiting, none retiring
+// any more): herald.outbox_claim makes them active as it starts, and a
+// Worker whose lanes all claim through this statement (the lead lane,
+// while the others rest) would not call it otherwise
+// (TestPostgresRepartitionCompletesWithoutPolls).
 //
 // The transactions open at a range's start (the xip of lo) are read one
 // xid at a time (readOpenByXid), from a column of f, not from
@@ -74,8 +79,11 @@ UNION ALL
 SELECT c.r_kind, c.r_part, c.r_fence, c.r_takeovers, c.r_qseq, c.r_attempt, c.r_due,
 	c.r_id::text, c.r_seq, c.r_xid::text, c.r_tenant, c.r_channel, c.r_type, c.r_version, c.r_payload, c.r_freshness,
 	c.r_occurred, c.r_kind2, c.r_tk, c.r_tkq
-FROM w CROSS JOIN LATERAL herald.outbox_claim($1, w.part, $2, $3, $4, 1, $5) c
-WHERE NOT EXISTS (SELECT 1 FROM f WHERE f.part = w.part)`
+FROM (SELECT w.part FROM w WHERE NOT EXISTS (SELECT 1 FROM f WHERE f.part = w.part)
+	UNION ALL
+	SELECT -1 WHERE EXISTS (SELECT 1 FROM herald.outbox_partition x WHERE x.handler = $1 AND x.state = 'waiting')
+		AND NOT EXISTS (SELECT 1 FROM herald.outbox_partition x WHERE x.handler = $1 AND x.state = 'retiring')) t
+CROSS JOIN LATERAL herald.outbox_claim($1, t.part, $2, $3, $4, 1, $5) c`
 
 // manyStep is how CompleteMany reads one completion's results.
 type manyStep struct {

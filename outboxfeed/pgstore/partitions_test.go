@@ -119,6 +119,39 @@ func TestPostgresSetPartitionsKeepsOrder(t *testing.T) {
 	rec.WaitFor(t, 10*time.Second, "a record staged after the change", func() bool { _, ok := rec.ByID(id); return ok })
 }
 
+// TestPostgresRepartitionCompletesWithoutPolls: a Worker of several lanes
+// whose lead lane serves every partition (claims of several partitions)
+// and never polls finishes a change of the partition count by itself: once
+// the last old partition retired, its next claim makes the new ones
+// active, and the records staged after the change are published.
+func TestPostgresRepartitionCompletesWithoutPolls(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	a, _ := outboxfeed.AdminOf(s)
+	rec := storetest.NewRecorder()
+	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{Lanes: 4, PollInterval: time.Hour, IdleAfter: time.Hour})
+	var ids []string
+	stageSome := func(from int) {
+		for i := range 8 {
+			id, err := stageOne(ctx, s, storetest.Note(fmt.Sprintf("c/%d", i), fmt.Sprintf(`{"n":%d}`, from+i)))
+			testenv.Must(t, err, "stage")
+			ids = append(ids, id)
+		}
+	}
+	stageSome(0)
+	rec.WaitFor(t, time.Minute, "the records staged before the change", func() bool { return rec.Count() >= len(ids) })
+	testenv.Must(t, a.SetPartitions(ctx, 6), "set partitions")
+	stageSome(8)
+	rec.WaitFor(t, time.Minute, "the records staged after the change", func() bool { return rec.Count() >= len(ids) })
+	storetest.Eventually(t, time.Minute, "the old partitions retired", func() bool { return oldPartitionsRetired(t, a, 6) })
+	for _, id := range ids {
+		if _, ok := rec.ByID(id); !ok {
+			t.Fatalf("record %s was not published", id)
+		}
+	}
+}
+
 // oldPartitionsRetired reports whether a change of the partition count
 // from 4 has finished: the 4 old partitions retired, the new ones active.
 func oldPartitionsRetired(t *testing.T, a outboxfeed.Admin, n int) bool {
