@@ -427,14 +427,6 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 		// once PollInterval passed without a claim of the lead lane (one
 		// held up in a dispatch): while it claims, it serves every
 		// partition with records.
-		for !w.waitKick(ctx, l, wait) {
-			if ctx.Err() != nil || !w.leadClaimedWithin(w.cfg.PollInterval) {
-				return
-			}
-		}
-		l.lastWork = time.Now()
-		l.empties = 0
-		return
 	case polls && w.armable:
 		// An empty claim in the middle of a flow: the trigger stays
 		// disarmed and the lane claims again one CycleInterval after its
@@ -460,7 +452,11 @@ func (w *Worker) idle(ctx context.Context, l *lane) {
 	default:
 		l.followUp = false
 	}
-	if w.waitKick(ctx, l, wait) {
+	kicked := w.waitKick(ctx, l, wait)
+	for !kicked && !l.lead && ctx.Err() == nil && w.leadClaimedWithin(w.cfg.PollInterval) {
+		kicked = w.waitKick(ctx, l, wait)
+	}
+	if kicked {
 		l.lastWork = time.Now()
 		l.empties = 0
 	}

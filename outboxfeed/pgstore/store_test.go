@@ -300,8 +300,16 @@ func TestPostgresNotifyOnlyWhileArmed(t *testing.T) {
 	}
 	_, err := stageOne(ctx, s, storetest.Note("orders/1", `{}`))
 	testenv.Must(t, err, "stage")
-	if notified(200 * time.Millisecond) {
-		t.Fatal("a producer sent a NOTIFY while no Worker had armed the trigger")
+	// A marker sent after the producer's commit: notifications arrive in
+	// commit order, so a NOTIFY of the producer would come before it.
+	_, err = s.Pool().Exec(ctx, `SELECT pg_notify($1, 'marker')`, pgNotifyChannel)
+	testenv.Must(t, err, "marker")
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	first, err := listener.WaitForNotification(wctx)
+	cancel()
+	testenv.Must(t, err, "wait for the marker")
+	if first.Payload != "marker" {
+		t.Fatalf("a producer sent a NOTIFY (%q) while no Worker had armed the trigger", first.Payload)
 	}
 	_, err = s.Pool().Exec(ctx, pgArm, time.Minute.Microseconds())
 	testenv.Must(t, err, "arm")
