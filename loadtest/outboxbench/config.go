@@ -79,6 +79,10 @@ type config struct {
 	// Lanes is how many batches the Worker keeps in flight. Default: 0,
 	// the Worker's own default (4).
 	Lanes int
+	// Partitions, if set, changes the outbox's partition count to this
+	// right after the migration (herald outbox partitions --set).
+	// Default: 0, the schema's own (4).
+	Partitions int
 
 	// StagedProducers is how many producers insert concurrently in the
 	// staged phase. Default: 4.
@@ -201,6 +205,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "Worker claim batch size")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "Worker channels published in parallel per batch")
 	fs.IntVar(&c.Lanes, "lanes", c.Lanes, "Worker batches in flight at once (0 = the Worker's default, 4)")
+	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "set the outbox's partition count to this after migrating (0 = the schema's own, 4)")
 	fs.IntVar(&c.Retained, "retained", c.Retained, "latency, producers: dispatched rows in the table at the start (0 = empty table)")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "latency: paced staging rate, records/s")
 	fs.DurationVar(&c.LatencyDuration, "latency-duration", c.LatencyDuration, "latency: how long to stage")
@@ -248,6 +253,7 @@ func (c *config) validate() error {
 	bad.AtLeast("-channels", c.Channels, 1)
 	bad.AtLeast("-batch-size", c.BatchSize, 1)
 	bad.Within("-lanes", c.Lanes, 0, 16)
+	bad.Within("-partitions", c.Partitions, 0, 256)
 	bad.AtLeast("-concurrency", c.Concurrency, 1)
 	bad.Add(benchkit.CheckPaced(c.Rate, c.LatencyDuration, c.LatencyProducers))
 	bad.AtLeastDuration("-poll-interval", c.PollInterval, time.Millisecond)

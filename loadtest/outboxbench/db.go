@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/heraldgw/herald/outboxfeed/pgstore"
 
@@ -13,7 +14,11 @@ import (
 )
 
 // benchDB is the database the benchmark creates for itself.
-type benchDB struct{ *scratchdb.DB }
+type benchDB struct {
+	*scratchdb.DB
+	partitions int  // Config.Partitions
+	repartTo   bool // the change to partitions has been made
+}
 
 // createDB creates herald_bench_<random> next to the database of adminURL.
 func createDB(ctx context.Context, adminURL string) (*benchDB, error) {
@@ -21,7 +26,7 @@ func createDB(ctx context.Context, adminURL string) (*benchDB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outboxbench: %w", err)
 	}
-	return &benchDB{db}, nil
+	return &benchDB{DB: db}, nil
 }
 
 // openStore opens the outbox store on the bench database, migrated, with
@@ -34,6 +39,13 @@ func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*pgstore.
 	if err := s.Migrate(ctx); err != nil {
 		s.Close()
 		return nil, err
+	}
+	if db.partitions > 0 && !db.repartTo {
+		db.repartTo = true
+		if err := s.Admin().SetPartitions(ctx, db.partitions); err != nil && !strings.Contains(err.Error(), "unchanged") {
+			s.Close()
+			return nil, fmt.Errorf("outboxbench: -partitions: %w", err)
+		}
 	}
 	return s, nil
 }

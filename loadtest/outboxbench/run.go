@@ -33,6 +33,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	db.partitions = cfg.Partitions
 	defer func() { err = errors.Join(err, db.Drop()) }()
 	fmt.Fprintf(progress, "outboxbench: database %s\n", db.Name)
 
