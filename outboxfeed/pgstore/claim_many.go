@@ -87,7 +87,7 @@ CROSS JOIN LATERAL herald.outbox_claim($1, t.part, $2, $3, $4, 1, $5) c`
 
 // manyStep is how CompleteMany reads one completion's results.
 type manyStep struct {
-	advance bool // pgAdvanceSQL
+	advance bool // its partition in pgAdvanceSQL
 	keep    bool // pgCompleteSQL, then pgKeepSQL
 	claim   bool // pgCompleteSQL, then a claim of the partition
 	goOn    *outboxfeed.ClaimRequest
@@ -96,7 +96,8 @@ type manyStep struct {
 // CompleteMany completes cs and claims next in one round trip and one
 // transaction (outboxfeed.Store). A completion that goes on in its
 // partition with every record done and its range finished advances it in
-// one statement (pgAdvanceSQL); a partition that statement leaves to the
+// one statement (pgAdvanceSQL, one for all of them, sent first); a
+// partition that statement leaves to the
 // general path (a retry queue, a retiring partition) takes one more round
 // trip. The new partitions come from pgClaimManySQL.
 func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, next *outboxfeed.ClaimRequest) ([]bool, []*outboxfeed.Batch, error) {
@@ -115,6 +116,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 		queueWakeup(&pb, next)
 	}
 	steps := make([]manyStep, len(cs))
+	var adv []int // the completions that advance
 	for i, c := range cs {
 		b := c.Batch
 		var goOn *outboxfeed.ClaimRequest
@@ -123,27 +125,35 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 			r.Partition, r.Owner, r.Arm, r.Disarm = b.Partition, b.Owner, 0, false
 			goOn = &r
 		}
-		st := manyStep{goOn: goOn}
-		switch {
-		case advances(b, c.Out, goOn):
-			st.advance = true
-			var lastSeq *int64
-			if n := len(b.Records); n > 0 {
-				lastSeq = &b.Records[n-1].Seq
-			}
-			pb.Queue(pgAdvanceSQL, s.handler, b.Partition, b.Owner, b.Fence, goOn.Lease, lastSeq, len(b.Records), claimRangeRecords(goOn))
-		default:
-			pb.Queue(pgCompleteSQL, completeArgs(s.handler, b, c.Out)...)
-			switch {
-			case keeps(b, c.Out, goOn):
-				st.keep = true
-				pb.Queue(pgKeepSQL, s.handler, b.Partition, b.Owner, goOn.Lease, b.Fence)
-			case goOn != nil:
-				st.claim = true
-				pb.Queue(pgClaimSQL, s.handler, b.Partition, goOn.Owner, goOn.Lease, goOn.Limit, pgClaimTries, claimRangeRecords(goOn))
-			}
+		steps[i] = manyStep{goOn: goOn, advance: advances(b, c.Out, goOn)}
+		if steps[i].advance {
+			adv = append(adv, i)
 		}
-		steps[i] = st
+	}
+	if len(adv) > 0 {
+		parts, owners, fences := make([]int32, len(adv)), make([]string, len(adv)), make([]int64, len(adv))
+		lastSeqs, counts := make([]*int64, len(adv)), make([]int32, len(adv))
+		for j, i := range adv {
+			b := cs[i].Batch
+			parts[j], owners[j], fences[j], lastSeqs[j], counts[j] = int32(b.Partition), b.Owner, b.Fence, lastSeqOf(b), int32(len(b.Records))
+		}
+		goOn := steps[adv[0]].goOn
+		pb.Queue(pgAdvanceSQL, s.handler, parts, owners, fences, goOn.Lease, lastSeqs, counts, claimRangeRecords(goOn))
+	}
+	for i, c := range cs {
+		b, st := c.Batch, &steps[i]
+		if st.advance {
+			continue
+		}
+		pb.Queue(pgCompleteSQL, completeArgs(s.handler, b, c.Out)...)
+		switch {
+		case keeps(b, c.Out, st.goOn):
+			st.keep = true
+			pb.Queue(pgKeepSQL, s.handler, b.Partition, b.Owner, st.goOn.Lease, b.Fence)
+		case st.goOn != nil:
+			st.claim = true
+			pb.Queue(pgClaimSQL, s.handler, b.Partition, st.goOn.Owner, st.goOn.Lease, st.goOn.Limit, pgClaimTries, claimRangeRecords(st.goOn))
+		}
 	}
 	if next != nil {
 		pb.Queue(pgClaimManySQL, s.handler, next.Owner, next.Lease, next.Limit, claimRangeRecords(next), max(next.Spread, 1))
@@ -159,15 +169,20 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 				return err
 			}
 		}
+		if len(adv) > 0 {
+			rows, err := res.Query()
+			if err != nil {
+				return err
+			}
+			err = scanAdvances(rows, cs, steps, adv, held, goneOn, general)
+			rows.Close()
+			if err != nil {
+				return err
+			}
+		}
 		for i, st := range steps {
 			c := cs[i]
 			if st.advance {
-				var lease byte
-				nb, err := readClaim(res, 1, st.goOn, &lease)
-				if err != nil {
-					return err
-				}
-				held[i], goneOn[i], general[i] = lease == 'l', nb, lease == 'g'
 				continue
 			}
 			if err := res.QueryRow().Scan(&held[i]); err != nil {
@@ -236,6 +251,58 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 		nbs = append(nbs, nb)
 	}
 	return held, nbs, nil
+}
+
+// scanAdvances reads pgAdvanceSQL's rows for the completions adv (of cs,
+// steps) into held, goneOn and general: a partition with a lease row 'l'
+// went on (a batch when its range had records), 'g' is left to the
+// general path, and one without a row lost its lease.
+func scanAdvances(rows pgx.Rows, cs []outboxfeed.Completion, steps []manyStep, adv []int, held []bool, goneOn []*outboxfeed.Batch, general []bool) error {
+	byPart := make(map[int32]int, len(adv))
+	for _, i := range adv {
+		byPart[int32(cs[i].Batch.Partition)] = i
+	}
+	builders := make(map[int]*claimBuilder, len(adv))
+	t := newPGClaimRowTargets()
+	for rows.Next() {
+		if err := rows.Scan(t.dest...); err != nil {
+			return err
+		}
+		i, ok := byPart[t.part]
+		if !ok {
+			return fmt.Errorf("%w: an advance returned partition %d, which it was not given", outboxfeed.ErrCorruptRecord, t.part)
+		}
+		switch t.kind {
+		case 'l':
+			held[i] = true
+		case 'g':
+			general[i] = true
+		default:
+			c := builders[i]
+			if c == nil {
+				c = &claimBuilder{req: steps[i].goOn}
+				builders[i] = c
+			}
+			if err := c.add(t); err != nil {
+				return err
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, c := range builders {
+		goneOn[i] = c.finish()
+	}
+	return nil
+}
+
+// lastSeqOf is the seq of b's last record (nil: b has none).
+func lastSeqOf(b *outboxfeed.Batch) *int64 {
+	if n := len(b.Records); n > 0 {
+		return &b.Records[n-1].Seq
+	}
+	return nil
 }
 
 // wakeupsOf is wakeups(req), 0 without a request.
