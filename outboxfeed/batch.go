@@ -42,6 +42,14 @@ type ClaimRequest struct {
 	// Store.CompleteMany may lease at once, each a batch of its own
 	// (0 or 1: one). Claim and Complete ignore it.
 	Spread int
+	// Hold asks Store.CompleteMany to keep the lease of a partition that
+	// goes on (Completion.GoOn) and found no new records while another
+	// partition of the same step found some: it comes back as a batch of
+	// no records, so a flow spread over several partitions is served by
+	// one statement a step rather than given back and claimed again. A
+	// step whose partitions found nothing gives them all back. A store may
+	// ignore it (the embedded store has one partition).
+	Hold bool
 }
 
 // DefaultRangeRecords is ClaimRequest.RangeLimit's default.

@@ -10,8 +10,9 @@ import (
 // and returns the batches that step claimed. Below a backlog (spread)
 // every partition goes on: one that received records meanwhile keeps its
 // lease and its next range is read in the completing statement, one that
-// did not is given back; the step then takes the free partitions with
-// records. With a backlog only the partitions whose range is not done go
+// did not is kept (as a batch of no records) while another of the step
+// received some, and given back otherwise; the step then takes the free
+// partitions with records. With a backlog only the partitions whose range is not done go
 // on, so the others go to the other lanes.
 func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 	cs := make([]Completion, 0, len(bs))
@@ -52,6 +53,7 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 	if ctx.Err() == nil && brokerErr == nil && !w.gates.broker.shut.Load() && !w.gates.store.shut.Load() && !w.yielding() {
 		req := w.claimRequest(l, AnyPartition)
 		req.Spread = w.spread(l)
+		req.Hold = req.Spread > 1
 		next = &req
 		for i := range cs {
 			b := cs[i].Batch
@@ -76,7 +78,7 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 	}
 	l.kept = 0
 	if next != nil {
-		w.claimedAll(nbs)
+		w.claimedAll(withRecords(nbs))
 		w.armed(l, *next)
 		l.looked = len(nbs) == 0
 		if len(nbs) > 0 {
@@ -101,6 +103,18 @@ func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 		w.brokerUp(l)
 	}
 	return nbs
+}
+
+// withRecords is bs without the batches of no records that a step's Hold
+// kept (ClaimRequest.Hold): those are not claims that found records.
+func withRecords(bs []*Batch) []*Batch {
+	var out []*Batch
+	for _, b := range bs {
+		if len(b.Records) > 0 || b.More || len(b.Blocked) > 0 {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // holdAll is the outcomes of b's records none of which was attempted.

@@ -1019,14 +1019,29 @@ func wakeups(req *outboxfeed.ClaimRequest) int {
 // statement for one partition alone did. k is materialized: inlined, each
 // use of k.go became a subplan of its own, run for every partition.
 //
+// With $9 (ClaimRequest.Hold) a partition whose range came back empty
+// while another of the statement's found records keeps its lease too,
+// with an empty range (lo its old hi, hi the snapshot; its lease row of
+// kind 'e': a batch of no records), so the step after reads it again in
+// this statement instead of claiming it through pgClaimManySQL. A step
+// whose partitions all came back empty gives them all back, so the lease
+// of a partition outlives its records by one step at most. One kept that
+// way a second time in a row is left as it is (k.as_is: its open range is
+// the empty one of the step before, and the next read starts from its end
+// all the same), unless half its lease has run: no write. With $9, a row
+// of kind 'n' says that the step kept every partition it was given and
+// found no other partition of the handler free to claim (none without a
+// holder or with an expired lease, no change of the partition count under
+// way): CompleteMany then leaves pgClaimManySQL out of the next step.
+//
 // $1 handler, $2 partitions, $3 their owners, $4 fences, $5 lease, $6 the
-// batches' last seqs (NULL: none), $7 their records, $8 the range limit;
-// the arrays are parallel.
+// batches' last seqs (NULL: none), $7 their records, $8 the range limit,
+// $9 hold; the arrays are parallel.
 const pgAdvanceSQL = `WITH a AS MATERIALIZED (
 	SELECT * FROM unnest($2::int[], $3::text[], $4::bigint[], $6::bigint[], $7::int[]) AS a(part, owner, fence, last_seq, n)),
 cur AS MATERIALIZED (
 	SELECT p.ctid, p.part, a.owner, a.fence AS old_fence, a.last_seq, a.n, p.lo, p.hi, p.pos_seq, pg_current_snapshot() AS snap,
-		ARRAY(SELECT pg_snapshot_xip(p.hi)) AS xip,
+		ARRAY(SELECT pg_snapshot_xip(p.hi)) AS xip, p.expires_at < clock_timestamp() + $5::interval / 2 AS renew,
 		p.state = 'active' AND p.hi IS NOT NULL
 		AND NOT EXISTS (SELECT 1 FROM herald.outbox_retry r WHERE r.handler = $1 AND r.part = p.part AND r.state = 'pending')
 		AND EXISTS (SELECT 1 FROM herald.outbox_handler h WHERE h.name = $1 AND h.state = 'active') AS fast
@@ -1040,26 +1055,32 @@ recs AS MATERIALIZED (
 			ORDER BY o.xid, o.seq LIMIT $8 + 1)
 		LIMIT $8 + 1) o
 	WHERE c.fast),
-k AS MATERIALIZED (SELECT c.part, EXISTS (SELECT 1 FROM recs o WHERE o.cpart = c.part) AS go FROM cur c),
+k AS MATERIALIZED (SELECT c.part, g.go, g.stay, c.fast AND g.stay AND NOT g.go AND c.n = 0 AND NOT c.renew AS as_is
+	FROM cur c CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM recs o WHERE o.cpart = c.part) AS go) g0
+	CROSS JOIN LATERAL (SELECT g0.go, g0.go OR ($9 AND EXISTS (SELECT 1 FROM recs)) AS stay) g),
 upd AS (
 	UPDATE herald.outbox_partition p SET
-		lo = CASE WHEN k.go THEN c.hi ELSE c.snap END,
-		hi = CASE WHEN k.go THEN c.snap END,
-		owner = CASE WHEN k.go THEN p.owner END,
-		expires_at = CASE WHEN k.go THEN clock_timestamp() + $5 END,
-		fence = p.fence + k.go::int, open = k.go,
+		lo = CASE WHEN k.stay THEN c.hi ELSE c.snap END,
+		hi = CASE WHEN k.stay THEN c.snap END,
+		owner = CASE WHEN k.stay THEN p.owner END,
+		expires_at = CASE WHEN k.stay THEN clock_timestamp() + $5 END,
+		fence = p.fence + k.stay::int, open = k.stay,
 		claimed_at = CASE WHEN k.go THEN clock_timestamp() ELSE p.claimed_at END,
 		pos_xid = '0', pos_seq = 0, takeovers = 0, tk_range = false, claim_qto = 0,
 		done_at = now(), batches = p.batches + 1
 	FROM cur c JOIN k ON k.part = c.part
 	WHERE p.ctid = c.ctid AND p.handler = $1 AND p.part = c.part AND p.owner = c.owner AND p.fence = c.old_fence AND p.open
-		AND p.state = 'active' AND c.fast
-	RETURNING p.part, p.fence, p.open, c.lo, c.hi, c.pos_seq, c.old_fence, c.last_seq, c.n),
+		AND p.state = 'active' AND c.fast AND NOT k.as_is
+	RETURNING p.part, p.fence, p.open, k.go, c.lo, c.hi, c.pos_seq, c.old_fence, c.last_seq, c.n),
 log AS (
 	INSERT INTO herald.outbox_batch (handler, part, fence, lo, hi, from_xid, from_seq, to_xid, to_seq, records, by_seq)
 	SELECT $1, u.part, u.old_fence, u.lo, u.hi, '0', u.pos_seq, '0', coalesce(u.last_seq, u.pos_seq), u.n, true FROM upd u WHERE u.n > 0)
-SELECT 'l'::"char", u.part, u.fence, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
+SELECT CASE WHEN u.open AND NOT u.go THEN 'e' ELSE 'l' END::"char", u.part, u.fence, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
 	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint FROM upd u
+UNION ALL
+SELECT 'e'::"char", k.part, c.old_fence, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
+	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint
+FROM k JOIN cur c ON c.part = k.part WHERE k.as_is
 UNION ALL
 SELECT 'g'::"char", c.part, c.old_fence, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
 	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint
@@ -1067,7 +1088,14 @@ FROM cur c WHERE NOT c.fast
 UNION ALL
 SELECT 'r'::"char", u.part, u.fence, 0, NULL::bigint, 0, true, o.id::text, o.seq, o.xid::text,
 	o.tenant_id, o.channel, o.type, o.schema_version, o.payload, o.freshness, o.occurred_at, o.kind, false, 0::bigint
-FROM upd u JOIN recs o ON o.cpart = u.part WHERE u.open`
+FROM upd u JOIN recs o ON o.cpart = u.part WHERE u.open
+UNION ALL
+SELECT 'n'::"char", -1, 0::bigint, 0, NULL::bigint, 0, true, NULL::text, NULL::bigint, NULL::text,
+	NULL::text, NULL::text, NULL::text, NULL::int, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::text, false, 0::bigint
+WHERE $9 AND (SELECT count(*) FROM k WHERE k.stay) = cardinality($2)
+	AND NOT EXISTS (SELECT 1 FROM cur c WHERE NOT c.fast)
+	AND NOT EXISTS (SELECT 1 FROM herald.outbox_partition x WHERE x.handler = $1 AND x.part <> ALL ($2)
+		AND (x.state IN ('waiting', 'retiring') OR (x.state = 'active' AND (x.owner IS NULL OR x.expires_at < clock_timestamp()))))`
 
 // advances reports whether completing b with next goes on in b's
 // partition with its next range (pgAdvanceSQL): next names b's partition,
@@ -1095,7 +1123,7 @@ func (s *Store) advance(ctx context.Context, b *outboxfeed.Batch, next *outboxfe
 	pb.Queue(pgCycleSettings, commitMode(state(b).durable))
 	queueWakeup(&pb, next)
 	pb.Queue(pgAdvanceSQL, s.handler, []int32{int32(b.Partition)}, []string{b.Owner}, []int64{b.Fence}, next.Lease,
-		[]*int64{lastSeqOf(b)}, []int32{int32(len(b.Records))}, claimRangeRecords(next))
+		[]*int64{lastSeqOf(b)}, []int32{int32(len(b.Records))}, claimRangeRecords(next), false)
 	res := s.pool.SendBatch(ctx, &pb)
 	var lease byte
 	nb, err := readClaim(res, pb.Len(), next, &lease)

@@ -138,7 +138,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 			parts[j], owners[j], fences[j], lastSeqs[j], counts[j] = int32(b.Partition), b.Owner, b.Fence, lastSeqOf(b), int32(len(b.Records))
 		}
 		goOn := steps[adv[0]].goOn
-		pb.Queue(pgAdvanceSQL, s.handler, parts, owners, fences, goOn.Lease, lastSeqs, counts, claimRangeRecords(goOn))
+		pb.Queue(pgAdvanceSQL, s.handler, parts, owners, fences, goOn.Lease, lastSeqs, counts, claimRangeRecords(goOn), goOn.Hold)
 	}
 	for i, c := range cs {
 		b, st := c.Batch, &steps[i]
@@ -155,9 +155,14 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 			pb.Queue(pgClaimSQL, s.handler, b.Partition, st.goOn.Owner, st.goOn.Lease, st.goOn.Limit, pgClaimTries, claimRangeRecords(st.goOn))
 		}
 	}
-	if next != nil {
+	// The claim of further partitions is left out after a step that kept
+	// every partition and found none free (pgAdvanceSQL's 'n' row) when
+	// this one again only goes on with them: it would only start its plan.
+	claimMore := next != nil && !(next.Hold && len(adv) > 0 && len(adv) == len(cs) && s.aloneAt(next.Owner))
+	if claimMore {
 		pb.Queue(pgClaimManySQL, s.handler, next.Owner, next.Lease, next.Limit, claimRangeRecords(next), max(next.Spread, 1))
 	}
+	var noneFree bool
 	held := make([]bool, len(cs))
 	goneOn := make([]*outboxfeed.Batch, len(cs))
 	general := make([]bool, len(cs)) // advance left it to the general path
@@ -174,7 +179,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 			if err != nil {
 				return err
 			}
-			err = scanAdvances(rows, cs, steps, adv, held, goneOn, general)
+			noneFree, err = scanAdvances(rows, cs, steps, adv, held, goneOn, general)
 			rows.Close()
 			if err != nil {
 				return err
@@ -201,7 +206,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 			}
 			goneOn[i] = nb
 		}
-		if next != nil {
+		if claimMore {
 			rows, err := res.Query()
 			if err != nil {
 				return err
@@ -214,6 +219,9 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 	}()
 	if cerr := res.Close(); err == nil && cerr != nil {
 		err = cerr
+	}
+	if next != nil {
+		s.setAlone(next.Owner, err == nil && noneFree)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("outboxfeed: complete: %w", err)
@@ -257,7 +265,7 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 // steps) into held, goneOn and general: a partition with a lease row 'l'
 // went on (a batch when its range had records), 'g' is left to the
 // general path, and one without a row lost its lease.
-func scanAdvances(rows pgx.Rows, cs []outboxfeed.Completion, steps []manyStep, adv []int, held []bool, goneOn []*outboxfeed.Batch, general []bool) error {
+func scanAdvances(rows pgx.Rows, cs []outboxfeed.Completion, steps []manyStep, adv []int, held []bool, goneOn []*outboxfeed.Batch, general []bool) (noneFree bool, err error) {
 	byPart := make(map[int32]int, len(adv))
 	for _, i := range adv {
 		byPart[int32(cs[i].Batch.Partition)] = i
@@ -266,15 +274,24 @@ func scanAdvances(rows pgx.Rows, cs []outboxfeed.Completion, steps []manyStep, a
 	t := newPGClaimRowTargets()
 	for rows.Next() {
 		if err := rows.Scan(t.dest...); err != nil {
-			return err
+			return false, err
+		}
+		if t.kind == 'n' {
+			noneFree = true
+			continue
 		}
 		i, ok := byPart[t.part]
 		if !ok {
-			return fmt.Errorf("%w: an advance returned partition %d, which it was not given", outboxfeed.ErrCorruptRecord, t.part)
+			return false, fmt.Errorf("%w: an advance returned partition %d, which it was not given", outboxfeed.ErrCorruptRecord, t.part)
 		}
 		switch t.kind {
 		case 'l':
 			held[i] = true
+		case 'e':
+			// Kept with an empty range (Hold): a batch of no records.
+			req := steps[i].goOn
+			held[i] = true
+			goneOn[i] = &outboxfeed.Batch{Partition: int(t.part), Owner: req.Owner, Fence: t.fence, Driver: &pgBatch{durable: req.Durable}}
 		case 'g':
 			general[i] = true
 		default:
@@ -284,18 +301,37 @@ func scanAdvances(rows pgx.Rows, cs []outboxfeed.Completion, steps []manyStep, a
 				builders[i] = c
 			}
 			if err := c.add(t); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return err
+		return false, err
 	}
 	for i, c := range builders {
 		goneOn[i] = c.finish()
 	}
-	return nil
+	return noneFree, nil
 }
+
+// aloneAt reports whether owner's last step kept every partition it went
+// on with and found no other partition of the handler free to claim.
+func (s *Store) aloneAt(owner string) bool {
+	_, ok := s.alone.Load(aloneKey{s.handler, owner})
+	return ok
+}
+
+// setAlone records what owner's last step found (aloneAt).
+func (s *Store) setAlone(owner string, alone bool) {
+	if alone {
+		s.alone.Store(aloneKey{s.handler, owner}, struct{}{})
+		return
+	}
+	s.alone.Delete(aloneKey{s.handler, owner})
+}
+
+// aloneKey names a holder of one handler's partitions (aloneAt).
+type aloneKey struct{ handler, owner string }
 
 // lastSeqOf is the seq of b's last record (nil: b has none).
 func lastSeqOf(b *outboxfeed.Batch) *int64 {

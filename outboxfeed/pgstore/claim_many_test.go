@@ -195,3 +195,134 @@ func TestPostgresAdvancesOfSeveralPartitionsInOneStatement(t *testing.T) {
 		}
 	}
 }
+
+// With Hold, a step keeps the partitions of a flow: one whose range came
+// back empty while another found records stays leased as a batch of no
+// records and is read again by the next step's advance; a step that finds
+// no records anywhere gives them all back. A step that kept every
+// partition and found none free leaves the claim of further partitions
+// out of the next one, and a partition that comes free meanwhile (here a
+// lease that expired) is claimed by the step after.
+func TestPostgresHoldKeepsAFlowsPartitions(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	pool := s.Pool()
+	chans := map[int]string{}
+	for i := 0; len(chans) < 4; i++ {
+		ch := fmt.Sprintf("hold/%d", i)
+		var p int
+		testenv.Must(t, pool.QueryRow(ctx, `SELECT herald.outbox_partition_of('acme', $1)`, ch).Scan(&p), "partition of")
+		if _, ok := chans[p]; !ok {
+			chans[p] = ch
+		}
+	}
+	n := 0
+	stageIn := func(p int) string {
+		n++
+		return storetest.StagePgx(t, pool, true, storetest.Note(chans[p], fmt.Sprintf(`{"n":%d}`, n)))[0]
+	}
+	for p := range 4 {
+		stageIn(p)
+	}
+	hold := outboxfeed.ClaimRequest{Owner: "hold", Partition: outboxfeed.AnyPartition, Limit: 100, Lease: time.Minute, Spread: 3, Hold: true}
+	_, bs, err := s.CompleteMany(ctx, nil, &hold)
+	testenv.Must(t, err, "claim three partitions")
+	other := outboxfeed.ClaimRequest{Owner: "other", Partition: outboxfeed.AnyPartition, Limit: 100, Lease: time.Minute}
+	_, obs, err := s.CompleteMany(ctx, nil, &other)
+	testenv.Must(t, err, "claim the fourth")
+	if len(bs) != 3 || len(obs) != 1 {
+		t.Fatalf("claimed %d and %d partitions, want 3 and 1", len(bs), len(obs))
+	}
+	theirs := obs[0].Partition
+	step := func(what string, bs []*outboxfeed.Batch) (map[int][]string, []*outboxfeed.Batch) {
+		t.Helper()
+		cs := make([]outboxfeed.Completion, len(bs))
+		for i, b := range bs {
+			cs[i] = outboxfeed.Completion{Batch: b, Out: make([]outboxfeed.Outcome, len(b.Records)), GoOn: true}
+		}
+		held, nbs, err := s.CompleteMany(ctx, cs, &hold)
+		testenv.Must(t, err, what)
+		if slices.Contains(held, false) {
+			t.Fatalf("%s: held %v", what, held)
+		}
+		got := map[int][]string{}
+		for _, b := range nbs {
+			got[b.Partition] = storetest.BatchIDs(b)
+		}
+		return got, nbs
+	}
+	mine := make([]int, 0, 3)
+	for _, b := range bs {
+		mine = append(mine, b.Partition)
+	}
+
+	// Records in one of the three: it goes on with them, the other two
+	// are kept with nothing, and none is free (the fourth is the other
+	// owner's).
+	id := stageIn(mine[0])
+	got, bs := step("a step with records in one partition", bs)
+	want := map[int][]string{mine[0]: {id}, mine[1]: nil, mine[2]: nil}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("went on with %v, want %v", got, want)
+	}
+	if !s.aloneAt("hold") {
+		t.Fatal("a step that kept every partition with none free did not say so")
+	}
+	fenceOf := func(bs []*outboxfeed.Batch, p int) int64 {
+		for _, b := range bs {
+			if b.Partition == p {
+				return b.Fence
+			}
+		}
+		t.Fatalf("no batch of partition %d", p)
+		return 0
+	}
+	keptFence := fenceOf(bs, mine[2])
+	var kept int
+	testenv.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM herald.outbox_partition
+		WHERE handler = 'realtime' AND owner = 'hold' AND open`).Scan(&kept), "count kept")
+	if kept != 3 {
+		t.Fatalf("%d partitions leased to the holder, want 3", kept)
+	}
+
+	// A record in a kept partition comes with the next step's advance.
+	// The other owner's lease expires meanwhile: this step, which claims
+	// no further partition, does not take it; it says so, and the next
+	// step does.
+	_, err = pool.Exec(ctx, `UPDATE herald.outbox_partition SET expires_at = clock_timestamp() - interval '1 second'
+		WHERE handler = 'realtime' AND part = $1`, theirs)
+	testenv.Must(t, err, "expire the other owner's lease")
+	id = stageIn(mine[1])
+	got, bs = step("a step with records in a kept partition", bs)
+	want = map[int][]string{mine[0]: nil, mine[1]: {id}, mine[2]: nil}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("went on with %v, want %v (no claim of the fourth yet)", got, want)
+	}
+	if s.aloneAt("hold") {
+		t.Fatal("a step that saw a lease expire said no partition was free")
+	}
+	// Kept empty a second time in a row: left as it was, its fence too.
+	if f := fenceOf(bs, mine[2]); f != keptFence {
+		t.Fatalf("partition %d kept empty twice: fence %d, then %d; want it left as it was", mine[2], keptFence, f)
+	}
+	id = stageIn(mine[2])
+	got, bs = step("the step after", bs)
+	if fmt.Sprint(got[mine[2]]) != fmt.Sprint([]string{id}) || len(got[theirs]) != 1 {
+		t.Fatalf("went on with %v, want partition %d's %s and the expired partition %d's record", got, mine[2], id, theirs)
+	}
+
+	// A step without records anywhere gives every partition back.
+	got, _ = step("a step without records", bs)
+	if len(got) != 0 {
+		t.Fatalf("went on with %v, want nothing", got)
+	}
+	testenv.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM herald.outbox_partition
+		WHERE handler = 'realtime' AND owner IS NOT NULL`).Scan(&kept), "count leased")
+	if kept != 0 {
+		t.Fatalf("%d partitions still leased after a step without records", kept)
+	}
+	if b := storetest.ClaimAny(t, s, "after", 100, time.Minute); b != nil {
+		t.Fatalf("a claim after every step found %v", storetest.BatchIDs(b))
+	}
+}

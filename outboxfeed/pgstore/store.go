@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/heraldgw/herald/outboxfeed"
@@ -33,6 +34,7 @@ type shared struct {
 	log         *slog.Logger
 	wakeup      storekit.WakeHub
 	archiveWait archiveWait // the outboxfeed.Pruner's wait for herald.outbox's lock
+	alone       sync.Map    // aloneKey: the holders whose last step found no partition free (aloneAt)
 }
 
 var _ outboxfeed.Store = (*Store)(nil)
