@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgw/herald/fanout"
 	"github.com/heraldgw/herald/internal/testenv"
 	"github.com/heraldgw/herald/outboxfeed"
 	"github.com/heraldgw/herald/outboxfeed/stage"
@@ -325,4 +326,38 @@ func TestPostgresHoldKeepsAFlowsPartitions(t *testing.T) {
 	if b := storetest.ClaimAny(t, s, "after", 100, time.Minute); b != nil {
 		t.Fatalf("a claim after every step found %v", storetest.BatchIDs(b))
 	}
+}
+
+// A Worker whose first lane holds a flow's partitions (ClaimRequest.Hold)
+// delivers a trickle spread over every partition once and in order, and
+// gives every partition back once the flow ends: none stays leased.
+func TestPostgresHeldPartitionsGoBackWhenTheFlowEnds(t *testing.T) {
+	t.Parallel()
+	s, _ := newPGStore(t, Config{})
+	ctx := context.Background()
+	rec := storetest.NewRecorder()
+	storetest.StartWorker(t, s, rec, outboxfeed.WorkerConfig{PollInterval: 50 * time.Millisecond, IdleAfter: time.Hour})
+	const channels, records = 16, 400
+	want := map[string][]string{}
+	for i := range records {
+		ch := fmt.Sprintf("trickle/%d", i%channels)
+		id, err := stageOne(ctx, s, storetest.Note(ch, fmt.Sprintf(`{"i":%d}`, i)))
+		testenv.Must(t, err, "stage")
+		want[ch] = append(want[ch], id)
+	}
+	rec.WaitFor(t, time.Minute, "every record", func() bool { return rec.Count() >= records })
+	for ch, ids := range want {
+		if got := rec.Channel(fanout.Key{Tenant: "acme", Channel: ch}); fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("%s: published %v, want %v once and in order", ch, got, ids)
+		}
+	}
+	if n := rec.Count(); n != records {
+		t.Fatalf("%d publications, want %d", n, records)
+	}
+	storetest.Eventually(t, time.Minute, "every partition given back", func() bool {
+		var leased int
+		testenv.Must(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM herald.outbox_partition
+			WHERE handler = 'realtime' AND owner IS NOT NULL`).Scan(&leased), "count leased")
+		return leased == 0
+	})
 }
