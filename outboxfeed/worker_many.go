@@ -12,8 +12,8 @@ import (
 // lease and its next range is read in the completing statement, one that
 // did not is kept (as a batch of no records) while another of the step
 // received some, and given back otherwise; the step then takes the free
-// partitions with records. With a backlog only the partitions whose range is not done go
-// on, so the others go to the other lanes.
+// partitions with records. With a backlog only the partitions whose range
+// is not done go on, so the others go to the other lanes.
 func (w *Worker) workMany(ctx context.Context, l *lane, bs []*Batch) []*Batch {
 	cs := make([]Completion, 0, len(bs))
 	claimedAts := make([]time.Time, 0, len(bs))

@@ -263,8 +263,10 @@ func (s *Store) CompleteMany(ctx context.Context, cs []outboxfeed.Completion, ne
 
 // scanAdvances reads pgAdvanceSQL's rows for the completions adv (of cs,
 // steps) into held, goneOn and general: a partition with a lease row 'l'
-// went on (a batch when its range had records), 'g' is left to the
-// general path, and one without a row lost its lease.
+// went on (a batch when its range had records) or was given back, 'e' was
+// kept with an empty range (a batch of no records), 'g' is left to the
+// general path, and one without a row lost its lease. It reports the 'n'
+// row: the step kept every partition and found none free.
 func scanAdvances(rows pgx.Rows, cs []outboxfeed.Completion, steps []manyStep, adv []int, held []bool, goneOn []*outboxfeed.Batch, general []bool) (noneFree bool, err error) {
 	byPart := make(map[int32]int, len(adv))
 	for _, i := range adv {
