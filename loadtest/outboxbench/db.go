@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/heraldgw/herald/outboxfeed/pgstore"
 
@@ -16,8 +15,7 @@ import (
 // benchDB is the database the benchmark creates for itself.
 type benchDB struct {
 	*scratchdb.DB
-	partitions int  // Config.Partitions
-	repartTo   bool // the change to partitions has been made
+	partitions int // Config.Partitions, until the first openStore has set it
 }
 
 // createDB creates herald_bench_<random> next to the database of adminURL.
@@ -40,9 +38,9 @@ func (db *benchDB) openStore(ctx context.Context, notifyTrigger bool) (*pgstore.
 		s.Close()
 		return nil, err
 	}
-	if db.partitions > 0 && !db.repartTo {
-		db.repartTo = true
-		if err := s.Admin().SetPartitions(ctx, db.partitions); err != nil && !strings.Contains(err.Error(), "unchanged") {
+	if n := db.partitions; n > 0 {
+		db.partitions = 0
+		if err := s.Admin().SetPartitions(ctx, n); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("outboxbench: -partitions: %w", err)
 		}
