@@ -106,9 +106,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 	start = time.Now()
 	cpu0 := readCPU(ctx, store.Pool())
 	err = benchkit.PollUntil(ctx, drainTimeout, 2*time.Millisecond, nil, func() (bool, error) {
-		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
-			res.Published = time.Since(start)
-		}
+		p.markPublished(&res.Published, start, cfg.Records)
 		if res.FirstClaimed == 0 {
 			if n, _, err := p.claims(); err != nil || n > 0 {
 				res.FirstClaimed = time.Since(start)
@@ -120,6 +118,7 @@ func runDrain(ctx context.Context, db *benchDB, cfg config, recv *hookrecv.Recei
 				return false, err
 			}
 			res.Drained = time.Since(start)
+			p.markPublished(&res.Published, start, cfg.Records)
 			res.CPU = readCPU(ctx, store.Pool()).since(cpu0)
 			if hook != nil {
 				res.HookAtDrained = hook.counter.Distinct()
@@ -187,9 +186,7 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 	})
 	err = benchkit.PollUntil(ctx, drainTimeout, 2*time.Millisecond, nil, func() (bool, error) {
 		done := staging.Done() // before the count: a full count then covers every commit
-		if res.Published == 0 && p.pub.accepted.Load() >= int64(cfg.Records) {
-			res.Published = time.Since(start)
-		}
+		p.markPublished(&res.Published, start, cfg.Records)
 		n, err := p.completed()
 		if err != nil {
 			return false, err
@@ -199,6 +196,7 @@ func runStaged(ctx context.Context, db *benchDB, cfg config, progress io.Writer)
 		}
 		if done && n >= int64(cfg.Records) {
 			res.Drained = time.Since(start)
+			p.markPublished(&res.Published, start, cfg.Records)
 			return true, nil
 		}
 		return false, nil

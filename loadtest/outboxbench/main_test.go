@@ -20,16 +20,20 @@ func TestMain(m *testing.M) {
 }
 
 // A tiny -webhook run: drain and latency run alone and beside a webhook
-// handler, each handler's records are all dispatched (run checks), and
-// the report carries the comparison.
+// handler, each handler's records are all dispatched (run checks), the
+// report carries the comparison, and each drain saw the broker accept its
+// last record.
 func TestWebhookSmoke(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.DatabaseURL, cfg.Phases, cfg.Webhook = testenv.BaseDatabaseURL(), "drain,latency", true
 	cfg.Records, cfg.Channels, cfg.Retained = 300, 10, 100
 	cfg.Rate, cfg.LatencyDuration, cfg.LatencyProducers = 100, time.Second, 2
-	report, _ := benchtest.Smoke(t, cfg.validate, func(ctx context.Context, out, progress io.Writer) error {
+	report, progress := benchtest.Smoke(t, cfg.validate, func(ctx context.Context, out, progress io.Writer) error {
 		return run(ctx, cfg, out, progress)
 	})
+	if n := strings.Count(progress, ", all accepted after "); n == 0 || strings.Contains(progress, ", all accepted after 0s)") {
+		t.Errorf("progress has %d drains' acceptance of their last record, want some, none at 0s:\n%s", n, progress)
+	}
 	benchtest.ReportHas(t, report,
 		"| drain alone, 300 records | ", "| drain with a webhook handler beside, 300 records | ",
 		"| realtime drain rate | **", "| drain: PostgreSQL CPU per record and handler | **",
