@@ -147,8 +147,14 @@ func TestPostgresStoreOutageQueries(t *testing.T) {
 	storetest.Eventually(t, 5*time.Second, "worker ready", w.Ready)
 	_, err := stageOne(context.Background(), s, storetest.Note(stuck.Channel, `{"stuck":true}`))
 	testenv.Must(t, err, "stage")
-	storetest.Eventually(t, 5*time.Second, "the waiting record counted", func() bool {
-		return w.Metric("herald_outbox_oldest_pending_age_seconds") > 0 && w.Metric("herald_outbox_pending") == 1
+	// Its first attempt's completion written (the outcome is counted once
+	// the store took it), so no completion is in flight at the cut: one
+	// would be retried until its lease ends, every OutageMaxDelay (40ms
+	// here), and the stats count the record as pending before it is
+	// attempted too.
+	storetest.Eventually(t, 5*time.Second, "the waiting record attempted and counted", func() bool {
+		return w.Outcomes(outboxfeed.OutcomeRetry) == 1 &&
+			w.Metric("herald_outbox_oldest_pending_age_seconds") > 0 && w.Metric("herald_outbox_pending") == 1
 	})
 
 	cut(false)
