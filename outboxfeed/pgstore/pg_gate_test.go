@@ -152,7 +152,7 @@ func TestPostgresStoreOutageQueries(t *testing.T) {
 	// would be retried until its lease ends, every OutageMaxDelay (40ms
 	// here), and the stats count the record as pending before it is
 	// attempted too.
-	storetest.Eventually(t, 5*time.Second, "the waiting record attempted and counted", func() bool {
+	storetest.Eventually(t, time.Minute, "the waiting record attempted and counted", func() bool {
 		return w.Outcomes(outboxfeed.OutcomeRetry) == 1 &&
 			w.Metric("herald_outbox_oldest_pending_age_seconds") > 0 && w.Metric("herald_outbox_pending") == 1
 	})
